@@ -1,0 +1,78 @@
+/*
+ * tpfuse passes: a registry of named graph passes and a pipeline runner.
+ *
+ *   struct tpf_pass_stats *st = tpf_pass_stats_create();
+ *   struct tpf_pipeline_options o = { .passes = "default", .stats = st };
+ *   tpf_pipeline_run(model, &o, diag);
+ *   tpf_pass_stats_print(st, stdout);
+ *
+ * A pass is a const struct with a name, a one-line summary, a run function
+ * and named counters.  Passes change graphs only through the IR API (and the
+ * rewriter of the pattern engine); a pass that fails leaves the model valid
+ * or reports TPF_ERR_* through the diagnostic.
+ */
+#ifndef TPF_PASSES_H
+#define TPF_PASSES_H
+
+#include "tpf-ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Counters of one pass run: name -> count, in order of first increment. */
+struct tpf_pass_stats;
+
+struct tpf_pass_stats *tpf_pass_stats_create(void);
+void tpf_pass_stats_free(struct tpf_pass_stats *s);
+/* Adds `delta` to counter "PASS.NAME" (created at 0 if absent). */
+void tpf_pass_stats_add(struct tpf_pass_stats *s, const char *pass, const char *counter, int64_t delta);
+int64_t tpf_pass_stats_get(const struct tpf_pass_stats *s, const char *pass, const char *counter);
+/* Prints one "pass  counter  value" line per counter, in a stable order. */
+void tpf_pass_stats_print(const struct tpf_pass_stats *s, FILE *f);
+
+/* Facts a pass may need about the tensor-parallel setting. rank/world -1: unknown
+ * (passes that need them read the model's metadata_props "tp_rank"/"tp_world_size"). */
+struct tpf_pass_context {
+	struct tpf_pass_stats *stats; /* may be NULL */
+	FILE *explain;                /* non-NULL: near-miss reports are written here */
+	int rank, world_size;
+	const char *debug_only;       /* TPF_DEBUG: pass names whose matching is traced */
+};
+
+struct tpf_pass {
+	const char *name;    /* "dce", "fuse-allreduce-rmsnorm", ... */
+	const char *summary; /* one line */
+	/* Runs over the model (all graphs it wants to touch).  *changed is set
+	 * when the model was modified. */
+	enum tpf_status (*run)(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+			       struct tpf_diag *d);
+	/* Counter names this pass may increment, NULL-terminated; used to print
+	 * "matched nothing" for a requested pass whose counters all stayed 0. */
+	const char *const *counters;
+};
+
+/* All registered passes, in registry order. */
+const struct tpf_pass *const *tpf_pass_list(size_t *count);
+const struct tpf_pass *tpf_pass_find(const char *name);
+
+struct tpf_pipeline_options {
+	/* Comma-separated pass names, or a named pipeline: "cleanup" (dce +
+	 * identity removal), "default" (the -O2 pipeline). NULL: "default". */
+	const char *passes;
+	struct tpf_pass_context ctx;
+	int verify_each;             /* run tpf_model_verify after each pass */
+	const char *print_after_dir; /* write NN-PASS.txt dumps here after each pass */
+};
+
+/* Runs the pipeline.  Unknown pass names are an error listing the known ones.
+ * For each requested pass whose counters all stayed zero, a note "pass NAME
+ * matched nothing" is added to the diagnostic. */
+enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_options *o,
+				 struct tpf_diag *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPF_PASSES_H */
