@@ -406,6 +406,9 @@ struct tpf_graph {
 	size_t n_quantization_annotations;
 	void *name_index; /* private: name -> value hash table */
 	uint32_t next_node_id;
+	uint32_t next_temp;           /* private: counter for fresh names */
+	struct tpf_graph **children;  /* subgraphs created with this graph as parent (owned) */
+	size_t n_children, cap_children;
 };
 
 /* ------------------------------------------------------------------ models */
@@ -458,6 +461,8 @@ struct tpf_model {
 
 struct tpf_model *tpf_model_create(void);          /* empty model with an empty graph; NULL on OOM */
 void tpf_model_free(struct tpf_model *m);
+/* Releases model->backing (mappings and buffers); defined by the ONNX importer. */
+void tpf_model_backing_release(void *backing);
 int64_t tpf_model_opset(const struct tpf_model *m, const char *domain); /* -1 if not imported */
 enum tpf_status tpf_model_set_opset(struct tpf_model *m, const char *domain, int64_t version);
 /* metadata_props lookup; NULL if absent */
