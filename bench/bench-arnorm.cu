@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: MIT
+// All-reduce + residual add + RMSNorm (+ FP8) on the GPU, one rank per GPU:
+//   mpirun -np 2 bench-arnorm [--json FILE]
+// For each (tokens, hidden) it times, as CUDA-graph replays (20 calls per
+// graph, best of 10 replays, slowest rank), in microseconds per call:
+//   nccl_ar          ncclAllReduce alone
+//   unfused          ncclAllReduce -> Add -> RMSNorm, three kernels (the unfused graph)
+//   nccl_addnorm     ncclAllReduce -> one residual+norm kernel
+//   oneshot          tpfuse's one-shot fused all-reduce + add + norm, one kernel
+//   unfused_fp8      unfused + QuantizeLinear to FP8
+//   oneshot_fp8      one-shot emitting FP8 (and the residual sum)
+// and checks that the fused outputs equal the unfused ones.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "tpf-cuda.h"
+
+#define CK(x)                                                                                      \
+	do {                                                                                       \
+		cudaError_t e_ = (x);                                                              \
+		if (e_ != cudaSuccess) {                                                           \
+			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+			MPI_Abort(MPI_COMM_WORLD, 1);                                              \
+		}                                                                                  \
+	} while (0)
+#define NK(x)                                                                                      \
+	do {                                                                                       \
+		ncclResult_t r_ = (x);                                                             \
+		if (r_ != ncclSuccess) {                                                           \
+			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, ncclGetErrorString(r_)); \
+			MPI_Abort(MPI_COMM_WORLD, 1);                                              \
+		}                                                                                  \
+	} while (0)
+
+static struct tpf_diag *g_diag;
+static void ok(enum tpf_status st)
+{
+	if (st != TPF_OK) {
+		tpf_diag_print(g_diag, stderr);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+}
+
+static int mpi_allgather(void *ctx, const void *send, void *recv, size_t bytes)
+{
+	(void)ctx;
+	return MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD) ==
+			       MPI_SUCCESS
+		       ? 0
+		       : -1;
+}
+
+static const int kReps = 20, kReplays = 10;
+
+template <typename F> static double graph_time(cudaStream_t s, F fn)
+{
+	for (int i = 0; i < 3; i++)
+		fn();
+	CK(cudaStreamSynchronize(s));
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+	for (int i = 0; i < kReps; i++)
+		fn();
+	CK(cudaStreamEndCapture(s, &g));
+	CK(cudaGraphInstantiate(&ge, g, 0));
+	cudaEvent_t a, b;
+	CK(cudaEventCreate(&a));
+	CK(cudaEventCreate(&b));
+	double best = 1e30;
+	for (int r = 0; r < kReplays; r++) {
+		MPI_Barrier(MPI_COMM_WORLD);
+		CK(cudaEventRecord(a, s));
+		CK(cudaGraphLaunch(ge, s));
+		CK(cudaEventRecord(b, s));
+		CK(cudaEventSynchronize(b));
+		float ms;
+		CK(cudaEventElapsedTime(&ms, a, b));
+		if (ms * 1000.0 / kReps < best)
+			best = ms * 1000.0 / kReps;
+	}
+	double worst;
+	MPI_Allreduce(&best, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	CK(cudaGraphExecDestroy(ge));
+	CK(cudaGraphDestroy(g));
+	CK(cudaEventDestroy(a));
+	CK(cudaEventDestroy(b));
+	return worst;
+}
+
+static std::vector<__nv_bfloat16> random_bf16(size_t n, unsigned seed)
+{
+	std::vector<__nv_bfloat16> v(n);
+	unsigned s = seed * 2654435761u + 12345u;
+	for (size_t i = 0; i < n; i++) {
+		s = s * 1664525u + 1013904223u;
+		v[i] = __float2bfloat16(((s >> 8) & 0xffff) / 32768.0f - 1.0f);
+	}
+	return v;
+}
+
+static double max_diff_bf16(const void *da, const void *db, size_t n)
+{
+	std::vector<__nv_bfloat16> a(n), b(n);
+	CK(cudaMemcpy(a.data(), da, n * 2, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(b.data(), db, n * 2, cudaMemcpyDeviceToHost));
+	double m = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)__bfloat162float(a[i]) - (double)__bfloat162float(b[i]));
+		if (d > m || d != d)
+			m = d != d ? INFINITY : d;
+	}
+	return m;
+}
+
+static size_t count_diff_u8(const void *da, const void *db, size_t n)
+{
+	std::vector<unsigned char> a(n), b(n);
+	CK(cudaMemcpy(a.data(), da, n, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(b.data(), db, n, cudaMemcpyDeviceToHost));
+	size_t c = 0;
+	for (size_t i = 0; i < n; i++)
+		c += a[i] != b[i];
+	return c;
+}
+
+int main(int argc, char **argv)
+{
+	MPI_Init(&argc, &argv);
+	int rank, world;
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &world);
+	const char *json_path = NULL;
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+			json_path = argv[++i];
+	g_diag = tpf_diag_create();
+
+	int ndev = 0;
+	CK(cudaGetDeviceCount(&ndev));
+	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	int local = lr ? atoi(lr) : rank;
+	CK(cudaSetDevice(local % ndev));
+	cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, local % ndev));
+
+	ncclUniqueId id;
+	if (rank == 0)
+		NK(ncclGetUniqueId(&id));
+	MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+	ncclComm_t comm;
+	NK(ncclCommInitRank(&comm, world, id, rank));
+	cudaStream_t s;
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+	const int hiddens[] = {4096, 8192};
+	const int tokens[] = {1, 8, 32, 128, 512, 2048};
+	const size_t max_elems = 2048 * 8192;
+	struct tpf_cuda_exchange ex = {mpi_allgather, NULL};
+	struct tpf_cuda_arnorm *ar;
+	ok(tpf_cuda_arnorm_create(rank, world, TPF_DTYPE_BFLOAT16, max_elems, &ex, &ar, g_diag));
+
+	FILE *jf = (rank == 0 && json_path) ? fopen(json_path, "w") : NULL;
+	if (jf)
+		fprintf(jf, "{\"device\": \"%s\", \"world\": %d, \"cases\": [\n", prop.name, world);
+	if (rank == 0)
+		printf("device %s, world %d; microseconds per call (CUDA graph, best of %d replays, slowest rank)\n"
+		       "%6s %6s %8s %8s %8s %8s %8s %8s  %s\n",
+		       prop.name, world, kReplays, "H", "T", "nccl_ar", "unfused", "ar+norm", "oneshot",
+		       "unf_fp8", "one_fp8", "speedup vs unfused (norm, fp8)");
+	int first = 1, bad = 0;
+	for (int H : hiddens) {
+		for (int T : tokens) {
+			size_t n = (size_t)T * H;
+			__nv_bfloat16 *x, *r, *g, *y, *sum, *norm, *sum2, *norm2;
+			unsigned char *q1, *q2;
+			CK(cudaMalloc(&x, n * 2));
+			CK(cudaMalloc(&r, n * 2));
+			CK(cudaMalloc(&g, H * 2));
+			CK(cudaMalloc(&y, n * 2));
+			CK(cudaMalloc(&sum, n * 2));
+			CK(cudaMalloc(&norm, n * 2));
+			CK(cudaMalloc(&sum2, n * 2));
+			CK(cudaMalloc(&norm2, n * 2));
+			CK(cudaMalloc(&q1, n));
+			CK(cudaMalloc(&q2, n));
+			auto hx = random_bf16(n, 100 + rank), hr = random_bf16(n, 7), hg = random_bf16(H, 9);
+			CK(cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice));
+			CK(cudaMemcpy(r, hr.data(), n * 2, cudaMemcpyHostToDevice));
+			CK(cudaMemcpy(g, hg.data(), H * 2, cudaMemcpyHostToDevice));
+			const float eps = 1e-6f, scale = 0.05f;
+
+			struct tpf_cuda_norm_args post;
+			memset(&post, 0, sizeof(post));
+			post.dtype = TPF_DTYPE_BFLOAT16;
+			post.rows = T;
+			post.hidden = H;
+			post.x = y;
+			post.residual = r;
+			post.gamma = g;
+			post.epsilon = eps;
+			post.norm_out = norm;
+			post.residual_out = sum;
+			struct tpf_cuda_norm_args one = post;
+			one.x = x;
+			one.norm_out = norm2;
+			one.residual_out = sum2;
+			struct tpf_cuda_norm_args one8 = one;
+			one8.norm_out = NULL;
+			one8.fp8_out = q2;
+			one8.fp8_scale = scale;
+
+			auto run_nccl = [&] { NK(ncclAllReduce(x, y, n, ncclBfloat16, ncclSum, comm, s)); };
+			auto run_unfused = [&] {
+				run_nccl();
+				ok(tpf_cuda_add(TPF_DTYPE_BFLOAT16, y, r, sum, (int64_t)n, s, g_diag));
+				ok(tpf_cuda_rmsnorm(TPF_DTYPE_BFLOAT16, sum, g, norm, T, H, eps, 0.f, s, g_diag));
+			};
+			auto run_nccl_addnorm = [&] {
+				run_nccl();
+				ok(tpf_cuda_add_rmsnorm(&post, s, g_diag));
+			};
+			auto run_oneshot = [&] { ok(tpf_cuda_arnorm_run(ar, &one, s, g_diag)); };
+			auto run_unfused_fp8 = [&] {
+				run_unfused();
+				ok(tpf_cuda_quantize_fp8(TPF_DTYPE_BFLOAT16, norm, q1, (int64_t)n, scale, s, g_diag));
+			};
+			auto run_oneshot_fp8 = [&] { ok(tpf_cuda_arnorm_run(ar, &one8, s, g_diag)); };
+
+			// correctness first (eager)
+			run_unfused_fp8();
+			run_oneshot();
+			run_oneshot_fp8();
+			CK(cudaStreamSynchronize(s));
+			double dn = max_diff_bf16(norm, norm2, n), ds = max_diff_bf16(sum, sum2, n);
+			size_t dq = count_diff_u8(q1, q2, n);
+			int case_bad = !(ds == 0.0 && dn <= 1.6e-2 && dq <= n / 1000);
+
+			double t_nccl = graph_time(s, run_nccl);
+			double t_unf = graph_time(s, run_unfused);
+			double t_an = graph_time(s, run_nccl_addnorm);
+			double t_one = graph_time(s, run_oneshot);
+			double t_unf8 = graph_time(s, run_unfused_fp8);
+			double t_one8 = graph_time(s, run_oneshot_fp8);
+			int any_bad;
+			MPI_Allreduce(&case_bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+			bad |= any_bad;
+			if (rank == 0) {
+				printf("%6d %6d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %.2fx %.2fx%s\n", H, T, t_nccl, t_unf,
+				       t_an, t_one, t_unf8, t_one8, t_unf / t_one, t_unf8 / t_one8,
+				       any_bad ? "  MISMATCH" : "");
+				printf("       max|norm diff| %.3g, max|sum diff| %.3g, fp8 codes differing %zu/%zu\n", dn,
+				       ds, dq, n);
+				fflush(stdout);
+			}
+			if (jf) {
+				fprintf(jf,
+					"%s {\"hidden\": %d, \"tokens\": %d, \"nccl_ar\": %.3f, \"unfused\": %.3f, "
+					"\"nccl_addnorm\": %.3f, \"oneshot\": %.3f, \"unfused_fp8\": %.3f, "
+					"\"oneshot_fp8\": %.3f, \"norm_max_diff\": %g, \"sum_max_diff\": %g, "
+					"\"fp8_codes_differing\": %zu, \"ok\": %s}\n",
+					first ? "" : ",", H, T, t_nccl, t_unf, t_an, t_one, t_unf8, t_one8, dn, ds, dq,
+					any_bad ? "false" : "true");
+				first = 0;
+			}
+			cudaFree(x), cudaFree(r), cudaFree(g), cudaFree(y), cudaFree(sum), cudaFree(norm);
+			cudaFree(sum2), cudaFree(norm2), cudaFree(q1), cudaFree(q2);
+		}
+	}
+	if (jf) {
+		fprintf(jf, "]}\n");
+		fclose(jf);
+	}
+	tpf_cuda_arnorm_free(ar);
+	ncclCommDestroy(comm);
+	tpf_diag_free(g_diag);
+	MPI_Finalize();
+	return bad ? 1 : 0;
+}

@@ -1,0 +1,678 @@
+// SPDX-License-Identifier: MIT
+// Residual add + RMSNorm (+ FP8) kernels, and the one-shot all-reduce that
+// fuses them with the reduction through peer memory.  See tpf-cuda.h.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "tpf-cuda.h"
+
+namespace {
+
+constexpr int kMaxWorld = 8;
+constexpr int kMaxChunksPerThread = 4; // 16-byte chunks a thread keeps in registers
+constexpr int kMaxThreads = 512;
+
+template <typename T> struct Elem;
+template <> struct Elem<float> {
+	static constexpr int kPerChunk = 4;
+	__device__ static float load(float v) { return v; }
+	__device__ static float store(float v) { return v; }
+};
+template <> struct Elem<__half> {
+	static constexpr int kPerChunk = 8;
+	__device__ static float load(__half v) { return __half2float(v); }
+	__device__ static __half store(float v) { return __float2half_rn(v); }
+};
+template <> struct Elem<__nv_bfloat16> {
+	static constexpr int kPerChunk = 8;
+	__device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+	__device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+
+// Rounds through T, as storing into a T tensor and reading it back would.
+template <typename T> __device__ inline float round_to(float v)
+{
+	return Elem<T>::load(Elem<T>::store(v));
+}
+
+template <typename T> __device__ inline void unpack(uint4 u, float *out)
+{
+	const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+	for (int i = 0; i < Elem<T>::kPerChunk; i++)
+		out[i] = Elem<T>::load(e[i]);
+}
+
+template <typename T> __device__ inline uint4 pack(const float *in)
+{
+	uint4 u;
+	T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+	for (int i = 0; i < Elem<T>::kPerChunk; i++)
+		e[i] = Elem<T>::store(in[i]);
+	return u;
+}
+
+// -0.0 marks "not arrived yet" in receive buffers.
+template <typename T> __device__ inline bool has_placeholder(uint4 u)
+{
+	const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+	bool any = false;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (sizeof(T) == 4)
+			any |= w[i] == 0x80000000u;
+		else
+			any |= (w[i] & 0xffffu) == 0x8000u || (w[i] >> 16) == 0x8000u;
+	}
+	return any;
+}
+
+// Replaces -0.0 by +0.0 so that real data never looks like a placeholder.
+template <typename T> __device__ inline uint4 scrub(uint4 u)
+{
+	uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (sizeof(T) == 4) {
+			if (w[i] == 0x80000000u)
+				w[i] = 0;
+		} else {
+			if ((w[i] & 0xffffu) == 0x8000u)
+				w[i] &= 0xffff0000u;
+			if ((w[i] >> 16) == 0x8000u)
+				w[i] &= 0x0000ffffu;
+		}
+	}
+	return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <typename T> __host__ __device__ inline uint32_t placeholder_word()
+{
+	return sizeof(T) == 4 ? 0x80000000u : 0x80008000u;
+}
+
+__device__ inline uint4 load_volatile(const uint4 *p)
+{
+	uint4 r;
+	asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+		     : "l"(p));
+	return r;
+}
+
+__device__ inline void store_volatile(uint4 *p, uint4 v)
+{
+	asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+		     "r"(v.z), "r"(v.w)
+		     : "memory");
+}
+
+// Sum over the block; every thread gets the result.  `scratch` holds 33 floats.
+__device__ inline float block_sum(float v, float *scratch)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	if (lane == 0)
+		scratch[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		int nw = (blockDim.x + 31) >> 5;
+		float s = lane < nw ? scratch[lane] : 0.f;
+		for (int o = 16; o > 0; o >>= 1)
+			s += __shfl_xor_sync(0xffffffffu, s, o);
+		if (lane == 0)
+			scratch[32] = s;
+	}
+	__syncthreads();
+	float r = scratch[32];
+	__syncthreads(); // scratch is reused by the next row
+	return r;
+}
+
+struct NormOut {
+	const void *residual;
+	const void *gamma;
+	void *norm_out, *residual_out, *fp8_out;
+	float eps, weight_offset, fp8_scale;
+	int64_t hidden;
+};
+
+// Finishes one row held in registers: acc holds x (already rounded to T).
+template <typename T>
+__device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, const NormOut &o,
+				  float *scratch)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const int64_t base = row * (o.hidden / N);
+	float sumsq = 0.f;
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		int c = threadIdx.x + k * blockDim.x;
+		if (c >= chunks)
+			continue;
+		if (o.residual) {
+			float r[8];
+			unpack<T>(reinterpret_cast<const uint4 *>(o.residual)[base + c], r);
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				acc[k][i] = round_to<T>(acc[k][i] + r[i]);
+			if (o.residual_out)
+				reinterpret_cast<uint4 *>(o.residual_out)[base + c] = pack<T>(acc[k]);
+		}
+#pragma unroll
+		for (int i = 0; i < N; i++)
+			sumsq += acc[k][i] * acc[k][i];
+	}
+	float total = block_sum(sumsq, scratch);
+	float inv = rsqrtf(total / (float)o.hidden + o.eps);
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		int c = threadIdx.x + k * blockDim.x;
+		if (c >= chunks)
+			continue;
+		float g[8], y[8];
+		unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
+#pragma unroll
+		for (int i = 0; i < N; i++)
+			y[i] = acc[k][i] * inv * (g[i] + o.weight_offset);
+		if (o.norm_out)
+			reinterpret_cast<uint4 *>(o.norm_out)[base + c] = pack<T>(y);
+		if (o.fp8_out) {
+			uint8_t q[8];
+#pragma unroll
+			for (int i = 0; i < N; i++) {
+				float v = round_to<T>(y[i]) / o.fp8_scale;
+				q[i] = (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+			}
+			uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp8_out) + (base + c) * N;
+			if (N == 8)
+				*reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<uint2 *>(q);
+			else
+				*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
+		}
+	}
+}
+
+// Local residual add + norm: one block per row (grid-stride).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_kernel(const void *x, int64_t rows, NormOut o)
+{
+	__shared__ float scratch[33];
+	constexpr int N = Elem<T>::kPerChunk;
+	const int chunks = (int)(o.hidden / N);
+	for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+		float acc[kMaxChunksPerThread][8];
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c < chunks)
+				unpack<T>(reinterpret_cast<const uint4 *>(x)[row * chunks + c], acc[k]);
+		}
+		finish_row<T>(acc, row, chunks, o, scratch);
+	}
+}
+
+template <typename T> __global__ void add_kernel(const T *a, const T *b, T *out, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		out[i] = Elem<T>::store(Elem<T>::load(a[i]) + Elem<T>::load(b[i]));
+}
+
+template <typename T> __global__ void quant_fp8_kernel(const T *x, uint8_t *out, int64_t n, float scale)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		out[i] = (uint8_t)__nv_cvt_float_to_fp8(Elem<T>::load(x[i]) / scale, __NV_SATFINITE,
+							__NV_E4M3);
+}
+
+// ---------------------------------------------------------------- one-shot
+
+struct ArState {
+	unsigned iter;               // calls completed
+	unsigned done;               // blocks finished in the current call
+	unsigned long long bytes[3]; // bytes per slot written by the call that used buffer b
+};
+
+struct ArParams {
+	char *peer[kMaxWorld]; // receive area of each rank, as mapped here
+	int rank, world;
+	size_t slot_bytes;     // one source rank's slot in one buffer
+	ArState *state;
+	const void *x;
+	int64_t rows;
+	NormOut o;
+};
+
+template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_oneshot_kernel(ArParams p)
+{
+	__shared__ float scratch[33];
+	__shared__ unsigned s_iter;
+	constexpr int N = Elem<T>::kPerChunk;
+	const int chunks = (int)(p.o.hidden / N);
+	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
+	if (threadIdx.x == 0)
+		s_iter = *reinterpret_cast<volatile unsigned *>(&p.state->iter);
+	__syncthreads();
+	const unsigned iter = s_iter;
+	const int b = (int)(iter % 3);
+	char *own = p.peer[p.rank];
+
+	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+		// 1. push this rank's row into slot `rank` of buffer b of every rank
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
+				continue;
+			uint4 v = scrub<T>(reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]);
+			size_t off = ((size_t)b * p.world + p.rank) * p.slot_bytes + row * row_bytes + (size_t)c * 16;
+			for (int q = 0; q < p.world; q++)
+				store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off), v);
+		}
+		// 2. wait for every rank's row in our buffer b, sum in float
+		float acc[kMaxChunksPerThread][8];
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
+				continue;
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				acc[k][i] = 0.f;
+			for (int q = 0; q < p.world; q++) {
+				size_t off = ((size_t)b * p.world + q) * p.slot_bytes + row * row_bytes + (size_t)c * 16;
+				const uint4 *src = reinterpret_cast<const uint4 *>(own + off);
+				uint4 v;
+				do {
+					v = load_volatile(src);
+				} while (has_placeholder<T>(v));
+				float f[8];
+				unpack<T>(v, f);
+#pragma unroll
+				for (int i = 0; i < N; i++)
+					acc[k][i] += f[i];
+			}
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				acc[k][i] = round_to<T>(acc[k][i]); // the all-reduce result is a T tensor
+		}
+		// 3. residual, norm, quantization in registers
+		finish_row<T>(acc, row, chunks, p.o, scratch);
+	}
+
+	// 4. reset the buffer the previous call used; no rank writes it again
+	//    before every rank has finished the next call.
+	const int pb = (b + 2) % 3;
+	const unsigned long long prev = p.state->bytes[pb];
+	if (prev) {
+		const uint32_t w = placeholder_word<T>();
+		const uint4 fill = make_uint4(w, w, w, w);
+		const size_t per_slot = (size_t)(prev / 16);
+		const size_t total = per_slot * p.world;
+		for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+		     i += (size_t)gridDim.x * blockDim.x) {
+			size_t q = i / per_slot, j = i % per_slot;
+			reinterpret_cast<uint4 *>(own + ((size_t)pb * p.world + q) * p.slot_bytes)[j] = fill;
+		}
+	}
+	// 5. the last block to finish advances the call counter
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence_system();
+		unsigned finished = atomicAdd(&p.state->done, 1u);
+		if (finished == gridDim.x - 1) {
+			p.state->bytes[b] = (unsigned long long)p.rows * row_bytes;
+			p.state->done = 0;
+			__threadfence_system();
+			atomicExch(&p.state->iter, iter + 1);
+		}
+	}
+}
+
+template <typename T> __global__ void fill_placeholder_kernel(uint4 *p, size_t n)
+{
+	const uint32_t w = placeholder_word<T>();
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		p[i] = make_uint4(w, w, w, w);
+}
+
+int elem_size(enum tpf_dtype dt)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		return 4;
+	case TPF_DTYPE_FLOAT16:
+	case TPF_DTYPE_BFLOAT16:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+enum tpf_status cuda_fail(struct tpf_diag *d, const char *what, cudaError_t e)
+{
+	return tpf_diag_fail(d, TPF_ERR_RUNTIME, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+// Threads per block for a row of `chunks` 16-byte chunks.
+int row_threads(int chunks)
+{
+	int t = chunks < kMaxThreads ? chunks : kMaxThreads;
+	t = (t + 31) / 32 * 32;
+	return t < 32 ? 32 : t;
+}
+
+enum tpf_status check_norm_args(const struct tpf_cuda_norm_args *a, struct tpf_diag *d, int *chunks)
+{
+	int es = elem_size(a->dtype);
+	if (!es)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda norm: dtype %s is not supported (float, float16, bfloat16)",
+				     tpf_dtype_name(a->dtype));
+	if (a->hidden <= 0 || a->rows < 0 || (a->hidden * es) % 16 != 0)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				     "cuda norm: hidden size %lld must be a positive multiple of %d",
+				     (long long)a->hidden, 16 / es);
+	int64_t c = a->hidden * es / 16;
+	if (c > (int64_t)kMaxThreads * kMaxChunksPerThread)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda norm: hidden size %lld is too large (at most %d)",
+				     (long long)a->hidden, kMaxThreads * kMaxChunksPerThread * 16 / es);
+	*chunks = (int)c;
+	return TPF_OK;
+}
+
+NormOut norm_out_of(const struct tpf_cuda_norm_args *a)
+{
+	NormOut o;
+	o.residual = a->residual;
+	o.gamma = a->gamma;
+	o.norm_out = a->norm_out;
+	o.residual_out = a->residual_out;
+	o.fp8_out = a->fp8_out;
+	o.eps = a->epsilon;
+	o.weight_offset = a->weight_offset;
+	o.fp8_scale = a->fp8_scale;
+	o.hidden = a->hidden;
+	return o;
+}
+
+int grid_for(int64_t rows)
+{
+	return (int)(rows < 65535 * 16 ? rows : 65535 * 16);
+}
+
+} // namespace
+
+extern "C" enum tpf_status tpf_cuda_add_rmsnorm(const struct tpf_cuda_norm_args *a, void *stream,
+						struct tpf_diag *d)
+{
+	int chunks;
+	enum tpf_status st = check_norm_args(a, d, &chunks);
+	if (st != TPF_OK || a->rows == 0)
+		return st;
+	NormOut o = norm_out_of(a);
+	cudaStream_t s = (cudaStream_t)stream;
+	int threads = row_threads(chunks);
+	switch (a->dtype) {
+	case TPF_DTYPE_FLOAT:
+		add_rmsnorm_kernel<float><<<grid_for(a->rows), threads, 0, s>>>(a->x, a->rows, o);
+		break;
+	case TPF_DTYPE_FLOAT16:
+		add_rmsnorm_kernel<__half><<<grid_for(a->rows), threads, 0, s>>>(a->x, a->rows, o);
+		break;
+	default:
+		add_rmsnorm_kernel<__nv_bfloat16><<<grid_for(a->rows), threads, 0, s>>>(a->x, a->rows, o);
+		break;
+	}
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "add_rmsnorm launch", e);
+}
+
+extern "C" enum tpf_status tpf_cuda_rmsnorm(enum tpf_dtype dt, const void *x, const void *gamma, void *out,
+					    int64_t rows, int64_t hidden, float epsilon, float weight_offset,
+					    void *stream, struct tpf_diag *d)
+{
+	struct tpf_cuda_norm_args a;
+	memset(&a, 0, sizeof(a));
+	a.dtype = dt;
+	a.rows = rows;
+	a.hidden = hidden;
+	a.x = x;
+	a.gamma = gamma;
+	a.norm_out = out;
+	a.epsilon = epsilon;
+	a.weight_offset = weight_offset;
+	return tpf_cuda_add_rmsnorm(&a, stream, d);
+}
+
+extern "C" enum tpf_status tpf_cuda_add(enum tpf_dtype dt, const void *a, const void *b, void *out,
+					int64_t n, void *stream, struct tpf_diag *d)
+{
+	if (n <= 0)
+		return TPF_OK;
+	cudaStream_t s = (cudaStream_t)stream;
+	int threads = 256;
+	int64_t blocks64 = (n + threads - 1) / threads;
+	int blocks = (int)(blocks64 < 65535 * 8 ? blocks64 : 65535 * 8);
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		add_kernel<float><<<blocks, threads, 0, s>>>((const float *)a, (const float *)b, (float *)out, n);
+		break;
+	case TPF_DTYPE_FLOAT16:
+		add_kernel<__half><<<blocks, threads, 0, s>>>((const __half *)a, (const __half *)b, (__half *)out, n);
+		break;
+	case TPF_DTYPE_BFLOAT16:
+		add_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(
+			(const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, (__nv_bfloat16 *)out, n);
+		break;
+	default:
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda add: dtype %s is not supported", tpf_dtype_name(dt));
+	}
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "add launch", e);
+}
+
+extern "C" enum tpf_status tpf_cuda_quantize_fp8(enum tpf_dtype dt, const void *x, void *out, int64_t n,
+						 float scale, void *stream, struct tpf_diag *d)
+{
+	if (n <= 0)
+		return TPF_OK;
+	cudaStream_t s = (cudaStream_t)stream;
+	int threads = 256;
+	int64_t blocks64 = (n + threads - 1) / threads;
+	int blocks = (int)(blocks64 < 65535 * 8 ? blocks64 : 65535 * 8);
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		quant_fp8_kernel<float><<<blocks, threads, 0, s>>>((const float *)x, (uint8_t *)out, n, scale);
+		break;
+	case TPF_DTYPE_FLOAT16:
+		quant_fp8_kernel<__half><<<blocks, threads, 0, s>>>((const __half *)x, (uint8_t *)out, n, scale);
+		break;
+	case TPF_DTYPE_BFLOAT16:
+		quant_fp8_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>((const __nv_bfloat16 *)x, (uint8_t *)out, n, scale);
+		break;
+	default:
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda quantize: dtype %s is not supported", tpf_dtype_name(dt));
+	}
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "quantize launch", e);
+}
+
+// ---------------------------------------------------------------- one-shot host side
+
+struct tpf_cuda_arnorm {
+	int rank, world;
+	enum tpf_dtype dtype;
+	size_t max_elems, slot_bytes;
+	char *local;                 // our receive area (3 buffers x world slots)
+	char *peer[kMaxWorld];       // every rank's receive area mapped here
+	ArState *state;
+	int max_grid;                // blocks that are surely resident together
+};
+
+extern "C" void tpf_cuda_arnorm_free(struct tpf_cuda_arnorm *c)
+{
+	if (!c)
+		return;
+	for (int q = 0; q < c->world; q++)
+		if (q != c->rank && c->peer[q])
+			cudaIpcCloseMemHandle(c->peer[q]);
+	if (c->local)
+		cudaFree(c->local);
+	if (c->state)
+		cudaFree(c->state);
+	tpf_free(c);
+}
+
+extern "C" size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c)
+{
+	return c->max_elems;
+}
+
+extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_dtype dtype, size_t max_elems,
+						  const struct tpf_cuda_exchange *ex,
+						  struct tpf_cuda_arnorm **out, struct tpf_diag *d)
+{
+	*out = NULL;
+	int es = elem_size(dtype);
+	if (!es)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "one-shot all-reduce: dtype %s is not supported",
+				     tpf_dtype_name(dtype));
+	if (world < 1 || world > kMaxWorld || rank < 0 || rank >= world)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "one-shot all-reduce: world size %d (rank %d) outside 1..%d",
+				     world, rank, kMaxWorld);
+	struct tpf_cuda_arnorm *c = (struct tpf_cuda_arnorm *)tpf_calloc(1, sizeof(*c));
+	cudaIpcMemHandle_t *handles = (cudaIpcMemHandle_t *)tpf_calloc((size_t)world, sizeof(cudaIpcMemHandle_t));
+	enum tpf_status st = TPF_OK;
+	cudaError_t e;
+	if (!c || !handles) {
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "one-shot all-reduce: out of memory");
+		goto out_fail;
+	}
+	c->rank = rank;
+	c->world = world;
+	c->dtype = dtype;
+	c->max_elems = max_elems;
+	c->slot_bytes = (max_elems * (size_t)es + 255) / 256 * 256;
+	e = cudaMalloc((void **)&c->local, 3 * (size_t)world * c->slot_bytes);
+	if (e != cudaSuccess) {
+		st = cuda_fail(d, "one-shot all-reduce buffers", e);
+		goto out_fail;
+	}
+	e = cudaMalloc((void **)&c->state, sizeof(ArState));
+	if (e == cudaSuccess)
+		e = cudaMemset(c->state, 0, sizeof(ArState));
+	if (e != cudaSuccess) {
+		st = cuda_fail(d, "one-shot all-reduce state", e);
+		goto out_fail;
+	}
+	{
+		size_t n = 3 * (size_t)world * c->slot_bytes / 16;
+		if (dtype == TPF_DTYPE_FLOAT)
+			fill_placeholder_kernel<float><<<1024, 256>>>((uint4 *)c->local, n);
+		else
+			fill_placeholder_kernel<__half><<<1024, 256>>>((uint4 *)c->local, n);
+		e = cudaDeviceSynchronize();
+		if (e != cudaSuccess) {
+			st = cuda_fail(d, "one-shot all-reduce init", e);
+			goto out_fail;
+		}
+	}
+	{
+		cudaIpcMemHandle_t mine;
+		e = cudaIpcGetMemHandle(&mine, c->local);
+		if (e != cudaSuccess) {
+			st = cuda_fail(d, "cudaIpcGetMemHandle", e);
+			goto out_fail;
+		}
+		if (ex->allgather(ex->ctx, &mine, handles, sizeof(mine)) != 0) {
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: exchanging peer handles failed");
+			goto out_fail;
+		}
+	}
+	for (int q = 0; q < world; q++) {
+		if (q == rank) {
+			c->peer[q] = c->local;
+			continue;
+		}
+		void *p = NULL;
+		e = cudaIpcOpenMemHandle(&p, handles[q], cudaIpcMemLazyEnablePeerAccess);
+		if (e != cudaSuccess) {
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: mapping rank %d's buffer: %s", q,
+					   cudaGetErrorString(e));
+			goto out_fail;
+		}
+		c->peer[q] = (char *)p;
+	}
+	{
+		int dev = 0, sms = 0, per_sm = 0;
+		cudaGetDevice(&dev);
+		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+		// The kernel at its largest block size; smaller blocks only fit more.
+		if (dtype == TPF_DTYPE_FLOAT)
+			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<float>, kMaxThreads, 0);
+		else
+			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+		c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
+	}
+	tpf_free(handles);
+	*out = c;
+	return TPF_OK;
+
+out_fail:
+	tpf_free(handles);
+	tpf_cuda_arnorm_free(c);
+	return st;
+}
+
+extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const struct tpf_cuda_norm_args *a,
+					       void *stream, struct tpf_diag *d)
+{
+	int chunks;
+	enum tpf_status st = check_norm_args(a, d, &chunks);
+	if (st != TPF_OK)
+		return st;
+	if (a->dtype != c->dtype)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "one-shot all-reduce: created for %s, called with %s",
+				     tpf_dtype_name(c->dtype), tpf_dtype_name(a->dtype));
+	if ((size_t)(a->rows * a->hidden) > c->max_elems)
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "one-shot all-reduce: %lld elements exceed the buffer (%zu)",
+				     (long long)(a->rows * a->hidden), c->max_elems);
+	if (a->rows == 0)
+		return TPF_OK;
+	ArParams p;
+	memset(&p, 0, sizeof(p));
+	for (int q = 0; q < c->world; q++)
+		p.peer[q] = c->peer[q];
+	p.rank = c->rank;
+	p.world = c->world;
+	p.slot_bytes = c->slot_bytes;
+	p.state = c->state;
+	p.x = a->x;
+	p.rows = a->rows;
+	p.o = norm_out_of(a);
+	int threads = row_threads(chunks);
+	int grid = (int)(a->rows < c->max_grid ? a->rows : c->max_grid);
+	cudaStream_t s = (cudaStream_t)stream;
+	switch (a->dtype) {
+	case TPF_DTYPE_FLOAT:
+		arnorm_oneshot_kernel<float><<<grid, threads, 0, s>>>(p);
+		break;
+	case TPF_DTYPE_FLOAT16:
+		arnorm_oneshot_kernel<__half><<<grid, threads, 0, s>>>(p);
+		break;
+	default:
+		arnorm_oneshot_kernel<__nv_bfloat16><<<grid, threads, 0, s>>>(p);
+		break;
+	}
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "one-shot all-reduce launch", e);
+}
