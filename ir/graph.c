@@ -522,6 +522,28 @@ enum tpf_status tpf_graph_add_output(struct tpf_graph *g, struct tpf_value *v)
 	return TPF_OK;
 }
 
+enum tpf_status tpf_graph_remove_initializer(struct tpf_graph *g, struct tpf_value *v)
+{
+	if (!v || v->graph != g || !v->init || tpf_value_use_count(v) != 0)
+		return TPF_ERR_INVALID;
+	size_t w = 0;
+	for (size_t i = 0; i < g->n_initializers; i++)
+		if (g->initializers[i] != v)
+			g->initializers[w++] = g->initializers[i];
+	g->n_initializers = w;
+	if (v->is_graph_input) {
+		w = 0;
+		for (size_t i = 0; i < g->n_inputs; i++)
+			if (g->inputs[i] != v)
+				g->inputs[w++] = g->inputs[i];
+		g->n_inputs = w;
+	}
+	index_remove(graph_index(g), v);
+	if (v->id < g->n_values && g->values[v->id] == v)
+		g->values[v->id] = NULL;
+	return TPF_OK;
+}
+
 enum tpf_status tpf_value_rename(struct tpf_value *v, const char *name)
 {
 	struct tpf_graph *g = v->graph;

@@ -488,6 +488,9 @@ struct tpf_value *tpf_graph_add_initializer(struct tpf_graph *g, const char *nam
 /* Adopts a tensor already allocated in g's arena (no copy). */
 struct tpf_value *tpf_graph_add_initializer_tensor(struct tpf_graph *g, struct tpf_tensor *t);
 enum tpf_status tpf_graph_add_output(struct tpf_graph *g, struct tpf_value *v);
+/* Removes an initializer that nothing uses (TPF_ERR_INVALID otherwise); its
+ * name becomes free.  The value must not be used afterwards. */
+enum tpf_status tpf_graph_remove_initializer(struct tpf_graph *g, struct tpf_value *v);
 struct tpf_value *tpf_graph_new_value(struct tpf_graph *g, const char *name); /* detached, kind NODE_OUTPUT without producer */
 /* A unique name with the given prefix ("prefix", "prefix_1", ...), in the arena. */
 const char *tpf_graph_unique_name(struct tpf_graph *g, const char *prefix);

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Self test of the example generators: every family at world sizes 1, 2 and 4
+(onnx.checker on every model, the reference evaluator against onnxruntime),
+plus every --norm-form at world size 2.
+
+  python3 examples/selftest.py [--keep DIR]
+
+Exit status 0 when everything agrees.
+"""
+
+import argparse
+import contextlib
+import io
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference  # noqa: E402
+import tpmodels  # noqa: E402
+
+
+def run(gen_args, name, out, quiet=True):
+	buf = io.StringIO()
+	with contextlib.redirect_stdout(buf):
+		rc = tpmodels.main(gen_args)
+		if rc == 0:
+			rc = reference.main([out, name])
+	text = buf.getvalue()
+	if rc != 0 or not quiet:
+		sys.stdout.write(text)
+	return rc
+
+
+def main(argv=None):
+	ap = argparse.ArgumentParser()
+	ap.add_argument("--keep", help="write into this folder and keep it")
+	a = ap.parse_args(argv)
+	root = a.keep or tempfile.mkdtemp(prefix="tpfuse-examples-")
+	fails = []
+	total = 0
+	try:
+		for W in (1, 2, 4):
+			out = os.path.join(root, "w%d" % W)
+			for fam in tpmodels.FAMILIES:
+				total += 1
+				rc = run([fam, "--world-size", str(W), "--out", out], fam, out)
+				print("W=%d %-12s %s" % (W, fam, "ok" if rc == 0 else "FAIL"))
+				if rc:
+					fails.append((W, fam))
+		for form in tpmodels.NORM_FORMS:
+			out = os.path.join(root, "form_" + form)
+			for fam in ("dense", "hybrid", "minimax_qk", "qwen_moe", "gdn_a2a"):
+				total += 1
+				rc = run([fam, "--world-size", "2", "--out", out, "--norm-form", form],
+					 fam, out)
+				print("W=2 %-12s --norm-form %-10s %s" % (fam, form, "ok" if rc == 0 else "FAIL"))
+				if rc:
+					fails.append((form, fam))
+	finally:
+		if not a.keep:
+			shutil.rmtree(root, ignore_errors=True)
+	print("%d/%d passed" % (total - len(fails), total))
+	return 1 if fails else 0
+
+
+if __name__ == "__main__":
+	sys.exit(main())

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/* Private to kernels/cpu: the CPU reference kernels and their helpers. */
+#ifndef TPF_CPU_KERNELS_H
+#define TPF_CPU_KERNELS_H
+
+#include "tpf-kernels.h"
+
+/* Adds "node 'NAME' (OP): MESSAGE" to the call's diagnostic, returns st. */
+enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Walks the elements of an output in row-major order, keeping the offsets of
+ * up to TPF_BCAST_MAX inputs broadcast to it (numpy rules). */
+#define TPF_BCAST_MAX 4
+struct tpf_bcast {
+	int rank;
+	int n;
+	int64_t dims[TPF_KERNEL_MAX_RANK];
+	int64_t idx[TPF_KERNEL_MAX_RANK];
+	int64_t strides[TPF_BCAST_MAX][TPF_KERNEL_MAX_RANK];
+	int64_t off[TPF_BCAST_MAX];
+};
+/* 0 ok, -1 when an input does not broadcast to out. */
+int tpf_bcast_init(struct tpf_bcast *b, const struct tpf_ktensor *out,
+		   const struct tpf_ktensor *const *ins, int n);
+void tpf_bcast_next(struct tpf_bcast *b);
+
+/* Normalizes axis into [0, rank); -1 if out of range. */
+int tpf_norm_axis(int64_t axis, int rank);
+/* Product of dims[from..to). */
+int64_t tpf_dims_prod(const int64_t *dims, int from, int to);
+/* Reads an integer operand (host copy) into vals (at most max); count or -1. */
+int tpf_kread_ints(const struct tpf_ktensor *t, int64_t *vals, int max);
+/* Element size in bytes for byte-addressable dtypes; 0 for sub-byte ones. */
+size_t tpf_elem_size(enum tpf_dtype t);
+
+#define TPF_CPU_KERNEL(fn) enum tpf_status fn(const struct tpf_kernel_call *c)
+
+/* elementwise.c */
+TPF_CPU_KERNEL(tpf_cpu_binary);
+TPF_CPU_KERNEL(tpf_cpu_variadic);
+TPF_CPU_KERNEL(tpf_cpu_unary);
+TPF_CPU_KERNEL(tpf_cpu_where);
+TPF_CPU_KERNEL(tpf_cpu_cast);
+TPF_CPU_KERNEL(tpf_cpu_sigmoid_gate_add);
+/* matmul.c */
+TPF_CPU_KERNEL(tpf_cpu_matmul);
+TPF_CPU_KERNEL(tpf_cpu_gemm);
+/* reduce.c */
+TPF_CPU_KERNEL(tpf_cpu_reduce);
+TPF_CPU_KERNEL(tpf_cpu_softmax);
+TPF_CPU_KERNEL(tpf_cpu_topk);
+TPF_CPU_KERNEL(tpf_cpu_argmax);
+/* norm.c */
+TPF_CPU_KERNEL(tpf_cpu_rms_norm);
+TPF_CPU_KERNEL(tpf_cpu_skip_rms_norm);
+TPF_CPU_KERNEL(tpf_cpu_layer_norm);
+TPF_CPU_KERNEL(tpf_cpu_tpf_rms_norm);
+TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_post);
+TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post);
+TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq);
+TPF_CPU_KERNEL(tpf_cpu_sharded_normalize);
+/* movement.c */
+TPF_CPU_KERNEL(tpf_cpu_copy);
+TPF_CPU_KERNEL(tpf_cpu_transpose);
+TPF_CPU_KERNEL(tpf_cpu_slice);
+TPF_CPU_KERNEL(tpf_cpu_split);
+TPF_CPU_KERNEL(tpf_cpu_concat);
+TPF_CPU_KERNEL(tpf_cpu_gather);
+TPF_CPU_KERNEL(tpf_cpu_gather_elements);
+TPF_CPU_KERNEL(tpf_cpu_scatter_elements);
+TPF_CPU_KERNEL(tpf_cpu_expand);
+TPF_CPU_KERNEL(tpf_cpu_shape);
+TPF_CPU_KERNEL(tpf_cpu_constant_of_shape);
+TPF_CPU_KERNEL(tpf_cpu_gather_reorder);
+TPF_CPU_KERNEL(tpf_cpu_pack);
+TPF_CPU_KERNEL(tpf_cpu_unpack);
+/* quant.c */
+TPF_CPU_KERNEL(tpf_cpu_quantize_linear);
+TPF_CPU_KERNEL(tpf_cpu_dequantize_linear);
+TPF_CPU_KERNEL(tpf_cpu_fp4_dynamic_quantize);
+/* attention.c */
+TPF_CPU_KERNEL(tpf_cpu_attention);
+
+#endif /* TPF_CPU_KERNELS_H */

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/* MatMul (batched, broadcast, numpy 1-D rules) and Gemm.  Operands are
+ * widened to float32 once (float64 for DOUBLE and integer types), products
+ * accumulate in that type, results are rounded once into the output dtype. */
+#include "cpu-kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Widens t into a fresh array of float (wide == 0) or double (wide == 1). */
+static void *widen(const struct tpf_ktensor *t, int wide)
+{
+	size_t es = wide ? sizeof(double) : sizeof(float);
+	size_t n = t->numel > 0 ? (size_t)t->numel : 1;
+	void *p = tpf_calloc(n, es);
+	if (!p)
+		return NULL;
+	if (wide) {
+		double *d = p;
+		for (int64_t i = 0; i < t->numel; i++)
+			d[i] = tpf_elem_load(t->dtype, t->data, i);
+	} else if (t->dtype == TPF_DTYPE_FLOAT) {
+		memcpy(p, t->data, (size_t)t->numel * sizeof(float));
+	} else {
+		float *f = p;
+		for (int64_t i = 0; i < t->numel; i++)
+			f[i] = (float)tpf_elem_load(t->dtype, t->data, i);
+	}
+	return p;
+}
+
+static int wants_double(enum tpf_dtype t)
+{
+	return t == TPF_DTYPE_DOUBLE || tpf_dtype_is_integral(t);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_matmul)
+{
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = TPF_OK;
+	void *wa = NULL, *wb = NULL, *acc = NULL;
+	if (a->rank < 1 || b->rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands must have rank >= 1");
+	int64_t M = a->rank == 1 ? 1 : a->dims[a->rank - 2];
+	int64_t K = a->dims[a->rank - 1];
+	int64_t Kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+	int64_t N = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+	if (K != Kb)
+		return tpf_kfail(c, TPF_ERR_INVALID, "inner dimensions differ (%lld vs %lld)",
+				 (long long)K, (long long)Kb);
+	/* batch shapes as broadcast views (data unused) */
+	struct tpf_ktensor ba = {0}, bb = {0}, by = {0};
+	ba.rank = a->rank > 2 ? a->rank - 2 : 0;
+	bb.rank = b->rank > 2 ? b->rank - 2 : 0;
+	for (int i = 0; i < ba.rank; i++)
+		ba.dims[i] = a->dims[i];
+	for (int i = 0; i < bb.rank; i++)
+		bb.dims[i] = b->dims[i];
+	by.rank = ba.rank > bb.rank ? ba.rank : bb.rank;
+	int64_t batches = 1;
+	for (int i = 0; i < by.rank; i++) {
+		int ia = i - (by.rank - ba.rank), ib = i - (by.rank - bb.rank);
+		int64_t da = ia >= 0 ? ba.dims[ia] : 1, db = ib >= 0 ? bb.dims[ib] : 1;
+		by.dims[i] = da == 1 ? db : da;
+		batches *= by.dims[i];
+	}
+	if (batches * M * N != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld",
+				 (long long)y->numel, (long long)(batches * M * N));
+	const struct tpf_ktensor *views[2] = {&ba, &bb};
+	struct tpf_bcast it;
+	if (tpf_bcast_init(&it, &by, views, 2))
+		return tpf_kfail(c, TPF_ERR_INVALID, "batch dimensions do not broadcast");
+	int wide = wants_double(a->dtype) || wants_double(y->dtype);
+	wa = widen(a, wide);
+	wb = widen(b, wide);
+	acc = tpf_calloc(N > 0 ? (size_t)N : 1, wide ? sizeof(double) : sizeof(float));
+	if (!wa || !wb || !acc) {
+		st = tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	for (int64_t bt = 0; bt < batches; bt++, tpf_bcast_next(&it)) {
+		int64_t oa = it.off[0] * M * K, ob = it.off[1] * K * N;
+		for (int64_t m = 0; m < M; m++) {
+			int64_t yo = (bt * M + m) * N;
+			if (wide) {
+				const double *pa = (const double *)wa + oa + m * K, *pb = (const double *)wb + ob;
+				double *s = acc;
+				for (int64_t n = 0; n < N; n++)
+					s[n] = 0;
+				for (int64_t k = 0; k < K; k++) {
+					double av = pa[k];
+					const double *row = pb + k * N;
+					for (int64_t n = 0; n < N; n++)
+						s[n] += av * row[n];
+				}
+				for (int64_t n = 0; n < N; n++)
+					tpf_elem_store(y->dtype, y->data, yo + n, s[n], 1);
+			} else {
+				const float *pa = (const float *)wa + oa + m * K, *pb = (const float *)wb + ob;
+				float *s = acc;
+				for (int64_t n = 0; n < N; n++)
+					s[n] = 0;
+				for (int64_t k = 0; k < K; k++) {
+					float av = pa[k];
+					const float *row = pb + k * N;
+					for (int64_t n = 0; n < N; n++)
+						s[n] += av * row[n];
+				}
+				if (y->dtype == TPF_DTYPE_FLOAT)
+					memcpy((float *)y->data + yo, s, (size_t)N * sizeof(float));
+				else
+					for (int64_t n = 0; n < N; n++)
+						tpf_elem_store(y->dtype, y->data, yo + n, s[n], 1);
+			}
+		}
+	}
+out_free:
+	tpf_free(wa);
+	tpf_free(wb);
+	tpf_free(acc);
+	return st;
+}
+
+TPF_CPU_KERNEL(tpf_cpu_gemm)
+{
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
+	const struct tpf_ktensor *cc = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = TPF_OK;
+	double *wa = NULL, *wb = NULL;
+	if (a->rank != 2 || b->rank != 2 || y->rank != 2)
+		return tpf_kfail(c, TPF_ERR_INVALID, "A, B and Y must be 2-D");
+	int ta = (int)tpf_node_attr_int(c->node, "transA", 0);
+	int tb = (int)tpf_node_attr_int(c->node, "transB", 0);
+	double alpha = tpf_node_attr_float(c->node, "alpha", 1.0f);
+	double beta = tpf_node_attr_float(c->node, "beta", 1.0f);
+	int64_t M = ta ? a->dims[1] : a->dims[0], K = ta ? a->dims[0] : a->dims[1];
+	int64_t Kb = tb ? b->dims[1] : b->dims[0], N = tb ? b->dims[0] : b->dims[1];
+	if (K != Kb || y->dims[0] != M || y->dims[1] != N)
+		return tpf_kfail(c, TPF_ERR_INVALID, "shapes do not agree (M=%lld K=%lld/%lld N=%lld)",
+				 (long long)M, (long long)K, (long long)Kb, (long long)N);
+	struct tpf_bcast it;
+	const struct tpf_ktensor *views[1] = {cc};
+	if (cc && tpf_bcast_init(&it, y, views, 1))
+		return tpf_kfail(c, TPF_ERR_INVALID, "C does not broadcast to (M, N)");
+	int wide = wants_double(y->dtype);
+	wa = widen(a, 1);
+	wb = widen(b, 1);
+	if (!wa || !wb) {
+		st = tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	for (int64_t m = 0; m < M; m++) {
+		for (int64_t n = 0; n < N; n++) {
+			double sd = 0;
+			float sf = 0;
+			for (int64_t k = 0; k < K; k++) {
+				double av = ta ? wa[k * M + m] : wa[m * K + k];
+				double bv = tb ? wb[n * K + k] : wb[k * N + n];
+				if (wide)
+					sd += av * bv;
+				else
+					sf += (float)av * (float)bv;
+			}
+			double r = alpha * (wide ? sd : (double)sf);
+			if (cc) {
+				r += beta * tpf_elem_load(cc->dtype, cc->data, it.off[0]);
+				tpf_bcast_next(&it);
+			}
+			tpf_elem_store(y->dtype, y->data, m * N + n, r, 1);
+		}
+	}
+out_free:
+	tpf_free(wa);
+	tpf_free(wb);
+	return st;
+}

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/* Normalizations: RMSNormalization, SimplifiedLayerNormalization (ONNX and
+ * com.microsoft), SkipSimplifiedLayerNormalization, LayerNormalization, and
+ * the local parts of tpfuse's fused norms.  Statistics are computed in
+ * float32; a residual sum is rounded to the activation dtype before it is
+ * normalized, exactly as the unfused Add -> norm chain does. */
+#include "cpu-kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One normalization problem: rows x cols, optional residual/bias addends. */
+struct rms_job {
+	const struct tpf_ktensor *x, *residual, *bias, *gamma;
+	struct tpf_ktensor *y, *sum, *inv_std;
+	int64_t rows, cols;
+	float eps;
+	float gamma_offset;
+	int center; /* LayerNormalization: subtract the mean */
+	const struct tpf_ktensor *beta;
+	struct tpf_ktensor *mean_out;
+	/* ShardedRMSNorm normalize: the sum of squares per row comes from here
+	 * (float32 [rows * stride], this problem at column `col`) over full_cols. */
+	const float *ext_sumsq;
+	int64_t ext_stride, ext_col, full_cols;
+	/* Quantized output: y is quantized with scale (per tensor) into qy */
+	const struct tpf_ktensor *qscale;
+	struct tpf_ktensor *qy;
+	struct tpf_ktensor *y_hp; /* high-precision norm output (may be NULL) */
+};
+
+static int gamma_fits(const struct tpf_ktensor *g, int64_t cols)
+{
+	return g && g->numel > 0 && cols % g->numel == 0;
+}
+
+static enum tpf_status rms_run(const struct tpf_kernel_call *c, const struct rms_job *j)
+{
+	float *row = tpf_calloc(j->cols > 0 ? (size_t)j->cols : 1, sizeof(float));
+	if (!row)
+		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+	float qscale = j->qscale ? (float)tpf_elem_load(j->qscale->dtype, j->qscale->data, 0) : 1.0f;
+	for (int64_t r = 0; r < j->rows; r++) {
+		int64_t base = r * j->cols;
+		for (int64_t k = 0; k < j->cols; k++) {
+			float v = (float)tpf_elem_load(j->x->dtype, j->x->data, base + k);
+			if (j->residual || j->bias) {
+				if (j->residual)
+					v += (float)tpf_elem_load(j->residual->dtype, j->residual->data,
+								  j->residual->numel == j->x->numel ? base + k : k);
+				if (j->bias)
+					v += (float)tpf_elem_load(j->bias->dtype, j->bias->data, k % j->bias->numel);
+				/* the unfused graph materializes the sum in the activation dtype */
+				if (j->sum) {
+					tpf_elem_store(j->sum->dtype, j->sum->data, base + k, v, 1);
+					v = (float)tpf_elem_load(j->sum->dtype, j->sum->data, base + k);
+				} else {
+					double t = 0;
+					enum tpf_dtype dt = j->x->dtype;
+					uint8_t tmp[16] = {0};
+					tpf_elem_store(dt, tmp, 0, v, 1);
+					t = tpf_elem_load(dt, tmp, 0);
+					v = (float)t;
+				}
+			} else if (j->sum) {
+				tpf_elem_store(j->sum->dtype, j->sum->data, base + k, v, 1);
+			}
+			row[k] = v;
+		}
+		float mean = 0, inv;
+		if (j->center) {
+			float s = 0;
+			for (int64_t k = 0; k < j->cols; k++)
+				s += row[k];
+			mean = s / (float)j->cols;
+		}
+		if (j->ext_sumsq) {
+			float ss = j->ext_sumsq[r * j->ext_stride + j->ext_col];
+			inv = 1.0f / sqrtf(ss / (float)j->full_cols + j->eps);
+		} else {
+			float ss = 0;
+			for (int64_t k = 0; k < j->cols; k++) {
+				float d = row[k] - mean;
+				ss += d * d;
+			}
+			inv = 1.0f / sqrtf(ss / (float)j->cols + j->eps);
+		}
+		if (j->inv_std)
+			tpf_elem_store(j->inv_std->dtype, j->inv_std->data, r, inv, 1);
+		if (j->mean_out)
+			tpf_elem_store(j->mean_out->dtype, j->mean_out->data, r, mean, 1);
+		for (int64_t k = 0; k < j->cols; k++) {
+			float g = j->gamma_offset;
+			if (j->gamma)
+				g += (float)tpf_elem_load(j->gamma->dtype, j->gamma->data, k % j->gamma->numel);
+			float v = (row[k] - mean) * inv * g;
+			if (j->beta)
+				v += (float)tpf_elem_load(j->beta->dtype, j->beta->data, k % j->beta->numel);
+			if (j->y)
+				tpf_elem_store(j->y->dtype, j->y->data, base + k, v, 1);
+			if (j->y_hp)
+				tpf_elem_store(j->y_hp->dtype, j->y_hp->data, base + k, v, 1);
+			if (j->qy) {
+				/* the quantizer reads the norm in the activation dtype */
+				uint8_t tmp[16] = {0};
+				tpf_elem_store(j->x->dtype, tmp, 0, v, 1);
+				float hv = (float)tpf_elem_load(j->x->dtype, tmp, 0);
+				tpf_elem_store(j->qy->dtype, j->qy->data, base + k, hv / qscale, 1);
+			}
+		}
+	}
+	tpf_free(row);
+	return TPF_OK;
+}
+
+/* rows/cols for normalization over dims [axis, rank) */
+static int split_axis(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, int64_t axis,
+		      int64_t *rows, int64_t *cols)
+{
+	int ax = tpf_norm_axis(axis, x->rank);
+	if (ax < 0)
+		return -1;
+	*rows = tpf_dims_prod(x->dims, 0, ax);
+	*cols = tpf_dims_prod(x->dims, ax, x->rank);
+	return 0;
+}
+
+static struct tpf_ktensor *opt_out(const struct tpf_kernel_call *c, size_t i)
+{
+	return i < c->n_out && c->out[i].data ? &c->out[i] : NULL;
+}
+
+static const struct tpf_ktensor *opt_in(const struct tpf_kernel_call *c, size_t i)
+{
+	return i < c->n_in && c->in[i].data ? &c->in[i] : NULL;
+}
+
+/* RMSNormalization, SimplifiedLayerNormalization (both domains) */
+TPF_CPU_KERNEL(tpf_cpu_rms_norm)
+{
+	struct rms_job j = {0};
+	j.x = &c->in[0];
+	j.gamma = &c->in[1];
+	j.y = &c->out[0];
+	j.inv_std = opt_out(c, 1);
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	if (!gamma_fits(j.gamma, j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale does not broadcast over the normalized dims");
+	return rms_run(c, &j);
+}
+
+/* com.microsoft SkipSimplifiedLayerNormalization(input, skip, gamma[, bias])
+ * -> output, mean (unused), inv_std_var, input_skip_bias_sum */
+TPF_CPU_KERNEL(tpf_cpu_skip_rms_norm)
+{
+	struct rms_job j = {0};
+	j.x = &c->in[0];
+	j.residual = &c->in[1];
+	j.gamma = &c->in[2];
+	j.bias = opt_in(c, 3);
+	j.y = &c->out[0];
+	j.inv_std = opt_out(c, 2);
+	j.sum = opt_out(c, 3);
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-12f);
+	if (split_axis(c, j.x, -1, &j.rows, &j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "input must have rank >= 1");
+	if (j.residual->numel != j.x->numel && j.residual->numel != j.cols)
+		return tpf_kfail(c, TPF_ERR_INVALID, "skip shape does not match input");
+	if (!gamma_fits(j.gamma, j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the hidden size");
+	if (opt_out(c, 1))
+		memset(c->out[1].data, 0, c->out[1].nbytes);
+	return rms_run(c, &j);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_layer_norm)
+{
+	struct rms_job j = {0};
+	j.x = &c->in[0];
+	j.gamma = &c->in[1];
+	j.beta = opt_in(c, 2);
+	j.y = &c->out[0];
+	j.mean_out = opt_out(c, 1);
+	j.inv_std = opt_out(c, 2);
+	j.center = 1;
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	if (!gamma_fits(j.gamma, j.cols) || (j.beta && !gamma_fits(j.beta, j.cols)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale or bias does not broadcast over the normalized dims");
+	return rms_run(c, &j);
+}
+
+/* ai.tpfuse RMSNorm(x, gamma[, residual]) -> norm[, x + residual] and the
+ * post-reduce phase of AllReduceRMSNorm, whose operand 0 is already summed. */
+static enum tpf_status tpf_norm_common(const struct tpf_kernel_call *c, int allreduce)
+{
+	struct rms_job j = {0};
+	j.x = &c->in[0];
+	j.gamma = &c->in[1];
+	j.residual = opt_in(c, 2);
+	j.y = &c->out[0];
+	j.sum = opt_out(c, 1);
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	if (!gamma_fits(j.gamma, j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the normalized size");
+	if (j.residual && j.residual->numel != j.x->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "residual shape differs from x");
+	(void)allreduce;
+	return rms_run(c, &j);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_tpf_rms_norm)
+{
+	return tpf_norm_common(c, 0);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_post)
+{
+	return tpf_norm_common(c, 1);
+}
+
+/* AllReduceRMSNormQuant post-reduce phase:
+ *   in:  a (reduced), gamma, scale, [residual]
+ *   out: y (quantized), [residual sum], [y block scales], [norm]
+ * The norm is rounded to its own dtype (output 3's, else a's) before it is
+ * quantized, as the unfused graph does. */
+TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
+{
+	enum tpf_status st;
+	struct rms_job j = {0};
+	struct tpf_ktensor norm = {0};
+	if (c->n_in < 3 || c->n_out < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects a, gamma, scale[, residual]");
+	const char *quant = tpf_node_attr_string(c->node, "quant", "fp8");
+	struct tpf_ktensor *norm_out = opt_out(c, 3);
+	norm = c->in[0];
+	norm.dtype = norm_out ? norm_out->dtype : c->in[0].dtype;
+	if (tpf_ktensor_finish(&norm))
+		return tpf_kfail(c, TPF_ERR_LIMIT, "norm size overflows");
+	norm.data = tpf_malloc(norm.nbytes ? norm.nbytes : 1);
+	norm.host = NULL;
+	if (!norm.data)
+		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+	j.x = &c->in[0];
+	j.gamma = &c->in[1];
+	j.residual = opt_in(c, 3);
+	j.y = &norm;
+	j.sum = opt_out(c, 1);
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols) ||
+	    !gamma_fits(j.gamma, j.cols)) {
+		st = tpf_kfail(c, TPF_ERR_INVALID, "axis or gamma does not fit x");
+		goto out_free;
+	}
+	if ((st = rms_run(c, &j)))
+		goto out_free;
+	if (norm_out)
+		memcpy(norm_out->data, norm.data, norm.nbytes);
+	struct tpf_ktensor qin[2] = {norm, c->in[2]};
+	struct tpf_ktensor qout[2] = {c->out[0], {0}};
+	struct tpf_kernel_call sub = *c;
+	sub.in = qin;
+	sub.out = qout;
+	if (strcmp(quant, "nvfp4") == 0) {
+		struct tpf_ktensor *ys = opt_out(c, 2);
+		if (!ys) {
+			st = tpf_kfail(c, TPF_ERR_INVALID, "nvfp4 needs the block scale output");
+			goto out_free;
+		}
+		qout[1] = *ys;
+		sub.n_in = 2;
+		sub.n_out = 2;
+		st = tpf_cpu_fp4_dynamic_quantize(&sub);
+	} else if (strcmp(quant, "fp8") == 0 || strcmp(quant, "nvfp4-block") == 0) {
+		sub.n_in = 2;
+		sub.n_out = 1;
+		st = tpf_cpu_quantize_linear(&sub);
+	} else {
+		st = tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported", quant);
+	}
+out_free:
+	tpf_free(norm.data);
+	return st;
+}
+
+/* ShardedRMSNorm: see docs/ops.md.  Inputs x_0, gamma_0[, x_1, gamma_1 ...]
+ * (local shards); the SUMSQ phase writes float32 [rows, n_pairs] partial sums
+ * of squares; the NORMALIZE phase takes the same inputs plus the reduced
+ * sums as the last operand and normalizes each x_i over the full width
+ * (attribute full_sizes, or world * local width). */
+static int64_t sharded_full(const struct tpf_kernel_call *c, size_t pair, int64_t local)
+{
+	const struct tpf_attr *a = tpf_node_attr(c->node, "full_sizes");
+	if (a && a->kind == TPF_ATTR_INTS && pair < a->n)
+		return a->ints[pair];
+	int64_t fs = tpf_node_attr_int(c->node, "full_size", 0);
+	if (fs > 0)
+		return fs;
+	return local * (c->world > 0 ? c->world : 1);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
+{
+	size_t pairs = c->n_in / 2;
+	struct tpf_ktensor *s = &c->out[0];
+	if (pairs == 0 || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects (x, gamma) pairs and a float32 sum buffer");
+	int64_t rows = -1;
+	for (size_t p = 0; p < pairs; p++) {
+		const struct tpf_ktensor *x = &c->in[2 * p];
+		int64_t cols = x->rank ? x->dims[x->rank - 1] : 1, r = cols ? x->numel / cols : 0;
+		if (rows >= 0 && r != rows)
+			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different row counts");
+		rows = r;
+		if (s->numel != rows * (int64_t)pairs)
+			return tpf_kfail(c, TPF_ERR_INVALID, "sum buffer has the wrong size");
+		for (int64_t i = 0; i < rows; i++) {
+			float ss = 0;
+			for (int64_t k = 0; k < cols; k++) {
+				float v = (float)tpf_elem_load(x->dtype, x->data, i * cols + k);
+				ss += v * v;
+			}
+			((float *)s->data)[i * (int64_t)pairs + (int64_t)p] = ss;
+		}
+	}
+	return TPF_OK;
+}
+
+TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
+{
+	size_t pairs = (c->n_in - 1) / 2;
+	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
+	if (pairs == 0 || c->n_out < pairs || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects (x, gamma) pairs and the reduced sums");
+	for (size_t p = 0; p < pairs; p++) {
+		struct rms_job j = {0};
+		j.x = &c->in[2 * p];
+		j.gamma = &c->in[2 * p + 1];
+		j.y = &c->out[p];
+		j.cols = j.x->rank ? j.x->dims[j.x->rank - 1] : 1;
+		j.rows = j.cols ? j.x->numel / j.cols : 0;
+		j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+		j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+		j.ext_sumsq = s->data;
+		j.ext_stride = (int64_t)pairs;
+		j.ext_col = (int64_t)p;
+		j.full_cols = sharded_full(c, p, j.cols);
+		if (!gamma_fits(j.gamma, j.cols) || s->numel != j.rows * (int64_t)pairs)
+			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", 2 * p);
+		enum tpf_status st = rms_run(c, &j);
+		if (st)
+			return st;
+	}
+	return TPF_OK;
+}

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/* QuantizeLinear / DequantizeLinear (per tensor, per axis, blocked; int8,
+ * uint8, int16, uint16, int4, uint4, fp8, fp4) and TensorRT's
+ * TRT_FP4DynamicQuantize.  x / scale is computed in float32, then rounded to
+ * nearest even and saturated (integers), or converted exactly (fp8, fp4). */
+#include "cpu-kernels.h"
+
+#include <math.h>
+
+/* Maps element i of x to its scale element. */
+struct qmap {
+	int mode; /* 0 per tensor, 1 per axis, 2 blocked */
+	int64_t dim, inner, block, sdim;
+};
+
+static int qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+		     const struct tpf_ktensor *s, struct qmap *m)
+{
+	int64_t block = tpf_node_attr_int(c->node, "block_size", 0);
+	m->mode = 0;
+	if (s->numel == 1 && block <= 0)
+		return 0;
+	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 1), x->rank);
+	if (ax < 0)
+		return -1;
+	m->dim = x->dims[ax];
+	m->inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	if (block <= 0) {
+		if (s->rank != 1 || s->numel != m->dim)
+			return -1;
+		m->mode = 1;
+		return 0;
+	}
+	if (s->rank != x->rank)
+		return -1;
+	m->mode = 2;
+	m->block = block;
+	m->sdim = s->dims[ax];
+	if (m->sdim != (m->dim + block - 1) / block)
+		return -1;
+	for (int d = 0; d < x->rank; d++)
+		if (d != ax && s->dims[d] != x->dims[d])
+			return -1;
+	return 0;
+}
+
+static int64_t qmap_index(const struct qmap *m, int64_t i)
+{
+	if (m->mode == 0)
+		return 0;
+	int64_t in = i % m->inner, t = i / m->inner;
+	int64_t a = t % m->dim, o = t / m->dim;
+	if (m->mode == 1)
+		return a;
+	return (o * m->sdim + a / m->block) * m->inner + in;
+}
+
+static int int_range(enum tpf_dtype t, double *lo, double *hi)
+{
+	switch (t) {
+	case TPF_DTYPE_UINT8: *lo = 0; *hi = 255; return 0;
+	case TPF_DTYPE_INT8: *lo = -128; *hi = 127; return 0;
+	case TPF_DTYPE_UINT16: *lo = 0; *hi = 65535; return 0;
+	case TPF_DTYPE_INT16: *lo = -32768; *hi = 32767; return 0;
+	case TPF_DTYPE_UINT4: *lo = 0; *hi = 15; return 0;
+	case TPF_DTYPE_INT4: *lo = -8; *hi = 7; return 0;
+	case TPF_DTYPE_UINT2: *lo = 0; *hi = 3; return 0;
+	case TPF_DTYPE_INT2: *lo = -2; *hi = 1; return 0;
+	case TPF_DTYPE_INT32: *lo = -2147483648.0; *hi = 2147483647.0; return 0;
+	case TPF_DTYPE_UINT32: *lo = 0; *hi = 4294967295.0; return 0;
+	default: return -1;
+	}
+}
+
+TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
+{
+	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
+	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	struct tpf_ktensor *y = &c->out[0];
+	struct qmap m;
+	if (qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	if (zp && zp->dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "zero point dtype %s differs from output %s",
+				 tpf_dtype_name(zp->dtype), tpf_dtype_name(y->dtype));
+	int saturate = (int)tpf_node_attr_int(c->node, "saturate", 1);
+	double lo = 0, hi = 0;
+	int is_int = int_range(y->dtype, &lo, &hi) == 0;
+	if (!is_int && !tpf_dtype_is_float(y->dtype))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "output dtype %s not supported", tpf_dtype_name(y->dtype));
+	for (int64_t i = 0; i < x->numel; i++) {
+		int64_t si = qmap_index(&m, i);
+		float sc = (float)tpf_elem_load(s->dtype, s->data, si);
+		float v = (float)tpf_elem_load(x->dtype, x->data, i) / sc;
+		if (is_int) {
+			double r = nearbyint((double)v);
+			if (zp)
+				r += (double)tpf_elem_load_int(zp->dtype, zp->data, si);
+			if (isnan(r))
+				r = 0;
+			r = r < lo ? lo : r > hi ? hi : r;
+			tpf_elem_store_int(y->dtype, y->data, i, (int64_t)r);
+		} else {
+			double r = v;
+			if (zp)
+				r += tpf_elem_load(zp->dtype, zp->data, si);
+			tpf_elem_store(y->dtype, y->data, i, r, saturate);
+		}
+	}
+	return TPF_OK;
+}
+
+TPF_CPU_KERNEL(tpf_cpu_dequantize_linear)
+{
+	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
+	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	struct tpf_ktensor *y = &c->out[0];
+	struct qmap m;
+	if (qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	int integral = tpf_dtype_is_integral(x->dtype);
+	for (int64_t i = 0; i < x->numel; i++) {
+		int64_t si = qmap_index(&m, i);
+		float sc = (float)tpf_elem_load(s->dtype, s->data, si);
+		float v;
+		if (integral) {
+			int64_t q = tpf_elem_load_int(x->dtype, x->data, i);
+			if (zp)
+				q -= tpf_elem_load_int(zp->dtype, zp->data, si);
+			v = (float)q * sc;
+		} else {
+			float q = (float)tpf_elem_load(x->dtype, x->data, i);
+			if (zp)
+				q -= (float)tpf_elem_load(zp->dtype, zp->data, si);
+			v = q * sc;
+		}
+		tpf_elem_store(y->dtype, y->data, i, v, 1);
+	}
+	return TPF_OK;
+}
+
+/* trt::TRT_FP4DynamicQuantize(x, global_scale) -> (y: FLOAT4E2M1, scales:
+ * FLOAT8E4M3FN), blocks of block_size along the last axis:
+ *   scale_b = e4m3(amax_b / 6 / global_scale)
+ *   y = e2m1(x / (scale_b * global_scale))   (0 where the block scale is 0) */
+TPF_CPU_KERNEL(tpf_cpu_fp4_dynamic_quantize)
+{
+	const struct tpf_ktensor *x = &c->in[0], *gs = &c->in[1];
+	struct tpf_ktensor *y = &c->out[0], *sc = &c->out[1];
+	int64_t block = tpf_node_attr_int(c->node, "block_size", 16);
+	if (x->rank < 1 || block <= 0 || x->dims[x->rank - 1] % block)
+		return tpf_kfail(c, TPF_ERR_INVALID, "last dim must be a multiple of block_size %lld",
+				 (long long)block);
+	if (sc->numel * block != x->numel || y->numel != x->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output shapes disagree with x");
+	float g = (float)tpf_elem_load(gs->dtype, gs->data, 0);
+	for (int64_t b = 0; b < sc->numel; b++) {
+		float amax = 0;
+		for (int64_t k = 0; k < block; k++) {
+			float v = fabsf((float)tpf_elem_load(x->dtype, x->data, b * block + k));
+			amax = v > amax ? v : amax;
+		}
+		tpf_elem_store(sc->dtype, sc->data, b, amax / 6.0f / g, 1);
+		float sb = (float)tpf_elem_load(sc->dtype, sc->data, b) * g;
+		for (int64_t k = 0; k < block; k++) {
+			float v = (float)tpf_elem_load(x->dtype, x->data, b * block + k);
+			tpf_elem_store(y->dtype, y->data, b * block + k, sb != 0 ? v / sb : 0.0, 1);
+		}
+	}
+	return TPF_OK;
+}

@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * canonicalize-rmsnorm: every RMSNorm form becomes one ai.tpfuse.RMSNorm
+ * node (docs/ops.md):
+ *
+ *   RMSNormalization (opset 23)                  -> RMSNorm
+ *   SimplifiedLayerNormalization (ONNX, ORT)     -> RMSNorm
+ *   com.microsoft.SkipSimplifiedLayerNormalization
+ *                                                -> Add(input, skip) [+ bias] -> RMSNorm
+ *       (the residual sum output is the Add, so the allreduce fusion sees the
+ *        same Add -> RMSNorm shape whichever form the exporter wrote)
+ *   the decomposed chain
+ *       [Cast(float)] x -> Pow(x,2) | Mul(x,x) -> ReduceMean(last axis, keepdims)
+ *       -> Add(eps) -> Sqrt -> Div(x, .) | Mul(x, Reciprocal(.)) | Mul(x, Div(1, .))
+ *       -> [Cast] -> Mul(gamma | Cast(gamma) | 1 + gamma) -> [Cast]
+ *                                                -> RMSNorm
+ *
+ * The canonical node takes the value before a widening Cast to float (the
+ * compute dtype becomes stash_type = FLOAT) and the weight before a Cast, so
+ * that a residual Add in bf16 feeds the norm directly.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "pattern.h"
+
+#define PASS_NAME "canonicalize-rmsnorm"
+
+/* ------------------------------------------------------------------ helpers */
+
+static enum tpf_status set_norm_attrs(struct tpf_node *n, float eps, int64_t axis, int64_t stash,
+				      float offset)
+{
+	enum tpf_status st = tpf_node_set_attr_float(n, "epsilon", eps);
+	if (!st)
+		st = tpf_node_set_attr_int(n, "axis", axis);
+	if (!st)
+		st = tpf_node_set_attr_int(n, "stash_type", stash);
+	if (!st)
+		st = tpf_node_set_attr_float(n, "weight_offset", offset);
+	return st;
+}
+
+static int output_used(const struct tpf_node *n, size_t i)
+{
+	return i < n->n_outputs && n->outputs[i] && tpf_value_use_count(n->outputs[i]) != 0;
+}
+
+/* Creates RMSNorm(x, gamma) replacing `out`; erases what died. */
+static enum tpf_status emit_norm(struct tpf_rewriter *rw, struct tpf_match *m, struct tpf_value *x,
+				 struct tpf_value *gamma, struct tpf_value *out, float eps,
+				 int64_t axis, int64_t stash, float offset)
+{
+	struct tpf_value *in[2] = {x, gamma};
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_RMS_NORM, in, 2, 1, NULL);
+	if (!n)
+		return TPF_ERR_NOMEM;
+	enum tpf_status st = set_norm_attrs(n, eps, axis, stash, offset);
+	if (st)
+		return st;
+	st = tpf_rewriter_replace(rw, out, n->outputs[0]);
+	if (st)
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+/* ------------------------------------------------- RMSNormalization (opset 23) */
+
+static enum tpf_status rewrite_rms_normalization(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_node *r = m->root;
+	return emit_norm(rw, m, r->inputs[0], r->inputs[1], r->outputs[0],
+			 tpf_node_attr_float(r, "epsilon", 1e-5f), tpf_node_attr_int(r, "axis", -1),
+			 tpf_node_attr_int(r, "stash_type", TPF_DTYPE_FLOAT), 0.0f);
+}
+
+static const struct tpf_pattern pat_rms_normalization = {
+	.name = "rms-normalization",
+	.root = TPF_PAT_OP(RMS_NORMALIZATION, "norm", 0, NULL, TPF_PAT_ANY("x"), TPF_PAT_ANY("gamma")),
+	.rewrite = rewrite_rms_normalization,
+};
+
+/* --------------------------------------------- SimplifiedLayerNormalization */
+
+static const char *check_simplified(struct tpf_match *m)
+{
+	if (output_used(m->root, 1))
+		return "the inv_std_var output is used";
+	return NULL;
+}
+
+static const struct tpf_pattern pat_simplified = {
+	.name = "simplified-layer-norm",
+	.root = TPF_PAT_OP(SIMPLIFIED_LAYER_NORMALIZATION, "norm", 0, NULL, TPF_PAT_ANY("x"),
+			   TPF_PAT_ANY("gamma")),
+	.check = check_simplified,
+	.rewrite = rewrite_rms_normalization,
+};
+
+static const struct tpf_pattern pat_ms_simplified = {
+	.name = "ms-simplified-layer-norm",
+	.root = TPF_PAT_OP(MS_SIMPLIFIED_LAYER_NORMALIZATION, "norm", 0, NULL, TPF_PAT_ANY("x"),
+			   TPF_PAT_ANY("gamma")),
+	.check = check_simplified,
+	.rewrite = rewrite_rms_normalization,
+};
+
+/* ------------------------------------------ SkipSimplifiedLayerNormalization */
+
+static const char *check_skip(struct tpf_match *m)
+{
+	if (output_used(m->root, 1) || output_used(m->root, 2))
+		return "the mean or inv_std_var output is used";
+	if (tpf_pattern_shapes_differ(m->root->inputs[0], m->root->inputs[1]))
+		return "input and skip shapes differ (broadcast skip)";
+	return NULL;
+}
+
+static enum tpf_status rewrite_skip(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_node *r = m->root;
+	struct tpf_value *sum_out = r->n_outputs > 3 ? r->outputs[3] : NULL;
+	struct tpf_value *in[2] = {r->inputs[0], r->inputs[1]};
+	enum tpf_status st;
+
+	struct tpf_node *add = tpf_rewriter_create(rw, TPF_OP_ADD, in, 2, 1, NULL);
+	if (!add)
+		return TPF_ERR_NOMEM;
+	struct tpf_value *sum = add->outputs[0];
+	if (r->n_inputs > 3 && r->inputs[3]) {
+		in[0] = sum;
+		in[1] = r->inputs[3];
+		struct tpf_node *bias = tpf_rewriter_create(rw, TPF_OP_ADD, in, 2, 1, NULL);
+		if (!bias)
+			return TPF_ERR_NOMEM;
+		sum = bias->outputs[0];
+	}
+	/* The sums have the input's type. */
+	const struct tpf_type *t = sum_out && sum_out->type.kind != TPF_TYPE_NONE
+					   ? &sum_out->type
+					   : &r->inputs[0]->type;
+	if (t->kind != TPF_TYPE_NONE) {
+		if ((st = tpf_value_copy_type(add->outputs[0], t)))
+			return st;
+		if (sum != add->outputs[0] && (st = tpf_value_copy_type(sum, t)))
+			return st;
+	}
+	if (sum_out && (st = tpf_rewriter_replace(rw, sum_out, sum)))
+		return st;
+	return emit_norm(rw, m, sum, r->inputs[2], r->outputs[0],
+			 tpf_node_attr_float(r, "epsilon", 1e-12f), -1, TPF_DTYPE_FLOAT, 0.0f);
+}
+
+static const struct tpf_pattern pat_skip_simplified = {
+	.name = "skip-simplified-layer-norm",
+	.root = TPF_PAT_OP(MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION, "norm", TPF_PNODE_EXTRA_INPUTS, NULL,
+			   TPF_PAT_ANY("input"), TPF_PAT_ANY("skip"), TPF_PAT_ANY("gamma")),
+	.check = check_skip,
+	.rewrite = rewrite_skip,
+};
+
+/* ------------------------------------------------------- the decomposed chain */
+
+struct chain_facts {
+	double eps;
+	struct tpf_value *x_in;   /* the canonical input */
+	struct tpf_node *x_cast;  /* the widening Cast looked through, or NULL */
+	int64_t stash;
+	float offset;
+};
+
+/* ReduceMean: keepdims=1, one constant axis (attribute before opset 18,
+ * input from 18).  Whether the axis is the last one is checked with the
+ * input's rank in check_chain. */
+static const char *pred_reduce_mean(const struct tpf_node *n, struct tpf_match *m)
+{
+	int64_t axes[8];
+	size_t count = 0;
+
+	if (tpf_node_attr_int(n, "keepdims", 1) != 1)
+		return "keepdims=0 (the chain needs the reduced axis kept)";
+	const struct tpf_attr *a = tpf_node_attr(n, "axes");
+	if (n->n_inputs > 1 && n->inputs[1]) {
+		if (tpf_pattern_const_ints(n->inputs[1], axes, 8, &count))
+			return "the axes input is not an integer constant";
+	} else if (a && a->kind == TPF_ATTR_INTS) {
+		count = a->n;
+		if (count > 8)
+			return "too many axes";
+		memcpy(axes, a->ints, count * sizeof(*axes));
+	} else {
+		return "no axes: it reduces over every axis";
+	}
+	if (count != 1)
+		return tpf_match_reason(m, "reduces over %zu axes, an RMSNorm over one (the last)",
+					count);
+	return NULL;
+}
+
+static int reduce_mean_axis(const struct tpf_node *n, int64_t *axis)
+{
+	size_t count = 0;
+	const struct tpf_attr *a = tpf_node_attr(n, "axes");
+	if (n->n_inputs > 1 && n->inputs[1])
+		return tpf_pattern_const_ints(n->inputs[1], axis, 1, &count) || count != 1 ? -1 : 0;
+	if (!a || a->kind != TPF_ATTR_INTS || a->n != 1)
+		return -1;
+	*axis = a->ints[0];
+	return 0;
+}
+
+static int is_mean_subtracted(const struct tpf_value *v)
+{
+	for (int hop = 0; v && v->producer && hop < 2; hop++) {
+		const struct tpf_node *p = v->producer;
+		if (p->op == TPF_OP_SUB && p->n_inputs == 2 && p->inputs[1] && p->inputs[1]->producer &&
+		    p->inputs[1]->producer->op == TPF_OP_REDUCE_MEAN)
+			return 1;
+		if (p->op != TPF_OP_CAST || !p->n_inputs)
+			return 0;
+		v = p->inputs[0];
+	}
+	return 0;
+}
+
+static int is_float16ish(enum tpf_dtype t)
+{
+	return t == TPF_DTYPE_BFLOAT16 || t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_FLOAT;
+}
+
+static const char *check_chain(struct tpf_match *m)
+{
+	struct chain_facts *f = (struct chain_facts *)m->facts;
+	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
+	struct tpf_value *eps = tpf_match_value(m, "eps"), *c;
+	struct tpf_node *mean = tpf_match_node(m, "mean");
+	struct tpf_value *out = m->root->outputs[0];
+	double k;
+
+	if (!x || !gamma || !eps || !mean)
+		return "incomplete match";
+	if (tpf_pattern_const_scalar(eps, &f->eps) || !isfinite(f->eps) || f->eps < 0)
+		return tpf_match_reason(m, "epsilon '%s' is not a scalar non-negative constant",
+					eps->name);
+	if ((c = tpf_match_value(m, "two")) && (tpf_pattern_const_scalar(c, &k) || k != 2.0))
+		return tpf_match_reason(m, "Pow exponent '%s' is not the constant 2", c->name);
+	if ((c = tpf_match_value(m, "one_r")) && (tpf_pattern_const_scalar(c, &k) || k != 1.0))
+		return tpf_match_reason(m, "Div numerator '%s' is not the constant 1", c->name);
+	f->offset = 0.0f;
+	if ((c = tpf_match_value(m, "one"))) {
+		if (tpf_pattern_const_scalar(c, &k) || k != 1.0)
+			return tpf_match_reason(m, "the constant added to gamma ('%s') is not 1",
+						c->name);
+		f->offset = 1.0f;
+	}
+	if (is_mean_subtracted(x))
+		return "the input is mean-subtracted (x - ReduceMean(x)): a LayerNorm, not an RMSNorm";
+
+	enum tpf_dtype out_t = tpf_pattern_dtype(out), g_t = tpf_pattern_dtype(gamma);
+	if (out_t == TPF_DTYPE_UNDEFINED || g_t == TPF_DTYPE_UNDEFINED)
+		return "the output or gamma dtype is unknown";
+	if (out_t != g_t)
+		return tpf_match_reason(m, "output dtype %s differs from gamma dtype %s",
+					tpf_dtype_name(out_t), tpf_dtype_name(g_t));
+
+	/* Look through a widening Cast to float (the compute dtype) when the
+	 * value before it has the output's dtype: then input, gamma and output
+	 * share one dtype and a residual Add feeds the norm directly. */
+	f->x_in = x;
+	f->x_cast = NULL;
+	f->stash = tpf_pattern_dtype(x);
+	struct tpf_node *xc = x->producer;
+	if (xc && xc->op == TPF_OP_CAST && xc->n_inputs == 1 && xc->inputs[0] &&
+	    tpf_node_attr_int(xc, "to", 0) == TPF_DTYPE_FLOAT &&
+	    is_float16ish(tpf_pattern_dtype(xc->inputs[0])) &&
+	    tpf_pattern_dtype(xc->inputs[0]) == out_t) {
+		f->x_in = xc->inputs[0];
+		f->x_cast = xc;
+		f->stash = TPF_DTYPE_FLOAT;
+	}
+	if (f->stash == TPF_DTYPE_UNDEFINED)
+		return "the input dtype is unknown";
+	if (!tpf_dtype_is_float((enum tpf_dtype)f->stash))
+		return tpf_match_reason(m, "the input dtype %s is not a float type",
+					tpf_dtype_name((enum tpf_dtype)f->stash));
+
+	/* the reduced axis must be the last one */
+	int64_t axis;
+	if (reduce_mean_axis(mean, &axis))
+		return "ReduceMean axes are not a single constant";
+	int rank = tpf_pattern_rank(mean->inputs[0]);
+	if (rank < 0)
+		rank = tpf_pattern_rank(f->x_in);
+	if (axis != -1 && !(rank > 0 && axis == rank - 1))
+		return rank > 0 ? tpf_match_reason(m, "ReduceMean over axis %lld, not the last axis "
+						      "(rank %d)",
+						   (long long)axis, rank)
+				: tpf_match_reason(m, "ReduceMean over axis %lld and the rank is unknown",
+						   (long long)axis);
+
+	/* gamma must cover exactly the last dimension */
+	int64_t hidden = -1;
+	if (!tpf_pattern_last_dim(f->x_in, &hidden) && !tpf_pattern_last_dim(x, &hidden) &&
+	    !tpf_pattern_last_dim(out, &hidden))
+		return "the size of the last dimension is unknown";
+	int grank = tpf_pattern_rank(gamma);
+	if (grank < 1)
+		return tpf_match_reason(m, "gamma '%s' has %s", gamma->name,
+					grank < 0 ? "an unknown shape" : "rank 0");
+	int xrank = tpf_pattern_rank(f->x_in);
+	if (xrank > 0 && grank > xrank)
+		return tpf_match_reason(m, "gamma '%s' has rank %d > input rank %d", gamma->name,
+					grank, xrank);
+	for (int i = 0; i < grank; i++) {
+		const struct tpf_dim *dim = &gamma->type.shape.dims[i];
+		int64_t want = i == grank - 1 ? hidden : 1;
+		if (dim->param || dim->value != want)
+			return tpf_match_reason(m, "gamma '%s' dim %d is %s%lld, expected %lld "
+						   "(the last dimension)",
+						gamma->name, i, dim->param ? dim->param : "",
+						dim->param ? 0LL : (long long)dim->value,
+						(long long)want);
+	}
+	return NULL;
+}
+
+static enum tpf_status rewrite_chain(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	const struct chain_facts *f = (const struct chain_facts *)m->facts;
+	struct tpf_value *gamma = tpf_match_value(m, "gamma");
+	enum tpf_status st = emit_norm(rw, m, f->x_in, gamma, m->root->outputs[0], (float)f->eps,
+				       -1, f->stash, f->offset);
+	if (st)
+		return st;
+	return tpf_rewriter_erase_if_dead(rw, f->x_cast);
+}
+
+/* sqrt(mean(x^2) + eps) */
+static const struct tpf_pnode p_rms = TPF_PNODE_OP_INIT(
+	SQRT, NULL, 0, NULL,
+	TPF_PAT_OP(ADD, "add_eps", TPF_PNODE_COMMUTE, NULL,
+		   TPF_PAT_OP(REDUCE_MEAN, "mean", TPF_PNODE_EXTRA_INPUTS, pred_reduce_mean,
+			      TPF_PAT_ALT(TPF_PAT_OP(POW, "pow", 0, NULL, TPF_PAT_ANY("x"),
+						     TPF_PAT_CONST("two")),
+					  TPF_PAT_OP(MUL, "square", 0, NULL, TPF_PAT_ANY("x"),
+						     TPF_PAT_ANY("x")))),
+		   TPF_PAT_CONST("eps")));
+
+/* x / rms, as Div or as Mul by a reciprocal, optionally cast */
+static const struct tpf_pnode p_normed = {
+	.kind = TPF_PNODE_ALT,
+	.flags = TPF_PNODE_OPT_CAST,
+	.cast_name = "norm_cast",
+	.operands = (const struct tpf_pnode *const[]){
+		TPF_PAT_OP(DIV, "div", 0, NULL, TPF_PAT_ANY("x"), &p_rms),
+		TPF_PAT_OP(MUL, "scale", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x"),
+			   TPF_PAT_ALT(TPF_PAT_OP(RECIPROCAL, "recip", 0, NULL, &p_rms),
+				       TPF_PAT_OP(DIV, "recip", 0, NULL, TPF_PAT_CONST("one_r"), &p_rms))),
+		NULL,
+	},
+};
+
+static const struct tpf_pattern pat_chain_gemma = {
+	.name = "decomposed-gemma",
+	.root = &(const struct tpf_pnode){
+		.kind = TPF_PNODE_OP,
+		.op = TPF_OP_MUL,
+		.name = "gamma_mul",
+		.flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,
+		.cast_name = "out_cast",
+		.operands = (const struct tpf_pnode *const[]){
+			TPF_PAT_OP(ADD, "gemma_add", TPF_PNODE_COMMUTE, NULL, TPF_PAT_CONST("one"),
+				   TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST)),
+			&p_normed,
+			NULL,
+		},
+	},
+	.check = check_chain,
+	.rewrite = rewrite_chain,
+	.explain_min_nodes = 3,
+};
+
+static const struct tpf_pattern pat_chain = {
+	.name = "decomposed",
+	.root = &(const struct tpf_pnode){
+		.kind = TPF_PNODE_OP,
+		.op = TPF_OP_MUL,
+		.name = "gamma_mul",
+		.flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,
+		.cast_name = "out_cast",
+		.operands = (const struct tpf_pnode *const[]){
+			TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST),
+			&p_normed,
+			NULL,
+		},
+	},
+	.check = check_chain,
+	.rewrite = rewrite_chain,
+	.explain_min_nodes = 3,
+};
+
+/* ------------------------------------------------------------------ the pass */
+
+static const struct tpf_pattern *const patterns[] = {
+	&pat_rms_normalization, &pat_simplified,  &pat_ms_simplified,
+	&pat_skip_simplified,   &pat_chain_gemma, &pat_chain,
+};
+
+static const char *const counters[] = {
+	"rms-normalization",	      "simplified-layer-norm", "ms-simplified-layer-norm",
+	"skip-simplified-layer-norm", "decomposed-gemma",      "decomposed",
+	NULL,
+};
+
+static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+			   struct tpf_diag *d)
+{
+	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
+			       changed, d);
+}
+
+const struct tpf_pass tpf_pass_canonicalize_rmsnorm = {
+	.name = PASS_NAME,
+	.summary = "rewrite every RMSNorm form (ONNX, ORT contrib, decomposed, Gemma) into "
+		   "ai.tpfuse.RMSNorm",
+	.run = run,
+	.counters = counters,
+};

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse-allreduce-rmsnorm: a tensor-parallel reduction followed by the
+ * residual add and the next RMSNorm becomes one ai.tpfuse.AllReduceRMSNorm
+ * (docs/ops.md):
+ *
+ *   AllReduce(a) -> Add(., residual) -> RMSNorm(., gamma)
+ *       => AllReduceRMSNorm(a, gamma, residual) -> (norm_out, residual_out)
+ *   AllReduce(a) -> RMSNorm(., gamma)
+ *       => AllReduceRMSNorm(a, gamma) -> (norm_out, residual_out = the reduced value)
+ *
+ * The pattern is local, so it crosses layer boundaries: the reduction that
+ * ends a layer lands in the next layer's pre-norm, the last one in the
+ * final norm.  Whoever used the Add (the next residual) gets residual_out.
+ * Runs on canonical RMSNorm nodes: run canonicalize-rmsnorm first.
+ *
+ * Refused: norm input and gamma (or residual) dtypes that differ, a norm
+ * over another axis than the last, a residual that broadcasts, and (with a
+ * residual) an AllReduce output with users besides the Add: the fused op
+ * does not output the bare reduced value.
+ */
+#include <string.h>
+
+#include "pattern.h"
+
+#define PASS_NAME "fuse-allreduce-rmsnorm"
+
+static const char *check_fusion(struct tpf_match *m)
+{
+	struct tpf_node *norm = m->root;
+	struct tpf_node *ar = tpf_match_node(m, "ar");
+	struct tpf_value *a = tpf_match_value(m, "a"), *gamma = tpf_match_value(m, "gamma");
+	struct tpf_value *residual = tpf_match_value(m, "residual");
+	struct tpf_value *x = norm->inputs[0];
+
+	if (!ar || !a || !gamma)
+		return "incomplete match";
+	int rank = tpf_pattern_rank(x);
+	if (rank < 0)
+		rank = tpf_pattern_rank(a);
+	int64_t axis = tpf_node_attr_int(norm, "axis", -1);
+	if (axis != -1 && !(rank > 0 && axis == rank - 1))
+		return tpf_match_reason(m, "the norm is over axis %lld, not the last axis",
+					(long long)axis);
+
+	enum tpf_dtype t_x = tpf_pattern_dtype(ar->outputs[0]);
+	if (t_x == TPF_DTYPE_UNDEFINED)
+		t_x = tpf_pattern_dtype(a);
+	enum tpf_dtype t_g = tpf_pattern_dtype(gamma);
+	if (t_x == TPF_DTYPE_UNDEFINED || t_g == TPF_DTYPE_UNDEFINED)
+		return "the dtype of the norm input or of gamma is unknown";
+	if (t_x != t_g)
+		return tpf_match_reason(m, "norm input dtype %s differs from gamma dtype %s",
+					tpf_dtype_name(t_x), tpf_dtype_name(t_g));
+	if (residual) {
+		enum tpf_dtype t_r = tpf_pattern_dtype(residual);
+		if (t_r != t_x)
+			return tpf_match_reason(m, "residual dtype %s differs from the reduced dtype %s",
+						tpf_dtype_name(t_r), tpf_dtype_name(t_x));
+		if (tpf_pattern_shapes_differ(residual, ar->outputs[0]))
+			return tpf_match_reason(m, "residual '%s' and the reduced value have different "
+						   "shapes (broadcast add)",
+						residual->name);
+	}
+	/* gamma covers the last dimension exactly */
+	int64_t hidden, numel = -1;
+	if (gamma->type.kind == TPF_TYPE_TENSOR && gamma->type.shape.rank >= 0)
+		numel = tpf_shape_numel(&gamma->type.shape);
+	if ((tpf_pattern_last_dim(x, &hidden) || tpf_pattern_last_dim(a, &hidden)) && numel >= 0 &&
+	    numel != hidden)
+		return tpf_match_reason(m, "gamma '%s' has %lld elements, the last dimension %lld",
+					gamma->name, (long long)numel, (long long)hidden);
+	return NULL;
+}
+
+static enum tpf_status copy_attr(struct tpf_node *dst, const struct tpf_node *src, const char *name)
+{
+	const struct tpf_attr *a = tpf_node_attr(src, name);
+	return a ? tpf_node_add_attr(dst, a) : TPF_OK;
+}
+
+static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_node *norm = m->root;
+	struct tpf_node *ar = tpf_match_node(m, "ar");
+	struct tpf_node *add = tpf_match_node(m, "add");
+	struct tpf_value *residual = tpf_match_value(m, "residual");
+	struct tpf_value *in[3] = {tpf_match_value(m, "a"), tpf_match_value(m, "gamma"), residual};
+	/* the value other users keep reading: the sum, or the bare reduction */
+	struct tpf_value *sum = add ? add->outputs[0] : ar->outputs[0];
+	int need_sum = tpf_value_use_count(sum) > 1;
+	enum tpf_status st;
+
+	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_ALLREDUCE_RMS_NORM, in,
+						 residual ? 3 : 2, need_sum ? 2 : 1, NULL);
+	if (!f)
+		return TPF_ERR_NOMEM;
+	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset"};
+	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
+		if ((st = copy_attr(f, norm, attrs[i])))
+			return st;
+	if ((st = copy_attr(f, ar, "group_size")))
+		return st;
+	if ((st = tpf_rewriter_replace(rw, norm->outputs[0], f->outputs[0])))
+		return st;
+	if (need_sum && (st = tpf_rewriter_replace(rw, sum, f->outputs[1])))
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+static const struct tpf_pattern pat_residual = {
+	.name = "allreduce-residual-rmsnorm",
+	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
+			   TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,
+				      TPF_PAT_OP(MS_ALLREDUCE, "ar", 0, NULL, TPF_PAT_ANY("a")),
+				      TPF_PAT_ANY("residual")),
+			   TPF_PAT_ANY("gamma")),
+	.check = check_fusion,
+	.rewrite = rewrite_fusion,
+	.explain_min_nodes = 2,
+};
+
+static const struct tpf_pattern pat_plain = {
+	.name = "allreduce-rmsnorm",
+	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
+			   TPF_PAT_OP(MS_ALLREDUCE, "ar", TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("a")),
+			   TPF_PAT_ANY("gamma")),
+	.check = check_fusion,
+	.rewrite = rewrite_fusion,
+	.explain_min_nodes = 2,
+};
+
+static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_plain};
+
+static const char *const counters[] = {"allreduce-residual-rmsnorm", "allreduce-rmsnorm", NULL};
+
+static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+			   struct tpf_diag *d)
+{
+	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
+			       changed, d);
+}
+
+const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm = {
+	.name = PASS_NAME,
+	.summary = "AllReduce [+ residual Add] + RMSNorm into ai.tpfuse.AllReduceRMSNorm",
+	.run = run,
+	.counters = counters,
+};

@@ -1,0 +1,843 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse-sharded-rmsnorm: an RMSNorm over a tensor-parallel sharded hidden
+ * dim (MiniMax-style Q/K norms over the full Q and K width).  Each rank holds
+ * x_local = x[..., r*d : (r+1)*d) with d = D / W; the exported graph gathers
+ * the full activation, normalizes it with the full gamma and keeps its part:
+ *
+ *   AllGather(x_local, axis=last) -> RMSNorm(., gamma[D], axis=last)
+ *       -> Slice(last axis, [r*d, (r+1)*d))  or  Split(last axis) output r
+ *   => ai.tpfuse.ShardedRMSNorm(x_local, gamma_shard)
+ *
+ * The fused op sums x_local^2 per token, all-reduces that one float per
+ * token, and normalizes locally with gamma_shard = gamma[r*d : (r+1)*d),
+ * an initializer cut here at compile time (docs/ops.md).  It moves 4 bytes
+ * per token instead of gathering the activation.
+ *
+ * The pass only fuses when it can prove that the kept part is this rank's:
+ * rank and world size come from the pass context (--rank/--world-size) or
+ * the model's metadata_props "tp_rank"/"tp_world_size"; when they are
+ * unknown, when the slice is another rank's part, or when the AllGather's
+ * group_size is not the world size, nothing fuses and --explain says why.
+ * Also refused: a gather or norm over another axis, a gamma that is not a
+ * constant, input and gamma dtypes that differ, and a gathered or
+ * normalized tensor with other users (the full tensor is needed there).
+ *
+ * Second phase (not a tree pattern, so done here directly): ShardedRMSNorm
+ * nodes with the same token shape, dtype and world size that do not depend
+ * on each other (the Q and K norms of one attention layer) are merged into
+ * one variadic ShardedRMSNorm, so one exchange of n floats per token serves
+ * them all.  Candidates are scanned in graph order from each node; the scan
+ * stops at the first compatible node that depends on the group (in a
+ * layered model: the next layer).  Merging repeats to a fixed point, which
+ * keeps the pass idempotent.
+ *
+ * Runs on canonical ai.tpfuse.RMSNorm nodes: run canonicalize-rmsnorm first.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pattern.h"
+
+#define PASS_NAME "fuse-sharded-rmsnorm"
+#define PATTERN_NAME "sharded-rmsnorm"
+#define MERGE_COUNTER "qk-pairs-merged"
+
+/* Compatible nodes a group leader looks at before giving up. */
+#define MERGE_MAX_CANDIDATES 64
+/* Nodes one independence check may visit before it assumes a dependence. */
+#define MERGE_MAX_VISITS 200000
+
+/* The tensor-parallel setting of the run in progress, read by the pure
+ * check (which has no context argument). */
+struct shard_env {
+	int known;
+	int64_t rank, world;
+	const char *why; /* when !known */
+};
+
+static _Thread_local struct shard_env shard_env;
+
+/* What the check found, for the rewrite (lives in match->facts). */
+struct shard_facts {
+	int64_t world, rank, full_dim, local_dim;
+	struct tpf_value *out; /* the value that becomes the fused output */
+};
+
+_Static_assert(sizeof(struct shard_facts) <= TPF_MATCH_FACTS, "facts too large");
+
+/* ------------------------------------------------------------------ helpers */
+
+static int parse_int(const char *s, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (!s || !*s)
+		return -1;
+	v = strtoll(s, &end, 10);
+	if (*end || v < 0 || v > 1000000)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static void env_setup(const struct tpf_model *m, const struct tpf_pass_context *ctx)
+{
+	int64_t world = -1, rank = -1, v;
+
+	if (ctx && ctx->world_size > 0)
+		world = ctx->world_size;
+	else if (!parse_int(tpf_model_metadata(m, "tp_world_size"), &v) && v > 0)
+		world = v;
+	if (ctx && ctx->world_size > 0 && ctx->rank >= 0)
+		rank = ctx->rank;
+	else if (!parse_int(tpf_model_metadata(m, "tp_rank"), &v))
+		rank = v;
+
+	memset(&shard_env, 0, sizeof(shard_env));
+	shard_env.rank = rank;
+	shard_env.world = world;
+	if (world <= 0 || rank < 0)
+		shard_env.why = "the rank or world size is unknown (give --rank and --world-size, or "
+				"metadata_props tp_rank and tp_world_size): cannot prove the slice "
+				"is this rank's part";
+	else if (rank >= world)
+		shard_env.why = "the rank is not below the world size";
+	else
+		shard_env.known = 1;
+}
+
+static int dims_equal(const struct tpf_dim *a, const struct tpf_dim *b)
+{
+	if (!a->param && !b->param)
+		return a->value >= 0 && a->value == b->value;
+	return a->param && b->param && strcmp(a->param, b->param) == 0;
+}
+
+/* Static last dim of a value, -1 when unknown. */
+static int64_t last_dim(const struct tpf_value *v)
+{
+	int64_t d;
+	return tpf_pattern_last_dim(v, &d) ? d : -1;
+}
+
+/* Whether `axis` (attribute value, may be negative) names the last axis of
+ * a tensor of rank `rank` (-1: unknown, then only -1 is accepted). */
+static int is_last_axis(int64_t axis, int rank)
+{
+	return axis == -1 || (rank > 0 && axis == rank - 1);
+}
+
+static int value_rank(const struct tpf_value *a, const struct tpf_value *b)
+{
+	int r = tpf_pattern_rank(a);
+	return r >= 0 ? r : tpf_pattern_rank(b);
+}
+
+/* ------------------------------------------------------------ predicates */
+
+static const char *pred_allgather(const struct tpf_node *n, struct tpf_match *m)
+{
+	int64_t axis = tpf_node_attr_int(n, "axis", 0);
+	int rank = value_rank(n->inputs[0], n->outputs[0]);
+
+	if (is_last_axis(axis, rank))
+		return NULL;
+	if (rank < 0)
+		return tpf_match_reason(m, "gathers over axis %lld and the rank is unknown",
+					(long long)axis);
+	return tpf_match_reason(m, "gathers over axis %lld, not the last axis (rank %d)",
+				(long long)axis, rank);
+}
+
+static const char *pred_norm(const struct tpf_node *n, struct tpf_match *m)
+{
+	int64_t axis = tpf_node_attr_int(n, "axis", -1);
+	int rank = value_rank(n->inputs[0], n->outputs[0]);
+
+	if (is_last_axis(axis, rank))
+		return NULL;
+	return tpf_match_reason(m, "normalizes from axis %lld, not over the last axis only",
+				(long long)axis);
+}
+
+/* ------------------------------------------------------------------ check */
+
+/* Checks shared by the Slice and the Split forms; fills world/rank/dims. */
+static const char *check_common(struct tpf_match *m, struct shard_facts *f)
+{
+	struct tpf_node *ag = tpf_match_node(m, "ag"), *norm = tpf_match_node(m, "norm");
+	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
+
+	if (!ag || !norm || !x || !gamma)
+		return "incomplete match";
+	if (!shard_env.known)
+		return shard_env.why;
+	f->world = shard_env.world;
+	f->rank = shard_env.rank;
+
+	const struct tpf_attr *gs = tpf_node_attr(ag, "group_size");
+	if (gs && gs->kind == TPF_ATTR_INT && gs->i != f->world)
+		return tpf_match_reason(m, "the AllGather's group_size %lld is not the world size %lld",
+					(long long)gs->i, (long long)f->world);
+
+	/* dtypes: one float type for x and gamma */
+	const struct tpf_tensor *t = tpf_value_constant(gamma);
+	if (!t)
+		return tpf_match_reason(m, "gamma '%s' is not a constant", gamma->name);
+	enum tpf_dtype t_x = tpf_pattern_dtype(x);
+	if (t_x == TPF_DTYPE_UNDEFINED)
+		t_x = tpf_pattern_dtype(ag->outputs[0]);
+	if (t_x == TPF_DTYPE_UNDEFINED)
+		return "the dtype of the gathered input is unknown";
+	if (t_x != t->dtype)
+		return tpf_match_reason(m, "input dtype %s differs from gamma dtype %s",
+					tpf_dtype_name(t_x), tpf_dtype_name(t->dtype));
+	unsigned bits = tpf_dtype_bits(t->dtype);
+	if (!tpf_dtype_is_float(t->dtype) || bits < 8 || bits % 8)
+		return tpf_match_reason(m, "dtype %s is not a float type of whole bytes",
+					tpf_dtype_name(t->dtype));
+
+	/* D: the gathered last dim; d = D / W */
+	int64_t D = last_dim(ag->outputs[0]), dx = last_dim(x);
+	if (D < 0)
+		D = last_dim(norm->outputs[0]);
+	if (D < 0 && dx >= 0)
+		D = dx * f->world;
+	if (D <= 0)
+		return "the size of the gathered last dimension is unknown";
+	if (D % f->world)
+		return tpf_match_reason(m, "the gathered dim %lld does not divide by the world size "
+					   "%lld",
+					(long long)D, (long long)f->world);
+	if (dx >= 0 && dx * f->world != D)
+		return tpf_match_reason(m, "the local dim %lld times the world size %lld is not the "
+					   "gathered dim %lld (world size mismatch)",
+					(long long)dx, (long long)f->world, (long long)D);
+	f->full_dim = D;
+	f->local_dim = D / f->world;
+
+	/* gamma: [1, ..., 1, D] with its bytes at hand */
+	int64_t numel = tpf_tensor_numel(t);
+	if (t->rank < 1 || numel != D || t->dims[t->rank - 1] != D)
+		return tpf_match_reason(m, "gamma '%s' is not a vector of the gathered dim %lld",
+					gamma->name, (long long)D);
+	if (!t->data || t->nbytes != (size_t)numel * (bits / 8))
+		return tpf_match_reason(m, "gamma '%s' has no data loaded", gamma->name);
+	return NULL;
+}
+
+static const char *part_reason(struct tpf_match *m, const struct shard_facts *f, const char *what,
+			       int64_t start, int64_t end)
+{
+	int64_t d = f->local_dim;
+	if (end - start == d && start % d == 0)
+		return tpf_match_reason(m, "%s takes [%lld, %lld), the part of rank %lld; this is "
+					   "rank %lld of %lld",
+					what, (long long)start, (long long)end,
+					(long long)(start / d), (long long)f->rank,
+					(long long)f->world);
+	return tpf_match_reason(m, "%s takes [%lld, %lld), not one rank's part (%lld of %lld each)",
+				what, (long long)start, (long long)end, (long long)d,
+				(long long)f->full_dim);
+}
+
+/* Clamps a Slice bound as ONNX does, for a dim of size `dim`. */
+static int64_t clamp_bound(int64_t v, int64_t dim)
+{
+	if (v < 0)
+		v += dim;
+	if (v < 0)
+		return 0;
+	return v > dim ? dim : v;
+}
+
+static const char *check_slice(struct tpf_match *m)
+{
+	struct shard_facts *f = (struct shard_facts *)m->facts;
+	struct tpf_node *s = m->root;
+	int64_t starts[TPF_MAX_RANK], ends[TPF_MAX_RANK], axes[TPF_MAX_RANK], steps[TPF_MAX_RANK];
+	size_t ns = 0, ne = 0, na = 0, nst = 0;
+	const char *r = check_common(m, f);
+
+	if (r)
+		return r;
+	int rank = value_rank(s->inputs[0], tpf_match_value(m, "x"));
+	if (rank < 1)
+		return "the rank of the normalized tensor is unknown";
+
+	if (s->n_inputs >= 3) {
+		if (tpf_pattern_const_ints(s->inputs[1], starts, TPF_MAX_RANK, &ns) ||
+		    tpf_pattern_const_ints(s->inputs[2], ends, TPF_MAX_RANK, &ne))
+			return "the slice's starts or ends are not integer constants";
+		if (s->n_inputs > 3 && s->inputs[3] &&
+		    tpf_pattern_const_ints(s->inputs[3], axes, TPF_MAX_RANK, &na))
+			return "the slice's axes are not integer constants";
+		if (s->n_inputs > 4 && s->inputs[4] &&
+		    tpf_pattern_const_ints(s->inputs[4], steps, TPF_MAX_RANK, &nst))
+			return "the slice's steps are not integer constants";
+	} else {
+		/* before opset 10: attributes */
+		const struct tpf_attr *as = tpf_node_attr(s, "starts"), *ae = tpf_node_attr(s, "ends");
+		const struct tpf_attr *aa = tpf_node_attr(s, "axes");
+		if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS ||
+		    as->n > TPF_MAX_RANK || ae->n > TPF_MAX_RANK)
+			return "the slice has no usable starts/ends";
+		ns = as->n;
+		ne = ae->n;
+		memcpy(starts, as->ints, ns * sizeof(int64_t));
+		memcpy(ends, ae->ints, ne * sizeof(int64_t));
+		if (aa) {
+			if (aa->kind != TPF_ATTR_INTS || aa->n > TPF_MAX_RANK)
+				return "the slice's axes are not usable";
+			na = aa->n;
+			memcpy(axes, aa->ints, na * sizeof(int64_t));
+		}
+	}
+	if (ns != ne || ns == 0 || (na && na != ns) || (nst && nst != ns))
+		return "the slice's starts, ends, axes and steps disagree in length";
+
+	int found = 0;
+	int64_t start = 0, end = 0;
+	const struct tpf_value *data = s->inputs[0];
+	for (size_t k = 0; k < ns; k++) {
+		int64_t axis = na ? axes[k] : (int64_t)k;
+		if (axis < 0)
+			axis += rank;
+		if (axis < 0 || axis >= rank)
+			return tpf_match_reason(m, "the slice names axis %lld of a rank-%d tensor",
+						(long long)(na ? axes[k] : (int64_t)k), rank);
+		if (nst && steps[k] != 1)
+			return tpf_match_reason(m, "the slice has step %lld on axis %lld",
+						(long long)steps[k], (long long)axis);
+		if (axis == rank - 1) {
+			if (found)
+				return "the slice names the last axis twice";
+			found = 1;
+			start = clamp_bound(starts[k], f->full_dim);
+			end = clamp_bound(ends[k], f->full_dim);
+			continue;
+		}
+		/* any other axis must be kept whole */
+		const struct tpf_dim *dim = data && data->type.kind == TPF_TYPE_TENSOR &&
+						    data->type.shape.rank == rank
+					    ? &data->type.shape.dims[axis]
+					    : NULL;
+		int whole = starts[k] == 0 && ends[k] >= (int64_t)INT32_MAX;
+		if (dim && !dim->param && dim->value >= 0)
+			whole = clamp_bound(starts[k], dim->value) == 0 &&
+				clamp_bound(ends[k], dim->value) == dim->value;
+		if (!whole)
+			return tpf_match_reason(m, "the slice also cuts axis %lld", (long long)axis);
+	}
+	if (!found)
+		return "the slice does not cut the last axis";
+	if (start != f->rank * f->local_dim || end != (f->rank + 1) * f->local_dim)
+		return part_reason(m, f, "the slice", start, end);
+	f->out = s->outputs[0];
+	return NULL;
+}
+
+static const char *check_split(struct tpf_match *m)
+{
+	struct shard_facts *f = (struct shard_facts *)m->facts;
+	struct tpf_node *s = m->root;
+	int64_t sizes[256];
+	size_t n = s->n_outputs, count = 0;
+	const char *r = check_common(m, f);
+
+	if (r)
+		return r;
+	int rank = value_rank(s->inputs[0], tpf_match_value(m, "x"));
+	if (!is_last_axis(tpf_node_attr_int(s, "axis", 0), rank))
+		return tpf_match_reason(m, "the Split is over axis %lld, not the last axis",
+					(long long)tpf_node_attr_int(s, "axis", 0));
+	if (n == 0 || n > sizeof(sizes) / sizeof(sizes[0]))
+		return "the Split has too many outputs";
+
+	const struct tpf_attr *as = tpf_node_attr(s, "split");
+	if (s->n_inputs > 1 && s->inputs[1]) {
+		if (tpf_pattern_const_ints(s->inputs[1], sizes, n, &count) || count != n)
+			return "the Split's sizes are not an integer constant with one entry per output";
+	} else if (as && as->kind == TPF_ATTR_INTS) {
+		if (as->n != n)
+			return "the Split's 'split' attribute does not match its outputs";
+		memcpy(sizes, as->ints, n * sizeof(int64_t));
+	} else {
+		/* equal parts; ONNX rounds up and makes the last part smaller */
+		int64_t chunk = (f->full_dim + (int64_t)n - 1) / (int64_t)n;
+		for (size_t i = 0; i < n; i++) {
+			int64_t left = f->full_dim - chunk * (int64_t)i;
+			sizes[i] = left < chunk ? (left > 0 ? left : 0) : chunk;
+		}
+	}
+	int64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (sizes[i] < 0)
+			return "the Split has a negative size";
+		total += sizes[i];
+	}
+	if (total != f->full_dim)
+		return tpf_match_reason(m, "the Split's sizes add up to %lld, the dim is %lld",
+					(long long)total, (long long)f->full_dim);
+
+	/* exactly one output used: this rank's part */
+	size_t used = n;
+	int64_t off = 0, start = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s->outputs[i] && tpf_value_use_count(s->outputs[i])) {
+			if (used != n)
+				return tpf_match_reason(m, "outputs %zu and %zu of the Split are used: the "
+							   "full normalized tensor is needed",
+							used, i);
+			used = i;
+			start = off;
+		}
+		off += sizes[i];
+	}
+	if (used == n)
+		return "no output of the Split is used";
+	if (start != f->rank * f->local_dim || sizes[used] != f->local_dim)
+		return part_reason(m, f, "the used Split output", start, start + sizes[used]);
+	f->out = s->outputs[used];
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- rewrite */
+
+/* gamma[r*d : (r+1)*d) as an initializer, reusing an identical one. */
+static struct tpf_value *gamma_shard(struct tpf_graph *g, const struct tpf_value *gamma,
+				     const struct shard_facts *f)
+{
+	const struct tpf_tensor *t = tpf_value_constant(gamma);
+	size_t esz = tpf_dtype_bits(t->dtype) / 8;
+	int64_t dims[TPF_MAX_RANK];
+	char base[256];
+
+	if (t->rank > TPF_MAX_RANK)
+		return NULL;
+	memcpy(dims, t->dims, (size_t)t->rank * sizeof(int64_t));
+	dims[t->rank - 1] = f->local_dim;
+	size_t nbytes = (size_t)f->local_dim * esz;
+	const unsigned char *src = (const unsigned char *)t->data + (size_t)(f->rank * f->local_dim) * esz;
+
+	snprintf(base, sizeof(base), "%s.shard%lldof%lld", gamma->name, (long long)f->rank,
+		 (long long)f->world);
+	struct tpf_value *old = tpf_graph_find_value(g, base);
+	if (old && old->kind == TPF_VALUE_INITIALIZER && !old->is_graph_input && old->init &&
+	    old->init->dtype == t->dtype && old->init->nbytes == nbytes && old->init->data &&
+	    memcmp(old->init->data, src, nbytes) == 0)
+		return old;
+	const char *name = tpf_graph_unique_name(g, base);
+	if (!name)
+		return NULL;
+	return tpf_graph_add_initializer(g, name, t->dtype, t->rank, dims, src, nbytes);
+}
+
+static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	const struct shard_facts *f = (const struct shard_facts *)m->facts;
+	struct tpf_node *norm = tpf_match_node(m, "norm");
+	struct tpf_value *x = tpf_match_value(m, "x");
+	enum tpf_status st;
+	char buf[160];
+
+	struct tpf_value *shard = gamma_shard(rw->graph, tpf_match_value(m, "gamma"), f);
+	if (!shard)
+		return tpf_diag_fail(rw->diag, TPF_ERR_NOMEM, "%s: %s: out of memory (gamma shard)",
+				     tpf_node_describe(m->root, buf, sizeof(buf)), PASS_NAME);
+	struct tpf_value *in[2] = {x, shard};
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_SHARDED_RMS_NORM, in, 2, 1, NULL);
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if ((st = tpf_node_set_attr_float(n, "epsilon", tpf_node_attr_float(norm, "epsilon", 1e-5f))) ||
+	    (st = tpf_node_set_attr_int(n, "world_size", f->world)) ||
+	    (st = tpf_node_set_attr_int(n, "full_dim", f->full_dim)) ||
+	    (st = tpf_node_set_attr_int(n, "stash_type",
+					tpf_node_attr_int(norm, "stash_type", TPF_DTYPE_FLOAT))) ||
+	    (st = tpf_node_set_attr_float(n, "weight_offset",
+					  tpf_node_attr_float(norm, "weight_offset", 0.0f))))
+		return st;
+	/* the result has the local input's type */
+	const struct tpf_type *t = f->out->type.kind != TPF_TYPE_NONE ? &f->out->type : &x->type;
+	if (t->kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], t)))
+		return st;
+	if ((st = tpf_rewriter_replace(rw, f->out, n->outputs[0])))
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+/* --------------------------------------------------------------- patterns */
+
+#define P_NORM                                                                                     \
+	TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, pred_norm,                                             \
+		   TPF_PAT_OP(MS_ALLGATHER, "ag", 0, pred_allgather, TPF_PAT_ANY("x")),             \
+		   TPF_PAT_CONST("gamma"))
+
+/* Both forms count under one name: the counter is the pattern name. */
+static const struct tpf_pattern pat_slice = {
+	.name = PATTERN_NAME,
+	.root = TPF_PAT_OP(SLICE, "slice", TPF_PNODE_EXTRA_INPUTS, NULL, P_NORM),
+	.check = check_slice,
+	.rewrite = rewrite_sharded,
+	.explain_min_nodes = 2,
+};
+
+static const struct tpf_pattern pat_split = {
+	.name = PATTERN_NAME,
+	.root = TPF_PAT_OP(SPLIT, "split", TPF_PNODE_EXTRA_INPUTS, NULL, P_NORM),
+	.check = check_split,
+	.rewrite = rewrite_sharded,
+	.explain_min_nodes = 2,
+};
+
+static const struct tpf_pattern *const patterns[] = {&pat_slice, &pat_split};
+
+/* ------------------------------------------------------------ Q/K merging */
+
+/* Per-tensor attributes of a (possibly merged) ShardedRMSNorm. */
+static float node_eps(const struct tpf_node *n, size_t i)
+{
+	const struct tpf_attr *a = tpf_node_attr(n, "epsilons");
+	if (a && a->kind == TPF_ATTR_FLOATS && i < a->n)
+		return a->floats[i];
+	return tpf_node_attr_float(n, "epsilon", 1e-5f);
+}
+
+static int64_t node_full_dim(const struct tpf_node *n, size_t i)
+{
+	const struct tpf_attr *a = tpf_node_attr(n, "full_dims");
+	if (a && a->kind == TPF_ATTR_INTS && i < a->n)
+		return a->ints[i];
+	return tpf_node_attr_int(n, "full_dim", -1);
+}
+
+/* A well-formed ShardedRMSNorm: n data inputs, n gammas, n outputs. */
+static int mergeable(const struct tpf_node *n)
+{
+	if (n->erased || n->op != TPF_OP_TPF_SHARDED_RMS_NORM || n->n_outputs == 0 ||
+	    n->n_inputs != 2 * n->n_outputs || n->n_implicit)
+		return 0;
+	for (size_t i = 0; i < n->n_inputs; i++)
+		if (!n->inputs[i])
+			return 0;
+	for (size_t i = 0; i < n->n_outputs; i++)
+		if (!n->outputs[i] || node_full_dim(n, i) <= 0)
+			return 0;
+	return tpf_pattern_rank(n->inputs[0]) >= 1;
+}
+
+/* Same token shape (all dims but the last), dtype and exchange settings. */
+static int compatible(const struct tpf_node *a, const struct tpf_node *b)
+{
+	const struct tpf_value *xa = a->inputs[0], *xb = b->inputs[0];
+	int r = tpf_pattern_rank(xa);
+
+	if (r < 1 || r != tpf_pattern_rank(xb))
+		return 0;
+	for (int i = 0; i < r - 1; i++)
+		if (!dims_equal(&xa->type.shape.dims[i], &xb->type.shape.dims[i]))
+			return 0;
+	enum tpf_dtype ta = tpf_pattern_dtype(xa);
+	return ta != TPF_DTYPE_UNDEFINED && ta == tpf_pattern_dtype(xb) &&
+	       tpf_node_attr_int(a, "world_size", -1) == tpf_node_attr_int(b, "world_size", -1) &&
+	       tpf_node_attr_int(a, "stash_type", 1) == tpf_node_attr_int(b, "stash_type", 1) &&
+	       tpf_node_attr_float(a, "weight_offset", 0.0f) ==
+		       tpf_node_attr_float(b, "weight_offset", 0.0f);
+}
+
+struct merge_state {
+	struct tpf_graph *g;
+	size_t n_ids;
+	uint32_t *pos;   /* by node id: position in graph order */
+	uint32_t *stamp; /* by node id: visited in check number `gen` */
+	uint32_t gen;
+	struct tpf_node **stack;
+	size_t cap_stack;
+	struct tpf_node **norms;
+	size_t n_norms, cap_norms;
+};
+
+static enum tpf_status grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return TPF_OK;
+	size_t c = *cap ? *cap : 16, bytes;
+	while (c < need)
+		c *= 2;
+	if (tpf_mul_size(c, elem, &bytes))
+		return TPF_ERR_LIMIT;
+	void *p = tpf_realloc(*arr, bytes);
+	if (!p)
+		return TPF_ERR_NOMEM;
+	*arr = p;
+	*cap = c;
+	return TPF_OK;
+}
+
+/* Positions and the list of ShardedRMSNorm nodes, in graph order. */
+static enum tpf_status merge_scan(struct merge_state *s)
+{
+	size_t ids = s->g->next_node_id ? s->g->next_node_id : 1;
+	if (ids > s->n_ids) {
+		uint32_t *pos = tpf_realloc(s->pos, ids * sizeof(*pos));
+		if (!pos)
+			return TPF_ERR_NOMEM;
+		s->pos = pos;
+		uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
+		if (!stamp)
+			return TPF_ERR_NOMEM;
+		memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
+		s->stamp = stamp;
+		s->n_ids = ids;
+	}
+	s->n_norms = 0;
+	uint32_t p = 0;
+	for (struct tpf_node *n = s->g->first; n; n = n->next) {
+		s->pos[n->id] = p++;
+		if (!mergeable(n))
+			continue;
+		enum tpf_status st = grow((void **)&s->norms, &s->cap_norms, s->n_norms + 1,
+					  sizeof(*s->norms));
+		if (st)
+			return st;
+		s->norms[s->n_norms++] = n;
+	}
+	return TPF_OK;
+}
+
+/* Whether `c` (after every member in graph order) reads, transitively, an
+ * output of a member.  1: depends (or the search was too large), 0: no,
+ * -1: out of memory. */
+static int depends_on_group(struct merge_state *s, struct tpf_node *const *group, size_t k,
+			    struct tpf_node *c)
+{
+	uint32_t lo = s->pos[group[0]->id];
+	size_t sp = 0, visits = 0;
+
+	for (size_t i = 1; i < k; i++)
+		if (s->pos[group[i]->id] < lo)
+			lo = s->pos[group[i]->id];
+	if (++s->gen == 0) {
+		memset(s->stamp, 0, s->n_ids * sizeof(*s->stamp));
+		s->gen = 1;
+	}
+	if (grow((void **)&s->stack, &s->cap_stack, 1, sizeof(*s->stack)))
+		return -1;
+	s->stack[sp++] = c;
+	while (sp) {
+		struct tpf_node *n = s->stack[--sp];
+		size_t total = n->n_inputs + n->n_implicit;
+		for (size_t i = 0; i < total; i++) {
+			struct tpf_value *v = i < n->n_inputs ? n->inputs[i]
+							      : n->implicit_inputs[i - n->n_inputs];
+			struct tpf_node *p = v ? v->producer : NULL;
+			if (!p || p->erased || p->graph != s->g || p->id >= s->n_ids ||
+			    s->stamp[p->id] == s->gen || s->pos[p->id] < lo)
+				continue;
+			for (size_t j = 0; j < k; j++)
+				if (group[j] == p)
+					return 1;
+			if (++visits > MERGE_MAX_VISITS)
+				return 1;
+			s->stamp[p->id] = s->gen;
+			if (grow((void **)&s->stack, &s->cap_stack, sp + 1, sizeof(*s->stack)))
+				return -1;
+			s->stack[sp++] = p;
+		}
+	}
+	return 0;
+}
+
+/* Replaces the members by one ShardedRMSNorm over all their tensors. */
+static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const *group, size_t k,
+				   struct tpf_diag *d)
+{
+	struct tpf_graph *g = s->g;
+	size_t total = 0, o = 0;
+	struct tpf_value **ins = NULL, **olds = NULL;
+	float *eps = NULL;
+	int64_t *dims = NULL;
+	const char **names = NULL;
+	enum tpf_status st = TPF_ERR_NOMEM;
+	char name[256], buf[160];
+
+	for (size_t i = 0; i < k; i++)
+		total += group[i]->n_outputs;
+	ins = tpf_calloc(2 * total, sizeof(*ins));
+	olds = tpf_calloc(total, sizeof(*olds));
+	eps = tpf_calloc(total, sizeof(*eps));
+	dims = tpf_calloc(total, sizeof(*dims));
+	names = tpf_calloc(total, sizeof(*names));
+	if (!ins || !olds || !eps || !dims || !names)
+		goto out_free;
+	for (size_t i = 0; i < k; i++) {
+		const struct tpf_node *n = group[i];
+		for (size_t j = 0; j < n->n_outputs; j++, o++) {
+			ins[o] = n->inputs[j];
+			ins[total + o] = n->inputs[n->n_outputs + j];
+			olds[o] = n->outputs[j];
+			eps[o] = node_eps(n, j);
+			dims[o] = node_full_dim(n, j);
+		}
+	}
+
+	/* inserted at the last member: every member input is defined before it */
+	snprintf(name, sizeof(name), "%s/merged", group[0]->name && *group[0]->name
+							   ? group[0]->name
+							   : "ShardedRMSNorm");
+	struct tpf_node *m = tpf_graph_insert_node(g, group[k - 1], TPF_DOMAIN, "ShardedRMSNorm",
+						   name, ins, 2 * total, total, NULL);
+	if (!m)
+		goto out_free;
+	m->origin_pass = PASS_NAME;
+	m->origin_pattern = MERGE_COUNTER;
+	if ((st = tpf_node_set_attr_floats(m, "epsilons", eps, total)) ||
+	    (st = tpf_node_set_attr_ints(m, "full_dims", dims, total)) ||
+	    (st = tpf_node_set_attr_int(m, "world_size",
+					tpf_node_attr_int(group[0], "world_size", -1))) ||
+	    (st = tpf_node_set_attr_int(m, "stash_type",
+					tpf_node_attr_int(group[0], "stash_type", 1))) ||
+	    (st = tpf_node_set_attr_float(m, "weight_offset",
+					  tpf_node_attr_float(group[0], "weight_offset", 0.0f))))
+		goto out_free;
+	for (o = 0; o < total; o++) {
+		if (olds[o]->type.kind != TPF_TYPE_NONE &&
+		    (st = tpf_value_copy_type(m->outputs[o], &olds[o]->type)))
+			goto out_free;
+		if ((st = tpf_value_replace_uses(olds[o], m->outputs[o])))
+			goto out_free;
+		names[o] = olds[o]->name;
+	}
+	for (size_t i = 0; i < k; i++) {
+		if ((st = tpf_graph_erase_node(g, group[i]))) {
+			st = tpf_diag_fail(d, st, "%s: %s: cannot erase it after merging",
+					   tpf_node_describe(group[i], buf, sizeof(buf)), PASS_NAME);
+			goto out_free;
+		}
+	}
+	/* the merged outputs take the old names (graph outputs keep theirs) */
+	for (o = 0; o < total; o++) {
+		st = tpf_value_rename(m->outputs[o], names[o]);
+		if (st == TPF_ERR_NOMEM)
+			goto out_free;
+	}
+	st = tpf_graph_toposort(g, d);
+
+out_free:
+	if (st == TPF_ERR_NOMEM)
+		tpf_diag_add(d, TPF_SEV_ERROR, "%s: out of memory while merging norms", PASS_NAME);
+	tpf_free(ins);
+	tpf_free(olds);
+	tpf_free(eps);
+	tpf_free(dims);
+	tpf_free(names);
+	return st;
+}
+
+/* Merges independent compatible norms until nothing changes. */
+static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_context *ctx,
+				   int *changed, struct tpf_diag *d)
+{
+	struct merge_state s = {.g = model->graph};
+	struct tpf_node **group = NULL;
+	size_t cap_group = 0;
+	enum tpf_status st = TPF_OK;
+	int merged;
+
+	do {
+		merged = 0;
+		if ((st = merge_scan(&s)))
+			goto out_free;
+		for (size_t i = 0; i < s.n_norms && !merged; i++) {
+			size_t k = 0, scanned = 0;
+			if ((st = grow((void **)&group, &cap_group, s.n_norms, sizeof(*group))))
+				goto out_free;
+			group[k++] = s.norms[i];
+			for (size_t j = i + 1; j < s.n_norms && scanned < MERGE_MAX_CANDIDATES; j++) {
+				struct tpf_node *c = s.norms[j];
+				if (!compatible(group[0], c))
+					continue;
+				scanned++;
+				int dep = depends_on_group(&s, group, k, c);
+				if (dep < 0) {
+					st = TPF_ERR_NOMEM;
+					goto out_free;
+				}
+				if (dep)
+					break;
+				group[k++] = c;
+			}
+			if (k < 2)
+				continue;
+			if ((st = merge_group(&s, group, k, d)))
+				goto out_free;
+			if (tpf_model_opset(model, TPF_DOMAIN) < 0 &&
+			    (st = tpf_model_set_opset(model, TPF_DOMAIN, 1)))
+				goto out_free;
+			if (ctx && ctx->stats)
+				tpf_pass_stats_add(ctx->stats, PASS_NAME, MERGE_COUNTER, (int64_t)k - 1);
+			*changed = 1;
+			merged = 1;
+		}
+	} while (merged);
+
+	if (ctx && ctx->explain && s.n_norms > 1) {
+		char buf[160];
+		for (size_t i = 0; i < s.n_norms; i++)
+			if (s.norms[i]->n_outputs == 1)
+				fprintf(ctx->explain,
+					"near-miss: %s/%s at %s: no independent ShardedRMSNorm with "
+					"the same token shape, dtype and settings to share its "
+					"exchange with\n",
+					PASS_NAME, MERGE_COUNTER,
+					tpf_node_describe(s.norms[i], buf, sizeof(buf)));
+	}
+
+out_free:
+	if (st == TPF_ERR_NOMEM || st == TPF_ERR_LIMIT)
+		tpf_diag_add(d, TPF_SEV_ERROR, "%s: out of memory while merging norms", PASS_NAME);
+	tpf_free(group);
+	tpf_free(s.pos);
+	tpf_free(s.stamp);
+	tpf_free(s.stack);
+	tpf_free(s.norms);
+	return st;
+}
+
+/* ------------------------------------------------------------------ pass */
+
+static const char *const counters[] = {PATTERN_NAME, MERGE_COUNTER, NULL};
+
+static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+			   struct tpf_diag *d)
+{
+	int fused = 0;
+	enum tpf_status st;
+
+	if (changed)
+		*changed = 0;
+	if (!m || !m->graph)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", PASS_NAME);
+	env_setup(m, ctx);
+	st = tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
+			     &fused, d);
+	memset(&shard_env, 0, sizeof(shard_env));
+	if (st)
+		return st;
+	int merged = 0;
+	st = merge_norms(m, ctx, &merged, d);
+	if (changed)
+		*changed = fused || merged;
+	return st;
+}
+
+const struct tpf_pass tpf_pass_fuse_sharded_rmsnorm = {
+	.name = PASS_NAME,
+	.summary = "AllGather + RMSNorm + Slice/Split of this rank's part into "
+		   "ai.tpfuse.ShardedRMSNorm (one float per token exchanged); Q/K norms share "
+		   "one exchange",
+	.run = run,
+	.counters = counters,
+};

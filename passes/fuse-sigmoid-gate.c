@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse-sigmoid-gate: the gated shared expert of a mixture-of-experts block,
+ *
+ *   Add(final, Mul(Sigmoid(gate), shared))      (Add and Mul in any operand order)
+ *       => ai.tpfuse.SigmoidGateAdd(final, gate, shared)
+ *
+ * one elementwise op computing final + sigmoid(gate) * shared in float and
+ * storing the result in the dtype of its inputs (docs/ops.md).
+ *
+ * Accepted shapes: final and shared have the same shape [..., H]; gate has
+ * the same leading dims and a last dim of 1 (one gate value per token,
+ * broadcast over the hidden dim) or H.  Any other broadcast (of final, of
+ * shared, of gate over a leading dim) is refused, as are inputs whose
+ * shapes are not known well enough to prove this.  final, gate, shared and
+ * the result share one float dtype.
+ *
+ * The product Mul is an intermediate and must have no other user.  The
+ * Sigmoid may have other users: the fused op recomputes the sigmoid from
+ * `gate` and the Sigmoid node stays for those users.  That is still a win
+ * (the product and the sum are never written), so it fuses.
+ */
+#include <string.h>
+
+#include "pattern.h"
+
+#define PASS_NAME "fuse-sigmoid-gate"
+#define PATTERN_NAME "sigmoid-gate"
+
+/* Two dims are known to be equal: both static and equal, or the same symbol. */
+static int dims_equal(const struct tpf_dim *a, const struct tpf_dim *b)
+{
+	if (!a->param && !b->param)
+		return a->value >= 0 && a->value == b->value;
+	return a->param && b->param && strcmp(a->param, b->param) == 0;
+}
+
+static const char *dim_text(const struct tpf_dim *d, char *buf, size_t size)
+{
+	if (d->param)
+		snprintf(buf, size, "%s", d->param);
+	else if (d->value >= 0)
+		snprintf(buf, size, "%lld", (long long)d->value);
+	else
+		snprintf(buf, size, "?");
+	return buf;
+}
+
+static const char *check_gate(struct tpf_match *m)
+{
+	struct tpf_value *final = tpf_match_value(m, "final"), *gate = tpf_match_value(m, "gate");
+	struct tpf_value *shared = tpf_match_value(m, "shared");
+	struct tpf_value *out = m->root->outputs[0];
+	char b1[48], b2[48];
+
+	if (!final || !gate || !shared)
+		return "incomplete match";
+
+	/* one float dtype throughout */
+	enum tpf_dtype t_f = tpf_pattern_dtype(final), t_g = tpf_pattern_dtype(gate);
+	enum tpf_dtype t_s = tpf_pattern_dtype(shared), t_o = tpf_pattern_dtype(out);
+	if (t_f == TPF_DTYPE_UNDEFINED || t_g == TPF_DTYPE_UNDEFINED || t_s == TPF_DTYPE_UNDEFINED)
+		return "the dtype of final, gate or shared is unknown";
+	if (t_f != t_s || t_g != t_s)
+		return tpf_match_reason(m, "mixed dtypes: final %s, gate %s, shared %s",
+					tpf_dtype_name(t_f), tpf_dtype_name(t_g),
+					tpf_dtype_name(t_s));
+	if (t_o != TPF_DTYPE_UNDEFINED && t_o != t_s)
+		return tpf_match_reason(m, "the result dtype %s differs from the inputs' %s",
+					tpf_dtype_name(t_o), tpf_dtype_name(t_s));
+	if (!tpf_dtype_is_float(t_s) || tpf_dtype_bits(t_s) < 16)
+		return tpf_match_reason(m, "dtype %s is not a 16-, 32- or 64-bit float type",
+					tpf_dtype_name(t_s));
+
+	/* shapes: final == shared, gate [..., 1] or [..., H] */
+	int r_f = tpf_pattern_rank(final), r_g = tpf_pattern_rank(gate),
+	    r_s = tpf_pattern_rank(shared);
+	if (r_f < 0 || r_g < 0 || r_s < 0)
+		return "the shape of final, gate or shared is unknown";
+	if (r_s < 1)
+		return "shared is a scalar";
+	if (r_f != r_s)
+		return tpf_match_reason(m, "final has rank %d, shared rank %d (broadcast of final)",
+					r_f, r_s);
+	for (int i = 0; i < r_s; i++) {
+		const struct tpf_dim *a = &final->type.shape.dims[i], *b = &shared->type.shape.dims[i];
+		if (!dims_equal(a, b))
+			return tpf_match_reason(m, "final dim %d is %s, shared dim %d is %s (final "
+						   "and shared must have one shape)",
+						i, dim_text(a, b1, sizeof(b1)), i,
+						dim_text(b, b2, sizeof(b2)));
+	}
+	if (r_g != r_s)
+		return tpf_match_reason(m, "gate has rank %d, shared rank %d", r_g, r_s);
+	for (int i = 0; i < r_s - 1; i++) {
+		const struct tpf_dim *a = &gate->type.shape.dims[i], *b = &shared->type.shape.dims[i];
+		if (!dims_equal(a, b))
+			return tpf_match_reason(m, "gate dim %d is %s, shared dim %d is %s (gate may "
+						   "broadcast only over the last dim)",
+						i, dim_text(a, b1, sizeof(b1)), i,
+						dim_text(b, b2, sizeof(b2)));
+	}
+	const struct tpf_dim *gl = &gate->type.shape.dims[r_s - 1];
+	const struct tpf_dim *sl = &shared->type.shape.dims[r_s - 1];
+	if (!(gl->value == 1 && !gl->param) && !dims_equal(gl, sl))
+		return tpf_match_reason(m, "gate's last dim is %s; expected 1 or %s",
+					dim_text(gl, b1, sizeof(b1)), dim_text(sl, b2, sizeof(b2)));
+	return NULL;
+}
+
+static enum tpf_status rewrite_gate(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_value *in[3] = {tpf_match_value(m, "final"), tpf_match_value(m, "gate"),
+				   tpf_match_value(m, "shared")};
+	struct tpf_value *out = m->root->outputs[0];
+	enum tpf_status st;
+
+	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_SIGMOID_GATE_ADD, in, 3, 1, NULL);
+	if (!f)
+		return TPF_ERR_NOMEM;
+	if (out->type.kind == TPF_TYPE_NONE && (st = tpf_value_copy_type(f->outputs[0], &in[2]->type)))
+		return st;
+	if ((st = tpf_rewriter_replace(rw, out, f->outputs[0])))
+		return st;
+	/* the Sigmoid survives when it has other users */
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+static const struct tpf_pattern pat_gate = {
+	.name = PATTERN_NAME,
+	.root = TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("final"),
+			   TPF_PAT_OP(MUL, "mul", TPF_PNODE_COMMUTE, NULL,
+				      TPF_PAT_OP(SIGMOID, "sigmoid", TPF_PNODE_MULTI_USE, NULL,
+						 TPF_PAT_ANY("gate")),
+				      TPF_PAT_ANY("shared"))),
+	.check = check_gate,
+	.rewrite = rewrite_gate,
+	.explain_min_nodes = 2,
+};
+
+static const struct tpf_pattern *const patterns[] = {&pat_gate};
+
+static const char *const counters[] = {PATTERN_NAME, NULL};
+
+static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+			   struct tpf_diag *d)
+{
+	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
+			       changed, d);
+}
+
+const struct tpf_pass tpf_pass_fuse_sigmoid_gate = {
+	.name = PASS_NAME,
+	.summary = "final + Sigmoid(gate) * shared into ai.tpfuse.SigmoidGateAdd",
+	.run = run,
+	.counters = counters,
+};

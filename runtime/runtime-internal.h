@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* Private to runtime/: the plan's data structures and shape functions. */
+#ifndef TPF_RUNTIME_INTERNAL_H
+#define TPF_RUNTIME_INTERNAL_H
+
+#include "tpf-runtime.h"
+
+/* A value of the plan: a graph value or a temporary of a lowered node. */
+struct rt_value {
+	const struct tpf_value *v; /* NULL for temporaries */
+	const char *name;
+	struct tpf_ktensor t;      /* dtype and bound dims; data NULL */
+	int known;                 /* value known when the plan was built */
+	void *host;                /* its bytes when known */
+	int owns_host;             /* host allocated by the plan (folded) */
+	int buffer;                /* arena buffer, -1 none (constants) */
+	int def_step, last_step;   /* live range in steps (-1: before the first) */
+	int is_input, is_output;
+	int input_index;           /* is_input: index into the user's inputs */
+};
+
+enum rt_step_kind {
+	RT_STEP_KERNEL,
+	RT_STEP_ALLREDUCE,
+	RT_STEP_ALLGATHER,
+	RT_STEP_ALLTOALL,
+	RT_STEP_KIND_COUNT
+};
+
+struct rt_step {
+	enum rt_step_kind kind;
+	const struct tpf_node *node;
+	const struct tpf_kernel *kernel; /* RT_STEP_KERNEL */
+	enum tpf_kernel_phase phase;
+	int *ins, *outs;                 /* rt_value indices; -1 omitted */
+	size_t n_in, n_out;
+};
+
+struct rt_buffer {
+	size_t offset, size;
+	int first, last; /* live range in steps */
+	int value;
+};
+
+struct tpf_plan {
+	const struct tpf_model *model;
+	const struct tpf_graph *graph;
+	struct tpf_plan_options opt;
+	int64_t opset;
+	struct rt_value *values;
+	size_t n_values, cap_values;
+	int *value_of_id; /* tpf_value id -> rt value index, -1 */
+	size_t n_ids;
+	struct rt_step *steps;
+	size_t n_steps, cap_steps;
+	struct rt_buffer *buffers;
+	size_t n_buffers;
+	size_t arena_bytes, unshared_bytes, constant_bytes;
+	size_t n_folded;
+	int *outputs; /* rt value per graph output */
+	size_t n_outputs;
+	uint64_t shape_hash; /* of the bound inputs */
+};
+
+/* Fills the output dtypes and dims of a call whose inputs are bound (host
+ * copies set where known).  out[i] of omitted outputs are left alone (the
+ * caller marks them with dtype UNDEFINED and rank -1). */
+enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c,
+			     struct tpf_diag *d);
+
+#endif /* TPF_RUNTIME_INTERNAL_H */

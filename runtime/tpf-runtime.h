@@ -1,0 +1,214 @@
+/*
+ * tpfuse runtime: lower a model to a plan and run it on a backend, one
+ * process per rank, collectives through a communicator.
+ *
+ *   struct tpf_comm *comm;
+ *   tpf_comm_create_mpi(&(struct tpf_comm_options){.timeout_s = 60}, &comm, d);  (or _self)
+ *   struct tpf_session *s;
+ *   tpf_session_create(model, &(struct tpf_session_options){.comm = comm}, &s, d);
+ *   struct tpf_host_tensor in = {.name = "x", .dtype = TPF_DTYPE_BFLOAT16, .rank = 2,
+ *                                .dims = {1, 4096}, .data = buf};
+ *   const struct tpf_host_tensor *out; size_t n_out;
+ *   tpf_session_run(s, &in, 1, &out, &n_out, d);   outputs stay valid until the next run
+ *   tpf_session_free(s); tpf_comm_free(comm);
+ *
+ * Lowering (tpf_plan_build): a topological schedule of the graph with every
+ * shape bound from the actual inputs (symbolic dims resolved per run; the
+ * session rebuilds the plan when input shapes change), shape computations
+ * and small constant subgraphs folded on the host, fused ops that contain a
+ * collective split into communicator steps and kernel phases, one kernel per
+ * step from the kernel table (op, dtype, backend), and liveness-based reuse
+ * of one arena per device.  tpf_plan_print shows all of it.
+ *
+ * Ownership: a session borrows its model and communicator (both must outlive
+ * it).  Errors are statuses with messages in a struct tpf_diag; on a
+ * multi-rank run every rank reports its own error; the caller should then
+ * call tpf_comm_abort so that no peer waits forever.
+ */
+#ifndef TPF_RUNTIME_H
+#define TPF_RUNTIME_H
+
+#include "tpf-ir.h"
+#include "tpf-kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ communicator
+ * Collectives over all ranks of a run.  Buffers live in the backend's memory
+ * (host for CPU, device for CUDA); `stream` is the backend queue (NULL on
+ * the CPU).  Every call either completes on all ranks or returns an error
+ * within the communicator's timeout; messages name the operation and rank.
+ * Send and receive buffers may be the same for allreduce. */
+
+struct tpf_comm;
+
+struct tpf_comm_ops {
+	const char *name; /* "self", "mpi", "nccl" */
+	/* recv[i] = sum over ranks of send[i], count elements of dtype (float
+	 * types sum in float32 or wider, rounded once; integers exactly). */
+	enum tpf_status (*allreduce_sum)(struct tpf_comm *c, const void *send, void *recv,
+					 size_t count, enum tpf_dtype dtype, void *stream,
+					 struct tpf_diag *d);
+	/* recv = send of rank 0, then rank 1, ...: bytes per rank each
+	 * (gathering along axis 0; the runtime reorders for other axes). */
+	enum tpf_status (*allgather)(struct tpf_comm *c, const void *send, void *recv,
+				     size_t bytes_per_rank, void *stream, struct tpf_diag *d);
+	/* send is world chunks of bytes_per_rank, chunk j goes to rank j; recv
+	 * holds the chunks from ranks 0..world-1 in order. */
+	enum tpf_status (*alltoall)(struct tpf_comm *c, const void *send, void *recv,
+				    size_t bytes_per_rank, void *stream, struct tpf_diag *d);
+	enum tpf_status (*broadcast)(struct tpf_comm *c, void *buf, size_t bytes, int root,
+				     void *stream, struct tpf_diag *d);
+	enum tpf_status (*barrier)(struct tpf_comm *c, struct tpf_diag *d);
+	/* Ends every rank's process group (MPI_Abort); used after an error so
+	 * that no peer blocks forever.  May be NULL. */
+	void (*abort)(struct tpf_comm *c, int code);
+	void (*destroy)(struct tpf_comm *c);
+};
+
+struct tpf_comm {
+	const struct tpf_comm_ops *ops;
+	int rank, world;
+	int local_rank;   /* rank on this host (picks the GPU) */
+	double timeout_s; /* collectives fail after this long; <= 0: 60 s */
+	void *impl;
+};
+
+struct tpf_comm_options {
+	double timeout_s; /* <= 0: 60 */
+};
+
+/* One rank, world size 1. */
+enum tpf_status tpf_comm_create_self(const struct tpf_comm_options *o, struct tpf_comm **out,
+				     struct tpf_diag *d);
+/* MPI_COMM_WORLD (MPI_Init_thread when MPI is not initialized yet, and
+ * MPI_Finalize in tpf_comm_free then).  TPF_ERR_UNSUPPORTED when tpfuse was
+ * built without MPI. */
+enum tpf_status tpf_comm_create_mpi(const struct tpf_comm_options *o, struct tpf_comm **out,
+				    struct tpf_diag *d);
+/* 1 when this process was started by an MPI launcher (mpirun/srun env). */
+int tpf_comm_launched_by_mpi(void);
+void tpf_comm_free(struct tpf_comm *c);
+void tpf_comm_abort(struct tpf_comm *c, int code);
+/* Every rank gives `value`; fails on every rank with a message naming the
+ * ranks that differ ("what" says what the value is). */
+enum tpf_status tpf_comm_check_same(struct tpf_comm *c, uint64_t value, const char *what,
+				    struct tpf_diag *d);
+
+/* ------------------------------------------------------------ backends
+ * Memory and copies of a backend; the plan is backend-neutral. */
+
+struct tpf_device {
+	enum tpf_backend kind;
+	void *ctx;
+	void *stream;
+	void *(*alloc)(struct tpf_device *dev, size_t bytes); /* NULL on failure */
+	void (*free)(struct tpf_device *dev, void *p);
+	enum tpf_status (*upload)(struct tpf_device *dev, void *dst, const void *src, size_t n,
+				  struct tpf_diag *d);
+	enum tpf_status (*download)(struct tpf_device *dev, void *dst, const void *src, size_t n,
+				    struct tpf_diag *d);
+	enum tpf_status (*sync)(struct tpf_device *dev, struct tpf_diag *d);
+	void (*destroy)(struct tpf_device *dev);
+};
+
+enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct tpf_device **out,
+				  struct tpf_diag *d);
+void tpf_device_free(struct tpf_device *dev);
+
+/* ------------------------------------------------------------ host tensors */
+
+struct tpf_host_tensor {
+	const char *name;
+	enum tpf_dtype dtype;
+	int rank;
+	int64_t dims[TPF_KERNEL_MAX_RANK];
+	void *data;    /* packed little-endian elements */
+	size_t nbytes; /* 0: computed from dtype and dims */
+};
+
+/* Bytes of t's elements; -1 on overflow or a bad dtype. */
+int tpf_host_tensor_bytes(const struct tpf_host_tensor *t, size_t *out);
+
+/* ONNX test-data format: one TensorProto per .pb file. */
+enum tpf_status tpf_tensor_read_pb(const char *path, struct tpf_host_tensor *out,
+				   struct tpf_diag *d); /* out->name, out->data tpf_malloc'ed */
+enum tpf_status tpf_tensor_write_pb(const char *path, const struct tpf_host_tensor *t,
+				    struct tpf_diag *d);
+void tpf_host_tensor_release(struct tpf_host_tensor *t); /* frees name and data */
+/* Reads DIR/input_0.pb, input_1.pb, ... (or output_N.pb with prefix
+ * "output"); *out is a tpf_malloc'ed array. */
+enum tpf_status tpf_tensor_read_dir(const char *dir, const char *prefix,
+				    struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d);
+void tpf_host_tensors_release(struct tpf_host_tensor *t, size_t count);
+
+/* ------------------------------------------------------------ plans */
+
+struct tpf_plan;
+
+struct tpf_plan_options {
+	enum tpf_backend backend;
+	int rank, world;                  /* world <= 0: 1 */
+	size_t fold_max_elements;         /* 0: 65536; larger results run as steps */
+	size_t alignment;                 /* 0: 256 bytes */
+};
+
+/* Binds the graph to concrete inputs (by name, every graph input without a
+ * default must be given) and lowers it.  Unsupported ops, dtypes, missing
+ * or extra inputs and shape errors are reported naming the node/input. */
+enum tpf_status tpf_plan_build(const struct tpf_model *m, const struct tpf_host_tensor *inputs,
+			       size_t n_inputs, const struct tpf_plan_options *o,
+			       struct tpf_plan **out, struct tpf_diag *d);
+void tpf_plan_free(struct tpf_plan *p);
+/* Schedule, buffers (offset, size, live range), kernels, peak memory. */
+enum tpf_status tpf_plan_print(const struct tpf_plan *p, FILE *f);
+
+struct tpf_plan_stats {
+	size_t n_steps, n_kernel_steps, n_collective_steps, n_folded;
+	size_t n_buffers;
+	size_t arena_bytes;    /* peak of the arena with reuse */
+	size_t unshared_bytes; /* sum of all buffers: the arena without reuse */
+	size_t constant_bytes; /* initializers and folded constants */
+};
+void tpf_plan_get_stats(const struct tpf_plan *p, struct tpf_plan_stats *st);
+
+/* Structural hash of a graph (ops, attributes, wiring, initializer dtypes
+ * and shapes; not weight values), identical on every rank of a TP model. */
+uint64_t tpf_graph_structure_hash(const struct tpf_graph *g);
+
+/* ------------------------------------------------------------ sessions */
+
+struct tpf_session;
+
+struct tpf_session_options {
+	enum tpf_backend backend;
+	struct tpf_comm *comm; /* NULL: a self communicator owned by the session */
+	/* Skip the start-up check that every rank has the same graph. */
+	int no_structure_check;
+	struct tpf_plan_options plan; /* backend/rank/world are filled in */
+};
+
+enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_session_options *o,
+				   struct tpf_session **out, struct tpf_diag *d);
+void tpf_session_free(struct tpf_session *s);
+/* Runs once.  Outputs (graph output order, host memory owned by the
+ * session) stay valid until the next run or free. */
+enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
+				size_t n_inputs, const struct tpf_host_tensor **outputs,
+				size_t *n_outputs, struct tpf_diag *d);
+/* The current plan (NULL before the first run). */
+const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
+
+/* ------------------------------------------------------------ CLI commands
+ * `tpfuse run` and `tpfuse plan`: argv[0] is the command name.  Return the
+ * process exit code (0 ok, 1 error, 2 usage, 3 --verify mismatch). */
+int tpf_cli_run(int argc, char **argv);
+int tpf_cli_plan(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPF_RUNTIME_H */

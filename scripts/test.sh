@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test suite that needs no GPU:
+# unit, onnx, mpi and conformance.  Extra arguments go to `meson test`.
+# The last line reads "N passed, N failed, N skipped".
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build_dir=${BUILD_DIR:-build}
+
+./scripts/setup.sh
+
+# Open MPI refuses root without these, and the tests start more ranks than
+# this machine may have cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+echo "==> meson test (all suites but gpu)"
+status=0
+meson test -C "$build_dir" --no-suite gpu --print-errorlogs "$@" || status=$?
+
+python3 - "$build_dir/meson-logs/testlog.json" <<'PY'
+import json, sys
+passed = failed = skipped = 0
+try:
+    lines = open(sys.argv[1]).read().splitlines()
+except OSError:
+    lines = []
+for line in lines:
+    if not line.strip():
+        continue
+    r = json.loads(line).get("result", "")
+    if r in ("OK", "EXPECTEDFAIL"):
+        passed += 1
+    elif r == "SKIP":
+        skipped += 1
+    else:
+        failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status

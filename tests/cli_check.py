@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The tpfuse command on models made with the onnx package: exit codes
+(docs/cli.md: 0 ok, 1 model error, 2 usage, 3 I/O), deterministic dumps,
+and `optimize` writing a valid, equivalent model.
+
+Exit status: 0 all passed, 1 a failure, 77 (skipped) without the onnx package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+except ImportError:
+    print("onnx is not installed for", sys.executable, "- skipped")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import onnx_compare  # noqa: E402
+
+failures: list[str] = []
+checks = 0
+
+
+def expect(cond, what):
+    global checks
+    checks += 1
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def tpfuse(*args, timeout=120):
+    p = subprocess.run([TPFUSE, *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cleanup_model(path):
+    """y = Relu(Identity(x) @ W); a dead Neg(x) and an Identity chain on the way."""
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "W")
+    nodes = [
+        helper.make_node("Identity", ["x"], ["x_id"], name="id0"),
+        helper.make_node("Identity", ["x_id"], ["x_id2"], name="id1"),
+        helper.make_node("MatMul", ["x_id2", "W"], ["h"], name="mm"),
+        helper.make_node("Relu", ["h"], ["y"], name="relu"),
+        helper.make_node("Neg", ["x"], ["dead"], name="dead_neg"),
+    ]
+    g = helper.make_graph(nodes, "cleanup", [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3])], initializer=[w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 11
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def cycle_model(path):
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="cyc_a"),
+        helper.make_node("Relu", ["a"], ["b"], name="cyc_b"),
+    ]
+    g = helper.make_graph(nodes, "cycle", [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+                          [helper.make_tensor_value_info("b", T.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 11
+    onnx.save(m, path)
+
+
+def main():
+    global TPFUSE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tpfuse", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    TPFUSE = a.tpfuse
+    if os.path.isdir(a.work):
+        shutil.rmtree(a.work)
+    os.makedirs(a.work)
+    w = lambda name: os.path.join(a.work, name)  # noqa: E731
+
+    rc, out, _ = tpfuse("--version")
+    expect(rc == 0 and "0.1.0" in out, "tpfuse --version prints the version")
+    rc, out, _ = tpfuse("--help")
+    expect(rc == 0 and all(c in out for c in ("dump", "check", "optimize")),
+           "tpfuse --help lists dump, check, optimize")
+    for cmd in ("dump", "check", "optimize"):
+        rc, out, _ = tpfuse(cmd, "--help")
+        expect(rc == 0 and "usage" in out.lower(), f"tpfuse {cmd} --help")
+    rc, _, err = tpfuse("no-such-command")
+    expect(rc == 2 and err.strip() != "", "unknown command: exit 2 with a message")
+    rc, _, err = tpfuse("check")
+    expect(rc == 2, "check without a model: exit 2")
+    rc, _, err = tpfuse("dump", w("missing.onnx"))
+    expect(rc == 3 and "missing.onnx" in err, "missing model file: exit 3 naming the file")
+
+    model = w("cleanup.onnx")
+    cleanup_model(model)
+    rc, out, err = tpfuse("check", model)
+    expect(rc == 0, f"check on a valid model exits 0 ({err.strip()[:200]})")
+
+    rc1, d1, _ = tpfuse("dump", model)
+    rc2, d2, _ = tpfuse("dump", model)
+    expect(rc1 == 0 and rc2 == 0 and d1 == d2 and d1.strip() != "", "text dump is deterministic")
+    expect("%0" in d1 and "MatMul" in d1 and "Relu" in d1, "text dump numbers values and lists ops")
+    rc, _, _ = tpfuse("dump", model, "--format", "dot", "-o", w("g.dot"))
+    dot = open(w("g.dot")).read() if os.path.exists(w("g.dot")) else ""
+    expect(rc == 0 and "digraph" in dot and "MatMul" in dot, "DOT dump to a file")
+
+    out_model = w("cleanup.opt.onnx")
+    rc, out, err = tpfuse("optimize", model, "-o", out_model, "--passes", "cleanup", "--stats",
+                          "--dump-before", w("before.txt"), "--dump-after", w("after.txt"))
+    expect(rc == 0, f"optimize --passes cleanup exits 0 ({err.strip()[:300]})")
+    if rc == 0:
+        expect(out.strip() != "", "--stats prints counters")
+        before = open(w("before.txt")).read()
+        after = open(w("after.txt")).read()
+        expect("Identity" in before and "Neg" in before, "--dump-before shows the input graph")
+        expect("Identity" not in after and "Neg" not in after and "MatMul" in after,
+               "--dump-after shows Identity and dead code removed")
+        why = onnx_compare.check(out_model)
+        expect(why is None, f"optimized model passes onnx.checker ({why})")
+        m = onnx.load(out_model)
+        ops = [n.op_type for n in m.graph.node]
+        expect(ops == ["MatMul", "Relu"], f"optimized graph is MatMul, Relu (got {ops})")
+        expect([o.name for o in m.graph.output] == ["y"], "graph output name kept")
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            ort = None
+        if ort is not None:
+            x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+            ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+            got = ort.InferenceSession(out_model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+            expect(np.array_equal(ref[0], got[0]), "onnxruntime: optimized model computes the same y")
+        # Optimizing the optimized model changes nothing.
+        rc, _, _ = tpfuse("optimize", out_model, "-o", w("twice.onnx"), "--passes", "cleanup")
+        expect(rc == 0 and onnx_compare.compare_files(out_model, w("twice.onnx")) is None,
+               "cleanup is idempotent")
+
+    rc, _, err = tpfuse("optimize", model)
+    expect(rc == 2, "optimize without -o: exit 2")
+    rc, _, err = tpfuse("optimize", model, "-o", w("x.onnx"), "--passes", "no-such-pass")
+    expect(rc != 0 and "no-such-pass" in err, "unknown pass is named in the error")
+
+    cyc = w("cycle.onnx")
+    cycle_model(cyc)
+    rc, _, err = tpfuse("check", cyc)
+    expect(rc == 1 and "cycle" in err.lower(), "check on a cycle: exit 1, message says cycle")
+
+    print(f"\ncli checks: {checks - len(failures)}/{checks} passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,708 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Verifier and shape inference: a valid tensor-parallel decoder block that
+ * verifies and whose types are inferred (symbolic dims kept), and broken
+ * graphs, each reported with the node's name, op and what was expected: a
+ * cycle, nodes out of order, an undefined input, wrong arity, missing and
+ * mistyped attributes, dtype mismatches, MatMul and broadcast mismatches,
+ * Reshape element counts, damaged use lists, duplicate names, subgraph
+ * problems and missing model fields.  A 15,000-node graph checks that both
+ * passes stay linear.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "tpf-ir.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+#define IN(...) ((struct tpf_value *[]){__VA_ARGS__})
+
+static int diag_mentions(const struct tpf_diag *d, const char *needle)
+{
+	for (size_t i = 0; i < d->count; i++)
+		if (d->entries[i].text && strstr(d->entries[i].text, needle))
+			return 1;
+	return 0;
+}
+
+/* "bf16[B,S,64]" */
+static const char *type_str(const struct tpf_value *v, char *buf, size_t size)
+{
+	const struct tpf_type *t = &v->type;
+	size_t len;
+
+	if (t->kind != TPF_TYPE_TENSOR) {
+		snprintf(buf, size, "none");
+		return buf;
+	}
+	snprintf(buf, size, "%s", tpf_dtype_name(t->dtype));
+	len = strlen(buf);
+	if (t->shape.rank < 0) {
+		snprintf(buf + len, size - len, "[?]");
+		return buf;
+	}
+	snprintf(buf + len, size - len, "[");
+	for (int i = 0; i < t->shape.rank; i++) {
+		const struct tpf_dim *d = &t->shape.dims[i];
+
+		len = strlen(buf);
+		if (d->param)
+			snprintf(buf + len, size - len, "%s%s", i ? "," : "", d->param);
+		else if (d->value >= 0)
+			snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)d->value);
+		else
+			snprintf(buf + len, size - len, "%s?", i ? "," : "");
+	}
+	len = strlen(buf);
+	snprintf(buf + len, size - len, "]");
+	return buf;
+}
+
+static void expect_type(const struct tpf_value *v, const char *want)
+{
+	char buf[256];
+
+	type_str(v, buf, sizeof(buf));
+	if (strcmp(buf, want) != 0)
+		fail_msg("value '%s' has type %s, expected %s", v->name, buf, want);
+}
+
+static struct tpf_model *new_model(int64_t opset)
+{
+	struct tpf_model *m = tpf_model_create();
+
+	assert_non_null(m);
+	m->ir_version = 10;
+	if (opset > 0)
+		assert_int_equal(tpf_model_set_opset(m, "", opset), TPF_OK);
+	assert_int_equal(tpf_model_set_opset(m, "com.microsoft", 1), TPF_OK);
+	return m;
+}
+
+static struct tpf_node *add(struct tpf_graph *g, const char *domain, const char *op,
+			    const char *name, size_t n_in, struct tpf_value *const *in, size_t n_out)
+{
+	struct tpf_node *n = tpf_graph_add_node(g, domain, op, name, in, n_in, n_out, NULL);
+
+	assert_non_null(n);
+	return n;
+}
+
+static struct tpf_value *ints(struct tpf_graph *g, const char *name, size_t count,
+			      const int64_t *vals)
+{
+	int64_t dim = (int64_t)count;
+	struct tpf_value *v =
+		tpf_graph_add_initializer(g, name, TPF_DTYPE_INT64, 1, &dim, vals, count * 8);
+
+	assert_non_null(v);
+	return v;
+}
+
+static struct tpf_value *input(struct tpf_graph *g, const char *name, enum tpf_dtype dt, int rank,
+			       const char *const *dims)
+{
+	struct tpf_value *v = tpf_graph_add_input_sym(g, name, dt, rank, dims);
+
+	assert_non_null(v);
+	return v;
+}
+
+/* Verifies; expects TPF_ERR_VERIFY and a message containing each needle. */
+static void expect_verify_errors(const struct tpf_model *m, const char *const *needles)
+{
+	struct tpf_diag *d = tpf_diag_create();
+
+	assert_int_equal(tpf_model_verify(m, d), TPF_ERR_VERIFY);
+	for (size_t i = 0; needles[i]; i++)
+		if (!diag_mentions(d, needles[i])) {
+			tpf_diag_print(d, stderr);
+			fail_msg("no message mentions '%s'", needles[i]);
+		}
+	tpf_diag_free(d);
+}
+
+static void expect_infer_errors(struct tpf_model *m, const char *const *needles)
+{
+	struct tpf_diag *d = tpf_diag_create();
+
+	assert_int_equal(tpf_model_infer_shapes(m, d), TPF_ERR_VERIFY);
+	for (size_t i = 0; needles[i]; i++)
+		if (!diag_mentions(d, needles[i])) {
+			tpf_diag_print(d, stderr);
+			fail_msg("no message mentions '%s'", needles[i]);
+		}
+	tpf_diag_free(d);
+}
+
+static void expect_ok(struct tpf_model *m)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	enum tpf_status v = tpf_model_verify(m, d);
+	enum tpf_status s = tpf_model_infer_shapes(m, d);
+
+	if (v || s)
+		tpf_diag_print(d, stderr);
+	assert_int_equal(v, TPF_OK);
+	assert_int_equal(s, TPF_OK);
+	assert_int_equal(d->error_count, 0);
+	tpf_diag_free(d);
+}
+
+/* ------------------------------------------------------------------ valid graphs */
+
+static void test_decoder_block(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(23);
+	struct tpf_graph *g = m->graph;
+	const char *xd[] = {"B", "S", "64"};
+	static uint16_t wdata[64 * 32], gdata[64];
+	const int64_t wd[2] = {64, 32}, gd[1] = {64};
+
+	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "2"), TPF_OK);
+	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 3, xd);
+	struct tpf_value *gamma = tpf_graph_add_initializer(g, "gamma", TPF_DTYPE_BFLOAT16, 1, gd,
+							    gdata, sizeof(gdata));
+	struct tpf_value *w = tpf_graph_add_initializer(g, "w", TPF_DTYPE_BFLOAT16, 2, wd, wdata,
+							sizeof(wdata));
+	struct tpf_node *norm = add(g, "", "RMSNormalization", "norm", 2, IN(x, gamma), 1);
+	assert_int_equal(tpf_node_set_attr_float(norm, "epsilon", 1e-6f), TPF_OK);
+	struct tpf_node *mm = add(g, "", "MatMul", "q_proj", 2, IN(norm->outputs[0], w), 1);
+	struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(mm->outputs[0]), 1);
+	struct tpf_node *rs = add(g, "", "Reshape", "heads", 2,
+				  IN(ar->outputs[0], ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
+	struct tpf_node *tr = add(g, "", "Transpose", "tr", 1, IN(rs->outputs[0]), 1);
+	tpf_node_set_attr_ints(tr, "perm", (int64_t[]){0, 2, 1, 3}, 4);
+	struct tpf_node *tr2 = add(g, "", "Transpose", "tr2", 1, IN(tr->outputs[0]), 1);
+	tpf_node_set_attr_ints(tr2, "perm", (int64_t[]){0, 2, 1, 3}, 4);
+	struct tpf_node *rs2 = add(g, "", "Reshape", "merge", 2,
+				   IN(tr2->outputs[0], ints(g, "back", 3, (int64_t[]){0, 0, -1})), 1);
+	struct tpf_node *ag = add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(rs2->outputs[0]), 1);
+	tpf_node_set_attr_int(ag, "axis", -1); /* group size from tp_world_size */
+	struct tpf_node *res = add(g, "", "Add", "res", 2, IN(ag->outputs[0], x), 1);
+	struct tpf_node *split = add(g, "", "Split", "split", 2,
+				     IN(res->outputs[0], ints(g, "sp", 2, (int64_t[]){16, 48})), 2);
+	tpf_node_set_attr_int(split, "axis", 2);
+	struct tpf_node *cat =
+		add(g, "", "Concat", "cat", 2, IN(split->outputs[1], split->outputs[0]), 1);
+	tpf_node_set_attr_int(cat, "axis", -1);
+	struct tpf_value *axis2 = ints(g, "axis2", 1, (int64_t[]){2});
+	struct tpf_node *sl = add(g, "", "Slice", "tail", 4,
+				  IN(cat->outputs[0], ints(g, "st", 1, (int64_t[]){-8}),
+				     ints(g, "en", 1, (int64_t[]){INT64_MAX}), axis2),
+				  1);
+	struct tpf_node *rm = add(g, "", "ReduceMean", "rm", 2, IN(sl->outputs[0], axis2), 1);
+	struct tpf_node *sq = add(g, "", "Squeeze", "sq", 2, IN(rm->outputs[0], axis2), 1);
+	struct tpf_node *usq = add(g, "", "Unsqueeze", "usq", 2,
+				   IN(sq->outputs[0], ints(g, "ax0", 1, (int64_t[]){0})), 1);
+	struct tpf_node *cast = add(g, "", "Cast", "cast", 1, IN(usq->outputs[0]), 1);
+	tpf_node_set_attr_int(cast, "to", TPF_DTYPE_FLOAT);
+	float half = 0.5f;
+	uint8_t zero = 0;
+	uint16_t bf_one = 0x3f80;
+	struct tpf_value *scale =
+		tpf_graph_add_initializer(g, "scale", TPF_DTYPE_FLOAT, 0, NULL, &half, 4);
+	struct tpf_value *zp =
+		tpf_graph_add_initializer(g, "zp", TPF_DTYPE_FLOAT8E4M3FN, 0, NULL, &zero, 1);
+	struct tpf_value *scale_bf =
+		tpf_graph_add_initializer(g, "scale_bf", TPF_DTYPE_BFLOAT16, 0, NULL, &bf_one, 2);
+	struct tpf_node *q = add(g, "", "QuantizeLinear", "q", 3, IN(res->outputs[0], scale, zp), 1);
+	struct tpf_node *dq = add(g, "", "DequantizeLinear", "dq", 2, IN(q->outputs[0], scale_bf), 1);
+	struct tpf_node *q8 = add(g, "", "QuantizeLinear", "q8", 2, IN(res->outputs[0], scale_bf), 1);
+	struct tpf_node *skip = add(g, TPF_MS_DOMAIN, "SkipSimplifiedLayerNormalization", "skip", 3,
+				    IN(dq->outputs[0], x, gamma), 4);
+	struct tpf_node *topk = add(g, "", "TopK", "topk", 2,
+				    IN(skip->outputs[3], ints(g, "k", 1, (int64_t[]){3})), 2);
+	struct tpf_node *shape = add(g, "", "Shape", "shape", 1, IN(x), 1);
+	struct tpf_value *cs = ints(g, "cs", 2, (int64_t[]){2, 5});
+	struct tpf_node *cos = add(g, "", "ConstantOfShape", "cos", 1, IN(cs), 1);
+	struct tpf_node *ex = add(g, "", "Expand", "ex", 2,
+				  IN(cos->outputs[0], ints(g, "exs", 3, (int64_t[]){3, 1, 5})), 1);
+	struct tpf_node *gat = add(g, "", "Gather", "gat", 2, IN(x, cs), 1);
+	tpf_node_set_attr_int(gat, "axis", 2);
+	struct tpf_node *sg = add(g, "", "Sigmoid", "sg", 1, IN(res->outputs[0]), 1);
+	struct tpf_node *gt = add(g, "", "Greater", "gt", 2, IN(sg->outputs[0], x), 1);
+	struct tpf_node *wh = add(g, "", "Where", "wh", 3, IN(gt->outputs[0], sg->outputs[0], x), 1);
+	struct tpf_node *sm = add(g, "", "Softmax", "sm", 1, IN(wh->outputs[0]), 1);
+	struct tpf_node *a2a = add(g, TPF_MS_DOMAIN, "AllToAll", "a2a", 1, IN(sm->outputs[0]), 1);
+	struct tpf_node *fp4 =
+		add(g, "trt", "TRT_FP4DynamicQuantize", "fp4", 2, IN(res->outputs[0], scale), 2);
+	struct tpf_node *gm = add(g, "", "Gemm", "gemm", 2, IN(w, w), 1);
+	tpf_node_set_attr_int(gm, "transA", 1);
+	struct tpf_node *arn =
+		add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3, IN(mm->outputs[0], x, gamma), 2);
+	assert_int_equal(tpf_graph_add_output(g, a2a->outputs[0]), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, topk->outputs[0]), TPF_OK);
+
+	expect_ok(m);
+	expect_type(norm->outputs[0], "bf16[B,S,64]");
+	expect_type(mm->outputs[0], "bf16[B,S,32]");
+	expect_type(ar->outputs[0], "bf16[B,S,32]");
+	expect_type(rs->outputs[0], "bf16[B,S,4,8]");
+	expect_type(tr->outputs[0], "bf16[B,4,S,8]");
+	expect_type(rs2->outputs[0], "bf16[B,S,32]");
+	expect_type(ag->outputs[0], "bf16[B,S,64]");
+	expect_type(res->outputs[0], "bf16[B,S,64]");
+	expect_type(split->outputs[0], "bf16[B,S,16]");
+	expect_type(split->outputs[1], "bf16[B,S,48]");
+	expect_type(cat->outputs[0], "bf16[B,S,64]");
+	expect_type(sl->outputs[0], "bf16[B,S,8]");
+	expect_type(rm->outputs[0], "bf16[B,S,1]");
+	expect_type(sq->outputs[0], "bf16[B,S]");
+	expect_type(usq->outputs[0], "bf16[1,B,S]");
+	expect_type(cast->outputs[0], "f32[1,B,S]");
+	expect_type(q->outputs[0], "f8e4m3fn[B,S,64]");
+	expect_type(dq->outputs[0], "bf16[B,S,64]");
+	expect_type(q8->outputs[0], "u8[B,S,64]");
+	expect_type(skip->outputs[0], "bf16[B,S,64]");
+	expect_type(skip->outputs[3], "bf16[B,S,64]");
+	expect_type(topk->outputs[0], "bf16[B,S,3]");
+	expect_type(topk->outputs[1], "i64[B,S,3]");
+	expect_type(shape->outputs[0], "i64[3]");
+	expect_type(cos->outputs[0], "f32[2,5]");
+	expect_type(ex->outputs[0], "f32[3,2,5]");
+	expect_type(gat->outputs[0], "bf16[B,S,2]");
+	expect_type(gt->outputs[0], "bool[B,S,64]");
+	expect_type(wh->outputs[0], "bf16[B,S,64]");
+	expect_type(a2a->outputs[0], "bf16[B,S,64]");
+	expect_type(fp4->outputs[0], "f4e2m1[B,S,64]");
+	expect_type(fp4->outputs[1], "f8e4m3fn[B,S,4]");
+	expect_type(gm->outputs[0], "bf16[32,32]");
+	expect_type(arn->outputs[0], "bf16[B,S,32]");
+	expect_type(arn->outputs[1], "bf16[B,S,32]");
+
+	/* a second run changes nothing and still verifies */
+	expect_ok(m);
+	expect_type(rs->outputs[0], "bf16[B,S,4,8]");
+	tpf_model_free(m);
+}
+
+static void test_infer_more_ops(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(11);
+	struct tpf_graph *g = m->graph;
+	const char *xd[] = {"T", "6"};
+	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+
+	/* opset 11: axes and split are attributes */
+	struct tpf_node *usq = add(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
+	tpf_node_set_attr_ints(usq, "axes", (int64_t[]){0, -1}, 2);
+	struct tpf_node *sq = add(g, "", "Squeeze", "sq", 1, IN(usq->outputs[0]), 1);
+	tpf_node_set_attr_ints(sq, "axes", (int64_t[]){0}, 1);
+	struct tpf_node *rs = add(g, "", "ReduceSum", "rsum", 1, IN(x), 1);
+	tpf_node_set_attr_ints(rs, "axes", (int64_t[]){1}, 1);
+	tpf_node_set_attr_int(rs, "keepdims", 0);
+	struct tpf_node *sp = add(g, "", "Split", "sp", 1, IN(x), 3);
+	tpf_node_set_attr_int(sp, "axis", 1);
+	struct tpf_node *mv = add(g, "", "MatMul", "mv", 2,
+				  IN(x, tpf_graph_add_input(g, "v", TPF_DTYPE_FLOAT, 1,
+							    (int64_t[]){6})), 1);
+	struct tpf_node *tr = add(g, "", "Transpose", "tr", 1, IN(x), 1);
+	struct tpf_node *ln = add(g, "", "LayerNormalization", "ln", 2,
+				  IN(x, tpf_graph_add_input(g, "s", TPF_DTYPE_FLOAT, 1,
+							    (int64_t[]){6})), 3);
+	struct tpf_node *k = add(g, "", "Constant", "k", 0, NULL, 1);
+	tpf_node_set_attr_ints(k, "value_ints", (int64_t[]){1, 2, 3}, 3);
+	struct tpf_node *ge = add(g, "", "GatherElements", "ge", 2,
+				  IN(x, tpf_graph_add_input(g, "idx", TPF_DTYPE_INT64, 2,
+							    (int64_t[]){2, 6})), 1);
+	expect_ok(m);
+	expect_type(usq->outputs[0], "f32[1,T,6,1]");
+	expect_type(sq->outputs[0], "f32[T,6,1]");
+	expect_type(rs->outputs[0], "f32[T]");
+	expect_type(sp->outputs[0], "f32[T,2]");
+	expect_type(sp->outputs[2], "f32[T,2]");
+	expect_type(mv->outputs[0], "f32[T]");
+	expect_type(tr->outputs[0], "f32[6,T]");
+	expect_type(ln->outputs[0], "f32[T,6]");
+	expect_type(ln->outputs[1], "f32[T,1]");
+	expect_type(k->outputs[0], "i64[3]");
+	expect_type(ge->outputs[0], "f32[2,6]");
+	tpf_model_free(m);
+}
+
+/* Declared types are kept: a symbolic dim is not replaced by a static one,
+ * an unknown dim is filled in. */
+static void test_infer_keeps_declared(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, (int64_t[]){4, 8});
+	struct tpf_node *r = add(g, "", "Relu", "r", 1, IN(x), 1);
+	struct tpf_value *y = r->outputs[0];
+
+	tpf_value_set_type(y, TPF_DTYPE_FLOAT, 2, (int64_t[]){-1, 8});
+	y->type.shape.dims[0].param = "rows";
+	expect_ok(m);
+	expect_type(y, "f32[rows,8]");
+	tpf_value_set_type(y, TPF_DTYPE_UNDEFINED, 2, (int64_t[]){-1, 8});
+	expect_ok(m);
+	expect_type(y, "f32[4,8]");
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ structure */
+
+static void test_cycle(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+	struct tpf_node *a = add(g, "", "Add", "A", 2, IN(x, x), 1);
+	struct tpf_node *b = add(g, "", "Relu", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *c = add(g, "", "Neg", "C", 1, IN(b->outputs[0]), 1);
+
+	assert_int_equal(tpf_node_set_input(a, 1, c->outputs[0]), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, c->outputs[0]), TPF_OK);
+	expect_verify_errors(m, (const char *[]){"node 'A' (Add): is on a cycle",
+						 "'A' <- 'C' <- 'B' <- 'A'", NULL});
+	tpf_model_free(m);
+}
+
+static void test_out_of_order(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+	struct tpf_node *a = add(g, "", "Relu", "A", 1, IN(x), 1);
+	struct tpf_node *b = add(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_diag *d = tpf_diag_create();
+
+	tpf_graph_move_node_before(g, b, a);
+	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
+	expect_verify_errors(m, (const char *[]){"node 'B' (Neg): input 0",
+						 "produced by later node 'A' (Relu)",
+						 "not in topological order", NULL});
+	/* not a cycle */
+	tpf_model_verify(m, d);
+	assert_false(diag_mentions(d, "cycle"));
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+static void test_undefined_input(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+	struct tpf_value *ghost = tpf_graph_new_value(g, "ghost");
+	struct tpf_value *lost = tpf_graph_new_value(g, "lost");
+
+	add(g, "", "Add", "A", 2, IN(x, ghost), 1);
+	assert_int_equal(tpf_graph_add_output(g, lost), TPF_OK);
+	expect_verify_errors(m, (const char *[]){"node 'A' (Add): input 1 'ghost' is not defined",
+						 "graph output 0 'lost' is not defined", NULL});
+	tpf_model_free(m);
+}
+
+static void test_arity_and_attributes(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+
+	add(g, "", "Add", "A", 3, IN(x, x, x), 1);
+	add(g, "", "Cast", "C", 1, IN(x), 1);
+	tpf_node_set_attr_int(add(g, "", "Cast", "C2", 1, IN(x), 1), "to", 99);
+	tpf_node_set_attr_float(add(g, "", "Concat", "cat", 1, IN(x), 1), "axis", 1.0f);
+	tpf_node_set_attr_ints(add(g, "", "Squeeze", "sq", 1, IN(x), 1), "axes", (int64_t[]){0}, 1);
+	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(x), 1), "group_size",
+			      0);
+	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "axis", 3);
+	add(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
+	add(g, "", "TopK", "tk", 2, IN(x, ints(g, "k", 1, (int64_t[]){1})), 1);
+	expect_verify_errors(
+		m, (const char *[]){"node 'A' (Add): has 3 inputs; expected 2",
+				    "node 'C' (Cast): missing required attribute 'to'",
+				    "node 'C2' (Cast): attribute 'to' = 99 is not a valid tensor dtype",
+				    "node 'cat' (Concat): attribute 'axis' is FLOAT; expected INT",
+				    "node 'sq' (Squeeze): attribute 'axes' is not allowed from opset 13",
+				    "node 'ag' (com.microsoft::AllGather): attribute 'group_size' = 0",
+				    "node 'ag2' (com.microsoft::AllGather): attribute 'axis' = 3 is out "
+				    "of range for rank 1",
+				    "node 'usq' (Unsqueeze): has 1 inputs; expected 2 at opset 18",
+				    "node 'tk' (TopK): has 1 outputs; expected 2", NULL});
+	tpf_model_free(m);
+}
+
+static void test_group_size_vs_world(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+
+	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "4"), TPF_OK);
+	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1), "group_size",
+			      2);
+	expect_verify_errors(m, (const char *[]){"node 'ar' (com.microsoft::AllReduce): attribute "
+						 "'group_size' = 2 differs from the model's "
+						 "tp_world_size 4",
+						 NULL});
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ dtypes */
+
+static void test_dtype_mismatches(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(23);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
+	struct tpf_value *y = tpf_graph_add_input(g, "y", TPF_DTYPE_BFLOAT16, 2, (int64_t[]){2, 3});
+	struct tpf_value *z = tpf_graph_add_input(g, "z", TPF_DTYPE_FLOAT, 2, (int64_t[]){4, 5});
+	struct tpf_value *gf = tpf_graph_add_input(g, "gf", TPF_DTYPE_FLOAT, 1, (int64_t[]){3});
+	struct tpf_value *zp = tpf_graph_add_input(g, "zp", TPF_DTYPE_INT8, 0, NULL);
+	struct tpf_diag *d = tpf_diag_create();
+
+	add(g, "", "Add", "add", 2, IN(x, y), 1);
+	add(g, "", "MatMul", "mm", 2, IN(x, z), 1);
+	add(g, "", "Where", "wh", 3, IN(x, x, x), 1);
+	add(g, "", "Reshape", "rs", 2, IN(x, gf), 1);
+	/* the scale of RMSNormalization may have its own dtype (opset 23) */
+	struct tpf_node *rn = add(g, "", "RMSNormalization", "rn", 2, IN(y, gf), 1);
+	struct tpf_node *q = add(g, "", "QuantizeLinear", "q", 3, IN(x, gf, zp), 1);
+	tpf_value_set_type(q->outputs[0], TPF_DTYPE_UINT8, 2, (int64_t[]){2, 3});
+	struct tpf_node *q2 = add(g, "", "QuantizeLinear", "q2", 2, IN(x, gf), 1);
+	tpf_node_set_attr_int(q2, "output_dtype", TPF_DTYPE_FLOAT8E4M3FN);
+	struct tpf_node *c = add(g, "", "Cast", "c", 1, IN(x), 1);
+	tpf_node_set_attr_int(c, "to", TPF_DTYPE_FLOAT16);
+	tpf_value_set_type(c->outputs[0], TPF_DTYPE_BFLOAT16, -1, NULL);
+
+	expect_verify_errors(
+		m, (const char *[]){"node 'add' (Add): input 1 'y' is bf16 but input 0 'x' is f32",
+				    "node 'mm' (MatMul): inner dimensions differ: 'x' has 3 columns, "
+				    "'z' has 4 rows",
+				    "node 'wh' (Where): input 0 'x' is f32; expected bool",
+				    "node 'rs' (Reshape): input 1 'gf' is f32; expected int64",
+				    "node 'q' (QuantizeLinear): output 0",
+				    "expected i8 (the zero point's dtype)",
+				    "node 'c' (Cast): output 0", NULL});
+	tpf_model_verify(m, d);
+	assert_false(diag_mentions(d, "'rn'"));
+	assert_false(diag_mentions(d, "'q2'"));
+	tpf_diag_clear(d);
+	assert_int_equal(tpf_model_infer_shapes(m, d), TPF_ERR_VERIFY);
+	assert_true(diag_mentions(d, "node 'mm' (MatMul): inner dimensions differ"));
+	assert_true(diag_mentions(d, "node 'q' (QuantizeLinear): output 0"));
+	assert_true(diag_mentions(d, "has type u8[2,3] but its inputs give i8[2,3]"));
+	expect_type(rn->outputs[0], "f32[2,3]");
+	expect_type(q2->outputs[0], "f8e4m3fn[2,3]");
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ inference errors */
+
+static void test_infer_contradictions(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	const char *xd[] = {"B", "6"};
+	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	struct tpf_value *y = tpf_graph_add_input(g, "y", TPF_DTYPE_FLOAT, 2, (int64_t[]){2, 4});
+
+	add(g, "", "Add", "badd", 2, IN(x, y), 1);
+	add(g, "", "Reshape", "rs", 2, IN(y, ints(g, "s", 2, (int64_t[]){5, 5})), 1);
+	add(g, "", "Reshape", "rs2", 2, IN(x, ints(g, "s2", 3, (int64_t[]){0, 4, -1})), 1);
+	struct tpf_node *ok =
+		add(g, "", "Reshape", "rs3", 2, IN(x, ints(g, "s3", 3, (int64_t[]){0, 3, -1})), 1);
+	add(g, "", "MatMul", "mm", 2, IN(y, y), 1);
+	struct tpf_node *sp = add(g, "", "Split", "sp", 2,
+				  IN(y, ints(g, "sizes", 2, (int64_t[]){1, 2})), 2);
+	tpf_node_set_attr_int(sp, "axis", 1);
+	add(g, "", "Concat", "cat", 2, IN(x, y), 1);
+	tpf_node_set_attr_int(g->last, "axis", 0);
+	expect_infer_errors(m, (const char *[]){"node 'badd' (Add): inputs 0 and 1 cannot broadcast",
+						"node 'rs' (Reshape): element count mismatch: input "
+						"has 8 elements, shape has 25",
+						"node 'rs2' (Reshape): cannot infer the -1 entry",
+						"node 'mm' (MatMul): inner dimensions differ",
+						"node 'sp' (Split): split sizes add up to 3 but "
+						"dimension 1 is 4",
+						"node 'cat' (Concat): input 1 'y' has 4 in dimension 1 "
+						"where earlier inputs have 6",
+						NULL});
+	expect_type(ok->outputs[0], "f32[B,3,2]");
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ damaged IR */
+
+static void test_damaged_ir(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+	struct tpf_node *a = add(g, "", "Relu", "A", 1, IN(x), 1);
+	struct tpf_node *b = add(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *c = add(g, "", "Abs", "C", 1, IN(x), 1);
+
+	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
+	a->outputs[0]->n_uses = 0;   /* the use by B is lost */
+	b->outputs[0]->name = "x";   /* a second value named x */
+	c->outputs[0]->producer = a; /* claims another producer */
+	expect_verify_errors(m, (const char *[]){"value name 'x' is defined twice",
+						 "node 'B' (Neg): input 0",
+						 "missing from the value's use list",
+						 "node 'C' (Abs): output 0", NULL});
+	tpf_model_free(m);
+}
+
+static void test_model_fields(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(0);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+
+	m->ir_version = 0;
+	add(g, "", "Relu", "r", 1, IN(x), 1);
+	expect_verify_errors(m, (const char *[]){"ir_version is missing",
+						 "no opset import for the default domain", NULL});
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ subgraphs */
+
+static void test_subgraphs(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+	struct tpf_value *cond = tpf_graph_add_input(g, "c", TPF_DTYPE_BOOL, 0, NULL);
+	struct tpf_node *iff = add(g, "", "If", "if", 1, IN(cond), 1);
+	struct tpf_graph *then_g = tpf_graph_create(g), *else_g = tpf_graph_create(g);
+	struct tpf_diag *d = tpf_diag_create();
+
+	assert_non_null(then_g);
+	assert_non_null(else_g);
+	then_g->owner = iff;
+	else_g->owner = iff;
+	/* then: Relu of the outer x through an outer-scope reference */
+	struct tpf_value *ox = tpf_graph_new_value(then_g, "x");
+	ox->kind = TPF_VALUE_OUTER;
+	ox->outer = x;
+	struct tpf_node *r = add(then_g, "", "Relu", "inner_relu", 1, IN(ox), 1);
+	assert_int_equal(tpf_graph_add_output(then_g, r->outputs[0]), TPF_OK);
+	/* else: reads a name defined nowhere */
+	struct tpf_node *neg =
+		add(else_g, "", "Neg", "inner_neg", 1, IN(tpf_graph_new_value(else_g, "ghost")), 1);
+	assert_int_equal(tpf_graph_add_output(else_g, neg->outputs[0]), TPF_OK);
+	struct tpf_attr at = {.name = "then_branch", .kind = TPF_ATTR_GRAPH, .g = then_g};
+	struct tpf_attr ae = {.name = "else_branch", .kind = TPF_ATTR_GRAPH, .g = else_g};
+	assert_int_equal(tpf_node_add_attr(iff, &at), TPF_OK);
+	assert_int_equal(tpf_node_add_attr(iff, &ae), TPF_OK);
+	/* the If node captures x */
+	struct tpf_value **imp = tpf_arena_alloc(g->arena, sizeof(*imp));
+	struct tpf_use *use = tpf_arena_alloc(g->arena, sizeof(*use));
+	imp[0] = x;
+	iff->implicit_inputs = imp;
+	iff->n_implicit = 1;
+	use->node = iff;
+	use->index = -1;
+	x->uses = use;
+	x->n_uses = 1;
+	x->cap_uses = 1;
+	assert_int_equal(tpf_graph_add_output(g, iff->outputs[0]), TPF_OK);
+
+	assert_int_equal(tpf_model_verify(m, d), TPF_ERR_VERIFY);
+	assert_true(diag_mentions(d, "node 'inner_neg' (Neg): input 0 'ghost' is not defined"));
+	assert_true(diag_mentions(d, "(in subgraph 'else_branch' of node 'if' (If))"));
+	assert_false(diag_mentions(d, "inner_relu"));
+	tpf_diag_clear(d);
+	tpf_model_infer_shapes(m, d);
+	expect_type(r->outputs[0], "f32[4]");
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ size */
+
+static double ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void test_15000_nodes(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(18);
+	struct tpf_graph *g = m->graph;
+	const char *xd[] = {"T", "4096"};
+	struct tpf_value *cur = input(g, "x", TPF_DTYPE_BFLOAT16, 2, xd);
+	const int64_t gd[1] = {4096};
+	struct tpf_diag *d = tpf_diag_create();
+	struct timespec t0;
+	double verify_ms, infer_ms;
+
+	for (int i = 0; i < 5000; i++) {
+		struct tpf_value *gamma =
+			tpf_graph_add_initializer(g, NULL, TPF_DTYPE_BFLOAT16, 1, gd, NULL, 0);
+		struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", NULL, 1, IN(cur), 1);
+		struct tpf_node *sum = add(g, "", "Add", NULL, 2, IN(ar->outputs[0], cur), 1);
+		struct tpf_node *rn = add(g, "", "SimplifiedLayerNormalization", NULL, 2,
+					  IN(sum->outputs[0], gamma), 1);
+		cur = rn->outputs[0];
+	}
+	assert_int_equal(tpf_graph_add_output(g, cur), TPF_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(tpf_model_verify(m, d), TPF_OK);
+	verify_ms = ms_since(&t0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(tpf_model_infer_shapes(m, d), TPF_OK);
+	infer_ms = ms_since(&t0);
+	expect_type(cur, "bf16[T,4096]");
+	print_message("15000 nodes: verify %.1f ms, infer %.1f ms\n", verify_ms, infer_ms);
+	/* generous bound (sanitizer builds): a quadratic pass would take seconds */
+	assert_true(verify_ms < 1000.0);
+	assert_true(infer_ms < 1000.0);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_decoder_block),
+		cmocka_unit_test(test_infer_more_ops),
+		cmocka_unit_test(test_infer_keeps_declared),
+		cmocka_unit_test(test_cycle),
+		cmocka_unit_test(test_out_of_order),
+		cmocka_unit_test(test_undefined_input),
+		cmocka_unit_test(test_arity_and_attributes),
+		cmocka_unit_test(test_group_size_vs_world),
+		cmocka_unit_test(test_dtype_mismatches),
+		cmocka_unit_test(test_infer_contradictions),
+		cmocka_unit_test(test_damaged_ir),
+		cmocka_unit_test(test_model_fields),
+		cmocka_unit_test(test_subgraphs),
+		cmocka_unit_test(test_15000_nodes),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
