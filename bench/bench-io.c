@@ -12,9 +12,9 @@
  * OUT's external data file.  The fastest repeat is reported.
  *
  * Memory: peak RSS from getrusage (ru_maxrss), and the peak anonymous RSS
- * (RssAnon of /proc/self/status, sampled after every phase): RSS also counts
- * the pages of the mmap'ed weight file that export reads while copying them,
- * which are clean page cache; RssAnon is the memory tpfuse itself allocated.
+ * (RssAnon of /proc/self/status, sampled after every phase).  RSS also counts
+ * pages of the mmap'ed weight file that were touched (clean page cache);
+ * RssAnon is the memory tpfuse itself allocated.
  * With --references-only the weights are not loaded at all (external data
  * kept as references), which measures the graph alone.
  *
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
 		printf("  infer       %8.1f ms\n", best.infer);
 	printf("  save        %8.1f ms  -> %s\n", best.save, out);
 	printf("  total       %8.1f ms\n", best_total);
-	printf("peak RSS      %8.1f MiB (getrusage ru_maxrss; counts mapped weight pages read)\n",
+	printf("peak RSS      %8.1f MiB (getrusage ru_maxrss)\n",
 	       maxrss_mib);
 	printf("peak anon RSS %8.1f MiB (memory tpfuse allocated)\n", anon_mib);
 	return 0;

@@ -10,9 +10,12 @@
 #
 # Needs a build (scripts/setup.sh, or BUILD_DIR=...) and the onnx package
 # (.venv/bin/python, else python3).  Models are cached in .bench/io/ (or
-# $BENCH_DIR); the weights are written as sparse files, so the 1024-wide,
-# 1,000-layer model takes ~7 GiB of address space but little disk until
-# export writes its copy (deleted after each row).
+# $BENCH_DIR).  Weights are real random bytes, except for models whose
+# weights exceed FULL_MAX_MIB (default 2048): those run in refs mode only and
+# their data file is sparse (bench/gen_synthetic.py --sparse), since a full
+# export would only measure the disk writing gigabytes.  SPARSE=1 makes every
+# data file sparse (fast to generate, but mapped holes cost no memory, so the
+# peak RSS of full mode then looks smaller than with real weights).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,17 +36,28 @@ mkdir -p "$work/out"
 rows=()
 for h in "${hiddens[@]}"; do
 	for l in "${layers[@]}"; do
-		model=$work/syn-l$l-h$h.onnx
-		if [ ! -f "$model" ] || [ ! -f "$model.data" ]; then
-			"$py" bench/gen_synthetic.py --layers "$l" --hidden "$h" --sparse --out "$model" >&2
+		# Weight bytes per rank (world size 2, bf16, ffn = hidden): 3.5 h^2 x 2 per layer.
+		weight_mib=$((l * 7 * h * h / 1024 / 1024))
+		modes=(full refs)
+		sparse=${SPARSE:-0}
+		if [ "$weight_mib" -gt "${FULL_MAX_MIB:-2048}" ]; then
+			modes=(refs)
+			sparse=1
 		fi
-		data_bytes=$(stat -c %s "$model.data")
+		model=$work/syn-l$l-h$h.onnx
+		gen=(--layers "$l" --hidden "$h")
+		if [ "$sparse" = 1 ]; then
+			model=$work/syn-l$l-h$h-sparse.onnx
+			gen+=(--sparse)
+		fi
+		if [ ! -f "$model" ] || [ ! -f "$model.data" ]; then
+			gen+=(--out "$model")
+			"$py" bench/gen_synthetic.py "${gen[@]}" >&2
+		fi
 		repeat=${REPEAT:-3}
-		# Large exports write gigabytes: once is enough.
-		if [ "$data_bytes" -gt $((2 * 1024 * 1024 * 1024)) ]; then repeat=1; fi
-		for mode in full refs; do
+		for mode in "${modes[@]}"; do
 			extra=()
-			[ "$mode" = refs ] && extra=(--references-only)
+			if [ "$mode" = refs ]; then extra=(--references-only); fi
 			echo "bench-io $model ($mode, best of $repeat)" >&2
 			line=$("$bench" "$model" -o "$work/out/out.onnx" --repeat "$repeat" "${extra[@]}" \
 				--csv "$l,$h,$mode")

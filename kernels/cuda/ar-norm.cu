@@ -180,8 +180,8 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 		float g[8], y[8];
 		unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
 #pragma unroll
-		for (int i = 0; i < N; i++)
-			y[i] = acc[k][i] * inv * (g[i] + o.weight_offset);
+		for (int i = 0; i < N; i++) // as ONNX RMSNormalization: normalize, round, scale
+			y[i] = round_to<T>(acc[k][i] * inv) * round_to<T>(g[i] + o.weight_offset);
 		if (o.norm_out)
 			reinterpret_cast<uint4 *>(o.norm_out)[base + c] = pack<T>(y);
 		if (o.fp8_out) {
@@ -675,4 +675,256 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 	}
 	cudaError_t e = cudaGetLastError();
 	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "one-shot all-reduce launch", e);
+}
+
+// ---------------------------------------------------------------- sharded RMSNorm
+
+namespace {
+
+struct ShardedParams {
+	int n;
+	int64_t rows;
+	const void *x[TPF_CUDA_SHARDED_MAX];
+	const void *gamma[TPF_CUDA_SHARDED_MAX];
+	void *out[TPF_CUDA_SHARDED_MAX];
+	int64_t width[TPF_CUDA_SHARDED_MAX];
+	float inv_dim[TPF_CUDA_SHARDED_MAX];
+	float eps[TPF_CUDA_SHARDED_MAX];
+	float weight_offset;
+};
+
+// Partial sum of squares of row `row` of tensor i, over the block.
+template <typename T>
+__device__ float row_sumsq(const ShardedParams &p, int i, int64_t row, float *scratch)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const int chunks = (int)(p.width[i] / N);
+	const uint4 *src = reinterpret_cast<const uint4 *>(p.x[i]) + row * chunks;
+	float s = 0.f;
+	for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+		float f[8];
+		unpack<T>(src[c], f);
+#pragma unroll
+		for (int k = 0; k < N; k++)
+			s += f[k] * f[k];
+	}
+	return block_sum(s, scratch);
+}
+
+template <typename T>
+__device__ void row_normalize(const ShardedParams &p, int i, int64_t row, float total)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const int chunks = (int)(p.width[i] / N);
+	const uint4 *src = reinterpret_cast<const uint4 *>(p.x[i]) + row * chunks;
+	uint4 *dst = reinterpret_cast<uint4 *>(p.out[i]) + row * chunks;
+	const uint4 *gam = reinterpret_cast<const uint4 *>(p.gamma[i]);
+	float inv = rsqrtf(total * p.inv_dim[i] + p.eps[i]);
+	for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+		float f[8], g[8];
+		unpack<T>(src[c], f);
+		unpack<T>(gam[c], g);
+#pragma unroll
+		for (int k = 0; k < N; k++)
+			f[k] = round_to<T>(f[k] * inv) * round_to<T>(g[k] + p.weight_offset);
+		dst[c] = pack<T>(f);
+	}
+}
+
+template <typename T> __global__ void __launch_bounds__(kMaxThreads) sharded_sumsq_kernel(ShardedParams p, float *sums)
+{
+	__shared__ float scratch[33];
+	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x)
+		for (int i = 0; i < p.n; i++) {
+			float s = row_sumsq<T>(p, i, row, scratch);
+			if (threadIdx.x == 0)
+				sums[row * p.n + i] = s;
+		}
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) sharded_normalize_kernel(ShardedParams p, const float *sums)
+{
+	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x)
+		for (int i = 0; i < p.n; i++)
+			row_normalize<T>(p, i, row, sums[row * p.n + i]);
+}
+
+// One kernel: partial sums, push n floats per row to every rank, wait, normalize.
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedParams p, ArParams ar)
+{
+	__shared__ float scratch[33];
+	__shared__ float totals[TPF_CUDA_SHARDED_MAX];
+	__shared__ unsigned s_iter;
+	if (threadIdx.x == 0)
+		s_iter = *reinterpret_cast<volatile unsigned *>(&ar.state->iter);
+	__syncthreads();
+	const unsigned iter = s_iter;
+	const int b = (int)(iter % 3);
+	char *own = ar.peer[ar.rank];
+	const size_t row_bytes = (size_t)p.n * sizeof(float);
+	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+		for (int i = 0; i < p.n; i++) {
+			float s = row_sumsq<T>(p, i, row, scratch);
+			if (threadIdx.x == 0) {
+				uint32_t bits = __float_as_uint(s);
+				if (bits == 0x80000000u)
+					bits = 0;
+				size_t off = ((size_t)b * ar.world + ar.rank) * ar.slot_bytes + row * row_bytes + i * 4;
+				for (int q = 0; q < ar.world; q++)
+					asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(ar.peer[q] + off), "r"(bits)
+						     : "memory");
+			}
+		}
+		if (threadIdx.x < p.n) {
+			float t = 0.f;
+			for (int q = 0; q < ar.world; q++) {
+				const char *src = own + ((size_t)b * ar.world + q) * ar.slot_bytes + row * row_bytes + threadIdx.x * 4;
+				uint32_t bits;
+				do {
+					asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
+				} while (bits == 0x80000000u);
+				t += __uint_as_float(bits);
+			}
+			totals[threadIdx.x] = t;
+		}
+		__syncthreads();
+		for (int i = 0; i < p.n; i++)
+			row_normalize<T>(p, i, row, totals[i]);
+		__syncthreads();
+	}
+	const int pb = (b + 2) % 3;
+	const unsigned long long prev = ar.state->bytes[pb];
+	if (prev) {
+		const size_t per_slot = (size_t)(prev / 4);
+		const size_t total = per_slot * ar.world;
+		for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+		     i += (size_t)gridDim.x * blockDim.x) {
+			size_t q = i / per_slot, j = i % per_slot;
+			reinterpret_cast<uint32_t *>(own + ((size_t)pb * ar.world + q) * ar.slot_bytes)[j] = 0x80000000u;
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence_system();
+		unsigned finished = atomicAdd(&ar.state->done, 1u);
+		if (finished == gridDim.x - 1) {
+			// whole 16-byte units, so that the reset covers what was written
+			ar.state->bytes[b] = ((unsigned long long)p.rows * row_bytes + 15) / 16 * 16;
+			ar.state->done = 0;
+			__threadfence_system();
+			atomicExch(&ar.state->iter, iter + 1);
+		}
+	}
+}
+
+enum tpf_status sharded_params(const struct tpf_cuda_sharded_args *a, ShardedParams *p, int *threads,
+			       struct tpf_diag *d)
+{
+	int es = elem_size(a->dtype);
+	if (!es)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda sharded norm: dtype %s is not supported",
+				     tpf_dtype_name(a->dtype));
+	if (a->n < 1 || a->n > TPF_CUDA_SHARDED_MAX)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda sharded norm: %d tensors (1..%d supported)", a->n,
+				     TPF_CUDA_SHARDED_MAX);
+	memset(p, 0, sizeof(*p));
+	p->n = a->n;
+	p->rows = a->rows;
+	p->weight_offset = a->weight_offset;
+	int maxc = 0;
+	for (int i = 0; i < a->n; i++) {
+		if (a->width[i] <= 0 || (a->width[i] * es) % 16 != 0 || a->full_dim[i] <= 0)
+			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+					     "cuda sharded norm: width %lld of tensor %d must be a positive multiple of %d",
+					     (long long)a->width[i], i, 16 / es);
+		p->x[i] = a->x[i];
+		p->gamma[i] = a->gamma[i];
+		p->out[i] = a->out[i];
+		p->width[i] = a->width[i];
+		p->inv_dim[i] = 1.0f / (float)a->full_dim[i];
+		p->eps[i] = a->epsilon[i];
+		int c = (int)(a->width[i] * es / 16);
+		if (c > maxc)
+			maxc = c;
+	}
+	*threads = row_threads(maxc);
+	return TPF_OK;
+}
+
+} // namespace
+
+#define TPF_DISPATCH_FLOAT_TYPES(dt, KERNEL, grid, threads, stream, ...)                            \
+	do {                                                                                       \
+		switch (dt) {                                                                      \
+		case TPF_DTYPE_FLOAT:                                                              \
+			KERNEL<float><<<grid, threads, 0, stream>>>(__VA_ARGS__);                   \
+			break;                                                                     \
+		case TPF_DTYPE_FLOAT16:                                                            \
+			KERNEL<__half><<<grid, threads, 0, stream>>>(__VA_ARGS__);                  \
+			break;                                                                     \
+		default:                                                                           \
+			KERNEL<__nv_bfloat16><<<grid, threads, 0, stream>>>(__VA_ARGS__);           \
+			break;                                                                     \
+		}                                                                                  \
+	} while (0)
+
+extern "C" enum tpf_status tpf_cuda_sharded_sumsq(const struct tpf_cuda_sharded_args *a, float *sums,
+						  void *stream, struct tpf_diag *d)
+{
+	ShardedParams p;
+	int threads;
+	enum tpf_status st = sharded_params(a, &p, &threads, d);
+	if (st != TPF_OK || a->rows == 0)
+		return st;
+	TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_sumsq_kernel, grid_for(a->rows), threads, (cudaStream_t)stream, p,
+				 sums);
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "sharded sumsq launch", e);
+}
+
+extern "C" enum tpf_status tpf_cuda_sharded_normalize(const struct tpf_cuda_sharded_args *a, const float *sums,
+						      void *stream, struct tpf_diag *d)
+{
+	ShardedParams p;
+	int threads;
+	enum tpf_status st = sharded_params(a, &p, &threads, d);
+	if (st != TPF_OK || a->rows == 0)
+		return st;
+	TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_normalize_kernel, grid_for(a->rows), threads, (cudaStream_t)stream,
+				 p, sums);
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "sharded normalize launch", e);
+}
+
+extern "C" enum tpf_status tpf_cuda_sharded_rmsnorm_run(struct tpf_cuda_arnorm *c,
+							const struct tpf_cuda_sharded_args *a, void *stream,
+							struct tpf_diag *d)
+{
+	ShardedParams p;
+	int threads;
+	enum tpf_status st = sharded_params(a, &p, &threads, d);
+	if (st != TPF_OK)
+		return st;
+	if (c->dtype != TPF_DTYPE_FLOAT)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "sharded norm exchange: needs a FLOAT exchange, not %s",
+				     tpf_dtype_name(c->dtype));
+	if ((size_t)(a->rows * a->n) > c->max_elems)
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "sharded norm exchange: %lld floats exceed the buffer (%zu)",
+				     (long long)(a->rows * a->n), c->max_elems);
+	if (a->rows == 0)
+		return TPF_OK;
+	ArParams ar;
+	memset(&ar, 0, sizeof(ar));
+	for (int q = 0; q < c->world; q++)
+		ar.peer[q] = c->peer[q];
+	ar.rank = c->rank;
+	ar.world = c->world;
+	ar.slot_bytes = c->slot_bytes;
+	ar.state = c->state;
+	int grid = (int)(a->rows < c->max_grid ? a->rows : c->max_grid);
+	TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_oneshot_kernel, grid, threads, (cudaStream_t)stream, p, ar);
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "sharded norm launch", e);
 }

@@ -73,6 +73,57 @@ size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c);
 enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const struct tpf_cuda_norm_args *a,
 				    void *stream, struct tpf_diag *d);
 
+
+/* ------------------------------------------------ sharded RMSNorm
+ * n tensors (Q and K of one projection, say), each sharded over the last
+ * dimension: y_i = x_i * rsqrt(sum over ranks of sum(x_i^2) / full_dim_i + eps_i)
+ * * (gamma_i + weight_offset), with one exchange of n floats per row through
+ * peer memory.  `c` must have been created with dtype FLOAT and room for
+ * rows * n floats. */
+#define TPF_CUDA_SHARDED_MAX 4
+struct tpf_cuda_sharded_args {
+	enum tpf_dtype dtype;
+	int n;
+	int64_t rows;
+	const void *x[TPF_CUDA_SHARDED_MAX];     /* [rows, width_i] */
+	const void *gamma[TPF_CUDA_SHARDED_MAX]; /* [width_i]: this rank's shard */
+	void *out[TPF_CUDA_SHARDED_MAX];         /* [rows, width_i] */
+	int64_t width[TPF_CUDA_SHARDED_MAX];
+	int64_t full_dim[TPF_CUDA_SHARDED_MAX];
+	float epsilon[TPF_CUDA_SHARDED_MAX];
+	float weight_offset;
+};
+enum tpf_status tpf_cuda_sharded_rmsnorm_run(struct tpf_cuda_arnorm *c,
+					     const struct tpf_cuda_sharded_args *a, void *stream,
+					     struct tpf_diag *d);
+/* The same without peer memory: per-row partial sums of squares written as
+ * float [rows, n] (then all-reduced by the caller), and the local normalize. */
+enum tpf_status tpf_cuda_sharded_sumsq(const struct tpf_cuda_sharded_args *a, float *sums,
+				       void *stream, struct tpf_diag *d);
+enum tpf_status tpf_cuda_sharded_normalize(const struct tpf_cuda_sharded_args *a,
+					   const float *sums, void *stream, struct tpf_diag *d);
+
+/* ------------------------------------------------ sigmoid gate
+ * out = final + sigmoid(gate) * shared; final, shared, out [rows, hidden];
+ * gate [rows, gate_cols] with gate_cols 1 (broadcast) or hidden.  Computed in
+ * float, rounded once. */
+enum tpf_status tpf_cuda_sigmoid_gate_add(enum tpf_dtype dt, const void *final_, const void *gate,
+					  const void *shared, void *out, int64_t rows,
+					  int64_t hidden, int64_t gate_cols, void *stream,
+					  struct tpf_diag *d);
+
+/* ------------------------------------------------ segment copies (Pack / Unpack)
+ * Each segment copies `len` bytes.  Pack: from bufs[buf] + src to dst + dst_off.
+ * Unpack: from src + src_off to bufs[buf] + dst.  `segs` and `bufs` are
+ * device arrays. */
+struct tpf_cuda_segment {
+	int64_t buf, src, dst, len;
+};
+enum tpf_status tpf_cuda_pack(const void *const *bufs, void *dst, const struct tpf_cuda_segment *segs,
+			      int nseg, int64_t max_len, void *stream, struct tpf_diag *d);
+enum tpf_status tpf_cuda_unpack(const void *src, void *const *bufs, const struct tpf_cuda_segment *segs,
+				int nseg, int64_t max_len, void *stream, struct tpf_diag *d);
+
 #ifdef __cplusplus
 }
 #endif
