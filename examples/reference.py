@@ -46,6 +46,9 @@ NP_OF_TP = {
 }
 FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64), BF16, FP8)
 COLLECTIVES = ("AllReduce", "AllGather", "AllToAll")
+TPF = "ai.tpfuse"
+# tpfuse's fused ops that exchange data between ranks
+TPF_COLLECTIVES = ("AllReduceRMSNorm", "AllReduceRMSNormQuant", "ShardedRMSNorm")
 
 
 class EvalError(Exception):
@@ -137,8 +140,55 @@ def binary(fn, a, b):
 	return fn(a, b)
 
 
+def is_collective(node):
+	if node.domain == TPF:
+		return node.op_type in TPF_COLLECTIVES
+	return node.op_type in COLLECTIVES
+
+
+def norm_scale(gamma, offset):
+	return f32(gamma) + np.float32(offset)
+
+
+def eval_tpfuse(node, ins):
+	"""tpfuse's local fused ops (the unfused formula, same roundings)."""
+	op = node.op_type
+	at = attrs_of(node)
+	x = ins[0]
+	if op == "RMSNorm":
+		y = rms(f32(x), at.get("axis", -1), at.get("epsilon", 1e-5))
+		return [out_as(y * norm_scale(ins[1], at.get("weight_offset", 0.0)), x.dtype)]
+	if op == "SigmoidGateAdd":
+		final, gate, shared = (f32(v) for v in ins[:3])
+		return [out_as(final + shared / (1.0 + np.exp(-gate)), x.dtype)]
+	if op == "Pack":
+		seg = np.array(at["segments"], np.int64).reshape(-1, 4)
+		size = int((seg[:, 2] + seg[:, 3]).max(initial=0))
+		out = np.zeros(size, dtype=x.dtype)
+		flat = [v.reshape(-1) for v in ins]
+		for i, src, dst, n in seg:
+			out[dst:dst + n] = flat[i][src:src + n]
+		return [out]
+	if op == "Unpack":
+		seg = np.array(at["segments"], np.int64).reshape(-1, 4)
+		ranks = at["output_ranks"]
+		dims = list(at["output_dims"])
+		outs = []
+		for r in ranks:
+			shape, dims = dims[:r], dims[r:]
+			outs.append(np.zeros(int(np.prod(shape)), dtype=x.dtype).reshape(shape))
+		flat = [o.reshape(-1) for o in outs]
+		for i, src, dst, n in seg:
+			flat[i][dst:dst + n] = x[src:src + n]
+		return outs
+	raise EvalError("node '%s' (%s.%s): op not supported by the reference evaluator"
+			% (node.name, TPF, op))
+
+
 def eval_node(node, ins):
 	"""Evaluate one non-collective node; ins holds arrays (None for absent inputs)."""
+	if node.domain == TPF:
+		return eval_tpfuse(node, ins)
 	op = node.op_type
 	at = attrs_of(node)
 	x = ins[0] if ins else None
@@ -268,7 +318,55 @@ def eval_node(node, ins):
 			% (node.name, op))
 
 
+def eval_tpfuse_collective(nodes, ins_per_rank):
+	W = len(nodes)
+	node = nodes[0]
+	op = node.op_type
+	at = attrs_of(node)
+	if op == "ShardedRMSNorm":
+		ws = at.get("world_size", W)
+		if ws != W:
+			raise EvalError("node '%s' (ShardedRMSNorm): world_size %d but %d ranks"
+					% (node.name, ws, W))
+		n = len(ins_per_rank[0]) // 2
+		eps = at.get("epsilons", [at.get("epsilon", 1e-5)] * n)
+		dims = at.get("full_dims", [at.get("full_dim", -1)] * n)
+		off = at.get("weight_offset", 0.0)
+		outs = [[] for _ in range(W)]
+		for i in range(n):
+			xs = [f32(ins[i]) for ins in ins_per_rank]
+			ss = np.sum([np.sum(v * v, axis=-1, keepdims=True) for v in xs], axis=0)
+			inv = 1.0 / np.sqrt(ss / np.float32(dims[i]) + np.float32(eps[i]))
+			for r in range(W):
+				g = norm_scale(ins_per_rank[r][n + i], off)
+				outs[r].append(out_as(xs[r] * inv * g, ins_per_rank[r][i].dtype))
+		return outs
+	# AllReduceRMSNorm(x, gamma[, residual]) -> (norm_out, residual_out)
+	# AllReduceRMSNormQuant(x, gamma, scale[, residual]) -> (quant, residual_out, -, norm_out)
+	quant = op == "AllReduceRMSNormQuant"
+	if quant and at.get("quant", b"fp8") not in (b"fp8", "fp8"):
+		raise EvalError("node '%s' (%s): only quant=fp8 is supported" % (node.name, op))
+	xs = [ins[0] for ins in ins_per_rank]
+	dt = xs[0].dtype
+	red = out_as(np.sum([f32(v) for v in xs], axis=0), dt)
+	outs = []
+	for ins in ins_per_rank:
+		ri = 3 if quant else 2
+		res = ins[ri] if len(ins) > ri else None
+		h = red if res is None else out_as(f32(red) + f32(res), dt)
+		y = rms(f32(h), at.get("axis", -1), at.get("epsilon", 1e-5))
+		y = out_as(y * norm_scale(ins[1], at.get("weight_offset", 0.0)), dt)
+		if quant:
+			q = out_as(f32(y) / f32(ins[2]), FP8)
+			outs.append([q, h, None, y])
+		else:
+			outs.append([y, h])
+	return outs
+
+
 def eval_collective(nodes, ins_per_rank):
+	if nodes[0].domain == TPF:
+		return eval_tpfuse_collective(nodes, ins_per_rank)
 	W = len(nodes)
 	node = nodes[0]
 	op = node.op_type
@@ -292,6 +390,29 @@ def eval_collective(nodes, ins_per_rank):
 		chunks = [np.split(x, W, axis=0) for x in xs]
 		return [[np.concatenate([chunks[j][r] for j in range(W)], axis=0)] for r in range(W)]
 	raise EvalError("unknown collective %s" % op)
+
+
+def topo_order(graph, known):
+	"""Node indices in an order where every input is defined first (stable)."""
+	defined = set(known) | {""}
+	pending = list(range(len(graph.node)))
+	order = []
+	while pending:
+		rest = []
+		for i in pending:
+			nd = graph.node[i]
+			if all(x in defined for x in nd.input):
+				order.append(i)
+				defined.update(nd.output)
+			else:
+				rest.append(i)
+		if len(rest) == len(pending):
+			nd = graph.node[rest[0]]
+			missing = [x for x in nd.input if x not in defined]
+			raise EvalError("node '%s' (%s): input '%s' is never defined (or a cycle)"
+					% (nd.name, nd.op_type, missing[0]))
+		pending = rest
+	return order
 
 
 def run_ranks(models, feeds):
@@ -324,11 +445,11 @@ def run_ranks(models, feeds):
 						% (node.name, node.op_type, i))
 		return out
 
-	for i in range(n):
+	for i in topo_order(graphs[0], envs[0]):
 		nodes = [g.node[i] for g in graphs]
 		if any(nd.op_type != nodes[0].op_type for nd in nodes):
 			raise EvalError("node %d: ranks disagree on the op" % i)
-		if nodes[0].op_type in COLLECTIVES:
+		if is_collective(nodes[0]):
 			outs = eval_collective(nodes, [fetch(e, nd) for e, nd in zip(envs, nodes)])
 		else:
 			outs = [eval_node(nd, fetch(e, nd)) for e, nd in zip(envs, nodes)]
@@ -424,9 +545,15 @@ def main(argv=None):
 	ap.add_argument("--atol", type=float)
 	ap.add_argument("--rtol", type=float)
 	ap.add_argument("--no-self-check", action="store_true")
+	ap.add_argument("--rank-models", metavar="PATTERN",
+			help="evaluate these rank models instead of DIR/NAME.rank{rank}.onnx, "
+			     "e.g. tpfuse-optimized ones: 'out/NAME.opt.rank{rank}.onnx'")
 	args = ap.parse_args(argv)
 	try:
 		man, full, ranks, full_in, rank_in = load_case(args.dir, args.name)
+		if args.rank_models:
+			ranks = [onnx.load(args.rank_models.replace("{rank}", str(r)))
+				 for r in range(man["world_size"])]
 	except (OSError, EvalError, ValueError, KeyError) as e:
 		print("reference: error: %s" % e, file=sys.stderr)
 		return 2

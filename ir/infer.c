@@ -40,7 +40,7 @@ struct itype {
 /* ------------------------------------------------------------------ messages */
 
 static void node_error(struct infer_ctx *c, const struct tpf_node *n, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void node_error(struct infer_ctx *c, const struct tpf_node *n, const char *fmt, ...)
 {
@@ -185,6 +185,8 @@ static void it_from_value(const struct tpf_value *v, struct itype *t)
 	for (i = 0; i < t->rank; i++) {
 		t->dims[i] = ty->shape.dims[i];
 		t->dims[i].denotation = NULL;
+		if (t->dims[i].param && !*t->dims[i].param)
+			t->dims[i].param = NULL; /* an empty name is no name */
 		if (!t->dims[i].param && t->dims[i].value < 0)
 			t->dims[i].value = -1;
 	}
@@ -274,7 +276,7 @@ enum set_mode {
 /* Merges the inferred type t into output j.  alt_dtype: a second dtype the
  * declared output may have without an error (UNDEFINED: none). */
 static void set_output_ex(struct infer_ctx *c, const struct tpf_node *n, size_t j,
-			  const struct itype *t, enum set_mode mode, enum tpf_dtype alt_dtype)
+                          const struct itype *t, enum set_mode mode, enum tpf_dtype alt_dtype)
 {
 	struct tpf_value *v = j < n->n_outputs ? n->outputs[j] : NULL;
 	struct itype res, cur;
@@ -324,7 +326,7 @@ static void set_output_ex(struct infer_ctx *c, const struct tpf_node *n, size_t 
 		char have[256], want[256];
 
 		node_error(c, n, "output %zu '%s' has type %s but its inputs give %s", j, vname(v),
-			   itype_str(&cur, have, sizeof(have)), itype_str(t, want, sizeof(want)));
+		           itype_str(&cur, have, sizeof(have)), itype_str(t, want, sizeof(want)));
 		return;
 	}
 	if (!changed)
@@ -346,7 +348,7 @@ static void set_output_ex(struct infer_ctx *c, const struct tpf_node *n, size_t 
 }
 
 static void set_output(struct infer_ctx *c, const struct tpf_node *n, size_t j,
-		       const struct itype *t)
+                       const struct itype *t)
 {
 	set_output_ex(c, n, j, t, SET_STRICT, TPF_DTYPE_UNDEFINED);
 }
@@ -356,7 +358,7 @@ static void set_output(struct infer_ctx *c, const struct tpf_node *n, size_t j,
 /* Numpy broadcasting of k types into out.  Returns -1 (error reported) when
  * two static dims other than 1 differ. */
 static int broadcast(struct infer_ctx *c, const struct tpf_node *n, const struct itype *const *ts,
-		     size_t k, struct itype *out)
+                     size_t k, struct itype *out)
 {
 	int rank = 0, i;
 	size_t j;
@@ -386,10 +388,11 @@ static int broadcast(struct infer_ctx *c, const struct tpf_node *n, const struct
 					continue;
 				all_one = 0;
 				if (stat && stat->value != d->value) {
-					node_error(c, n,
-						   "inputs %zu and %zu cannot broadcast: dimension %d "
-						   "from the right is %" PRId64 " and %" PRId64,
-						   stat_from, j, rank - i, stat->value, d->value);
+					node_error(
+					    c, n,
+					    "inputs %zu and %zu cannot broadcast: dimension %d "
+					    "from the right is %" PRId64 " and %" PRId64,
+					    stat_from, j, rank - i, stat->value, d->value);
 					return -1;
 				}
 				stat = d;
@@ -418,7 +421,7 @@ static int broadcast(struct infer_ctx *c, const struct tpf_node *n, const struct
 }
 
 static void infer_elementwise(struct infer_ctx *c, const struct tpf_node *n, size_t first,
-			      size_t count, enum tpf_dtype dtype)
+                              size_t count, enum tpf_dtype dtype)
 {
 	struct itype in[3], out;
 	const struct itype *ptrs[3];
@@ -493,9 +496,9 @@ static void infer_matmul(struct infer_ctx *c, const struct tpf_node *n)
 	kb = &b.dims[rb == 1 ? 0 : rb - 2];
 	if (dim_static(ka) && dim_static(kb) && ka->value != kb->value) {
 		node_error(c, n,
-			   "inner dimensions differ: '%s' has %" PRId64 " columns, '%s' has %" PRId64
-			   " rows",
-			   vname(in_value(n, 0)), ka->value, vname(in_value(n, 1)), kb->value);
+		           "inner dimensions differ: '%s' has %" PRId64
+		           " columns, '%s' has %" PRId64 " rows",
+		           vname(in_value(n, 0)), ka->value, vname(in_value(n, 1)), kb->value);
 		return;
 	}
 	/* batch dims: all but the last two (none for 1-D operands) */
@@ -536,7 +539,7 @@ static void infer_gemm(struct infer_ctx *c, const struct tpf_node *n)
 		nn = &b.dims[tb ? 0 : 1];
 		if (dim_static(ka) && dim_static(kb) && ka->value != kb->value) {
 			node_error(c, n, "inner dimensions differ: %" PRId64 " and %" PRId64,
-				   ka->value, kb->value);
+			           ka->value, kb->value);
 			return;
 		}
 		out.rank = 2;
@@ -553,15 +556,15 @@ static void infer_cast(struct infer_ctx *c, const struct tpf_node *n)
 
 	in_type(n, 0, &t);
 	t.dtype = to > 0 && to < TPF_DTYPE_COUNT && tpf_dtype_is_valid((int)to)
-			  ? (enum tpf_dtype)to
-			  : TPF_DTYPE_UNDEFINED;
+	              ? (enum tpf_dtype)to
+	              : TPF_DTYPE_UNDEFINED;
 	set_output(c, n, 0, &t);
 }
 
 /* Symbols of the dims in [from, to) with the product of the static ones.
  * Returns -1 when a dim is unknown or the product overflows. */
 static int dim_factors(const struct tpf_dim *dims, int from, int to, int skip, int64_t *prod,
-		       const char **syms, int *n_syms)
+                       const char **syms, int *n_syms)
 {
 	int i;
 
@@ -607,17 +610,18 @@ static void infer_reshape(struct infer_ctx *c, const struct tpf_node *n)
 
 		if (v == 0 && !allowzero) {
 			if (data.rank >= 0 && i >= data.rank) {
-				node_error(c, n,
-					   "shape[%d] = 0 copies input dimension %d, but the input has "
-					   "rank %d",
-					   i, i, data.rank);
+				node_error(
+				    c, n,
+				    "shape[%d] = 0 copies input dimension %d, but the input has "
+				    "rank %d",
+				    i, i, data.rank);
 				return;
 			}
 			out.dims[i] = data.rank >= 0 ? data.dims[i] : dim_unknown();
 		} else if (v == -1) {
 			if (neg >= 0) {
-				node_error(c, n, "shape has more than one -1 (entries %d and %d)", neg,
-					   i);
+				node_error(c, n, "shape has more than one -1 (entries %d and %d)",
+				           neg, i);
 				return;
 			}
 			neg = i;
@@ -660,12 +664,12 @@ static void infer_reshape(struct infer_ctx *c, const struct tpf_node *n)
 					if (n_left == 0 && p_out > 0) {
 						if (p_in % p_out) {
 							node_error(c, n,
-								   "cannot infer the -1 entry: "
-								   "the input dims not matched "
-								   "by the shape hold %" PRId64
-								   " elements, not a multiple "
-								   "of %" PRId64,
-								   p_in, p_out);
+							           "cannot infer the -1 entry: "
+							           "the input dims not matched "
+							           "by the shape hold %" PRId64
+							           " elements, not a multiple "
+							           "of %" PRId64,
+							           p_in, p_out);
 							return;
 						}
 						out.dims[neg] = dim_of(p_in / p_out);
@@ -674,9 +678,9 @@ static void infer_reshape(struct infer_ctx *c, const struct tpf_node *n)
 					}
 				} else if (n_left == 0 && n_out == 0 && p_in != p_out) {
 					node_error(c, n,
-						   "element count mismatch: input has %" PRId64
-						   " elements, shape has %" PRId64,
-						   p_in, p_out);
+					           "element count mismatch: input has %" PRId64
+					           " elements, shape has %" PRId64,
+					           p_in, p_out);
 					return;
 				}
 			}
@@ -706,8 +710,9 @@ static void infer_transpose(struct infer_ctx *c, const struct tpf_node *n)
 		return;
 	}
 	if (in.rank >= 0 && np != in.rank) {
-		node_error(c, n, "attribute 'perm' has %" PRId64 " entries but the input has rank %d",
-			   np, in.rank);
+		node_error(c, n,
+		           "attribute 'perm' has %" PRId64 " entries but the input has rank %d", np,
+		           in.rank);
 		return;
 	}
 	memset(seen, 0, sizeof(seen));
@@ -795,7 +800,7 @@ static void infer_slice(struct infer_ctx *c, const struct tpf_node *n)
 
 		if (norm_axis(axes[i], in.rank, &ax)) {
 			node_error(c, n, "axis %" PRId64 " is out of range for rank %d", axes[i],
-				   in.rank);
+			           in.rank);
 			return;
 		}
 		if (used[ax]) {
@@ -813,9 +818,9 @@ static void infer_slice(struct infer_ctx *c, const struct tpf_node *n)
 	}
 	if (ns != na || ne != na || (nst >= 0 && nst != na)) {
 		node_error(c, n,
-			   "starts, ends, axes and steps have different lengths (%" PRId64 ", %" PRId64
-			   ", %" PRId64 ", %" PRId64 ")",
-			   ns, ne, na, nst >= 0 ? nst : na);
+		           "starts, ends, axes and steps have different lengths (%" PRId64
+		           ", %" PRId64 ", %" PRId64 ", %" PRId64 ")",
+		           ns, ne, na, nst >= 0 ? nst : na);
 		return;
 	}
 	for (i = 0; i < na; i++) {
@@ -829,8 +834,8 @@ static void infer_slice(struct infer_ctx *c, const struct tpf_node *n)
 		if (dim_static(d)) {
 			*d = dim_of(slice_len(d->value, starts[i], ends[i], step));
 		} else if ((step == 1 && starts[i] == 0 && ends[i] >= INT32_MAX) ||
-			   (step == -1 && (starts[i] == -1 || starts[i] >= INT32_MAX) &&
-			    ends[i] <= -(int64_t)INT32_MAX)) {
+		           (step == -1 && (starts[i] == -1 || starts[i] >= INT32_MAX) &&
+		            ends[i] <= -(int64_t)INT32_MAX)) {
 			/* the whole axis: the dim is unchanged */
 		} else {
 			*d = dim_unknown();
@@ -877,8 +882,10 @@ static void infer_split(struct infer_ctx *c, const struct tpf_node *n)
 			in_type(n, 1, &st);
 			if (st.rank == 1 && dim_static(&st.dims[0]) &&
 			    st.dims[0].value != (int64_t)nout) {
-				node_error(c, n, "input 'split' has %" PRId64 " entries but the node has "
-					   "%zu outputs", st.dims[0].value, nout);
+				node_error(c, n,
+				           "input 'split' has %" PRId64 " entries but the node has "
+				           "%zu outputs",
+				           st.dims[0].value, nout);
 				goto out_free;
 			}
 		}
@@ -886,8 +893,9 @@ static void infer_split(struct infer_ctx *c, const struct tpf_node *n)
 		const struct tpf_attr *a = tpf_node_attr(n, "split");
 
 		if (a->kind == TPF_ATTR_INTS && a->n != nout) {
-			node_error(c, n, "attribute 'split' has %zu entries but the node has %zu outputs",
-				   a->n, nout);
+			node_error(c, n,
+			           "attribute 'split' has %zu entries but the node has %zu outputs",
+			           a->n, nout);
 			goto out_free;
 		}
 		count = attr_ints(n, "split", split, nout);
@@ -895,22 +903,23 @@ static void infer_split(struct infer_ctx *c, const struct tpf_node *n)
 	out = in;
 	if (count >= 0) {
 		if (count != (int64_t)nout) {
-			node_error(c, n, "'split' has %" PRId64 " entries but the node has %zu outputs",
-				   count, nout);
+			node_error(c, n,
+			           "'split' has %" PRId64 " entries but the node has %zu outputs",
+			           count, nout);
 			goto out_free;
 		}
 		for (i = 0; i < count; i++) {
 			if (split[i] < 0 || __builtin_add_overflow(sum, split[i], &sum)) {
 				node_error(c, n, "split[%" PRId64 "] = %" PRId64 " is invalid", i,
-					   split[i]);
+				           split[i]);
 				goto out_free;
 			}
 		}
 		if (dim_static(&in.dims[ax]) && sum != in.dims[ax].value) {
 			node_error(c, n,
-				   "split sizes add up to %" PRId64 " but dimension %" PRId64
-				   " is %" PRId64,
-				   sum, ax, in.dims[ax].value);
+			           "split sizes add up to %" PRId64 " but dimension %" PRId64
+			           " is %" PRId64,
+			           sum, ax, in.dims[ax].value);
 			goto out_free;
 		}
 		for (i = 0; i < count; i++) {
@@ -926,8 +935,9 @@ static void infer_split(struct infer_ctx *c, const struct tpf_node *n)
 		goto out_free;
 	}
 	if (num && num->kind == TPF_ATTR_INT && num->i != (int64_t)nout) {
-		node_error(c, n, "attribute 'num_outputs' = %" PRId64 " but the node has %zu outputs",
-			   num->i, nout);
+		node_error(c, n,
+		           "attribute 'num_outputs' = %" PRId64 " but the node has %zu outputs",
+		           num->i, nout);
 		goto out_free;
 	}
 	if (dim_static(&in.dims[ax])) {
@@ -938,21 +948,24 @@ static void infer_split(struct infer_ctx *c, const struct tpf_node *n)
 			for (i = 0; i < k; i++)
 				set_output(c, n, (size_t)i, &out);
 		} else if (num) {
-			/* opset 18: equal chunks of ceil(d/k), the last one smaller */
-			int64_t chunk = d / k + 1;
+			/* opset 18: chunks of ceil(d/k), the last one smaller; when
+			 * that leaves nothing consistent the sizes stay unknown (the
+			 * node may sit in a branch that never runs) */
+			int64_t chunk = d / k + 1, last = -1;
 
-			if (chunk * (k - 1) >= d) {
-				node_error(c, n, "cannot split %" PRId64 " into %" PRId64 " chunks", d,
-					   k);
-				goto out_free;
-			}
+			if (!__builtin_mul_overflow(chunk, k - 1, &last))
+				last = d - last;
+
 			for (i = 0; i < k; i++) {
-				out.dims[ax] = dim_of(i < k - 1 ? chunk : d - chunk * (k - 1));
+				out.dims[ax] =
+				    last < 0 ? dim_unknown() : dim_of(i < k - 1 ? chunk : last);
 				set_output(c, n, (size_t)i, &out);
 			}
 		} else {
-			node_error(c, n, "dimension %" PRId64 " = %" PRId64
-				   " does not split evenly into %" PRId64 " outputs", ax, d, k);
+			node_error(c, n,
+			           "dimension %" PRId64 " = %" PRId64
+			           " does not split evenly into %" PRId64 " outputs",
+			           ax, d, k);
 		}
 	} else {
 		out.dims[ax] = dim_unknown();
@@ -983,8 +996,9 @@ static void infer_concat(struct infer_ctx *c, const struct tpf_node *n)
 		if (rank < 0) {
 			rank = t.rank;
 		} else if (t.rank != rank) {
-			node_error(c, n, "input %zu '%s' has rank %d but earlier inputs have rank %d",
-				   j, vname(in_value(n, j)), t.rank, rank);
+			node_error(c, n,
+			           "input %zu '%s' has rank %d but earlier inputs have rank %d", j,
+			           vname(in_value(n, j)), t.rank, rank);
 			return;
 		}
 	}
@@ -1021,9 +1035,10 @@ static void infer_concat(struct infer_ctx *c, const struct tpf_node *n)
 			if (dim_static(d)) {
 				if (dim_static(o) && o->value != d->value) {
 					node_error(c, n,
-						   "input %zu '%s' has %" PRId64 " in dimension %d where "
-						   "earlier inputs have %" PRId64,
-						   j, vname(in_value(n, j)), d->value, i, o->value);
+					           "input %zu '%s' has %" PRId64
+					           " in dimension %d where "
+					           "earlier inputs have %" PRId64,
+					           j, vname(in_value(n, j)), d->value, i, o->value);
 					return;
 				}
 				*o = *d;
@@ -1050,7 +1065,7 @@ static void infer_gather(struct infer_ctx *c, const struct tpf_node *n)
 	if (data.rank >= 0 && idx.rank >= 0) {
 		if (norm_axis(attr_int(n, "axis", 0), data.rank, &ax)) {
 			node_error(c, n, "axis %" PRId64 " is out of range for rank %d",
-				   attr_int(n, "axis", 0), data.rank);
+			           attr_int(n, "axis", 0), data.rank);
 			return;
 		}
 		if (data.rank + idx.rank - 1 > TPF_MAX_RANK) {
@@ -1119,7 +1134,7 @@ static void infer_squeeze(struct infer_ctx *c, const struct tpf_node *n)
 		for (i = 0; i < k; i++) {
 			if (norm_axis(axes[i], in.rank, &ax)) {
 				node_error(c, n, "axis %" PRId64 " is out of range for rank %d",
-					   axes[i], in.rank);
+				           axes[i], in.rank);
 				return;
 			}
 			if (drop[ax]) {
@@ -1128,8 +1143,8 @@ static void infer_squeeze(struct infer_ctx *c, const struct tpf_node *n)
 			}
 			if (dim_static(&in.dims[ax]) && in.dims[ax].value != 1) {
 				node_error(c, n,
-					   "cannot squeeze axis %" PRId64 " of extent %" PRId64, ax,
-					   in.dims[ax].value);
+				           "cannot squeeze axis %" PRId64 " of extent %" PRId64, ax,
+				           in.dims[ax].value);
 				return;
 			}
 			drop[ax] = 1;
@@ -1166,7 +1181,7 @@ static void infer_unsqueeze(struct infer_ctx *c, const struct tpf_node *n)
 	for (i = 0; i < k; i++) {
 		if (norm_axis(axes[i], out.rank, &ax)) {
 			node_error(c, n, "axis %" PRId64 " is out of range for output rank %d",
-				   axes[i], out.rank);
+			           axes[i], out.rank);
 			return;
 		}
 		if (ins[ax]) {
@@ -1219,7 +1234,7 @@ static void infer_reduce(struct infer_ctx *c, const struct tpf_node *n)
 		for (i = 0; i < k; i++) {
 			if (norm_axis(axes[i], in.rank, &ax)) {
 				node_error(c, n, "axis %" PRId64 " is out of range for rank %d",
-					   axes[i], in.rank);
+				           axes[i], in.rank);
 				return;
 			}
 			red[ax] = 1;
@@ -1248,9 +1263,8 @@ static void infer_expand(struct infer_ctx *c, const struct tpf_node *n)
 		in_type(n, 1, &shp);
 		if (in.rank >= 0 && shp.rank == 1 && dim_static(&shp.dims[0]) &&
 		    shp.dims[0].value <= TPF_MAX_RANK)
-			it_set_rank_unknown_dims(&out, in.rank > shp.dims[0].value
-								  ? in.rank
-								  : (int)shp.dims[0].value);
+			it_set_rank_unknown_dims(
+			    &out, in.rank > shp.dims[0].value ? in.rank : (int)shp.dims[0].value);
 		out.dtype = in.dtype;
 		set_output(c, n, 0, &out);
 		return;
@@ -1259,7 +1273,8 @@ static void infer_expand(struct infer_ctx *c, const struct tpf_node *n)
 	tgt.rank = (int)k;
 	for (i = 0; i < k; i++) {
 		if (vals[i] < 0) {
-			node_error(c, n, "shape[%" PRId64 "] = %" PRId64 " is negative", i, vals[i]);
+			node_error(c, n, "shape[%" PRId64 "] = %" PRId64 " is negative", i,
+			           vals[i]);
 			return;
 		}
 		tgt.dims[i] = dim_of(vals[i]);
@@ -1307,7 +1322,7 @@ static void infer_constant_of_shape(struct infer_ctx *c, const struct tpf_node *
 		for (i = 0; i < k; i++) {
 			if (vals[i] < 0) {
 				node_error(c, n, "shape[%" PRId64 "] = %" PRId64 " is negative", i,
-					   vals[i]);
+				           vals[i]);
 				return;
 			}
 			out.dims[i] = dim_of(vals[i]);
@@ -1335,17 +1350,16 @@ static void infer_constant(struct infer_ctx *c, const struct tpf_node *n)
 		for (i = 0; i < out.rank; i++)
 			out.dims[i] = dim_of(a->t->dims[i]);
 	} else if ((a = tpf_node_attr(n, "value_float")) || (a = tpf_node_attr(n, "value_int")) ||
-		   (a = tpf_node_attr(n, "value_string"))) {
+	           (a = tpf_node_attr(n, "value_string"))) {
 		out.dtype = a->kind == TPF_ATTR_FLOAT ? TPF_DTYPE_FLOAT
-			    : a->kind == TPF_ATTR_INT ? TPF_DTYPE_INT64
-						      : TPF_DTYPE_STRING;
+		            : a->kind == TPF_ATTR_INT ? TPF_DTYPE_INT64
+		                                      : TPF_DTYPE_STRING;
 		out.rank = 0;
-	} else if ((a = tpf_node_attr(n, "value_floats")) ||
-		   (a = tpf_node_attr(n, "value_ints")) ||
-		   (a = tpf_node_attr(n, "value_strings"))) {
+	} else if ((a = tpf_node_attr(n, "value_floats")) || (a = tpf_node_attr(n, "value_ints")) ||
+	           (a = tpf_node_attr(n, "value_strings"))) {
 		out.dtype = a->kind == TPF_ATTR_FLOATS ? TPF_DTYPE_FLOAT
-			    : a->kind == TPF_ATTR_INTS ? TPF_DTYPE_INT64
-						       : TPF_DTYPE_STRING;
+		            : a->kind == TPF_ATTR_INTS ? TPF_DTYPE_INT64
+		                                       : TPF_DTYPE_STRING;
 		out.rank = 1;
 		out.dims[0] = dim_of((int64_t)a->n);
 	} else {
@@ -1477,12 +1491,12 @@ static void infer_topk(struct infer_ctx *c, const struct tpf_node *n)
 	if (x.rank >= 0) {
 		if (norm_axis(attr_int(n, "axis", -1), x.rank, &ax)) {
 			node_error(c, n, "axis %" PRId64 " is out of range for rank %d",
-				   attr_int(n, "axis", -1), x.rank);
+			           attr_int(n, "axis", -1), x.rank);
 			return;
 		}
 		if (k >= 0 && dim_static(&x.dims[ax]) && x.dims[ax].value < k) {
 			node_error(c, n, "k = %" PRId64 " exceeds dimension %" PRId64 " = %" PRId64,
-				   k, ax, x.dims[ax].value);
+			           k, ax, x.dims[ax].value);
 			return;
 		}
 		x.dims[ax] = dim_of(k);
@@ -1502,13 +1516,13 @@ static void infer_allgather(struct infer_ctx *c, const struct tpf_node *n)
 	if (x.rank >= 0) {
 		if (norm_axis(attr_int(n, "axis", 0), x.rank, &ax)) {
 			node_error(c, n, "axis %" PRId64 " is out of range for rank %d",
-				   attr_int(n, "axis", 0), x.rank);
+			           attr_int(n, "axis", 0), x.rank);
 			return;
 		}
 		if (gs == 1) {
 			/* one rank: nothing is gathered */
 		} else if (gs > 1 && dim_static(&x.dims[ax]) &&
-			   !__builtin_mul_overflow(x.dims[ax].value, gs, &x.dims[ax].value)) {
+		           !__builtin_mul_overflow(x.dims[ax].value, gs, &x.dims[ax].value)) {
 			x.dims[ax].param = NULL;
 		} else {
 			x.dims[ax] = dim_unknown();
@@ -1526,20 +1540,20 @@ static void infer_fp4_quantize(struct infer_ctx *c, const struct tpf_node *n)
 	sc = x;
 	x.dtype = TPF_DTYPE_FLOAT4E2M1;
 	set_output(c, n, 0, &x);
-	sc.dtype = valid_or(attr_int(n, "scale_type", TPF_DTYPE_FLOAT8E4M3FN),
-			    TPF_DTYPE_FLOAT8E4M3FN);
+	sc.dtype =
+	    valid_or(attr_int(n, "scale_type", TPF_DTYPE_FLOAT8E4M3FN), TPF_DTYPE_FLOAT8E4M3FN);
 	if (sc.rank >= 0) {
 		if (norm_axis(attr_int(n, "axis", -1), sc.rank, &ax)) {
 			node_error(c, n, "axis %" PRId64 " is out of range for rank %d",
-				   attr_int(n, "axis", -1), sc.rank);
+			           attr_int(n, "axis", -1), sc.rank);
 			return;
 		}
 		if (bs > 0 && dim_static(&sc.dims[ax])) {
 			if (sc.dims[ax].value % bs) {
 				node_error(c, n,
-					   "dimension %" PRId64 " = %" PRId64
-					   " is not a multiple of block_size %" PRId64,
-					   ax, sc.dims[ax].value, bs);
+				           "dimension %" PRId64 " = %" PRId64
+				           " is not a multiple of block_size %" PRId64,
+				           ax, sc.dims[ax].value, bs);
 				return;
 			}
 			sc.dims[ax] = dim_of(sc.dims[ax].value / bs);
@@ -1623,8 +1637,8 @@ static void infer_if(struct infer_ctx *c, const struct tpf_node *n)
 		if (a.rank >= 0 && a.rank == b.rank) {
 			out.rank = a.rank;
 			for (i = 0; i < a.rank; i++)
-				out.dims[i] = dims_same(&a.dims[i], &b.dims[i]) ? a.dims[i]
-										: dim_unknown();
+				out.dims[i] =
+				    dims_same(&a.dims[i], &b.dims[i]) ? a.dims[i] : dim_unknown();
 		}
 		set_output(c, n, j, &out);
 	}
@@ -1937,7 +1951,7 @@ static int64_t metadata_world(const struct tpf_model *m)
 }
 
 enum tpf_status tpf_graph_infer_shapes(struct tpf_graph *g, const struct tpf_model *m,
-				       struct tpf_diag *d)
+                                       struct tpf_diag *d)
 {
 	struct infer_ctx c;
 	enum tpf_status st;

@@ -79,7 +79,7 @@ static char *opt_str(const char *s)
 
 /* Appends a pre-encoded length-delimited field to `msg`. */
 static int add_raw_field(struct export_ctx *c, ProtobufCMessage *msg, uint32_t field,
-			 const struct tpf_blob *b)
+                         const struct tpf_blob *b)
 {
 	uint8_t pre[10];
 	size_t np = 0;
@@ -112,7 +112,7 @@ static int add_raw_field(struct export_ctx *c, ProtobufCMessage *msg, uint32_t f
 }
 
 static int add_raw_fields(struct export_ctx *c, ProtobufCMessage *msg, uint32_t field,
-			  const struct tpf_blob *b, size_t n)
+                          const struct tpf_blob *b, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		if (add_raw_field(c, msg, field, &b[i]))
@@ -121,7 +121,7 @@ static int add_raw_fields(struct export_ctx *c, ProtobufCMessage *msg, uint32_t 
 }
 
 static int ex_props(struct export_ctx *c, size_t n, const char *const *keys,
-		    const char *const *values, size_t *n_out, Onnx__StringStringEntryProto ***out)
+                    const char *const *values, size_t *n_out, Onnx__StringStringEntryProto ***out)
 {
 	*n_out = 0;
 	*out = NULL;
@@ -164,7 +164,7 @@ static char *fmt_u64(struct export_ctx *c, uint64_t v)
 /* ------------------------------------------------------------ tensors */
 
 static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *t, const char *name,
-				 const char *what, Onnx__TensorProto **out)
+                                 const char *what, Onnx__TensorProto **out)
 {
 	Onnx__TensorProto *tp = tpf_arena_alloc(c->a, sizeof(*tp));
 	if (!tp)
@@ -179,7 +179,7 @@ static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *
 	tp->n_dims = (size_t)t->rank;
 	tp->dims = t->rank ? (int64_t *)t->dims : NULL;
 	if (ex_props(c, t->n_metadata, t->metadata_keys, t->metadata_values, &tp->n_metadata_props,
-		     &tp->metadata_props))
+	             &tp->metadata_props))
 		return nomem(c);
 	*out = tp;
 
@@ -188,30 +188,32 @@ static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: invalid shape", what);
 	if (t->dtype == TPF_DTYPE_STRING) {
 		if (t->n_strings != (uint64_t)numel)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					     "%s: holds %zu strings but its shape has %lld elements", what,
-					     t->n_strings, (long long)numel);
+			return tpf_diag_fail(
+			    c->d, TPF_ERR_INVALID,
+			    "%s: holds %zu strings but its shape has %lld elements", what,
+			    t->n_strings, (long long)numel);
 		tp->n_string_data = t->n_strings;
 		tp->string_data = arr(c, t->n_strings, sizeof(*tp->string_data));
 		if (t->n_strings && !tp->string_data)
 			return nomem(c);
 		for (size_t i = 0; i < t->n_strings; i++) {
 			tp->string_data[i].data = (uint8_t *)t->strings[i];
-			tp->string_data[i].len = t->string_lens ? t->string_lens[i]
-								: (t->strings[i] ? strlen(t->strings[i]) : 0);
+			tp->string_data[i].len = t->string_lens
+			                             ? t->string_lens[i]
+			                             : (t->strings[i] ? strlen(t->strings[i]) : 0);
 		}
 		return TPF_OK;
 	}
 	if (!tpf_dtype_is_valid((int)t->dtype))
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: invalid element type %d", what,
-				     (int)t->dtype);
+		                     (int)t->dtype);
 	size_t want;
 	if (tpf_dtype_storage_bytes(t->dtype, (uint64_t)numel, &want))
 		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: size overflows", what);
 	if (want != t->nbytes)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: holds %zu bytes but %s of its shape needs %zu", what, t->nbytes,
-				     tpf_dtype_onnx_name(t->dtype), want);
+		                     "%s: holds %zu bytes but %s of its shape needs %zu", what,
+		                     t->nbytes, tpf_dtype_onnx_name(t->dtype), want);
 
 	if (t->nbytes && !t->data) {
 		if (!t->is_external || !t->ext_location)
@@ -219,8 +221,9 @@ static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *
 		/* Loaded without its external data: the reference is all there is. */
 		if (!c->warned_stale) {
 			tpf_diag_add(c->d, TPF_SEV_WARNING,
-				     "%s: external data was not loaded; the saved model refers to '%s' as it was",
-				     what, t->ext_location);
+			             "%s: external data was not loaded; the saved model refers to "
+			             "'%s' as it was",
+			             what, t->ext_location);
 			c->warned_stale = 1;
 		}
 		tp->has_data_location = 1;
@@ -229,14 +232,15 @@ static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *
 		tp->external_data = arr(c, 3, sizeof(*tp->external_data));
 		if (!tp->external_data ||
 		    !(tp->external_data[0] = entry(c, "location", t->ext_location)) ||
-		    !(tp->external_data[1] = entry(c, "offset", fmt_u64(c, (uint64_t)t->ext_offset))) ||
+		    !(tp->external_data[1] =
+		          entry(c, "offset", fmt_u64(c, (uint64_t)t->ext_offset))) ||
 		    !(tp->external_data[2] = entry(c, "length", fmt_u64(c, t->nbytes))) ||
 		    !tp->external_data[1]->value || !tp->external_data[2]->value)
 			return nomem(c);
 		return TPF_OK;
 	}
 	int external = c->allow_external && t->nbytes &&
-		       (t->is_external || (c->threshold && t->nbytes >= c->threshold));
+	               (t->is_external || (c->threshold && t->nbytes >= c->threshold));
 	if (external) {
 		uint64_t off = (c->ext_size + EXTERNAL_ALIGN - 1) / EXTERNAL_ALIGN * EXTERNAL_ALIGN;
 		if (c->n_writes == c->cap_writes) {
@@ -255,7 +259,8 @@ static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *
 		tp->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
 		tp->n_external_data = 3;
 		tp->external_data = arr(c, 3, sizeof(*tp->external_data));
-		if (!tp->external_data || !(tp->external_data[0] = entry(c, "location", c->location)) ||
+		if (!tp->external_data ||
+		    !(tp->external_data[0] = entry(c, "location", c->location)) ||
 		    !(tp->external_data[1] = entry(c, "offset", fmt_u64(c, off))) ||
 		    !(tp->external_data[2] = entry(c, "length", fmt_u64(c, t->nbytes))) ||
 		    !tp->external_data[1]->value || !tp->external_data[2]->value)
@@ -265,8 +270,9 @@ static enum tpf_status ex_tensor(struct export_ctx *c, const struct tpf_tensor *
 	c->inline_bytes += t->nbytes;
 	if (c->inline_bytes > PROTOBUF_LIMIT)
 		return tpf_diag_fail(c->d, TPF_ERR_LIMIT,
-				     "%s: the weights kept inside the protobuf pass its 2 GiB limit; save to a file with external data",
-				     what);
+		                     "%s: the weights kept inside the protobuf pass its 2 GiB "
+		                     "limit; save to a file with external data",
+		                     what);
 	tp->has_raw_data = 1;
 	tp->raw_data.len = t->nbytes;
 	tp->raw_data.data = (uint8_t *)t->data;
@@ -285,7 +291,7 @@ static const char *use_name(const struct tpf_value *v)
 }
 
 static enum tpf_status ex_value_info(struct export_ctx *c, const struct tpf_value *v,
-				     Onnx__ValueInfoProto **out)
+                                     Onnx__ValueInfoProto **out)
 {
 	Onnx__ValueInfoProto *vi = tpf_arena_alloc(c->a, sizeof(*vi));
 	if (!vi)
@@ -295,7 +301,7 @@ static enum tpf_status ex_value_info(struct export_ctx *c, const struct tpf_valu
 	vi->name = (char *)use_name(v);
 	vi->doc_string = (char *)v->doc_string;
 	if (ex_props(c, v->n_metadata, v->metadata_keys, v->metadata_values, &vi->n_metadata_props,
-		     &vi->metadata_props))
+	             &vi->metadata_props))
 		return nomem(c);
 	const struct tpf_type *ty = &v->type;
 	if (ty->kind == TPF_TYPE_OPAQUE) {
@@ -325,7 +331,7 @@ static enum tpf_status ex_value_info(struct export_ctx *c, const struct tpf_valu
 		return TPF_OK;
 	if (ty->shape.rank > TPF_MAX_RANK)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "value '%s': invalid rank %d", v->name,
-				     ty->shape.rank);
+		                     ty->shape.rank);
 	Onnx__TensorShapeProto *sh = tpf_arena_alloc(c->a, sizeof(*sh));
 	if (!sh)
 		return nomem(c);
@@ -358,10 +364,10 @@ static enum tpf_status ex_value_info(struct export_ctx *c, const struct tpf_valu
 /* ------------------------------------------------------------ attributes */
 
 static enum tpf_status ex_graph(struct export_ctx *c, const struct tpf_graph *g,
-				const char *fallback_name, Onnx__GraphProto **out);
+                                const char *fallback_name, Onnx__GraphProto **out);
 
 static enum tpf_status ex_attr(struct export_ctx *c, const struct tpf_attr *a, const char *where,
-			       Onnx__AttributeProto **out)
+                               Onnx__AttributeProto **out)
 {
 	Onnx__AttributeProto *ap = tpf_arena_alloc(c->a, sizeof(*ap));
 	if (!ap)
@@ -427,7 +433,8 @@ static enum tpf_status ex_attr(struct export_ctx *c, const struct tpf_attr *a, c
 			return nomem(c);
 		for (size_t i = 0; i < a->n; i++) {
 			ap->strings[i].data = (uint8_t *)a->strings[i];
-			ap->strings[i].len = a->string_lens ? a->string_lens[i] : strlen(a->strings[i]);
+			ap->strings[i].len =
+			    a->string_lens ? a->string_lens[i] : strlen(a->strings[i]);
 		}
 		break;
 	case TPF_ATTR_TENSORS:
@@ -457,7 +464,8 @@ static enum tpf_status ex_attr(struct export_ctx *c, const struct tpf_attr *a, c
 			return nomem(c);
 		break;
 	default:
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: unknown kind %d", what, (int)a->kind);
+		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: unknown kind %d", what,
+		                     (int)a->kind);
 	}
 	return TPF_OK;
 }
@@ -465,7 +473,7 @@ static enum tpf_status ex_attr(struct export_ctx *c, const struct tpf_attr *a, c
 /* ------------------------------------------------------------ nodes, graphs */
 
 static enum tpf_status ex_node(struct export_ctx *c, const struct tpf_node *n,
-			       Onnx__NodeProto **out)
+                               Onnx__NodeProto **out)
 {
 	Onnx__NodeProto *np = tpf_arena_alloc(c->a, sizeof(*np));
 	if (!np)
@@ -509,7 +517,7 @@ static enum tpf_status ex_node(struct export_ctx *c, const struct tpf_node *n,
 			return st;
 	}
 	if (ex_props(c, n->n_metadata, n->metadata_keys, n->metadata_values, &np->n_metadata_props,
-		     &np->metadata_props) ||
+	             &np->metadata_props) ||
 	    add_raw_fields(c, &np->base, 10, n->device_configurations, n->n_device_configurations))
 		return nomem(c);
 	return TPF_OK;
@@ -530,7 +538,7 @@ static int value_live(const struct tpf_graph *g, const struct tpf_value *v)
 }
 
 static enum tpf_status ex_nodes(struct export_ctx *c, const struct tpf_graph *g, size_t *n_out,
-				Onnx__NodeProto ***out)
+                                Onnx__NodeProto ***out)
 {
 	size_t count = 0;
 	for (const struct tpf_node *n = g->first; n; n = n->next)
@@ -554,7 +562,7 @@ static enum tpf_status ex_nodes(struct export_ctx *c, const struct tpf_graph *g,
 /* value_info entries: typed or annotated values that are neither inputs nor
  * outputs, in creation order, then detached entries. */
 static enum tpf_status ex_value_infos(struct export_ctx *c, const struct tpf_graph *g,
-				      size_t *n_out, Onnx__ValueInfoProto ***out)
+                                      size_t *n_out, Onnx__ValueInfoProto ***out)
 {
 	size_t cap = g->n_values + g->n_value_infos, n = 0;
 	Onnx__ValueInfoProto **list = arr(c, cap, sizeof(*list));
@@ -598,7 +606,7 @@ static enum tpf_status ex_value_infos(struct export_ctx *c, const struct tpf_gra
 }
 
 static enum tpf_status ex_graph(struct export_ctx *c, const struct tpf_graph *g,
-				const char *fallback_name, Onnx__GraphProto **out)
+                                const char *fallback_name, Onnx__GraphProto **out)
 {
 	Onnx__GraphProto *gp = tpf_arena_alloc(c->a, sizeof(*gp));
 	if (!gp)
@@ -609,7 +617,7 @@ static enum tpf_status ex_graph(struct export_ctx *c, const struct tpf_graph *g,
 	gp->name = (char *)(g->name && *g->name ? g->name : fallback_name);
 	gp->doc_string = (char *)g->doc_string;
 	if (ex_props(c, g->n_metadata, g->metadata_keys, g->metadata_values, &gp->n_metadata_props,
-		     &gp->metadata_props))
+	             &gp->metadata_props))
 		return nomem(c);
 	if ((st = ex_nodes(c, g, &gp->n_node, &gp->node)))
 		return st;
@@ -623,7 +631,8 @@ static enum tpf_status ex_graph(struct export_ctx *c, const struct tpf_graph *g,
 			continue;
 		char what[320];
 		snprintf(what, sizeof(what), "initializer '%s'", v->name);
-		if ((st = ex_tensor(c, v->init, v->name, what, &gp->initializer[gp->n_initializer])))
+		if ((st =
+		         ex_tensor(c, v->init, v->name, what, &gp->initializer[gp->n_initializer])))
 			return st;
 		gp->n_initializer++;
 	}
@@ -644,15 +653,15 @@ static enum tpf_status ex_graph(struct export_ctx *c, const struct tpf_graph *g,
 	for (size_t i = 0; i < g->n_outputs; i++) {
 		const struct tpf_value *v = g->outputs[i];
 		if (!v)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "graph '%s': output %zu is missing",
-					     gp->name, i);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "graph '%s': output %zu is missing", gp->name, i);
 		if ((st = ex_value_info(c, v, &gp->output[gp->n_output++])))
 			return st;
 	}
 	if ((st = ex_value_infos(c, g, &gp->n_value_info, &gp->value_info)))
 		return st;
 	if (add_raw_fields(c, &gp->base, 14, g->quantization_annotations,
-			   g->n_quantization_annotations) ||
+	                   g->n_quantization_annotations) ||
 	    add_raw_fields(c, &gp->base, 15, g->sparse_initializers, g->n_sparse_initializers))
 		return nomem(c);
 	return TPF_OK;
@@ -661,7 +670,7 @@ static enum tpf_status ex_graph(struct export_ctx *c, const struct tpf_graph *g,
 /* ------------------------------------------------------------ model */
 
 static enum tpf_status ex_opsets(struct export_ctx *c, const struct tpf_opset *ops, size_t n,
-				 size_t *n_out, Onnx__OperatorSetIdProto ***out)
+                                 size_t *n_out, Onnx__OperatorSetIdProto ***out)
 {
 	*n_out = n;
 	*out = arr(c, n, sizeof(**out));
@@ -681,7 +690,7 @@ static enum tpf_status ex_opsets(struct export_ctx *c, const struct tpf_opset *o
 }
 
 static enum tpf_status ex_function(struct export_ctx *c, const struct tpf_function *f,
-				   Onnx__FunctionProto **out)
+                                   Onnx__FunctionProto **out)
 {
 	Onnx__FunctionProto *fp = tpf_arena_alloc(c->a, sizeof(*fp));
 	if (!fp)
@@ -724,7 +733,7 @@ static enum tpf_status ex_function(struct export_ctx *c, const struct tpf_functi
 	if ((st = ex_value_infos(c, g, &fp->n_value_info, &fp->value_info)))
 		return st;
 	if (ex_props(c, f->n_metadata, f->metadata_keys, f->metadata_values, &fp->n_metadata_props,
-		     &fp->metadata_props))
+	             &fp->metadata_props))
 		return nomem(c);
 	return TPF_OK;
 }
@@ -765,11 +774,13 @@ static int collect_domains(const struct tpf_graph *g, struct domain_set *s, int 
 			return -1;
 		for (size_t i = 0; i < n->n_attrs; i++) {
 			const struct tpf_attr *a = &n->attrs[i];
-			if (a->kind == TPF_ATTR_GRAPH && a->g && collect_domains(a->g, s, depth + 1))
+			if (a->kind == TPF_ATTR_GRAPH && a->g &&
+			    collect_domains(a->g, s, depth + 1))
 				return -1;
 			if (a->kind == TPF_ATTR_GRAPHS)
 				for (size_t k = 0; k < a->n; k++)
-					if (a->graphs[k] && collect_domains(a->graphs[k], s, depth + 1))
+					if (a->graphs[k] &&
+					    collect_domains(a->graphs[k], s, depth + 1))
 						return -1;
 		}
 	}
@@ -777,7 +788,7 @@ static int collect_domains(const struct tpf_graph *g, struct domain_set *s, int 
 }
 
 static enum tpf_status ex_model(struct export_ctx *c, const struct tpf_model *m,
-				Onnx__ModelProto **out)
+                                Onnx__ModelProto **out)
 {
 	Onnx__ModelProto *mp = tpf_arena_alloc(c->a, sizeof(*mp));
 	if (!mp)
@@ -796,7 +807,7 @@ static enum tpf_status ex_model(struct export_ctx *c, const struct tpf_model *m,
 	}
 	mp->doc_string = (char *)m->doc_string;
 	if (ex_props(c, m->n_metadata, m->metadata_keys, m->metadata_values, &mp->n_metadata_props,
-		     &mp->metadata_props))
+	             &mp->metadata_props))
 		return nomem(c);
 
 	/* opset imports, plus any domain a node uses without an import */
@@ -864,20 +875,22 @@ static enum tpf_status ex_model(struct export_ctx *c, const struct tpf_model *m,
 
 /* Packs the tree into a tpf_malloc'ed buffer. */
 static enum tpf_status pack_model(struct export_ctx *c, Onnx__ModelProto *mp, void **data,
-				  size_t *size)
+                                  size_t *size)
 {
 	size_t n = onnx__model_proto__get_packed_size(mp);
 	if (n > PROTOBUF_LIMIT)
 		return tpf_diag_fail(c->d, TPF_ERR_LIMIT,
-				     "the serialized model would be %zu bytes, over the 2 GiB protobuf limit; save to a file with external data",
-				     n);
+		                     "the serialized model would be %zu bytes, over the 2 GiB "
+		                     "protobuf limit; save to a file with external data",
+		                     n);
 	uint8_t *buf = tpf_malloc(n ? n : 1);
 	if (!buf)
 		return nomem(c);
 	size_t w = onnx__model_proto__pack(mp, buf);
 	if (w != n) {
 		tpf_free(buf);
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "internal error: packed %zu of %zu bytes", w, n);
+		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+		                     "internal error: packed %zu of %zu bytes", w, n);
 	}
 	*data = buf;
 	*size = n;
@@ -906,14 +919,15 @@ static uint64_t graph_tensor_bytes(const struct tpf_graph *g, int depth)
 			else if (a->kind == TPF_ATTR_GRAPHS)
 				for (size_t k = 0; k < a->n; k++)
 					if (a->graphs[k])
-						total += graph_tensor_bytes(a->graphs[k], depth + 1);
+						total +=
+						    graph_tensor_bytes(a->graphs[k], depth + 1);
 		}
 	}
 	return total;
 }
 
 enum tpf_status tpf_model_save_memory(const struct tpf_model *m, void **data, size_t *size,
-				      struct tpf_diag *d)
+                                      struct tpf_diag *d)
 {
 	if (!m || !data || !size)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_model_save_memory: missing argument");
@@ -933,7 +947,7 @@ enum tpf_status tpf_model_save_memory(const struct tpf_model *m, void **data, si
 }
 
 static enum tpf_status write_all(int fd, const void *p, size_t n, const char *path,
-				 struct tpf_diag *d)
+                                 struct tpf_diag *d)
 {
 	const uint8_t *b = p;
 	while (n) {
@@ -942,7 +956,8 @@ static enum tpf_status write_all(int fd, const void *p, size_t n, const char *pa
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
-			return tpf_diag_fail(d, TPF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+			return tpf_diag_fail(d, TPF_ERR_IO, "%s: write failed: %s", path,
+			                     strerror(errno));
 		}
 		b += w;
 		n -= (size_t)w;
@@ -964,7 +979,7 @@ static char *temp_name(const char *path)
  * `fd` inside the kernel.  0 when done; -1 when the caller should write
  * from memory instead (nothing was written then). */
 static int copy_from_file(int fd, const char *src, uint64_t offset, size_t n, int *src_fd,
-			  const char **src_path)
+                          const char **src_path)
 {
 	if (!*src_path || strcmp(*src_path, src) != 0) {
 		if (*src_fd >= 0)
@@ -996,7 +1011,8 @@ static enum tpf_status write_external(struct export_ctx *c, const char *path, co
 	static const uint8_t zeros[EXTERNAL_ALIGN];
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+		return tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot create: %s", path,
+		                     strerror(errno));
 	enum tpf_status st = TPF_OK;
 	uint64_t pos = 0;
 	int src_fd = -1;
@@ -1013,7 +1029,8 @@ static enum tpf_status write_external(struct export_ctx *c, const char *path, co
 		if (!tpf_onnx_backing_locate(c->backing, w->t->data, w->t->nbytes, &src, &off))
 			r = copy_from_file(fd, src, off, w->t->nbytes, &src_fd, &src_path);
 		if (r == -2)
-			st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: seek failed: %s", path, strerror(errno));
+			st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: seek failed: %s", path,
+			                   strerror(errno));
 		else if (r != 0)
 			st = write_all(fd, w->t->data, w->t->nbytes, path, c->d);
 		pos = w->offset + w->t->nbytes;
@@ -1028,7 +1045,7 @@ static enum tpf_status write_external(struct export_ctx *c, const char *path, co
 }
 
 enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
-				    const struct tpf_save_options *opt, struct tpf_diag *d)
+                                    const struct tpf_save_options *opt, struct tpf_diag *d)
 {
 	if (!m || !path || !*path)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_model_save_file: missing argument");
@@ -1060,7 +1077,8 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 	}
 	const char *why = tpf_onnx_location_problem(location);
 	if (why) {
-		st = tpf_diag_fail(d, TPF_ERR_INVALID, "external data file name '%s' %s", location, why);
+		st = tpf_diag_fail(d, TPF_ERR_INVALID, "external data file name '%s' %s", location,
+		                   why);
 		goto out_free;
 	}
 	c.location = location;
@@ -1089,9 +1107,11 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 	}
 	snprintf(ext_path, elen, "%s/%s", dir, location);
 	if (c.n_writes) {
-		if (strcmp(tpf_path_basename(ext_path), base) == 0 && strchr(location, '/') == NULL) {
-			st = tpf_diag_fail(d, TPF_ERR_INVALID,
-					   "external data file '%s' would overwrite the model itself", location);
+		if (strcmp(tpf_path_basename(ext_path), base) == 0 &&
+		    strchr(location, '/') == NULL) {
+			st = tpf_diag_fail(
+			    d, TPF_ERR_INVALID,
+			    "external data file '%s' would overwrite the model itself", location);
 			goto out_free;
 		}
 		ext_tmp = temp_name(ext_path);
@@ -1117,13 +1137,13 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 	}
 	if (ext_tmp && rename(ext_tmp, ext_path) != 0) {
 		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot rename into place: %s", ext_path,
-				   strerror(errno));
+		                   strerror(errno));
 		unlink(tmp);
 		goto out_unlink_ext;
 	}
 	if (rename(tmp, path) != 0) {
 		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot rename into place: %s", path,
-				   strerror(errno));
+		                   strerror(errno));
 		unlink(tmp);
 	}
 	goto out_free;

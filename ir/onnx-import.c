@@ -33,6 +33,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ONNX importer converts typed tensor data assuming a little-endian host"
+#endif
+
 #define WIRE_MAX_DEPTH 100
 #define DEFAULT_MAX_MODEL_BYTES ((size_t)4 << 30)
 #define MAX_DENSE_SPARSE_BYTES ((size_t)1 << 31)
@@ -70,7 +74,8 @@ const char *tpf_onnx_location_problem(const char *location)
 		return "is empty";
 	if (location[0] == '/' || location[0] == '\\')
 		return "is an absolute path";
-	if (((location[0] >= 'A' && location[0] <= 'Z') || (location[0] >= 'a' && location[0] <= 'z')) &&
+	if (((location[0] >= 'A' && location[0] <= 'Z') ||
+	     (location[0] >= 'a' && location[0] <= 'z')) &&
 	    location[1] == ':')
 		return "is an absolute path";
 	const char *p = location;
@@ -140,7 +145,7 @@ void tpf_model_backing_release(void *backing)
 }
 
 int tpf_onnx_backing_locate(const void *backing, const void *p, size_t n, const char **path,
-			    uint64_t *offset)
+                            uint64_t *offset)
 {
 	const struct backing *bk = backing;
 	if (!bk || !p)
@@ -148,7 +153,8 @@ int tpf_onnx_backing_locate(const void *backing, const void *p, size_t n, const 
 	uintptr_t a = (uintptr_t)p;
 	for (size_t i = 0; i < bk->n_maps; i++) {
 		uintptr_t base = (uintptr_t)bk->maps[i].addr;
-		if (base && a >= base && a - base <= bk->maps[i].len && n <= bk->maps[i].len - (a - base)) {
+		if (base && a >= base && a - base <= bk->maps[i].len &&
+		    n <= bk->maps[i].len - (a - base)) {
 			*path = bk->maps[i].path;
 			*offset = (uint64_t)(a - base);
 			return 0;
@@ -270,7 +276,7 @@ static int sdup(struct tpf_arena *a, const char *s, const char **out)
 }
 
 static int import_props(struct tpf_arena *a, Onnx__StringStringEntryProto *const *e, size_t n,
-			size_t *n_out, const char ***keys, const char ***values)
+                        size_t *n_out, const char ***keys, const char ***values)
 {
 	*n_out = 0;
 	*keys = *values = NULL;
@@ -304,7 +310,7 @@ static int pack_blob(struct tpf_arena *a, const ProtobufCMessage *msg, struct tp
 }
 
 static int pack_blobs(struct tpf_arena *a, void *const *msgs, size_t n, struct tpf_blob **out,
-		      size_t *n_out)
+                      size_t *n_out)
 {
 	*out = NULL;
 	*n_out = 0;
@@ -356,62 +362,72 @@ static int read_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *out)
  * message-typed fields that `desc` knows.  `base` is the offset of p in the
  * whole input, for messages. */
 static enum tpf_status wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *p,
-				  size_t len, size_t base, int depth, const char *src,
-				  struct tpf_diag *d)
+                                  size_t len, size_t base, int depth, const char *src,
+                                  struct tpf_diag *d)
 {
 	if (depth > WIRE_MAX_DEPTH)
 		return tpf_diag_fail(d, TPF_ERR_LIMIT,
-				     "%s: messages nested deeper than %d levels at byte %zu", src,
-				     WIRE_MAX_DEPTH, base);
+		                     "%s: messages nested deeper than %d levels at byte %zu", src,
+		                     WIRE_MAX_DEPTH, base);
 	size_t pos = 0;
 	while (pos < len) {
 		size_t start = pos;
 		uint64_t key, v;
 		if (read_varint(p, len, &pos, &key))
-			return tpf_diag_fail(d, TPF_ERR_PARSE,
-					     "%s: not an ONNX model: truncated or malformed field tag at byte %zu",
-					     src, base + start);
+			return tpf_diag_fail(
+			    d, TPF_ERR_PARSE,
+			    "%s: not an ONNX model: truncated or malformed field tag at byte %zu",
+			    src, base + start);
 		uint64_t field = key >> 3;
 		unsigned wire = (unsigned)(key & 7);
+		const ProtobufCFieldDescriptor *f =
+		    field <= 0x1fffffff
+		        ? protobuf_c_message_descriptor_get_field(desc, (unsigned)field)
+		        : NULL;
+		const char *fname = f ? f->name : "?";
 		if (field == 0 || field > 0x1fffffff)
-			return tpf_diag_fail(d, TPF_ERR_PARSE,
-					     "%s: not an ONNX model: invalid field number at byte %zu", src,
-					     base + start);
+			return tpf_diag_fail(
+			    d, TPF_ERR_PARSE,
+			    "%s: not an ONNX model: invalid field number at byte %zu", src,
+			    base + start);
 		switch (wire) {
 		case 0:
 			if (read_varint(p, len, &pos, &v))
 				return tpf_diag_fail(d, TPF_ERR_PARSE,
-						     "%s: not an ONNX model: truncated varint (field %llu of %s) at byte %zu",
-						     src, (unsigned long long)field, desc->short_name,
-						     base + start);
+				                     "%s: not an ONNX model: truncated varint "
+				                     "(field %llu '%s' of %s) at byte %zu",
+				                     src, (unsigned long long)field, fname,
+				                     desc->short_name, base + start);
 			break;
 		case 1:
 		case 5: {
 			size_t need = wire == 1 ? 8 : 4;
 			if (len - pos < need)
 				return tpf_diag_fail(d, TPF_ERR_PARSE,
-						     "%s: truncated input: field %llu of %s at byte %zu needs %zu bytes",
-						     src, (unsigned long long)field, desc->short_name,
-						     base + start, need);
+				                     "%s: truncated input: field %llu '%s' of %s "
+				                     "at byte %zu needs %zu bytes",
+				                     src, (unsigned long long)field, fname,
+				                     desc->short_name, base + start, need);
 			pos += need;
 			break;
 		}
 		case 2: {
 			if (read_varint(p, len, &pos, &v))
 				return tpf_diag_fail(d, TPF_ERR_PARSE,
-						     "%s: not an ONNX model: truncated length (field %llu of %s) at byte %zu",
-						     src, (unsigned long long)field, desc->short_name,
-						     base + start);
+				                     "%s: not an ONNX model: truncated length "
+				                     "(field %llu '%s' of %s) at byte %zu",
+				                     src, (unsigned long long)field, fname,
+				                     desc->short_name, base + start);
 			if (v > len - pos)
 				return tpf_diag_fail(d, TPF_ERR_PARSE,
-						     "%s: truncated input: field %llu of %s at byte %zu claims %llu bytes, %zu remain",
-						     src, (unsigned long long)field, desc->short_name,
-						     base + start, (unsigned long long)v, len - pos);
-			const ProtobufCFieldDescriptor *f =
-				protobuf_c_message_descriptor_get_field(desc, (unsigned)field);
+				                     "%s: truncated input: field %llu '%s' of %s "
+				                     "at byte %zu claims %llu bytes, %zu remain",
+				                     src, (unsigned long long)field, fname,
+				                     desc->short_name, base + start,
+				                     (unsigned long long)v, len - pos);
 			if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
 				enum tpf_status st = wire_check(f->descriptor, p + pos, (size_t)v,
-								base + pos, depth + 1, src, d);
+				                                base + pos, depth + 1, src, d);
 				if (st)
 					return st;
 			}
@@ -419,9 +435,10 @@ static enum tpf_status wire_check(const ProtobufCMessageDescriptor *desc, const 
 			break;
 		}
 		default:
-			return tpf_diag_fail(d, TPF_ERR_PARSE,
-					     "%s: not an ONNX model: unsupported wire type %u at byte %zu",
-					     src, wire, base + start);
+			return tpf_diag_fail(
+			    d, TPF_ERR_PARSE,
+			    "%s: not an ONNX model: unsupported wire type %u at byte %zu", src,
+			    wire, base + start);
 		}
 	}
 	return TPF_OK;
@@ -430,26 +447,26 @@ static enum tpf_status wire_check(const ProtobufCMessageDescriptor *desc, const 
 /* ------------------------------------------------------------ external data */
 
 static const struct mapping *map_file(struct import_ctx *c, const char *real, const char *loc,
-				      const char *what, enum tpf_status *st)
+                                      const char *what, enum tpf_status *st)
 {
 	for (size_t i = 0; i < c->bk->n_maps; i++)
 		if (strcmp(c->bk->maps[i].path, real) == 0)
 			return &c->bk->maps[i];
 	if (grow_heap((void **)&c->bk->maps, &c->bk->cap_maps, sizeof(*c->bk->maps),
-		      c->bk->n_maps + 1)) {
+	              c->bk->n_maps + 1)) {
 		*st = nomem(c);
 		return NULL;
 	}
 	int fd = open(real, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		*st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot open external data file '%s': %s",
-				    what, loc, strerror(errno));
+		                    what, loc, strerror(errno));
 		return NULL;
 	}
 	struct stat sb;
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		*st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: external data '%s' is not a regular file",
-				    what, loc);
+		*st = tpf_diag_fail(c->d, TPF_ERR_IO,
+		                    "%s: external data '%s' is not a regular file", what, loc);
 		close(fd);
 		return NULL;
 	}
@@ -458,8 +475,9 @@ static const struct mapping *map_file(struct import_ctx *c, const char *real, co
 	if (mp.len) {
 		mp.addr = mmap(NULL, mp.len, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (mp.addr == MAP_FAILED) {
-			*st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot map external data file '%s': %s",
-					    what, loc, strerror(errno));
+			*st = tpf_diag_fail(c->d, TPF_ERR_IO,
+			                    "%s: cannot map external data file '%s': %s", what, loc,
+			                    strerror(errno));
 			close(fd);
 			return NULL;
 		}
@@ -490,8 +508,8 @@ static int parse_i64(const char *s, int64_t *out)
 }
 
 static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a,
-				       const Onnx__TensorProto *tp, struct tpf_tensor *t,
-				       size_t nbytes, const char *what)
+                                       const Onnx__TensorProto *tp, struct tpf_tensor *t,
+                                       size_t nbytes, const char *what)
 {
 	const char *loc = NULL;
 	int64_t offset = 0, length = -1;
@@ -502,28 +520,34 @@ static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a
 			loc = v;
 		} else if (strcmp(k, "offset") == 0) {
 			if (parse_i64(v, &offset))
-				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-						     "%s: external data offset '%s' is not a non-negative number",
-						     what, v);
+				return tpf_diag_fail(
+				    c->d, TPF_ERR_INVALID,
+				    "%s: external data offset '%s' is not a non-negative number",
+				    what, v);
 		} else if (strcmp(k, "length") == 0) {
 			if (parse_i64(v, &length))
-				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-						     "%s: external data length '%s' is not a non-negative number",
-						     what, v);
+				return tpf_diag_fail(
+				    c->d, TPF_ERR_INVALID,
+				    "%s: external data length '%s' is not a non-negative number",
+				    what, v);
 		}
 	}
 	if (!loc || !*loc)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: data_location is EXTERNAL but external_data has no location", what);
+		return tpf_diag_fail(
+		    c->d, TPF_ERR_INVALID,
+		    "%s: data_location is EXTERNAL but external_data has no location", what);
 	if (length >= 0 && (uint64_t)length != (uint64_t)nbytes)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: external data length %lld does not match the %zu bytes of a %s tensor of its shape",
-				     what, (long long)length, nbytes, tpf_dtype_onnx_name(t->dtype));
+		                     "%s: external data length %lld does not match the %zu bytes "
+		                     "of a %s tensor of its shape",
+		                     what, (long long)length, nbytes,
+		                     tpf_dtype_onnx_name(t->dtype));
 	const char *why = tpf_onnx_location_problem(loc);
 	if (why)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: external data location '%s' %s; only files inside the model's folder are allowed",
-				     what, loc, why);
+		                     "%s: external data location '%s' %s; only files inside the "
+		                     "model's folder are allowed",
+		                     what, loc, why);
 	t->is_external = 1;
 	t->ext_offset = offset;
 	t->ext_length = (int64_t)nbytes;
@@ -534,16 +558,18 @@ static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a
 		return TPF_OK;
 	if (!c->base_dir || !*c->base_dir)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: uses external data '%s' but the model was given without a folder to load it from",
-				     what, loc);
+		                     "%s: uses external data '%s' but the model was given without "
+		                     "a folder to load it from",
+		                     what, loc);
 
 	enum tpf_status st = TPF_OK;
 	char *joined = NULL, *real = NULL;
 	if (!c->base_real) {
 		c->base_real = realpath(c->base_dir, NULL);
 		if (!c->base_real)
-			return tpf_diag_fail(c->d, TPF_ERR_IO, "%s: model folder '%s' cannot be resolved: %s",
-					     what, c->base_dir, strerror(errno));
+			return tpf_diag_fail(c->d, TPF_ERR_IO,
+			                     "%s: model folder '%s' cannot be resolved: %s", what,
+			                     c->base_dir, strerror(errno));
 	}
 	size_t jl = strlen(c->base_dir) + strlen(loc) + 2;
 	joined = tpf_malloc(jl);
@@ -553,20 +579,23 @@ static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a
 	real = realpath(joined, NULL);
 	if (!real) {
 		if (errno == ENOENT || errno == ENOTDIR)
-			st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: external data file '%s' is missing (looked for '%s')",
-					   what, loc, joined);
+			st = tpf_diag_fail(
+			    c->d, TPF_ERR_IO,
+			    "%s: external data file '%s' is missing (looked for '%s')", what, loc,
+			    joined);
 		else
-			st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: external data file '%s': %s", what, loc,
-					   strerror(errno));
+			st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: external data file '%s': %s",
+			                   what, loc, strerror(errno));
 		goto out_free;
 	}
 	size_t bl = strlen(c->base_real);
 	int inside = strcmp(c->base_real, "/") == 0 ||
-		     (strncmp(real, c->base_real, bl) == 0 && real[bl] == '/');
+	             (strncmp(real, c->base_real, bl) == 0 && real[bl] == '/');
 	if (!inside) {
 		st = tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				   "%s: external data location '%s' resolves to '%s', outside the model's folder (through a symbolic link)",
-				   what, loc, real);
+		                   "%s: external data location '%s' resolves to '%s', outside the "
+		                   "model's folder (through a symbolic link)",
+		                   what, loc, real);
 		goto out_free;
 	}
 	const struct mapping *mp = map_file(c, real, loc, what, &st);
@@ -574,11 +603,27 @@ static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a
 		goto out_free;
 	if ((uint64_t)offset > mp->len || nbytes > mp->len - (size_t)offset) {
 		st = tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				   "%s: external data file '%s' holds %zu bytes; offset %lld + length %zu is past its end",
-				   what, loc, mp->len, (long long)offset, nbytes);
+		                   "%s: external data file '%s' holds %zu bytes; offset %lld + "
+		                   "length %zu is past its end",
+		                   what, loc, mp->len, (long long)offset, nbytes);
 		goto out_free;
 	}
 	t->data = nbytes ? (const uint8_t *)mp->addr + offset : NULL;
+	/* Writers pack small tensors back to back; kernels need element
+	 * alignment, so a misaligned tensor is copied (large ones are aligned
+	 * by every common writer and stay mapped). */
+	unsigned bits = tpf_dtype_bits(t->dtype), align = bits >= 8 ? bits / 8 : 1;
+	if (align > 8)
+		align = 8;
+	if (t->data && (uintptr_t)t->data % align) {
+		void *copy = backing_alloc(c->bk, nbytes, 0);
+		if (!copy) {
+			st = nomem(c);
+			goto out_free;
+		}
+		memcpy(copy, t->data, nbytes);
+		t->data = copy;
+	}
 
 out_free:
 	free(real); /* from realpath(), so plain free */
@@ -589,11 +634,11 @@ out_free:
 /* ------------------------------------------------------------ tensors */
 
 static enum tpf_status typed_mismatch(struct import_ctx *c, const char *what, enum tpf_dtype dt,
-				      const char *field, size_t have, uint64_t want)
+                                      const char *field, size_t have, uint64_t want)
 {
 	return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			     "%s: %s tensor needs %llu entries in %s, found %zu", what,
-			     tpf_dtype_onnx_name(dt), (unsigned long long)want, field, have);
+	                     "%s: %s tensor needs %llu entries in %s, found %zu", what,
+	                     tpf_dtype_onnx_name(dt), (unsigned long long)want, field, have);
 }
 
 /* Which typed field a dtype uses, for messages. */
@@ -620,8 +665,8 @@ static const char *typed_field_name(enum tpf_dtype dt)
 
 /* Converts the typed data fields into packed little-endian bytes. */
 static enum tpf_status import_typed(struct import_ctx *c, const Onnx__TensorProto *tp,
-				    struct tpf_tensor *t, uint64_t numel, size_t nbytes,
-				    const char *what)
+                                    struct tpf_tensor *t, uint64_t numel, size_t nbytes,
+                                    const char *what)
 {
 	enum tpf_dtype dt = t->dtype;
 	size_t n_float = tp->n_float_data, n_i32 = tp->n_int32_data, n_i64 = tp->n_int64_data;
@@ -630,9 +675,10 @@ static enum tpf_status import_typed(struct import_ctx *c, const Onnx__TensorProt
 	if (total == 0) {
 		if (numel == 0)
 			return TPF_OK;
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: holds no data (neither raw_data, %s nor external data) for %llu elements",
-				     what, typed_field_name(dt), (unsigned long long)numel);
+		return tpf_diag_fail(
+		    c->d, TPF_ERR_INVALID,
+		    "%s: holds no data (neither raw_data, %s nor external data) for %llu elements",
+		    what, typed_field_name(dt), (unsigned long long)numel);
 	}
 	const char *field = typed_field_name(dt);
 	size_t have;
@@ -647,9 +693,10 @@ static enum tpf_status import_typed(struct import_ctx *c, const Onnx__TensorProt
 	else
 		have = n_i32;
 	if (have != total)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "%s: %s data must be stored in %s (or raw_data), found it in another field",
-				     what, tpf_dtype_onnx_name(dt), field);
+		return tpf_diag_fail(
+		    c->d, TPF_ERR_INVALID,
+		    "%s: %s data must be stored in %s (or raw_data), found it in another field",
+		    what, tpf_dtype_onnx_name(dt), field);
 
 	uint8_t *out = backing_alloc(c->bk, nbytes, 1);
 	if (!out)
@@ -718,15 +765,16 @@ static enum tpf_status import_typed(struct import_ctx *c, const Onnx__TensorProt
 			} else if (have == numel) {
 				unsigned per = 8 / bits, mask = (1u << bits) - 1;
 				for (size_t i = 0; i < have; i++)
-					out[i / per] |= (uint8_t)(((uint32_t)tp->int32_data[i] & mask)
-								  << (bits * (i % per)));
+					out[i / per] |=
+					    (uint8_t)(((uint32_t)tp->int32_data[i] & mask)
+					              << (bits * (i % per)));
 			} else {
 				return typed_mismatch(c, what, dt, field, have, nbytes);
 			}
 		} else {
 			return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
-					     "%s: typed data of element type %s is not supported", what,
-					     tpf_dtype_onnx_name(dt));
+			                     "%s: typed data of element type %s is not supported",
+			                     what, tpf_dtype_onnx_name(dt));
 		}
 		break;
 	}
@@ -737,34 +785,37 @@ static enum tpf_status import_typed(struct import_ctx *c, const Onnx__TensorProt
 /* Imports a dense tensor into `a` (names, dims) and the backing (bytes).
  * `tp` is not const: raw_data buffers are taken over. */
 static enum tpf_status import_tensor(struct import_ctx *c, struct tpf_arena *a,
-				     Onnx__TensorProto *tp, const char *what, struct tpf_tensor **out)
+                                     Onnx__TensorProto *tp, const char *what,
+                                     struct tpf_tensor **out)
 {
 	*out = NULL;
 	struct tpf_tensor *t = tpf_arena_alloc(a, sizeof(*t));
 	if (!t || sdup(a, tp->name, &t->name) || sdup(a, tp->doc_string, &t->doc_string) ||
 	    import_props(a, tp->metadata_props, tp->n_metadata_props, &t->n_metadata,
-			 &t->metadata_keys, &t->metadata_values))
+	                 &t->metadata_keys, &t->metadata_values))
 		return nomem(c);
 	int dt = tp->has_data_type ? tp->data_type : 0;
 	if (dt == TPF_DTYPE_UNDEFINED)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: data_type is missing or UNDEFINED", what);
+		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: data_type is missing or UNDEFINED",
+		                     what);
 	if (!tpf_dtype_is_valid(dt))
-		return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED, "%s: element type %d is not supported",
-				     what, dt);
+		return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
+		                     "%s: element type %d is not supported", what, dt);
 	t->dtype = (enum tpf_dtype)dt;
 	if (tp->n_dims > TPF_MAX_RANK)
-		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d", what,
-				     tp->n_dims, TPF_MAX_RANK);
+		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d",
+		                     what, tp->n_dims, TPF_MAX_RANK);
 	t->rank = (int)tp->n_dims;
 	uint64_t numel = 1;
 	for (size_t i = 0; i < tp->n_dims; i++) {
 		int64_t dim = tp->dims[i];
 		if (dim < 0)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: dimension %zu is negative (%lld)",
-					     what, i, (long long)dim);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "%s: dimension %zu is negative (%lld)", what, i,
+			                     (long long)dim);
 		if (dim != 0 && numel > UINT64_MAX / (uint64_t)dim)
 			return tpf_diag_fail(c->d, TPF_ERR_LIMIT,
-					     "%s: the element count of its shape overflows", what);
+			                     "%s: the element count of its shape overflows", what);
 		numel *= (uint64_t)dim;
 	}
 	if (t->rank) {
@@ -774,15 +825,16 @@ static enum tpf_status import_tensor(struct import_ctx *c, struct tpf_arena *a,
 	}
 	if (tp->segment)
 		return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
-				     "%s: segmented tensors are not supported", what);
+		                     "%s: segmented tensors are not supported", what);
 	*out = t;
 
 	if (t->dtype == TPF_DTYPE_STRING) {
 		if (tp->has_raw_data || tp->n_external_data)
 			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					     "%s: STRING tensors must use string_data", what);
+			                     "%s: STRING tensors must use string_data", what);
 		if ((uint64_t)tp->n_string_data != numel)
-			return typed_mismatch(c, what, t->dtype, "string_data", tp->n_string_data, numel);
+			return typed_mismatch(c, what, t->dtype, "string_data", tp->n_string_data,
+			                      numel);
 		size_t n = tp->n_string_data;
 		t->n_strings = n;
 		if (n) {
@@ -809,7 +861,8 @@ static enum tpf_status import_tensor(struct import_ctx *c, struct tpf_arena *a,
 		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: its size in bytes overflows", what);
 	t->nbytes = nbytes;
 
-	if ((tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
+	if ((tp->has_data_location &&
+	     tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
 	    tp->n_external_data)
 		return import_external(c, a, tp, t, nbytes, what);
 
@@ -820,10 +873,11 @@ static enum tpf_status import_tensor(struct import_ctx *c, struct tpf_arena *a,
 			shape[0] = '\0';
 			for (int i = 0; i < t->rank && off < sizeof(shape) - 24; i++)
 				off += (size_t)snprintf(shape + off, sizeof(shape) - off, "%s%lld",
-							i ? "," : "", (long long)t->dims[i]);
+				                        i ? "," : "", (long long)t->dims[i]);
 			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					     "%s: raw_data holds %zu bytes but %s[%s] needs %zu", what,
-					     tp->raw_data.len, tpf_dtype_onnx_name(t->dtype), shape, nbytes);
+			                     "%s: raw_data holds %zu bytes but %s[%s] needs %zu",
+			                     what, tp->raw_data.len, tpf_dtype_onnx_name(t->dtype),
+			                     shape, nbytes);
 		}
 		if (nbytes && tp->raw_data.data) {
 			if (backing_adopt(c->bk, tp->raw_data.data))
@@ -840,14 +894,15 @@ static enum tpf_status import_tensor(struct import_ctx *c, struct tpf_arena *a,
 
 /* A sparse initializer becomes a dense one (the IR has no sparse tensors). */
 static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tpf_graph *g,
-						 Onnx__SparseTensorProto *sp, size_t index)
+                                                 Onnx__SparseTensorProto *sp, size_t index)
 {
 	char what[320];
 	const char *name = sp->values && sp->values->name ? sp->values->name : "";
 	snprintf(what, sizeof(what), "sparse initializer '%s'", name);
 	if (!sp->values || !sp->indices || !*name)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				     "sparse initializer %zu lacks values, indices or a name", index);
+		                     "sparse initializer %zu lacks values, indices or a name",
+		                     index);
 	struct tpf_tensor *vals, *idx;
 	enum tpf_status st = import_tensor(c, g->arena, sp->values, what, &vals);
 	if (st)
@@ -857,22 +912,26 @@ static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tp
 		return st;
 	unsigned bits = tpf_dtype_bits(vals->dtype);
 	if (bits < 8 || vals->rank != 1)
-		return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
-				     "%s: only rank-1 values of whole-byte element types are supported", what);
+		return tpf_diag_fail(
+		    c->d, TPF_ERR_UNSUPPORTED,
+		    "%s: only rank-1 values of whole-byte element types are supported", what);
 	if (idx->dtype != TPF_DTYPE_INT64 || (vals->nbytes && (!vals->data || !idx->data)))
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: indices must be INT64 with data", what);
+		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: indices must be INT64 with data",
+		                     what);
 	if (sp->n_dims > TPF_MAX_RANK)
-		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d", what,
-				     sp->n_dims, TPF_MAX_RANK);
+		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d",
+		                     what, sp->n_dims, TPF_MAX_RANK);
 	int rank = (int)sp->n_dims;
 	uint64_t numel = 1;
 	for (int i = 0; i < rank; i++) {
 		int64_t dim = sp->dims[i];
 		if (dim < 0)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: dimension %d is negative (%lld)",
-					     what, i, (long long)dim);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "%s: dimension %d is negative (%lld)", what, i,
+			                     (long long)dim);
 		if (dim && numel > UINT64_MAX / (uint64_t)dim)
-			return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: element count overflows", what);
+			return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: element count overflows",
+			                     what);
 		numel *= (uint64_t)dim;
 	}
 	size_t esize = bits / 8, nbytes;
@@ -886,7 +945,8 @@ static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tp
 	else if (idx->rank == 2 && (uint64_t)idx->dims[0] == nnz && idx->dims[1] == rank)
 		coords = 1;
 	else
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: indices have the wrong shape", what);
+		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: indices have the wrong shape",
+		                     what);
 	uint8_t *dense = backing_alloc(c->bk, nbytes, 1);
 	if (!dense)
 		return nomem(c);
@@ -894,14 +954,15 @@ static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tp
 		uint64_t lin = 0;
 		if (!coords) {
 			if (ix[k] < 0 || (uint64_t)ix[k] >= numel)
-				return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: index out of range", what);
+				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+				                     "%s: index out of range", what);
 			lin = (uint64_t)ix[k];
 		} else {
 			for (int j = 0; j < rank; j++) {
 				int64_t v = ix[k * (uint64_t)rank + (uint64_t)j];
 				if (v < 0 || v >= sp->dims[j])
-					return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: index out of range",
-							     what);
+					return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+					                     "%s: index out of range", what);
 				lin = lin * (uint64_t)sp->dims[j] + (uint64_t)v;
 			}
 		}
@@ -912,7 +973,8 @@ static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tp
 		return nomem(c);
 	t->dtype = vals->dtype;
 	t->rank = rank;
-	if (rank && !(t->dims = tpf_arena_memdup(g->arena, sp->dims, (size_t)rank * sizeof(int64_t))))
+	if (rank &&
+	    !(t->dims = tpf_arena_memdup(g->arena, sp->dims, (size_t)rank * sizeof(int64_t))))
 		return nomem(c);
 	t->data = dense;
 	t->nbytes = nbytes;
@@ -926,7 +988,8 @@ static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tp
 /* ------------------------------------------------------------ types */
 
 static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
-				   const Onnx__TypeProto *tp, struct tpf_type *out, const char *what)
+                                   const Onnx__TypeProto *tp, struct tpf_type *out,
+                                   const char *what)
 {
 	memset(out, 0, sizeof(*out));
 	out->shape.rank = -1;
@@ -945,8 +1008,9 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 		if (!opaque && tt->shape) {
 			const Onnx__TensorShapeProto *sh = tt->shape;
 			if (sh->n_dim > TPF_MAX_RANK)
-				return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d",
-						     what, sh->n_dim, TPF_MAX_RANK);
+				return tpf_diag_fail(c->d, TPF_ERR_LIMIT,
+				                     "%s: rank %zu exceeds the limit of %d", what,
+				                     sh->n_dim, TPF_MAX_RANK);
 			out->shape.rank = (int)sh->n_dim;
 			if (sh->n_dim) {
 				out->shape.dims = arena_array(a, sh->n_dim, sizeof(struct tpf_dim));
@@ -957,14 +1021,16 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 				const Onnx__TensorShapeProto__Dimension *dm = sh->dim[i];
 				struct tpf_dim *o = &out->shape.dims[i];
 				o->value = -1;
-				if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+				if (dm->value_case ==
+				    ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
 					if (dm->dim_value < 0)
-						return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-								     "%s: dimension %zu is negative (%lld)",
-								     what, i, (long long)dm->dim_value);
+						return tpf_diag_fail(
+						    c->d, TPF_ERR_INVALID,
+						    "%s: dimension %zu is negative (%lld)", what, i,
+						    (long long)dm->dim_value);
 					o->value = dm->dim_value;
 				} else if (dm->value_case ==
-					   ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM) {
+				           ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM) {
 					if (sdup(a, dm->dim_param ? dm->dim_param : "", &o->param))
 						return nomem(c);
 				}
@@ -989,24 +1055,23 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 }
 
 static enum tpf_status apply_value_info(struct import_ctx *c, struct tpf_value *v,
-					const Onnx__ValueInfoProto *vi, int override_type)
+                                        const Onnx__ValueInfoProto *vi)
 {
 	struct tpf_arena *a = v->graph->arena;
 	char what[320];
 	snprintf(what, sizeof(what), "value '%s'", v->name);
-	if (vi->type || override_type) {
+	if (vi->type) {
 		struct tpf_type t;
 		enum tpf_status st = import_type(c, a, vi->type, &t, what);
 		if (st)
 			return st;
-		if (vi->type)
-			v->type = t;
+		v->type = t;
 	}
 	if (vi->doc_string && sdup(a, vi->doc_string, &v->doc_string))
 		return nomem(c);
 	if (vi->n_metadata_props &&
 	    import_props(a, vi->metadata_props, vi->n_metadata_props, &v->n_metadata,
-			 &v->metadata_keys, &v->metadata_values))
+	                 &v->metadata_keys, &v->metadata_values))
 		return nomem(c);
 	return TPF_OK;
 }
@@ -1014,11 +1079,11 @@ static enum tpf_status apply_value_info(struct import_ctx *c, struct tpf_value *
 /* ------------------------------------------------------------ attributes */
 
 static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp,
-				    struct tpf_graph *g);
+                                    struct tpf_graph *g);
 
 static enum tpf_status new_subgraph(struct import_ctx *c, struct tpf_graph *parent,
-				    struct tpf_node *owner, Onnx__GraphProto *gp,
-				    struct tpf_graph **out)
+                                    struct tpf_node *owner, Onnx__GraphProto *gp,
+                                    struct tpf_graph **out)
 {
 	struct tpf_graph *sub = tpf_graph_create(parent);
 	if (!sub)
@@ -1063,8 +1128,8 @@ static int infer_attr_kind(const Onnx__AttributeProto *ap)
 
 /* `where` names the owner for messages ("node 'x' (If)"). */
 static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
-				   struct tpf_node *owner, Onnx__AttributeProto *ap,
-				   struct tpf_attr *a, const char *where)
+                                   struct tpf_node *owner, Onnx__AttributeProto *ap,
+                                   struct tpf_attr *a, const char *where)
 {
 	struct tpf_arena *ar = g->arena;
 	char what[512];
@@ -1078,7 +1143,8 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 		return nomem(c);
 	int kind = ap->has_type ? (int)ap->type : infer_attr_kind(ap);
 	if (kind < 0 || kind >= TPF_ATTR_KIND_COUNT)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: unknown attribute type %d", what, kind);
+		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: unknown attribute type %d", what,
+		                     kind);
 	if (kind == TPF_ATTR_UNDEFINED && !ap->ref_attr_name)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: has no type and no value", what);
 	a->kind = (enum tpf_attr_kind)kind;
@@ -1107,16 +1173,16 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 		if (!ap->t) {
 			if (is_ref)
 				break;
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: TENSOR attribute without a tensor",
-					     what);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "%s: TENSOR attribute without a tensor", what);
 		}
 		return import_tensor(c, ar, ap->t, what, &a->t);
 	case TPF_ATTR_GRAPH:
 		if (!ap->g) {
 			if (is_ref)
 				break;
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: GRAPH attribute without a graph",
-					     what);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "%s: GRAPH attribute without a graph", what);
 		}
 		return new_subgraph(c, g, owner, ap->g, &a->g);
 	case TPF_ATTR_SPARSE_TENSOR:
@@ -1175,12 +1241,13 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 				return st;
 		break;
 	case TPF_ATTR_SPARSE_TENSORS:
-		if (pack_blobs(ar, (void *const *)ap->sparse_tensors, ap->n_sparse_tensors, &a->blobs,
-			       &a->n))
+		if (pack_blobs(ar, (void *const *)ap->sparse_tensors, ap->n_sparse_tensors,
+		               &a->blobs, &a->n))
 			return nomem(c);
 		break;
 	case TPF_ATTR_TYPE_PROTOS:
-		if (pack_blobs(ar, (void *const *)ap->type_protos, ap->n_type_protos, &a->blobs, &a->n))
+		if (pack_blobs(ar, (void *const *)ap->type_protos, ap->n_type_protos, &a->blobs,
+		               &a->n))
 			return nomem(c);
 		break;
 	default:
@@ -1215,7 +1282,7 @@ static const char *definer(const struct tpf_value *v, char *buf, size_t size)
 }
 
 static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
-				    Onnx__NodeProto **nodes, size_t n_nodes)
+                                    Onnx__NodeProto **nodes, size_t n_nodes)
 {
 	char desc[320], other[320];
 	enum tpf_status st;
@@ -1223,8 +1290,9 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 		Onnx__NodeProto *np = nodes[i];
 		np_describe(np, desc, sizeof(desc));
 		if (!np->op_type || !*np->op_type)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: has no op_type (node %zu of graph '%s')",
-					     desc, i, g->name ? g->name : "");
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "%s: has no op_type (node %zu of graph '%s')", desc, i,
+			                     g->name ? g->name : "");
 		for (size_t j = 0; j < np->n_output; j++) {
 			const char *on = np->output[j];
 			if (!*on)
@@ -1232,12 +1300,13 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 			struct tpf_value *prev = tpf_graph_find_value(g, on);
 			if (prev)
 				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-						     "%s: output '%s' is already defined by %s", desc, on,
-						     definer(prev, other, sizeof(other)));
+				                     "%s: output '%s' is already defined by %s",
+				                     desc, on, definer(prev, other, sizeof(other)));
 			for (size_t k = 0; k < j; k++)
 				if (strcmp(np->output[k], on) == 0)
 					return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-							     "%s: output '%s' is listed twice", desc, on);
+					                     "%s: output '%s' is listed twice",
+					                     desc, on);
 		}
 		if (np->n_input > c->cap_nulls) {
 			struct tpf_value **nn = tpf_calloc(np->n_input, sizeof(*nn));
@@ -1247,18 +1316,18 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 			c->nulls = nn;
 			c->cap_nulls = np->n_input;
 		}
-		struct tpf_node *n = tpf_graph_add_node(g, np->domain, np->op_type, np->name, c->nulls,
-							np->n_input, np->n_output,
-							(const char *const *)np->output);
+		struct tpf_node *n =
+		    tpf_graph_add_node(g, np->domain, np->op_type, np->name, c->nulls, np->n_input,
+		                       np->n_output, (const char *const *)np->output);
 		if (!n)
 			return nomem(c);
 		if (sdup(g->arena, np->overload, &n->overload) ||
 		    sdup(g->arena, np->doc_string, &n->doc_string) ||
 		    import_props(g->arena, np->metadata_props, np->n_metadata_props, &n->n_metadata,
-				 &n->metadata_keys, &n->metadata_values) ||
+		                 &n->metadata_keys, &n->metadata_values) ||
 		    pack_blobs(g->arena, (void *const *)np->device_configurations,
-			       np->n_device_configurations, &n->device_configurations,
-			       &n->n_device_configurations))
+		               np->n_device_configurations, &n->device_configurations,
+		               &n->n_device_configurations))
 			return nomem(c);
 		if (np->n_attribute) {
 			n->attrs = arena_array(g->arena, np->n_attribute, sizeof(*n->attrs));
@@ -1270,7 +1339,8 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 			for (size_t k = 0; k < j; k++)
 				if (strcmp(n->attrs[k].name, an) == 0)
 					return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-							     "%s: attribute '%s' appears twice", desc, an);
+					                     "%s: attribute '%s' appears twice",
+					                     desc, an);
 			st = import_attr(c, g, n, np->attribute[j], &n->attrs[j], desc);
 			if (st)
 				return st;
@@ -1280,38 +1350,39 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 	return TPF_OK;
 }
 
-static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp,
-				    struct tpf_graph *g)
+static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp, struct tpf_graph *g)
 {
 	struct tpf_arena *a = g->arena;
 	enum tpf_status st;
 	struct pending_graph p = {
-		.g = g,
-		.nodes = gp->node,
-		.n_nodes = gp->n_node,
-		.outputs = gp->output,
-		.n_outputs = gp->n_output,
-		.value_info = gp->value_info,
-		.n_value_info = gp->n_value_info,
+	    .g = g,
+	    .nodes = gp->node,
+	    .n_nodes = gp->n_node,
+	    .outputs = gp->output,
+	    .n_outputs = gp->n_output,
+	    .value_info = gp->value_info,
+	    .n_value_info = gp->n_value_info,
 	};
 	if (push_pending(c, &p))
 		return nomem(c);
-	if (sdup(a, gp->name ? gp->name : "", &g->name) || sdup(a, gp->doc_string, &g->doc_string) ||
+	if (sdup(a, gp->name ? gp->name : "", &g->name) ||
+	    sdup(a, gp->doc_string, &g->doc_string) ||
 	    import_props(a, gp->metadata_props, gp->n_metadata_props, &g->n_metadata,
-			 &g->metadata_keys, &g->metadata_values) ||
+	                 &g->metadata_keys, &g->metadata_values) ||
 	    pack_blobs(a, (void *const *)gp->quantization_annotation, gp->n_quantization_annotation,
-		       &g->quantization_annotations, &g->n_quantization_annotations))
+	               &g->quantization_annotations, &g->n_quantization_annotations))
 		return nomem(c);
 
 	for (size_t i = 0; i < gp->n_initializer; i++) {
 		Onnx__TensorProto *tp = gp->initializer[i];
 		char what[320];
 		if (!tp->name || !*tp->name)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "graph '%s': initializer %zu has no name",
-					     g->name, i);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "graph '%s': initializer %zu has no name", g->name, i);
 		snprintf(what, sizeof(what), "initializer '%s'", tp->name);
 		if (tpf_graph_find_value(g, tp->name))
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: the name is defined twice", what);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: the name is defined twice",
+			                     what);
 		struct tpf_tensor *t;
 		if ((st = import_tensor(c, a, tp, what, &t)))
 			return st;
@@ -1326,19 +1397,20 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp,
 		Onnx__ValueInfoProto *vi = gp->input[i];
 		const char *name = vi->name ? vi->name : "";
 		if (!*name)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "graph '%s': input %zu has no name",
-					     g->name, i);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "graph '%s': input %zu has no name", g->name, i);
 		struct tpf_value *v = tpf_graph_find_value(g, name);
 		if (v && v->kind == TPF_VALUE_INITIALIZER && !v->is_graph_input) {
 			/* an input with a default value */
 			if (grow_arena(a, (void **)&g->inputs, &g->cap_inputs, sizeof(*g->inputs),
-				       g->n_inputs + 1))
+			               g->n_inputs + 1))
 				return nomem(c);
 			g->inputs[g->n_inputs++] = v;
 			v->is_graph_input = 1;
 		} else if (v) {
 			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					     "graph '%s': input '%s' is listed twice", g->name, name);
+			                     "graph '%s': input '%s' is listed twice", g->name,
+			                     name);
 		} else {
 			v = tpf_graph_add_input(g, name, TPF_DTYPE_UNDEFINED, -1, NULL);
 			if (!v)
@@ -1346,7 +1418,7 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp,
 			memset(&v->type, 0, sizeof(v->type));
 			v->type.shape.rank = -1;
 		}
-		if ((st = apply_value_info(c, v, vi, 0)))
+		if ((st = apply_value_info(c, v, vi)))
 			return st;
 	}
 	return define_nodes(c, g, gp->node, gp->n_node);
@@ -1356,7 +1428,7 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp,
  * creating OUTER values on the way and recording the capture on the node that
  * owns each subgraph.  *out NULL when the name is nowhere. */
 static enum tpf_status resolve(struct import_ctx *c, struct tpf_graph *g, const char *name,
-			       struct tpf_value **out)
+                               struct tpf_value **out)
 {
 	*out = tpf_graph_find_value(g, name);
 	if (*out || !g->parent || !g->owner)
@@ -1420,8 +1492,9 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 			if ((st = resolve(c, g, in, &v)))
 				return st;
 			if (!v)
-				return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: input '%s' is not defined",
-						     tpf_node_describe(n, desc, sizeof(desc)), in);
+				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+				                     "%s: input '%s' is not defined",
+				                     tpf_node_describe(n, desc, sizeof(desc)), in);
 			if (tpf_node_set_input(n, j, v))
 				return nomem(c);
 		}
@@ -1433,9 +1506,10 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 		if (*name && (st = resolve(c, g, name, &v)))
 			return st;
 		if (!v)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "graph '%s': output '%s' is not defined",
-					     g->name, name);
-		if ((st = apply_value_info(c, v, vi, 0)))
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "graph '%s': output '%s' is not defined", g->name,
+			                     name);
+		if ((st = apply_value_info(c, v, vi)))
 			return st;
 		if (tpf_graph_add_output(g, v))
 			return nomem(c);
@@ -1447,7 +1521,8 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 			return st;
 		if (!v)
 			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					     "function '%s': output '%s' is not defined", g->name, name);
+			                     "function '%s': output '%s' is not defined", g->name,
+			                     name);
 		if (tpf_graph_add_output(g, v))
 			return nomem(c);
 	}
@@ -1462,8 +1537,8 @@ static enum tpf_status graph_value_info(struct import_ctx *c, const struct pendi
 		const Onnx__ValueInfoProto *vi = p->value_info[i];
 		const char *name = vi->name ? vi->name : "";
 		if (!*name)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "graph '%s': value_info %zu has no name",
-					     g->name, i);
+			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
+			                     "graph '%s': value_info %zu has no name", g->name, i);
 		struct tpf_value *v = tpf_graph_find_value(g, name);
 		if (!v) {
 			/* Not defined here: kept detached, outside the name index. */
@@ -1473,8 +1548,9 @@ static enum tpf_status graph_value_info(struct import_ctx *c, const struct pendi
 			if (!v) {
 				v = tpf_arena_alloc(g->arena, sizeof(*v));
 				if (!v || !(v->name = tpf_arena_strdup(g->arena, name)) ||
-				    grow_arena(g->arena, (void **)&g->value_infos, &g->cap_value_infos,
-					       sizeof(*g->value_infos), g->n_value_infos + 1))
+				    grow_arena(g->arena, (void **)&g->value_infos,
+				               &g->cap_value_infos, sizeof(*g->value_infos),
+				               g->n_value_infos + 1))
 					return nomem(c);
 				v->kind = TPF_VALUE_NODE_OUTPUT;
 				v->graph = g;
@@ -1484,7 +1560,7 @@ static enum tpf_status graph_value_info(struct import_ctx *c, const struct pendi
 				g->value_infos[g->n_value_infos++] = v;
 			}
 		}
-		if ((st = apply_value_info(c, v, vi, 0)))
+		if ((st = apply_value_info(c, v, vi)))
 			return st;
 		v->has_value_info = 1;
 	}
@@ -1494,8 +1570,8 @@ static enum tpf_status graph_value_info(struct import_ctx *c, const struct pendi
 /* ------------------------------------------------------------ model */
 
 static enum tpf_status import_opsets(struct import_ctx *c, struct tpf_arena *a,
-				     Onnx__OperatorSetIdProto **ops, size_t n, struct tpf_opset **out,
-				     size_t *n_out)
+                                     Onnx__OperatorSetIdProto **ops, size_t n,
+                                     struct tpf_opset **out, size_t *n_out)
 {
 	*out = NULL;
 	*n_out = 0;
@@ -1515,7 +1591,7 @@ static enum tpf_status import_opsets(struct import_ctx *c, struct tpf_arena *a,
 }
 
 static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto *fp,
-				       struct tpf_function *f)
+                                       struct tpf_function *f)
 {
 	struct tpf_arena *ma = c->m->arena;
 	enum tpf_status st;
@@ -1529,10 +1605,11 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 	if (sdup(ma, fname, &f->name) || sdup(ma, fp->domain ? fp->domain : "", &f->domain) ||
 	    sdup(ma, fp->overload, &f->overload) || sdup(ma, fp->doc_string, &f->doc_string) ||
 	    import_props(ma, fp->metadata_props, fp->n_metadata_props, &f->n_metadata,
-			 &f->metadata_keys, &f->metadata_values) ||
+	                 &f->metadata_keys, &f->metadata_values) ||
 	    sdup(g->arena, fname, &g->name))
 		return nomem(c);
-	if ((st = import_opsets(c, ma, fp->opset_import, fp->n_opset_import, &f->opsets, &f->n_opsets)))
+	if ((st = import_opsets(c, ma, fp->opset_import, fp->n_opset_import, &f->opsets,
+	                        &f->n_opsets)))
 		return st;
 	if (fp->n_attribute) {
 		f->attribute_names = arena_array(ma, fp->n_attribute, sizeof(*f->attribute_names));
@@ -1544,22 +1621,23 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 		f->n_attribute_names = fp->n_attribute;
 	}
 	struct pending_graph p = {
-		.g = g,
-		.nodes = fp->node,
-		.n_nodes = fp->n_node,
-		.output_names = fp->output,
-		.n_output_names = fp->n_output,
-		.value_info = fp->value_info,
-		.n_value_info = fp->n_value_info,
+	    .g = g,
+	    .nodes = fp->node,
+	    .n_nodes = fp->n_node,
+	    .output_names = fp->output,
+	    .n_output_names = fp->n_output,
+	    .value_info = fp->value_info,
+	    .n_value_info = fp->n_value_info,
 	};
 	if (push_pending(c, &p))
 		return nomem(c);
 	for (size_t i = 0; i < fp->n_input; i++) {
 		const char *name = fp->input[i];
 		if (!*name || tpf_graph_find_value(g, name))
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					     "function '%s': input %zu ('%s') is empty or listed twice",
-					     fname, i, name);
+			return tpf_diag_fail(
+			    c->d, TPF_ERR_INVALID,
+			    "function '%s': input %zu ('%s') is empty or listed twice", fname, i,
+			    name);
 		struct tpf_value *v = tpf_graph_add_input(g, name, TPF_DTYPE_UNDEFINED, -1, NULL);
 		if (!v)
 			return nomem(c);
@@ -1569,11 +1647,13 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 	char where[320];
 	snprintf(where, sizeof(where), "function '%s'", fname);
 	if (fp->n_attribute_proto) {
-		f->attribute_protos = arena_array(ma, fp->n_attribute_proto, sizeof(*f->attribute_protos));
+		f->attribute_protos =
+		    arena_array(ma, fp->n_attribute_proto, sizeof(*f->attribute_protos));
 		if (!f->attribute_protos)
 			return nomem(c);
 		for (size_t i = 0; i < fp->n_attribute_proto; i++) {
-			st = import_attr(c, g, NULL, fp->attribute_proto[i], &f->attribute_protos[i], where);
+			st = import_attr(c, g, NULL, fp->attribute_proto[i],
+			                 &f->attribute_protos[i], where);
 			if (st)
 				return st;
 			f->n_attribute_protos = i + 1;
@@ -1590,16 +1670,17 @@ static enum tpf_status import_model(struct import_ctx *c, Onnx__ModelProto *mp)
 	m->ir_version = mp->has_ir_version ? mp->ir_version : 0;
 	m->model_version = mp->has_model_version ? mp->model_version : 0;
 	if (sdup(a, mp->producer_name, &m->producer_name) ||
-	    sdup(a, mp->producer_version, &m->producer_version) || sdup(a, mp->domain, &m->domain) ||
-	    sdup(a, mp->doc_string, &m->doc_string) ||
+	    sdup(a, mp->producer_version, &m->producer_version) ||
+	    sdup(a, mp->domain, &m->domain) || sdup(a, mp->doc_string, &m->doc_string) ||
 	    import_props(a, mp->metadata_props, mp->n_metadata_props, &m->n_metadata,
-			 &m->metadata_keys, &m->metadata_values) ||
+	                 &m->metadata_keys, &m->metadata_values) ||
 	    pack_blobs(a, (void *const *)mp->training_info, mp->n_training_info, &m->training_info,
-		       &m->n_training_info) ||
+	               &m->n_training_info) ||
 	    pack_blobs(a, (void *const *)mp->configuration, mp->n_configuration, &m->configuration,
-		       &m->n_configuration))
+	               &m->n_configuration))
 		return nomem(c);
-	if ((st = import_opsets(c, a, mp->opset_import, mp->n_opset_import, &m->opsets, &m->n_opsets)))
+	if ((st = import_opsets(c, a, mp->opset_import, mp->n_opset_import, &m->opsets,
+	                        &m->n_opsets)))
 		return st;
 
 	if (mp->n_functions) {
@@ -1624,15 +1705,16 @@ static enum tpf_status import_model(struct import_ctx *c, Onnx__ModelProto *mp)
 }
 
 static enum tpf_status load_impl(const void *data, size_t size, const char *base_dir,
-				 const struct tpf_load_options *opt, const char *src,
-				 struct tpf_model **out, struct tpf_diag *d)
+                                 const struct tpf_load_options *opt, const char *src,
+                                 struct tpf_model **out, struct tpf_diag *d)
 {
 	size_t limit = opt && opt->max_model_bytes ? opt->max_model_bytes : DEFAULT_MAX_MODEL_BYTES;
 	if (size == 0)
 		return tpf_diag_fail(d, TPF_ERR_PARSE, "%s: empty input, not an ONNX model", src);
 	if (size > limit)
-		return tpf_diag_fail(d, TPF_ERR_LIMIT, "%s: %zu bytes exceed the limit of %zu bytes",
-				     src, size, limit);
+		return tpf_diag_fail(d, TPF_ERR_LIMIT,
+		                     "%s: %zu bytes exceed the limit of %zu bytes", src, size,
+		                     limit);
 	enum tpf_status st = wire_check(&onnx__model_proto__descriptor, data, size, 0, 0, src, d);
 	if (st)
 		return st;
@@ -1642,14 +1724,17 @@ static enum tpf_status load_impl(const void *data, size_t size, const char *base
 	Onnx__ModelProto *mp = onnx__model_proto__unpack(&al.base, size, data);
 	if (!mp) {
 		if (al.failed)
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory while decoding", src);
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory while decoding",
+			                     src);
 		return tpf_diag_fail(d, TPF_ERR_PARSE,
-				     "%s: not an ONNX model: protobuf decoding of ModelProto failed (wrong field types)",
-				     src);
+		                     "%s: not an ONNX model: protobuf decoding of ModelProto "
+		                     "failed (wrong field types)",
+		                     src);
 	}
 	struct import_ctx c = {.d = d, .no_external_data = opt ? opt->no_external_data : 0};
 	if (!mp->graph) {
-		st = tpf_diag_fail(d, TPF_ERR_PARSE, "%s: not an ONNX model: ModelProto has no graph", src);
+		st = tpf_diag_fail(d, TPF_ERR_PARSE,
+		                   "%s: not an ONNX model: ModelProto has no graph", src);
 		goto out_free_proto;
 	}
 	c.m = tpf_model_create();
@@ -1682,11 +1767,12 @@ out_free_proto:
 }
 
 enum tpf_status tpf_model_load_memory(const void *data, size_t size, const char *base_dir,
-				      const struct tpf_load_options *opt, struct tpf_model **out,
-				      struct tpf_diag *d)
+                                      const struct tpf_load_options *opt, struct tpf_model **out,
+                                      struct tpf_diag *d)
 {
 	if (!out)
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_model_load_memory: no output pointer");
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+		                     "tpf_model_load_memory: no output pointer");
 	*out = NULL;
 	if (!data && size)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_model_load_memory: no data");
@@ -1694,10 +1780,11 @@ enum tpf_status tpf_model_load_memory(const void *data, size_t size, const char 
 }
 
 enum tpf_status tpf_model_load_file(const char *path, const struct tpf_load_options *opt,
-				    struct tpf_model **out, struct tpf_diag *d)
+                                    struct tpf_model **out, struct tpf_diag *d)
 {
 	if (!out || !path)
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_model_load_file: no path or output pointer");
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+		                     "tpf_model_load_file: no path or output pointer");
 	*out = NULL;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -1722,8 +1809,8 @@ enum tpf_status tpf_model_load_file(const char *path, const struct tpf_load_opti
 	}
 	size_t limit = opt && opt->max_model_bytes ? opt->max_model_bytes : DEFAULT_MAX_MODEL_BYTES;
 	if ((uint64_t)sb.st_size > limit) {
-		st = tpf_diag_fail(d, TPF_ERR_LIMIT, "%s: %lld bytes exceed the limit of %zu bytes", path,
-				   (long long)sb.st_size, limit);
+		st = tpf_diag_fail(d, TPF_ERR_LIMIT, "%s: %lld bytes exceed the limit of %zu bytes",
+		                   path, (long long)sb.st_size, limit);
 		goto out_close;
 	}
 	map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

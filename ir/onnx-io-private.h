@@ -26,7 +26,7 @@ const char *tpf_onnx_location_problem(const char *location);
  * file's path and offset if so, -1 otherwise.  Lets the exporter copy
  * external data file to file without paging it through memory. */
 int tpf_onnx_backing_locate(const void *backing, const void *p, size_t n, const char **path,
-			    uint64_t *offset);
+                            uint64_t *offset);
 
 /* Folder part of a path ("." when it has none), tpf_malloc'ed; NULL on OOM. */
 char *tpf_path_dirname(const char *path);

@@ -205,11 +205,11 @@ struct graph_state {
 	const struct tpf_graph *g;
 	const struct graph_state *parent;
 	int depth;
-	char where[320];       /* appended to messages: which subgraph */
-	struct ptr_map pos;    /* node -> 1-based position in the node list */
+	char where[320];    /* appended to messages: which subgraph */
+	struct ptr_map pos; /* node -> 1-based position in the node list */
 	const struct tpf_node **order;
 	size_t n;
-	uint8_t *vflags;       /* by value id */
+	uint8_t *vflags; /* by value id */
 };
 
 enum {
@@ -228,10 +228,10 @@ static const char *gname(const struct tpf_graph *g)
 }
 
 static void node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
-		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static void node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
-		       const char *fmt, ...)
+                       const char *fmt, ...)
 {
 	char desc[256], msg[1024];
 	va_list ap;
@@ -245,7 +245,7 @@ static void node_error(struct verify_ctx *c, const struct graph_state *s, const 
 }
 
 static void graph_error(struct verify_ctx *c, const struct graph_state *s, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void graph_error(struct verify_ctx *c, const struct graph_state *s, const char *fmt, ...)
 {
@@ -347,8 +347,8 @@ static const char *dt_name(enum tpf_dtype t)
 }
 
 #define DT_BIT(t) (1u << (t))
-#define DT_FLOATS                                                                          \
-	(DT_BIT(TPF_DTYPE_FLOAT) | DT_BIT(TPF_DTYPE_FLOAT16) | DT_BIT(TPF_DTYPE_BFLOAT16) |  \
+#define DT_FLOATS                                                                                  \
+	(DT_BIT(TPF_DTYPE_FLOAT) | DT_BIT(TPF_DTYPE_FLOAT16) | DT_BIT(TPF_DTYPE_BFLOAT16) |        \
 	 DT_BIT(TPF_DTYPE_DOUBLE))
 #define DT_INDEX (DT_BIT(TPF_DTYPE_INT32) | DT_BIT(TPF_DTYPE_INT64))
 
@@ -360,9 +360,9 @@ static int is_onnx_domain(const char *domain)
 static const char *attr_kind_name(enum tpf_attr_kind k)
 {
 	static const char *const names[TPF_ATTR_KIND_COUNT] = {
-		"UNDEFINED", "FLOAT",  "INT",     "STRING",  "TENSOR",
-		"GRAPH",     "FLOATS", "INTS",    "STRINGS", "TENSORS",
-		"GRAPHS",    "SPARSE_TENSOR", "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS",
+	    "UNDEFINED",      "FLOAT",      "INT",         "STRING",  "TENSOR", "GRAPH",
+	    "FLOATS",         "INTS",       "STRINGS",     "TENSORS", "GRAPHS", "SPARSE_TENSOR",
+	    "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS",
 	};
 
 	if ((int)k < 0 || k >= TPF_ATTR_KIND_COUNT)
@@ -374,7 +374,7 @@ static const char *attr_kind_name(enum tpf_attr_kind k)
 
 /* Inputs [first, last) that have a known dtype must share it. */
 static void check_same_dtype(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n, size_t first, size_t last)
+                             const struct tpf_node *n, size_t first, size_t last)
 {
 	enum tpf_dtype ref = TPF_DTYPE_UNDEFINED;
 	size_t ref_i = 0, i;
@@ -389,54 +389,55 @@ static void check_same_dtype(struct verify_ctx *c, const struct graph_state *s,
 			ref_i = i;
 		} else if (dt != ref) {
 			node_error(c, s, n,
-				   "input %zu '%s' is %s but input %zu '%s' is %s; expected the "
-				   "same dtype",
-				   i, vname(input_at(n, i)), dt_name(dt), ref_i,
-				   vname(input_at(n, ref_i)), dt_name(ref));
+			           "input %zu '%s' is %s but input %zu '%s' is %s; expected the "
+			           "same dtype",
+			           i, vname(input_at(n, i)), dt_name(dt), ref_i,
+			           vname(input_at(n, ref_i)), dt_name(ref));
 		}
 	}
 }
 
 static void check_in_dtype(struct verify_ctx *c, const struct graph_state *s,
-			   const struct tpf_node *n, size_t i, uint32_t allowed, const char *expected)
+                           const struct tpf_node *n, size_t i, uint32_t allowed,
+                           const char *expected)
 {
 	enum tpf_dtype dt = in_dtype(n, i);
 
 	if (dt && !(DT_BIT(dt) & allowed))
 		node_error(c, s, n, "input %zu '%s' is %s; expected %s", i, vname(input_at(n, i)),
-			   dt_name(dt), expected);
+		           dt_name(dt), expected);
 }
 
 static void check_out_dtype(struct verify_ctx *c, const struct graph_state *s,
-			    const struct tpf_node *n, size_t j, enum tpf_dtype expected,
-			    const char *why)
+                            const struct tpf_node *n, size_t j, enum tpf_dtype expected,
+                            const char *why)
 {
 	enum tpf_dtype dt = out_dtype(n, j);
 
 	if (dt && expected && dt != expected)
 		node_error(c, s, n, "output %zu '%s' is %s; expected %s (%s)", j,
-			   vname(output_at(n, j)), dt_name(dt), dt_name(expected), why);
+		           vname(output_at(n, j)), dt_name(dt), dt_name(expected), why);
 }
 
 /* Output j must be one of two dtypes (ops whose output type follows either input). */
 static void check_out_dtype2(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n, size_t j, enum tpf_dtype a, enum tpf_dtype b)
+                             const struct tpf_node *n, size_t j, enum tpf_dtype a, enum tpf_dtype b)
 {
 	enum tpf_dtype dt = out_dtype(n, j);
 
 	if (!dt || !a || !b || dt == a || dt == b)
 		return;
 	if (a == b)
-		node_error(c, s, n, "output %zu '%s' is %s; expected %s", j,
-			   vname(output_at(n, j)), dt_name(dt), dt_name(a));
+		node_error(c, s, n, "output %zu '%s' is %s; expected %s", j, vname(output_at(n, j)),
+		           dt_name(dt), dt_name(a));
 	else
 		node_error(c, s, n, "output %zu '%s' is %s; expected %s or %s", j,
-			   vname(output_at(n, j)), dt_name(dt), dt_name(a), dt_name(b));
+		           vname(output_at(n, j)), dt_name(dt), dt_name(a), dt_name(b));
 }
 
 /* Every present output has the dtype of input 0. */
 static void check_outs_like_input(struct verify_ctx *c, const struct graph_state *s,
-				  const struct tpf_node *n, size_t in)
+                                  const struct tpf_node *n, size_t in)
 {
 	enum tpf_dtype dt = in_dtype(n, in);
 	size_t j;
@@ -449,7 +450,7 @@ static void check_outs_like_input(struct verify_ctx *c, const struct graph_state
 
 /* Static numpy broadcasting of the inputs [first, last). */
 static void check_broadcast(struct verify_ctx *c, const struct graph_state *s,
-			    const struct tpf_node *n, size_t first, size_t last)
+                            const struct tpf_node *n, size_t first, size_t last)
 {
 	int64_t res[TPF_MAX_RANK];
 	size_t from[TPF_MAX_RANK];
@@ -481,10 +482,11 @@ static void check_broadcast(struct verify_ctx *c, const struct graph_state *s,
 				from[pos] = i;
 			} else if (res[pos] != d) {
 				node_error(c, s, n,
-					   "inputs %zu '%s' and %zu '%s' cannot broadcast: "
-					   "dimension %d from the right is %" PRId64 " and %" PRId64,
-					   from[pos], vname(input_at(n, from[pos])), i, vname(v),
-					   r - k, res[pos], d);
+				           "inputs %zu '%s' and %zu '%s' cannot broadcast: "
+				           "dimension %d from the right is %" PRId64
+				           " and %" PRId64,
+				           from[pos], vname(input_at(n, from[pos])), i, vname(v),
+				           r - k, res[pos], d);
 				return;
 			}
 		}
@@ -501,7 +503,7 @@ static int norm_axis(int64_t axis, int r, int64_t *out)
 }
 
 static void check_axis_attr(struct verify_ctx *c, const struct graph_state *s,
-			    const struct tpf_node *n, const char *attr, int64_t dflt, int rank)
+                            const struct tpf_node *n, const char *attr, int64_t dflt, int rank)
 {
 	const struct tpf_attr *a = tpf_node_attr(n, attr);
 	int64_t axis = dflt, dummy;
@@ -512,7 +514,7 @@ static void check_axis_attr(struct verify_ctx *c, const struct graph_state *s,
 		axis = a->i;
 	if (rank >= 0 && norm_axis(axis, rank, &dummy))
 		node_error(c, s, n, "attribute '%s' = %" PRId64 " is out of range for rank %d",
-			   attr, axis, rank);
+		           attr, axis, rank);
 }
 
 static int attr_int(const struct tpf_node *n, const char *name, int64_t *out)
@@ -535,88 +537,88 @@ struct attr_rule {
 };
 
 static const struct attr_rule attr_rules[] = {
-	{TPF_OP_ARGMAX, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_ARGMAX, "keepdims", TPF_ATTR_INT, 0},
-	{TPF_OP_ARGMAX, "select_last_index", TPF_ATTR_INT, 0},
-	{TPF_OP_CAST, "to", TPF_ATTR_INT, 1},
-	{TPF_OP_CAST, "saturate", TPF_ATTR_INT, 0},
-	{TPF_OP_CONCAT, "axis", TPF_ATTR_INT, 1},
-	{TPF_OP_CONSTANT_OF_SHAPE, "value", TPF_ATTR_TENSOR, 0},
-	{TPF_OP_DEQUANTIZE_LINEAR, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_DEQUANTIZE_LINEAR, "block_size", TPF_ATTR_INT, 0},
-	{TPF_OP_DEQUANTIZE_LINEAR, "output_dtype", TPF_ATTR_INT, 0},
-	{TPF_OP_GATHER, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_GATHER_ELEMENTS, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_GEMM, "alpha", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_GEMM, "beta", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_GEMM, "transA", TPF_ATTR_INT, 0},
-	{TPF_OP_GEMM, "transB", TPF_ATTR_INT, 0},
-	{TPF_OP_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-	{TPF_OP_QUANTIZE_LINEAR, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_QUANTIZE_LINEAR, "block_size", TPF_ATTR_INT, 0},
-	{TPF_OP_QUANTIZE_LINEAR, "output_dtype", TPF_ATTR_INT, 0},
-	{TPF_OP_QUANTIZE_LINEAR, "saturate", TPF_ATTR_INT, 0},
-	{TPF_OP_QUANTIZE_LINEAR, "precision", TPF_ATTR_INT, 0},
-	{TPF_OP_REDUCE_MAX, "axes", TPF_ATTR_INTS, 0},
-	{TPF_OP_REDUCE_MAX, "keepdims", TPF_ATTR_INT, 0},
-	{TPF_OP_REDUCE_MAX, "noop_with_empty_axes", TPF_ATTR_INT, 0},
-	{TPF_OP_REDUCE_MEAN, "axes", TPF_ATTR_INTS, 0},
-	{TPF_OP_REDUCE_MEAN, "keepdims", TPF_ATTR_INT, 0},
-	{TPF_OP_REDUCE_MEAN, "noop_with_empty_axes", TPF_ATTR_INT, 0},
-	{TPF_OP_REDUCE_SUM, "axes", TPF_ATTR_INTS, 0},
-	{TPF_OP_REDUCE_SUM, "keepdims", TPF_ATTR_INT, 0},
-	{TPF_OP_REDUCE_SUM, "noop_with_empty_axes", TPF_ATTR_INT, 0},
-	{TPF_OP_RESHAPE, "allowzero", TPF_ATTR_INT, 0},
-	{TPF_OP_RMS_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_RMS_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_RMS_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-	{TPF_OP_SCATTER_ELEMENTS, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_SCATTER_ELEMENTS, "reduction", TPF_ATTR_STRING, 0},
-	{TPF_OP_SHAPE, "start", TPF_ATTR_INT, 0},
-	{TPF_OP_SHAPE, "end", TPF_ATTR_INT, 0},
-	{TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-	{TPF_OP_SLICE, "starts", TPF_ATTR_INTS, 0},
-	{TPF_OP_SLICE, "ends", TPF_ATTR_INTS, 0},
-	{TPF_OP_SLICE, "axes", TPF_ATTR_INTS, 0},
-	{TPF_OP_SOFTMAX, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_SPLIT, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_SPLIT, "split", TPF_ATTR_INTS, 0},
-	{TPF_OP_SPLIT, "num_outputs", TPF_ATTR_INT, 0},
-	{TPF_OP_SQUEEZE, "axes", TPF_ATTR_INTS, 0},
-	{TPF_OP_TOPK, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_TOPK, "largest", TPF_ATTR_INT, 0},
-	{TPF_OP_TOPK, "sorted", TPF_ATTR_INT, 0},
-	{TPF_OP_TOPK, "k", TPF_ATTR_INT, 0},
-	{TPF_OP_TRANSPOSE, "perm", TPF_ATTR_INTS, 0},
-	{TPF_OP_UNSQUEEZE, "axes", TPF_ATTR_INTS, 0},
-	{TPF_OP_IF, "then_branch", TPF_ATTR_GRAPH, 1},
-	{TPF_OP_IF, "else_branch", TPF_ATTR_GRAPH, 1},
-	{TPF_OP_LOOP, "body", TPF_ATTR_GRAPH, 1},
-	{TPF_OP_SCAN, "body", TPF_ATTR_GRAPH, 1},
-	{TPF_OP_SCAN, "num_scan_inputs", TPF_ATTR_INT, 1},
-	{TPF_OP_MS_ALLREDUCE, "group_size", TPF_ATTR_INT, 0},
-	{TPF_OP_MS_ALLGATHER, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_MS_ALLGATHER, "group_size", TPF_ATTR_INT, 0},
-	{TPF_OP_MS_ALLTOALL, "group_size", TPF_ATTR_INT, 0},
-	{TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-	{TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "axis", TPF_ATTR_INT, 0},
-	{TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "block_size", TPF_ATTR_INT, 0},
-	{TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "scale_type", TPF_ATTR_INT, 0},
-	{TPF_OP_TPF_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_TPF_ALLREDUCE_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT, "epsilon", TPF_ATTR_FLOAT, 0},
-	{TPF_OP_TPF_SHARDED_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_ARGMAX, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_ARGMAX, "keepdims", TPF_ATTR_INT, 0},
+    {TPF_OP_ARGMAX, "select_last_index", TPF_ATTR_INT, 0},
+    {TPF_OP_CAST, "to", TPF_ATTR_INT, 1},
+    {TPF_OP_CAST, "saturate", TPF_ATTR_INT, 0},
+    {TPF_OP_CONCAT, "axis", TPF_ATTR_INT, 1},
+    {TPF_OP_CONSTANT_OF_SHAPE, "value", TPF_ATTR_TENSOR, 0},
+    {TPF_OP_DEQUANTIZE_LINEAR, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_DEQUANTIZE_LINEAR, "block_size", TPF_ATTR_INT, 0},
+    {TPF_OP_DEQUANTIZE_LINEAR, "output_dtype", TPF_ATTR_INT, 0},
+    {TPF_OP_GATHER, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_GATHER_ELEMENTS, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_GEMM, "alpha", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_GEMM, "beta", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_GEMM, "transA", TPF_ATTR_INT, 0},
+    {TPF_OP_GEMM, "transB", TPF_ATTR_INT, 0},
+    {TPF_OP_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
+    {TPF_OP_QUANTIZE_LINEAR, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_QUANTIZE_LINEAR, "block_size", TPF_ATTR_INT, 0},
+    {TPF_OP_QUANTIZE_LINEAR, "output_dtype", TPF_ATTR_INT, 0},
+    {TPF_OP_QUANTIZE_LINEAR, "saturate", TPF_ATTR_INT, 0},
+    {TPF_OP_QUANTIZE_LINEAR, "precision", TPF_ATTR_INT, 0},
+    {TPF_OP_REDUCE_MAX, "axes", TPF_ATTR_INTS, 0},
+    {TPF_OP_REDUCE_MAX, "keepdims", TPF_ATTR_INT, 0},
+    {TPF_OP_REDUCE_MAX, "noop_with_empty_axes", TPF_ATTR_INT, 0},
+    {TPF_OP_REDUCE_MEAN, "axes", TPF_ATTR_INTS, 0},
+    {TPF_OP_REDUCE_MEAN, "keepdims", TPF_ATTR_INT, 0},
+    {TPF_OP_REDUCE_MEAN, "noop_with_empty_axes", TPF_ATTR_INT, 0},
+    {TPF_OP_REDUCE_SUM, "axes", TPF_ATTR_INTS, 0},
+    {TPF_OP_REDUCE_SUM, "keepdims", TPF_ATTR_INT, 0},
+    {TPF_OP_REDUCE_SUM, "noop_with_empty_axes", TPF_ATTR_INT, 0},
+    {TPF_OP_RESHAPE, "allowzero", TPF_ATTR_INT, 0},
+    {TPF_OP_RMS_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_RMS_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_RMS_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
+    {TPF_OP_SCATTER_ELEMENTS, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_SCATTER_ELEMENTS, "reduction", TPF_ATTR_STRING, 0},
+    {TPF_OP_SHAPE, "start", TPF_ATTR_INT, 0},
+    {TPF_OP_SHAPE, "end", TPF_ATTR_INT, 0},
+    {TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
+    {TPF_OP_SLICE, "starts", TPF_ATTR_INTS, 0},
+    {TPF_OP_SLICE, "ends", TPF_ATTR_INTS, 0},
+    {TPF_OP_SLICE, "axes", TPF_ATTR_INTS, 0},
+    {TPF_OP_SOFTMAX, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_SPLIT, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_SPLIT, "split", TPF_ATTR_INTS, 0},
+    {TPF_OP_SPLIT, "num_outputs", TPF_ATTR_INT, 0},
+    {TPF_OP_SQUEEZE, "axes", TPF_ATTR_INTS, 0},
+    {TPF_OP_TOPK, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_TOPK, "largest", TPF_ATTR_INT, 0},
+    {TPF_OP_TOPK, "sorted", TPF_ATTR_INT, 0},
+    {TPF_OP_TOPK, "k", TPF_ATTR_INT, 0},
+    {TPF_OP_TRANSPOSE, "perm", TPF_ATTR_INTS, 0},
+    {TPF_OP_UNSQUEEZE, "axes", TPF_ATTR_INTS, 0},
+    {TPF_OP_IF, "then_branch", TPF_ATTR_GRAPH, 1},
+    {TPF_OP_IF, "else_branch", TPF_ATTR_GRAPH, 1},
+    {TPF_OP_LOOP, "body", TPF_ATTR_GRAPH, 1},
+    {TPF_OP_SCAN, "body", TPF_ATTR_GRAPH, 1},
+    {TPF_OP_SCAN, "num_scan_inputs", TPF_ATTR_INT, 1},
+    {TPF_OP_MS_ALLREDUCE, "group_size", TPF_ATTR_INT, 0},
+    {TPF_OP_MS_ALLGATHER, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_MS_ALLGATHER, "group_size", TPF_ATTR_INT, 0},
+    {TPF_OP_MS_ALLTOALL, "group_size", TPF_ATTR_INT, 0},
+    {TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
+    {TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "axis", TPF_ATTR_INT, 0},
+    {TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "block_size", TPF_ATTR_INT, 0},
+    {TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "scale_type", TPF_ATTR_INT, 0},
+    {TPF_OP_TPF_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_TPF_ALLREDUCE_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT, "epsilon", TPF_ATTR_FLOAT, 0},
+    {TPF_OP_TPF_SHARDED_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
 };
 
 static void check_attr_rules(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n)
+                             const struct tpf_node *n)
 {
 	size_t i;
 
@@ -630,21 +632,21 @@ static void check_attr_rules(struct verify_ctx *c, const struct graph_state *s,
 		if (!a) {
 			if (r->required)
 				node_error(c, s, n, "missing required attribute '%s' (%s)", r->name,
-					   attr_kind_name(r->kind));
+				           attr_kind_name(r->kind));
 			continue;
 		}
 		if (a->ref_attr_name && c->in_function)
 			continue;
 		if (a->kind != r->kind)
 			node_error(c, s, n, "attribute '%s' is %s; expected %s", r->name,
-				   attr_kind_name(a->kind), attr_kind_name(r->kind));
+			           attr_kind_name(a->kind), attr_kind_name(r->kind));
 	}
 }
 
 /* Kinds and pointers of every attribute, names unique.  Returns 0 when the
  * attributes can be looked up by name (every name present). */
 static int check_attrs_generic(struct verify_ctx *c, const struct graph_state *s,
-				const struct tpf_node *n)
+                               const struct tpf_node *n)
 {
 	struct name_set names = {0};
 	size_t i, j;
@@ -671,21 +673,23 @@ static int check_attrs_generic(struct verify_ctx *c, const struct graph_state *s
 		}
 		if (use_set) {
 			if (name_set_add(&names, a->name, a))
-				node_error(c, s, n, "attribute '%s' appears more than once", a->name);
+				node_error(c, s, n, "attribute '%s' appears more than once",
+				           a->name);
 		} else {
 			for (j = 0; j < i; j++)
 				if (n->attrs[j].name && strcmp(n->attrs[j].name, a->name) == 0) {
 					node_error(c, s, n, "attribute '%s' appears more than once",
-						   a->name);
+					           a->name);
 					break;
 				}
 		}
 		if (a->ref_attr_name) {
 			if (!c->in_function)
-				node_error(c, s, n,
-					   "attribute '%s' refers to caller attribute '%s' outside a "
-					   "function",
-					   a->name, a->ref_attr_name);
+				node_error(
+				    c, s, n,
+				    "attribute '%s' refers to caller attribute '%s' outside a "
+				    "function",
+				    a->name, a->ref_attr_name);
 			continue;
 		}
 		switch (a->kind) {
@@ -731,12 +735,12 @@ static int check_attrs_generic(struct verify_ctx *c, const struct graph_state *s
 			break;
 		default:
 			node_error(c, s, n, "attribute '%s' has invalid kind %d", a->name,
-				   (int)a->kind);
+			           (int)a->kind);
 			continue;
 		}
 		if (bad)
 			node_error(c, s, n, "attribute '%s' (%s) has no value", a->name,
-				   attr_kind_name(a->kind));
+			           attr_kind_name(a->kind));
 	}
 	if (use_set)
 		name_set_free(&names);
@@ -747,14 +751,16 @@ static int check_attrs_generic(struct verify_ctx *c, const struct graph_state *s
 
 /* The input count an op accepts at the model's opset (forms that moved from
  * attributes to inputs). */
-static void op_arity(const struct verify_ctx *c, const struct tpf_node *n, int *min_in,
-		     int *max_in)
+static void op_arity(const struct verify_ctx *c, const struct tpf_node *n, int *min_in, int *max_in)
 {
 	const struct tpf_op_info *info = tpf_op_info(n->op);
 	int64_t v = c->opset;
 
 	*min_in = info->min_inputs;
 	*max_in = info->max_inputs;
+	/* Attention gained nonpad_kv_seqlen (a 7th input) in opset 24. */
+	if (n->op == TPF_OP_ATTENTION && *max_in >= 0 && *max_in < 7 && (v <= 0 || v >= 24))
+		*max_in = 7;
 	if (v <= 0)
 		return;
 	switch (n->op) {
@@ -790,13 +796,13 @@ static void op_arity(const struct verify_ctx *c, const struct tpf_node *n, int *
 
 /* An attribute that moved to an input at opset `since` must not appear from then on. */
 static void check_attr_moved(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n, const char *attr, int64_t since)
+                             const struct tpf_node *n, const char *attr, int64_t since)
 {
 	if (c->opset >= since && tpf_node_attr(n, attr))
 		node_error(c, s, n,
-			   "attribute '%s' is not allowed from opset %" PRId64
-			   " (the model imports opset %" PRId64 "; it is an input)",
-			   attr, since, c->opset);
+		           "attribute '%s' is not allowed from opset %" PRId64
+		           " (the model imports opset %" PRId64 "; it is an input)",
+		           attr, since, c->opset);
 }
 
 static int valid_dtype_attr(int64_t v)
@@ -805,7 +811,7 @@ static int valid_dtype_attr(int64_t v)
 }
 
 static void check_dtype_attr(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n, const char *attr, int zero_ok)
+                             const struct tpf_node *n, const char *attr, int zero_ok)
 {
 	int64_t v;
 
@@ -815,11 +821,11 @@ static void check_dtype_attr(struct verify_ctx *c, const struct graph_state *s,
 		return;
 	if (!valid_dtype_attr(v))
 		node_error(c, s, n, "attribute '%s' = %" PRId64 " is not a valid tensor dtype",
-			   attr, v);
+		           attr, v);
 }
 
 static void check_group_size(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n)
+                             const struct tpf_node *n)
 {
 	int64_t gs;
 
@@ -829,13 +835,12 @@ static void check_group_size(struct verify_ctx *c, const struct graph_state *s,
 		node_error(c, s, n, "attribute 'group_size' = %" PRId64 "; expected > 0", gs);
 	else if (c->world > 0 && gs != c->world)
 		node_error(c, s, n,
-			   "attribute 'group_size' = %" PRId64
-			   " differs from the model's tp_world_size %" PRId64,
-			   gs, c->world);
+		           "attribute 'group_size' = %" PRId64
+		           " differs from the model's tp_world_size %" PRId64,
+		           gs, c->world);
 }
 
-static void check_perm(struct verify_ctx *c, const struct graph_state *s,
-		       const struct tpf_node *n)
+static void check_perm(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n)
 {
 	const struct tpf_attr *a = tpf_node_attr(n, "perm");
 	uint8_t seen[TPF_MAX_RANK];
@@ -846,12 +851,12 @@ static void check_perm(struct verify_ctx *c, const struct graph_state *s,
 		return;
 	if (a->n > TPF_MAX_RANK) {
 		node_error(c, s, n, "attribute 'perm' has %zu entries; at most %d supported", a->n,
-			   TPF_MAX_RANK);
+		           TPF_MAX_RANK);
 		return;
 	}
 	if (rank >= 0 && a->n != (size_t)rank) {
 		node_error(c, s, n, "attribute 'perm' has %zu entries but the input has rank %d",
-			   a->n, rank);
+		           a->n, rank);
 		return;
 	}
 	memset(seen, 0, sizeof(seen));
@@ -860,7 +865,7 @@ static void check_perm(struct verify_ctx *c, const struct graph_state *s,
 
 		if (p < 0 || p >= (int64_t)a->n || seen[p]) {
 			node_error(c, s, n, "attribute 'perm' is not a permutation of 0..%zu",
-				   a->n ? a->n - 1 : 0);
+			           a->n ? a->n - 1 : 0);
 			return;
 		}
 		seen[p] = 1;
@@ -868,7 +873,7 @@ static void check_perm(struct verify_ctx *c, const struct graph_state *s,
 }
 
 static void check_matmul_dims(struct verify_ctx *c, const struct graph_state *s,
-			      const struct tpf_node *n)
+                              const struct tpf_node *n)
 {
 	const struct tpf_value *a = input_at(n, 0), *b = input_at(n, 1);
 	int ra = value_rank(a), rb = value_rank(b);
@@ -876,7 +881,7 @@ static void check_matmul_dims(struct verify_ctx *c, const struct graph_state *s,
 
 	if (ra == 0 || rb == 0) {
 		node_error(c, s, n, "%s input is a scalar; MatMul needs rank >= 1",
-			   ra == 0 ? "first" : "second");
+		           ra == 0 ? "first" : "second");
 		return;
 	}
 	if (ra < 0 || rb < 0)
@@ -885,9 +890,9 @@ static void check_matmul_dims(struct verify_ctx *c, const struct graph_state *s,
 	kb = value_dim(b, rb == 1 ? 0 : rb - 2);
 	if (ka >= 0 && kb >= 0 && ka != kb)
 		node_error(c, s, n,
-			   "inner dimensions differ: '%s' has %" PRId64 " columns, '%s' has %" PRId64
-			   " rows",
-			   vname(a), ka, vname(b), kb);
+		           "inner dimensions differ: '%s' has %" PRId64
+		           " columns, '%s' has %" PRId64 " rows",
+		           vname(a), ka, vname(b), kb);
 	if (ra > 2 && rb > 2) {
 		/* batch dims broadcast, aligned from the right */
 		int i, nb = (ra > rb ? ra : rb) - 2;
@@ -898,8 +903,9 @@ static void check_matmul_dims(struct verify_ctx *c, const struct graph_state *s,
 
 			if (x > 1 && y > 1 && x != y) {
 				node_error(c, s, n,
-					   "batch dimensions cannot broadcast: %" PRId64 " and %" PRId64,
-					   x, y);
+				           "batch dimensions cannot broadcast: %" PRId64
+				           " and %" PRId64,
+				           x, y);
 				break;
 			}
 		}
@@ -908,9 +914,9 @@ static void check_matmul_dims(struct verify_ctx *c, const struct graph_state *s,
 
 static int count_constant_values(const struct tpf_node *n)
 {
-	static const char *const names[] = {"value",	  "value_float",  "value_floats",
-					    "value_int",  "value_ints",	  "value_string",
-					    "value_strings", "sparse_value"};
+	static const char *const names[] = {"value",         "value_float", "value_floats",
+	                                    "value_int",     "value_ints",  "value_string",
+	                                    "value_strings", "sparse_value"};
 	size_t i;
 	int count = 0;
 
@@ -920,7 +926,7 @@ static int count_constant_values(const struct tpf_node *n)
 }
 
 static void check_quantize(struct verify_ctx *c, const struct graph_state *s,
-			   const struct tpf_node *n)
+                           const struct tpf_node *n)
 {
 	enum tpf_dtype zp = in_dtype(n, 2), expected = TPF_DTYPE_UNDEFINED;
 	int64_t od = 0;
@@ -929,9 +935,9 @@ static void check_quantize(struct verify_ctx *c, const struct graph_state *s,
 	check_in_dtype(c, s, n, 0, DT_FLOATS | DT_BIT(TPF_DTYPE_INT32), "a float type or int32");
 	if (has_od && zp && valid_dtype_attr(od) && (enum tpf_dtype)od != zp)
 		node_error(c, s, n,
-			   "attribute 'output_dtype' is %s but zero point '%s' is %s; they must "
-			   "agree",
-			   dt_name((enum tpf_dtype)od), vname(input_at(n, 2)), dt_name(zp));
+		           "attribute 'output_dtype' is %s but zero point '%s' is %s; they must "
+		           "agree",
+		           dt_name((enum tpf_dtype)od), vname(input_at(n, 2)), dt_name(zp));
 	if (zp)
 		expected = zp;
 	else if (has_od && valid_dtype_attr(od))
@@ -940,12 +946,13 @@ static void check_quantize(struct verify_ctx *c, const struct graph_state *s,
 		expected = TPF_DTYPE_UINT8;
 	if (expected)
 		check_out_dtype(c, s, n, 0, expected,
-				zp ? "the zero point's dtype"
-				   : has_od ? "attribute 'output_dtype'" : "the default uint8");
+		                zp       ? "the zero point's dtype"
+		                : has_od ? "attribute 'output_dtype'"
+		                         : "the default uint8");
 }
 
 static void check_dequantize(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n)
+                             const struct tpf_node *n)
 {
 	enum tpf_dtype expected;
 	int64_t od = 0;
@@ -956,10 +963,10 @@ static void check_dequantize(struct verify_ctx *c, const struct graph_state *s,
 
 		if (x && zp && x != zp)
 			node_error(c, s, n,
-				   "zero point '%s' is %s but input '%s' is %s; expected the same "
-				   "dtype",
-				   vname(input_at(n, 2)), dt_name(zp), vname(input_at(n, 0)),
-				   dt_name(x));
+			           "zero point '%s' is %s but input '%s' is %s; expected the same "
+			           "dtype",
+			           vname(input_at(n, 2)), dt_name(zp), vname(input_at(n, 0)),
+			           dt_name(x));
 	}
 	if (attr_int(n, "output_dtype", &od) && od != 0) {
 		if (valid_dtype_attr(od))
@@ -975,7 +982,7 @@ static void check_dequantize(struct verify_ctx *c, const struct graph_state *s,
 
 /* Number of outputs/inputs a body graph must have versus its node. */
 static void check_body(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
-		       const char *attr, size_t want_inputs, size_t want_outputs)
+                       const char *attr, size_t want_inputs, size_t want_outputs)
 {
 	const struct tpf_attr *a = tpf_node_attr(n, attr);
 	const struct tpf_graph *b;
@@ -984,15 +991,15 @@ static void check_body(struct verify_ctx *c, const struct graph_state *s, const 
 		return;
 	b = a->g;
 	if (want_inputs != (size_t)-1 && b->n_inputs != want_inputs)
-		node_error(c, s, n, "subgraph '%s' has %zu inputs; expected %zu", attr,
-			   b->n_inputs, want_inputs);
+		node_error(c, s, n, "subgraph '%s' has %zu inputs; expected %zu", attr, b->n_inputs,
+		           want_inputs);
 	if (want_outputs != (size_t)-1 && b->n_outputs != want_outputs)
 		node_error(c, s, n, "subgraph '%s' has %zu outputs; expected %zu", attr,
-			   b->n_outputs, want_outputs);
+		           b->n_outputs, want_outputs);
 }
 
 static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s,
-			       const struct tpf_node *n)
+                               const struct tpf_node *n)
 {
 	int64_t v;
 	int r0 = value_rank(input_at(n, 0));
@@ -1064,9 +1071,9 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 	case TPF_OP_CAST:
 		if (attr_int(n, "to", &v)) {
 			if (!valid_dtype_attr(v))
-				node_error(c, s, n,
-					   "attribute 'to' = %" PRId64 " is not a valid tensor dtype",
-					   v);
+				node_error(
+				    c, s, n,
+				    "attribute 'to' = %" PRId64 " is not a valid tensor dtype", v);
 			else
 				check_out_dtype(c, s, n, 0, (enum tpf_dtype)v, "attribute 'to'");
 		}
@@ -1090,7 +1097,7 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		if (c->opset > 0 && c->opset < 10) {
 			if (!tpf_node_attr(n, "starts") || !tpf_node_attr(n, "ends"))
 				node_error(c, s, n,
-					   "needs attributes 'starts' and 'ends' before opset 10");
+				           "needs attributes 'starts' and 'ends' before opset 10");
 		} else {
 			check_attr_moved(c, s, n, "starts", 10);
 			check_attr_moved(c, s, n, "ends", 10);
@@ -1107,23 +1114,23 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		if (attr_int(n, "num_outputs", &v)) {
 			if (c->opset > 0 && c->opset < 18)
 				node_error(c, s, n,
-					   "attribute 'num_outputs' needs opset 18 (the model "
-					   "imports %" PRId64 ")",
-					   c->opset);
+				           "attribute 'num_outputs' needs opset 18 (the model "
+				           "imports %" PRId64 ")",
+				           c->opset);
 			if (v != (int64_t)n->n_outputs)
 				node_error(c, s, n,
-					   "attribute 'num_outputs' = %" PRId64
-					   " but the node has %zu outputs",
-					   v, n->n_outputs);
+				           "attribute 'num_outputs' = %" PRId64
+				           " but the node has %zu outputs",
+				           v, n->n_outputs);
 			if (input_at(n, 1))
 				node_error(c, s, n,
-					   "attribute 'num_outputs' and input 'split' are both "
-					   "given");
+				           "attribute 'num_outputs' and input 'split' are both "
+				           "given");
 		}
 		if (sp && sp->kind == TPF_ATTR_INTS && sp->n != n->n_outputs)
 			node_error(c, s, n,
-				   "attribute 'split' has %zu entries but the node has %zu outputs",
-				   sp->n, n->n_outputs);
+			           "attribute 'split' has %zu entries but the node has %zu outputs",
+			           sp->n, n->n_outputs);
 		break;
 	}
 	case TPF_OP_CONCAT: {
@@ -1140,10 +1147,11 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 			if (rank < 0) {
 				rank = r;
 			} else if (r != rank) {
-				node_error(c, s, n,
-					   "input %zu '%s' has rank %d but earlier inputs have rank "
-					   "%d",
-					   i, vname(input_at(n, i)), r, rank);
+				node_error(
+				    c, s, n,
+				    "input %zu '%s' has rank %d but earlier inputs have rank "
+				    "%d",
+				    i, vname(input_at(n, i)), r, rank);
 				break;
 			}
 		}
@@ -1160,18 +1168,20 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 			int r1 = value_rank(input_at(n, 1));
 
 			if (r0 >= 0 && r1 >= 0 && r0 != r1)
-				node_error(c, s, n,
-					   "data has rank %d but indices have rank %d; expected the "
-					   "same rank",
-					   r0, r1);
+				node_error(
+				    c, s, n,
+				    "data has rank %d but indices have rank %d; expected the "
+				    "same rank",
+				    r0, r1);
 		}
 		break;
 	case TPF_OP_SCATTER_ELEMENTS:
 		check_in_dtype(c, s, n, 1, DT_INDEX, "int32 or int64");
 		check_same_dtype(c, s, n, 0, 1);
 		if (in_dtype(n, 0) && in_dtype(n, 2) && in_dtype(n, 0) != in_dtype(n, 2))
-			node_error(c, s, n, "updates are %s but data is %s; expected the same dtype",
-				   dt_name(in_dtype(n, 2)), dt_name(in_dtype(n, 0)));
+			node_error(c, s, n,
+			           "updates are %s but data is %s; expected the same dtype",
+			           dt_name(in_dtype(n, 2)), dt_name(in_dtype(n, 0)));
 		check_outs_like_input(c, s, n, 0);
 		break;
 	case TPF_OP_SQUEEZE:
@@ -1205,7 +1215,7 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		if (a && a->kind == TPF_ATTR_TENSOR && a->t) {
 			if (tpf_tensor_numel(a->t) != 1)
 				node_error(c, s, n,
-					   "attribute 'value' must hold exactly one element");
+				           "attribute 'value' must hold exactly one element");
 			dt = a->t->dtype;
 		}
 		check_out_dtype(c, s, n, 0, dt, "the dtype of attribute 'value'");
@@ -1217,12 +1227,12 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 
 		if (count != 1 && !c->in_function)
 			node_error(c, s, n,
-				   "has %d value attributes; expected exactly one of value, "
-				   "value_float(s), value_int(s), value_string(s), sparse_value",
-				   count);
+			           "has %d value attributes; expected exactly one of value, "
+			           "value_float(s), value_int(s), value_string(s), sparse_value",
+			           count);
 		if (a && a->kind != TPF_ATTR_TENSOR && !a->ref_attr_name)
 			node_error(c, s, n, "attribute 'value' is %s; expected TENSOR",
-				   attr_kind_name(a->kind));
+			           attr_kind_name(a->kind));
 		else if (a && a->t)
 			check_out_dtype(c, s, n, 0, a->t->dtype, "the dtype of attribute 'value'");
 		break;
@@ -1235,13 +1245,12 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type");
 		check_in_dtype(c, s, n, 1, DT_FLOATS, "a float type");
 		check_out_dtype2(c, s, n, 0, in_dtype(n, 1) ? in_dtype(n, 1) : in_dtype(n, 0),
-				 in_dtype(n, 0) ? in_dtype(n, 0) : in_dtype(n, 1));
+		                 in_dtype(n, 0) ? in_dtype(n, 0) : in_dtype(n, 1));
 		check_axis_attr(c, s, n, "axis", -1, r0);
 		check_dtype_attr(c, s, n, "stash_type", 0);
-		if (n->n_outputs > 1 && out_dtype(n, 1) &&
-		    !(DT_BIT(out_dtype(n, 1)) & DT_FLOATS))
+		if (n->n_outputs > 1 && out_dtype(n, 1) && !(DT_BIT(out_dtype(n, 1)) & DT_FLOATS))
 			node_error(c, s, n, "output 1 '%s' is %s; expected float or double",
-				   vname(output_at(n, 1)), dt_name(out_dtype(n, 1)));
+			           vname(output_at(n, 1)), dt_name(out_dtype(n, 1)));
 		break;
 	case TPF_OP_LAYER_NORMALIZATION: {
 		int64_t stash = TPF_DTYPE_FLOAT;
@@ -1253,8 +1262,10 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		check_dtype_attr(c, s, n, "stash_type", 0);
 		attr_int(n, "stash_type", &stash);
 		if (valid_dtype_attr(stash)) {
-			check_out_dtype(c, s, n, 1, (enum tpf_dtype)stash, "attribute 'stash_type'");
-			check_out_dtype(c, s, n, 2, (enum tpf_dtype)stash, "attribute 'stash_type'");
+			check_out_dtype(c, s, n, 1, (enum tpf_dtype)stash,
+			                "attribute 'stash_type'");
+			check_out_dtype(c, s, n, 2, (enum tpf_dtype)stash,
+			                "attribute 'stash_type'");
 		}
 		break;
 	}
@@ -1297,7 +1308,8 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		if (valid_dtype_attr(st))
 			check_out_dtype(c, s, n, 1, (enum tpf_dtype)st, "attribute 'scale_type'");
 		if (attr_int(n, "block_size", &v) && v <= 0)
-			node_error(c, s, n, "attribute 'block_size' = %" PRId64 "; expected > 0", v);
+			node_error(c, s, n, "attribute 'block_size' = %" PRId64 "; expected > 0",
+			           v);
 		check_axis_attr(c, s, n, "axis", -1, r0);
 		break;
 	}
@@ -1311,7 +1323,11 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		check_body(c, s, n, "body", n->n_inputs, n->n_outputs + 1);
 		break;
 	case TPF_OP_SCAN:
-		check_body(c, s, n, "body", n->n_inputs, n->n_outputs);
+		if (c->opset > 0 && c->opset < 9)
+			check_body(c, s, n, "body", n->n_inputs ? n->n_inputs - 1 : 0,
+			           n->n_outputs);
+		else
+			check_body(c, s, n, "body", n->n_inputs, n->n_outputs);
 		break;
 	default:
 		break;
@@ -1362,7 +1378,8 @@ static const char *undefined_reason(const struct graph_state *s, const struct tp
 		return NULL;
 	case TPF_VALUE_GRAPH_INPUT:
 		if (!(s->vflags[v->id] & VF_LISTED_INPUT))
-			return "is marked as a graph input but is not listed among the graph's inputs";
+			return "is marked as a graph input but is not listed among the graph's "
+			       "inputs";
 		return NULL;
 	case TPF_VALUE_INITIALIZER:
 		if (!v->init)
@@ -1376,6 +1393,8 @@ static const char *undefined_reason(const struct graph_state *s, const struct tp
 			return "is an outer-scope reference in a graph that has no enclosing graph";
 		if (!v->outer || !is_ancestor(v->outer->graph, g))
 			return "is an outer-scope reference to no value of an enclosing graph";
+		if (!value_registered(v->outer->graph, v->outer))
+			return "is an outer-scope reference to a value removed from its graph";
 		return NULL;
 	default:
 		return "has an invalid value kind";
@@ -1383,7 +1402,7 @@ static const char *undefined_reason(const struct graph_state *s, const struct tp
 }
 
 static void check_type_sane(struct verify_ctx *c, const struct graph_state *s,
-			    const struct tpf_value *v)
+                            const struct tpf_value *v)
 {
 	const struct tpf_type *t = &v->type;
 
@@ -1397,13 +1416,13 @@ static void check_type_sane(struct verify_ctx *c, const struct graph_state *s,
 		graph_error(c, s, "value '%s' has an invalid dtype %d", vname(v), (int)t->dtype);
 	if (t->shape.rank < -1 || t->shape.rank > TPF_MAX_RANK)
 		graph_error(c, s, "value '%s' has rank %d; supported ranks are 0..%d", vname(v),
-			    t->shape.rank, TPF_MAX_RANK);
+		            t->shape.rank, TPF_MAX_RANK);
 	else if (t->shape.rank > 0 && !t->shape.dims)
 		graph_error(c, s, "value '%s' has rank %d but no dims", vname(v), t->shape.rank);
 }
 
 static void check_initializer(struct verify_ctx *c, const struct graph_state *s,
-			      const struct tpf_value *v)
+                              const struct tpf_value *v)
 {
 	const struct tpf_tensor *t = v->init;
 	int i;
@@ -1412,7 +1431,7 @@ static void check_initializer(struct verify_ctx *c, const struct graph_state *s,
 		return;
 	if (!tpf_dtype_is_valid((int)t->dtype) || t->dtype == TPF_DTYPE_UNDEFINED) {
 		graph_error(c, s, "initializer '%s' has an invalid dtype %d", vname(v),
-			    (int)t->dtype);
+		            (int)t->dtype);
 		return;
 	}
 	if (t->rank < 0 || t->rank > TPF_MAX_RANK || (t->rank > 0 && !t->dims)) {
@@ -1422,7 +1441,7 @@ static void check_initializer(struct verify_ctx *c, const struct graph_state *s,
 	for (i = 0; i < t->rank; i++)
 		if (t->dims[i] < 0) {
 			graph_error(c, s, "initializer '%s' has negative dimension %" PRId64,
-				    vname(v), t->dims[i]);
+			            vname(v), t->dims[i]);
 			return;
 		}
 	if (t->data && t->dtype != TPF_DTYPE_STRING) {
@@ -1433,9 +1452,9 @@ static void check_initializer(struct verify_ctx *c, const struct graph_state *s,
 			graph_error(c, s, "initializer '%s': element count overflows", vname(v));
 		else if (want != t->nbytes)
 			graph_error(c, s,
-				    "initializer '%s' holds %zu bytes; %s[%" PRId64
-				    " elements] needs %zu",
-				    vname(v), t->nbytes, dt_name(t->dtype), numel, want);
+			            "initializer '%s' holds %zu bytes; %s[%" PRId64
+			            " elements] needs %zu",
+			            vname(v), t->nbytes, dt_name(t->dtype), numel, want);
 	}
 	if (v->type.kind == TPF_TYPE_TENSOR) {
 		const struct tpf_type *ty = &v->type;
@@ -1451,8 +1470,10 @@ static void check_initializer(struct verify_ctx *c, const struct graph_state *s,
 			}
 		}
 		if (!ok)
-			graph_error(c, s, "initializer '%s': its declared type disagrees with the "
-					  "tensor's dtype or shape", vname(v));
+			graph_error(c, s,
+			            "initializer '%s': its declared type disagrees with the "
+			            "tensor's dtype or shape",
+			            vname(v));
 	}
 }
 
@@ -1471,10 +1492,10 @@ struct edge {
 };
 
 static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph *g,
-				    const struct graph_state *parent, const char *where);
+                                    const struct graph_state *parent, const char *where);
 
 static void verify_subgraphs(struct verify_ctx *c, const struct graph_state *s,
-			     const struct tpf_node *n)
+                             const struct tpf_node *n)
 {
 	size_t i, j;
 
@@ -1504,21 +1525,21 @@ static void verify_subgraphs(struct verify_ctx *c, const struct graph_state *s,
 				continue;
 			if (sub->parent != s->g)
 				node_error(c, s, n,
-					   "subgraph '%s' does not record this node's graph as its "
-					   "parent",
-					   a->name ? a->name : "?");
+				           "subgraph '%s' does not record this node's graph as its "
+				           "parent",
+				           a->name ? a->name : "?");
 			if (sub->owner != n)
 				node_error(c, s, n,
-					   "subgraph '%s' does not record this node as its owner",
-					   a->name ? a->name : "?");
+				           "subgraph '%s' does not record this node as its owner",
+				           a->name ? a->name : "?");
 			if (s->depth + 1 >= VERIFY_MAX_DEPTH) {
 				node_error(c, s, n, "subgraphs nest deeper than %d levels",
-					   VERIFY_MAX_DEPTH);
+				           VERIFY_MAX_DEPTH);
 				continue;
 			}
 			tpf_node_describe(n, desc, sizeof(desc));
 			snprintf(where, sizeof(where), " (in subgraph '%.64s' of %.128s)%.100s",
-				 a->name ? a->name : "?", desc, s->where);
+			         a->name ? a->name : "?", desc, s->where);
 			verify_graph(c, sub, s, where);
 		}
 	}
@@ -1527,7 +1548,7 @@ static void verify_subgraphs(struct verify_ctx *c, const struct graph_state *s,
 /* An outer-scope value used in a subgraph must be produced before the node
  * of the enclosing graph that holds the subgraph. */
 static void check_outer_order(struct verify_ctx *c, const struct graph_state *s,
-			      const struct tpf_value *v)
+                              const struct tpf_value *v)
 {
 	const struct tpf_value *t = v->outer;
 	const struct graph_state *anc;
@@ -1554,15 +1575,36 @@ static void check_outer_order(struct verify_ctx *c, const struct graph_state *s,
 
 		tpf_node_describe(t->producer, desc, sizeof(desc));
 		node_error(c, anc, holder,
-			   "a subgraph uses '%s', which is produced by later %s; nodes are not in "
-			   "topological order",
-			   vname(t), desc);
+		           "a subgraph uses '%s', which is produced by later %s; nodes are not in "
+		           "topological order",
+		           vname(t), desc);
 	}
 }
 
+/* The node holding a subgraph lists every value of its own graph that the
+ * subgraph refers to among its implicit inputs (captures). */
+static void check_capture(struct verify_ctx *c, const struct graph_state *s,
+                          const struct tpf_value *v)
+{
+	const struct tpf_node *owner = s->g->owner;
+	size_t k;
+
+	if (!owner || v->outer->graph != s->g->parent || owner->graph != s->g->parent)
+		return;
+	if (owner->n_implicit > 256)
+		return; /* keep the check linear; large capture lists are rare */
+	for (k = 0; k < owner->n_implicit && owner->implicit_inputs; k++)
+		if (owner->implicit_inputs[k] == v->outer)
+			return;
+	graph_error(c, s,
+	            "outer-scope value '%s' is not among the captures of the node holding "
+	            "this subgraph",
+	            vname(v));
+}
+
 static void check_operand(struct verify_ctx *c, const struct graph_state *s,
-			  const struct tpf_node *n, const char *what, size_t i,
-			  const struct tpf_value *v)
+                          const struct tpf_node *n, const char *what, size_t i,
+                          const struct tpf_value *v)
 {
 	const char *why = undefined_reason(s, v);
 
@@ -1571,7 +1613,7 @@ static void check_operand(struct verify_ctx *c, const struct graph_state *s,
 }
 
 static void report_cycles(struct verify_ctx *c, const struct graph_state *s,
-			  const struct edge *edges, size_t n_edges, const uint8_t *done)
+                          const struct edge *edges, size_t n_edges, const uint8_t *done)
 {
 	uint32_t *pred = NULL, *visit = NULL;
 	size_t e, k;
@@ -1608,7 +1650,7 @@ static void report_cycles(struct verify_ctx *c, const struct graph_state *s,
 		x = cur;
 		do {
 			int w = snprintf(path + len, sizeof(path) - len, "%s'%s'",
-					 len ? " <- " : "", node_label(s->order[x]));
+			                 len ? " <- " : "", node_label(s->order[x]));
 
 			if (w < 0 || (size_t)w >= sizeof(path) - len) {
 				len = sizeof(path) - 1;
@@ -1619,7 +1661,7 @@ static void report_cycles(struct verify_ctx *c, const struct graph_state *s,
 		} while (x != cur && x != UINT32_MAX && ++steps < 16);
 		if (x == cur && len < sizeof(path) - 1)
 			snprintf(path + len, sizeof(path) - len, " <- '%s'",
-				 node_label(s->order[cur]));
+			         node_label(s->order[cur]));
 		else if (len < sizeof(path) - 5)
 			snprintf(path + len, sizeof(path) - len, " ...");
 		node_error(c, s, s->order[cur], "is on a cycle (each reads the next): %s", path);
@@ -1631,8 +1673,8 @@ out_free:
 
 /* Kahn's algorithm over the operand edges: reports cycles, then operands
  * produced later in the list by nodes that are not on or after a cycle. */
-static void check_order(struct verify_ctx *c, const struct graph_state *s,
-			const struct edge *edges, size_t n_edges)
+static void check_order(struct verify_ctx *c, const struct graph_state *s, const struct edge *edges,
+                        size_t n_edges)
 {
 	uint32_t *indeg = NULL, *start = NULL, *adj = NULL, *queue = NULL;
 	uint8_t *done = NULL;
@@ -1688,14 +1730,14 @@ static void check_order(struct verify_ctx *c, const struct graph_state *s,
 		tpf_node_describe(s->order[ed->src], desc, sizeof(desc));
 		if (ed->slot >= 0)
 			node_error(c, s, s->order[ed->dst],
-				   "input %d '%s' is produced by later %s; nodes are not in "
-				   "topological order",
-				   ed->slot, vname(ed->v), desc);
+			           "input %d '%s' is produced by later %s; nodes are not in "
+			           "topological order",
+			           ed->slot, vname(ed->v), desc);
 		else
 			node_error(c, s, s->order[ed->dst],
-				   "subgraph input '%s' is produced by later %s; nodes are not in "
-				   "topological order",
-				   vname(ed->v), desc);
+			           "subgraph input '%s' is produced by later %s; nodes are not in "
+			           "topological order",
+			           vname(ed->v), desc);
 	}
 out_free:
 	tpf_free(indeg);
@@ -1742,7 +1784,7 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 			continue;
 		if (v->n_uses && !v->uses) {
 			graph_error(c, s, "value '%s' has %zu uses but no use array", vname(v),
-				    v->n_uses);
+			            v->n_uses);
 			continue;
 		}
 		for (u = 0; u < v->n_uses; u++) {
@@ -1753,18 +1795,19 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 
 			if (!pos) {
 				graph_error(c, s,
-					    "value '%s' lists a use by a node that is not in this "
-					    "graph's node list",
-					    vname(v));
+				            "value '%s' lists a use by a node that is not in this "
+				            "graph's node list",
+				            vname(v));
 				continue;
 			}
 			if (use->index >= 0) {
 				if ((size_t)use->index >= n->n_inputs || !n->inputs ||
 				    n->inputs[use->index] != v) {
-					node_error(c, s, n,
-						   "value '%s' lists a use as input %d, but the node "
-						   "does not read it there",
-						   vname(v), use->index);
+					node_error(
+					    c, s, n,
+					    "value '%s' lists a use as input %d, but the node "
+					    "does not read it there",
+					    vname(v), use->index);
 					continue;
 				}
 				slot = offset[pos - 1] + (size_t)use->index;
@@ -1773,16 +1816,18 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 
 				if (imp >= n->n_implicit || !n->implicit_inputs ||
 				    n->implicit_inputs[imp] != v) {
-					node_error(c, s, n,
-						   "value '%s' lists a use as subgraph capture %zu, "
-						   "but the node does not capture it there",
-						   vname(v), imp);
+					node_error(
+					    c, s, n,
+					    "value '%s' lists a use as subgraph capture %zu, "
+					    "but the node does not capture it there",
+					    vname(v), imp);
 					continue;
 				}
 				slot = offset[pos - 1] + n->n_inputs + imp;
 			}
 			if (seen[slot])
-				node_error(c, s, n, "value '%s' lists the same use twice", vname(v));
+				node_error(c, s, n, "value '%s' lists the same use twice",
+				           vname(v));
 			seen[slot] = 1;
 		}
 	}
@@ -1793,16 +1838,18 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 			const struct tpf_value *v = n->inputs[i];
 
 			if (v && value_registered(g, v) && !seen[offset[k] + i])
-				node_error(c, s, n, "input %zu '%s' is missing from the value's use list",
-					   i, vname(v));
+				node_error(c, s, n,
+				           "input %zu '%s' is missing from the value's use list", i,
+				           vname(v));
 		}
 		for (i = 0; i < n->n_implicit && n->implicit_inputs; i++) {
 			const struct tpf_value *v = n->implicit_inputs[i];
 
 			if (v && value_registered(g, v) && !seen[offset[k] + n->n_inputs + i])
-				node_error(c, s, n,
-					   "subgraph capture '%s' is missing from the value's use list",
-					   vname(v));
+				node_error(
+				    c, s, n,
+				    "subgraph capture '%s' is missing from the value's use list",
+				    vname(v));
 		}
 	}
 out_free:
@@ -1810,8 +1857,7 @@ out_free:
 	tpf_free(seen);
 }
 
-static void check_arity(struct verify_ctx *c, const struct graph_state *s,
-			const struct tpf_node *n)
+static void check_arity(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n)
 {
 	const struct tpf_op_info *info = tpf_op_info(n->op);
 	int min_in, max_in;
@@ -1823,11 +1869,11 @@ static void check_arity(struct verify_ctx *c, const struct graph_state *s,
 		if (!n->domain || !info->domain || strcmp(n->domain, info->domain) != 0 ||
 		    !n->op_type || strcmp(n->op_type, info->name) != 0)
 			node_error(c, s, n, "op is recorded as %s::%s but the node says %s::%s",
-				   info->domain, info->name, n->domain ? n->domain : "",
-				   n->op_type ? n->op_type : "");
+			           info->domain, info->name, n->domain ? n->domain : "",
+			           n->op_type ? n->op_type : "");
 	} else if (!n->op_type || strcmp(n->op_type, info->name) != 0) {
 		node_error(c, s, n, "op is recorded as %s but the node says %s", info->name,
-			   n->op_type ? n->op_type : "");
+		           n->op_type ? n->op_type : "");
 	}
 	op_arity(c, n, &min_in, &max_in);
 	if (n->n_inputs < (size_t)min_in || (max_in >= 0 && n->n_inputs > (size_t)max_in)) {
@@ -1837,35 +1883,37 @@ static void check_arity(struct verify_ctx *c, const struct graph_state *s,
 			snprintf(opset, sizeof(opset), " at opset %" PRId64, c->opset);
 		if (max_in < 0)
 			node_error(c, s, n, "has %zu inputs; expected at least %d%s", n->n_inputs,
-				   min_in, opset);
+			           min_in, opset);
 		else if (min_in == max_in)
 			node_error(c, s, n, "has %zu inputs; expected %d%s", n->n_inputs, min_in,
-				   opset);
+			           opset);
 		else
 			node_error(c, s, n, "has %zu inputs; expected %d to %d%s", n->n_inputs,
-				   min_in, max_in, opset);
+			           min_in, max_in, opset);
 	}
 	if (n->n_outputs < (size_t)info->min_outputs ||
 	    (info->max_outputs >= 0 && n->n_outputs > (size_t)info->max_outputs)) {
 		if (info->max_outputs < 0)
 			node_error(c, s, n, "has %zu outputs; expected at least %d", n->n_outputs,
-				   info->min_outputs);
+			           info->min_outputs);
 		else if (info->min_outputs == info->max_outputs)
 			node_error(c, s, n, "has %zu outputs; expected %d", n->n_outputs,
-				   info->min_outputs);
+			           info->min_outputs);
 		else
 			node_error(c, s, n, "has %zu outputs; expected %d to %d", n->n_outputs,
-				   info->min_outputs, info->max_outputs);
+			           info->min_outputs, info->max_outputs);
 	}
-	/* Loop's trip count and condition may both be omitted. */
-	if (n->op != TPF_OP_LOOP && n->inputs)
+	/* Loop's trip count and condition may both be omitted, and so may
+	 * sequence_lens, the first input of Scan before opset 9. */
+	if (n->op != TPF_OP_LOOP && !(n->op == TPF_OP_SCAN && c->opset > 0 && c->opset < 9) &&
+	    n->inputs)
 		for (i = 0; i < n->n_inputs && i < (size_t)min_in; i++)
 			if (!n->inputs[i])
 				node_error(c, s, n, "required input %zu is missing", i);
 }
 
 static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph *g,
-				    const struct graph_state *parent, const char *where)
+                                    const struct graph_state *parent, const char *where)
 {
 	struct graph_state st;
 	struct graph_state *s = &st;
@@ -1932,7 +1980,8 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 		if (n->prev != prev)
 			node_error(c, s, n, "its previous-node link disagrees with the node list");
 		if (n->graph != g)
-			node_error(c, s, n, "is in this graph's node list but records another graph");
+			node_error(c, s, n,
+			           "is in this graph's node list but records another graph");
 		if (n->erased)
 			node_error(c, s, n, "is marked erased but is still in the node list");
 		if ((n->n_inputs && !n->inputs) || (n->n_outputs && !n->outputs) ||
@@ -1943,7 +1992,8 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 	if (prev != g->last)
 		graph_error(c, s, "the last-node link disagrees with the node list");
 	if (s->n != g->n_nodes)
-		graph_error(c, s, "records %zu nodes but its node list holds %zu", g->n_nodes, s->n);
+		graph_error(c, s, "records %zu nodes but its node list holds %zu", g->n_nodes,
+		            s->n);
 
 	/* Values: registry, names, listings. */
 	s->vflags = tpf_calloc(g->n_values ? g->n_values : 1, 1);
@@ -1959,8 +2009,7 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			continue;
 		if (v->id != i || v->graph != g) {
 			graph_error(c, s, "value '%s' is registered at id %zu but records id %u%s",
-				    vname(v), i, v->id,
-				    v->graph != g ? " and another graph" : "");
+			            vname(v), i, v->id, v->graph != g ? " and another graph" : "");
 			continue;
 		}
 		if (!v->name) {
@@ -1981,7 +2030,7 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 		}
 		if (!value_registered(g, v)) {
 			graph_error(c, s, "graph input %zu '%s' is not a value of this graph", i,
-				    vname(v));
+			            vname(v));
 			continue;
 		}
 		if (s->vflags[v->id] & VF_LISTED_INPUT)
@@ -1989,12 +2038,12 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 		s->vflags[v->id] |= VF_LISTED_INPUT;
 		if (v->kind != TPF_VALUE_GRAPH_INPUT && v->kind != TPF_VALUE_INITIALIZER)
 			graph_error(c, s,
-				    "graph input '%s' is also defined elsewhere (as a node output "
-				    "or outer reference)",
-				    vname(v));
+			            "graph input '%s' is also defined elsewhere (as a node output "
+			            "or outer reference)",
+			            vname(v));
 		if (!v->is_graph_input)
 			graph_error(c, s, "graph input '%s' is not flagged as a graph input",
-				    vname(v));
+			            vname(v));
 	}
 	for (i = 0; i < g->n_initializers; i++) {
 		const struct tpf_value *v = g->initializers[i];
@@ -2005,7 +2054,7 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 		}
 		if (!value_registered(g, v)) {
 			graph_error(c, s, "initializer %zu '%s' is not a value of this graph", i,
-				    vname(v));
+			            vname(v));
 			continue;
 		}
 		if (s->vflags[v->id] & VF_LISTED_INIT)
@@ -2024,7 +2073,7 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			continue;
 		if (v->is_graph_input && !(s->vflags[i] & VF_LISTED_INPUT))
 			graph_error(c, s, "value '%s' is flagged as a graph input but not listed",
-				    vname(v));
+			            vname(v));
 		if (v->kind == TPF_VALUE_NODE_OUTPUT && v->producer) {
 			const char *why = undefined_reason(s, v);
 
@@ -2033,10 +2082,12 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 		} else if (v->kind == TPF_VALUE_OUTER) {
 			const char *why = undefined_reason(s, v);
 
-			if (why)
+			if (why) {
 				graph_error(c, s, "value '%s' %s", vname(v), why);
-			else
+			} else {
 				check_outer_order(c, s, v);
+				check_capture(c, s, v);
+			}
 		}
 	}
 
@@ -2053,37 +2104,40 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 				if (!v)
 					continue;
 				if (!value_registered(g, v)) {
-					node_error(c, s, n, "output %zu '%s' is not a value of this graph",
-						   i, vname(v));
-				} else if (v->kind == TPF_VALUE_GRAPH_INPUT ||
-					   v->kind == TPF_VALUE_INITIALIZER) {
 					node_error(c, s, n,
-						   "output %zu '%s' redefines a graph input or "
-						   "initializer",
-						   i, vname(v));
+					           "output %zu '%s' is not a value of this graph",
+					           i, vname(v));
+				} else if (v->kind == TPF_VALUE_GRAPH_INPUT ||
+				           v->kind == TPF_VALUE_INITIALIZER) {
+					node_error(c, s, n,
+					           "output %zu '%s' redefines a graph input or "
+					           "initializer",
+					           i, vname(v));
 				} else if (v->kind != TPF_VALUE_NODE_OUTPUT) {
 					node_error(c, s, n,
-						   "output %zu '%s' redefines an outer-scope value", i,
-						   vname(v));
+					           "output %zu '%s' redefines an outer-scope value",
+					           i, vname(v));
 				} else if (v->producer != n) {
 					if (v->producer) {
 						char desc[256];
 
 						tpf_node_describe(v->producer, desc, sizeof(desc));
 						node_error(c, s, n,
-							   "output %zu '%s' is also produced by %s", i,
-							   vname(v), desc);
+						           "output %zu '%s' is also produced by %s",
+						           i, vname(v), desc);
 					} else {
-						node_error(c, s, n,
-							   "output %zu '%s' does not record this node as "
-							   "its producer",
-							   i, vname(v));
+						node_error(
+						    c, s, n,
+						    "output %zu '%s' does not record this node as "
+						    "its producer",
+						    i, vname(v));
 					}
 				} else if (v->producer_index != (int)i) {
-					node_error(c, s, n,
-						   "output %zu '%s' records output index %d (defined "
-						   "twice by this node?)",
-						   i, vname(v), v->producer_index);
+					node_error(
+					    c, s, n,
+					    "output %zu '%s' records output index %d (defined "
+					    "twice by this node?)",
+					    i, vname(v), v->producer_index);
 				}
 			}
 		}
@@ -2091,8 +2145,8 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			c->onnx_node = n;
 		if (n->op != TPF_OP_UNKNOWN)
 			check_arity(c, s, n);
-		else if (n->op_type && tpf_op_lookup(n->domain ? n->domain : "", n->op_type) !=
-						TPF_OP_UNKNOWN)
+		else if (n->op_type &&
+		         tpf_op_lookup(n->domain ? n->domain : "", n->op_type) != TPF_OP_UNKNOWN)
 			node_error(c, s, n, "names a known op but is recorded as an unknown op");
 		attrs_ok = check_attrs_generic(c, s, n) == 0;
 
@@ -2131,7 +2185,8 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 				uint32_t p = ptr_map_get(&s->pos, v->producer);
 
 				if (p)
-					edges[n_edges++] = (struct edge){p - 1, (uint32_t)k, (int)i, v};
+					edges[n_edges++] =
+					    (struct edge){p - 1, (uint32_t)k, (int)i, v};
 			}
 		}
 		for (i = 0; i < n->n_implicit && n->implicit_inputs; i++) {
@@ -2147,7 +2202,7 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 
 				if (p)
 					edges[n_edges++] =
-						(struct edge){p - 1, (uint32_t)k, -1 - (int)i, v};
+					    (struct edge){p - 1, (uint32_t)k, -1 - (int)i, v};
 			}
 		}
 		if (attrs_ok) {
@@ -2229,8 +2284,8 @@ static void verify_function(struct verify_ctx *c, const struct tpf_function *f)
 	const struct tpf_node *saved = c->onnx_node;
 
 	snprintf(where, sizeof(where), " (in function '%s%s%s')",
-		 f->domain && *f->domain ? f->domain : "", f->domain && *f->domain ? "::" : "",
-		 f->name ? f->name : "?");
+	         f->domain && *f->domain ? f->domain : "", f->domain && *f->domain ? "::" : "",
+	         f->name ? f->name : "?");
 	if (!f->name || !*f->name) {
 		tpf_diag_add(c->d, TPF_SEV_ERROR, "model: function has no name%s", where);
 		c->errors++;
@@ -2252,9 +2307,9 @@ static void verify_function(struct verify_ctx *c, const struct tpf_function *f)
 
 		tpf_node_describe(c->onnx_node, desc, sizeof(desc));
 		tpf_diag_add(c->d, TPF_SEV_ERROR,
-			     "model: function uses ONNX-domain ops (%s) but imports no opset for "
-			     "the default domain%s",
-			     desc, where);
+		             "model: function uses ONNX-domain ops (%s) but imports no opset for "
+		             "the default domain%s",
+		             desc, where);
 		c->errors++;
 	}
 	c->in_function = 0;
@@ -2287,8 +2342,8 @@ enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
 
 		if (m->opsets[i].version <= 0) {
 			tpf_diag_add(d, TPF_SEV_ERROR,
-				     "model: opset import for domain '%s' has version %" PRId64, di,
-				     m->opsets[i].version);
+			             "model: opset import for domain '%s' has version %" PRId64, di,
+			             m->opsets[i].version);
 			c.errors++;
 		}
 		for (j = 0; j < i; j++) {
@@ -2296,7 +2351,7 @@ enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
 
 			if (strcmp(di, dj) == 0 || (is_onnx_domain(di) && is_onnx_domain(dj))) {
 				tpf_diag_add(d, TPF_SEV_ERROR,
-					     "model: domain '%s' is imported more than once", di);
+				             "model: domain '%s' is imported more than once", di);
 				c.errors++;
 				break;
 			}
@@ -2316,9 +2371,9 @@ enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
 
 			tpf_node_describe(c.onnx_node, desc, sizeof(desc));
 			tpf_diag_add(d, TPF_SEV_ERROR,
-				     "model: has ONNX-domain nodes (first: %s) but no opset import "
-				     "for the default domain",
-				     desc);
+			             "model: has ONNX-domain nodes (first: %s) but no opset import "
+			             "for the default domain",
+			             desc);
 			c.errors++;
 		}
 	}
@@ -2330,12 +2385,12 @@ enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
 
 			if (f->name && o->name && strcmp(f->name, o->name) == 0 &&
 			    strcmp(f->domain ? f->domain : "", o->domain ? o->domain : "") == 0 &&
-			    strcmp(f->overload ? f->overload : "", o->overload ? o->overload : "") ==
-				    0) {
+			    strcmp(f->overload ? f->overload : "",
+			           o->overload ? o->overload : "") == 0) {
 				tpf_diag_add(d, TPF_SEV_ERROR,
-					     "model: function '%s%s%s' is defined more than once",
-					     f->domain && *f->domain ? f->domain : "",
-					     f->domain && *f->domain ? "::" : "", f->name);
+				             "model: function '%s%s%s' is defined more than once",
+				             f->domain && *f->domain ? f->domain : "",
+				             f->domain && *f->domain ? "::" : "", f->name);
 				c.errors++;
 				break;
 			}

@@ -143,6 +143,15 @@ void tpf_elem_store_int(enum tpf_dtype t, void *base, int64_t i, int64_t v);
 /* 1 for the integer and bool types, which kernels compute in int64. */
 int tpf_dtype_is_integral(enum tpf_dtype t);
 
+/* Normalizes axis into [0, rank); -1 if out of range. */
+int tpf_norm_axis(int64_t axis, int rank);
+/* Product of dims[from..to). */
+int64_t tpf_dims_prod(const int64_t *dims, int from, int to);
+/* Reads an integer operand's host copy into vals (at most max); the count,
+ * or -1 when there is no host copy, the dtype is not integral or it is too
+ * long. */
+int tpf_kread_ints(const struct tpf_ktensor *t, int64_t *vals, int max);
+
 /* Slice: resolves starts/ends/axes/steps (inputs from opset 10, attributes
  * before) against in[0]'s dims: per-dim start, step and output length.  The
  * index operands must have host copies.  0 ok, -1 on bad operands. */

@@ -50,7 +50,7 @@ static const char *zero_point_ok(const struct tpf_node *q, struct tpf_match *m)
 		for (size_t i = 0; p && i < t->nbytes; i++)
 			if ((p[i] & (t->dtype == TPF_DTYPE_FLOAT4E2M1 ? 0x77 : 0x7f)) != 0)
 				return tpf_match_reason(m, "the zero point '%s' is not 0",
-							q->inputs[2]->name);
+				                        q->inputs[2]->name);
 		if (!p && t->nbytes)
 			return "the zero point has no data";
 	}
@@ -62,7 +62,7 @@ static const char *pred_fp8(const struct tpf_node *q, struct tpf_match *m)
 	enum tpf_dtype t = quant_out_dtype(q);
 	if (t != TPF_DTYPE_FLOAT8E4M3FN)
 		return tpf_match_reason(m, "quantizes to %s, not %s", tpf_dtype_name(t),
-					tpf_dtype_name(TPF_DTYPE_FLOAT8E4M3FN));
+		                        tpf_dtype_name(TPF_DTYPE_FLOAT8E4M3FN));
 	if (tpf_node_attr_int(q, "block_size", 0) != 0)
 		return "blocked FP8 quantization";
 	return zero_point_ok(q, m);
@@ -79,7 +79,7 @@ static const char *pred_fp4_block(const struct tpf_node *q, struct tpf_match *m)
 	enum tpf_dtype t = quant_out_dtype(q);
 	if (t != TPF_DTYPE_FLOAT4E2M1)
 		return tpf_match_reason(m, "quantizes to %s, not %s", tpf_dtype_name(t),
-					tpf_dtype_name(TPF_DTYPE_FLOAT4E2M1));
+		                        tpf_dtype_name(TPF_DTYPE_FLOAT4E2M1));
 	int64_t bs = tpf_node_attr_int(q, "block_size", 0);
 	if (bs != 16)
 		return tpf_match_reason(m, "block_size %lld, NVFP4 uses 16", (long long)bs);
@@ -98,8 +98,8 @@ static const char *pred_trt_fp4(const struct tpf_node *q, struct tpf_match *m)
 	int64_t st = tpf_node_attr_int(q, "scale_type", TPF_DTYPE_FLOAT8E4M3FN);
 	if (st != TPF_DTYPE_FLOAT8E4M3FN)
 		return tpf_match_reason(m, "block scales of dtype %s, not %s",
-					tpf_dtype_name((enum tpf_dtype)st),
-					tpf_dtype_name(TPF_DTYPE_FLOAT8E4M3FN));
+		                        tpf_dtype_name((enum tpf_dtype)st),
+		                        tpf_dtype_name(TPF_DTYPE_FLOAT8E4M3FN));
 	return NULL;
 }
 
@@ -153,8 +153,8 @@ static const char *check_common(struct tpf_match *m, enum quant_kind kind)
 	if (kind == QUANT_FP8) {
 		const struct tpf_tensor *t = tpf_value_constant(scale);
 		if (!t || tpf_tensor_numel(t) != 1)
-			return tpf_match_reason(m, "scale '%s' is not a scalar (per-channel or blocked)",
-						scale->name);
+			return tpf_match_reason(
+			    m, "scale '%s' is not a scalar (per-channel or blocked)", scale->name);
 	}
 	if (q->n_outputs < (kind == QUANT_NVFP4 ? 2u : 1u) || !q->outputs[0])
 		return "the quantizer has fewer outputs than expected";
@@ -192,7 +192,7 @@ static enum tpf_status rewrite_quant(struct tpf_rewriter *rw, struct tpf_match *
 	struct tpf_value *res_out = fused->n_outputs > 1 ? fused->outputs[1] : NULL;
 	struct tpf_value *residual = fused->n_inputs > 2 ? fused->inputs[2] : NULL;
 	struct tpf_value *in[4] = {fused->inputs[0], fused->inputs[1], tpf_match_value(m, "scale"),
-				   residual};
+	                           residual};
 	enum tpf_status st = TPF_OK;
 	struct tpf_node **group = NULL;
 	size_t n_group = 0;
@@ -230,13 +230,13 @@ static enum tpf_status rewrite_quant(struct tpf_rewriter *rw, struct tpf_match *
 		n_out = OUT_NORM + 1;
 	}
 	struct tpf_node *nf = tpf_rewriter_create(rw, TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT, in,
-						  residual ? 4 : 3, n_out, names);
+	                                          residual ? 4 : 3, n_out, names);
 	if (!nf) {
 		st = TPF_ERR_NOMEM;
 		goto out_free_group;
 	}
 	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset",
-					    "group_size"};
+	                                    "group_size"};
 	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
 		if ((st = copy_attr(nf, fused, attrs[i])))
 			goto out_free_group;
@@ -274,7 +274,7 @@ out_free_group:
 }
 
 #define FUSED_OPERAND                                                                              \
-	TPF_PAT_OP(TPF_ALLREDUCE_RMS_NORM, "fused", TPF_PNODE_MULTI_USE | TPF_PNODE_EXTRA_INPUTS, \
+	TPF_PAT_OP(TPF_ALLREDUCE_RMS_NORM, "fused", TPF_PNODE_MULTI_USE | TPF_PNODE_EXTRA_INPUTS,  \
 		   NULL, TPF_PAT_ANY("a"), TPF_PAT_ANY("gamma"))
 
 static const struct tpf_pattern pat_fp8 = {
@@ -297,8 +297,8 @@ static const struct tpf_pattern pat_nvfp4 = {
 
 static const struct tpf_pattern pat_nvfp4_block = {
 	.name = "nvfp4-block",
-	.root = TPF_PAT_OP(QUANTIZE_LINEAR, "q", TPF_PNODE_EXTRA_INPUTS, pred_fp4_block,
-			   FUSED_OPERAND, TPF_PAT_CONST("scale")),
+	.root = TPF_PAT_OP(QUANTIZE_LINEAR, "q", TPF_PNODE_EXTRA_INPUTS, pred_fp4_block, FUSED_OPERAND,
+			   TPF_PAT_CONST("scale")),
 	.check = check_nvfp4_block,
 	.rewrite = rewrite_quant,
 	.explain_min_nodes = 2,
@@ -312,7 +312,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 			   struct tpf_diag *d)
 {
 	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-			       changed, d);
+	                       changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm_quant = {

@@ -41,7 +41,7 @@ static const char *check_fusion(struct tpf_match *m)
 	int64_t axis = tpf_node_attr_int(norm, "axis", -1);
 	if (axis != -1 && !(rank > 0 && axis == rank - 1))
 		return tpf_match_reason(m, "the norm is over axis %lld, not the last axis",
-					(long long)axis);
+		                        (long long)axis);
 
 	enum tpf_dtype t_x = tpf_pattern_dtype(ar->outputs[0]);
 	if (t_x == TPF_DTYPE_UNDEFINED)
@@ -51,16 +51,19 @@ static const char *check_fusion(struct tpf_match *m)
 		return "the dtype of the norm input or of gamma is unknown";
 	if (t_x != t_g)
 		return tpf_match_reason(m, "norm input dtype %s differs from gamma dtype %s",
-					tpf_dtype_name(t_x), tpf_dtype_name(t_g));
+		                        tpf_dtype_name(t_x), tpf_dtype_name(t_g));
 	if (residual) {
 		enum tpf_dtype t_r = tpf_pattern_dtype(residual);
 		if (t_r != t_x)
-			return tpf_match_reason(m, "residual dtype %s differs from the reduced dtype %s",
-						tpf_dtype_name(t_r), tpf_dtype_name(t_x));
+			return tpf_match_reason(
+			    m, "residual dtype %s differs from the reduced dtype %s",
+			    tpf_dtype_name(t_r), tpf_dtype_name(t_x));
 		if (tpf_pattern_shapes_differ(residual, ar->outputs[0]))
-			return tpf_match_reason(m, "residual '%s' and the reduced value have different "
-						   "shapes (broadcast add)",
-						residual->name);
+			return tpf_match_reason(
+			    m,
+			    "residual '%s' and the reduced value have different "
+			    "shapes (broadcast add)",
+			    residual->name);
 	}
 	/* gamma covers the last dimension exactly */
 	int64_t hidden, numel = -1;
@@ -69,7 +72,7 @@ static const char *check_fusion(struct tpf_match *m)
 	if ((tpf_pattern_last_dim(x, &hidden) || tpf_pattern_last_dim(a, &hidden)) && numel >= 0 &&
 	    numel != hidden)
 		return tpf_match_reason(m, "gamma '%s' has %lld elements, the last dimension %lld",
-					gamma->name, (long long)numel, (long long)hidden);
+		                        gamma->name, (long long)numel, (long long)hidden);
 	return NULL;
 }
 
@@ -92,7 +95,7 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	enum tpf_status st;
 
 	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_ALLREDUCE_RMS_NORM, in,
-						 residual ? 3 : 2, need_sum ? 2 : 1, NULL);
+	                                         residual ? 3 : 2, need_sum ? 2 : 1, NULL);
 	if (!f)
 		return TPF_ERR_NOMEM;
 	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset"};
@@ -138,7 +141,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 			   struct tpf_diag *d)
 {
 	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-			       changed, d);
+	                       changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm = {

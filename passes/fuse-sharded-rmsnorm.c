@@ -99,9 +99,10 @@ static void env_setup(const struct tpf_model *m, const struct tpf_pass_context *
 	shard_env.rank = rank;
 	shard_env.world = world;
 	if (world <= 0 || rank < 0)
-		shard_env.why = "the rank or world size is unknown (give --rank and --world-size, or "
-				"metadata_props tp_rank and tp_world_size): cannot prove the slice "
-				"is this rank's part";
+		shard_env.why =
+		    "the rank or world size is unknown (give --rank and --world-size, or "
+		    "metadata_props tp_rank and tp_world_size): cannot prove the slice "
+		    "is this rank's part";
 	else if (rank >= world)
 		shard_env.why = "the rank is not below the world size";
 	else
@@ -146,9 +147,9 @@ static const char *pred_allgather(const struct tpf_node *n, struct tpf_match *m)
 		return NULL;
 	if (rank < 0)
 		return tpf_match_reason(m, "gathers over axis %lld and the rank is unknown",
-					(long long)axis);
+		                        (long long)axis);
 	return tpf_match_reason(m, "gathers over axis %lld, not the last axis (rank %d)",
-				(long long)axis, rank);
+	                        (long long)axis, rank);
 }
 
 static const char *pred_norm(const struct tpf_node *n, struct tpf_match *m)
@@ -159,7 +160,7 @@ static const char *pred_norm(const struct tpf_node *n, struct tpf_match *m)
 	if (is_last_axis(axis, rank))
 		return NULL;
 	return tpf_match_reason(m, "normalizes from axis %lld, not over the last axis only",
-				(long long)axis);
+	                        (long long)axis);
 }
 
 /* ------------------------------------------------------------------ check */
@@ -172,6 +173,22 @@ static const char *check_common(struct tpf_match *m, struct shard_facts *f)
 
 	if (!ag || !norm || !x || !gamma)
 		return "incomplete match";
+	/* the norm axis and single use: checked here so that --explain reports them */
+	const char *r = pred_norm(norm, m);
+	if (r)
+		return r;
+	size_t uses = tpf_value_use_count(norm->outputs[0]);
+	if (uses != 1)
+		return tpf_match_reason(m,
+		                        "the normalized tensor '%s' has %zu uses: the full "
+		                        "tensor is needed elsewhere",
+		                        norm->outputs[0]->name, uses);
+	uses = tpf_value_use_count(ag->outputs[0]);
+	if (uses != 1)
+		return tpf_match_reason(m,
+		                        "the gathered tensor '%s' has %zu uses: the full tensor "
+		                        "is needed elsewhere",
+		                        ag->outputs[0]->name, uses);
 	if (!shard_env.known)
 		return shard_env.why;
 	f->world = shard_env.world;
@@ -179,8 +196,9 @@ static const char *check_common(struct tpf_match *m, struct shard_facts *f)
 
 	const struct tpf_attr *gs = tpf_node_attr(ag, "group_size");
 	if (gs && gs->kind == TPF_ATTR_INT && gs->i != f->world)
-		return tpf_match_reason(m, "the AllGather's group_size %lld is not the world size %lld",
-					(long long)gs->i, (long long)f->world);
+		return tpf_match_reason(
+		    m, "the AllGather's group_size %lld is not the world size %lld",
+		    (long long)gs->i, (long long)f->world);
 
 	/* dtypes: one float type for x and gamma */
 	const struct tpf_tensor *t = tpf_value_constant(gamma);
@@ -193,28 +211,32 @@ static const char *check_common(struct tpf_match *m, struct shard_facts *f)
 		return "the dtype of the gathered input is unknown";
 	if (t_x != t->dtype)
 		return tpf_match_reason(m, "input dtype %s differs from gamma dtype %s",
-					tpf_dtype_name(t_x), tpf_dtype_name(t->dtype));
+		                        tpf_dtype_name(t_x), tpf_dtype_name(t->dtype));
 	unsigned bits = tpf_dtype_bits(t->dtype);
 	if (!tpf_dtype_is_float(t->dtype) || bits < 8 || bits % 8)
 		return tpf_match_reason(m, "dtype %s is not a float type of whole bytes",
-					tpf_dtype_name(t->dtype));
+		                        tpf_dtype_name(t->dtype));
 
 	/* D: the gathered last dim; d = D / W */
 	int64_t D = last_dim(ag->outputs[0]), dx = last_dim(x);
 	if (D < 0)
 		D = last_dim(norm->outputs[0]);
+	if (dx > INT64_MAX / f->world)
+		return "the local last dimension is too large";
 	if (D < 0 && dx >= 0)
 		D = dx * f->world;
 	if (D <= 0)
 		return "the size of the gathered last dimension is unknown";
 	if (D % f->world)
-		return tpf_match_reason(m, "the gathered dim %lld does not divide by the world size "
-					   "%lld",
-					(long long)D, (long long)f->world);
+		return tpf_match_reason(m,
+		                        "the gathered dim %lld does not divide by the world size "
+		                        "%lld",
+		                        (long long)D, (long long)f->world);
 	if (dx >= 0 && dx * f->world != D)
-		return tpf_match_reason(m, "the local dim %lld times the world size %lld is not the "
-					   "gathered dim %lld (world size mismatch)",
-					(long long)dx, (long long)f->world, (long long)D);
+		return tpf_match_reason(m,
+		                        "the local dim %lld times the world size %lld is not the "
+		                        "gathered dim %lld (world size mismatch)",
+		                        (long long)dx, (long long)f->world, (long long)D);
 	f->full_dim = D;
 	f->local_dim = D / f->world;
 
@@ -222,25 +244,29 @@ static const char *check_common(struct tpf_match *m, struct shard_facts *f)
 	int64_t numel = tpf_tensor_numel(t);
 	if (t->rank < 1 || numel != D || t->dims[t->rank - 1] != D)
 		return tpf_match_reason(m, "gamma '%s' is not a vector of the gathered dim %lld",
-					gamma->name, (long long)D);
-	if (!t->data || t->nbytes != (size_t)numel * (bits / 8))
+		                        gamma->name, (long long)D);
+	size_t want;
+	if (tpf_mul_size((size_t)numel, bits / 8, &want))
+		return tpf_match_reason(m, "gamma '%s' is too large", gamma->name);
+	if (!t->data || t->nbytes != want)
 		return tpf_match_reason(m, "gamma '%s' has no data loaded", gamma->name);
 	return NULL;
 }
 
 static const char *part_reason(struct tpf_match *m, const struct shard_facts *f, const char *what,
-			       int64_t start, int64_t end)
+                               int64_t start, int64_t end)
 {
 	int64_t d = f->local_dim;
 	if (end - start == d && start % d == 0)
-		return tpf_match_reason(m, "%s takes [%lld, %lld), the part of rank %lld; this is "
-					   "rank %lld of %lld",
-					what, (long long)start, (long long)end,
-					(long long)(start / d), (long long)f->rank,
-					(long long)f->world);
+		return tpf_match_reason(m,
+		                        "%s takes [%lld, %lld), the part of rank %lld; this is "
+		                        "rank %lld of %lld",
+		                        what, (long long)start, (long long)end,
+		                        (long long)(start / d), (long long)f->rank,
+		                        (long long)f->world);
 	return tpf_match_reason(m, "%s takes [%lld, %lld), not one rank's part (%lld of %lld each)",
-				what, (long long)start, (long long)end, (long long)d,
-				(long long)f->full_dim);
+	                        what, (long long)start, (long long)end, (long long)d,
+	                        (long long)f->full_dim);
 }
 
 /* Clamps a Slice bound as ONNX does, for a dim of size `dim`. */
@@ -279,7 +305,8 @@ static const char *check_slice(struct tpf_match *m)
 			return "the slice's steps are not integer constants";
 	} else {
 		/* before opset 10: attributes */
-		const struct tpf_attr *as = tpf_node_attr(s, "starts"), *ae = tpf_node_attr(s, "ends");
+		const struct tpf_attr *as = tpf_node_attr(s, "starts"),
+		                      *ae = tpf_node_attr(s, "ends");
 		const struct tpf_attr *aa = tpf_node_attr(s, "axes");
 		if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS ||
 		    as->n > TPF_MAX_RANK || ae->n > TPF_MAX_RANK)
@@ -307,10 +334,10 @@ static const char *check_slice(struct tpf_match *m)
 			axis += rank;
 		if (axis < 0 || axis >= rank)
 			return tpf_match_reason(m, "the slice names axis %lld of a rank-%d tensor",
-						(long long)(na ? axes[k] : (int64_t)k), rank);
+			                        (long long)(na ? axes[k] : (int64_t)k), rank);
 		if (nst && steps[k] != 1)
 			return tpf_match_reason(m, "the slice has step %lld on axis %lld",
-						(long long)steps[k], (long long)axis);
+			                        (long long)steps[k], (long long)axis);
 		if (axis == rank - 1) {
 			if (found)
 				return "the slice names the last axis twice";
@@ -320,16 +347,17 @@ static const char *check_slice(struct tpf_match *m)
 			continue;
 		}
 		/* any other axis must be kept whole */
-		const struct tpf_dim *dim = data && data->type.kind == TPF_TYPE_TENSOR &&
-						    data->type.shape.rank == rank
-					    ? &data->type.shape.dims[axis]
-					    : NULL;
+		const struct tpf_dim *dim =
+		    data && data->type.kind == TPF_TYPE_TENSOR && data->type.shape.rank == rank
+		        ? &data->type.shape.dims[axis]
+		        : NULL;
 		int whole = starts[k] == 0 && ends[k] >= (int64_t)INT32_MAX;
 		if (dim && !dim->param && dim->value >= 0)
 			whole = clamp_bound(starts[k], dim->value) == 0 &&
-				clamp_bound(ends[k], dim->value) == dim->value;
+			        clamp_bound(ends[k], dim->value) == dim->value;
 		if (!whole)
-			return tpf_match_reason(m, "the slice also cuts axis %lld", (long long)axis);
+			return tpf_match_reason(m, "the slice also cuts axis %lld",
+			                        (long long)axis);
 	}
 	if (!found)
 		return "the slice does not cut the last axis";
@@ -352,14 +380,15 @@ static const char *check_split(struct tpf_match *m)
 	int rank = value_rank(s->inputs[0], tpf_match_value(m, "x"));
 	if (!is_last_axis(tpf_node_attr_int(s, "axis", 0), rank))
 		return tpf_match_reason(m, "the Split is over axis %lld, not the last axis",
-					(long long)tpf_node_attr_int(s, "axis", 0));
+		                        (long long)tpf_node_attr_int(s, "axis", 0));
 	if (n == 0 || n > sizeof(sizes) / sizeof(sizes[0]))
 		return "the Split has too many outputs";
 
 	const struct tpf_attr *as = tpf_node_attr(s, "split");
 	if (s->n_inputs > 1 && s->inputs[1]) {
 		if (tpf_pattern_const_ints(s->inputs[1], sizes, n, &count) || count != n)
-			return "the Split's sizes are not an integer constant with one entry per output";
+			return "the Split's sizes are not an integer constant with one entry per "
+			       "output";
 	} else if (as && as->kind == TPF_ATTR_INTS) {
 		if (as->n != n)
 			return "the Split's 'split' attribute does not match its outputs";
@@ -374,13 +403,13 @@ static const char *check_split(struct tpf_match *m)
 	}
 	int64_t total = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (sizes[i] < 0)
-			return "the Split has a negative size";
+		if (sizes[i] < 0 || sizes[i] > f->full_dim)
+			return "the Split has a size outside [0, dim]";
 		total += sizes[i];
 	}
 	if (total != f->full_dim)
 		return tpf_match_reason(m, "the Split's sizes add up to %lld, the dim is %lld",
-					(long long)total, (long long)f->full_dim);
+		                        (long long)total, (long long)f->full_dim);
 
 	/* exactly one output used: this rank's part */
 	size_t used = n;
@@ -388,9 +417,11 @@ static const char *check_split(struct tpf_match *m)
 	for (size_t i = 0; i < n; i++) {
 		if (s->outputs[i] && tpf_value_use_count(s->outputs[i])) {
 			if (used != n)
-				return tpf_match_reason(m, "outputs %zu and %zu of the Split are used: the "
-							   "full normalized tensor is needed",
-							used, i);
+				return tpf_match_reason(
+				    m,
+				    "outputs %zu and %zu of the Split are used: the "
+				    "full normalized tensor is needed",
+				    used, i);
 			used = i;
 			start = off;
 		}
@@ -408,7 +439,7 @@ static const char *check_split(struct tpf_match *m)
 
 /* gamma[r*d : (r+1)*d) as an initializer, reusing an identical one. */
 static struct tpf_value *gamma_shard(struct tpf_graph *g, const struct tpf_value *gamma,
-				     const struct shard_facts *f)
+                                     const struct shard_facts *f)
 {
 	const struct tpf_tensor *t = tpf_value_constant(gamma);
 	size_t esz = tpf_dtype_bits(t->dtype) / 8;
@@ -420,10 +451,11 @@ static struct tpf_value *gamma_shard(struct tpf_graph *g, const struct tpf_value
 	memcpy(dims, t->dims, (size_t)t->rank * sizeof(int64_t));
 	dims[t->rank - 1] = f->local_dim;
 	size_t nbytes = (size_t)f->local_dim * esz;
-	const unsigned char *src = (const unsigned char *)t->data + (size_t)(f->rank * f->local_dim) * esz;
+	const unsigned char *src =
+	    (const unsigned char *)t->data + (size_t)(f->rank * f->local_dim) * esz;
 
 	snprintf(base, sizeof(base), "%s.shard%lldof%lld", gamma->name, (long long)f->rank,
-		 (long long)f->world);
+	         (long long)f->world);
 	struct tpf_value *old = tpf_graph_find_value(g, base);
 	if (old && old->kind == TPF_VALUE_INITIALIZER && !old->is_graph_input && old->init &&
 	    old->init->dtype == t->dtype && old->init->nbytes == nbytes && old->init->data &&
@@ -446,18 +478,19 @@ static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match
 	struct tpf_value *shard = gamma_shard(rw->graph, tpf_match_value(m, "gamma"), f);
 	if (!shard)
 		return tpf_diag_fail(rw->diag, TPF_ERR_NOMEM, "%s: %s: out of memory (gamma shard)",
-				     tpf_node_describe(m->root, buf, sizeof(buf)), PASS_NAME);
+		                     tpf_node_describe(m->root, buf, sizeof(buf)), PASS_NAME);
 	struct tpf_value *in[2] = {x, shard};
 	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_SHARDED_RMS_NORM, in, 2, 1, NULL);
 	if (!n)
 		return TPF_ERR_NOMEM;
-	if ((st = tpf_node_set_attr_float(n, "epsilon", tpf_node_attr_float(norm, "epsilon", 1e-5f))) ||
+	if ((st = tpf_node_set_attr_float(n, "epsilon",
+	                                  tpf_node_attr_float(norm, "epsilon", 1e-5f))) ||
 	    (st = tpf_node_set_attr_int(n, "world_size", f->world)) ||
 	    (st = tpf_node_set_attr_int(n, "full_dim", f->full_dim)) ||
 	    (st = tpf_node_set_attr_int(n, "stash_type",
-					tpf_node_attr_int(norm, "stash_type", TPF_DTYPE_FLOAT))) ||
+	                                tpf_node_attr_int(norm, "stash_type", TPF_DTYPE_FLOAT))) ||
 	    (st = tpf_node_set_attr_float(n, "weight_offset",
-					  tpf_node_attr_float(norm, "weight_offset", 0.0f))))
+	                                  tpf_node_attr_float(norm, "weight_offset", 0.0f))))
 		return st;
 	/* the result has the local input's type */
 	const struct tpf_type *t = f->out->type.kind != TPF_TYPE_NONE ? &f->out->type : &x->type;
@@ -471,25 +504,28 @@ static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match
 /* --------------------------------------------------------------- patterns */
 
 #define P_NORM                                                                                     \
-	TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, pred_norm,                                             \
-		   TPF_PAT_OP(MS_ALLGATHER, "ag", 0, pred_allgather, TPF_PAT_ANY("x")),             \
-		   TPF_PAT_CONST("gamma"))
+	TPF_PAT_OP(                                                                                \
+	    TPF_RMS_NORM, "norm", TPF_PNODE_MULTI_USE, NULL,                                       \
+	    TPF_PAT_OP(MS_ALLGATHER, "ag", TPF_PNODE_MULTI_USE, pred_allgather, TPF_PAT_ANY("x")), \
+	    TPF_PAT_CONST("gamma"))
 
-/* Both forms count under one name: the counter is the pattern name. */
+/* Both forms count under one name: the counter is the pattern name.  A
+ * Slice or Split of a norm that is not gathered is common and not reported
+ * (explain_min_nodes = 3). */
 static const struct tpf_pattern pat_slice = {
-	.name = PATTERN_NAME,
-	.root = TPF_PAT_OP(SLICE, "slice", TPF_PNODE_EXTRA_INPUTS, NULL, P_NORM),
-	.check = check_slice,
-	.rewrite = rewrite_sharded,
-	.explain_min_nodes = 2,
+    .name = PATTERN_NAME,
+    .root = TPF_PAT_OP(SLICE, "slice", TPF_PNODE_EXTRA_INPUTS, NULL, P_NORM),
+    .check = check_slice,
+    .rewrite = rewrite_sharded,
+    .explain_min_nodes = 3,
 };
 
 static const struct tpf_pattern pat_split = {
-	.name = PATTERN_NAME,
-	.root = TPF_PAT_OP(SPLIT, "split", TPF_PNODE_EXTRA_INPUTS, NULL, P_NORM),
-	.check = check_split,
-	.rewrite = rewrite_sharded,
-	.explain_min_nodes = 2,
+    .name = PATTERN_NAME,
+    .root = TPF_PAT_OP(SPLIT, "split", TPF_PNODE_EXTRA_INPUTS, NULL, P_NORM),
+    .check = check_split,
+    .rewrite = rewrite_sharded,
+    .explain_min_nodes = 3,
 };
 
 static const struct tpf_pattern *const patterns[] = {&pat_slice, &pat_split};
@@ -544,7 +580,7 @@ static int compatible(const struct tpf_node *a, const struct tpf_node *b)
 	       tpf_node_attr_int(a, "world_size", -1) == tpf_node_attr_int(b, "world_size", -1) &&
 	       tpf_node_attr_int(a, "stash_type", 1) == tpf_node_attr_int(b, "stash_type", 1) &&
 	       tpf_node_attr_float(a, "weight_offset", 0.0f) ==
-		       tpf_node_attr_float(b, "weight_offset", 0.0f);
+	           tpf_node_attr_float(b, "weight_offset", 0.0f);
 }
 
 struct merge_state {
@@ -598,8 +634,8 @@ static enum tpf_status merge_scan(struct merge_state *s)
 		s->pos[n->id] = p++;
 		if (!mergeable(n))
 			continue;
-		enum tpf_status st = grow((void **)&s->norms, &s->cap_norms, s->n_norms + 1,
-					  sizeof(*s->norms));
+		enum tpf_status st =
+		    grow((void **)&s->norms, &s->cap_norms, s->n_norms + 1, sizeof(*s->norms));
 		if (st)
 			return st;
 		s->norms[s->n_norms++] = n;
@@ -611,7 +647,7 @@ static enum tpf_status merge_scan(struct merge_state *s)
  * output of a member.  1: depends (or the search was too large), 0: no,
  * -1: out of memory. */
 static int depends_on_group(struct merge_state *s, struct tpf_node *const *group, size_t k,
-			    struct tpf_node *c)
+                            struct tpf_node *c)
 {
 	uint32_t lo = s->pos[group[0]->id];
 	size_t sp = 0, visits = 0;
@@ -630,8 +666,8 @@ static int depends_on_group(struct merge_state *s, struct tpf_node *const *group
 		struct tpf_node *n = s->stack[--sp];
 		size_t total = n->n_inputs + n->n_implicit;
 		for (size_t i = 0; i < total; i++) {
-			struct tpf_value *v = i < n->n_inputs ? n->inputs[i]
-							      : n->implicit_inputs[i - n->n_inputs];
+			struct tpf_value *v =
+			    i < n->n_inputs ? n->inputs[i] : n->implicit_inputs[i - n->n_inputs];
 			struct tpf_node *p = v ? v->producer : NULL;
 			if (!p || p->erased || p->graph != s->g || p->id >= s->n_ids ||
 			    s->stamp[p->id] == s->gen || s->pos[p->id] < lo)
@@ -652,7 +688,7 @@ static int depends_on_group(struct merge_state *s, struct tpf_node *const *group
 
 /* Replaces the members by one ShardedRMSNorm over all their tensors. */
 static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const *group, size_t k,
-				   struct tpf_diag *d)
+                                   struct tpf_diag *d)
 {
 	struct tpf_graph *g = s->g;
 	size_t total = 0, o = 0;
@@ -684,11 +720,10 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 	}
 
 	/* inserted at the last member: every member input is defined before it */
-	snprintf(name, sizeof(name), "%s/merged", group[0]->name && *group[0]->name
-							   ? group[0]->name
-							   : "ShardedRMSNorm");
+	snprintf(name, sizeof(name), "%s/merged",
+	         group[0]->name && *group[0]->name ? group[0]->name : "ShardedRMSNorm");
 	struct tpf_node *m = tpf_graph_insert_node(g, group[k - 1], TPF_DOMAIN, "ShardedRMSNorm",
-						   name, ins, 2 * total, total, NULL);
+	                                           name, ins, 2 * total, total, NULL);
 	if (!m)
 		goto out_free;
 	m->origin_pass = PASS_NAME;
@@ -696,11 +731,11 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 	if ((st = tpf_node_set_attr_floats(m, "epsilons", eps, total)) ||
 	    (st = tpf_node_set_attr_ints(m, "full_dims", dims, total)) ||
 	    (st = tpf_node_set_attr_int(m, "world_size",
-					tpf_node_attr_int(group[0], "world_size", -1))) ||
+	                                tpf_node_attr_int(group[0], "world_size", -1))) ||
 	    (st = tpf_node_set_attr_int(m, "stash_type",
-					tpf_node_attr_int(group[0], "stash_type", 1))) ||
+	                                tpf_node_attr_int(group[0], "stash_type", 1))) ||
 	    (st = tpf_node_set_attr_float(m, "weight_offset",
-					  tpf_node_attr_float(group[0], "weight_offset", 0.0f))))
+	                                  tpf_node_attr_float(group[0], "weight_offset", 0.0f))))
 		goto out_free;
 	for (o = 0; o < total; o++) {
 		if (olds[o]->type.kind != TPF_TYPE_NONE &&
@@ -712,8 +747,9 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 	}
 	for (size_t i = 0; i < k; i++) {
 		if ((st = tpf_graph_erase_node(g, group[i]))) {
-			st = tpf_diag_fail(d, st, "%s: %s: cannot erase it after merging",
-					   tpf_node_describe(group[i], buf, sizeof(buf)), PASS_NAME);
+			st =
+			    tpf_diag_fail(d, st, "%s: %s: cannot erase it after merging",
+			                  tpf_node_describe(group[i], buf, sizeof(buf)), PASS_NAME);
 			goto out_free;
 		}
 	}
@@ -738,7 +774,7 @@ out_free:
 
 /* Merges independent compatible norms until nothing changes. */
 static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_context *ctx,
-				   int *changed, struct tpf_diag *d)
+                                   int *changed, struct tpf_diag *d)
 {
 	struct merge_state s = {.g = model->graph};
 	struct tpf_node **group = NULL;
@@ -755,7 +791,8 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 			if ((st = grow((void **)&group, &cap_group, s.n_norms, sizeof(*group))))
 				goto out_free;
 			group[k++] = s.norms[i];
-			for (size_t j = i + 1; j < s.n_norms && scanned < MERGE_MAX_CANDIDATES; j++) {
+			for (size_t j = i + 1; j < s.n_norms && scanned < MERGE_MAX_CANDIDATES;
+			     j++) {
 				struct tpf_node *c = s.norms[j];
 				if (!compatible(group[0], c))
 					continue;
@@ -777,7 +814,8 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 			    (st = tpf_model_set_opset(model, TPF_DOMAIN, 1)))
 				goto out_free;
 			if (ctx && ctx->stats)
-				tpf_pass_stats_add(ctx->stats, PASS_NAME, MERGE_COUNTER, (int64_t)k - 1);
+				tpf_pass_stats_add(ctx->stats, PASS_NAME, MERGE_COUNTER,
+				                   (int64_t)k - 1);
 			*changed = 1;
 			merged = 1;
 		}
@@ -787,12 +825,13 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 		char buf[160];
 		for (size_t i = 0; i < s.n_norms; i++)
 			if (s.norms[i]->n_outputs == 1)
-				fprintf(ctx->explain,
-					"near-miss: %s/%s at %s: no independent ShardedRMSNorm with "
-					"the same token shape, dtype and settings to share its "
-					"exchange with\n",
-					PASS_NAME, MERGE_COUNTER,
-					tpf_node_describe(s.norms[i], buf, sizeof(buf)));
+				fprintf(
+				    ctx->explain,
+				    "near-miss: %s/%s at %s: no independent ShardedRMSNorm with "
+				    "the same token shape, dtype and settings to share its "
+				    "exchange with\n",
+				    PASS_NAME, MERGE_COUNTER,
+				    tpf_node_describe(s.norms[i], buf, sizeof(buf)));
 	}
 
 out_free:
@@ -811,7 +850,7 @@ out_free:
 static const char *const counters[] = {PATTERN_NAME, MERGE_COUNTER, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
-			   struct tpf_diag *d)
+                           struct tpf_diag *d)
 {
 	int fused = 0;
 	enum tpf_status st;
@@ -822,7 +861,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", PASS_NAME);
 	env_setup(m, ctx);
 	st = tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-			     &fused, d);
+	                     &fused, d);
 	memset(&shard_env, 0, sizeof(shard_env));
 	if (st)
 		return st;
@@ -834,10 +873,10 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 }
 
 const struct tpf_pass tpf_pass_fuse_sharded_rmsnorm = {
-	.name = PASS_NAME,
-	.summary = "AllGather + RMSNorm + Slice/Split of this rank's part into "
-		   "ai.tpfuse.ShardedRMSNorm (one float per token exchanged); Q/K norms share "
-		   "one exchange",
-	.run = run,
-	.counters = counters,
+    .name = PASS_NAME,
+    .summary = "AllGather + RMSNorm + Slice/Split of this rank's part into "
+               "ai.tpfuse.ShardedRMSNorm (one float per token exchanged); Q/K norms share "
+               "one exchange",
+    .run = run,
+    .counters = counters,
 };

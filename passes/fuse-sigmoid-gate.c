@@ -15,7 +15,8 @@
  * shapes are not known well enough to prove this.  final, gate, shared and
  * the result share one float dtype.
  *
- * The product Mul is an intermediate and must have no other user.  The
+ * The product Mul is an intermediate and must have no other user (checked
+ * in the check, so that --explain reports it).  The
  * Sigmoid may have other users: the fused op recomputes the sigmoid from
  * `gate` and the Sigmoid node stays for those users.  That is still a win
  * (the product and the sum are never written), so it fuses.
@@ -51,10 +52,20 @@ static const char *check_gate(struct tpf_match *m)
 	struct tpf_value *final = tpf_match_value(m, "final"), *gate = tpf_match_value(m, "gate");
 	struct tpf_value *shared = tpf_match_value(m, "shared");
 	struct tpf_value *out = m->root->outputs[0];
+	struct tpf_node *mul = tpf_match_node(m, "mul");
 	char b1[48], b2[48];
 
-	if (!final || !gate || !shared)
+	if (tpf_match_node(m, "tanh"))
+		return "the gate goes through Tanh, not Sigmoid";
+	if (!final || !gate || !shared || !mul)
 		return "incomplete match";
+	/* checked here rather than by the matcher so that --explain reports it */
+	size_t uses = tpf_value_use_count(mul->outputs[0]);
+	if (uses != 1)
+		return tpf_match_reason(m,
+		                        "the product '%s' has %zu uses: it is needed besides the "
+		                        "sum",
+		                        mul->outputs[0]->name, uses);
 
 	/* one float dtype throughout */
 	enum tpf_dtype t_f = tpf_pattern_dtype(final), t_g = tpf_pattern_dtype(gate);
@@ -63,14 +74,14 @@ static const char *check_gate(struct tpf_match *m)
 		return "the dtype of final, gate or shared is unknown";
 	if (t_f != t_s || t_g != t_s)
 		return tpf_match_reason(m, "mixed dtypes: final %s, gate %s, shared %s",
-					tpf_dtype_name(t_f), tpf_dtype_name(t_g),
-					tpf_dtype_name(t_s));
+		                        tpf_dtype_name(t_f), tpf_dtype_name(t_g),
+		                        tpf_dtype_name(t_s));
 	if (t_o != TPF_DTYPE_UNDEFINED && t_o != t_s)
 		return tpf_match_reason(m, "the result dtype %s differs from the inputs' %s",
-					tpf_dtype_name(t_o), tpf_dtype_name(t_s));
+		                        tpf_dtype_name(t_o), tpf_dtype_name(t_s));
 	if (!tpf_dtype_is_float(t_s) || tpf_dtype_bits(t_s) < 16)
 		return tpf_match_reason(m, "dtype %s is not a 16-, 32- or 64-bit float type",
-					tpf_dtype_name(t_s));
+		                        tpf_dtype_name(t_s));
 
 	/* shapes: final == shared, gate [..., 1] or [..., H] */
 	int r_f = tpf_pattern_rank(final), r_g = tpf_pattern_rank(gate),
@@ -81,44 +92,49 @@ static const char *check_gate(struct tpf_match *m)
 		return "shared is a scalar";
 	if (r_f != r_s)
 		return tpf_match_reason(m, "final has rank %d, shared rank %d (broadcast of final)",
-					r_f, r_s);
+		                        r_f, r_s);
 	for (int i = 0; i < r_s; i++) {
-		const struct tpf_dim *a = &final->type.shape.dims[i], *b = &shared->type.shape.dims[i];
+		const struct tpf_dim *a = &final->type.shape.dims[i],
+		                     *b = &shared->type.shape.dims[i];
 		if (!dims_equal(a, b))
-			return tpf_match_reason(m, "final dim %d is %s, shared dim %d is %s (final "
-						   "and shared must have one shape)",
-						i, dim_text(a, b1, sizeof(b1)), i,
-						dim_text(b, b2, sizeof(b2)));
+			return tpf_match_reason(m,
+			                        "final dim %d is %s, shared dim %d is %s (final "
+			                        "and shared must have one shape)",
+			                        i, dim_text(a, b1, sizeof(b1)), i,
+			                        dim_text(b, b2, sizeof(b2)));
 	}
 	if (r_g != r_s)
 		return tpf_match_reason(m, "gate has rank %d, shared rank %d", r_g, r_s);
 	for (int i = 0; i < r_s - 1; i++) {
-		const struct tpf_dim *a = &gate->type.shape.dims[i], *b = &shared->type.shape.dims[i];
+		const struct tpf_dim *a = &gate->type.shape.dims[i],
+		                     *b = &shared->type.shape.dims[i];
 		if (!dims_equal(a, b))
-			return tpf_match_reason(m, "gate dim %d is %s, shared dim %d is %s (gate may "
-						   "broadcast only over the last dim)",
-						i, dim_text(a, b1, sizeof(b1)), i,
-						dim_text(b, b2, sizeof(b2)));
+			return tpf_match_reason(m,
+			                        "gate dim %d is %s, shared dim %d is %s (gate may "
+			                        "broadcast only over the last dim)",
+			                        i, dim_text(a, b1, sizeof(b1)), i,
+			                        dim_text(b, b2, sizeof(b2)));
 	}
 	const struct tpf_dim *gl = &gate->type.shape.dims[r_s - 1];
 	const struct tpf_dim *sl = &shared->type.shape.dims[r_s - 1];
 	if (!(gl->value == 1 && !gl->param) && !dims_equal(gl, sl))
 		return tpf_match_reason(m, "gate's last dim is %s; expected 1 or %s",
-					dim_text(gl, b1, sizeof(b1)), dim_text(sl, b2, sizeof(b2)));
+		                        dim_text(gl, b1, sizeof(b1)), dim_text(sl, b2, sizeof(b2)));
 	return NULL;
 }
 
 static enum tpf_status rewrite_gate(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[3] = {tpf_match_value(m, "final"), tpf_match_value(m, "gate"),
-				   tpf_match_value(m, "shared")};
+	                           tpf_match_value(m, "shared")};
 	struct tpf_value *out = m->root->outputs[0];
 	enum tpf_status st;
 
 	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_SIGMOID_GATE_ADD, in, 3, 1, NULL);
 	if (!f)
 		return TPF_ERR_NOMEM;
-	if (out->type.kind == TPF_TYPE_NONE && (st = tpf_value_copy_type(f->outputs[0], &in[2]->type)))
+	if (out->type.kind == TPF_TYPE_NONE &&
+	    (st = tpf_value_copy_type(f->outputs[0], &in[2]->type)))
 		return st;
 	if ((st = tpf_rewriter_replace(rw, out, f->outputs[0])))
 		return st;
@@ -127,15 +143,19 @@ static enum tpf_status rewrite_gate(struct tpf_rewriter *rw, struct tpf_match *m
 }
 
 static const struct tpf_pattern pat_gate = {
-	.name = PATTERN_NAME,
-	.root = TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("final"),
-			   TPF_PAT_OP(MUL, "mul", TPF_PNODE_COMMUTE, NULL,
-				      TPF_PAT_OP(SIGMOID, "sigmoid", TPF_PNODE_MULTI_USE, NULL,
-						 TPF_PAT_ANY("gate")),
-				      TPF_PAT_ANY("shared"))),
-	.check = check_gate,
-	.rewrite = rewrite_gate,
-	.explain_min_nodes = 2,
+    .name = PATTERN_NAME,
+    .root = TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("final"),
+                       TPF_PAT_OP(MUL, "mul", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,
+                                  TPF_PAT_ALT(TPF_PAT_OP(SIGMOID, "sigmoid", TPF_PNODE_MULTI_USE,
+                                                         NULL, TPF_PAT_ANY("gate")),
+                                              /* a look-alike, matched to be reported */
+                                              TPF_PAT_OP(TANH, "tanh", TPF_PNODE_MULTI_USE, NULL,
+                                                         TPF_PAT_ANY("gate"))),
+                                  TPF_PAT_ANY("shared"))),
+    .check = check_gate,
+    .rewrite = rewrite_gate,
+    /* Add(x, Mul(a, b)) without an activation is too common to report */
+    .explain_min_nodes = 3,
 };
 
 static const struct tpf_pattern *const patterns[] = {&pat_gate};
@@ -143,15 +163,15 @@ static const struct tpf_pattern *const patterns[] = {&pat_gate};
 static const char *const counters[] = {PATTERN_NAME, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
-			   struct tpf_diag *d)
+                           struct tpf_diag *d)
 {
 	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-			       changed, d);
+	                       changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_sigmoid_gate = {
-	.name = PASS_NAME,
-	.summary = "final + Sigmoid(gate) * shared into ai.tpfuse.SigmoidGateAdd",
-	.run = run,
-	.counters = counters,
+    .name = PASS_NAME,
+    .summary = "final + Sigmoid(gate) * shared into ai.tpfuse.SigmoidGateAdd",
+    .run = run,
+    .counters = counters,
 };

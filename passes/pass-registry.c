@@ -62,7 +62,8 @@ static const char *const default_pipeline[] = {
 	"fuse-allreduce-rmsnorm-quant",
 	"fuse-sharded-rmsnorm",
 	"fuse-sigmoid-gate",
-	/* canonicalization, then the fusion passes, then a final "dce" go here */
+	"coalesce-alltoall",
+	"dce",
 	NULL,
 };
 

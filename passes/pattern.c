@@ -102,10 +102,11 @@ static void goal_path(const struct goal *g, char *buf, size_t size)
 		const struct goal *q = chain[n];
 		int w;
 		if (q->p->kind == TPF_PNODE_OP)
-			w = snprintf(buf + len, size - len, "%s%s", len ? " > " : "", op_name(q->p->op));
+			w = snprintf(buf + len, size - len, "%s%s", len ? " > " : "",
+			             op_name(q->p->op));
 		else
 			w = snprintf(buf + len, size - len, "%s%s", len ? " > " : "",
-				     q->p->kind == TPF_PNODE_CONST ? "constant" : "value");
+			             q->p->kind == TPF_PNODE_CONST ? "constant" : "value");
 		if (w < 0 || (size_t)w >= size - len)
 			return;
 		len += (size_t)w;
@@ -172,8 +173,8 @@ static int bind(struct matcher *mt, const struct goal *g, const char *name, stru
 		if (m->bindings[i].value == v)
 			return 1;
 		return FAIL(mt, g, "'%s' is already '%s', here '%s'", name,
-			    m->bindings[i].value ? m->bindings[i].value->name : "?",
-			    v ? v->name : "?");
+		            m->bindings[i].value ? m->bindings[i].value->name : "?",
+		            v ? v->name : "?");
 	}
 	if (m->n_bindings >= TPF_MATCH_MAX_BINDINGS)
 		return FAIL(mt, g, "too many bindings");
@@ -228,7 +229,7 @@ static int finish(struct matcher *mt)
 		const char *r = q && q->pred ? q->pred(m->nodes[i], m) : NULL;
 		if (r) {
 			fail_at(mt, NULL, (int)m->n_nodes + 1, "%s: %s",
-				node_label(m->nodes[i], buf, sizeof(buf)), r);
+			        node_label(m->nodes[i], buf, sizeof(buf)), r);
 			return 0;
 		}
 	}
@@ -253,7 +254,7 @@ static int single_use_ok(struct matcher *mt, const struct goal *g, struct tpf_no
 		return 1;
 	char buf[160];
 	return FAIL(mt, g, "%s: output '%s' has %zu uses; an intermediate may have only one",
-		    node_label(n, buf, sizeof(buf)), v->name, uses);
+	            node_label(n, buf, sizeof(buf)), v->name, uses);
 }
 
 static int solve_op(struct matcher *mt, const struct goal *g)
@@ -268,21 +269,21 @@ static int solve_op(struct matcher *mt, const struct goal *g)
 	struct tpf_node *n = v->producer;
 	if (!n || n->erased)
 		return FAIL(mt, g, "expected %s, found '%s' (%s)", op_name(p->op), v->name,
-			    v->kind == TPF_VALUE_GRAPH_INPUT   ? "a graph input"
-			    : v->kind == TPF_VALUE_INITIALIZER ? "an initializer"
-							       : "not produced by a node");
+		            v->kind == TPF_VALUE_GRAPH_INPUT   ? "a graph input"
+		            : v->kind == TPF_VALUE_INITIALIZER ? "an initializer"
+		                                               : "not produced by a node");
 	if (n->op != p->op)
 		return FAIL(mt, g, "expected %s, found %s", op_name(p->op),
-			    node_label(n, buf, sizeof(buf)));
+		            node_label(n, buf, sizeof(buf)));
 	if (v->producer_index != p->output)
 		return FAIL(mt, g, "%s: uses output %d, expected output %d",
-			    node_label(n, buf, sizeof(buf)), v->producer_index, p->output);
+		            node_label(n, buf, sizeof(buf)), v->producer_index, p->output);
 	if (p->name) {
 		struct tpf_value *prev;
 		if (bound_value(m, p->name, &prev)) {
 			if (prev != v)
 				return FAIL(mt, g, "'%s' is already '%s', here '%s'", p->name,
-					    prev ? prev->name : "?", v->name);
+				            prev ? prev->name : "?", v->name);
 			return solve(mt, g->next); /* the same subtree, matched already */
 		}
 	}
@@ -302,7 +303,7 @@ static int solve_op(struct matcher *mt, const struct goal *g)
 		k++;
 	if (n->n_inputs < k || (n->n_inputs > k && !(p->flags & TPF_PNODE_EXTRA_INPUTS)))
 		return FAIL(mt, g, "%s has %zu inputs, the pattern %zu",
-			    node_label(n, buf, sizeof(buf)), n->n_inputs, k);
+		            node_label(n, buf, sizeof(buf)), n->n_inputs, k);
 	if (!bind(mt, g, p->name, v, n))
 		return 0;
 	if (k == 0)
@@ -415,13 +416,13 @@ int tpf_pattern_match(const struct tpf_pattern *p, struct tpf_node *n, struct tp
 		why[0] = '\0';
 	if (!root_may_match(p, n) || n->erased) {
 		fail_at(&mt, NULL, 0, "%s is not a %s", node_label(n, buf, sizeof(buf)),
-			p->root ? op_name(p->root->op) : "?");
+		        p->root ? op_name(p->root->op) : "?");
 		goto out;
 	}
 	size_t out_index = n->op == p->root->op ? (size_t)p->root->output : 0;
 	if (out_index >= n->n_outputs || !n->outputs[out_index]) {
 		fail_at(&mt, NULL, 0, "%s has no output %zu", node_label(n, buf, sizeof(buf)),
-			out_index);
+		        out_index);
 		goto out;
 	}
 	mt.pat_of[0] = NULL;
@@ -521,8 +522,8 @@ static enum tpf_status rw_nomem(struct tpf_rewriter *rw, const char *what)
 {
 	char buf[160];
 	return tpf_diag_fail(rw->diag, TPF_ERR_NOMEM, "%s: %s: %s failed (out of memory)",
-			     rw->anchor ? tpf_node_describe(rw->anchor, buf, sizeof(buf)) : "graph",
-			     rw->pass_name ? rw->pass_name : "rewrite", what);
+	                     rw->anchor ? tpf_node_describe(rw->anchor, buf, sizeof(buf)) : "graph",
+	                     rw->pass_name ? rw->pass_name : "rewrite", what);
 }
 
 struct tpf_node *tpf_rewriter_create(struct tpf_rewriter *rw, enum tpf_op op,
@@ -536,7 +537,7 @@ struct tpf_node *tpf_rewriter_create(struct tpf_rewriter *rw, enum tpf_op op,
 
 	if (!info || op == TPF_OP_UNKNOWN) {
 		tpf_diag_add(rw->diag, TPF_SEV_ERROR, "%s: cannot create a node of unknown op %d",
-			     rw->pass_name ? rw->pass_name : "rewrite", (int)op);
+		             rw->pass_name ? rw->pass_name : "rewrite", (int)op);
 		return NULL;
 	}
 	/* "<root name>/<op>" keeps the origin readable; else "<op>_<id>". */
@@ -560,7 +561,7 @@ struct tpf_node *tpf_rewriter_create(struct tpf_rewriter *rw, enum tpf_op op,
 	else
 		snprintf(name, len, "%s_%u", info->name, (unsigned)g->next_node_id);
 	n = tpf_graph_insert_node(g, rw->anchor, info->domain, info->name, name, inputs, n_inputs,
-				  n_outputs, output_names);
+	                          n_outputs, output_names);
 	tpf_free(name);
 	if (!n) {
 		rw_nomem(rw, "creating a node");
@@ -576,7 +577,7 @@ struct tpf_node *tpf_rewriter_create(struct tpf_rewriter *rw, enum tpf_op op,
 	if (rw->trace) {
 		char buf[160];
 		fprintf(rw->trace, "[%s]   created %s\n", rw->pass_name,
-			tpf_node_describe(n, buf, sizeof(buf)));
+		        tpf_node_describe(n, buf, sizeof(buf)));
 	}
 	return n;
 }
@@ -623,14 +624,15 @@ enum tpf_status tpf_rewriter_erase(struct tpf_rewriter *rw, struct tpf_node *n)
 
 	if (rw->trace)
 		fprintf(rw->trace, "[%s]   erased %s\n", rw->pass_name,
-			tpf_node_describe(n, buf, sizeof(buf)));
+		        tpf_node_describe(n, buf, sizeof(buf)));
 	if (push_producers(rw->worklist, n))
 		return rw_nomem(rw, "worklist");
 	enum tpf_status st = tpf_graph_erase_node(rw->graph, n);
 	if (st)
-		return tpf_diag_fail(rw->diag, st, "%s: %s: cannot erase it, its outputs are still used",
-				     tpf_node_describe(n, buf, sizeof(buf)),
-				     rw->pass_name ? rw->pass_name : "rewrite");
+		return tpf_diag_fail(rw->diag, st,
+		                     "%s: %s: cannot erase it, its outputs are still used",
+		                     tpf_node_describe(n, buf, sizeof(buf)),
+		                     rw->pass_name ? rw->pass_name : "rewrite");
 	rw->n_erased++;
 	return TPF_OK;
 }
@@ -678,7 +680,8 @@ static enum tpf_status rewriter_apply_renames(struct tpf_rewriter *rw)
 			continue;
 		if (from->producer && !from->producer->erased)
 			continue; /* still alive under its name */
-		if (from->kind != TPF_VALUE_NODE_OUTPUT || tpf_graph_find_value(rw->graph, from->name))
+		if (from->kind != TPF_VALUE_NODE_OUTPUT ||
+		    tpf_graph_find_value(rw->graph, from->name))
 			continue;
 		int done = 0; /* a value replacing several takes the first name */
 		for (size_t j = 0; j < i; j++)
@@ -851,8 +854,9 @@ static enum tpf_dtype dtype_depth(const struct tpf_value *v, int depth)
 	case TPF_OP_RMS_NORMALIZATION:
 	case TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION:
 	case TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION:
-		return v->producer_index == 0 && n->n_inputs > 1 ? dtype_depth(n->inputs[1], depth + 1)
-								  : TPF_DTYPE_UNDEFINED;
+		return v->producer_index == 0 && n->n_inputs > 1
+		           ? dtype_depth(n->inputs[1], depth + 1)
+		           : TPF_DTYPE_UNDEFINED;
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
 		if (v->producer_index == 0 && n->n_inputs > 1)
 			return dtype_depth(n->inputs[1], depth + 1);
@@ -920,8 +924,8 @@ int tpf_pattern_debug_enabled(const struct tpf_pass_context *ctx, const char *na
 		while (*e && *e != ',' && *e != ' ')
 			e++;
 		size_t len = (size_t)(e - p);
-		if ((len == nlen && strncmp(p, name, len) == 0) || (len == 3 && !strncmp(p, "all", 3)) ||
-		    (len == 1 && *p == '1'))
+		if ((len == nlen && strncmp(p, name, len) == 0) ||
+		    (len == 3 && !strncmp(p, "all", 3)) || (len == 1 && *p == '1'))
 			return 1;
 		p = e;
 	}
@@ -948,7 +952,7 @@ static void report_near_misses(struct tpf_graph *g, const char *pass_name,
 			if (progress < min)
 				continue;
 			fprintf(f, "near-miss: %s/%s at %s: %s\n", pass_name, p->name,
-				tpf_node_describe(n, buf, sizeof(buf)), why);
+			        tpf_node_describe(n, buf, sizeof(buf)), why);
 		}
 	}
 }
@@ -970,8 +974,8 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 	if (!g)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", pass_name);
 	FILE *trace = tpf_pattern_debug_enabled(ctx, pass_name)
-			      ? (ctx && ctx->explain ? ctx->explain : stderr)
-			      : NULL;
+	                  ? (ctx && ctx->explain ? ctx->explain : stderr)
+	                  : NULL;
 	m = tpf_malloc(sizeof(*m));
 	if (!m)
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", pass_name);
@@ -999,10 +1003,10 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 		 * otherwise never stop. */
 		uint64_t limit = 1000 + 32 * ((uint64_t)initial + rw.n_created);
 		if (++visits > limit || rewrites > 8 * (uint64_t)initial + 1000) {
-			st = tpf_diag_fail(d, TPF_ERR_LIMIT,
-					   "%s: no fixed point after %llu node visits and %llu rewrites",
-					   pass_name, (unsigned long long)visits,
-					   (unsigned long long)rewrites);
+			st = tpf_diag_fail(
+			    d, TPF_ERR_LIMIT,
+			    "%s: no fixed point after %llu node visits and %llu rewrites",
+			    pass_name, (unsigned long long)visits, (unsigned long long)rewrites);
 			goto out;
 		}
 		for (size_t i = 0; i < n_patterns; i++) {
@@ -1010,15 +1014,18 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 			if (!root_may_match(p, n))
 				continue;
 			int progress;
-			if (!tpf_pattern_match(p, n, m, trace ? why : NULL, sizeof(why), &progress)) {
+			if (!tpf_pattern_match(p, n, m, trace ? why : NULL, sizeof(why),
+			                       &progress)) {
 				if (trace)
-					fprintf(trace, "[%s] %s at %s: no match %s\n", pass_name, p->name,
-						tpf_node_describe(n, buf, sizeof(buf)), why);
+					fprintf(trace, "[%s] %s at %s: no match %s\n", pass_name,
+					        p->name, tpf_node_describe(n, buf, sizeof(buf)),
+					        why);
 				continue;
 			}
 			if (trace)
 				fprintf(trace, "[%s] %s at %s: matched %zu nodes\n", pass_name,
-					p->name, tpf_node_describe(n, buf, sizeof(buf)), m->n_nodes);
+				        p->name, tpf_node_describe(n, buf, sizeof(buf)),
+				        m->n_nodes);
 			rw.pattern_name = p->name;
 			rw.anchor = n;
 			rw.first_new_id = g->next_node_id;
@@ -1027,9 +1034,10 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 				st = rewriter_apply_renames(&rw);
 			if (st) {
 				if (d && !d->error_count)
-					tpf_diag_add(d, TPF_SEV_ERROR, "%s: %s: pattern '%s' failed (%s)",
-						     tpf_node_describe(n, buf, sizeof(buf)), pass_name,
-						     p->name, tpf_status_name(st));
+					tpf_diag_add(d, TPF_SEV_ERROR,
+					             "%s: %s: pattern '%s' failed (%s)",
+					             tpf_node_describe(n, buf, sizeof(buf)),
+					             pass_name, p->name, tpf_status_name(st));
 				goto out;
 			}
 			rewrites++;
@@ -1037,7 +1045,8 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 			if (ctx && ctx->stats)
 				tpf_pass_stats_add(ctx->stats, pass_name, p->name, 1);
 			if (!n->erased && (st = worklist_push(&wl, n))) {
-				st = tpf_diag_fail(d, st, "%s: out of memory (worklist)", pass_name);
+				st =
+				    tpf_diag_fail(d, st, "%s: out of memory (worklist)", pass_name);
 				goto out;
 			}
 			break;
@@ -1048,7 +1057,7 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 		if (rw.n_created && tpf_model_opset(model, TPF_DOMAIN) < 0 &&
 		    tpf_model_set_opset(model, TPF_DOMAIN, 1)) {
 			st = tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory (opset import)",
-					   pass_name);
+			                   pass_name);
 			goto out;
 		}
 		st = tpf_graph_toposort(g, d);

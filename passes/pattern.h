@@ -41,10 +41,10 @@
 /* ------------------------------------------------------------ pattern nodes */
 
 enum tpf_pnode_kind {
-	TPF_PNODE_VALUE,  /* any value */
-	TPF_PNODE_CONST,  /* a constant value */
-	TPF_PNODE_OP,     /* output `output` of a node of op `op` */
-	TPF_PNODE_ALT,    /* one of `operands` */
+	TPF_PNODE_VALUE, /* any value */
+	TPF_PNODE_CONST, /* a constant value */
+	TPF_PNODE_OP,    /* output `output` of a node of op `op` */
+	TPF_PNODE_ALT,   /* one of `operands` */
 	TPF_PNODE_KIND_COUNT
 };
 
@@ -64,13 +64,13 @@ typedef const char *(*tpf_pnode_pred)(const struct tpf_node *n, struct tpf_match
 
 struct tpf_pnode {
 	enum tpf_pnode_kind kind;
-	enum tpf_op op;         /* OP */
-	const char *name;       /* binding name, or NULL */
-	unsigned flags;         /* enum tpf_pnode_flag */
-	int output;             /* OP: output index of the producer (0) */
-	tpf_pnode_pred pred;    /* OP: may be NULL */
+	enum tpf_op op;                          /* OP */
+	const char *name;                        /* binding name, or NULL */
+	unsigned flags;                          /* enum tpf_pnode_flag */
+	int output;                              /* OP: output index of the producer (0) */
+	tpf_pnode_pred pred;                     /* OP: may be NULL */
 	const struct tpf_pnode *const *operands; /* OP operands / ALT choices; NULL-terminated */
-	const char *cast_name;  /* OPT_CAST: binds the Cast node when one is matched */
+	const char *cast_name; /* OPT_CAST: binds the Cast node when one is matched */
 };
 
 #define TPF_PAT_ANY(nm) (&(const struct tpf_pnode){.kind = TPF_PNODE_VALUE, .name = (nm)})
@@ -79,14 +79,15 @@ struct tpf_pnode {
 #define TPF_PAT_CONST(nm) (&(const struct tpf_pnode){.kind = TPF_PNODE_CONST, .name = (nm)})
 #define TPF_PNODE_OP_INIT(OP, nm, fl, pr, ...)                                                     \
 	{                                                                                          \
-		.kind = TPF_PNODE_OP, .op = TPF_OP_##OP, .name = (nm), .flags = (fl), .pred = (pr), \
-		.operands = (const struct tpf_pnode *const[]){__VA_ARGS__, NULL},                   \
+		.kind = TPF_PNODE_OP, .op = TPF_OP_##OP, .name = (nm), .flags = (fl),              \
+		.pred = (pr), .operands = (const struct tpf_pnode *const[]){__VA_ARGS__, NULL},    \
 	}
 #define TPF_PAT_OP(OP, nm, fl, pr, ...)                                                            \
 	(&(const struct tpf_pnode)TPF_PNODE_OP_INIT(OP, nm, fl, pr, __VA_ARGS__))
 #define TPF_PAT_ALT(...)                                                                           \
-	(&(const struct tpf_pnode){.kind = TPF_PNODE_ALT,                                         \
-				   .operands = (const struct tpf_pnode *const[]){__VA_ARGS__, NULL}})
+	(&(const struct tpf_pnode){.kind = TPF_PNODE_ALT,                                          \
+	                           .operands =                                                     \
+	                               (const struct tpf_pnode *const[]){__VA_ARGS__, NULL}})
 
 /* ------------------------------------------------------------------- matches */
 
@@ -136,10 +137,10 @@ struct tpf_rewriter {
 	struct tpf_graph *graph;
 	const char *pass_name;
 	const char *pattern_name;
-	struct tpf_node *anchor;  /* new nodes are inserted before it (the root) */
-	uint32_t first_new_id;    /* nodes with ids from here on were created by this rewrite */
+	struct tpf_node *anchor; /* new nodes are inserted before it (the root) */
+	uint32_t first_new_id;   /* nodes with ids from here on were created by this rewrite */
 	struct tpf_worklist *worklist;
-	FILE *trace;              /* non-NULL: logs what the rewrite does */
+	FILE *trace; /* non-NULL: logs what the rewrite does */
 	struct tpf_diag *diag;
 	struct tpf_rename *renames;
 	size_t n_renames, cap_renames;
@@ -165,9 +166,9 @@ enum tpf_status tpf_rewriter_erase_dead(struct tpf_rewriter *rw, const struct tp
 /* ------------------------------------------------------------------ patterns */
 
 struct tpf_pattern {
-	const char *name;            /* also the statistics counter */
-	const struct tpf_pnode *root; /* OP (optionally OPT_CAST) */
-	const char *(*check)(struct tpf_match *m);             /* may be NULL */
+	const char *name;                          /* also the statistics counter */
+	const struct tpf_pnode *root;              /* OP (optionally OPT_CAST) */
+	const char *(*check)(struct tpf_match *m); /* may be NULL */
 	enum tpf_status (*rewrite)(struct tpf_rewriter *rw, struct tpf_match *m);
 	/* Near-miss reports: a failed attempt is reported when it matched at
 	 * least this many nodes (0 = 2) or failed in check. */

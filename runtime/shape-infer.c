@@ -474,11 +474,10 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT:
 		return infer_quant_fused(n, c, d);
 	case TPF_OP_TPF_SHARDED_RMS_NORM:
-		for (size_t i = 0; i < c->n_out; i++) {
-			if (2 * i >= c->n_in)
-				return fail(n, d, TPF_ERR_INVALID, "output %zu has no (x, gamma) pair", i);
-			same_as(&c->out[i], &c->in[2 * i], ir_dtype(n, i, c->in[2 * i].dtype));
-		}
+		if (c->n_in != 2 * c->n_out)
+			return fail(n, d, TPF_ERR_INVALID, "expects n inputs and n gammas for n outputs");
+		for (size_t i = 0; i < c->n_out; i++)
+			same_as(&c->out[i], &c->in[i], ir_dtype(n, i, c->in[i].dtype));
 		return TPF_OK;
 	case TPF_OP_RESHAPE:
 		return infer_reshape(n, c, d);

@@ -97,6 +97,12 @@ void tpf_comm_abort(struct tpf_comm *c, int code);
 enum tpf_status tpf_comm_check_same(struct tpf_comm *c, uint64_t value, const char *what,
 				    struct tpf_diag *d);
 
+/* Every rank passes its status; all learn whether any failed.  Returns st
+ * when it is an error, else TPF_ERR_RUNTIME naming the first failed rank
+ * ("phase" says what was being done), else TPF_OK. */
+enum tpf_status tpf_comm_agree(struct tpf_comm *c, enum tpf_status st, const char *phase,
+			       struct tpf_diag *d);
+
 /* ------------------------------------------------------------ backends
  * Memory and copies of a backend; the plan is backend-neutral. */
 

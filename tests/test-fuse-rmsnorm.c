@@ -419,6 +419,55 @@ static void test_canon_onnx_ops(void **state)
 	tpf_model_free(m);
 }
 
+/* Epsilon from a Constant node (what torch.onnx writes) and Skip with a bias. */
+static void test_canon_constant_eps_and_skip_bias(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(13);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT);
+	struct tpf_value *sq = op(g, "", "Mul", NULL, TPF_DTYPE_FLOAT, dims_th, x, x);
+	struct tpf_value *ms = op(g, "", "ReduceMean", NULL, TPF_DTYPE_FLOAT, dims_t1, sq, NULL);
+	int64_t last = 1;
+	assert_int_equal(tpf_node_set_attr_ints(ms->producer, "axes", &last, 1), TPF_OK);
+	struct tpf_node *c = node(g, "", "Constant", "eps_const", NULL, 0, 1);
+	float e = 1e-5f;
+	struct tpf_tensor *t = tpf_tensor_create(g->arena, NULL, TPF_DTYPE_FLOAT, 0, NULL, &e, 4);
+	assert_non_null(t);
+	assert_int_equal(tpf_node_set_attr_tensor(c, "value", t), TPF_OK);
+	tpf_value_set_type(c->outputs[0], TPF_DTYPE_FLOAT, 0, NULL);
+	struct tpf_value *ae = op(g, "", "Add", NULL, TPF_DTYPE_FLOAT, dims_t1, ms, c->outputs[0]);
+	struct tpf_value *rms = op(g, "", "Sqrt", NULL, TPF_DTYPE_FLOAT, dims_t1, ae, NULL);
+	struct tpf_value *n = op(g, "", "Div", NULL, TPF_DTYPE_FLOAT, dims_th, x, rms);
+	struct tpf_value *y = op(g, "", "Mul", "y", TPF_DTYPE_FLOAT, dims_th, n,
+				 weight(g, "w", TPF_DTYPE_FLOAT, H));
+
+	/* SkipSimplifiedLayerNormalization(y, skip, w, bias), only output 0 used */
+	struct tpf_value *skip = input(g, "skip", TPF_DTYPE_FLOAT);
+	struct tpf_value *in[4] = {y, skip, tpf_graph_find_value(g, "w"),
+				   weight(g, "bias", TPF_DTYPE_FLOAT, H)};
+	struct tpf_node *s = node(g, TPF_MS_DOMAIN, "SkipSimplifiedLayerNormalization", "skipln",
+				  in, 4, 1);
+	tpf_value_set_type(s->outputs[0], TPF_DTYPE_FLOAT, 2, dims_th);
+	assert_int_equal(tpf_node_set_attr_float(s, "epsilon", 1e-6f), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, s->outputs[0]), TPF_OK);
+
+	struct tpf_pass_stats *st = run_passes(m, canon_only, NULL);
+	assert_int_equal(stat_of(st, "canonicalize-rmsnorm", "decomposed"), 1);
+	assert_int_equal(stat_of(st, "canonicalize-rmsnorm", "skip-simplified-layer-norm"), 1);
+	assert_int_equal(count_op(g, TPF_OP_TPF_RMS_NORM), 2);
+	assert_int_equal(count_op(g, TPF_OP_ADD), 2); /* (y + skip) + bias */
+	struct tpf_node *first = find_op(g, TPF_OP_TPF_RMS_NORM);
+	assert_true(tpf_node_attr_float(first, "epsilon", 0) == 1e-5f);
+	assert_int_equal(tpf_node_attr_int(first, "stash_type", 0), TPF_DTYPE_FLOAT);
+	struct tpf_node *last_norm = g->outputs[0]->producer;
+	assert_int_equal(last_norm->op, TPF_OP_TPF_RMS_NORM);
+	assert_true(tpf_node_attr_float(last_norm, "epsilon", 0) == 1e-6f);
+	assert_int_equal(last_norm->inputs[0]->producer->op, TPF_OP_ADD);
+	tpf_pass_stats_free(st);
+	tpf_model_free(m);
+}
+
 static void expect_no_canon(const struct chain_opts *o, const char *reason)
 {
 	struct tpf_model *m = new_model(18);
@@ -899,6 +948,7 @@ int main(void)
 		cmocka_unit_test(test_canon_gemma),
 		cmocka_unit_test(test_canon_float_gamma_keeps_cast),
 		cmocka_unit_test(test_canon_onnx_ops),
+		cmocka_unit_test(test_canon_constant_eps_and_skip_bias),
 		cmocka_unit_test(test_canon_near_misses),
 		cmocka_unit_test(test_dense_counts_and_idempotence),
 		cmocka_unit_test(test_dense_default_pipeline),

@@ -59,7 +59,8 @@ static const char *type_str(const struct tpf_value *v, char *buf, size_t size)
 		if (d->param)
 			snprintf(buf + len, size - len, "%s%s", i ? "," : "", d->param);
 		else if (d->value >= 0)
-			snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)d->value);
+			snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
+			         (long long)d->value);
 		else
 			snprintf(buf + len, size - len, "%s?", i ? "," : "");
 	}
@@ -90,7 +91,8 @@ static struct tpf_model *new_model(int64_t opset)
 }
 
 static struct tpf_node *add(struct tpf_graph *g, const char *domain, const char *op,
-			    const char *name, size_t n_in, struct tpf_value *const *in, size_t n_out)
+                            const char *name, size_t n_in, struct tpf_value *const *in,
+                            size_t n_out)
 {
 	struct tpf_node *n = tpf_graph_add_node(g, domain, op, name, in, n_in, n_out, NULL);
 
@@ -99,18 +101,18 @@ static struct tpf_node *add(struct tpf_graph *g, const char *domain, const char 
 }
 
 static struct tpf_value *ints(struct tpf_graph *g, const char *name, size_t count,
-			      const int64_t *vals)
+                              const int64_t *vals)
 {
 	int64_t dim = (int64_t)count;
 	struct tpf_value *v =
-		tpf_graph_add_initializer(g, name, TPF_DTYPE_INT64, 1, &dim, vals, count * 8);
+	    tpf_graph_add_initializer(g, name, TPF_DTYPE_INT64, 1, &dim, vals, count * 8);
 
 	assert_non_null(v);
 	return v;
 }
 
 static struct tpf_value *input(struct tpf_graph *g, const char *name, enum tpf_dtype dt, int rank,
-			       const char *const *dims)
+                               const char *const *dims)
 {
 	struct tpf_value *v = tpf_graph_add_input_sym(g, name, dt, rank, dims);
 
@@ -172,76 +174,82 @@ static void test_decoder_block(void **state)
 
 	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "2"), TPF_OK);
 	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 3, xd);
-	struct tpf_value *gamma = tpf_graph_add_initializer(g, "gamma", TPF_DTYPE_BFLOAT16, 1, gd,
-							    gdata, sizeof(gdata));
-	struct tpf_value *w = tpf_graph_add_initializer(g, "w", TPF_DTYPE_BFLOAT16, 2, wd, wdata,
-							sizeof(wdata));
+	struct tpf_value *gamma =
+	    tpf_graph_add_initializer(g, "gamma", TPF_DTYPE_BFLOAT16, 1, gd, gdata, sizeof(gdata));
+	struct tpf_value *w =
+	    tpf_graph_add_initializer(g, "w", TPF_DTYPE_BFLOAT16, 2, wd, wdata, sizeof(wdata));
 	struct tpf_node *norm = add(g, "", "RMSNormalization", "norm", 2, IN(x, gamma), 1);
 	assert_int_equal(tpf_node_set_attr_float(norm, "epsilon", 1e-6f), TPF_OK);
 	struct tpf_node *mm = add(g, "", "MatMul", "q_proj", 2, IN(norm->outputs[0], w), 1);
 	struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(mm->outputs[0]), 1);
-	struct tpf_node *rs = add(g, "", "Reshape", "heads", 2,
-				  IN(ar->outputs[0], ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
+	struct tpf_node *rs =
+	    add(g, "", "Reshape", "heads", 2,
+	        IN(ar->outputs[0], ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
 	struct tpf_node *tr = add(g, "", "Transpose", "tr", 1, IN(rs->outputs[0]), 1);
 	tpf_node_set_attr_ints(tr, "perm", (int64_t[]){0, 2, 1, 3}, 4);
 	struct tpf_node *tr2 = add(g, "", "Transpose", "tr2", 1, IN(tr->outputs[0]), 1);
 	tpf_node_set_attr_ints(tr2, "perm", (int64_t[]){0, 2, 1, 3}, 4);
-	struct tpf_node *rs2 = add(g, "", "Reshape", "merge", 2,
-				   IN(tr2->outputs[0], ints(g, "back", 3, (int64_t[]){0, 0, -1})), 1);
+	struct tpf_node *rs2 =
+	    add(g, "", "Reshape", "merge", 2,
+	        IN(tr2->outputs[0], ints(g, "back", 3, (int64_t[]){0, 0, -1})), 1);
 	struct tpf_node *ag = add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(rs2->outputs[0]), 1);
 	tpf_node_set_attr_int(ag, "axis", -1); /* group size from tp_world_size */
 	struct tpf_node *res = add(g, "", "Add", "res", 2, IN(ag->outputs[0], x), 1);
 	struct tpf_node *split = add(g, "", "Split", "split", 2,
-				     IN(res->outputs[0], ints(g, "sp", 2, (int64_t[]){16, 48})), 2);
+	                             IN(res->outputs[0], ints(g, "sp", 2, (int64_t[]){16, 48})), 2);
 	tpf_node_set_attr_int(split, "axis", 2);
 	struct tpf_node *cat =
-		add(g, "", "Concat", "cat", 2, IN(split->outputs[1], split->outputs[0]), 1);
+	    add(g, "", "Concat", "cat", 2, IN(split->outputs[1], split->outputs[0]), 1);
 	tpf_node_set_attr_int(cat, "axis", -1);
 	struct tpf_value *axis2 = ints(g, "axis2", 1, (int64_t[]){2});
 	struct tpf_node *sl = add(g, "", "Slice", "tail", 4,
-				  IN(cat->outputs[0], ints(g, "st", 1, (int64_t[]){-8}),
-				     ints(g, "en", 1, (int64_t[]){INT64_MAX}), axis2),
-				  1);
+	                          IN(cat->outputs[0], ints(g, "st", 1, (int64_t[]){-8}),
+	                             ints(g, "en", 1, (int64_t[]){INT64_MAX}), axis2),
+	                          1);
 	struct tpf_node *rm = add(g, "", "ReduceMean", "rm", 2, IN(sl->outputs[0], axis2), 1);
 	struct tpf_node *sq = add(g, "", "Squeeze", "sq", 2, IN(rm->outputs[0], axis2), 1);
 	struct tpf_node *usq = add(g, "", "Unsqueeze", "usq", 2,
-				   IN(sq->outputs[0], ints(g, "ax0", 1, (int64_t[]){0})), 1);
+	                           IN(sq->outputs[0], ints(g, "ax0", 1, (int64_t[]){0})), 1);
 	struct tpf_node *cast = add(g, "", "Cast", "cast", 1, IN(usq->outputs[0]), 1);
 	tpf_node_set_attr_int(cast, "to", TPF_DTYPE_FLOAT);
 	float half = 0.5f;
 	uint8_t zero = 0;
 	uint16_t bf_one = 0x3f80;
 	struct tpf_value *scale =
-		tpf_graph_add_initializer(g, "scale", TPF_DTYPE_FLOAT, 0, NULL, &half, 4);
+	    tpf_graph_add_initializer(g, "scale", TPF_DTYPE_FLOAT, 0, NULL, &half, 4);
 	struct tpf_value *zp =
-		tpf_graph_add_initializer(g, "zp", TPF_DTYPE_FLOAT8E4M3FN, 0, NULL, &zero, 1);
+	    tpf_graph_add_initializer(g, "zp", TPF_DTYPE_FLOAT8E4M3FN, 0, NULL, &zero, 1);
 	struct tpf_value *scale_bf =
-		tpf_graph_add_initializer(g, "scale_bf", TPF_DTYPE_BFLOAT16, 0, NULL, &bf_one, 2);
-	struct tpf_node *q = add(g, "", "QuantizeLinear", "q", 3, IN(res->outputs[0], scale, zp), 1);
-	struct tpf_node *dq = add(g, "", "DequantizeLinear", "dq", 2, IN(q->outputs[0], scale_bf), 1);
-	struct tpf_node *q8 = add(g, "", "QuantizeLinear", "q8", 2, IN(res->outputs[0], scale_bf), 1);
+	    tpf_graph_add_initializer(g, "scale_bf", TPF_DTYPE_BFLOAT16, 0, NULL, &bf_one, 2);
+	struct tpf_node *q =
+	    add(g, "", "QuantizeLinear", "q", 3, IN(res->outputs[0], scale, zp), 1);
+	struct tpf_node *dq =
+	    add(g, "", "DequantizeLinear", "dq", 2, IN(q->outputs[0], scale_bf), 1);
+	struct tpf_node *q8 =
+	    add(g, "", "QuantizeLinear", "q8", 2, IN(res->outputs[0], scale_bf), 1);
 	struct tpf_node *skip = add(g, TPF_MS_DOMAIN, "SkipSimplifiedLayerNormalization", "skip", 3,
-				    IN(dq->outputs[0], x, gamma), 4);
-	struct tpf_node *topk = add(g, "", "TopK", "topk", 2,
-				    IN(skip->outputs[3], ints(g, "k", 1, (int64_t[]){3})), 2);
+	                            IN(dq->outputs[0], x, gamma), 4);
+	struct tpf_node *topk =
+	    add(g, "", "TopK", "topk", 2, IN(skip->outputs[3], ints(g, "k", 1, (int64_t[]){3})), 2);
 	struct tpf_node *shape = add(g, "", "Shape", "shape", 1, IN(x), 1);
 	struct tpf_value *cs = ints(g, "cs", 2, (int64_t[]){2, 5});
 	struct tpf_node *cos = add(g, "", "ConstantOfShape", "cos", 1, IN(cs), 1);
 	struct tpf_node *ex = add(g, "", "Expand", "ex", 2,
-				  IN(cos->outputs[0], ints(g, "exs", 3, (int64_t[]){3, 1, 5})), 1);
+	                          IN(cos->outputs[0], ints(g, "exs", 3, (int64_t[]){3, 1, 5})), 1);
 	struct tpf_node *gat = add(g, "", "Gather", "gat", 2, IN(x, cs), 1);
 	tpf_node_set_attr_int(gat, "axis", 2);
 	struct tpf_node *sg = add(g, "", "Sigmoid", "sg", 1, IN(res->outputs[0]), 1);
 	struct tpf_node *gt = add(g, "", "Greater", "gt", 2, IN(sg->outputs[0], x), 1);
-	struct tpf_node *wh = add(g, "", "Where", "wh", 3, IN(gt->outputs[0], sg->outputs[0], x), 1);
+	struct tpf_node *wh =
+	    add(g, "", "Where", "wh", 3, IN(gt->outputs[0], sg->outputs[0], x), 1);
 	struct tpf_node *sm = add(g, "", "Softmax", "sm", 1, IN(wh->outputs[0]), 1);
 	struct tpf_node *a2a = add(g, TPF_MS_DOMAIN, "AllToAll", "a2a", 1, IN(sm->outputs[0]), 1);
 	struct tpf_node *fp4 =
-		add(g, "trt", "TRT_FP4DynamicQuantize", "fp4", 2, IN(res->outputs[0], scale), 2);
+	    add(g, "trt", "TRT_FP4DynamicQuantize", "fp4", 2, IN(res->outputs[0], scale), 2);
 	struct tpf_node *gm = add(g, "", "Gemm", "gemm", 2, IN(w, w), 1);
 	tpf_node_set_attr_int(gm, "transA", 1);
 	struct tpf_node *arn =
-		add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3, IN(mm->outputs[0], x, gamma), 2);
+	    add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3, IN(mm->outputs[0], x, gamma), 2);
 	assert_int_equal(tpf_graph_add_output(g, a2a->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, topk->outputs[0]), TPF_OK);
 
@@ -306,18 +314,18 @@ static void test_infer_more_ops(void **state)
 	tpf_node_set_attr_int(rs, "keepdims", 0);
 	struct tpf_node *sp = add(g, "", "Split", "sp", 1, IN(x), 3);
 	tpf_node_set_attr_int(sp, "axis", 1);
-	struct tpf_node *mv = add(g, "", "MatMul", "mv", 2,
-				  IN(x, tpf_graph_add_input(g, "v", TPF_DTYPE_FLOAT, 1,
-							    (int64_t[]){6})), 1);
+	struct tpf_node *mv =
+	    add(g, "", "MatMul", "mv", 2,
+	        IN(x, tpf_graph_add_input(g, "v", TPF_DTYPE_FLOAT, 1, (int64_t[]){6})), 1);
 	struct tpf_node *tr = add(g, "", "Transpose", "tr", 1, IN(x), 1);
-	struct tpf_node *ln = add(g, "", "LayerNormalization", "ln", 2,
-				  IN(x, tpf_graph_add_input(g, "s", TPF_DTYPE_FLOAT, 1,
-							    (int64_t[]){6})), 3);
+	struct tpf_node *ln =
+	    add(g, "", "LayerNormalization", "ln", 2,
+	        IN(x, tpf_graph_add_input(g, "s", TPF_DTYPE_FLOAT, 1, (int64_t[]){6})), 3);
 	struct tpf_node *k = add(g, "", "Constant", "k", 0, NULL, 1);
 	tpf_node_set_attr_ints(k, "value_ints", (int64_t[]){1, 2, 3}, 3);
-	struct tpf_node *ge = add(g, "", "GatherElements", "ge", 2,
-				  IN(x, tpf_graph_add_input(g, "idx", TPF_DTYPE_INT64, 2,
-							    (int64_t[]){2, 6})), 1);
+	struct tpf_node *ge =
+	    add(g, "", "GatherElements", "ge", 2,
+	        IN(x, tpf_graph_add_input(g, "idx", TPF_DTYPE_INT64, 2, (int64_t[]){2, 6})), 1);
 	expect_ok(m);
 	expect_type(usq->outputs[0], "f32[1,T,6,1]");
 	expect_type(sq->outputs[0], "f32[T,6,1]");
@@ -368,8 +376,8 @@ static void test_cycle(void **state)
 
 	assert_int_equal(tpf_node_set_input(a, 1, c->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, c->outputs[0]), TPF_OK);
-	expect_verify_errors(m, (const char *[]){"node 'A' (Add): is on a cycle",
-						 "'A' <- 'C' <- 'B' <- 'A'", NULL});
+	expect_verify_errors(
+	    m, (const char *[]){"node 'A' (Add): is on a cycle", "'A' <- 'C' <- 'B' <- 'A'", NULL});
 	tpf_model_free(m);
 }
 
@@ -386,8 +394,8 @@ static void test_out_of_order(void **state)
 	tpf_graph_move_node_before(g, b, a);
 	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
 	expect_verify_errors(m, (const char *[]){"node 'B' (Neg): input 0",
-						 "produced by later node 'A' (Relu)",
-						 "not in topological order", NULL});
+	                                         "produced by later node 'A' (Relu)",
+	                                         "not in topological order", NULL});
 	/* not a cycle */
 	tpf_model_verify(m, d);
 	assert_false(diag_mentions(d, "cycle"));
@@ -407,7 +415,7 @@ static void test_undefined_input(void **state)
 	add(g, "", "Add", "A", 2, IN(x, ghost), 1);
 	assert_int_equal(tpf_graph_add_output(g, lost), TPF_OK);
 	expect_verify_errors(m, (const char *[]){"node 'A' (Add): input 1 'ghost' is not defined",
-						 "graph output 0 'lost' is not defined", NULL});
+	                                         "graph output 0 'lost' is not defined", NULL});
 	tpf_model_free(m);
 }
 
@@ -424,21 +432,22 @@ static void test_arity_and_attributes(void **state)
 	tpf_node_set_attr_float(add(g, "", "Concat", "cat", 1, IN(x), 1), "axis", 1.0f);
 	tpf_node_set_attr_ints(add(g, "", "Squeeze", "sq", 1, IN(x), 1), "axes", (int64_t[]){0}, 1);
 	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(x), 1), "group_size",
-			      0);
+	                      0);
 	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "axis", 3);
 	add(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
 	add(g, "", "TopK", "tk", 2, IN(x, ints(g, "k", 1, (int64_t[]){1})), 1);
 	expect_verify_errors(
-		m, (const char *[]){"node 'A' (Add): has 3 inputs; expected 2",
-				    "node 'C' (Cast): missing required attribute 'to'",
-				    "node 'C2' (Cast): attribute 'to' = 99 is not a valid tensor dtype",
-				    "node 'cat' (Concat): attribute 'axis' is FLOAT; expected INT",
-				    "node 'sq' (Squeeze): attribute 'axes' is not allowed from opset 13",
-				    "node 'ag' (com.microsoft::AllGather): attribute 'group_size' = 0",
-				    "node 'ag2' (com.microsoft::AllGather): attribute 'axis' = 3 is out "
-				    "of range for rank 1",
-				    "node 'usq' (Unsqueeze): has 1 inputs; expected 2 at opset 18",
-				    "node 'tk' (TopK): has 1 outputs; expected 2", NULL});
+	    m,
+	    (const char *[]){"node 'A' (Add): has 3 inputs; expected 2",
+	                     "node 'C' (Cast): missing required attribute 'to'",
+	                     "node 'C2' (Cast): attribute 'to' = 99 is not a valid tensor dtype",
+	                     "node 'cat' (Concat): attribute 'axis' is FLOAT; expected INT",
+	                     "node 'sq' (Squeeze): attribute 'axes' is not allowed from opset 13",
+	                     "node 'ag' (com.microsoft::AllGather): attribute 'group_size' = 0",
+	                     "node 'ag2' (com.microsoft::AllGather): attribute 'axis' = 3 is out "
+	                     "of range for rank 1",
+	                     "node 'usq' (Unsqueeze): has 1 inputs; expected 2 at opset 18",
+	                     "node 'tk' (TopK): has 1 outputs; expected 2", NULL});
 	tpf_model_free(m);
 }
 
@@ -451,11 +460,11 @@ static void test_group_size_vs_world(void **state)
 
 	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "4"), TPF_OK);
 	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1), "group_size",
-			      2);
+	                      2);
 	expect_verify_errors(m, (const char *[]){"node 'ar' (com.microsoft::AllReduce): attribute "
-						 "'group_size' = 2 differs from the model's "
-						 "tp_world_size 4",
-						 NULL});
+	                                         "'group_size' = 2 differs from the model's "
+	                                         "tp_world_size 4",
+	                                         NULL});
 	tpf_model_free(m);
 }
 
@@ -488,14 +497,14 @@ static void test_dtype_mismatches(void **state)
 	tpf_value_set_type(c->outputs[0], TPF_DTYPE_BFLOAT16, -1, NULL);
 
 	expect_verify_errors(
-		m, (const char *[]){"node 'add' (Add): input 1 'y' is bf16 but input 0 'x' is f32",
-				    "node 'mm' (MatMul): inner dimensions differ: 'x' has 3 columns, "
-				    "'z' has 4 rows",
-				    "node 'wh' (Where): input 0 'x' is f32; expected bool",
-				    "node 'rs' (Reshape): input 1 'gf' is f32; expected int64",
-				    "node 'q' (QuantizeLinear): output 0",
-				    "expected i8 (the zero point's dtype)",
-				    "node 'c' (Cast): output 0", NULL});
+	    m, (const char *[]){"node 'add' (Add): input 1 'y' is bf16 but input 0 'x' is f32",
+	                        "node 'mm' (MatMul): inner dimensions differ: 'x' has 3 columns, "
+	                        "'z' has 4 rows",
+	                        "node 'wh' (Where): input 0 'x' is f32; expected bool",
+	                        "node 'rs' (Reshape): input 1 'gf' is f32; expected int64",
+	                        "node 'q' (QuantizeLinear): output 0",
+	                        "expected i8 (the zero point's dtype)", "node 'c' (Cast): output 0",
+	                        NULL});
 	tpf_model_verify(m, d);
 	assert_false(diag_mentions(d, "'rn'"));
 	assert_false(diag_mentions(d, "'q2'"));
@@ -525,23 +534,24 @@ static void test_infer_contradictions(void **state)
 	add(g, "", "Reshape", "rs", 2, IN(y, ints(g, "s", 2, (int64_t[]){5, 5})), 1);
 	add(g, "", "Reshape", "rs2", 2, IN(x, ints(g, "s2", 3, (int64_t[]){0, 4, -1})), 1);
 	struct tpf_node *ok =
-		add(g, "", "Reshape", "rs3", 2, IN(x, ints(g, "s3", 3, (int64_t[]){0, 3, -1})), 1);
+	    add(g, "", "Reshape", "rs3", 2, IN(x, ints(g, "s3", 3, (int64_t[]){0, 3, -1})), 1);
 	add(g, "", "MatMul", "mm", 2, IN(y, y), 1);
-	struct tpf_node *sp = add(g, "", "Split", "sp", 2,
-				  IN(y, ints(g, "sizes", 2, (int64_t[]){1, 2})), 2);
+	struct tpf_node *sp =
+	    add(g, "", "Split", "sp", 2, IN(y, ints(g, "sizes", 2, (int64_t[]){1, 2})), 2);
 	tpf_node_set_attr_int(sp, "axis", 1);
 	add(g, "", "Concat", "cat", 2, IN(x, y), 1);
 	tpf_node_set_attr_int(g->last, "axis", 0);
-	expect_infer_errors(m, (const char *[]){"node 'badd' (Add): inputs 0 and 1 cannot broadcast",
-						"node 'rs' (Reshape): element count mismatch: input "
-						"has 8 elements, shape has 25",
-						"node 'rs2' (Reshape): cannot infer the -1 entry",
-						"node 'mm' (MatMul): inner dimensions differ",
-						"node 'sp' (Split): split sizes add up to 3 but "
-						"dimension 1 is 4",
-						"node 'cat' (Concat): input 1 'y' has 4 in dimension 1 "
-						"where earlier inputs have 6",
-						NULL});
+	expect_infer_errors(
+	    m, (const char *[]){"node 'badd' (Add): inputs 0 and 1 cannot broadcast",
+	                        "node 'rs' (Reshape): element count mismatch: input "
+	                        "has 8 elements, shape has 25",
+	                        "node 'rs2' (Reshape): cannot infer the -1 entry",
+	                        "node 'mm' (MatMul): inner dimensions differ",
+	                        "node 'sp' (Split): split sizes add up to 3 but "
+	                        "dimension 1 is 4",
+	                        "node 'cat' (Concat): input 1 'y' has 4 in dimension 1 "
+	                        "where earlier inputs have 6",
+	                        NULL});
 	expect_type(ok->outputs[0], "f32[B,3,2]");
 	tpf_model_free(m);
 }
@@ -563,9 +573,9 @@ static void test_damaged_ir(void **state)
 	b->outputs[0]->name = "x";   /* a second value named x */
 	c->outputs[0]->producer = a; /* claims another producer */
 	expect_verify_errors(m, (const char *[]){"value name 'x' is defined twice",
-						 "node 'B' (Neg): input 0",
-						 "missing from the value's use list",
-						 "node 'C' (Abs): output 0", NULL});
+	                                         "node 'B' (Neg): input 0",
+	                                         "missing from the value's use list",
+	                                         "node 'C' (Abs): output 0", NULL});
 	tpf_model_free(m);
 }
 
@@ -579,7 +589,7 @@ static void test_model_fields(void **state)
 	m->ir_version = 0;
 	add(g, "", "Relu", "r", 1, IN(x), 1);
 	expect_verify_errors(m, (const char *[]){"ir_version is missing",
-						 "no opset import for the default domain", NULL});
+	                                         "no opset import for the default domain", NULL});
 	tpf_model_free(m);
 }
 
@@ -608,7 +618,7 @@ static void test_subgraphs(void **state)
 	assert_int_equal(tpf_graph_add_output(then_g, r->outputs[0]), TPF_OK);
 	/* else: reads a name defined nowhere */
 	struct tpf_node *neg =
-		add(else_g, "", "Neg", "inner_neg", 1, IN(tpf_graph_new_value(else_g, "ghost")), 1);
+	    add(else_g, "", "Neg", "inner_neg", 1, IN(tpf_graph_new_value(else_g, "ghost")), 1);
 	assert_int_equal(tpf_graph_add_output(else_g, neg->outputs[0]), TPF_OK);
 	struct tpf_attr at = {.name = "then_branch", .kind = TPF_ATTR_GRAPH, .g = then_g};
 	struct tpf_attr ae = {.name = "else_branch", .kind = TPF_ATTR_GRAPH, .g = else_g};
@@ -638,6 +648,46 @@ static void test_subgraphs(void **state)
 	tpf_model_free(m);
 }
 
+/* ------------------------------------------------------------------ allocation failure */
+
+/* Failing the N-th allocation in either pass gives TPF_ERR_NOMEM (or OK when
+ * the pass needed fewer allocations), never a crash or a wrong verdict. */
+static void test_allocation_failure(void **state)
+{
+	(void)state;
+	int reached_ok = 0;
+
+	for (uint64_t n = 1; n < 2000 && !reached_ok; n++) {
+		struct tpf_model *m = new_model(18);
+		struct tpf_graph *g = m->graph;
+		const char *xd[] = {"T", "8"};
+		struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+		struct tpf_value *cur = x;
+		struct tpf_diag *d = tpf_diag_create();
+		enum tpf_status v, s;
+
+		for (int i = 0; i < 20; i++) {
+			struct tpf_node *a = add(g, "", "Add", NULL, 2, IN(cur, x), 1);
+			struct tpf_node *r =
+			    add(g, "", "Reshape", NULL, 2,
+			        IN(a->outputs[0], ints(g, NULL, 2, (int64_t[]){0, -1})), 1);
+			cur = r->outputs[0];
+		}
+		assert_int_equal(tpf_graph_add_output(g, cur), TPF_OK);
+		tpf_alloc_fail_after(n);
+		v = tpf_model_verify(m, d);
+		tpf_alloc_fail_after(n);
+		s = tpf_model_infer_shapes(m, d);
+		tpf_alloc_fail_after(0);
+		assert_true(v == TPF_OK || v == TPF_ERR_NOMEM);
+		assert_true(s == TPF_OK || s == TPF_ERR_NOMEM);
+		reached_ok = v == TPF_OK && s == TPF_OK;
+		tpf_diag_free(d);
+		tpf_model_free(m);
+	}
+	assert_true(reached_ok);
+}
+
 /* ------------------------------------------------------------------ size */
 
 static double ms_since(const struct timespec *t0)
@@ -662,11 +712,11 @@ static void test_15000_nodes(void **state)
 
 	for (int i = 0; i < 5000; i++) {
 		struct tpf_value *gamma =
-			tpf_graph_add_initializer(g, NULL, TPF_DTYPE_BFLOAT16, 1, gd, NULL, 0);
+		    tpf_graph_add_initializer(g, NULL, TPF_DTYPE_BFLOAT16, 1, gd, NULL, 0);
 		struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", NULL, 1, IN(cur), 1);
 		struct tpf_node *sum = add(g, "", "Add", NULL, 2, IN(ar->outputs[0], cur), 1);
 		struct tpf_node *rn = add(g, "", "SimplifiedLayerNormalization", NULL, 2,
-					  IN(sum->outputs[0], gamma), 1);
+		                          IN(sum->outputs[0], gamma), 1);
 		cur = rn->outputs[0];
 	}
 	assert_int_equal(tpf_graph_add_output(g, cur), TPF_OK);
@@ -688,20 +738,21 @@ static void test_15000_nodes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_decoder_block),
-		cmocka_unit_test(test_infer_more_ops),
-		cmocka_unit_test(test_infer_keeps_declared),
-		cmocka_unit_test(test_cycle),
-		cmocka_unit_test(test_out_of_order),
-		cmocka_unit_test(test_undefined_input),
-		cmocka_unit_test(test_arity_and_attributes),
-		cmocka_unit_test(test_group_size_vs_world),
-		cmocka_unit_test(test_dtype_mismatches),
-		cmocka_unit_test(test_infer_contradictions),
-		cmocka_unit_test(test_damaged_ir),
-		cmocka_unit_test(test_model_fields),
-		cmocka_unit_test(test_subgraphs),
-		cmocka_unit_test(test_15000_nodes),
+	    cmocka_unit_test(test_decoder_block),
+	    cmocka_unit_test(test_infer_more_ops),
+	    cmocka_unit_test(test_infer_keeps_declared),
+	    cmocka_unit_test(test_cycle),
+	    cmocka_unit_test(test_out_of_order),
+	    cmocka_unit_test(test_undefined_input),
+	    cmocka_unit_test(test_arity_and_attributes),
+	    cmocka_unit_test(test_group_size_vs_world),
+	    cmocka_unit_test(test_dtype_mismatches),
+	    cmocka_unit_test(test_infer_contradictions),
+	    cmocka_unit_test(test_damaged_ir),
+	    cmocka_unit_test(test_model_fields),
+	    cmocka_unit_test(test_subgraphs),
+	    cmocka_unit_test(test_allocation_failure),
+	    cmocka_unit_test(test_15000_nodes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

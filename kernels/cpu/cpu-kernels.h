@@ -25,12 +25,6 @@ int tpf_bcast_init(struct tpf_bcast *b, const struct tpf_ktensor *out,
 		   const struct tpf_ktensor *const *ins, int n);
 void tpf_bcast_next(struct tpf_bcast *b);
 
-/* Normalizes axis into [0, rank); -1 if out of range. */
-int tpf_norm_axis(int64_t axis, int rank);
-/* Product of dims[from..to). */
-int64_t tpf_dims_prod(const int64_t *dims, int from, int to);
-/* Reads an integer operand (host copy) into vals (at most max); count or -1. */
-int tpf_kread_ints(const struct tpf_ktensor *t, int64_t *vals, int max);
 /* Element size in bytes for byte-addressable dtypes; 0 for sub-byte ones. */
 size_t tpf_elem_size(enum tpf_dtype t);
 

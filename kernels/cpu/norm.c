@@ -291,36 +291,45 @@ out_free:
 	return st;
 }
 
-/* ShardedRMSNorm: see docs/ops.md.  Inputs x_0, gamma_0[, x_1, gamma_1 ...]
- * (local shards); the SUMSQ phase writes float32 [rows, n_pairs] partial sums
+/* ShardedRMSNorm(x_0..x_n-1, gamma_0..gamma_n-1) -> y_0..y_n-1 (docs/ops.md):
+ * each x_i is this rank's shard of a hidden dim of full_dims[i] (or
+ * full_dim) elements.  The SUMSQ phase writes float32 [rows, n] partial sums
  * of squares; the NORMALIZE phase takes the same inputs plus the reduced
- * sums as the last operand and normalizes each x_i over the full width
- * (attribute full_sizes, or world * local width). */
-static int64_t sharded_full(const struct tpf_kernel_call *c, size_t pair, int64_t local)
+ * sums as the last operand and normalizes each shard over the full width
+ * with its epsilons[i] (or epsilon). */
+static int64_t sharded_full(const struct tpf_kernel_call *c, size_t i, int64_t local)
 {
-	const struct tpf_attr *a = tpf_node_attr(c->node, "full_sizes");
-	if (a && a->kind == TPF_ATTR_INTS && pair < a->n)
-		return a->ints[pair];
-	int64_t fs = tpf_node_attr_int(c->node, "full_size", 0);
+	const struct tpf_attr *a = tpf_node_attr(c->node, "full_dims");
+	if (a && a->kind == TPF_ATTR_INTS && i < a->n)
+		return a->ints[i];
+	int64_t fs = tpf_node_attr_int(c->node, "full_dim", 0);
 	if (fs > 0)
 		return fs;
 	return local * (c->world > 0 ? c->world : 1);
 }
 
+static float sharded_eps(const struct tpf_kernel_call *c, size_t i)
+{
+	const struct tpf_attr *a = tpf_node_attr(c->node, "epsilons");
+	if (a && a->kind == TPF_ATTR_FLOATS && i < a->n)
+		return a->floats[i];
+	return tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+}
+
 TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 {
-	size_t pairs = c->n_in / 2;
+	size_t n = c->n_in / 2;
 	struct tpf_ktensor *s = &c->out[0];
-	if (pairs == 0 || s->dtype != TPF_DTYPE_FLOAT)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects (x, gamma) pairs and a float32 sum buffer");
+	if (n == 0 || c->n_in % 2 || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects n inputs, n gammas and a float32 sum buffer");
 	int64_t rows = -1;
-	for (size_t p = 0; p < pairs; p++) {
-		const struct tpf_ktensor *x = &c->in[2 * p];
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p];
 		int64_t cols = x->rank ? x->dims[x->rank - 1] : 1, r = cols ? x->numel / cols : 0;
 		if (rows >= 0 && r != rows)
-			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different row counts");
+			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
 		rows = r;
-		if (s->numel != rows * (int64_t)pairs)
+		if (s->numel != rows * (int64_t)n)
 			return tpf_kfail(c, TPF_ERR_INVALID, "sum buffer has the wrong size");
 		for (int64_t i = 0; i < rows; i++) {
 			float ss = 0;
@@ -328,7 +337,7 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 				float v = (float)tpf_elem_load(x->dtype, x->data, i * cols + k);
 				ss += v * v;
 			}
-			((float *)s->data)[i * (int64_t)pairs + (int64_t)p] = ss;
+			((float *)s->data)[i * (int64_t)n + (int64_t)p] = ss;
 		}
 	}
 	return TPF_OK;
@@ -336,25 +345,25 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 
 TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 {
-	size_t pairs = (c->n_in - 1) / 2;
+	size_t n = (c->n_in - 1) / 2;
 	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
-	if (pairs == 0 || c->n_out < pairs || s->dtype != TPF_DTYPE_FLOAT)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects (x, gamma) pairs and the reduced sums");
-	for (size_t p = 0; p < pairs; p++) {
+	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects n inputs, n gammas and the reduced sums");
+	for (size_t p = 0; p < n; p++) {
 		struct rms_job j = {0};
-		j.x = &c->in[2 * p];
-		j.gamma = &c->in[2 * p + 1];
+		j.x = &c->in[p];
+		j.gamma = &c->in[n + p];
 		j.y = &c->out[p];
 		j.cols = j.x->rank ? j.x->dims[j.x->rank - 1] : 1;
 		j.rows = j.cols ? j.x->numel / j.cols : 0;
-		j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+		j.eps = sharded_eps(c, p);
 		j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
 		j.ext_sumsq = s->data;
-		j.ext_stride = (int64_t)pairs;
+		j.ext_stride = (int64_t)n;
 		j.ext_col = (int64_t)p;
 		j.full_cols = sharded_full(c, p, j.cols);
-		if (!gamma_fits(j.gamma, j.cols) || s->numel != j.rows * (int64_t)pairs)
-			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", 2 * p);
+		if (!gamma_fits(j.gamma, j.cols) || s->numel != j.rows * (int64_t)n)
+			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", p);
 		enum tpf_status st = rms_run(c, &j);
 		if (st)
 			return st;

@@ -1,0 +1,1110 @@
+/* SPDX-License-Identifier: MIT */
+/* Lowering a graph to a plan: bind inputs, schedule topologically, infer
+ * concrete shapes, fold what is known on the host, split fused collectives
+ * into communicator steps and kernel phases, pick kernels, and place every
+ * buffer in one arena by liveness. */
+#include "runtime-internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static enum tpf_status nfail(struct tpf_diag *d, const struct tpf_node *n, enum tpf_status st,
+			     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static enum tpf_status nfail(struct tpf_diag *d, const struct tpf_node *n, enum tpf_status st,
+			     const char *fmt, ...)
+{
+	char msg[512], who[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tpf_diag_add(d, TPF_SEV_ERROR, "%s: %s", tpf_node_describe(n, who, sizeof(who)), msg);
+	return st;
+}
+
+/* ------------------------------------------------------------ values */
+
+static int plan_add_value(struct tpf_plan *p, const struct tpf_value *v, const char *name)
+{
+	if (p->n_values == p->cap_values) {
+		size_t cap = p->cap_values ? p->cap_values * 2 : 64;
+		void *nv = tpf_realloc(p->values, cap * sizeof(*p->values));
+		if (!nv)
+			return -1;
+		p->values = nv;
+		p->cap_values = cap;
+	}
+	struct rt_value *r = &p->values[p->n_values];
+	memset(r, 0, sizeof(*r));
+	r->v = v;
+	r->name = name ? name : (v ? v->name : "?");
+	r->buffer = -1;
+	r->def_step = -1;
+	r->last_step = -1;
+	r->input_index = -1;
+	if (v && v->id < p->n_ids)
+		p->value_of_id[v->id] = (int)p->n_values;
+	return (int)p->n_values++;
+}
+
+static int value_index(const struct tpf_plan *p, const struct tpf_value *v)
+{
+	if (!v)
+		return -1;
+	if (v->kind == TPF_VALUE_OUTER)
+		return -1;
+	return v->id < p->n_ids ? p->value_of_id[v->id] : -1;
+}
+
+static int plan_add_step(struct tpf_plan *p, enum rt_step_kind kind, const struct tpf_node *n,
+			 const struct tpf_kernel *k, enum tpf_kernel_phase ph, const int *ins,
+			 size_t n_in, const int *outs, size_t n_out)
+{
+	if (p->n_steps == p->cap_steps) {
+		size_t cap = p->cap_steps ? p->cap_steps * 2 : 64;
+		void *ns = tpf_realloc(p->steps, cap * sizeof(*p->steps));
+		if (!ns)
+			return -1;
+		p->steps = ns;
+		p->cap_steps = cap;
+	}
+	struct rt_step *s = &p->steps[p->n_steps];
+	memset(s, 0, sizeof(*s));
+	s->kind = kind;
+	s->node = n;
+	s->kernel = k;
+	s->phase = ph;
+	s->ins = tpf_calloc(n_in + 1, sizeof(int));
+	s->outs = tpf_calloc(n_out + 1, sizeof(int));
+	if (!s->ins || !s->outs) {
+		tpf_free(s->ins);
+		tpf_free(s->outs);
+		return -1;
+	}
+	memcpy(s->ins, ins, n_in * sizeof(int));
+	memcpy(s->outs, outs, n_out * sizeof(int));
+	s->n_in = n_in;
+	s->n_out = n_out;
+	return (int)p->n_steps++;
+}
+
+void tpf_plan_free(struct tpf_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n_values; i++)
+		if (p->values[i].owns_host)
+			tpf_free(p->values[i].host);
+	for (size_t i = 0; i < p->n_steps; i++) {
+		tpf_free(p->steps[i].ins);
+		tpf_free(p->steps[i].outs);
+	}
+	tpf_free(p->values);
+	tpf_free(p->steps);
+	tpf_free(p->buffers);
+	tpf_free(p->value_of_id);
+	tpf_free(p->outputs);
+	tpf_free(p);
+}
+
+/* ------------------------------------------------------------ hashing */
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+	const uint8_t *b = data;
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= UINT64_C(0x100000001b3);
+	}
+	return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+	return fnv(h, s ? s : "", (s ? strlen(s) : 0) + 1);
+}
+
+static uint64_t fnv_i64(uint64_t h, int64_t v)
+{
+	return fnv(h, &v, sizeof(v));
+}
+
+static uint64_t hash_type(uint64_t h, const struct tpf_type *t)
+{
+	h = fnv_i64(h, t->kind);
+	h = fnv_i64(h, t->dtype);
+	h = fnv_i64(h, t->shape.rank);
+	for (int i = 0; i < t->shape.rank; i++) {
+		h = fnv_i64(h, t->shape.dims[i].value);
+		h = fnv_str(h, t->shape.dims[i].param);
+	}
+	return h;
+}
+
+/* Values are identified by position (graph inputs, initializers, node
+ * nodes in order), initializers by dtype and shape, not by name: exporters
+ * name constants after their values, which differ between ranks (slice
+ * offsets), and a rank may keep another output of a Split. */
+static int64_t value_pos(const int64_t *pos, size_t n, const struct tpf_value *v)
+{
+	return v && v->id < n ? pos[v->id] : -1;
+}
+
+uint64_t tpf_graph_structure_hash(const struct tpf_graph *g)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	if (!g)
+		return h;
+	size_t n = g->n_values;
+	int64_t *pos = tpf_malloc((n + 1) * sizeof(int64_t));
+	int64_t next = 0;
+	if (pos) {
+		for (size_t i = 0; i <= n; i++)
+			pos[i] = -1;
+		for (size_t i = 0; i < g->n_inputs; i++)
+			if (g->inputs[i]->id < n)
+				pos[g->inputs[i]->id] = next++;
+		/* all outputs of a node share its position: a rank may keep
+		 * another output of a Split than its peers */
+		for (const struct tpf_node *nd = g->first; nd; nd = nd->next, next++)
+			for (size_t i = 0; i < nd->n_outputs; i++)
+				if (nd->outputs[i] && nd->outputs[i]->id < n)
+					pos[nd->outputs[i]->id] = next;
+	} else {
+		n = 0;
+	}
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		h = fnv_str(h, g->inputs[i]->name);
+		h = hash_type(h, &g->inputs[i]->type);
+	}
+	for (const struct tpf_node *nd = g->first; nd; nd = nd->next) {
+		h = fnv_str(h, nd->domain);
+		h = fnv_str(h, nd->op_type);
+		h = fnv_i64(h, (int64_t)nd->n_inputs);
+		for (size_t i = 0; i < nd->n_inputs; i++) {
+			const struct tpf_value *v = nd->inputs[i];
+			const struct tpf_tensor *t = v && !v->is_graph_input ? v->init : NULL;
+			if (!t) {
+				h = fnv_i64(h, value_pos(pos, n, v));
+				continue;
+			}
+			/* an initializer: by type and shape (ranks may share or not
+			 * share equal constants) */
+			h = fnv_i64(h, -2);
+			h = fnv_i64(h, t->dtype);
+			h = fnv_i64(h, t->rank);
+			for (int k = 0; k < t->rank; k++)
+				h = fnv_i64(h, t->dims[k]);
+		}
+		h = fnv_i64(h, (int64_t)nd->n_outputs);
+		for (size_t i = 0; i < nd->n_attrs; i++) {
+			const struct tpf_attr *a = &nd->attrs[i];
+			h = fnv_str(h, a->name);
+			h = fnv_i64(h, a->kind);
+			switch (a->kind) {
+			case TPF_ATTR_INT:
+				h = fnv_i64(h, a->i);
+				break;
+			case TPF_ATTR_FLOAT:
+				h = fnv(h, &a->f, sizeof(a->f));
+				break;
+			case TPF_ATTR_STRING:
+				h = fnv(h, a->s ? a->s : "", a->s ? a->s_len : 0);
+				break;
+			case TPF_ATTR_TENSOR:
+				if (a->t) {
+					h = fnv_i64(h, a->t->dtype);
+					h = fnv_i64(h, a->t->rank);
+				}
+				break;
+			default:
+				/* lists may hold rank-specific offsets (Pack segments, slice
+				 * starts before opset 10): their length only */
+				h = fnv_i64(h, (int64_t)a->n);
+				break;
+			}
+		}
+	}
+	for (size_t i = 0; i < g->n_outputs; i++) {
+		h = fnv_str(h, g->outputs[i]->name);
+		h = fnv_i64(h, value_pos(pos, n, g->outputs[i]));
+	}
+	tpf_free(pos);
+	return h;
+}
+
+static uint64_t inputs_hash(const struct tpf_host_tensor *in, size_t n)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (size_t i = 0; i < n; i++) {
+		h = fnv_str(h, in[i].name);
+		h = fnv_i64(h, in[i].dtype);
+		h = fnv_i64(h, in[i].rank);
+		for (int k = 0; k < in[i].rank && k < TPF_KERNEL_MAX_RANK; k++)
+			h = fnv_i64(h, in[i].dims[k]);
+	}
+	return h;
+}
+
+/* ------------------------------------------------------------ inputs */
+
+static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_tensor *in, size_t n_in,
+				   struct tpf_diag *d)
+{
+	const struct tpf_graph *g = p->graph;
+	enum tpf_status st = TPF_OK;
+	for (size_t k = 0; k < n_in; k++) {
+		int found = 0;
+		for (size_t i = 0; i < g->n_inputs; i++)
+			found |= in[k].name && strcmp(in[k].name, g->inputs[i]->name) == 0;
+		if (!found) {
+			char names[512] = "";
+			size_t at = 0;
+			for (size_t i = 0; i < g->n_inputs && at < sizeof(names) - 64; i++)
+				at += (size_t)snprintf(names + at, sizeof(names) - at, "%s'%s'", i ? ", " : "",
+						       g->inputs[i]->name);
+			st = tpf_diag_fail(d, TPF_ERR_INVALID, "unexpected input '%s' (the model's inputs: %s)",
+					   in[k].name ? in[k].name : "(unnamed)", names);
+		}
+		for (size_t j = 0; j < k; j++)
+			if (in[k].name && in[j].name && strcmp(in[k].name, in[j].name) == 0)
+				st = tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s' given twice", in[k].name);
+	}
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		const struct tpf_value *v = g->inputs[i];
+		const struct tpf_host_tensor *t = NULL;
+		for (size_t k = 0; k < n_in; k++)
+			if (in[k].name && strcmp(in[k].name, v->name) == 0)
+				t = &in[k];
+		int idx = plan_add_value(p, v, NULL);
+		if (idx < 0)
+			return TPF_ERR_NOMEM;
+		struct rt_value *r = &p->values[idx];
+		if (!t) {
+			if (v->init && v->init->data) {
+				r->known = 1;
+				r->host = (void *)v->init->data;
+				r->t.dtype = v->init->dtype;
+				r->t.rank = v->init->rank;
+				if (r->t.rank > TPF_KERNEL_MAX_RANK)
+					return tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': rank %d too large",
+							     v->name, r->t.rank);
+				memcpy(r->t.dims, v->init->dims, sizeof(int64_t) * (size_t)r->t.rank);
+				if (tpf_ktensor_finish(&r->t))
+					return tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': size overflows", v->name);
+				continue;
+			}
+			st = tpf_diag_fail(d, TPF_ERR_INVALID, "missing input '%s' (%s, rank %d)", v->name,
+					   tpf_dtype_name(v->type.dtype), v->type.shape.rank);
+			continue;
+		}
+		if (v->type.kind == TPF_TYPE_TENSOR && v->type.dtype != TPF_DTYPE_UNDEFINED &&
+		    v->type.dtype != t->dtype) {
+			st = tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': dtype %s, the model expects %s",
+					   v->name, tpf_dtype_name(t->dtype), tpf_dtype_name(v->type.dtype));
+			continue;
+		}
+		if (t->rank < 0 || t->rank > TPF_KERNEL_MAX_RANK) {
+			st = tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': rank %d not supported (max %d)",
+					   v->name, t->rank, TPF_KERNEL_MAX_RANK);
+			continue;
+		}
+		if (v->type.kind == TPF_TYPE_TENSOR && v->type.shape.rank >= 0) {
+			if (v->type.shape.rank != t->rank) {
+				st = tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': rank %d, the model expects %d",
+						   v->name, t->rank, v->type.shape.rank);
+				continue;
+			}
+			for (int k = 0; k < t->rank; k++) {
+				const struct tpf_dim *dim = &v->type.shape.dims[k];
+				if (!dim->param && dim->value >= 0 && dim->value != t->dims[k]) {
+					st = tpf_diag_fail(d, TPF_ERR_INVALID,
+							   "input '%s': dim %d is %lld, the model expects %lld",
+							   v->name, k, (long long)t->dims[k],
+							   (long long)dim->value);
+					break;
+				}
+			}
+		}
+		r->t.dtype = t->dtype;
+		r->t.rank = t->rank;
+		memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+		if (tpf_ktensor_finish(&r->t)) {
+			st = tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': size overflows", v->name);
+			continue;
+		}
+		size_t given;
+		if (tpf_host_tensor_bytes(t, &given) || given != r->t.nbytes || !t->data) {
+			st = tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': %zu bytes of data for %zu expected",
+					   v->name, t->data ? given : 0, r->t.nbytes);
+			continue;
+		}
+		r->is_input = 1;
+		r->input_index = (int)(t - in);
+	}
+	/* symbolic dims bound consistently: the same name, the same value */
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		const struct tpf_value *v = g->inputs[i];
+		int a = value_index(p, v);
+		if (a < 0 || !p->values[a].is_input || v->type.shape.rank < 0)
+			continue;
+		for (int k = 0; k < v->type.shape.rank; k++) {
+			const char *sym = v->type.shape.dims[k].param;
+			if (!sym)
+				continue;
+			for (size_t j = 0; j < i; j++) {
+				const struct tpf_value *w = g->inputs[j];
+				int b = value_index(p, w);
+				if (b < 0 || !p->values[b].is_input || w->type.shape.rank < 0)
+					continue;
+				for (int l = 0; l < w->type.shape.rank; l++) {
+					const char *s2 = w->type.shape.dims[l].param;
+					if (s2 && strcmp(s2, sym) == 0 &&
+					    p->values[a].t.dims[k] != p->values[b].t.dims[l])
+						st = tpf_diag_fail(
+							d, TPF_ERR_INVALID,
+							"dim '%s' is %lld in input '%s' but %lld in input '%s'", sym,
+							(long long)p->values[a].t.dims[k], v->name,
+							(long long)p->values[b].t.dims[l], w->name);
+				}
+			}
+		}
+	}
+	return st;
+}
+
+static enum tpf_status bind_initializers(struct tpf_plan *p, struct tpf_diag *d)
+{
+	const struct tpf_graph *g = p->graph;
+	for (size_t i = 0; i < g->n_initializers; i++) {
+		const struct tpf_value *v = g->initializers[i];
+		if (value_index(p, v) >= 0)
+			continue; /* a graph input with a default, already bound */
+		const struct tpf_tensor *t = v->init;
+		int idx = plan_add_value(p, v, NULL);
+		if (idx < 0)
+			return TPF_ERR_NOMEM;
+		struct rt_value *r = &p->values[idx];
+		if (!t)
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "initializer '%s' has no tensor", v->name);
+		if (t->rank < 0 || t->rank > TPF_KERNEL_MAX_RANK)
+			return tpf_diag_fail(d, TPF_ERR_LIMIT, "initializer '%s': rank %d too large", v->name,
+					     t->rank);
+		r->t.dtype = t->dtype;
+		r->t.rank = t->rank;
+		memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+		if (t->dtype == TPF_DTYPE_STRING) {
+			r->t.dtype = TPF_DTYPE_UNDEFINED; /* unusable by kernels; an error if used */
+			continue;
+		}
+		if (tpf_ktensor_finish(&r->t))
+			return tpf_diag_fail(d, TPF_ERR_LIMIT, "initializer '%s': size overflows", v->name);
+		if (t->nbytes != r->t.nbytes || (!t->data && t->nbytes))
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "initializer '%s': %zu bytes of data for %zu expected%s", v->name,
+					     t->data ? t->nbytes : 0, r->t.nbytes,
+					     t->is_external && !t->data ? " (external data not loaded)" : "");
+		r->known = 1;
+		r->host = (void *)t->data;
+	}
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ scheduling */
+
+static enum tpf_status schedule(const struct tpf_graph *g, const struct tpf_node ***order_out,
+				size_t *n_out, struct tpf_diag *d)
+{
+	size_t n_ids = g->next_node_id;
+	enum tpf_status st = TPF_OK;
+	const struct tpf_node **order = tpf_calloc(g->n_nodes + 1, sizeof(*order));
+	int *indeg = tpf_calloc(n_ids + 1, sizeof(int));
+	const struct tpf_node **by_id = tpf_calloc(n_ids + 1, sizeof(*by_id));
+	if (!order || !indeg || !by_id) {
+		st = TPF_ERR_NOMEM;
+		goto out_free;
+	}
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		if (n->id >= n_ids)
+			continue;
+		by_id[n->id] = n;
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			const struct tpf_value *v = n->inputs[i];
+			if (v && v->kind == TPF_VALUE_NODE_OUTPUT && v->producer && !v->producer->erased)
+				indeg[n->id]++;
+		}
+		for (size_t i = 0; i < n->n_implicit; i++) {
+			const struct tpf_value *v = n->implicit_inputs[i];
+			if (v && v->kind == TPF_VALUE_NODE_OUTPUT && v->producer && !v->producer->erased)
+				indeg[n->id]++;
+		}
+	}
+	size_t head = 0, tail = 0;
+	for (const struct tpf_node *n = g->first; n; n = n->next)
+		if (n->id < n_ids && indeg[n->id] == 0)
+			order[tail++] = n;
+	while (head < tail) {
+		const struct tpf_node *n = order[head++];
+		for (size_t o = 0; o < n->n_outputs; o++) {
+			const struct tpf_value *v = n->outputs[o];
+			if (!v)
+				continue;
+			for (size_t u = 0; u < v->n_uses; u++) {
+				const struct tpf_node *m = v->uses[u].node;
+				if (!m || m->graph != g || m->id >= n_ids || by_id[m->id] != m)
+					continue; /* a use inside a subgraph */
+				if (--indeg[m->id] == 0)
+					order[tail++] = m;
+			}
+		}
+	}
+	if (tail != g->n_nodes) {
+		for (const struct tpf_node *n = g->first; n; n = n->next)
+			if (n->id < n_ids && indeg[n->id] > 0) {
+				st = nfail(d, n, TPF_ERR_VERIFY,
+					   "cannot be scheduled: its inputs are on a cycle or never defined");
+				break;
+			}
+		if (!st)
+			st = tpf_diag_fail(d, TPF_ERR_VERIFY, "graph cannot be scheduled");
+		goto out_free;
+	}
+	*order_out = order;
+	*n_out = tail;
+	order = NULL;
+out_free:
+	tpf_free(order);
+	tpf_free(indeg);
+	tpf_free(by_id);
+	return st;
+}
+
+/* ------------------------------------------------------------ lowering */
+
+static int is_collective(enum tpf_op op)
+{
+	return op == TPF_OP_MS_ALLREDUCE || op == TPF_OP_MS_ALLGATHER || op == TPF_OP_MS_ALLTOALL ||
+	       op == TPF_OP_TPF_ALLREDUCE_RMS_NORM || op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT ||
+	       op == TPF_OP_TPF_SHARDED_RMS_NORM;
+}
+
+static void fill_ktensor(const struct tpf_plan *p, int idx, struct tpf_ktensor *t)
+{
+	if (idx < 0) {
+		memset(t, 0, sizeof(*t));
+		t->rank = -1;
+		return;
+	}
+	*t = p->values[idx].t;
+	t->host = p->values[idx].known ? p->values[idx].host : NULL;
+	t->data = (void *)t->host;
+}
+
+static const struct tpf_kernel *pick_kernel(const struct tpf_plan *p, enum tpf_backend b,
+					    const struct tpf_node *n, enum tpf_kernel_phase ph,
+					    const int *ins, size_t n_in, const int *outs, size_t n_out,
+					    struct tpf_diag *d)
+{
+	const struct tpf_kernel *any = tpf_kernel_find_any(b, n->op, ph);
+	if (!any) {
+		nfail(d, n, TPF_ERR_UNSUPPORTED, "no %s kernel for this op%s%s", tpf_backend_name(b),
+		      ph ? " phase " : "", ph ? tpf_kernel_phase_name(ph) : "");
+		return NULL;
+	}
+	int key_idx = any->key_input < 0 ? (n_out ? outs[0] : -1)
+					 : ((size_t)any->key_input < n_in ? ins[any->key_input] : -1);
+	enum tpf_dtype key = key_idx >= 0 ? p->values[key_idx].t.dtype : TPF_DTYPE_UNDEFINED;
+	const struct tpf_kernel *k = tpf_kernel_find(b, n->op, ph, key);
+	if (!k)
+		nfail(d, n, TPF_ERR_UNSUPPORTED, "no %s kernel for dtype %s", tpf_backend_name(b),
+		      tpf_dtype_name(key));
+	return k;
+}
+
+static int add_temp(struct tpf_plan *p, const struct tpf_node *n, const char *suffix,
+		    enum tpf_dtype dt, int rank, const int64_t *dims)
+{
+	int idx = plan_add_value(p, NULL, suffix);
+	if (idx < 0)
+		return -1;
+	struct rt_value *r = &p->values[idx];
+	r->t.dtype = dt;
+	r->t.rank = rank;
+	memcpy(r->t.dims, dims, sizeof(int64_t) * (size_t)rank);
+	if (tpf_ktensor_finish(&r->t))
+		return -1;
+	return idx;
+}
+
+static enum tpf_status check_group(const struct tpf_plan *p, const struct tpf_node *n,
+				   struct tpf_diag *d)
+{
+	int64_t gs = tpf_node_attr_int(n, "group_size", 0);
+	if (gs > 0 && gs != p->opt.world)
+		return nfail(d, n, TPF_ERR_INVALID, "group_size is %lld but the run has %d ranks",
+			     (long long)gs, p->opt.world);
+	return TPF_OK;
+}
+
+static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
+				  const int *outs, struct tpf_diag *d)
+{
+	enum tpf_backend b = p->opt.backend;
+	const struct tpf_kernel *k;
+	enum tpf_status st;
+	size_t n_in = n->n_inputs, n_out = n->n_outputs;
+	int tmp_ins[64];
+
+	if (is_collective(n->op) && (st = check_group(p, n, d)))
+		return st;
+	switch (n->op) {
+	case TPF_OP_MS_ALLREDUCE:
+		return plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	case TPF_OP_MS_ALLTOALL: {
+		const struct rt_value *x = &p->values[ins[0]];
+		if (x->t.rank < 1 || x->t.dims[0] % p->opt.world)
+			return nfail(d, n, TPF_ERR_INVALID, "dim 0 (%lld) does not split into %d ranks",
+				     x->t.rank ? (long long)x->t.dims[0] : 0LL, p->opt.world);
+		return plan_add_step(p, RT_STEP_ALLTOALL, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	}
+	case TPF_OP_MS_ALLGATHER: {
+		const struct rt_value *y = &p->values[outs[0]];
+		int ax = tpf_norm_axis(tpf_node_attr_int(n, "axis", 0), y->t.rank);
+		if (ax < 0)
+			return nfail(d, n, TPF_ERR_INVALID, "axis out of range");
+		if (tpf_dims_prod(y->t.dims, 0, ax) == 1 || p->opt.world == 1)
+			return plan_add_step(p, RT_STEP_ALLGATHER, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
+				       ? TPF_ERR_NOMEM
+				       : TPF_OK;
+		int64_t flat = y->t.numel;
+		int tmp = add_temp(p, n, "gathered", y->t.dtype, 1, &flat);
+		if (tmp < 0)
+			return TPF_ERR_NOMEM;
+		if (plan_add_step(p, RT_STEP_ALLGATHER, n, NULL, TPF_PHASE_MAIN, ins, 1, &tmp, 1) < 0)
+			return TPF_ERR_NOMEM;
+		if (!(k = pick_kernel(p, b, n, TPF_PHASE_GATHER_REORDER, &tmp, 1, outs, 1, d)))
+			return TPF_ERR_UNSUPPORTED;
+		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_GATHER_REORDER, &tmp, 1, outs, 1) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	}
+	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
+	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
+		const struct rt_value *x = &p->values[ins[0]];
+		if (n_in > 64)
+			return nfail(d, n, TPF_ERR_LIMIT, "too many inputs");
+		int tmp = add_temp(p, n, "reduced", x->t.dtype, x->t.rank, x->t.dims);
+		if (tmp < 0)
+			return TPF_ERR_NOMEM;
+		if (plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, &tmp, 1) < 0)
+			return TPF_ERR_NOMEM;
+		memcpy(tmp_ins, ins, n_in * sizeof(int));
+		tmp_ins[0] = tmp;
+		if (!(k = pick_kernel(p, b, n, TPF_PHASE_POST_REDUCE, tmp_ins, n_in, outs, n_out, d)))
+			return TPF_ERR_UNSUPPORTED;
+		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_POST_REDUCE, tmp_ins, n_in, outs,
+				     n_out) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	}
+	case TPF_OP_TPF_SHARDED_RMS_NORM: {
+		if (n_in < 2 || n_in % 2 || n_in > 62)
+			return nfail(d, n, TPF_ERR_UNSUPPORTED, "expects n inputs and n gammas, got %zu inputs", n_in);
+		const struct rt_value *x = &p->values[ins[0]];
+		int64_t cols = x->t.rank ? x->t.dims[x->t.rank - 1] : 1;
+		int64_t dims[2] = {cols ? x->t.numel / cols : 0, (int64_t)(n_in / 2)};
+		int part = add_temp(p, n, "sumsq", TPF_DTYPE_FLOAT, 2, dims);
+		if (part < 0)
+			return TPF_ERR_NOMEM;
+		if (!(k = pick_kernel(p, b, n, TPF_PHASE_SUMSQ, ins, n_in, &part, 1, d)))
+			return TPF_ERR_UNSUPPORTED;
+		if (plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_SUMSQ, ins, n_in, &part, 1) < 0)
+			return TPF_ERR_NOMEM;
+		int sum = add_temp(p, n, "sumsq.reduced", TPF_DTYPE_FLOAT, 2, dims);
+		if (sum < 0)
+			return TPF_ERR_NOMEM;
+		if (plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, &part, 1, &sum, 1) < 0)
+			return TPF_ERR_NOMEM;
+		memcpy(tmp_ins, ins, n_in * sizeof(int));
+		tmp_ins[n_in] = sum;
+		if (!(k = pick_kernel(p, b, n, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs, n_out, d)))
+			return TPF_ERR_UNSUPPORTED;
+		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs,
+				     n_out) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	}
+	default:
+		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, ins, n_in, outs, n_out, d)))
+			return TPF_ERR_UNSUPPORTED;
+		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, ins, n_in, outs, n_out) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	}
+}
+
+/* Runs a node on the host now: its outputs become plan constants. */
+static enum tpf_status fold_node(struct tpf_plan *p, const struct tpf_node *n,
+				 struct tpf_ktensor *in, struct tpf_ktensor *out, const int *outs,
+				 struct tpf_diag *d)
+{
+	const struct tpf_kernel *k = NULL;
+	const struct tpf_kernel *any = tpf_kernel_find_any(TPF_BACKEND_CPU, n->op, TPF_PHASE_MAIN);
+	if (any) {
+		enum tpf_dtype key = any->key_input < 0 ? out[0].dtype
+				     : (size_t)any->key_input < n->n_inputs ? in[any->key_input].dtype
+									    : TPF_DTYPE_UNDEFINED;
+		k = tpf_kernel_find(TPF_BACKEND_CPU, n->op, TPF_PHASE_MAIN, key);
+	}
+	if (!k)
+		return TPF_ERR_UNSUPPORTED; /* not foldable: lowered as a step instead */
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		if (outs[i] < 0)
+			continue;
+		struct rt_value *r = &p->values[outs[i]];
+		r->host = tpf_calloc(r->t.nbytes ? r->t.nbytes : 1, 1);
+		if (!r->host)
+			return TPF_ERR_NOMEM;
+		r->owns_host = 1;
+		out[i].data = r->host;
+		out[i].host = r->host;
+	}
+	struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n->n_inputs,
+				    .out = out, .n_out = n->n_outputs, .rank = p->opt.rank,
+				    .world = p->opt.world, .diag = d};
+	enum tpf_status st = k->run(&c);
+	if (st)
+		return st;
+	for (size_t i = 0; i < n->n_outputs; i++)
+		if (outs[i] >= 0)
+			p->values[outs[i]].known = 1;
+	p->n_folded++;
+	return TPF_OK;
+}
+
+static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **order, size_t n_order,
+				   struct tpf_diag *d)
+{
+	enum tpf_status st = TPF_OK;
+	struct tpf_ktensor *in = NULL, *out = NULL;
+	int *ins = NULL, *outs = NULL;
+	size_t cap = 0;
+	for (size_t oi = 0; oi < n_order; oi++) {
+		const struct tpf_node *n = order[oi];
+		size_t need = (n->n_inputs > n->n_outputs ? n->n_inputs : n->n_outputs) + 2;
+		if (need > cap) {
+			tpf_free(in);
+			tpf_free(out);
+			tpf_free(ins);
+			tpf_free(outs);
+			cap = need * 2;
+			in = tpf_calloc(cap, sizeof(*in));
+			out = tpf_calloc(cap, sizeof(*out));
+			ins = tpf_calloc(cap, sizeof(int));
+			outs = tpf_calloc(cap, sizeof(int));
+			if (!in || !out || !ins || !outs) {
+				st = TPF_ERR_NOMEM;
+				goto out_free;
+			}
+		}
+		if (n->op == TPF_OP_IF || n->op == TPF_OP_LOOP || n->op == TPF_OP_SCAN ||
+		    n->op == TPF_OP_UNKNOWN || n->n_implicit) {
+			st = nfail(d, n, TPF_ERR_UNSUPPORTED, "op %s%s%s is not supported by the runtime",
+				   *n->domain ? n->domain : "", *n->domain ? "::" : "", n->op_type);
+			goto out_free;
+		}
+		/* outputs as plan values */
+		for (size_t i = 0; i < n->n_outputs; i++) {
+			outs[i] = -1;
+			if (!n->outputs[i])
+				continue;
+			outs[i] = plan_add_value(p, n->outputs[i], NULL);
+			if (outs[i] < 0) {
+				st = TPF_ERR_NOMEM;
+				goto out_free;
+			}
+		}
+		if (n->op == TPF_OP_CONSTANT) {
+			const struct tpf_tensor *t = n->n_outputs ? tpf_value_constant(n->outputs[0]) : NULL;
+			if (!t || t->dtype == TPF_DTYPE_STRING || (!t->data && t->nbytes) ||
+			    t->rank > TPF_KERNEL_MAX_RANK || outs[0] < 0) {
+				st = nfail(d, n, TPF_ERR_UNSUPPORTED, "this form of Constant is not supported");
+				goto out_free;
+			}
+			struct rt_value *r = &p->values[outs[0]];
+			r->t.dtype = t->dtype;
+			r->t.rank = t->rank;
+			memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+			if (tpf_ktensor_finish(&r->t) || r->t.nbytes != t->nbytes) {
+				st = nfail(d, n, TPF_ERR_INVALID, "value has %zu bytes for its shape", t->nbytes);
+				goto out_free;
+			}
+			r->known = 1;
+			r->host = (void *)t->data;
+			p->n_folded++;
+			continue;
+		}
+		int all_known = 1;
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			ins[i] = -1;
+			if (!n->inputs[i]) {
+				fill_ktensor(p, -1, &in[i]);
+				continue;
+			}
+			ins[i] = value_index(p, n->inputs[i]);
+			if (ins[i] < 0) {
+				st = nfail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", n->inputs[i]->name);
+				goto out_free;
+			}
+			if (p->values[ins[i]].t.dtype == TPF_DTYPE_UNDEFINED) {
+				st = nfail(d, n, TPF_ERR_UNSUPPORTED, "input '%s' has an unsupported type",
+					   n->inputs[i]->name);
+				goto out_free;
+			}
+			fill_ktensor(p, ins[i], &in[i]);
+			all_known &= p->values[ins[i]].known;
+		}
+		for (size_t i = 0; i < n->n_outputs; i++) {
+			memset(&out[i], 0, sizeof(out[i]));
+			out[i].rank = -1;
+		}
+		struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n->n_inputs,
+					    .out = out, .n_out = n->n_outputs, .rank = p->opt.rank,
+					    .world = p->opt.world, .diag = d};
+		if ((st = tpf_rt_infer(n, &c, d)))
+			goto out_free;
+		size_t out_elems = 0;
+		for (size_t i = 0; i < n->n_outputs; i++) {
+			if (outs[i] < 0)
+				continue;
+			if (out[i].rank < 0 || out[i].rank > TPF_KERNEL_MAX_RANK || tpf_ktensor_finish(&out[i])) {
+				st = nfail(d, n, TPF_ERR_LIMIT, "output %zu has no valid shape (overflow or rank)", i);
+				goto out_free;
+			}
+			p->values[outs[i]].t = out[i];
+			p->values[outs[i]].t.data = NULL;
+			p->values[outs[i]].t.host = NULL;
+			out_elems += (size_t)out[i].numel;
+		}
+		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
+		if ((all_known || n->op == TPF_OP_SHAPE) && !is_collective(n->op) && out_elems <= fold_max) {
+			st = fold_node(p, n, in, out, outs, d);
+			if (st == TPF_OK)
+				continue;
+			if (st != TPF_ERR_UNSUPPORTED)
+				goto out_free;
+			st = TPF_OK;
+		}
+		if ((st = lower_node(p, n, ins, outs, d)))
+			goto out_free;
+	}
+out_free:
+	tpf_free(in);
+	tpf_free(out);
+	tpf_free(ins);
+	tpf_free(outs);
+	return st;
+}
+
+/* ------------------------------------------------------------ memory */
+
+static int cmp_buf_size(const void *a, const void *b, void *ctx)
+{
+	const struct rt_buffer *bufs = ctx;
+	const struct rt_buffer *x = &bufs[*(const int *)a], *y = &bufs[*(const int *)b];
+	if (x->size != y->size)
+		return x->size > y->size ? -1 : 1;
+	return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* insertion sort with a context (qsort_r is not C11) */
+static void sort_by_size(int *idx, size_t n, struct rt_buffer *bufs)
+{
+	for (size_t i = 1; i < n; i++) {
+		int v = idx[i];
+		size_t j = i;
+		while (j > 0 && cmp_buf_size(&idx[j - 1], &v, bufs) > 0) {
+			idx[j] = idx[j - 1];
+			j--;
+		}
+		idx[j] = v;
+	}
+}
+
+static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
+{
+	size_t align = p->opt.alignment ? p->opt.alignment : 256;
+	int last = (int)p->n_steps;
+	/* live ranges */
+	for (size_t s = 0; s < p->n_steps; s++) {
+		const struct rt_step *st = &p->steps[s];
+		for (size_t i = 0; i < st->n_in; i++)
+			if (st->ins[i] >= 0 && p->values[st->ins[i]].last_step < (int)s)
+				p->values[st->ins[i]].last_step = (int)s;
+		for (size_t i = 0; i < st->n_out; i++)
+			if (st->outs[i] >= 0 && p->values[st->outs[i]].def_step < 0)
+				p->values[st->outs[i]].def_step = (int)s;
+	}
+	size_t n_buf = 0;
+	for (size_t i = 0; i < p->n_values; i++) {
+		struct rt_value *r = &p->values[i];
+		if (r->known) {
+			p->constant_bytes += r->t.nbytes;
+			continue;
+		}
+		if (!r->is_input && r->def_step < 0)
+			continue; /* never produced by a step (an omitted or folded output) */
+		if (r->is_output)
+			r->last_step = last;
+		if (r->last_step < r->def_step)
+			r->last_step = r->def_step;
+		n_buf++;
+	}
+	p->buffers = tpf_calloc(n_buf + 1, sizeof(*p->buffers));
+	int *idx = tpf_calloc(n_buf + 1, sizeof(int));
+	if (!p->buffers || !idx) {
+		tpf_free(idx);
+		return TPF_ERR_NOMEM;
+	}
+	size_t b = 0;
+	for (size_t i = 0; i < p->n_values; i++) {
+		struct rt_value *r = &p->values[i];
+		if (r->known || (!r->is_input && r->def_step < 0))
+			continue;
+		size_t sz = r->t.nbytes;
+		if (sz % align && tpf_add_size(sz, align - sz % align, &sz)) {
+			tpf_free(idx);
+			return tpf_diag_fail(d, TPF_ERR_LIMIT, "buffer of '%s' too large", r->name);
+		}
+		if (sz == 0)
+			sz = align;
+		p->buffers[b].size = sz;
+		p->buffers[b].first = r->is_input ? -1 : r->def_step;
+		p->buffers[b].last = r->last_step;
+		p->buffers[b].value = (int)i;
+		r->buffer = (int)b;
+		if (tpf_add_size(p->unshared_bytes, sz, &p->unshared_bytes)) {
+			tpf_free(idx);
+			return tpf_diag_fail(d, TPF_ERR_LIMIT, "arena size overflows");
+		}
+		idx[b] = (int)b;
+		b++;
+	}
+	p->n_buffers = n_buf;
+	sort_by_size(idx, n_buf, p->buffers);
+	/* greedy by size: lowest offset that does not collide with a placed
+	 * buffer whose live range overlaps */
+	int *placed = tpf_calloc(n_buf + 1, sizeof(int));
+	if (!placed) {
+		tpf_free(idx);
+		return TPF_ERR_NOMEM;
+	}
+	size_t n_placed = 0;
+	for (size_t k = 0; k < n_buf; k++) {
+		struct rt_buffer *x = &p->buffers[idx[k]];
+		size_t off = 0;
+		int moved = 1;
+		while (moved) {
+			moved = 0;
+			for (size_t j = 0; j < n_placed; j++) {
+				const struct rt_buffer *y = &p->buffers[placed[j]];
+				if (y->last < x->first || x->last < y->first)
+					continue;
+				if (off < y->offset + y->size && y->offset < off + x->size) {
+					off = y->offset + y->size;
+					moved = 1;
+				}
+			}
+		}
+		x->offset = off;
+		placed[n_placed++] = idx[k];
+		if (off + x->size > p->arena_bytes)
+			p->arena_bytes = off + x->size;
+	}
+	tpf_free(placed);
+	tpf_free(idx);
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ build */
+
+enum tpf_status tpf_plan_build(const struct tpf_model *m, const struct tpf_host_tensor *inputs,
+			       size_t n_inputs, const struct tpf_plan_options *o,
+			       struct tpf_plan **out, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	const struct tpf_node **order = NULL;
+	size_t n_order = 0;
+	*out = NULL;
+	if (!m || !m->graph || (n_inputs && !inputs))
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "plan: no model or inputs");
+	struct tpf_plan *p = tpf_calloc(1, sizeof(*p));
+	if (!p)
+		return TPF_ERR_NOMEM;
+	p->model = m;
+	p->graph = m->graph;
+	if (o)
+		p->opt = *o;
+	if (p->opt.world <= 0)
+		p->opt.world = 1;
+	if (p->opt.rank < 0 || p->opt.rank >= p->opt.world) {
+		st = tpf_diag_fail(d, TPF_ERR_INVALID, "rank %d outside world size %d", p->opt.rank,
+				   p->opt.world);
+		goto out_fail;
+	}
+	p->opset = tpf_model_opset(m, "");
+	if (p->opset < 0)
+		p->opset = 23;
+	p->n_ids = p->graph->n_values;
+	p->value_of_id = tpf_malloc((p->n_ids + 1) * sizeof(int));
+	if (!p->value_of_id) {
+		st = TPF_ERR_NOMEM;
+		goto out_fail;
+	}
+	for (size_t i = 0; i <= p->n_ids; i++)
+		p->value_of_id[i] = -1;
+	if ((st = bind_inputs(p, inputs, n_inputs, d)))
+		goto out_fail;
+	if ((st = bind_initializers(p, d)))
+		goto out_fail;
+	if ((st = schedule(p->graph, &order, &n_order, d)))
+		goto out_fail;
+	if ((st = lower_graph(p, order, n_order, d)))
+		goto out_fail;
+	p->n_outputs = p->graph->n_outputs;
+	p->outputs = tpf_calloc(p->n_outputs + 1, sizeof(int));
+	if (!p->outputs) {
+		st = TPF_ERR_NOMEM;
+		goto out_fail;
+	}
+	for (size_t i = 0; i < p->n_outputs; i++) {
+		int v = value_index(p, p->graph->outputs[i]);
+		if (v < 0) {
+			st = tpf_diag_fail(d, TPF_ERR_INVALID, "graph output '%s' is never computed",
+					   p->graph->outputs[i]->name);
+			goto out_fail;
+		}
+		p->outputs[i] = v;
+		p->values[v].is_output = 1;
+	}
+	if ((st = plan_memory(p, d)))
+		goto out_fail;
+	p->shape_hash = inputs_hash(inputs, n_inputs);
+	tpf_free(order);
+	*out = p;
+	return TPF_OK;
+out_fail:
+	tpf_free(order);
+	tpf_plan_free(p);
+	return st;
+}
+
+void tpf_plan_get_stats(const struct tpf_plan *p, struct tpf_plan_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->n_steps = p->n_steps;
+	for (size_t i = 0; i < p->n_steps; i++) {
+		if (p->steps[i].kind == RT_STEP_KERNEL)
+			st->n_kernel_steps++;
+		else
+			st->n_collective_steps++;
+	}
+	st->n_folded = p->n_folded;
+	st->n_buffers = p->n_buffers;
+	st->arena_bytes = p->arena_bytes;
+	st->unshared_bytes = p->unshared_bytes;
+	st->constant_bytes = p->constant_bytes;
+}
+
+/* ------------------------------------------------------------ printing */
+
+static void print_type(FILE *f, const struct tpf_ktensor *t)
+{
+	fprintf(f, "%s[", tpf_dtype_name(t->dtype));
+	for (int i = 0; i < t->rank; i++)
+		fprintf(f, "%s%lld", i ? "," : "", (long long)t->dims[i]);
+	fprintf(f, "]");
+}
+
+static void print_operand(FILE *f, const struct tpf_plan *p, int idx)
+{
+	if (idx < 0) {
+		fprintf(f, "-");
+		return;
+	}
+	const struct rt_value *r = &p->values[idx];
+	fprintf(f, "%s:", r->name);
+	print_type(f, &r->t);
+	if (r->known)
+		fprintf(f, "@const");
+	else if (r->buffer >= 0)
+		fprintf(f, "@b%d", r->buffer);
+}
+
+static const char *step_kind_name(enum rt_step_kind k)
+{
+	static const char *const names[RT_STEP_KIND_COUNT] = {"kernel", "allreduce", "allgather",
+							       "alltoall"};
+	return (unsigned)k < RT_STEP_KIND_COUNT ? names[k] : "?";
+}
+
+enum tpf_status tpf_plan_print(const struct tpf_plan *p, FILE *f)
+{
+	struct tpf_plan_stats s;
+	char who[256];
+	tpf_plan_get_stats(p, &s);
+	fprintf(f, "plan: backend %s, rank %d of %d, %zu steps (%zu kernels, %zu collectives), "
+		   "%zu nodes folded on the host\n",
+		tpf_backend_name(p->opt.backend), p->opt.rank, p->opt.world, s.n_steps, s.n_kernel_steps,
+		s.n_collective_steps, s.n_folded);
+	fprintf(f, "inputs:\n");
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (!r->is_input)
+			continue;
+		fprintf(f, "  ");
+		print_operand(f, p, (int)i);
+		fprintf(f, "\n");
+	}
+	fprintf(f, "schedule:\n");
+	for (size_t i = 0; i < p->n_steps; i++) {
+		const struct rt_step *st = &p->steps[i];
+		fprintf(f, "  #%-4zu %-9s %-32s %s", i, step_kind_name(st->kind),
+			st->kernel ? st->kernel->name : "comm", tpf_node_describe(st->node, who, sizeof(who)));
+		if (st->phase)
+			fprintf(f, " [%s]", tpf_kernel_phase_name(st->phase));
+		fprintf(f, "\n         (");
+		for (size_t k = 0; k < st->n_in; k++) {
+			fprintf(f, "%s", k ? ", " : "");
+			print_operand(f, p, st->ins[k]);
+		}
+		fprintf(f, ") -> (");
+		for (size_t k = 0; k < st->n_out; k++) {
+			fprintf(f, "%s", k ? ", " : "");
+			print_operand(f, p, st->outs[k]);
+		}
+		fprintf(f, ")\n");
+	}
+	fprintf(f, "outputs:\n");
+	for (size_t i = 0; i < p->n_outputs; i++) {
+		fprintf(f, "  ");
+		print_operand(f, p, p->outputs[i]);
+		fprintf(f, "\n");
+	}
+	fprintf(f, "buffers:\n");
+	for (size_t i = 0; i < p->n_buffers; i++) {
+		const struct rt_buffer *b = &p->buffers[i];
+		fprintf(f, "  b%-4zu offset %10zu size %10zu live [%d, %d] %s\n", i, b->offset, b->size,
+			b->first, b->last, p->values[b->value].name);
+	}
+	fprintf(f, "memory: arena peak %zu bytes (%zu without reuse, %zu buffers), constants %zu bytes\n",
+		s.arena_bytes, s.unshared_bytes, s.n_buffers, s.constant_bytes);
+	return ferror(f) ? TPF_ERR_IO : TPF_OK;
+}

@@ -1,0 +1,775 @@
+/* SPDX-License-Identifier: MIT */
+/* `tpfuse run` and `tpfuse plan`: load a (per-rank) model, optionally
+ * optimize it, bind inputs from ONNX test data or random values, run it on
+ * a backend under MPI or alone, time it, write outputs, and --verify the
+ * optimized graph against the unfused one. */
+#include "tpf-runtime.h"
+#include "tpf-passes.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum {
+	RUN_OK = 0,
+	RUN_ERROR = 1,
+	RUN_USAGE = 2,
+	RUN_IO = 3,
+	RUN_UNSUPPORTED = 4,
+	RUN_MISMATCH = 5,
+};
+
+static const char *const run_help =
+	"usage: tpfuse run MODEL [options]\n"
+	"\n"
+	"Runs MODEL (a path that may contain {rank}, replaced by this process's\n"
+	"rank) on a backend.  Under mpirun every rank runs its own model and the\n"
+	"collectives go through MPI; alone it runs as a single rank.\n"
+	"\n"
+	"Options:\n"
+	"  --inputs DIR          inputs from DIR/input_N.pb (ONNX test-data format;\n"
+	"                        DIR may contain {rank})\n"
+	"  --random-inputs SEED  random inputs from SEED (floats in [-1, 1), integers\n"
+	"                        in [0, 4)); symbolic dims are 1 unless --dim is given\n"
+	"  --dim NAME=VALUE      value of a symbolic input dim for --random-inputs\n"
+	"  --outputs DIR         write DIR/output_N.pb (DIR may contain {rank})\n"
+	"  --iters N             timed iterations (default 1); prints each one's time\n"
+	"  --warmup N            untimed iterations first (default 0)\n"
+	"  --optimize            run the default pass pipeline (-O2) before running\n"
+	"  --verify              run the unfused and the optimized graph on the same\n"
+	"                        inputs and compare every output (max abs/rel error\n"
+	"                        against per-dtype tolerances)\n"
+	"  --backend cpu|cuda    backend (default cpu)\n"
+	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
+	"  --quiet               print no output summary\n"
+	"\n"
+	"Exit codes: 0 ok, 1 error (also on every rank when one rank fails),\n"
+	"2 usage, 3 I/O, 4 unsupported, 5 --verify found a mismatch.\n";
+
+static const char *const plan_help =
+	"usage: tpfuse plan MODEL [--inputs DIR | --random-inputs SEED] [--dim NAME=VALUE]\n"
+	"                  [--optimize] [--backend cpu|cuda] [--rank N --world-size N]\n"
+	"\n"
+	"Lowers MODEL for concrete input shapes (from test data, or the declared\n"
+	"shapes with symbolic dims from --dim, default 1) and prints the plan: the\n"
+	"schedule with the kernel of every step, the communicator steps, the\n"
+	"buffers with their arena offsets and live ranges, and peak memory.\n";
+
+struct run_opts {
+	const char *model;
+	const char *inputs, *outputs;
+	int have_seed;
+	unsigned long long seed;
+	const char *dims[64];
+	int n_dims;
+	long iters, warmup;
+	int optimize, verify, quiet;
+	enum tpf_backend backend;
+	double timeout;
+	int rank, world; /* plan only */
+};
+
+static int rank_prefix_rank = -1, rank_prefix_world = 1;
+
+static void msg(const char *kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void msg(const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (rank_prefix_world > 1)
+		fprintf(stderr, "tpfuse: rank %d: %s: ", rank_prefix_rank, kind);
+	else
+		fprintf(stderr, "tpfuse: %s: ", kind);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static void print_diag(struct tpf_diag *d)
+{
+	for (size_t i = 0; i < d->count; i++) {
+		const struct tpf_diag_entry *e = &d->entries[i];
+		msg(e->severity == TPF_SEV_ERROR ? "error" : e->severity == TPF_SEV_WARNING ? "warning" : "note",
+		    "%s", e->text);
+	}
+	tpf_diag_clear(d);
+}
+
+static int exit_of(enum tpf_status st)
+{
+	switch (st) {
+	case TPF_OK:
+		return RUN_OK;
+	case TPF_ERR_IO:
+		return RUN_IO;
+	case TPF_ERR_UNSUPPORTED:
+		return RUN_UNSUPPORTED;
+	default:
+		return RUN_ERROR;
+	}
+}
+
+static int parse_long(const char *s, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < 0)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Returns -1 ok, else an exit code. */
+static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
+{
+	memset(o, 0, sizeof(*o));
+	o->iters = 1;
+	o->rank = 0;
+	o->world = 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+		long v;
+#define NEED()                                                                                     \
+	do {                                                                                       \
+		if (!next) {                                                                       \
+			msg("error", "%s needs a value", a);                                       \
+			return RUN_USAGE;                                                          \
+		}                                                                                  \
+		i++;                                                                               \
+	} while (0)
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			fputs(is_plan ? plan_help : run_help, stdout);
+			return RUN_OK;
+		} else if (!strcmp(a, "--inputs")) {
+			NEED();
+			o->inputs = next;
+		} else if (!strcmp(a, "--outputs") && !is_plan) {
+			NEED();
+			o->outputs = next;
+		} else if (!strcmp(a, "--random-inputs")) {
+			NEED();
+			char *end;
+			errno = 0;
+			o->seed = strtoull(next, &end, 10);
+			if (!*next || *end || errno) {
+				msg("error", "--random-inputs needs a number, not '%s'", next);
+				return RUN_USAGE;
+			}
+			o->have_seed = 1;
+		} else if (!strcmp(a, "--dim")) {
+			NEED();
+			if (!strchr(next, '=') || o->n_dims >= 64) {
+				msg("error", "--dim needs NAME=VALUE");
+				return RUN_USAGE;
+			}
+			o->dims[o->n_dims++] = next;
+		} else if ((!strcmp(a, "--iters") || !strcmp(a, "--warmup")) && !is_plan) {
+			NEED();
+			if (parse_long(next, &v) || (a[2] == 'i' && v < 1)) {
+				msg("error", "%s needs a count, not '%s'", a, next);
+				return RUN_USAGE;
+			}
+			if (a[2] == 'i')
+				o->iters = v;
+			else
+				o->warmup = v;
+		} else if (!strcmp(a, "--optimize") || !strcmp(a, "-O2")) {
+			o->optimize = 1;
+		} else if (!strcmp(a, "--verify") && !is_plan) {
+			o->verify = 1;
+		} else if (!strcmp(a, "--quiet") && !is_plan) {
+			o->quiet = 1;
+		} else if (!strcmp(a, "--backend")) {
+			NEED();
+			if (tpf_backend_from_name(next, &o->backend)) {
+				msg("error", "unknown backend '%s' (cpu, cuda)", next);
+				return RUN_USAGE;
+			}
+		} else if (!strcmp(a, "--timeout") && !is_plan) {
+			NEED();
+			char *end;
+			o->timeout = strtod(next, &end);
+			if (!*next || *end || !(o->timeout > 0)) {
+				msg("error", "--timeout needs a positive number of seconds");
+				return RUN_USAGE;
+			}
+		} else if ((!strcmp(a, "--rank") || !strcmp(a, "--world-size")) && is_plan) {
+			NEED();
+			if (parse_long(next, &v) || v > 1 << 20) {
+				msg("error", "%s needs a number", a);
+				return RUN_USAGE;
+			}
+			if (a[2] == 'r')
+				o->rank = (int)v;
+			else
+				o->world = (int)v;
+		} else if (a[0] == '-' && a[1]) {
+			msg("error", "unknown option '%s' (see tpfuse %s --help)", a, is_plan ? "plan" : "run");
+			return RUN_USAGE;
+		} else if (!o->model) {
+			o->model = a;
+		} else {
+			msg("error", "more than one model given ('%s', '%s')", o->model, a);
+			return RUN_USAGE;
+		}
+#undef NEED
+	}
+	if (!o->model) {
+		msg("error", "no model given (see tpfuse %s --help)", is_plan ? "plan" : "run");
+		return RUN_USAGE;
+	}
+	if (o->inputs && o->have_seed) {
+		msg("error", "--inputs and --random-inputs exclude each other");
+		return RUN_USAGE;
+	}
+	return -1;
+}
+
+/* Replaces every {rank} in s; a tpf_malloc'ed string. */
+static char *subst_rank(const char *s, int rank)
+{
+	size_t n = strlen(s) + 1;
+	for (const char *p = strstr(s, "{rank}"); p; p = strstr(p + 1, "{rank}"))
+		n += 16;
+	char *out = tpf_malloc(n);
+	if (!out)
+		return NULL;
+	char *w = out;
+	while (*s) {
+		if (!strncmp(s, "{rank}", 6)) {
+			w += sprintf(w, "%d", rank);
+			s += 6;
+		} else {
+			*w++ = *s++;
+		}
+	}
+	*w = 0;
+	return out;
+}
+
+static int mkdir_p(const char *dir)
+{
+	char buf[4096];
+	size_t n = strlen(dir);
+	if (n >= sizeof(buf))
+		return -1;
+	memcpy(buf, dir, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (buf[i] == '/' || buf[i] == 0) {
+			char c = buf[i];
+			buf[i] = 0;
+			if (mkdir(buf, 0777) && errno != EEXIST)
+				return -1;
+			buf[i] = c;
+		}
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ inputs */
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+static int is_runtime_input(const struct tpf_value *v)
+{
+	return !v->init;
+}
+
+static enum tpf_status random_inputs(const struct tpf_model *m, const struct run_opts *o,
+				     struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d)
+{
+	const struct tpf_graph *g = m->graph;
+	struct tpf_host_tensor *arr = tpf_calloc(g->n_inputs + 1, sizeof(*arr));
+	size_t n = 0;
+	uint64_t state = o->seed;
+	if (!arr)
+		return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		const struct tpf_value *v = g->inputs[i];
+		if (!is_runtime_input(v))
+			continue;
+		struct tpf_host_tensor *t = &arr[n++];
+		if (v->type.kind != TPF_TYPE_TENSOR || v->type.shape.rank < 0 ||
+		    v->type.shape.rank > TPF_KERNEL_MAX_RANK || v->type.dtype == TPF_DTYPE_UNDEFINED) {
+			tpf_host_tensors_release(arr, n - 1);
+			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+					     "input '%s' has no declared dtype and shape: give --inputs", v->name);
+		}
+		t->name = tpf_strdup(v->name);
+		t->dtype = v->type.dtype;
+		t->rank = v->type.shape.rank;
+		for (int k = 0; k < t->rank; k++) {
+			const struct tpf_dim *dim = &v->type.shape.dims[k];
+			int64_t val = dim->value >= 0 && !dim->param ? dim->value : 1;
+			for (int j = 0; dim->param && j < o->n_dims; j++) {
+				size_t len = strlen(dim->param);
+				if (!strncmp(o->dims[j], dim->param, len) && o->dims[j][len] == '=')
+					val = strtoll(o->dims[j] + len + 1, NULL, 10);
+			}
+			t->dims[k] = val < 0 ? 0 : val;
+		}
+		size_t nb;
+		if (tpf_host_tensor_bytes(t, &nb) || !(t->data = tpf_calloc(nb ? nb : 1, 1)) || !t->name) {
+			tpf_host_tensors_release(arr, n);
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': cannot make random data", v->name);
+		}
+		t->nbytes = nb;
+		int64_t numel = 1;
+		for (int k = 0; k < t->rank; k++)
+			numel *= t->dims[k];
+		for (int64_t k = 0; k < numel; k++) {
+			uint64_t r = rng_next(&state);
+			if (tpf_dtype_is_integral(t->dtype))
+				tpf_elem_store_int(t->dtype, t->data, k, (int64_t)(r % 4));
+			else
+				tpf_elem_store(t->dtype, t->data, k, (double)(r >> 11) * 0x1p-52 - 1.0, 1);
+		}
+	}
+	*out = arr;
+	*count = n;
+	return TPF_OK;
+}
+
+/* Test-data inputs: matched by name, else by position among the graph
+ * inputs that have no initializer. */
+static enum tpf_status data_inputs(const struct tpf_model *m, const char *dir,
+				   struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d)
+{
+	enum tpf_status st = tpf_tensor_read_dir(dir, "input", out, count, d);
+	if (st)
+		return st;
+	const struct tpf_graph *g = m->graph;
+	size_t pos = 0;
+	for (size_t k = 0; k < *count; k++) {
+		struct tpf_host_tensor *t = &(*out)[k];
+		int named = 0;
+		for (size_t i = 0; i < g->n_inputs; i++)
+			named |= t->name && !strcmp(t->name, g->inputs[i]->name);
+		while (pos < g->n_inputs && !is_runtime_input(g->inputs[pos]))
+			pos++;
+		if (!named && pos < g->n_inputs) {
+			char *nn = tpf_strdup(g->inputs[pos]->name);
+			if (!nn)
+				return TPF_ERR_NOMEM;
+			tpf_free((void *)t->name);
+			t->name = nn;
+		}
+		pos++;
+	}
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ comparison */
+
+static void tolerance(enum tpf_dtype t, double *atol, double *rtol)
+{
+	switch (t) {
+	case TPF_DTYPE_FLOAT:
+		*atol = 1e-4, *rtol = 1e-3;
+		return;
+	case TPF_DTYPE_DOUBLE:
+		*atol = 1e-9, *rtol = 1e-7;
+		return;
+	case TPF_DTYPE_FLOAT16:
+		*atol = 1e-2, *rtol = 1e-2;
+		return;
+	case TPF_DTYPE_BFLOAT16:
+		*atol = 3e-2, *rtol = 3e-2;
+		return;
+	case TPF_DTYPE_FLOAT8E4M3FN:
+	case TPF_DTYPE_FLOAT8E4M3FNUZ:
+		*atol = 2e-2, *rtol = 0.13;
+		return;
+	case TPF_DTYPE_FLOAT8E5M2:
+	case TPF_DTYPE_FLOAT8E5M2FNUZ:
+		*atol = 2e-2, *rtol = 0.26;
+		return;
+	case TPF_DTYPE_FLOAT4E2M1:
+		*atol = 0.5, *rtol = 0.34;
+		return;
+	default:
+		*atol = 0, *rtol = 0;
+		return;
+	}
+}
+
+/* 1 when a matches b within tolerance; fills the max errors. */
+static int compare(const struct tpf_host_tensor *a, const struct tpf_host_tensor *b, int quantized,
+		   double *atol_out, double *rtol_out, double *max_abs, double *max_rel, int64_t *n_bad)
+{
+	double atol, rtol;
+	tolerance(b->dtype, &atol, &rtol);
+	*max_abs = *max_rel = 0;
+	*n_bad = 0;
+	if (a->dtype != b->dtype || a->rank != b->rank)
+		return 0;
+	int64_t n = 1;
+	for (int i = 0; i < a->rank; i++) {
+		if (a->dims[i] != b->dims[i])
+			return 0;
+		n *= a->dims[i];
+	}
+	if (quantized && tpf_dtype_is_float(b->dtype)) {
+		/* fp8/fp4 quantization inside the graph: a fused op rounds less
+		 * often than the unfused chain, which may move a value into the
+		 * next quantization bin; allow one fp8 step of the output's scale */
+		double amax = 0;
+		for (int64_t i = 0; i < n; i++) {
+			double y = fabs(tpf_elem_load(b->dtype, b->data, i));
+			amax = y > amax && !isinf(y) ? y : amax;
+		}
+		atol = atol > 0.0625 * amax ? atol : 0.0625 * amax;
+		rtol = rtol > 0.13 ? rtol : 0.13;
+	}
+	*atol_out = atol;
+	*rtol_out = rtol;
+	for (int64_t i = 0; i < n; i++) {
+		double x = tpf_elem_load(a->dtype, a->data, i), y = tpf_elem_load(b->dtype, b->data, i);
+		if (isnan(x) && isnan(y))
+			continue;
+		double e = fabs(x - y);
+		if (isnan(e) || isinf(e))
+			e = x == y ? 0 : INFINITY;
+		double r = e / (fabs(y) > 1e-30 ? fabs(y) : 1e-30);
+		if (e > *max_abs)
+			*max_abs = e;
+		if (e > 0 && r > *max_rel)
+			*max_rel = r;
+		if (!(e <= atol + rtol * fabs(y)))
+			(*n_bad)++;
+	}
+	return *n_bad == 0;
+}
+
+/* 1 when the graph quantizes to an 8-bit or narrower float type. */
+static int graph_quantizes(const struct tpf_graph *g)
+{
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		if (n->op == TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE || n->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT)
+			return 1;
+		if (n->op == TPF_OP_QUANTIZE_LINEAR || n->op == TPF_OP_CAST)
+			for (size_t i = 0; i < n->n_outputs; i++) {
+				const struct tpf_value *v = n->outputs[i];
+				if (v && v->type.kind == TPF_TYPE_TENSOR && tpf_dtype_is_float(v->type.dtype) &&
+				    tpf_dtype_bits(v->type.dtype) <= 8)
+					return 1;
+			}
+	}
+	return 0;
+}
+
+static void summarize(const struct tpf_host_tensor *t, FILE *f)
+{
+	int64_t n = 1;
+	double sum = 0, amax = 0;
+	fprintf(f, "output '%s' %s[", t->name, tpf_dtype_name(t->dtype));
+	for (int i = 0; i < t->rank; i++) {
+		fprintf(f, "%s%lld", i ? "," : "", (long long)t->dims[i]);
+		n *= t->dims[i];
+	}
+	for (int64_t i = 0; i < n; i++) {
+		double v = tpf_elem_load(t->dtype, t->data, i);
+		sum += v;
+		amax = fabs(v) > amax ? fabs(v) : amax;
+	}
+	fprintf(f, "]: mean %.6g, absmax %.6g, first", n ? sum / (double)n : 0.0, amax);
+	for (int64_t i = 0; i < n && i < 4; i++)
+		fprintf(f, " %.6g", tpf_elem_load(t->dtype, t->data, i));
+	fprintf(f, "\n");
+}
+
+/* ------------------------------------------------------------ commands */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static enum tpf_status load_model(const char *path, const struct run_opts *o, int rank, int world,
+				  int optimize, struct tpf_model **out, struct tpf_diag *d)
+{
+	struct tpf_model *m = NULL;
+	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, &m, d);
+	if (st)
+		return st;
+	if ((st = tpf_model_verify(m, d)))
+		goto out_fail;
+	if (tpf_model_infer_shapes(m, d)) {
+		/* inference complaints do not stop a run: the runtime binds shapes itself */
+		tpf_diag_clear(d);
+	}
+	if (optimize) {
+		struct tpf_pipeline_options po = {.passes = "default"};
+		po.ctx.rank = world > 1 ? rank : -1;
+		po.ctx.world_size = world > 1 ? world : -1;
+		if ((st = tpf_pipeline_run(m, &po, d)))
+			goto out_fail;
+		/* keep errors only: "matched nothing" notes are expected for many models */
+		size_t k = 0;
+		for (size_t i = 0; i < d->count; i++) {
+			if (d->entries[i].severity == TPF_SEV_ERROR)
+				d->entries[k++] = d->entries[i];
+			else
+				tpf_free(d->entries[i].text);
+		}
+		d->count = k;
+	}
+	*out = m;
+	return TPF_OK;
+out_fail:
+	tpf_model_free(m);
+	return st;
+}
+
+static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_opts *o, int rank,
+				  struct tpf_host_tensor **in, size_t *n_in, struct tpf_diag *d)
+{
+	*in = NULL;
+	*n_in = 0;
+	if (o->inputs) {
+		char *dir = subst_rank(o->inputs, rank);
+		if (!dir)
+			return TPF_ERR_NOMEM;
+		enum tpf_status st = data_inputs(m, dir, in, n_in, d);
+		tpf_free(dir);
+		return st;
+	}
+	if (o->have_seed)
+		return random_inputs(m, o, in, n_in, d);
+	for (size_t i = 0; i < m->graph->n_inputs; i++)
+		if (is_runtime_input(m->graph->inputs[i]))
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "the model has inputs: give --inputs DIR or --random-inputs SEED");
+	return TPF_OK;
+}
+
+static enum tpf_status write_outputs(const struct run_opts *o, int rank,
+				     const struct tpf_host_tensor *outs, size_t n, struct tpf_diag *d)
+{
+	char *dir = subst_rank(o->outputs, rank);
+	char path[4096];
+	enum tpf_status st = TPF_OK;
+	if (!dir)
+		return TPF_ERR_NOMEM;
+	if (mkdir_p(dir)) {
+		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
+		goto out;
+	}
+	for (size_t i = 0; i < n && !st; i++) {
+		snprintf(path, sizeof(path), "%s/output_%zu.pb", dir, i);
+		st = tpf_tensor_write_pb(path, &outs[i], d);
+	}
+out:
+	tpf_free(dir);
+	return st;
+}
+
+/* Copies outputs (the session's are overwritten by the next run). */
+static enum tpf_status copy_outputs(const struct tpf_host_tensor *src, size_t n,
+				    struct tpf_host_tensor **out)
+{
+	struct tpf_host_tensor *a = tpf_calloc(n + 1, sizeof(*a));
+	if (!a)
+		return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		a[i] = src[i];
+		a[i].name = tpf_strdup(src[i].name);
+		a[i].data = tpf_malloc(src[i].nbytes ? src[i].nbytes : 1);
+		if (!a[i].name || !a[i].data) {
+			tpf_host_tensors_release(a, i + 1);
+			return TPF_ERR_NOMEM;
+		}
+		memcpy(a[i].data, src[i].data, src[i].nbytes);
+	}
+	*out = a;
+	return TPF_OK;
+}
+
+int tpf_cli_run(int argc, char **argv)
+{
+	struct run_opts o;
+	int rc = parse_args(argc, argv, &o, 0);
+	if (rc >= 0)
+		return rc;
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_comm *comm = NULL;
+	struct tpf_model *m = NULL, *ref = NULL;
+	struct tpf_session *s = NULL, *sref = NULL;
+	struct tpf_host_tensor *in = NULL, *ref_out = NULL;
+	size_t n_in = 0, n_ref_out = 0;
+	char *path = NULL;
+	enum tpf_status st;
+	int synced = 1; /* every rank knows about an error at this point */
+	if (!d)
+		return RUN_ERROR;
+	struct tpf_comm_options co = {.timeout_s = o.timeout};
+	if (tpf_comm_launched_by_mpi())
+		st = tpf_comm_create_mpi(&co, &comm, d);
+	else
+		st = tpf_comm_create_self(&co, &comm, d);
+	if (st) {
+		print_diag(d);
+		tpf_diag_free(d);
+		return exit_of(st);
+	}
+	rank_prefix_rank = comm->rank;
+	rank_prefix_world = comm->world;
+
+	path = subst_rank(o.model, comm->rank);
+	st = path ? TPF_OK : TPF_ERR_NOMEM;
+	if (!st)
+		st = load_model(path, &o, comm->rank, comm->world, o.optimize || o.verify, &m, d);
+	if (!st && o.verify)
+		st = load_model(path, &o, comm->rank, comm->world, 0, &ref, d);
+	if (!st)
+		st = get_inputs(ref ? ref : m, &o, comm->rank, &in, &n_in, d);
+	print_diag(d);
+	if ((st = tpf_comm_agree(comm, st, "loading the model and inputs", d)))
+		goto out;
+	struct tpf_session_options so = {.backend = o.backend, .comm = comm};
+	st = tpf_session_create(m, &so, &s, d);
+	if (!st && ref)
+		st = tpf_session_create(ref, &so, &sref, d);
+	print_diag(d);
+	if ((st = tpf_comm_agree(comm, st, "creating the session", d)))
+		goto out;
+
+	const struct tpf_host_tensor *outs = NULL;
+	size_t n_outs = 0;
+	if (sref) {
+		synced = 0;
+		if ((st = tpf_session_run(sref, in, n_in, &outs, &n_outs, d)))
+			goto out;
+		if ((st = copy_outputs(outs, n_outs, &ref_out)))
+			goto out;
+		n_ref_out = n_outs;
+	}
+	synced = 0;
+	for (long it = 0; it < o.warmup; it++)
+		if ((st = tpf_session_run(s, in, n_in, &outs, &n_outs, d)))
+			goto out;
+	double total = 0, best = INFINITY;
+	for (long it = 0; it < o.iters; it++) {
+		if (comm->world > 1 && (st = comm->ops->barrier(comm, d)))
+			goto out;
+		double t0 = now_ms();
+		if ((st = tpf_session_run(s, in, n_in, &outs, &n_outs, d)))
+			goto out;
+		double ms = now_ms() - t0;
+		total += ms;
+		best = ms < best ? ms : best;
+		if ((o.iters > 1 || o.warmup > 0) && comm->rank == 0)
+			printf("iter %ld: %.3f ms\n", it, ms);
+	}
+	if ((o.iters > 1 || o.warmup > 0) && comm->rank == 0)
+		printf("%ld iterations: mean %.3f ms, min %.3f ms (rank 0 of %d, backend %s)\n", o.iters,
+		       total / (double)o.iters, best, comm->world, tpf_backend_name(o.backend));
+	synced = 1;
+	if (o.outputs)
+		st = write_outputs(&o, comm->rank, outs, n_outs, d);
+	if (!o.quiet && comm->rank == 0 && !st)
+		for (size_t i = 0; i < n_outs; i++)
+			summarize(&outs[i], stdout);
+	if (!st && sref) {
+		int ok = n_ref_out == n_outs, quantized = graph_quantizes(ref->graph);
+		for (size_t i = 0; i < n_outs && i < n_ref_out; i++) {
+			double ea, er, atol, rtol;
+			int64_t bad;
+			int same = compare(&outs[i], &ref_out[i], quantized, &atol, &rtol, &ea, &er, &bad);
+			ok &= same;
+			printf("verify: output '%s' %s: max abs err %.3g, max rel err %.3g (atol %.3g, rtol %.3g%s): "
+			       "%s",
+			       outs[i].name, tpf_dtype_name(outs[i].dtype), ea, er,
+			       atol, rtol, quantized ? ", fp8/fp4-quantized graph" : "", same ? "ok" : "MISMATCH");
+			if (!same && bad)
+				printf(" (%lld elements out of tolerance)", (long long)bad);
+			if (comm->world > 1)
+				printf(" [rank %d]", comm->rank);
+			printf("\n");
+		}
+		fflush(stdout);
+		if (!ok) {
+			msg("error", "--verify: the optimized graph's outputs differ from the unfused graph's");
+			rc = RUN_MISMATCH;
+		}
+	}
+	print_diag(d);
+	st = tpf_comm_agree(comm, st, "writing outputs", d);
+out:
+	print_diag(d);
+	if (rc < 0 || rc == RUN_OK)
+		rc = exit_of(st);
+	if (st && !synced && comm && comm->world > 1) {
+		fflush(stdout);
+		fflush(stderr);
+		tpf_comm_abort(comm, rc ? rc : 1);
+	}
+	tpf_session_free(s);
+	tpf_session_free(sref);
+	tpf_host_tensors_release(in, n_in);
+	tpf_host_tensors_release(ref_out, n_ref_out);
+	tpf_model_free(m);
+	tpf_model_free(ref);
+	tpf_free(path);
+	tpf_comm_free(comm);
+	tpf_diag_free(d);
+	return rc;
+}
+
+int tpf_cli_plan(int argc, char **argv)
+{
+	struct run_opts o;
+	int rc = parse_args(argc, argv, &o, 1);
+	if (rc >= 0)
+		return rc;
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *m = NULL;
+	struct tpf_plan *p = NULL;
+	struct tpf_host_tensor *in = NULL;
+	size_t n_in = 0;
+	char *path = NULL;
+	enum tpf_status st;
+	if (!d)
+		return RUN_ERROR;
+	if (o.rank < 0 || o.world < 1 || o.rank >= o.world) {
+		msg("error", "--rank %d is outside --world-size %d", o.rank, o.world);
+		tpf_diag_free(d);
+		return RUN_USAGE;
+	}
+	path = subst_rank(o.model, o.rank);
+	st = path ? load_model(path, &o, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
+	if (!st) {
+		if (!o.inputs && !o.have_seed)
+			o.have_seed = 1; /* shapes only: declared dims */
+		st = get_inputs(m, &o, o.rank, &in, &n_in, d);
+	}
+	if (!st) {
+		struct tpf_plan_options po = {.backend = o.backend, .rank = o.rank, .world = o.world};
+		st = tpf_plan_build(m, in, n_in, &po, &p, d);
+	}
+	if (!st)
+		st = tpf_plan_print(p, stdout);
+	print_diag(d);
+	tpf_plan_free(p);
+	tpf_host_tensors_release(in, n_in);
+	tpf_model_free(m);
+	tpf_free(path);
+	tpf_diag_free(d);
+	return exit_of(st);
+}

@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/* Sessions: a model bound to a backend device and a communicator; each run
+ * (re)builds the plan when input shapes change, uploads the inputs, runs
+ * the steps and downloads the outputs.  Also the CPU device. */
+#include "runtime-internal.h"
+#include "tpf-runtime-config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ CPU device */
+
+static void *cpu_alloc(struct tpf_device *dev, size_t bytes)
+{
+	/* 64-byte alignment for the kernels' sake; aligned_alloc needs a multiple */
+	size_t n = (bytes + 63) & ~(size_t)63;
+	return aligned_alloc(64, n ? n : 64);
+}
+
+static void cpu_free(struct tpf_device *dev, void *p)
+{
+	free(p);
+}
+
+static enum tpf_status cpu_copy(struct tpf_device *dev, void *dst, const void *src, size_t n,
+				struct tpf_diag *d)
+{
+	if (n && dst != src)
+		memcpy(dst, src, n);
+	return TPF_OK;
+}
+
+static enum tpf_status cpu_sync(struct tpf_device *dev, struct tpf_diag *d)
+{
+	return TPF_OK;
+}
+
+static void cpu_destroy(struct tpf_device *dev)
+{
+	tpf_free(dev);
+}
+
+#ifdef TPF_HAVE_CUDA
+enum tpf_status tpf_cuda_device_create(int local_rank, struct tpf_device **out, struct tpf_diag *d);
+#endif
+
+enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct tpf_device **out,
+				  struct tpf_diag *d)
+{
+	*out = NULL;
+	if (kind == TPF_BACKEND_CUDA) {
+#ifdef TPF_HAVE_CUDA
+		return tpf_cuda_device_create(local_rank, out, d);
+#else
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "this tpfuse was built without CUDA");
+#endif
+	}
+	if (kind != TPF_BACKEND_CPU)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "unknown backend %d", (int)kind);
+	struct tpf_device *dev = tpf_calloc(1, sizeof(*dev));
+	if (!dev)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	dev->kind = TPF_BACKEND_CPU;
+	dev->alloc = cpu_alloc;
+	dev->free = cpu_free;
+	dev->upload = cpu_copy;
+	dev->download = cpu_copy;
+	dev->sync = cpu_sync;
+	dev->destroy = cpu_destroy;
+	*out = dev;
+	return TPF_OK;
+}
+
+void tpf_device_free(struct tpf_device *dev)
+{
+	if (dev && dev->destroy)
+		dev->destroy(dev);
+}
+
+/* ------------------------------------------------------------ sessions */
+
+struct tpf_session {
+	const struct tpf_model *model;
+	struct tpf_session_options opt;
+	struct tpf_comm *comm;
+	int owns_comm;
+	struct tpf_device *dev;
+	struct tpf_plan *plan;
+	void *arena;
+	size_t arena_cap;
+	/* per plan: device copies of constants (non-CPU), operand arrays */
+	void **const_dev;
+	struct tpf_ktensor **kin, **kout;
+	struct tpf_host_tensor *outs;
+	size_t n_outs;
+};
+
+static void unbind(struct tpf_session *s)
+{
+	struct tpf_plan *p = s->plan;
+	if (!p)
+		return;
+	if (s->const_dev) {
+		for (size_t i = 0; i < p->n_values; i++)
+			if (s->const_dev[i] && s->dev->kind != TPF_BACKEND_CPU)
+				s->dev->free(s->dev, s->const_dev[i]);
+		tpf_free(s->const_dev);
+		s->const_dev = NULL;
+	}
+	if (s->kin) {
+		for (size_t i = 0; i < p->n_steps; i++) {
+			tpf_free(s->kin[i]);
+			tpf_free(s->kout[i]);
+		}
+	}
+	tpf_free(s->kin);
+	tpf_free(s->kout);
+	s->kin = s->kout = NULL;
+	for (size_t i = 0; i < s->n_outs; i++)
+		tpf_free(s->outs[i].data);
+	tpf_free(s->outs);
+	s->outs = NULL;
+	s->n_outs = 0;
+	tpf_plan_free(p);
+	s->plan = NULL;
+}
+
+static void *value_data(struct tpf_session *s, int idx)
+{
+	const struct rt_value *r = &s->plan->values[idx];
+	if (r->known)
+		return s->const_dev[idx];
+	if (r->buffer < 0)
+		return NULL;
+	return (char *)s->arena + s->plan->buffers[r->buffer].offset;
+}
+
+/* Device memory for the plan, operand arrays, output host buffers. */
+static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
+{
+	struct tpf_plan *p = s->plan;
+	if (p->arena_bytes > s->arena_cap || !s->arena) {
+		if (s->arena)
+			s->dev->free(s->dev, s->arena);
+		s->arena = s->dev->alloc(s->dev, p->arena_bytes ? p->arena_bytes : 64);
+		s->arena_cap = s->arena ? p->arena_bytes : 0;
+		if (!s->arena)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate a %zu-byte arena on %s",
+					     p->arena_bytes, tpf_backend_name(s->dev->kind));
+	}
+	s->const_dev = tpf_calloc(p->n_values + 1, sizeof(void *));
+	s->kin = tpf_calloc(p->n_steps + 1, sizeof(*s->kin));
+	s->kout = tpf_calloc(p->n_steps + 1, sizeof(*s->kout));
+	s->outs = tpf_calloc(p->n_outputs + 1, sizeof(*s->outs));
+	if (!s->const_dev || !s->kin || !s->kout || !s->outs)
+		return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (!r->known)
+			continue;
+		if (s->dev->kind == TPF_BACKEND_CPU) {
+			s->const_dev[i] = r->host;
+			continue;
+		}
+		s->const_dev[i] = s->dev->alloc(s->dev, r->t.nbytes ? r->t.nbytes : 1);
+		if (!s->const_dev[i])
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate constant '%s'", r->name);
+		enum tpf_status st = s->dev->upload(s->dev, s->const_dev[i], r->host, r->t.nbytes, d);
+		if (st)
+			return st;
+	}
+	for (size_t k = 0; k < p->n_steps; k++) {
+		const struct rt_step *st = &p->steps[k];
+		s->kin[k] = tpf_calloc(st->n_in + 1, sizeof(struct tpf_ktensor));
+		s->kout[k] = tpf_calloc(st->n_out + 1, sizeof(struct tpf_ktensor));
+		if (!s->kin[k] || !s->kout[k])
+			return TPF_ERR_NOMEM;
+		for (size_t i = 0; i < st->n_in; i++) {
+			struct tpf_ktensor *t = &s->kin[k][i];
+			if (st->ins[i] < 0) {
+				t->rank = -1;
+				continue;
+			}
+			*t = p->values[st->ins[i]].t;
+			t->data = value_data(s, st->ins[i]);
+			t->host = p->values[st->ins[i]].known ? p->values[st->ins[i]].host : NULL;
+		}
+		for (size_t i = 0; i < st->n_out; i++) {
+			struct tpf_ktensor *t = &s->kout[k][i];
+			if (st->outs[i] < 0) {
+				t->rank = -1;
+				continue;
+			}
+			*t = p->values[st->outs[i]].t;
+			t->data = value_data(s, st->outs[i]);
+		}
+	}
+	s->n_outs = p->n_outputs;
+	for (size_t i = 0; i < p->n_outputs; i++) {
+		const struct rt_value *r = &p->values[p->outputs[i]];
+		struct tpf_host_tensor *o = &s->outs[i];
+		o->name = p->graph->outputs[i]->name;
+		o->dtype = r->t.dtype;
+		o->rank = r->t.rank;
+		memcpy(o->dims, r->t.dims, sizeof(int64_t) * (size_t)r->t.rank);
+		o->nbytes = r->t.nbytes;
+		o->data = tpf_malloc(r->t.nbytes ? r->t.nbytes : 1);
+		if (!o->data)
+			return TPF_ERR_NOMEM;
+	}
+	return TPF_OK;
+}
+
+static enum tpf_status check_model_world(const struct tpf_model *m, const struct tpf_comm *c,
+					 struct tpf_diag *d)
+{
+	const char *w = tpf_model_metadata(m, "tp_world_size");
+	const char *r = tpf_model_metadata(m, "tp_rank");
+	if (w) {
+		char *end;
+		long v = strtol(w, &end, 10);
+		if (*w && !*end && v != c->world)
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "the model was made for world size %ld (metadata tp_world_size) "
+					     "but runs with %d rank%s",
+					     v, c->world, c->world == 1 ? "" : "s");
+	}
+	if (r && c->world > 1) {
+		char *end;
+		long v = strtol(r, &end, 10);
+		if (*r && !*end && v != c->rank)
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "the model is rank %ld's shard (metadata tp_rank) but runs as rank %d",
+					     v, c->rank);
+	}
+	return TPF_OK;
+}
+
+enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_session_options *o,
+				   struct tpf_session **out, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	*out = NULL;
+	if (!m || !m->graph)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "session: no model");
+	struct tpf_session *s = tpf_calloc(1, sizeof(*s));
+	if (!s)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	s->model = m;
+	if (o)
+		s->opt = *o;
+	if (s->opt.comm) {
+		s->comm = s->opt.comm;
+	} else {
+		if ((st = tpf_comm_create_self(NULL, &s->comm, d)))
+			goto out_fail;
+		s->owns_comm = 1;
+	}
+	if ((st = tpf_device_create(s->opt.backend, s->comm->local_rank, &s->dev, d)))
+		goto out_fail;
+	if ((st = check_model_world(m, s->comm, d)))
+		goto out_fail;
+	if (!s->opt.no_structure_check &&
+	    (st = tpf_comm_check_same(s->comm, tpf_graph_structure_hash(m->graph),
+				      "the graph structure (ops, attributes, wiring, weight shapes)", d)))
+		goto out_fail;
+	*out = s;
+	return TPF_OK;
+out_fail:
+	tpf_session_free(s);
+	return st;
+}
+
+void tpf_session_free(struct tpf_session *s)
+{
+	if (!s)
+		return;
+	unbind(s);
+	if (s->arena)
+		s->dev->free(s->dev, s->arena);
+	tpf_device_free(s->dev);
+	if (s->owns_comm)
+		tpf_comm_free(s->comm);
+	tpf_free(s);
+}
+
+const struct tpf_plan *tpf_session_plan(const struct tpf_session *s)
+{
+	return s->plan;
+}
+
+static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag *d)
+{
+	const struct tpf_plan *p = s->plan;
+	const struct rt_step *st = &p->steps[k];
+	struct tpf_ktensor *in = s->kin[k], *out = s->kout[k];
+	struct tpf_comm *c = s->comm;
+	enum tpf_status rc;
+	char who[256];
+	switch (st->kind) {
+	case RT_STEP_KERNEL: {
+		struct tpf_kernel_call call = {.node = st->node, .opset = p->opset, .in = in,
+					       .n_in = st->n_in, .out = out, .n_out = st->n_out,
+					       .stream = s->dev->stream, .rank = c->rank,
+					       .world = c->world, .diag = d};
+		return st->kernel->run(&call);
+	}
+	case RT_STEP_ALLREDUCE:
+		rc = c->ops->allreduce_sum(c, in[0].data, out[0].data, (size_t)in[0].numel, in[0].dtype,
+					   s->dev->stream, d);
+		break;
+	case RT_STEP_ALLGATHER:
+		rc = c->ops->allgather(c, in[0].data, out[0].data, in[0].nbytes, s->dev->stream, d);
+		break;
+	case RT_STEP_ALLTOALL:
+		rc = c->ops->alltoall(c, in[0].data, out[0].data, in[0].nbytes / (size_t)c->world,
+				      s->dev->stream, d);
+		break;
+	default:
+		return TPF_ERR_INVALID;
+	}
+	if (rc)
+		tpf_diag_add(d, TPF_SEV_ERROR, "in %s", tpf_node_describe(st->node, who, sizeof(who)));
+	return rc;
+}
+
+static uint64_t shape_key(const struct tpf_host_tensor *in, size_t n)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (size_t i = 0; i < n; i++) {
+		const char *nm = in[i].name ? in[i].name : "";
+		for (const char *c = nm; *c; c++)
+			h = (h ^ (uint8_t)*c) * UINT64_C(0x100000001b3);
+		int64_t vals[2] = {in[i].dtype, in[i].rank};
+		for (int k = 0; k < 2 + (in[i].rank > 0 ? in[i].rank : 0) && k < 2 + TPF_KERNEL_MAX_RANK; k++) {
+			int64_t v = k < 2 ? vals[k] : in[i].dims[k - 2];
+			for (int b = 0; b < 8; b++)
+				h = (h ^ (uint8_t)(v >> (8 * b))) * UINT64_C(0x100000001b3);
+		}
+	}
+	return h;
+}
+
+enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
+				size_t n_inputs, const struct tpf_host_tensor **outputs,
+				size_t *n_outputs, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	uint64_t key = shape_key(inputs, n_inputs);
+	if (!s->plan || s->plan->shape_hash != key) {
+		unbind(s);
+		struct tpf_plan_options po = s->opt.plan;
+		po.backend = s->opt.backend;
+		po.rank = s->comm->rank;
+		po.world = s->comm->world;
+		/* agree on the input shapes before any rank builds a plan */
+		if ((st = tpf_comm_check_same(s->comm, key, "the input names, dtypes and shapes", d)))
+			return st;
+		st = tpf_plan_build(s->model, inputs, n_inputs, &po, &s->plan, d);
+		if (!st) {
+			s->plan->shape_hash = key;
+			st = bind(s, d);
+		}
+		/* a rank that cannot build its plan must not leave the others
+		 * waiting in the first collective */
+		if ((st = tpf_comm_agree(s->comm, st, "building its plan", d))) {
+			unbind(s);
+			return st;
+		}
+	}
+	struct tpf_plan *p = s->plan;
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (!r->is_input || r->buffer < 0)
+			continue;
+		if ((st = s->dev->upload(s->dev, value_data(s, (int)i), inputs[r->input_index].data,
+					 r->t.nbytes, d)))
+			return st;
+	}
+	for (size_t k = 0; k < p->n_steps; k++)
+		if ((st = run_step(s, k, d)))
+			return st;
+	for (size_t i = 0; i < p->n_outputs; i++) {
+		int v = p->outputs[i];
+		const struct rt_value *r = &p->values[v];
+		if (r->known)
+			memcpy(s->outs[i].data, r->host, r->t.nbytes);
+		else if ((st = s->dev->download(s->dev, s->outs[i].data, value_data(s, v), r->t.nbytes, d)))
+			return st;
+	}
+	if ((st = s->dev->sync(s->dev, d)))
+		return st;
+	*outputs = s->outs;
+	*n_outputs = s->n_outs;
+	return TPF_OK;
+}
+
+int tpf_host_tensor_bytes(const struct tpf_host_tensor *t, size_t *out)
+{
+	uint64_t n = 1;
+	if (t->rank < 0 || t->rank > TPF_KERNEL_MAX_RANK)
+		return -1;
+	for (int i = 0; i < t->rank; i++) {
+		if (t->dims[i] < 0 || (t->dims[i] && n > UINT64_MAX / (uint64_t)t->dims[i]))
+			return -1;
+		n *= (uint64_t)t->dims[i];
+	}
+	if (t->dtype == TPF_DTYPE_STRING)
+		return -1;
+	return tpf_dtype_storage_bytes(t->dtype, n, out);
+}
