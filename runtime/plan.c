@@ -344,6 +344,14 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 		}
 		r->is_input = 1;
 		r->input_index = (int)(t - in);
+		if (tpf_dtype_is_integral(t->dtype) && r->t.numel <= TPF_RT_HINT_MAX_ELEMS) {
+			r->host = tpf_malloc(r->t.nbytes ? r->t.nbytes : 1);
+			if (!r->host)
+				return TPF_ERR_NOMEM;
+			memcpy(r->host, t->data, r->t.nbytes);
+			r->owns_host = 1;
+			r->host_hint = 1;
+		}
 	}
 	/* symbolic dims bound consistently: the same name, the same value */
 	for (size_t i = 0; i < g->n_inputs; i++) {
@@ -499,7 +507,7 @@ static void fill_ktensor(const struct tpf_plan *p, int idx, struct tpf_ktensor *
 		return;
 	}
 	*t = p->values[idx].t;
-	t->host = p->values[idx].known ? p->values[idx].host : NULL;
+	t->host = p->values[idx].known || p->values[idx].host_hint ? p->values[idx].host : NULL;
 	t->data = (void *)t->host;
 }
 

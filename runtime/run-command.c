@@ -413,6 +413,8 @@ static int compare(const struct tpf_host_tensor *a, const struct tpf_host_tensor
 {
 	double atol, rtol;
 	tolerance(b->dtype, &atol, &rtol);
+	*atol_out = atol;
+	*rtol_out = rtol;
 	*max_abs = *max_rel = 0;
 	*n_bad = 0;
 	if (a->dtype != b->dtype || a->rank != b->rank)

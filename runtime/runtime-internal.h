@@ -13,6 +13,9 @@ struct rt_value {
 	int known;                 /* value known when the plan was built */
 	void *host;                /* its bytes when known */
 	int owns_host;             /* host allocated by the plan (folded) */
+	int host_hint;             /* a small integer input: host holds this run's
+				    * values for shape functions; the plan is
+				    * rebuilt when they change */
 	int buffer;                /* arena buffer, -1 none (constants) */
 	int def_step, last_step;   /* live range in steps (-1: before the first) */
 	int is_input, is_output;
@@ -61,6 +64,10 @@ struct tpf_plan {
 	size_t n_outputs;
 	uint64_t shape_hash; /* of the bound inputs */
 };
+
+/* Integer inputs of at most this many elements are read when the plan is
+ * built (Split sizes, Reshape shapes given as inputs). */
+#define TPF_RT_HINT_MAX_ELEMS 64
 
 /* Fills the output dtypes and dims of a call whose inputs are bound (host
  * copies set where known).  out[i] of omitted outputs are left alone (the

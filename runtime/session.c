@@ -183,7 +183,9 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 			}
 			*t = p->values[st->ins[i]].t;
 			t->data = value_data(s, st->ins[i]);
-			t->host = p->values[st->ins[i]].known ? p->values[st->ins[i]].host : NULL;
+			t->host = p->values[st->ins[i]].known || p->values[st->ins[i]].host_hint
+					  ? p->values[st->ins[i]].host
+					  : NULL;
 		}
 		for (size_t i = 0; i < st->n_out; i++) {
 			struct tpf_ktensor *t = &s->kout[k][i];
@@ -331,6 +333,12 @@ static uint64_t shape_key(const struct tpf_host_tensor *in, size_t n)
 		const char *nm = in[i].name ? in[i].name : "";
 		for (const char *c = nm; *c; c++)
 			h = (h ^ (uint8_t)*c) * UINT64_C(0x100000001b3);
+		/* small integer inputs: their values too (see TPF_RT_HINT_MAX_ELEMS) */
+		size_t nb;
+		if (tpf_dtype_is_integral(in[i].dtype) && in[i].data && !tpf_host_tensor_bytes(&in[i], &nb) &&
+		    nb <= TPF_RT_HINT_MAX_ELEMS * 8)
+			for (size_t b = 0; b < nb; b++)
+				h = (h ^ ((const uint8_t *)in[i].data)[b]) * UINT64_C(0x100000001b3);
 		int64_t vals[2] = {in[i].dtype, in[i].rank};
 		for (int k = 0; k < 2 + (in[i].rank > 0 ? in[i].rank : 0) && k < 2 + TPF_KERNEL_MAX_RANK; k++) {
 			int64_t v = k < 2 ? vals[k] : in[i].dims[k - 2];

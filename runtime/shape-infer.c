@@ -612,6 +612,11 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 			return fail(n, d, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
 		if (c->n_out > 3)
 			return fail(n, d, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
+		if (in_opt(c, 6))
+			return fail(n, d, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen is not supported");
+		if (tpf_node_attr_int(n, "left_window_size", -1) >= 0 ||
+		    tpf_node_attr_int(n, "right_window_size", -1) >= 0)
+			return fail(n, d, TPF_ERR_UNSUPPORTED, "windowed attention is not supported");
 		dims[0] = x->dims[0], dims[1] = x->dims[1], dims[2] = x->dims[2], dims[3] = vv->dims[3];
 		set_shape(y, x->dtype, 4, dims);
 		int64_t total = k->dims[2] + (pk ? pk->dims[2] : 0);

@@ -404,16 +404,11 @@ void tpf_elem_store(enum tpf_dtype t, void *base, int64_t i, double v, int satur
 		tpf_elem_store_int(t, base, i, clamp_to_int(v, 0, 4294967295.0));
 		return;
 	case TPF_DTYPE_UINT4:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, 0, 15));
-		return;
 	case TPF_DTYPE_INT4:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, -8, 7));
-		return;
 	case TPF_DTYPE_UINT2:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, 0, 3));
-		return;
 	case TPF_DTYPE_INT2:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, -2, 1));
+		/* truncated, then wrapped to the width (as ONNX's reference does) */
+		tpf_elem_store_int(t, base, i, clamp_to_int(v, -1e15, 1e15));
 		return;
 	default:
 		return;

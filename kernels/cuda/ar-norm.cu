@@ -180,8 +180,8 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 		float g[8], y[8];
 		unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
 #pragma unroll
-		for (int i = 0; i < N; i++) // as ONNX RMSNormalization: normalize, round, scale
-			y[i] = round_to<T>(acc[k][i] * inv) * round_to<T>(g[i] + o.weight_offset);
+		for (int i = 0; i < N; i++) // docs/ops.md: computed in float, rounded once
+			y[i] = acc[k][i] * inv * (g[i] + o.weight_offset);
 		if (o.norm_out)
 			reinterpret_cast<uint4 *>(o.norm_out)[base + c] = pack<T>(y);
 		if (o.fp8_out) {
@@ -726,7 +726,7 @@ __device__ void row_normalize(const ShardedParams &p, int i, int64_t row, float 
 		unpack<T>(gam[c], g);
 #pragma unroll
 		for (int k = 0; k < N; k++)
-			f[k] = round_to<T>(f[k] * inv) * round_to<T>(g[k] + p.weight_offset);
+			f[k] = f[k] * inv * (g[k] + p.weight_offset);
 		dst[c] = pack<T>(f);
 	}
 }
