@@ -1679,11 +1679,29 @@ static void infer_tpf(struct infer_ctx *c, const struct tpf_node *n)
 
 	in_type(n, 0, &x);
 	switch (n->op) {
-	case TPF_OP_TPF_RMS_NORM:
+	case TPF_OP_TPF_RMS_NORM: {
+		/* docs/ops.md: Y has gamma's element type, X's shape */
+		struct itype g, y = x;
+		in_type(n, 1, &g);
+		if (g.dtype != TPF_DTYPE_UNDEFINED)
+			y.dtype = g.dtype;
+		set_output(c, n, 0, &y);
+		break;
+	}
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
 		set_output(c, n, 0, &x);
 		set_output(c, n, 1, &x);
 		break;
+	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
+		/* y: fp8 or fp4 by `quant`; residual_out and norm_out: X's type */
+		struct itype q = x;
+		const char *quant = tpf_node_attr_string(n, "quant", "fp8");
+		q.dtype = strcmp(quant, "fp8") == 0 ? TPF_DTYPE_FLOAT8E4M3FN : TPF_DTYPE_FLOAT4E2M1;
+		set_output_ex(c, n, 0, &q, SET_WEAK, TPF_DTYPE_UNDEFINED);
+		set_output(c, n, 1, &x);
+		set_output(c, n, 3, &x);
+		break;
+	}
 	case TPF_OP_TPF_SIGMOID_GATE_ADD:
 		infer_elementwise(c, n, 0, 3, x.dtype);
 		break;

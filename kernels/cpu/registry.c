@@ -47,7 +47,7 @@ static const struct tpf_kernel cpu_kernels[] = {
 	K("gemm", GEMM, MAIN, NUM, 0, tpf_cpu_gemm),
 	K("reduce", REDUCE_MEAN, MAIN, NUM, 0, tpf_cpu_reduce),
 	K("reduce", REDUCE_SUM, MAIN, NUM, 0, tpf_cpu_reduce),
-	K("reduce", REDUCE_MAX, MAIN, NUM, 0, tpf_cpu_reduce),
+	K("reduce", REDUCE_MAX, MAIN, NUM | B(BOOL), 0, tpf_cpu_reduce),
 	K("softmax", SOFTMAX, MAIN, FLOATS, 0, tpf_cpu_softmax),
 	K("topk", TOPK, MAIN, NUM, 0, tpf_cpu_topk),
 	K("argmax", ARGMAX, MAIN, NUM, 0, tpf_cpu_argmax),

@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: MIT
+// Private to kernels/cuda: element access for every dtype the CUDA kernels
+// handle, index helpers, launch helpers and the kernel entry points.
+#ifndef TPF_CUDA_COMMON_CUH
+#define TPF_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+
+extern "C" {
+#include "cpu/cpu-kernels.h"
+}
+
+#include "cuda-kernels.h"
+
+namespace tpfc {
+
+// ------------------------------------------------------------ element access
+// Dtypes are passed to kernels as ints (enum tpf_dtype values); switches on
+// them are uniform across a launch.
+
+__device__ __forceinline__ float e2m1_to_f(unsigned code)
+{
+	const float mag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+	float v = mag[code & 7];
+	return (code & 8) ? -v : v;
+}
+
+// Round to nearest even e2m1 code, saturating at 6; NaN gives -0 (code 8).
+__device__ __forceinline__ unsigned f_to_e2m1(float v)
+{
+	if (isnan(v))
+		return 8;
+	unsigned s = signbit(v) ? 8u : 0u;
+	float a = fabsf(v);
+	unsigned c;
+	if (a <= 0.25f)
+		c = 0;
+	else if (a < 0.75f)
+		c = 1;
+	else if (a <= 1.25f)
+		c = 2;
+	else if (a < 1.75f)
+		c = 3;
+	else if (a <= 2.5f)
+		c = 4;
+	else if (a < 3.5f)
+		c = 5;
+	else if (a <= 5.f)
+		c = 6;
+	else
+		c = 7;
+	return s | c;
+}
+
+__device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		return ((const float *)p)[i];
+	case TPF_DTYPE_FLOAT16:
+		return __half2float(((const __half *)p)[i]);
+	case TPF_DTYPE_BFLOAT16:
+		return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+	case TPF_DTYPE_DOUBLE:
+		return ((const double *)p)[i];
+	case TPF_DTYPE_FLOAT8E4M3FN: {
+		__nv_fp8_e4m3 v;
+		v.__x = ((const uint8_t *)p)[i];
+		return (float)v;
+	}
+	case TPF_DTYPE_FLOAT8E5M2: {
+		__nv_fp8_e5m2 v;
+		v.__x = ((const uint8_t *)p)[i];
+		return (float)v;
+	}
+	case TPF_DTYPE_FLOAT4E2M1:
+		return e2m1_to_f((((const uint8_t *)p)[i >> 1] >> ((i & 1) * 4)) & 0xf);
+	case TPF_DTYPE_BOOL:
+	case TPF_DTYPE_UINT8:
+		return ((const uint8_t *)p)[i];
+	case TPF_DTYPE_INT8:
+		return ((const int8_t *)p)[i];
+	case TPF_DTYPE_UINT16:
+		return ((const uint16_t *)p)[i];
+	case TPF_DTYPE_INT16:
+		return ((const int16_t *)p)[i];
+	case TPF_DTYPE_INT32:
+		return ((const int32_t *)p)[i];
+	case TPF_DTYPE_UINT32:
+		return ((const uint32_t *)p)[i];
+	case TPF_DTYPE_INT64:
+		return (double)((const int64_t *)p)[i];
+	case TPF_DTYPE_UINT64:
+		return (double)((const uint64_t *)p)[i];
+	default:
+		return 0;
+	}
+}
+
+__device__ __forceinline__ float ld_f(int dt, const void *p, int64_t i)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		return ((const float *)p)[i];
+	case TPF_DTYPE_FLOAT16:
+		return __half2float(((const __half *)p)[i]);
+	case TPF_DTYPE_BFLOAT16:
+		return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+	default:
+		return (float)ld_d(dt, p, i);
+	}
+}
+
+__device__ __forceinline__ int64_t ld_i(int dt, const void *p, int64_t i)
+{
+	switch (dt) {
+	case TPF_DTYPE_BOOL:
+	case TPF_DTYPE_UINT8:
+		return ((const uint8_t *)p)[i];
+	case TPF_DTYPE_INT8:
+		return ((const int8_t *)p)[i];
+	case TPF_DTYPE_UINT16:
+		return ((const uint16_t *)p)[i];
+	case TPF_DTYPE_INT16:
+		return ((const int16_t *)p)[i];
+	case TPF_DTYPE_INT32:
+		return ((const int32_t *)p)[i];
+	case TPF_DTYPE_UINT32:
+		return ((const uint32_t *)p)[i];
+	case TPF_DTYPE_INT64:
+		return ((const int64_t *)p)[i];
+	case TPF_DTYPE_UINT64:
+		return (int64_t)((const uint64_t *)p)[i];
+	default: {
+		double v = ld_d(dt, p, i);
+		return isnan(v) ? 0 : (int64_t)v;
+	}
+	}
+}
+
+__device__ __forceinline__ int64_t clamp_i(double v, double lo, double hi)
+{
+	if (isnan(v))
+		return 0;
+	v = trunc(v);
+	v = v < lo ? lo : v > hi ? hi : v;
+	return (int64_t)v;
+}
+
+// Integer store with C-cast wrapping (sub-byte types are not stored here).
+__device__ __forceinline__ void st_i(int dt, void *p, int64_t i, int64_t v)
+{
+	switch (dt) {
+	case TPF_DTYPE_BOOL:
+		((uint8_t *)p)[i] = v != 0;
+		return;
+	case TPF_DTYPE_UINT8:
+		((uint8_t *)p)[i] = (uint8_t)v;
+		return;
+	case TPF_DTYPE_INT8:
+		((int8_t *)p)[i] = (int8_t)v;
+		return;
+	case TPF_DTYPE_UINT16:
+		((uint16_t *)p)[i] = (uint16_t)v;
+		return;
+	case TPF_DTYPE_INT16:
+		((int16_t *)p)[i] = (int16_t)v;
+		return;
+	case TPF_DTYPE_INT32:
+		((int32_t *)p)[i] = (int32_t)v;
+		return;
+	case TPF_DTYPE_UINT32:
+		((uint32_t *)p)[i] = (uint32_t)v;
+		return;
+	case TPF_DTYPE_INT64:
+		((int64_t *)p)[i] = v;
+		return;
+	case TPF_DTYPE_UINT64:
+		((uint64_t *)p)[i] = (uint64_t)v;
+		return;
+	case TPF_DTYPE_FLOAT:
+		((float *)p)[i] = (float)v;
+		return;
+	case TPF_DTYPE_DOUBLE:
+		((double *)p)[i] = (double)v;
+		return;
+	case TPF_DTYPE_FLOAT16:
+		((__half *)p)[i] = __float2half_rn((float)v);
+		return;
+	case TPF_DTYPE_BFLOAT16:
+		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
+		return;
+	default:
+		return;
+	}
+}
+
+// Float store: round to nearest even; fp8 saturates when `sat`; integers
+// truncate toward zero and clamp (NaN gives 0), as Cast does.
+__device__ __forceinline__ void st_d(int dt, void *p, int64_t i, double v, int sat = 1)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		((float *)p)[i] = (float)v;
+		return;
+	case TPF_DTYPE_DOUBLE:
+		((double *)p)[i] = v;
+		return;
+	case TPF_DTYPE_FLOAT16:
+		((__half *)p)[i] = __float2half_rn((float)v);
+		return;
+	case TPF_DTYPE_BFLOAT16:
+		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
+		return;
+	case TPF_DTYPE_FLOAT8E4M3FN:
+		((uint8_t *)p)[i] = (uint8_t)__nv_cvt_float_to_fp8((float)v, sat ? __NV_SATFINITE : __NV_NOSAT,
+								    __NV_E4M3);
+		return;
+	case TPF_DTYPE_FLOAT8E5M2:
+		((uint8_t *)p)[i] = (uint8_t)__nv_cvt_float_to_fp8((float)v, sat ? __NV_SATFINITE : __NV_NOSAT,
+								    __NV_E5M2);
+		return;
+	case TPF_DTYPE_BOOL:
+		((uint8_t *)p)[i] = v != 0;
+		return;
+	case TPF_DTYPE_UINT8:
+		((uint8_t *)p)[i] = (uint8_t)clamp_i(v, 0, 255);
+		return;
+	case TPF_DTYPE_INT8:
+		((int8_t *)p)[i] = (int8_t)clamp_i(v, -128, 127);
+		return;
+	case TPF_DTYPE_UINT16:
+		((uint16_t *)p)[i] = (uint16_t)clamp_i(v, 0, 65535);
+		return;
+	case TPF_DTYPE_INT16:
+		((int16_t *)p)[i] = (int16_t)clamp_i(v, -32768, 32767);
+		return;
+	case TPF_DTYPE_INT32:
+		((int32_t *)p)[i] = (int32_t)clamp_i(v, -2147483648.0, 2147483647.0);
+		return;
+	case TPF_DTYPE_UINT32:
+		((uint32_t *)p)[i] = (uint32_t)clamp_i(v, 0, 4294967295.0);
+		return;
+	case TPF_DTYPE_INT64:
+		((int64_t *)p)[i] = clamp_i(v, -9.2233720368547758e18, 9.2233720368547748e18);
+		return;
+	case TPF_DTYPE_UINT64:
+		((uint64_t *)p)[i] = isnan(v) || v <= 0 ? 0
+				     : v >= 1.8446744073709552e19 ? UINT64_MAX
+								  : (uint64_t)v;
+		return;
+	default:
+		return;
+	}
+}
+
+__device__ __forceinline__ void st_f(int dt, void *p, int64_t i, float v, int sat = 1)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		((float *)p)[i] = v;
+		return;
+	case TPF_DTYPE_FLOAT16:
+		((__half *)p)[i] = __float2half_rn(v);
+		return;
+	case TPF_DTYPE_BFLOAT16:
+		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+		return;
+	default:
+		st_d(dt, p, i, (double)v, sat);
+		return;
+	}
+}
+
+// Rounds v through dtype dt, as storing and reloading would.
+__device__ __forceinline__ float round_through(int dt, float v)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT16:
+		return __half2float(__float2half_rn(v));
+	case TPF_DTYPE_BFLOAT16:
+		return __bfloat162float(__float2bfloat16_rn(v));
+	case TPF_DTYPE_FLOAT8E4M3FN: {
+		__nv_fp8_e4m3 q;
+		q.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+		return (float)q;
+	}
+	default:
+		return v;
+	}
+}
+
+// ------------------------------------------------------------ indexing
+// A strided view of up to kMaxOps operands over an output of `rank` dims
+// (dims collapsed on the host where possible).
+
+constexpr int kMaxRank = TPF_KERNEL_MAX_RANK;
+constexpr int kMaxOps = 4;
+
+struct Strided {
+	int rank, n;
+	int64_t dims[kMaxRank];
+	int64_t strides[kMaxOps][kMaxRank];
+};
+
+// Offsets of output element i in each operand.
+template <typename I>
+__device__ __forceinline__ void offsets(const Strided &s, I i, I *off)
+{
+#pragma unroll
+	for (int k = 0; k < kMaxOps; k++)
+		off[k] = 0;
+	for (int d = s.rank - 1; d >= 0; d--) {
+		I dim = (I)s.dims[d];
+		I idx = i % dim;
+		i /= dim;
+#pragma unroll
+		for (int k = 0; k < kMaxOps; k++)
+			if (k < s.n)
+				off[k] += idx * (I)s.strides[k][d];
+	}
+}
+
+} // namespace tpfc
+
+// ------------------------------------------------------------ host helpers
+
+// Broadcast strides of each input against out (numpy rules), with adjacent
+// dims merged where every operand allows.  -1 when an input does not
+// broadcast.
+int tpfc_strided_bcast(tpfc::Strided *s, const struct tpf_ktensor *out,
+		       const struct tpf_ktensor *const *ins, int n);
+// One operand with explicit strides (in elements) over out dims; merges dims.
+void tpfc_strided_collapse(tpfc::Strided *s);
+
+// Blocks for a grid-stride loop over n items.
+unsigned tpfc_blocks(int64_t n, int threads);
+
+// Status of the last launch: TPF_OK or a message naming the node.
+enum tpf_status tpfc_launched(const struct tpf_kernel_call *c, const char *what);
+// A message for a failed CUDA runtime call.
+enum tpf_status tpfc_cuda_fail(const struct tpf_kernel_call *c, const char *what, cudaError_t e);
+
+static inline cudaStream_t tpfc_stream(const struct tpf_kernel_call *c)
+{
+	return (cudaStream_t)c->stream;
+}
+
+// 1 when the dtype is handled by the generic float path on the GPU.
+int tpfc_float_ok(enum tpf_dtype t);
+// 1 when the dtype is handled by the generic integer path on the GPU.
+int tpfc_int_ok(enum tpf_dtype t);
+
+#endif

@@ -1,0 +1,513 @@
+// SPDX-License-Identifier: MIT
+// Elementwise CUDA kernels with numpy broadcasting: binary arithmetic and
+// comparisons, variadic Max/Min, unary math, Where, Cast, SigmoidGateAdd.
+// bf16/fp16/fp32/fp8 compute in float32 and round once; DOUBLE in double;
+// integer types in int64 (as the CPU reference kernels do).
+#include "cuda-common.cuh"
+#include "tpf-cuda.h"
+
+#include <string.h>
+
+using namespace tpfc;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+enum Mode { kFloat = 0, kDouble = 1, kInt = 2, kPowInt = 3 };
+
+template <typename A> __device__ __forceinline__ A binop(int op, A a, A b)
+{
+	switch (op) {
+	case TPF_OP_ADD:
+		return a + b;
+	case TPF_OP_SUB:
+		return a - b;
+	case TPF_OP_MUL:
+		return a * b;
+	case TPF_OP_DIV:
+		return a / b;
+	case TPF_OP_POW:
+		return pow(a, b);
+	case TPF_OP_MAX:
+		return isnan(a) || isnan(b) ? (A)NAN : (a > b ? a : b);
+	case TPF_OP_MIN:
+		return isnan(a) || isnan(b) ? (A)NAN : (a < b ? a : b);
+	case TPF_OP_EQUAL:
+		return a == b;
+	case TPF_OP_GREATER:
+		return a > b;
+	case TPF_OP_LESS:
+		return a < b;
+	default:
+		return (A)NAN;
+	}
+}
+
+__device__ __forceinline__ float binop(int op, float a, float b)
+{
+	switch (op) {
+	case TPF_OP_ADD:
+		return a + b;
+	case TPF_OP_SUB:
+		return a - b;
+	case TPF_OP_MUL:
+		return a * b;
+	case TPF_OP_DIV:
+		return __fdiv_rn(a, b);
+	case TPF_OP_POW:
+		// x^2, the RMSNorm idiom, exactly
+		return b == 2.0f ? a * a : powf(a, b);
+	case TPF_OP_MAX:
+		return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
+	case TPF_OP_MIN:
+		return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
+	case TPF_OP_EQUAL:
+		return a == b;
+	case TPF_OP_GREATER:
+		return a > b;
+	case TPF_OP_LESS:
+		return a < b;
+	default:
+		return NAN;
+	}
+}
+
+__device__ __forceinline__ int64_t binop_i(int op, int64_t a, int64_t b)
+{
+	switch (op) {
+	case TPF_OP_ADD:
+		return (int64_t)((uint64_t)a + (uint64_t)b);
+	case TPF_OP_SUB:
+		return (int64_t)((uint64_t)a - (uint64_t)b);
+	case TPF_OP_MUL:
+		return (int64_t)((uint64_t)a * (uint64_t)b);
+	case TPF_OP_DIV:
+		if (b == 0 || (b == -1 && a == INT64_MIN))
+			return 0;
+		return a / b;
+	case TPF_OP_MAX:
+		return a > b ? a : b;
+	case TPF_OP_MIN:
+		return a < b ? a : b;
+	case TPF_OP_EQUAL:
+		return a == b;
+	case TPF_OP_GREATER:
+		return a > b;
+	case TPF_OP_LESS:
+		return a < b;
+	default:
+		return 0;
+	}
+}
+
+struct BinArgs {
+	int op, mode, da, db, dy;
+	const void *a, *b;
+	void *y;
+};
+
+template <typename I> __global__ void binary_kernel(BinArgs p, I n, Strided s)
+{
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+		I off[kMaxOps];
+		offsets<I>(s, i, off);
+		switch (p.mode) {
+		case kFloat:
+			st_f(p.dy, p.y, i, binop(p.op, ld_f(p.da, p.a, off[0]), ld_f(p.db, p.b, off[1])));
+			break;
+		case kDouble:
+			st_d(p.dy, p.y, i, binop<double>(p.op, ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1])));
+			break;
+		case kInt:
+			st_i(p.dy, p.y, i, binop_i(p.op, ld_i(p.da, p.a, off[0]), ld_i(p.db, p.b, off[1])));
+			break;
+		default:
+			st_d(p.dy, p.y, i, rint(pow(ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1]))));
+			break;
+		}
+	}
+}
+
+// Same-shape or scalar-operand bf16/fp16/fp32 arithmetic: no index math.
+template <typename T> struct Cvt;
+template <> struct Cvt<float> {
+	__device__ static float in(float v) { return v; }
+	__device__ static float out(float v) { return v; }
+};
+template <> struct Cvt<__half> {
+	__device__ static float in(__half v) { return __half2float(v); }
+	__device__ static __half out(float v) { return __float2half_rn(v); }
+};
+template <> struct Cvt<__nv_bfloat16> {
+	__device__ static float in(__nv_bfloat16 v) { return __bfloat162float(v); }
+	__device__ static __nv_bfloat16 out(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <typename T>
+__global__ void binary_flat_kernel(int op, const T *a, int64_t sa, const T *b, int64_t sb, T *y, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = Cvt<T>::out(binop(op, Cvt<T>::in(a[i * sa]), Cvt<T>::in(b[i * sb])));
+}
+
+bool is_compare(int op)
+{
+	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS;
+}
+
+int operand_ok(enum tpf_dtype t)
+{
+	return tpfc_float_ok(t) || tpfc_int_ok(t);
+}
+
+enum tpf_status launch_binary(const struct tpf_kernel_call *c, int op, const struct tpf_ktensor *a,
+			      const struct tpf_ktensor *b, struct tpf_ktensor *y)
+{
+	if (!operand_ok(a->dtype) || !operand_ok(b->dtype) || !operand_ok(y->dtype))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(a->dtype));
+	if (y->numel == 0)
+		return TPF_OK;
+	const struct tpf_ktensor *ins[2] = {a, b};
+	Strided s;
+	if (tpfc_strided_bcast(&s, y, ins, 2))
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands do not broadcast to the output shape");
+	cudaStream_t st = tpfc_stream(c);
+	bool arith = op == TPF_OP_ADD || op == TPF_OP_SUB || op == TPF_OP_MUL || op == TPF_OP_DIV;
+	bool same = a->dtype == b->dtype && a->dtype == y->dtype;
+	bool flat = s.rank <= 1 && (a->numel == y->numel || a->numel == 1) &&
+		    (b->numel == y->numel || b->numel == 1);
+	if (arith && same && flat) {
+		int64_t sa = a->numel == 1 ? 0 : 1, sb = b->numel == 1 ? 0 : 1;
+		unsigned g = tpfc_blocks(y->numel, kThreads);
+		switch (y->dtype) {
+		case TPF_DTYPE_FLOAT:
+			binary_flat_kernel<float><<<g, kThreads, 0, st>>>(op, (const float *)a->data, sa,
+									  (const float *)b->data, sb, (float *)y->data,
+									  y->numel);
+			return tpfc_launched(c, "binary");
+		case TPF_DTYPE_FLOAT16:
+			binary_flat_kernel<__half><<<g, kThreads, 0, st>>>(op, (const __half *)a->data, sa,
+									   (const __half *)b->data, sb,
+									   (__half *)y->data, y->numel);
+			return tpfc_launched(c, "binary");
+		case TPF_DTYPE_BFLOAT16:
+			binary_flat_kernel<__nv_bfloat16><<<g, kThreads, 0, st>>>(
+				op, (const __nv_bfloat16 *)a->data, sa, (const __nv_bfloat16 *)b->data, sb,
+				(__nv_bfloat16 *)y->data, y->numel);
+			return tpfc_launched(c, "binary");
+		default:
+			break;
+		}
+	}
+	BinArgs p;
+	p.op = op;
+	p.da = a->dtype;
+	p.db = b->dtype;
+	p.dy = y->dtype;
+	p.a = a->data;
+	p.b = b->data;
+	p.y = y->data;
+	if (op == TPF_OP_POW && tpf_dtype_is_integral(a->dtype))
+		p.mode = kPowInt;
+	else if (tpf_dtype_is_integral(a->dtype))
+		p.mode = kInt;
+	else if (a->dtype == TPF_DTYPE_DOUBLE || b->dtype == TPF_DTYPE_DOUBLE || y->dtype == TPF_DTYPE_DOUBLE)
+		p.mode = kDouble;
+	else
+		p.mode = kFloat;
+	unsigned g = tpfc_blocks(y->numel, kThreads);
+	if (y->numel < INT32_MAX)
+		binary_kernel<int32_t><<<g, kThreads, 0, st>>>(p, (int32_t)y->numel, s);
+	else
+		binary_kernel<int64_t><<<g, kThreads, 0, st>>>(p, y->numel, s);
+	return tpfc_launched(c, "binary");
+}
+
+// ------------------------------------------------------------ unary
+
+template <typename A> __device__ __forceinline__ A unop(int op, A x)
+{
+	switch (op) {
+	case TPF_OP_SIGMOID:
+		return x >= 0 ? (A)1 / ((A)1 + exp(-x)) : exp(x) / ((A)1 + exp(x));
+	case TPF_OP_RELU:
+		return x > 0 ? x : (isnan(x) ? x : (A)0);
+	case TPF_OP_SQRT:
+		return sqrt(x);
+	case TPF_OP_RECIPROCAL:
+		return (A)1 / x;
+	case TPF_OP_NEG:
+		return -x;
+	case TPF_OP_EXP:
+		return exp(x);
+	case TPF_OP_TANH:
+		return tanh(x);
+	case TPF_OP_ERF:
+		return erf(x);
+	case TPF_OP_ABS:
+		return fabs(x);
+	case TPF_OP_SIN:
+		return sin(x);
+	case TPF_OP_COS:
+		return cos(x);
+	case TPF_OP_NOT:
+		return x == 0;
+	default:
+		return (A)NAN;
+	}
+}
+
+__device__ __forceinline__ float unop_f(int op, float x)
+{
+	switch (op) {
+	case TPF_OP_SIGMOID:
+		return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+	case TPF_OP_SQRT:
+		return __fsqrt_rn(x);
+	case TPF_OP_RECIPROCAL:
+		return __frcp_rn(x);
+	case TPF_OP_EXP:
+		return expf(x);
+	case TPF_OP_TANH:
+		return tanhf(x);
+	case TPF_OP_ERF:
+		return erff(x);
+	case TPF_OP_SIN:
+		return sinf(x);
+	case TPF_OP_COS:
+		return cosf(x);
+	default:
+		return unop<float>(op, x);
+	}
+}
+
+__global__ void unary_kernel(int op, int mode, int dx, const void *x, int dy, void *y, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		if (mode == kInt) {
+			int64_t v = ld_i(dx, x, i);
+			int64_t r = op == TPF_OP_ABS   ? (v < 0 ? -v : v)
+				    : op == TPF_OP_NEG ? -v
+				    : op == TPF_OP_NOT ? v == 0
+						       : (v > 0 ? v : 0);
+			st_i(dy, y, i, r);
+		} else if (mode == kDouble) {
+			st_d(dy, y, i, unop<double>(op, ld_d(dx, x, i)));
+		} else {
+			st_f(dy, y, i, unop_f(op, ld_f(dx, x, i)));
+		}
+	}
+}
+
+// ------------------------------------------------------------ where / cast / gate
+
+template <typename I> __global__ void where_kernel(int dc, const void *cond, const void *a, const void *b, void *y,
+						   int es, I n, Strided s)
+{
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+		I off[kMaxOps];
+		offsets<I>(s, i, off);
+		bool pick = ld_i(dc, cond, off[0]) != 0;
+		const char *src = pick ? (const char *)a : (const char *)b;
+		I o = pick ? off[1] : off[2];
+		switch (es) {
+		case 1:
+			((uint8_t *)y)[i] = ((const uint8_t *)src)[o];
+			break;
+		case 2:
+			((uint16_t *)y)[i] = ((const uint16_t *)src)[o];
+			break;
+		case 4:
+			((uint32_t *)y)[i] = ((const uint32_t *)src)[o];
+			break;
+		default:
+			((uint64_t *)y)[i] = ((const uint64_t *)src)[o];
+			break;
+		}
+	}
+}
+
+__global__ void cast_kernel(int dx, const void *x, int dy, void *y, int64_t n, int sat, int int_to_int)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		if (int_to_int)
+			st_i(dy, y, i, ld_i(dx, x, i));
+		else if (dx == TPF_DTYPE_INT64 || dx == TPF_DTYPE_UINT64)
+			st_d(dy, y, i, dx == TPF_DTYPE_INT64 ? (double)ld_i(dx, x, i) : (double)(uint64_t)ld_i(dx, x, i),
+			     sat);
+		else
+			st_d(dy, y, i, ld_d(dx, x, i), sat);
+	}
+}
+
+// FLOAT4E2M1 output: one thread per byte (two elements, low nibble first).
+__global__ void cast_to_fp4_kernel(int dx, const void *x, uint8_t *y, int64_t n)
+{
+	int64_t nb = (n + 1) / 2;
+	for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
+		unsigned lo = f_to_e2m1((float)ld_d(dx, x, 2 * b));
+		unsigned hi = 2 * b + 1 < n ? f_to_e2m1((float)ld_d(dx, x, 2 * b + 1)) : 0;
+		y[b] = (uint8_t)(lo | (hi << 4));
+	}
+}
+
+template <typename I>
+__global__ void gate_kernel(int df, const void *f, int dg, const void *g, int ds, const void *sh, int dy, void *y,
+			    I n, Strided s)
+{
+	for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+		I off[kMaxOps];
+		offsets<I>(s, i, off);
+		float gv = ld_f(dg, g, off[1]);
+		float sig = 1.0f / (1.0f + expf(-gv));
+		st_f(dy, y, i, ld_f(df, f, off[0]) + sig * ld_f(ds, sh, off[2]));
+	}
+}
+
+} // namespace
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_binary)
+{
+	int op = c->node->op;
+	if (c->n_in != 2 || c->n_out != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects 2 inputs and 1 output");
+	if (!is_compare(op) && op != TPF_OP_POW && c->in[0].dtype != c->in[1].dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "operand dtypes differ (%s, %s)", tpf_dtype_name(c->in[0].dtype),
+				 tpf_dtype_name(c->in[1].dtype));
+	return launch_binary(c, op, &c->in[0], &c->in[1], &c->out[0]);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_variadic)
+{
+	struct tpf_ktensor *y = &c->out[0];
+	if (c->n_in < 1 || c->n_out != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects at least one input");
+	for (size_t k = 1; k < c->n_in; k++)
+		if (c->in[k].dtype != y->dtype)
+			return tpf_kfail(c, TPF_ERR_INVALID, "operand %zu has dtype %s, expected %s", k,
+					 tpf_dtype_name(c->in[k].dtype), tpf_dtype_name(y->dtype));
+	if (c->n_in == 1) {
+		// y = broadcast(in[0]): max(x, x) is x, NaN included
+		return launch_binary(c, c->node->op, &c->in[0], &c->in[0], y);
+	}
+	enum tpf_status st = launch_binary(c, c->node->op, &c->in[0], &c->in[1], y);
+	for (size_t k = 2; k < c->n_in && !st; k++)
+		st = launch_binary(c, c->node->op, y, &c->in[k], y);
+	return st;
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_unary)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	int op = c->node->op;
+	if (x->numel != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
+	int integral = tpf_dtype_is_integral(x->dtype);
+	if (integral && op != TPF_OP_ABS && op != TPF_OP_NEG && op != TPF_OP_NOT && op != TPF_OP_RELU)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "integer dtype %s not supported", tpf_dtype_name(x->dtype));
+	if (!operand_ok(x->dtype) || !operand_ok(y->dtype))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	if (!x->numel)
+		return TPF_OK;
+	int mode = integral ? kInt : x->dtype == TPF_DTYPE_DOUBLE ? kDouble : kFloat;
+	unary_kernel<<<tpfc_blocks(x->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(op, mode, x->dtype, x->data,
+										     y->dtype, y->data, x->numel);
+	return tpfc_launched(c, "unary");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_where)
+{
+	const struct tpf_ktensor *ins[3] = {&c->in[0], &c->in[1], &c->in[2]};
+	struct tpf_ktensor *y = &c->out[0];
+	if (c->in[1].dtype != y->dtype || c->in[2].dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "X and Y must have the output dtype");
+	size_t es = tpf_elem_size(y->dtype);
+	if (!es || es > 8 || !tpfc_int_ok(c->in[0].dtype))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(y->dtype));
+	Strided s;
+	if (tpfc_strided_bcast(&s, y, ins, 3))
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands do not broadcast to the output shape");
+	if (!y->numel)
+		return TPF_OK;
+	unsigned g = tpfc_blocks(y->numel, kThreads);
+	if (y->numel < INT32_MAX)
+		where_kernel<int32_t><<<g, kThreads, 0, tpfc_stream(c)>>>(c->in[0].dtype, c->in[0].data, c->in[1].data,
+									  c->in[2].data, y->data, (int)es,
+									  (int32_t)y->numel, s);
+	else
+		where_kernel<int64_t><<<g, kThreads, 0, tpfc_stream(c)>>>(c->in[0].dtype, c->in[0].data, c->in[1].data,
+									  c->in[2].data, y->data, (int)es, y->numel, s);
+	return tpfc_launched(c, "where");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_cast)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	if (x->numel != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
+	bool out_fp4 = y->dtype == TPF_DTYPE_FLOAT4E2M1;
+	bool in_ok = operand_ok(x->dtype) || x->dtype == TPF_DTYPE_FLOAT4E2M1;
+	if (!in_ok || (!operand_ok(y->dtype) && !out_fp4))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "cast from %s to %s not supported on cuda",
+				 tpf_dtype_name(x->dtype), tpf_dtype_name(y->dtype));
+	if (!x->numel)
+		return TPF_OK;
+	cudaStream_t st = tpfc_stream(c);
+	if (x->dtype == y->dtype) {
+		cudaError_t e = cudaMemcpyAsync(y->data, x->data, y->nbytes, cudaMemcpyDeviceToDevice, st);
+		return e == cudaSuccess ? TPF_OK : tpfc_cuda_fail(c, "cast copy", e);
+	}
+	if (out_fp4) {
+		cast_to_fp4_kernel<<<tpfc_blocks((x->numel + 1) / 2, kThreads), kThreads, 0, st>>>(
+			x->dtype, x->data, (uint8_t *)y->data, x->numel);
+		return tpfc_launched(c, "cast");
+	}
+	int sat = (int)tpf_node_attr_int(c->node, "saturate", 1);
+	int i2i = tpf_dtype_is_integral(x->dtype) && tpf_dtype_is_integral(y->dtype);
+	cast_kernel<<<tpfc_blocks(x->numel, kThreads), kThreads, 0, st>>>(x->dtype, x->data, y->dtype, y->data,
+									    x->numel, sat, i2i);
+	return tpfc_launched(c, "cast");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_sigmoid_gate_add)
+{
+	const struct tpf_ktensor *f = &c->in[0], *g = &c->in[1], *sh = &c->in[2];
+	struct tpf_ktensor *y = &c->out[0];
+	if (c->n_in != 3 || c->n_out != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects final, gate, shared");
+	if (!y->numel)
+		return TPF_OK;
+	enum tpf_dtype dt = y->dtype;
+	int64_t hidden = y->rank ? y->dims[y->rank - 1] : 1;
+	int64_t rows = hidden ? y->numel / hidden : 0;
+	int64_t gcols = g->rank ? g->dims[g->rank - 1] : 1;
+	bool fused = (dt == TPF_DTYPE_FLOAT || dt == TPF_DTYPE_FLOAT16 || dt == TPF_DTYPE_BFLOAT16) &&
+		     f->dtype == dt && g->dtype == dt && sh->dtype == dt && f->numel == y->numel &&
+		     sh->numel == y->numel && f->rank == y->rank && sh->rank == y->rank &&
+		     (gcols == 1 || gcols == hidden) && g->numel == rows * gcols;
+	if (fused)
+		for (int d = 0; d < y->rank; d++)
+			if (f->dims[d] != y->dims[d] || sh->dims[d] != y->dims[d] ||
+			    (d < y->rank - 1 && g->rank == y->rank && g->dims[d] != y->dims[d]))
+				fused = false;
+	if (fused && g->rank == y->rank)
+		return tpf_cuda_sigmoid_gate_add(dt, f->data, g->data, sh->data, y->data, rows, hidden, gcols, c->stream,
+						 c->diag);
+	const struct tpf_ktensor *ins[3] = {f, g, sh};
+	if (!tpfc_float_ok(f->dtype) || !tpfc_float_ok(g->dtype) || !tpfc_float_ok(sh->dtype) || !tpfc_float_ok(dt))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(dt));
+	Strided s;
+	if (tpfc_strided_bcast(&s, y, ins, 3))
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands do not broadcast to the output shape");
+	unsigned gr = tpfc_blocks(y->numel, kThreads);
+	if (y->numel < INT32_MAX)
+		gate_kernel<int32_t><<<gr, kThreads, 0, tpfc_stream(c)>>>(f->dtype, f->data, g->dtype, g->data, sh->dtype,
+									  sh->data, dt, y->data, (int32_t)y->numel, s);
+	else
+		gate_kernel<int64_t><<<gr, kThreads, 0, tpfc_stream(c)>>>(f->dtype, f->data, g->dtype, g->data, sh->dtype,
+									  sh->data, dt, y->data, y->numel, s);
+	return tpfc_launched(c, "sigmoid gate");
+}

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ONNX backend node tests on the CPU runtime.
+ *
+ *   run-node-tests DATA_DIR [FILTER] [--verbose] [--list-failures]
+ *
+ * DATA_DIR holds test_NAME/model.onnx and test_data_set_N/{input,output}_M.pb
+ * (tests/conformance/gen-node-data.py writes them from the installed onnx
+ * package).  Each test is: pass (every data set within ONNX's default
+ * tolerance, rtol 1e-3 / atol 1e-7, two units in the last place for bf16
+ * and fp16 outputs, NaNs equal), unsupported (the runtime
+ * reports an unsupported op, dtype or form, or the test data is not
+ * tensors), or fail (wrong numbers, or any other error).  Prints a summary;
+ * exits 1 when a test fails.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tpf-runtime.h"
+
+enum result { R_PASS, R_UNSUPPORTED, R_FAIL };
+
+static int verbose;
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int exists(const char *p)
+{
+	struct stat sb;
+	return stat(p, &sb) == 0;
+}
+
+static int close_enough(const struct tpf_host_tensor *got, const struct tpf_host_tensor *want, char *why,
+			size_t n_why)
+{
+	if (got->dtype != want->dtype) {
+		snprintf(why, n_why, "dtype %s, expected %s", tpf_dtype_name(got->dtype),
+			 tpf_dtype_name(want->dtype));
+		return 0;
+	}
+	if (got->rank != want->rank) {
+		snprintf(why, n_why, "rank %d, expected %d", got->rank, want->rank);
+		return 0;
+	}
+	int64_t n = 1;
+	for (int i = 0; i < got->rank; i++) {
+		if (got->dims[i] != want->dims[i]) {
+			snprintf(why, n_why, "dim %d is %lld, expected %lld", i, (long long)got->dims[i],
+				 (long long)want->dims[i]);
+			return 0;
+		}
+		n *= got->dims[i];
+	}
+	int integral = tpf_dtype_is_integral(want->dtype);
+	for (int64_t i = 0; i < n; i++) {
+		if (integral) {
+			int64_t x = tpf_elem_load_int(got->dtype, got->data, i);
+			int64_t y = tpf_elem_load_int(want->dtype, want->data, i);
+			if (x != y) {
+				snprintf(why, n_why, "element %lld is %lld, expected %lld", (long long)i, (long long)x,
+					 (long long)y);
+				return 0;
+			}
+			continue;
+		}
+		double x = tpf_elem_load(got->dtype, got->data, i), y = tpf_elem_load(want->dtype, want->data, i);
+		if (isnan(x) && isnan(y))
+			continue;
+		if (x == y)
+			continue;
+		/* ONNX's default tolerance; 16-bit floats within two units in the last place (the reference rounds every step) */
+		double rtol = want->dtype == TPF_DTYPE_BFLOAT16 ? 1.0 / 64
+			      : want->dtype == TPF_DTYPE_FLOAT16 ? 1.0 / 512
+								  : 1e-3;
+		if (!(fabs(x - y) <= 1e-7 + rtol * fabs(y))) {
+			snprintf(why, n_why, "element %lld is %.9g, expected %.9g", (long long)i, x, y);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+static enum result run_test(const char *dir, char *why, size_t n_why)
+{
+	char path[4096];
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *m = NULL;
+	struct tpf_session *s = NULL;
+	enum result res = R_PASS;
+	enum tpf_status st;
+	snprintf(path, sizeof(path), "%s/NOT_TENSORS", dir);
+	if (exists(path)) {
+		snprintf(why, n_why, "test data are not tensors (sequences, maps or optionals)");
+		tpf_diag_free(d);
+		return R_UNSUPPORTED;
+	}
+	snprintf(path, sizeof(path), "%s/model.onnx", dir);
+	st = tpf_model_load_file(path, &(struct tpf_load_options){0}, &m, d);
+	if (!st)
+		st = tpf_session_create(m, &(struct tpf_session_options){.backend = TPF_BACKEND_CPU}, &s, d);
+	for (int ds = 0; !st && res == R_PASS; ds++) {
+		char dsdir[4096];
+		snprintf(dsdir, sizeof(dsdir), "%s/test_data_set_%d", dir, ds);
+		if (!exists(dsdir))
+			break;
+		struct tpf_host_tensor *in = NULL, *want = NULL;
+		size_t n_in = 0, n_want = 0;
+		st = tpf_tensor_read_dir(dsdir, "input", &in, &n_in, d);
+		if (!st)
+			st = tpf_tensor_read_dir(dsdir, "output", &want, &n_want, d);
+		/* the N-th input file is the N-th graph input */
+		for (size_t i = 0; !st && i < n_in && i < m->graph->n_inputs; i++) {
+			char *nn = tpf_strdup(m->graph->inputs[i]->name);
+			tpf_free((void *)in[i].name);
+			in[i].name = nn;
+		}
+		const struct tpf_host_tensor *got = NULL;
+		size_t n_got = 0;
+		if (!st)
+			st = tpf_session_run(s, in, n_in, &got, &n_got, d);
+		if (!st) {
+			if (n_got != n_want) {
+				snprintf(why, n_why, "%zu outputs, expected %zu", n_got, n_want);
+				res = R_FAIL;
+			}
+			for (size_t i = 0; res == R_PASS && i < n_got; i++) {
+				char w[256];
+				if (!close_enough(&got[i], &want[i], w, sizeof(w))) {
+					snprintf(why, n_why, "data set %d output %zu ('%s'): %s", ds, i, got[i].name, w);
+					res = R_FAIL;
+				}
+			}
+		}
+		tpf_host_tensors_release(in, n_in);
+		tpf_host_tensors_release(want, n_want);
+	}
+	if (st) {
+		res = st == TPF_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_FAIL;
+		const char *text = "";
+		for (size_t i = 0; i < d->count; i++)
+			if (d->entries[i].severity == TPF_SEV_ERROR) {
+				text = d->entries[i].text;
+				break;
+			}
+		snprintf(why, n_why, "%s: %s", tpf_status_name(st), text);
+	}
+	tpf_session_free(s);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+	return res;
+}
+
+int main(int argc, char **argv)
+{
+	const char *root = NULL, *filter = NULL;
+	int list_failures = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--verbose"))
+			verbose = 1;
+		else if (!strcmp(argv[i], "--list-failures"))
+			list_failures = 1;
+		else if (!root)
+			root = argv[i];
+		else
+			filter = argv[i];
+	}
+	if (!root) {
+		fprintf(stderr, "usage: run-node-tests DATA_DIR [FILTER] [--verbose] [--list-failures]\n");
+		return 2;
+	}
+	DIR *dp = opendir(root);
+	if (!dp) {
+		fprintf(stderr, "run-node-tests: cannot open %s\n", root);
+		return 77;
+	}
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(dp))) {
+		if (strncmp(e->d_name, "test_", 5) || (filter && !strstr(e->d_name, filter)))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 256;
+			names = realloc(names, cap * sizeof(*names));
+		}
+		names[n++] = strdup(e->d_name);
+	}
+	closedir(dp);
+	qsort(names, n, sizeof(*names), cmp_str);
+	size_t counts[3] = {0};
+	for (size_t i = 0; i < n; i++) {
+		char dir[4096], why[1024] = "";
+		snprintf(dir, sizeof(dir), "%s/%s", root, names[i]);
+		enum result r = run_test(dir, why, sizeof(why));
+		counts[r]++;
+		if (verbose || (r == R_FAIL && list_failures))
+			printf("%-60s %s%s%s\n", names[i], r == R_PASS ? "pass" : r == R_FAIL ? "FAIL" : "unsupported",
+			       *why ? "  " : "", why);
+		free(names[i]);
+	}
+	free(names);
+	printf("node tests: %zu total, %zu supported: %zu pass, %zu fail; %zu unsupported\n", n,
+	       counts[R_PASS] + counts[R_FAIL], counts[R_PASS], counts[R_FAIL], counts[R_UNSUPPORTED]);
+	return counts[R_FAIL] ? 1 : 0;
+}
