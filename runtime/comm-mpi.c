@@ -191,8 +191,11 @@ static const struct tpf_comm_ops mpi_ops = {
 	.destroy = mpi_destroy,
 };
 
-enum tpf_status tpf_comm_create_mpi(const struct tpf_comm_options *o, struct tpf_comm **out,
-				    struct tpf_diag *d)
+enum tpf_status tpf_comm_create_mpi_impl(const struct tpf_comm_options *o, struct tpf_comm **out,
+					 struct tpf_diag *d);
+
+enum tpf_status tpf_comm_create_mpi_impl(const struct tpf_comm_options *o, struct tpf_comm **out,
+					 struct tpf_diag *d)
 {
 	int inited = 0, provided = 0;
 	*out = NULL;

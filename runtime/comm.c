@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The communicator interface's common parts and the one-rank communicator. */
 #include "tpf-runtime.h"
-#include "tpf-runtime-config.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -143,12 +142,18 @@ enum tpf_status tpf_comm_agree(struct tpf_comm *c, enum tpf_status st, const cha
 	return st;
 }
 
-#ifndef TPF_HAVE_MPI
+/* Defined by comm-mpi.c, which is linked only when MPI was found. */
+extern enum tpf_status tpf_comm_create_mpi_impl(const struct tpf_comm_options *o,
+						struct tpf_comm **out, struct tpf_diag *d)
+	__attribute__((weak));
+
 enum tpf_status tpf_comm_create_mpi(const struct tpf_comm_options *o, struct tpf_comm **out,
 				    struct tpf_diag *d)
 {
 	*out = NULL;
+	if (tpf_comm_create_mpi_impl)
+		return tpf_comm_create_mpi_impl(o, out, d);
 	return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
-			     "this tpfuse was built without MPI (meson option -Dmpi=enabled)");
+			     "this tpfuse was built without MPI (install Open MPI and rebuild; meson "
+			     "option -Dmpi=enabled)");
 }
-#endif

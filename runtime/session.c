@@ -3,7 +3,6 @@
  * (re)builds the plan when input shapes change, uploads the inputs, runs
  * the steps and downloads the outputs.  Also the CPU device. */
 #include "runtime-internal.h"
-#include "tpf-runtime-config.h"
 
 #include <stdlib.h>
 #include <string.h>

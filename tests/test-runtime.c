@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Runtime unit tests: lowering (schedule, folding of shape computations,
+ * kernel choice), liveness-based buffer reuse, plan rebuilds when input
+ * shapes change, the fused collectives' lowering on one rank, input errors,
+ * the world-size check, the self communicator, the structure hash and the
+ * TensorProto reader/writer.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tpf-runtime.h"
+
+static int diag_mentions(const struct tpf_diag *d, const char *needle)
+{
+	for (size_t i = 0; i < d->count; i++)
+		if (d->entries[i].text && strstr(d->entries[i].text, needle))
+			return 1;
+	return 0;
+}
+
+static void dump_diag(const struct tpf_diag *d)
+{
+	for (size_t i = 0; i < d->count; i++)
+		print_message("diag: %s\n", d->entries[i].text);
+}
+
+/* A chain x -> Relu -> Neg -> Relu -> Neg -> ... (n ops), f32[T, 16] with a
+ * symbolic T. */
+static struct tpf_model *chain_model(int n)
+{
+	struct tpf_model *m = tpf_model_create();
+	assert_non_null(m);
+	struct tpf_graph *g = m->graph;
+	tpf_model_set_opset(m, "", 23);
+	const char *dims[2] = {"T", "16"};
+	struct tpf_value *v = tpf_graph_add_input_sym(g, "x", TPF_DTYPE_FLOAT, 2, dims);
+	assert_non_null(v);
+	for (int i = 0; i < n; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "op%d", i);
+		struct tpf_node *nd = tpf_graph_add_node(g, "", i % 2 ? "Neg" : "Relu", name, &v, 1, 1, NULL);
+		assert_non_null(nd);
+		v = nd->outputs[0];
+	}
+	assert_int_equal(tpf_graph_add_output(g, v), TPF_OK);
+	return m;
+}
+
+static struct tpf_host_tensor make_input(const char *name, enum tpf_dtype dt, int rank,
+					 const int64_t *dims, void *data)
+{
+	struct tpf_host_tensor t = {0};
+	t.name = name;
+	t.dtype = dt;
+	t.rank = rank;
+	for (int i = 0; i < rank; i++)
+		t.dims[i] = dims[i];
+	t.data = data;
+	return t;
+}
+
+static void test_chain_reuse(void **state)
+{
+	struct tpf_model *m = chain_model(8);
+	struct tpf_diag *d = tpf_diag_create();
+	float x[4 * 16];
+	for (int i = 0; i < 64; i++)
+		x[i] = (float)(i - 32);
+	int64_t dims[2] = {4, 16};
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
+	struct tpf_plan *p = NULL;
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_OK);
+	struct tpf_plan_stats st;
+	tpf_plan_get_stats(p, &st);
+	assert_int_equal(st.n_steps, 8);
+	assert_int_equal(st.n_kernel_steps, 8);
+	assert_int_equal(st.n_buffers, 9);
+	/* a chain needs at most three live buffers (input, operand, result) */
+	assert_true(st.arena_bytes <= 3 * 256);
+	assert_true(st.unshared_bytes == 9 * 256);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(tpf_plan_print(p, f), TPF_OK);
+	fclose(f);
+	assert_non_null(strstr(buf, "cpu.unary"));
+	assert_non_null(strstr(buf, "arena peak"));
+	free(buf);
+	tpf_plan_free(p);
+
+	/* run, then run again with another T: the plan is rebuilt */
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	assert_int_equal(n_out, 1);
+	for (int i = 0; i < 64; i++)
+		assert_true(((float *)out[0].data)[i] == (x[i] > 0 ? -x[i] : 0.0f) || ((float *)out[0].data)[i] == -0.0f);
+	const struct tpf_plan *p1 = tpf_session_plan(s);
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	assert_ptr_equal(tpf_session_plan(s), p1);
+	dims[0] = 2;
+	in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	assert_int_equal(out[0].dims[0], 2);
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+static void test_input_errors(void **state)
+{
+	struct tpf_model *m = chain_model(2);
+	struct tpf_diag *d = tpf_diag_create();
+	float x[64] = {0};
+	int64_t dims[2] = {4, 16}, bad[2] = {4, 15};
+	struct tpf_plan *p = NULL;
+	/* missing */
+	assert_int_equal(tpf_plan_build(m, NULL, 0, NULL, &p, d), TPF_ERR_INVALID);
+	assert_true(diag_mentions(d, "missing input 'x'"));
+	tpf_diag_clear(d);
+	/* extra */
+	struct tpf_host_tensor two[2] = {make_input("x", TPF_DTYPE_FLOAT, 2, dims, x),
+					 make_input("y", TPF_DTYPE_FLOAT, 2, dims, x)};
+	assert_int_equal(tpf_plan_build(m, two, 2, NULL, &p, d), TPF_ERR_INVALID);
+	assert_true(diag_mentions(d, "unexpected input 'y'"));
+	tpf_diag_clear(d);
+	/* dtype, static dim, rank */
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_BFLOAT16, 2, dims, x);
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_INVALID);
+	assert_true(diag_mentions(d, "dtype bf16, the model expects f32"));
+	tpf_diag_clear(d);
+	in = make_input("x", TPF_DTYPE_FLOAT, 2, bad, x);
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_INVALID);
+	assert_true(diag_mentions(d, "dim 1 is 15, the model expects 16"));
+	tpf_diag_clear(d);
+	in = make_input("x", TPF_DTYPE_FLOAT, 1, dims, x);
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_INVALID);
+	assert_true(diag_mentions(d, "rank 1, the model expects 2"));
+	tpf_diag_clear(d);
+	assert_null(p);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+static void test_unsupported_and_world(void **state)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_diag *d = tpf_diag_create();
+	int64_t dims[1] = {4};
+	float x[4] = {1, 2, 3, 4};
+	struct tpf_value *v = tpf_graph_add_input(m->graph, "x", TPF_DTYPE_FLOAT, 1, dims);
+	struct tpf_node *n = tpf_graph_add_node(m->graph, "", "Hardmax", "hm", &v, 1, 1, NULL);
+	tpf_graph_add_output(m->graph, n->outputs[0]);
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 1, dims, x);
+	struct tpf_plan *p = NULL;
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_UNSUPPORTED);
+	assert_true(diag_mentions(d, "node 'hm' (Hardmax)"));
+	assert_true(diag_mentions(d, "not supported"));
+	tpf_diag_clear(d);
+	/* Softmax has no integer kernel: named with the dtype */
+	tpf_model_free(m);
+	m = tpf_model_create();
+	v = tpf_graph_add_input(m->graph, "x", TPF_DTYPE_INT64, 1, dims);
+	n = tpf_graph_add_node(m->graph, "", "Softmax", "sm", &v, 1, 1, NULL);
+	tpf_graph_add_output(m->graph, n->outputs[0]);
+	int64_t xi[4] = {1, 2, 3, 4};
+	in = make_input("x", TPF_DTYPE_INT64, 1, dims, xi);
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_UNSUPPORTED);
+	assert_true(diag_mentions(d, "no cpu kernel for dtype i64"));
+	tpf_diag_clear(d);
+	/* a model made for 2 ranks refuses to run on 1 */
+	tpf_model_set_metadata(m, "tp_world_size", "2");
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_ERR_INVALID);
+	assert_true(diag_mentions(d, "world size 2"));
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* Shape computations (Shape -> Gather -> Concat -> Reshape) fold on the
+ * host; collectives and fused norms lower to communicator steps + kernels. */
+static void test_folding_and_collectives(void **state)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	struct tpf_diag *d = tpf_diag_create();
+	tpf_model_set_opset(m, "", 23);
+	const char *dims[2] = {"T", "8"};
+	struct tpf_value *x = tpf_graph_add_input_sym(g, "x", TPF_DTYPE_FLOAT, 2, dims);
+	float gamma[8] = {1, 1, 1, 1, 2, 2, 2, 2};
+	int64_t d8 = 8, zero = 0, minus1[2] = {-1, 4}, d2 = 2, d1 = 1;
+	struct tpf_value *gv = tpf_graph_add_initializer(g, "gamma", TPF_DTYPE_FLOAT, 1, &d8, gamma, sizeof(gamma));
+	struct tpf_value *idx = tpf_graph_add_initializer(g, "idx0", TPF_DTYPE_INT64, 1, &d1, &zero, 8);
+	struct tpf_value *tail = tpf_graph_add_initializer(g, "tail", TPF_DTYPE_INT64, 1, &d2, minus1, 16);
+	/* ar = AllReduce(x); y, sum = AllReduceRMSNorm(x, gamma, x) */
+	struct tpf_node *ar = tpf_graph_add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar", &x, 1, 1, NULL);
+	struct tpf_value *fin[3] = {x, gv, ar->outputs[0]};
+	struct tpf_node *f = tpf_graph_add_node(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", fin, 3, 2, NULL);
+	tpf_node_set_attr_float(f, "epsilon", 1e-6f);
+	/* shape chain: s = Shape(y); t = Gather(s, idx0); sh = Concat(t, tail) -> Reshape(y, sh) */
+	struct tpf_node *sh = tpf_graph_add_node(g, "", "Shape", "shape", &f->outputs[0], 1, 1, NULL);
+	struct tpf_value *gin[2] = {sh->outputs[0], idx};
+	struct tpf_node *ga = tpf_graph_add_node(g, "", "Gather", "gather", gin, 2, 1, NULL);
+	struct tpf_value *cin[2] = {ga->outputs[0], tail};
+	struct tpf_node *cc = tpf_graph_add_node(g, "", "Concat", "concat", cin, 2, 1, NULL);
+	tpf_node_set_attr_int(cc, "axis", 0);
+	struct tpf_value *rin[2] = {f->outputs[0], cc->outputs[0]};
+	struct tpf_node *rs = tpf_graph_add_node(g, "", "Reshape", "reshape", rin, 2, 1, NULL);
+	tpf_graph_add_output(g, rs->outputs[0]);
+	tpf_graph_add_output(g, f->outputs[1]);
+
+	float xv[3 * 8];
+	for (int i = 0; i < 24; i++)
+		xv[i] = (float)((i * 7) % 11) - 5.0f;
+	int64_t xd[2] = {3, 8};
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_plan *p = NULL;
+	enum tpf_status st = tpf_plan_build(m, &in, 1, NULL, &p, d);
+	if (st)
+		dump_diag(d);
+	assert_int_equal(st, TPF_OK);
+	struct tpf_plan_stats ps;
+	tpf_plan_get_stats(p, &ps);
+	assert_int_equal(ps.n_folded, 3); /* Shape, Gather, Concat */
+	assert_int_equal(ps.n_collective_steps, 2);
+	assert_int_equal(ps.n_kernel_steps, 2); /* post-reduce norm, reshape copy */
+	tpf_plan_free(p);
+
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	assert_int_equal(n_out, 2);
+	assert_int_equal(out[0].rank, 3);
+	assert_int_equal(out[0].dims[0], 3);
+	assert_int_equal(out[0].dims[1], 2);
+	for (int r = 0; r < 3; r++) {
+		double ss = 0;
+		for (int k = 0; k < 8; k++)
+			ss += 4.0 * xv[r * 8 + k] * xv[r * 8 + k];
+		double inv = 1 / sqrt(ss / 8 + 1e-6);
+		for (int k = 0; k < 8; k++) {
+			assert_true(fabs(((float *)out[1].data)[r * 8 + k] - 2 * xv[r * 8 + k]) < 1e-6);
+			assert_true(fabs(((float *)out[0].data)[r * 8 + k] - 2 * xv[r * 8 + k] * inv * gamma[k]) < 1e-5);
+		}
+	}
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+static void test_comm_self_and_hash(void **state)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_comm *c = NULL;
+	assert_int_equal(tpf_comm_create_self(NULL, &c, d), TPF_OK);
+	assert_int_equal(c->world, 1);
+	uint16_t a[3] = {1, 2, 3}, b[3] = {0};
+	assert_int_equal(c->ops->allreduce_sum(c, a, b, 3, TPF_DTYPE_BFLOAT16, NULL, d), TPF_OK);
+	assert_memory_equal(a, b, sizeof(a));
+	assert_int_equal(c->ops->allgather(c, a, b, 6, NULL, d), TPF_OK);
+	assert_int_equal(c->ops->barrier(c, d), TPF_OK);
+	assert_int_equal(tpf_comm_check_same(c, 42, "x", d), TPF_OK);
+	assert_int_equal(c->ops->broadcast(c, a, 6, 1, NULL, d), TPF_ERR_INVALID);
+	tpf_comm_free(c);
+	/* same structure, different names of constants: same hash */
+	struct tpf_model *m1 = chain_model(3), *m2 = chain_model(3), *m3 = chain_model(4);
+	assert_true(tpf_graph_structure_hash(m1->graph) == tpf_graph_structure_hash(m2->graph));
+	assert_true(tpf_graph_structure_hash(m1->graph) != tpf_graph_structure_hash(m3->graph));
+	tpf_model_free(m1);
+	tpf_model_free(m2);
+	tpf_model_free(m3);
+	tpf_diag_free(d);
+}
+
+static void test_tensor_pb(void **state)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	char dir[] = "/tmp/tpf-rt-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[512];
+	snprintf(path, sizeof(path), "%s/input_0.pb", dir);
+	uint16_t v[6] = {0x3f80, 0x4000, 0xbf80, 0, 0x7fc0, 0x0001};
+	int64_t dims[2] = {2, 3};
+	struct tpf_host_tensor t = make_input("h", TPF_DTYPE_BFLOAT16, 2, dims, v);
+	assert_int_equal(tpf_tensor_write_pb(path, &t, d), TPF_OK);
+	snprintf(path, sizeof(path), "%s/input_1.pb", dir);
+	uint8_t f4[2] = {0x21, 0x0f};
+	int64_t d3[1] = {3};
+	t = make_input("q", TPF_DTYPE_FLOAT4E2M1, 1, d3, f4);
+	assert_int_equal(tpf_tensor_write_pb(path, &t, d), TPF_OK);
+	struct tpf_host_tensor *all = NULL;
+	size_t n = 0;
+	assert_int_equal(tpf_tensor_read_dir(dir, "input", &all, &n, d), TPF_OK);
+	assert_int_equal(n, 2);
+	assert_string_equal(all[0].name, "h");
+	assert_int_equal(all[0].dtype, TPF_DTYPE_BFLOAT16);
+	assert_int_equal(all[0].dims[1], 3);
+	assert_memory_equal(all[0].data, v, sizeof(v));
+	assert_int_equal(all[1].nbytes, 2);
+	assert_memory_equal(all[1].data, f4, 2);
+	tpf_host_tensors_release(all, n);
+	/* garbage and a missing folder are errors, not crashes */
+	FILE *f = fopen(path, "wb");
+	fputs("\xff\xff\xff garbage", f);
+	fclose(f);
+	struct tpf_host_tensor bad;
+	assert_int_not_equal(tpf_tensor_read_pb(path, &bad, d), TPF_OK);
+	assert_int_not_equal(tpf_tensor_read_dir("/nonexistent-tpf", "input", &all, &n, d), TPF_OK);
+	snprintf(path, sizeof(path), "rm -rf %s", dir);
+	assert_int_equal(system(path), 0);
+	tpf_diag_free(d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chain_reuse),
+		cmocka_unit_test(test_input_errors),
+		cmocka_unit_test(test_unsupported_and_world),
+		cmocka_unit_test(test_folding_and_collectives),
+		cmocka_unit_test(test_comm_self_and_hash),
+		cmocka_unit_test(test_tensor_pb),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
