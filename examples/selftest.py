@@ -2,8 +2,9 @@
 """Self test of the example generators: every family at world sizes 1, 2 and 4
 (onnx.checker on every model, the reference evaluator against onnxruntime),
 plus every --norm-form at world size 2.  With --tpfuse, every rank model is
-also optimized by `tpfuse optimize` (the default pipeline, then
---passes coalesce-alltoall) and the optimized ranks are checked the same way.
+also optimized by `tpfuse optimize` (the default pipeline): the fusion counts
+must equal the manifest's expected_fusions, optimizing again must fuse
+nothing more, and the optimized ranks are checked against onnxruntime.
 
   python3 examples/selftest.py [--keep DIR] [--tpfuse PATH/TO/tpfuse]
 
@@ -36,18 +37,67 @@ def run(gen_args, name, out, quiet=True):
 	return rc
 
 
+def read_stats(text):
+	"""`tpfuse optimize --stats` lines "PASS COUNTER VALUE" -> {(pass, counter): value}."""
+	stats = {}
+	for line in text.splitlines():
+		parts = line.split()
+		if len(parts) == 3 and parts[2].lstrip("-").isdigit():
+			stats[(parts[0], parts[1])] = int(parts[2])
+	return stats
+
+
+def fusion_counts(stats, model_path):
+	"""The manifest's expected_fusions keys, from the statistics and the model."""
+	import onnx
+	g = stats.get
+	m = onnx.load(model_path, load_external_data=False)
+	left = sum(1 for n in m.graph.node if n.op_type == "AllReduce")
+	a2a_after = sum(1 for n in m.graph.node if n.op_type == "AllToAll")
+	return {
+		"allreduce_rmsnorm": g(("fuse-allreduce-rmsnorm", "allreduce-residual-rmsnorm"), 0)
+		+ g(("fuse-allreduce-rmsnorm", "allreduce-rmsnorm"), 0),
+		"allreduce_rmsnorm_followed_by_fp8_quant": g(("fuse-allreduce-rmsnorm-quant", "fp8"), 0),
+		"allreduce_left_after_fusion": left,
+		"sharded_rmsnorm": g(("fuse-sharded-rmsnorm", "sharded-rmsnorm"), 0),
+		"sharded_rmsnorm_qk_pairs": g(("fuse-sharded-rmsnorm", "qk-pairs-merged"), 0),
+		"sigmoid_gate": g(("fuse-sigmoid-gate", "sigmoid-gate"), 0),
+		"alltoall_after_coalescing": a2a_after,
+	}
+
+
 def optimize_and_check(tpfuse, out, name, W):
-	"""tpfuse-optimize every rank model, then compare the optimized ranks."""
+	"""tpfuse-optimize every rank model with the default pipeline; the
+	fusion counts must equal the manifest's, a second run must find nothing
+	more to fuse, and the optimized ranks must compute what the full model
+	computes."""
+	import json
+	with open(os.path.join(out, "%s_data" % name, "manifest.json")) as f:
+		expected = json.load(f)["expected_fusions"]
 	for r in range(W):
 		src = os.path.join(out, "%s.rank%d.onnx" % (name, r))
-		mid = os.path.join(out, "%s.o2.rank%d.onnx" % (name, r))
 		dst = os.path.join(out, "%s.opt.rank%d.onnx" % (name, r))
-		for cmd in ([tpfuse, "optimize", src, "-o", mid],
-			    [tpfuse, "optimize", mid, "-o", dst, "--passes", "coalesce-alltoall"]):
-			p = subprocess.run(cmd, capture_output=True, text=True)
-			if p.returncode != 0:
-				sys.stdout.write(p.stdout + p.stderr)
-				return 1
+		again = os.path.join(out, "%s.opt2.rank%d.onnx" % (name, r))
+		p = subprocess.run([tpfuse, "optimize", src, "-o", dst, "--stats", "--verify-each"],
+				   capture_output=True, text=True)
+		if p.returncode != 0:
+			sys.stdout.write(p.stdout + p.stderr)
+			return 1
+		got = fusion_counts(read_stats(p.stdout), dst)
+		wrong = {k: (v, expected.get(k)) for k, v in got.items() if expected.get(k) != v}
+		if wrong:
+			print("  %s rank %d: fusion counts (got, expected): %s" % (name, r, wrong))
+			return 1
+		p = subprocess.run([tpfuse, "optimize", dst, "-o", again, "--stats"],
+				   capture_output=True, text=True)
+		if p.returncode != 0:
+			sys.stdout.write(p.stdout + p.stderr)
+			return 1
+		more = {k: v for k, v in read_stats(p.stdout).items()
+			if v and (k[0].startswith("fuse-") or k[0].startswith("coalesce-"))}
+		if more:
+			print("  %s rank %d: a second optimize fused again: %s" % (name, r, more))
+			return 1
 	pattern = os.path.join(out, "%s.opt.rank{rank}.onnx" % name)
 	buf = io.StringIO()
 	with contextlib.redirect_stdout(buf):

@@ -146,7 +146,7 @@ enum tpf_dtype {
 	TPF_DTYPE_COUNT
 };
 
-/* "float32", "bf16", ... short names used in dumps; "?" for unknown. */
+/* "f32", "bf16", "f8e4m3fn", ... short names used in dumps; "?" for unknown. */
 const char *tpf_dtype_name(enum tpf_dtype t);
 /* ONNX enum spelling: "FLOAT", "BFLOAT16", ... */
 const char *tpf_dtype_onnx_name(enum tpf_dtype t);

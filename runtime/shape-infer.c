@@ -310,7 +310,7 @@ static enum tpf_status infer_quant_fused(const struct tpf_node *n, struct tpf_ke
 	same_as(&c->out[0], x, ir_dtype(n, 0, fp4 ? TPF_DTYPE_FLOAT4E2M1 : TPF_DTYPE_FLOAT8E4M3FN));
 	if (c->n_out > 1)
 		same_as(&c->out[1], x, x->dtype);
-	if (c->n_out > 2) {
+	if (c->n_out > 2 && n->outputs[2]) {
 		int64_t bs = tpf_node_attr_int(n, "block_size", 16);
 		same_as(&c->out[2], x, ir_dtype(n, 2, TPF_DTYPE_FLOAT8E4M3FN));
 		if (x->rank < 1 || bs <= 0 || x->dims[x->rank - 1] % bs)
@@ -467,7 +467,8 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 		return TPF_OK;
 	case TPF_OP_TPF_RMS_NORM:
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
-		same_as(y, x, ir_dtype(n, 0, x->dtype));
+		/* RMSNorm's Y has gamma's type (docs/ops.md), as in ONNX */
+		same_as(y, x, ir_dtype(n, 0, n->op == TPF_OP_TPF_RMS_NORM ? c->in[1].dtype : x->dtype));
 		if (c->n_out > 1)
 			same_as(&c->out[1], x, ir_dtype(n, 1, x->dtype));
 		return TPF_OK;

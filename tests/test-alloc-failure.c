@@ -288,9 +288,34 @@ static void test_verify(void **state)
 	sweep_each_model("verify", prep_loaded, run_verify, TPF_ERR_NOMEM);
 }
 
+/* A chain of Neg nodes whose outputs have no types yet: inference must
+ * store a shape per value and so grow the graph's arena. */
+static struct work *prep_untyped_chain(void *arg)
+{
+	static const int64_t dims[3] = {2, 3, 5};
+	struct work *w = work_new(NULL);
+	struct tpf_value *v;
+
+	w->m = tpf_model_create();
+	assert_non_null(w->m);
+	assert_int_equal(tpf_model_set_opset(w->m, "", 23), TPF_OK);
+	v = tpf_graph_add_input(w->m->graph, "x", TPF_DTYPE_FLOAT, 3, dims);
+	assert_non_null(v);
+	for (int i = 0; i < 4000; i++) {
+		struct tpf_node *n = tpf_graph_add_node(w->m->graph, "", "Neg", NULL, &v, 1, 1, NULL);
+		assert_non_null(n);
+		v = n->outputs[0];
+	}
+	assert_int_equal(tpf_graph_add_output(w->m->graph, v), TPF_OK);
+	return w;
+}
+
 static void test_infer(void **state)
 {
 	sweep_each_model("infer", prep_loaded, run_infer, TPF_ERR_NOMEM);
+	struct op op = {"infer untyped chain", prep_untyped_chain, run_infer, work_free, NULL,
+			TPF_ERR_NOMEM};
+	assert_true(sweep(&op) > 0);
 }
 
 static void test_export(void **state)

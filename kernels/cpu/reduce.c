@@ -76,7 +76,7 @@ TPF_CPU_KERNEL(tpf_cpu_reduce)
 	for (int64_t i = 0; i < n_acc; i++) {
 		accd[i] = op == TPF_OP_REDUCE_MAX ? -INFINITY : 0;
 		accf[i] = (float)accd[i];
-		acci[i] = op == TPF_OP_REDUCE_MAX ? INT64_MIN : 0;
+		acci[i] = op == TPF_OP_REDUCE_MAX && x->dtype != TPF_DTYPE_BOOL ? INT64_MIN : 0;
 	}
 	const struct tpf_ktensor *views[1] = {&acc_view};
 	struct tpf_bcast it;

@@ -81,6 +81,12 @@ __device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
 	}
 	case TPF_DTYPE_FLOAT4E2M1:
 		return e2m1_to_f((((const uint8_t *)p)[i >> 1] >> ((i & 1) * 4)) & 0xf);
+	case TPF_DTYPE_UINT4:
+		return (((const uint8_t *)p)[i >> 1] >> ((i & 1) * 4)) & 0xf;
+	case TPF_DTYPE_INT4: {
+		int v = (((const uint8_t *)p)[i >> 1] >> ((i & 1) * 4)) & 0xf;
+		return v >= 8 ? v - 16 : v;
+	}
 	case TPF_DTYPE_BOOL:
 	case TPF_DTYPE_UINT8:
 		return ((const uint8_t *)p)[i];
@@ -137,6 +143,9 @@ __device__ __forceinline__ int64_t ld_i(int dt, const void *p, int64_t i)
 		return ((const int64_t *)p)[i];
 	case TPF_DTYPE_UINT64:
 		return (int64_t)((const uint64_t *)p)[i];
+	case TPF_DTYPE_UINT4:
+	case TPF_DTYPE_INT4:
+		return (int64_t)ld_d(dt, p, i);
 	default: {
 		double v = ld_d(dt, p, i);
 		return isnan(v) ? 0 : (int64_t)v;

@@ -1,0 +1,619 @@
+// SPDX-License-Identifier: MIT
+// Normalizations on the GPU: RMSNormalization, SimplifiedLayerNormalization
+// (both domains), SkipSimplifiedLayerNormalization, LayerNormalization and
+// the local phases of tpfuse's fused norms.  Where the operands fit the
+// vectorized add+RMSNorm kernels of tpf-cuda.h (one dtype, full gamma,
+// 16-byte rows) those run; everything else runs the generic row kernel
+// below, which follows the CPU reference step by step: the residual sum is
+// rounded to its dtype before it is normalized, statistics in float32.
+#include "cuda-common.cuh"
+#include "tpf-cuda.h"
+
+#include <string.h>
+
+using namespace tpfc;
+
+namespace {
+
+struct RowJob {
+	const void *x, *residual, *bias, *gamma, *beta;
+	int dx, dres, dbias, dg, dbeta;
+	int64_t res_numel, bias_numel, g_numel, beta_numel;
+	void *y, *sum, *inv_std, *mean_out, *y_hp, *qy;
+	int dy, dsum, dinv, dmean, dhp, dq;
+	const void *qscale; // device scalar
+	int dqs;
+	int quant; // 0 none, 1 per-tensor (fp8 ...), 2 nvfp4 blocks (qy fp4, qblock e4m3 scales)
+	void *qblock;
+	int dqb;
+	int64_t block;
+	int dnorm;          // dtype the norm is rounded to before it is quantized
+	int64_t rows, cols;
+	float eps, offset;
+	int center;
+	const float *ext; // sharded: reduced sums of squares
+	int64_t ext_stride, ext_col, full_cols;
+};
+
+__device__ float block_reduce(float v, float *scratch)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+	if (lane == 0)
+		scratch[warp] = v;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float s = 0;
+		for (int w = 0; w < nw; w++)
+			s += scratch[w];
+		scratch[32] = s;
+	}
+	__syncthreads();
+	float r = scratch[32];
+	__syncthreads();
+	return r;
+}
+
+// The row element as the unfused graph sees it before normalization.
+__device__ __forceinline__ float row_value(const RowJob &j, int64_t base, int64_t k, bool write_sum)
+{
+	float v = ld_f(j.dx, j.x, base + k);
+	if (j.residual || j.bias) {
+		if (j.residual)
+			v += ld_f(j.dres, j.residual, j.res_numel == j.rows * j.cols ? base + k : k % j.res_numel);
+		if (j.bias)
+			v += ld_f(j.dbias, j.bias, k % j.bias_numel);
+		if (j.sum) {
+			if (write_sum)
+				st_f(j.dsum, j.sum, base + k, v);
+			v = round_through(j.dsum, v);
+		} else {
+			v = round_through(j.dx, v);
+		}
+	} else if (j.sum && write_sum) {
+		st_f(j.dsum, j.sum, base + k, v);
+	}
+	return v;
+}
+
+__global__ void row_norm_kernel(RowJob j)
+{
+	__shared__ float scratch[33];
+	for (int64_t r = blockIdx.x; r < j.rows; r += gridDim.x) {
+		int64_t base = r * j.cols;
+		float mean = 0, inv;
+		if (j.center) {
+			float s = 0;
+			for (int64_t k = threadIdx.x; k < j.cols; k += blockDim.x)
+				s += row_value(j, base, k, false);
+			mean = block_reduce(s, scratch) / (float)j.cols;
+		}
+		float ss = 0;
+		for (int64_t k = threadIdx.x; k < j.cols; k += blockDim.x) {
+			float v = row_value(j, base, k, true) - mean;
+			ss += v * v;
+		}
+		if (j.ext) {
+			float e = j.ext[r * j.ext_stride + j.ext_col];
+			inv = 1.0f / sqrtf(e / (float)j.full_cols + j.eps);
+		} else {
+			ss = block_reduce(ss, scratch);
+			inv = 1.0f / sqrtf(ss / (float)j.cols + j.eps);
+		}
+		if (threadIdx.x == 0) {
+			if (j.inv_std)
+				st_f(j.dinv, j.inv_std, r, inv);
+			if (j.mean_out)
+				st_f(j.dmean, j.mean_out, r, mean);
+		}
+		float qs = j.qscale ? ld_f(j.dqs, j.qscale, 0) : 1.0f;
+		if (j.quant == 2) {
+			// NVFP4: blocks of j.block along the row, one thread per block
+			for (int64_t b = threadIdx.x; b < j.cols / j.block; b += blockDim.x) {
+				float amax = 0;
+				for (int64_t t = 0; t < j.block; t++) {
+					int64_t k = b * j.block + t;
+					float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
+					float v = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
+					if (j.y)
+						st_f(j.dy, j.y, base + k, v);
+					amax = fmaxf(amax, fabsf(v));
+				}
+				int64_t bi = (base + b * j.block) / j.block;
+				st_f(j.dqb, j.qblock, bi, amax / 6.0f / qs);
+				float sb = ld_f(j.dqb, j.qblock, bi) * qs;
+				for (int64_t t = 0; t < j.block; t += 2) {
+					float v[2];
+					for (int u = 0; u < 2; u++) {
+						int64_t k = b * j.block + t + u;
+						float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
+						v[u] = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
+					}
+					unsigned lo = f_to_e2m1(sb != 0 ? v[0] / sb : 0.f);
+					unsigned hi = f_to_e2m1(sb != 0 ? v[1] / sb : 0.f);
+					((uint8_t *)j.qy)[(base + b * j.block + t) / 2] = (uint8_t)(lo | (hi << 4));
+				}
+			}
+			continue;
+		}
+		for (int64_t k = threadIdx.x; k < j.cols; k += blockDim.x) {
+			float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
+			float v = (row_value(j, base, k, false) - mean) * inv * g;
+			if (j.beta)
+				v += ld_f(j.dbeta, j.beta, k % j.beta_numel);
+			if (j.y)
+				st_f(j.dy, j.y, base + k, v);
+			if (j.y_hp)
+				st_f(j.dhp, j.y_hp, base + k, v);
+			if (j.qy)
+				st_f(j.dq, j.qy, base + k, round_through(j.dnorm, v) / qs);
+		}
+	}
+}
+
+enum tpf_status launch_rows(const struct tpf_kernel_call *c, const RowJob &j)
+{
+	if (j.rows <= 0)
+		return TPF_OK;
+	int threads = j.cols >= 2048 ? 512 : j.cols >= 512 ? 256 : j.cols >= 128 ? 128 : 64;
+	unsigned g = (unsigned)(j.rows < 65535 * 8 ? j.rows : 65535 * 8);
+	row_norm_kernel<<<g, threads, 0, tpfc_stream(c)>>>(j);
+	return tpfc_launched(c, "norm");
+}
+
+struct tpf_ktensor *opt_out(const struct tpf_kernel_call *c, size_t i)
+{
+	return i < c->n_out && c->out[i].data ? &c->out[i] : NULL;
+}
+
+const struct tpf_ktensor *opt_in(const struct tpf_kernel_call *c, size_t i)
+{
+	return i < c->n_in && c->in[i].data ? &c->in[i] : NULL;
+}
+
+int split_axis(const struct tpf_ktensor *x, int64_t axis, int64_t *rows, int64_t *cols)
+{
+	int ax = tpf_norm_axis(axis, x->rank);
+	if (ax < 0)
+		return -1;
+	*rows = tpf_dims_prod(x->dims, 0, ax);
+	*cols = tpf_dims_prod(x->dims, ax, x->rank);
+	return 0;
+}
+
+bool fits(const struct tpf_ktensor *g, int64_t cols)
+{
+	return g && g->numel > 0 && cols % g->numel == 0;
+}
+
+bool vec_dtype(enum tpf_dtype t)
+{
+	return t == TPF_DTYPE_FLOAT || t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_BFLOAT16;
+}
+
+bool aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+// The vectorized kernel's limits (see check_norm_args in ar-norm.cu).
+bool fast_ok(enum tpf_dtype dt, int64_t cols)
+{
+	size_t es = tpf_elem_size(dt);
+	return vec_dtype(dt) && cols > 0 && (cols * (int64_t)es) % 16 == 0 && cols * (int64_t)es / 16 <= 512 * 4;
+}
+
+RowJob job_init(const struct tpf_ktensor *x)
+{
+	RowJob j;
+	memset(&j, 0, sizeof(j));
+	j.x = x->data;
+	j.dx = x->dtype;
+	j.dnorm = x->dtype;
+	return j;
+}
+
+void job_gamma(RowJob *j, const struct tpf_ktensor *g)
+{
+	j->gamma = g->data;
+	j->dg = g->dtype;
+	j->g_numel = g->numel;
+}
+
+void job_y(RowJob *j, struct tpf_ktensor *y)
+{
+	j->y = y->data;
+	j->dy = y->dtype;
+}
+
+void job_sum(RowJob *j, struct tpf_ktensor *s)
+{
+	if (!s)
+		return;
+	j->sum = s->data;
+	j->dsum = s->dtype;
+}
+
+void job_residual(RowJob *j, const struct tpf_ktensor *r)
+{
+	if (!r)
+		return;
+	j->residual = r->data;
+	j->dres = r->dtype;
+	j->res_numel = r->numel;
+}
+
+bool all_float(const struct tpf_kernel_call *c)
+{
+	for (size_t i = 0; i < c->n_in; i++)
+		if (c->in[i].data && !tpfc_float_ok(c->in[i].dtype))
+			return false;
+	for (size_t i = 0; i < c->n_out; i++)
+		if (c->out[i].data && !tpfc_float_ok(c->out[i].dtype) && c->out[i].dtype != TPF_DTYPE_FLOAT4E2M1)
+			return false;
+	return true;
+}
+
+// x (+ residual) -> norm (+ sum) through the vectorized kernel when it fits.
+bool try_fast(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, const struct tpf_ktensor *gamma,
+	      const struct tpf_ktensor *res, struct tpf_ktensor *y, struct tpf_ktensor *sum, int64_t rows,
+	      int64_t cols, float eps, float offset, enum tpf_status *st)
+{
+	enum tpf_dtype dt = x->dtype;
+	if (!fast_ok(dt, cols) || gamma->dtype != dt || gamma->numel != cols || y->dtype != dt)
+		return false;
+	if (res && (res->dtype != dt || res->numel != x->numel || !aligned16(res->data)))
+		return false;
+	if (sum && (sum->dtype != dt || !aligned16(sum->data)))
+		return false;
+	if (!res && sum)
+		return false;
+	if (!aligned16(x->data) || !aligned16(y->data) || !aligned16(gamma->data))
+		return false;
+	struct tpf_cuda_norm_args a;
+	memset(&a, 0, sizeof(a));
+	a.dtype = dt;
+	a.rows = rows;
+	a.hidden = cols;
+	a.x = x->data;
+	a.residual = res ? res->data : NULL;
+	a.gamma = gamma->data;
+	a.epsilon = eps;
+	a.weight_offset = offset;
+	a.norm_out = y->data;
+	a.residual_out = sum ? sum->data : NULL;
+	*st = tpf_cuda_add_rmsnorm(&a, c->stream, c->diag);
+	return true;
+}
+
+enum tpf_status norm_common(const struct tpf_kernel_call *c)
+{
+	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1];
+	const struct tpf_ktensor *res = opt_in(c, 2);
+	struct tpf_ktensor *y = &c->out[0], *sum = opt_out(c, 1);
+	int64_t rows, cols;
+	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	if (!fits(gamma, cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the normalized size");
+	if (res && res->numel != x->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "residual shape differs from x");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	enum tpf_status st;
+	if (try_fast(c, x, gamma, res, y, sum, rows, cols, eps, offset, &st))
+		return st;
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_residual(&j, res);
+	job_y(&j, y);
+	job_sum(&j, sum);
+	j.rows = rows;
+	j.cols = cols;
+	j.eps = eps;
+	j.offset = offset;
+	return launch_rows(c, j);
+}
+
+} // namespace
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_rms_norm)
+{
+	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1];
+	struct tpf_ktensor *y = &c->out[0], *inv = opt_out(c, 1);
+	int64_t rows, cols;
+	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	if (!fits(gamma, cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale does not broadcast over the normalized dims");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	enum tpf_status st;
+	if (!inv && try_fast(c, x, gamma, NULL, y, NULL, rows, cols, eps, 0.0f, &st))
+		return st;
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_y(&j, y);
+	if (inv) {
+		j.inv_std = inv->data;
+		j.dinv = inv->dtype;
+	}
+	j.rows = rows;
+	j.cols = cols;
+	j.eps = eps;
+	return launch_rows(c, j);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_skip_rms_norm)
+{
+	const struct tpf_ktensor *x = &c->in[0], *res = &c->in[1], *gamma = &c->in[2];
+	const struct tpf_ktensor *bias = opt_in(c, 3);
+	struct tpf_ktensor *y = &c->out[0], *mean = opt_out(c, 1), *inv = opt_out(c, 2), *sum = opt_out(c, 3);
+	int64_t rows, cols;
+	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-12f);
+	if (split_axis(x, -1, &rows, &cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "input must have rank >= 1");
+	if (res->numel != x->numel && res->numel != cols)
+		return tpf_kfail(c, TPF_ERR_INVALID, "skip shape does not match input");
+	if (!fits(gamma, cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the hidden size");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	if (mean) {
+		cudaError_t e = cudaMemsetAsync(mean->data, 0, mean->nbytes, tpfc_stream(c));
+		if (e != cudaSuccess)
+			return tpfc_cuda_fail(c, "memset", e);
+	}
+	enum tpf_status st;
+	if (!bias && !inv && try_fast(c, x, gamma, res, y, sum, rows, cols, eps, 0.0f, &st))
+		return st;
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_residual(&j, res);
+	job_y(&j, y);
+	job_sum(&j, sum);
+	if (bias) {
+		j.bias = bias->data;
+		j.dbias = bias->dtype;
+		j.bias_numel = bias->numel;
+	}
+	if (inv) {
+		j.inv_std = inv->data;
+		j.dinv = inv->dtype;
+	}
+	j.rows = rows;
+	j.cols = cols;
+	j.eps = eps;
+	return launch_rows(c, j);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_layer_norm)
+{
+	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1], *beta = opt_in(c, 2);
+	struct tpf_ktensor *y = &c->out[0], *mean = opt_out(c, 1), *inv = opt_out(c, 2);
+	int64_t rows, cols;
+	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	if (!fits(gamma, cols) || (beta && !fits(beta, cols)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale or bias does not broadcast over the normalized dims");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_y(&j, y);
+	if (beta) {
+		j.beta = beta->data;
+		j.dbeta = beta->dtype;
+		j.beta_numel = beta->numel;
+	}
+	if (mean) {
+		j.mean_out = mean->data;
+		j.dmean = mean->dtype;
+	}
+	if (inv) {
+		j.inv_std = inv->data;
+		j.dinv = inv->dtype;
+	}
+	j.center = 1;
+	j.rows = rows;
+	j.cols = cols;
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	return launch_rows(c, j);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_tpf_rms_norm)
+{
+	return norm_common(c);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_post)
+{
+	return norm_common(c);
+}
+
+// in: a (reduced), gamma, scale, [residual]; out: y (quantized), [sum],
+// [block scales], [norm]
+extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
+{
+	if (c->n_in < 3 || c->n_out < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects a, gamma, scale[, residual]");
+	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1], *scale = &c->in[2], *res = opt_in(c, 3);
+	struct tpf_ktensor *q = &c->out[0], *sum = opt_out(c, 1), *qb = opt_out(c, 2), *norm = opt_out(c, 3);
+	const char *quant = tpf_node_attr_string(c->node, "quant", "fp8");
+	int64_t rows, cols;
+	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols) || !fits(gamma, cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis or gamma does not fit x");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_residual(&j, res);
+	job_sum(&j, sum);
+	if (norm)
+		job_y(&j, norm);
+	j.dnorm = norm ? norm->dtype : x->dtype;
+	j.rows = rows;
+	j.cols = cols;
+	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	j.offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	j.qscale = scale->data;
+	j.dqs = scale->dtype;
+	j.qy = q->data;
+	j.dq = q->dtype;
+	if (strcmp(quant, "nvfp4") == 0) {
+		int64_t block = tpf_node_attr_int(c->node, "block_size", 16);
+		if (!qb || block <= 0 || block % 2 || cols % block || q->dtype != TPF_DTYPE_FLOAT4E2M1 ||
+		    qb->numel * block != x->numel)
+			return tpf_kfail(c, TPF_ERR_INVALID, "nvfp4 needs the block scale output and rows of whole blocks");
+		j.quant = 2;
+		j.block = block;
+		j.qblock = qb->data;
+		j.dqb = qb->dtype;
+	} else if (strcmp(quant, "fp8") == 0) {
+		if (scale->numel != 1)
+			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "cuda: only a per-tensor fp8 scale is supported");
+		j.quant = 1;
+	} else {
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported on cuda", quant);
+	}
+	return launch_rows(c, j);
+}
+
+namespace {
+
+bool sharded_fast(const struct tpf_kernel_call *c, size_t n, struct tpf_cuda_sharded_args *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (n < 1 || n > TPF_CUDA_SHARDED_MAX)
+		return false;
+	enum tpf_dtype dt = c->in[0].dtype;
+	if (!vec_dtype(dt))
+		return false;
+	a->dtype = dt;
+	a->n = (int)n;
+	a->weight_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	const struct tpf_attr *fd = tpf_node_attr(c->node, "full_dims");
+	const struct tpf_attr *ep = tpf_node_attr(c->node, "epsilons");
+	int64_t full = tpf_node_attr_int(c->node, "full_dim", 0);
+	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p], *g = &c->in[n + p];
+		int64_t w = x->rank ? x->dims[x->rank - 1] : 1;
+		int64_t rows = w ? x->numel / w : 0;
+		if (p == 0)
+			a->rows = rows;
+		if (x->dtype != dt || g->dtype != dt || g->numel != w || rows != a->rows || !fast_ok(dt, w) ||
+		    !aligned16(x->data) || !aligned16(g->data))
+			return false;
+		a->x[p] = x->data;
+		a->gamma[p] = g->data;
+		a->width[p] = w;
+		a->full_dim[p] = fd && fd->kind == TPF_ATTR_INTS && p < fd->n ? fd->ints[p]
+				 : full > 0 ? full
+					    : w * (c->world > 0 ? c->world : 1);
+		a->epsilon[p] = ep && ep->kind == TPF_ATTR_FLOATS && p < ep->n ? ep->floats[p] : eps;
+	}
+	return true;
+}
+
+__global__ void sumsq_kernel(int dx, const void *x, float *s, int64_t rows, int64_t cols, int64_t n, int64_t p)
+{
+	__shared__ float scratch[33];
+	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		float ss = 0;
+		for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
+			float v = ld_f(dx, x, r * cols + k);
+			ss += v * v;
+		}
+		ss = block_reduce(ss, scratch);
+		if (threadIdx.x == 0)
+			s[r * n + p] = ss;
+	}
+}
+
+} // namespace
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
+{
+	size_t n = c->n_in / 2;
+	struct tpf_ktensor *s = &c->out[0];
+	if (n == 0 || c->n_in % 2 || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects n inputs, n gammas and a float32 sum buffer");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(c->in[0].dtype));
+	int64_t rows = -1;
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p];
+		int64_t cols = x->rank ? x->dims[x->rank - 1] : 1, r = cols ? x->numel / cols : 0;
+		if (rows >= 0 && r != rows)
+			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
+		rows = r;
+	}
+	if (s->numel != rows * (int64_t)n)
+		return tpf_kfail(c, TPF_ERR_INVALID, "sum buffer has the wrong size");
+	if (rows == 0)
+		return TPF_OK;
+	struct tpf_cuda_sharded_args a;
+	if (sharded_fast(c, n, &a))
+		return tpf_cuda_sharded_sumsq(&a, (float *)s->data, c->stream, c->diag);
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p];
+		int64_t cols = x->rank ? x->dims[x->rank - 1] : 1;
+		unsigned g = (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
+		sumsq_kernel<<<g, cols >= 512 ? 256 : 64, 0, tpfc_stream(c)>>>(x->dtype, x->data, (float *)s->data, rows,
+									      cols, (int64_t)n, (int64_t)p);
+		enum tpf_status st = tpfc_launched(c, "sumsq");
+		if (st)
+			return st;
+	}
+	return TPF_OK;
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
+{
+	size_t n = (c->n_in - 1) / 2;
+	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
+	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects n inputs, n gammas and the reduced sums");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(c->in[0].dtype));
+	struct tpf_cuda_sharded_args a;
+	bool fast = sharded_fast(c, n, &a);
+	for (size_t p = 0; fast && p < n; p++) {
+		if (c->out[p].dtype != a.dtype || !aligned16(c->out[p].data) || c->out[p].numel != c->in[p].numel)
+			fast = false;
+		a.out[p] = c->out[p].data;
+	}
+	if (fast)
+		return a.rows ? tpf_cuda_sharded_normalize(&a, (const float *)s->data, c->stream, c->diag) : TPF_OK;
+	const struct tpf_attr *fd = tpf_node_attr(c->node, "full_dims");
+	const struct tpf_attr *ep = tpf_node_attr(c->node, "epsilons");
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p], *g = &c->in[n + p];
+		RowJob j = job_init(x);
+		job_gamma(&j, g);
+		job_y(&j, &c->out[p]);
+		j.cols = x->rank ? x->dims[x->rank - 1] : 1;
+		j.rows = j.cols ? x->numel / j.cols : 0;
+		j.eps = ep && ep->kind == TPF_ATTR_FLOATS && p < ep->n ? ep->floats[p]
+									: tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+		j.offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+		j.ext = (const float *)s->data;
+		j.ext_stride = (int64_t)n;
+		j.ext_col = (int64_t)p;
+		int64_t full = tpf_node_attr_int(c->node, "full_dim", 0);
+		j.full_cols = fd && fd->kind == TPF_ATTR_INTS && p < fd->n ? fd->ints[p]
+			      : full > 0 ? full
+					 : j.cols * (c->world > 0 ? c->world : 1);
+		if (!fits(g, j.cols) || s->numel != j.rows * (int64_t)n)
+			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", p);
+		enum tpf_status st = launch_rows(c, j);
+		if (st)
+			return st;
+	}
+	return TPF_OK;
+}

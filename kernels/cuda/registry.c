@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA rows of the kernel table: the same (op, phase) keys as the CPU
+ * registry, with the dtypes the CUDA kernels accept.  kernels/cpu/registry.c
+ * appends them through tpf_cuda_kernel_table(). */
+#include "cuda-kernels.h"
+
+#include <stddef.h>
+
+#define B(t) (UINT64_C(1) << TPF_DTYPE_##t)
+#define FLOATS (B(FLOAT) | B(FLOAT16) | B(BFLOAT16) | B(DOUBLE))
+#define INTS                                                                                       \
+	(B(UINT8) | B(INT8) | B(UINT16) | B(INT16) | B(INT32) | B(INT64) | B(UINT32) | B(UINT64))
+#define NUM (FLOATS | INTS)
+#define ANY 0
+
+#define K(name, op, phase, dtypes, key, fn)                                                        \
+	{                                                                                          \
+		"cuda." name, TPF_BACKEND_CUDA, TPF_OP_##op, TPF_PHASE_##phase, dtypes, key, fn, NULL \
+	}
+
+static const struct tpf_kernel cuda_kernels[] = {
+	K("binary", ADD, MAIN, NUM, 0, tpf_cu_binary),
+	K("binary", SUB, MAIN, NUM, 0, tpf_cu_binary),
+	K("binary", MUL, MAIN, NUM, 0, tpf_cu_binary),
+	K("binary", DIV, MAIN, NUM, 0, tpf_cu_binary),
+	K("binary", POW, MAIN, NUM, 0, tpf_cu_binary),
+	K("compare", EQUAL, MAIN, NUM | B(BOOL), 0, tpf_cu_binary),
+	K("compare", GREATER, MAIN, NUM, 0, tpf_cu_binary),
+	K("compare", LESS, MAIN, NUM, 0, tpf_cu_binary),
+	K("variadic", MAX, MAIN, NUM, 0, tpf_cu_variadic),
+	K("variadic", MIN, MAIN, NUM, 0, tpf_cu_variadic),
+	K("unary", SIGMOID, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", RELU, MAIN, NUM, 0, tpf_cu_unary),
+	K("unary", SQRT, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", RECIPROCAL, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", NEG, MAIN, NUM, 0, tpf_cu_unary),
+	K("unary", EXP, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", TANH, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", ERF, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", ABS, MAIN, NUM, 0, tpf_cu_unary),
+	K("unary", SIN, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", COS, MAIN, FLOATS, 0, tpf_cu_unary),
+	K("unary", NOT, MAIN, B(BOOL), 0, tpf_cu_unary),
+	K("where", WHERE, MAIN, ANY, 1, tpf_cu_where),
+	K("cast", CAST, MAIN, ANY, 0, tpf_cu_cast),
+	K("matmul", MATMUL, MAIN, FLOATS, 0, tpf_cu_matmul),
+	K("gemm", GEMM, MAIN, FLOATS, 0, tpf_cu_gemm),
+	K("reduce", REDUCE_MEAN, MAIN, NUM, 0, tpf_cu_reduce),
+	K("reduce", REDUCE_SUM, MAIN, NUM, 0, tpf_cu_reduce),
+	K("reduce", REDUCE_MAX, MAIN, NUM, 0, tpf_cu_reduce),
+	K("softmax", SOFTMAX, MAIN, FLOATS, 0, tpf_cu_softmax),
+	K("topk", TOPK, MAIN, NUM, 0, tpf_cu_topk),
+	K("argmax", ARGMAX, MAIN, NUM, 0, tpf_cu_argmax),
+	K("rms-norm", RMS_NORMALIZATION, MAIN, FLOATS, 0, tpf_cu_rms_norm),
+	K("rms-norm", SIMPLIFIED_LAYER_NORMALIZATION, MAIN, FLOATS, 0, tpf_cu_rms_norm),
+	K("rms-norm", MS_SIMPLIFIED_LAYER_NORMALIZATION, MAIN, FLOATS, 0, tpf_cu_rms_norm),
+	K("skip-rms-norm", MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION, MAIN, FLOATS, 0, tpf_cu_skip_rms_norm),
+	K("layer-norm", LAYER_NORMALIZATION, MAIN, FLOATS, 0, tpf_cu_layer_norm),
+	K("tpf-rms-norm", TPF_RMS_NORM, MAIN, FLOATS, 0, tpf_cu_tpf_rms_norm),
+	K("allreduce-rms-norm.post", TPF_ALLREDUCE_RMS_NORM, POST_REDUCE, FLOATS, 0,
+	  tpf_cu_allreduce_rms_norm_post),
+	K("allreduce-rms-norm-quant.post", TPF_ALLREDUCE_RMS_NORM_QUANT, POST_REDUCE, FLOATS, 0,
+	  tpf_cu_allreduce_rms_norm_quant_post),
+	K("sharded-rms-norm.sumsq", TPF_SHARDED_RMS_NORM, SUMSQ, FLOATS, 0, tpf_cu_sharded_sumsq),
+	K("sharded-rms-norm.normalize", TPF_SHARDED_RMS_NORM, NORMALIZE, FLOATS, 0,
+	  tpf_cu_sharded_normalize),
+	K("sigmoid-gate-add", TPF_SIGMOID_GATE_ADD, MAIN, FLOATS, 0, tpf_cu_sigmoid_gate_add),
+	K("copy", RESHAPE, MAIN, ANY, 0, tpf_cu_copy),
+	K("copy", IDENTITY, MAIN, ANY, 0, tpf_cu_copy),
+	K("copy", SQUEEZE, MAIN, ANY, 0, tpf_cu_copy),
+	K("copy", UNSQUEEZE, MAIN, ANY, 0, tpf_cu_copy),
+	K("transpose", TRANSPOSE, MAIN, ANY, 0, tpf_cu_transpose),
+	K("slice", SLICE, MAIN, ANY, 0, tpf_cu_slice),
+	K("split", SPLIT, MAIN, ANY, 0, tpf_cu_split),
+	K("concat", CONCAT, MAIN, ANY, 0, tpf_cu_concat),
+	K("gather", GATHER, MAIN, ANY, 0, tpf_cu_gather),
+	K("gather-elements", GATHER_ELEMENTS, MAIN, ANY, 0, tpf_cu_gather_elements),
+	K("scatter-elements", SCATTER_ELEMENTS, MAIN, ANY, 0, tpf_cu_scatter_elements),
+	K("expand", EXPAND, MAIN, ANY, 0, tpf_cu_expand),
+	K("shape", SHAPE, MAIN, ANY, 0, tpf_cu_shape),
+	K("constant-of-shape", CONSTANT_OF_SHAPE, MAIN, ANY, 0, tpf_cu_constant_of_shape),
+	K("quantize-linear", QUANTIZE_LINEAR, MAIN, FLOATS, 0, tpf_cu_quantize_linear),
+	K("dequantize-linear", DEQUANTIZE_LINEAR, MAIN, ANY, 0, tpf_cu_dequantize_linear),
+	K("fp4-dynamic-quantize", TRT_FP4_DYNAMIC_QUANTIZE, MAIN, FLOATS, 0,
+	  tpf_cu_fp4_dynamic_quantize),
+	K("gather-reorder", MS_ALLGATHER, GATHER_REORDER, ANY, 0, tpf_cu_gather_reorder),
+	K("pack", TPF_PACK, MAIN, ANY, -1, tpf_cu_pack),
+	K("unpack", TPF_UNPACK, MAIN, ANY, 0, tpf_cu_unpack),
+	K("attention", ATTENTION, MAIN, FLOATS, 0, tpf_cu_attention),
+};
+
+const struct tpf_kernel *tpf_cuda_kernel_table(size_t *count)
+{
+	*count = sizeof(cuda_kernels) / sizeof(cuda_kernels[0]);
+	return cuda_kernels;
+}
