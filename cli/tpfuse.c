@@ -21,6 +21,7 @@
 
 #include "tpf-ir.h"
 #include "tpf-passes.h"
+#include "tpf-runtime.h"
 
 enum exit_code {
 	EXIT_OK = 0,
@@ -36,7 +37,8 @@ static const char *const exit_codes_help =
 	"  1  the model is invalid or fails verification (or a pass failed)\n"
 	"  2  usage error (bad command line)\n"
 	"  3  I/O error (a file could not be read or written)\n"
-	"  4  unsupported (valid input tpfuse cannot handle, or graphviz missing)\n";
+	"  4  unsupported (valid input tpfuse cannot handle, or graphviz missing)\n"
+	"  5  run --verify: the optimized graph's outputs differ from the unfused graph's\n";
 
 static const char *const main_help =
 	"usage: tpfuse COMMAND [OPTIONS]\n"
@@ -48,6 +50,8 @@ static const char *const main_help =
 	"  check     load and verify a model, listing every problem\n"
 	"  optimize  run a pass pipeline and write the optimized model\n"
 	"  passes    list the registered passes and pipelines\n"
+	"  plan      lower a model and print its schedule, buffers, kernels, peak memory\n"
+	"  run       execute a model (one process per rank: mpirun -np N tpfuse run ...)\n"
 	"\n"
 	"Options:\n"
 	"  -h, --help     show this help (`tpfuse COMMAND --help` for a command)\n"
@@ -862,6 +866,10 @@ int main(int argc, char **argv)
 				return cmd_optimize(2, sub);
 			if (strcmp(argv[2], "passes") == 0)
 				return cmd_passes(2, sub);
+			if (strcmp(argv[2], "run") == 0)
+				return tpf_cli_run(2, sub);
+			if (strcmp(argv[2], "plan") == 0)
+				return tpf_cli_plan(2, sub);
 			return usage_error(NULL, "unknown command '%s'", argv[2]);
 		}
 		fputs(main_help, stdout);
@@ -880,6 +888,10 @@ int main(int argc, char **argv)
 		return cmd_optimize(argc - 1, argv + 1);
 	if (strcmp(cmd, "passes") == 0)
 		return cmd_passes(argc - 1, argv + 1);
+	if (strcmp(cmd, "run") == 0)
+		return tpf_cli_run(argc - 1, argv + 1);
+	if (strcmp(cmd, "plan") == 0)
+		return tpf_cli_plan(argc - 1, argv + 1);
 	if (cmd[0] == '-')
 		return usage_error(NULL, "unknown option '%s'", cmd);
 	return usage_error(NULL, "unknown command '%s'", cmd);

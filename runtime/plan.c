@@ -292,7 +292,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 				if (r->t.rank > TPF_KERNEL_MAX_RANK)
 					return tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': rank %d too large",
 							     v->name, r->t.rank);
-				memcpy(r->t.dims, v->init->dims, sizeof(int64_t) * (size_t)r->t.rank);
+				if (r->t.rank > 0)
+					memcpy(r->t.dims, v->init->dims, sizeof(int64_t) * (size_t)r->t.rank);
 				if (tpf_ktensor_finish(&r->t))
 					return tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': size overflows", v->name);
 				continue;
@@ -331,7 +332,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 		}
 		r->t.dtype = t->dtype;
 		r->t.rank = t->rank;
-		memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+		if (t->rank > 0)
+			memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
 		if (tpf_ktensor_finish(&r->t)) {
 			st = tpf_diag_fail(d, TPF_ERR_LIMIT, "input '%s': size overflows", v->name);
 			continue;
@@ -403,7 +405,8 @@ static enum tpf_status bind_initializers(struct tpf_plan *p, struct tpf_diag *d)
 					     t->rank);
 		r->t.dtype = t->dtype;
 		r->t.rank = t->rank;
-		memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+		if (t->rank > 0)
+			memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
 		if (t->dtype == TPF_DTYPE_STRING) {
 			r->t.dtype = TPF_DTYPE_UNDEFINED; /* unusable by kernels; an error if used */
 			continue;
@@ -541,7 +544,8 @@ static int add_temp(struct tpf_plan *p, const struct tpf_node *n, const char *su
 	struct rt_value *r = &p->values[idx];
 	r->t.dtype = dt;
 	r->t.rank = rank;
-	memcpy(r->t.dims, dims, sizeof(int64_t) * (size_t)rank);
+	if (rank > 0)
+		memcpy(r->t.dims, dims, sizeof(int64_t) * (size_t)rank);
 	if (tpf_ktensor_finish(&r->t))
 		return -1;
 	return idx;
@@ -749,7 +753,8 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			struct rt_value *r = &p->values[outs[0]];
 			r->t.dtype = t->dtype;
 			r->t.rank = t->rank;
-			memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+			if (t->rank > 0)
+				memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
 			if (tpf_ktensor_finish(&r->t) || r->t.nbytes != t->nbytes) {
 				st = nfail(d, n, TPF_ERR_INVALID, "value has %zu bytes for its shape", t->nbytes);
 				goto out_free;

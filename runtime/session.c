@@ -203,7 +203,8 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		o->name = p->graph->outputs[i]->name;
 		o->dtype = r->t.dtype;
 		o->rank = r->t.rank;
-		memcpy(o->dims, r->t.dims, sizeof(int64_t) * (size_t)r->t.rank);
+		if (r->t.rank > 0)
+			memcpy(o->dims, r->t.dims, sizeof(int64_t) * (size_t)r->t.rank);
 		o->nbytes = r->t.nbytes;
 		o->data = tpf_malloc(r->t.nbytes ? r->t.nbytes : 1);
 		if (!o->data)

@@ -173,8 +173,8 @@ enum tpf_status prepare(const struct tpf_kernel_call *c, DeviceState *s, const P
 enum tpf_status run_problem(const struct tpf_kernel_call *c, const Problem &p, const void *x1, const void *x2,
 			    void *y, double alpha, double beta)
 {
-	DeviceState *s;
-	Entry *e;
+	DeviceState *s = NULL;
+	Entry *e = NULL;
 	enum tpf_status st = get_state(c, &s);
 	if (st)
 		return st;
