@@ -180,18 +180,23 @@ out_free:
 	return st;
 }
 
-static enum tpf_status run_graph(const struct tpf_model *m, struct tpf_graph *g,
-				 struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d)
+/* One analysis of g: dependencies, greedy groups; coalesces the first group
+ * of two or more (*did = 1), or, when there is none, reports why each
+ * AllToAll stays alone.  One group at a time, because coalescing a group
+ * adds dependencies (its Pack waits for every member's input) that can make
+ * two other groups depend on each other. */
+static enum tpf_status coalesce_next(const struct tpf_model *m, struct tpf_graph *g,
+				     struct tpf_pass_context *ctx, int *group_no, int *did,
+				     struct tpf_diag *d)
 {
 	enum tpf_status st = TPF_OK;
-	struct a2a *list = NULL;
-	uint64_t *deps = NULL;
+	struct a2a *list = NULL, *members = NULL;
+	uint64_t *deps = NULL, *group_bits = NULL;
+	int *group_first = NULL;
+	const char **why = NULL;
 	size_t count = 0;
 
-	for (size_t c = 0; c < g->n_children; c++)
-		if ((st = run_graph(m, g->children[c], ctx, changed, d)) != TPF_OK)
-			return st;
-
+	*did = 0;
 	if ((st = tpf_graph_toposort(g, d)) != TPF_OK)
 		return st;
 	for (struct tpf_node *n = g->first; n; n = n->next)
@@ -200,19 +205,20 @@ static enum tpf_status run_graph(const struct tpf_model *m, struct tpf_graph *g,
 	if (count < 2)
 		return TPF_OK;
 
-	list = tpf_calloc(count, sizeof(*list));
 	size_t words = (count + 63) / 64;
 	size_t nbits;
-	if (!list || tpf_mul_size(g->next_node_id ? g->next_node_id : 1, words * sizeof(uint64_t), &nbits)) {
+	list = tpf_calloc(count, sizeof(*list));
+	members = tpf_malloc(count * sizeof(*members));
+	group_first = tpf_malloc(count * sizeof(int));
+	group_bits = tpf_calloc(count * words, sizeof(uint64_t));
+	why = tpf_calloc(count, sizeof(*why));
+	if (!list || !members || !group_first || !group_bits || !why ||
+	    tpf_mul_size(g->next_node_id ? g->next_node_id : 1, words * sizeof(uint64_t), &nbits) ||
+	    !(deps = tpf_calloc(1, nbits))) {
 		st = TPF_ERR_NOMEM;
 		goto out_free;
 	}
 	/* deps[node id] = the AllToAll nodes this node depends on, itself included */
-	deps = tpf_calloc(1, nbits);
-	if (!deps) {
-		st = TPF_ERR_NOMEM;
-		goto out_free;
-	}
 	size_t idx = 0;
 	for (struct tpf_node *n = g->first; n; n = n->next) {
 		uint64_t *mine = &deps[(size_t)n->id * words];
@@ -234,35 +240,28 @@ static enum tpf_status run_graph(const struct tpf_model *m, struct tpf_graph *g,
 	}
 
 	/* Greedy grouping in topological order: a node joins the first group of
-	 * its dtype and world size that it does not depend on. */
+	 * its dtype and world size that it does not depend on (members earlier
+	 * in the order cannot depend on it). */
 	int ngroups = 0;
-	int *group_first = tpf_malloc(count * sizeof(int));
-	uint64_t *group_bits = tpf_calloc(count * words, sizeof(uint64_t));
-	if (!group_first || !group_bits) {
-		tpf_free(group_first);
-		tpf_free(group_bits);
-		st = TPF_ERR_NOMEM;
-		goto out_free;
-	}
 	for (size_t i = 0; i < count; i++) {
 		struct tpf_node *n = list[i].node;
 		const struct tpf_value *x = n->inputs[0];
 		int64_t world = world_size_of(m, n, ctx);
 		list[i].numel = x ? tpf_shape_numel(&x->type.shape) : -1;
 		if (!x || x->type.kind != TPF_TYPE_TENSOR || x->type.shape.rank < 1 || list[i].numel < 0) {
-			explain(ctx, n, "input shape is not static");
+			why[i] = "input shape is not static";
 			continue;
 		}
 		if (world < 1) {
-			explain(ctx, n, "world size unknown (no group_size, --world-size or tp_world_size)");
+			why[i] = "world size unknown (no group_size, --world-size or tp_world_size)";
 			continue;
 		}
 		if (x->type.shape.dims[0].value % world != 0) {
-			explain(ctx, n, "first dimension does not divide by the world size");
+			why[i] = "first dimension does not divide by the world size";
 			continue;
 		}
 		if (!n->outputs[0]) {
-			explain(ctx, n, "output omitted");
+			why[i] = "output omitted";
 			continue;
 		}
 		const uint64_t *mine = &deps[(size_t)n->id * words];
@@ -274,7 +273,7 @@ static enum tpf_status run_graph(const struct tpf_model *m, struct tpf_graph *g,
 			const uint64_t *gb = &group_bits[(size_t)gi * words];
 			int dependent = 0;
 			for (size_t w = 0; w < words; w++)
-				if (mine[w] & gb[w] & ~(w == i / 64 ? 1ull << (i % 64) : 0))
+				if (mine[w] & gb[w])
 					dependent = 1;
 			if (dependent)
 				continue;
@@ -288,33 +287,49 @@ static enum tpf_status run_graph(const struct tpf_model *m, struct tpf_graph *g,
 		group_bits[(size_t)list[i].group * words + i / 64] |= 1ull << (i % 64);
 	}
 
-	struct a2a *members = tpf_malloc(count * sizeof(*members));
-	if (!members) {
-		st = TPF_ERR_NOMEM;
-	} else {
-		for (int gi = 0; gi < ngroups && st == TPF_OK; gi++) {
-			size_t k = 0;
-			for (size_t i = 0; i < count; i++)
-				if (list[i].group == gi)
-					members[k++] = list[i];
-			if (k < 2) {
-				explain(ctx, members[0].node, "no independent AllToAll of the same dtype to join");
-				continue;
-			}
-			st = coalesce_group(g, members, k, world_size_of(m, members[0].node, ctx), ctx, gi);
-			if (st == TPF_OK)
-				*changed = 1;
+	for (int gi = 0; gi < ngroups; gi++) {
+		size_t k = 0;
+		for (size_t i = 0; i < count; i++)
+			if (list[i].group == gi)
+				members[k++] = list[i];
+		if (k < 2) {
+			why[group_first[gi]] = "no independent AllToAll of the same dtype and world size to join";
+			continue;
 		}
-		tpf_free(members);
+		st = coalesce_group(g, members, k, world_size_of(m, members[0].node, ctx), ctx, (*group_no)++);
+		if (st == TPF_OK) {
+			*did = 1;
+			st = tpf_graph_toposort(g, d);
+		}
+		goto out_free;
 	}
-	tpf_free(group_first);
-	tpf_free(group_bits);
-	if (st == TPF_OK && *changed)
-		st = tpf_graph_toposort(g, d);
+	for (size_t i = 0; i < count; i++)
+		if (why[i])
+			explain(ctx, list[i].node, why[i]);
 
 out_free:
 	tpf_free(list);
+	tpf_free(members);
 	tpf_free(deps);
+	tpf_free(group_first);
+	tpf_free(group_bits);
+	tpf_free(why);
+	return st;
+}
+
+static enum tpf_status run_graph(const struct tpf_model *m, struct tpf_graph *g,
+				 struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d)
+{
+	enum tpf_status st = TPF_OK;
+	for (size_t c = 0; c < g->n_children; c++)
+		if ((st = run_graph(m, g->children[c], ctx, changed, d)) != TPF_OK)
+			return st;
+	int group_no = 0, did;
+	do {
+		st = coalesce_next(m, g, ctx, &group_no, &did, d);
+		if (did)
+			*changed = 1;
+	} while (st == TPF_OK && did);
 	return st;
 }
 
