@@ -519,6 +519,17 @@ enum tpf_status tpf_graph_add_output(struct tpf_graph *g, struct tpf_value *v)
 		return TPF_ERR_INVALID;
 	if (append_value(g, &g->outputs, &g->n_outputs, &g->cap_outputs, v))
 		return TPF_ERR_NOMEM;
+	v->n_output_refs++;
+	return TPF_OK;
+}
+
+enum tpf_status tpf_graph_set_output(struct tpf_graph *g, size_t index, struct tpf_value *v)
+{
+	if (!v || index >= g->n_outputs)
+		return TPF_ERR_INVALID;
+	g->outputs[index]->n_output_refs--;
+	g->outputs[index] = v;
+	v->n_output_refs++;
 	return TPF_OK;
 }
 
@@ -588,21 +599,12 @@ static void use_remove(struct tpf_value *v, struct tpf_node *n, int index)
 
 size_t tpf_value_use_count(const struct tpf_value *v)
 {
-	size_t n = v->n_uses;
-	const struct tpf_graph *g = v->graph;
-	for (size_t i = 0; i < g->n_outputs; i++)
-		if (g->outputs[i] == v)
-			n++;
-	return n;
+	return v->n_uses + v->n_output_refs;
 }
 
 int tpf_value_is_graph_output(const struct tpf_value *v)
 {
-	const struct tpf_graph *g = v->graph;
-	for (size_t i = 0; i < g->n_outputs; i++)
-		if (g->outputs[i] == v)
-			return 1;
-	return 0;
+	return v->n_output_refs != 0;
 }
 
 /* ------------------------------------------------------------ nodes */
@@ -819,9 +821,13 @@ enum tpf_status tpf_value_replace_uses(struct tpf_value *from, struct tpf_value 
 	}
 	from->n_uses = 0;
 	struct tpf_graph *g = from->graph;
-	for (size_t i = 0; i < g->n_outputs; i++)
-		if (g->outputs[i] == from)
-			g->outputs[i] = to;
+	if (from->n_output_refs) {
+		for (size_t i = 0; i < g->n_outputs; i++)
+			if (g->outputs[i] == from)
+				g->outputs[i] = to;
+		to->n_output_refs += from->n_output_refs;
+		from->n_output_refs = 0;
+	}
 	return TPF_OK;
 }
 

@@ -341,6 +341,7 @@ struct tpf_value {
 	int has_value_info;        /* appeared in graph.value_info (export keeps it) */
 	struct tpf_use *uses;      /* ordered: graph order of the using nodes at creation, then append */
 	size_t n_uses, cap_uses;
+	uint32_t n_output_refs;    /* slots of graph->outputs holding this value */
 	uint32_t id;               /* creation index in graph->values */
 	uint32_t mark;             /* scratch for passes; no meaning across calls */
 	/* metadata_props of ValueInfoProto */
@@ -488,6 +489,9 @@ struct tpf_value *tpf_graph_add_initializer(struct tpf_graph *g, const char *nam
 /* Adopts a tensor already allocated in g's arena (no copy). */
 struct tpf_value *tpf_graph_add_initializer_tensor(struct tpf_graph *g, struct tpf_tensor *t);
 enum tpf_status tpf_graph_add_output(struct tpf_graph *g, struct tpf_value *v);
+/* Makes graph output `index` be `v` (graph->outputs must change only
+ * through these calls and tpf_value_replace_uses). */
+enum tpf_status tpf_graph_set_output(struct tpf_graph *g, size_t index, struct tpf_value *v);
 /* Removes an initializer that nothing uses (TPF_ERR_INVALID otherwise); its
  * name becomes free.  The value must not be used afterwards. */
 enum tpf_status tpf_graph_remove_initializer(struct tpf_graph *g, struct tpf_value *v);

@@ -612,6 +612,8 @@ static enum tpf_status grow(void **arr, size_t *cap, size_t need, size_t elem)
 	return TPF_OK;
 }
 
+#define MOVE_MARK 0x5eed0001u
+
 /* Positions and the list of ShardedRMSNorm nodes, in graph order. */
 static enum tpf_status merge_scan(struct merge_state *s)
 {
@@ -686,9 +688,50 @@ static int depends_on_group(struct merge_state *s, struct tpf_node *const *group
 	return 0;
 }
 
+/* The merged node `m` sits where the last member was.  Nodes between the
+ * first member and `m` that read (transitively) what the earlier members
+ * computed now read `m`: they move after it, in their order.  Nothing else
+ * needs to move: the members are independent, so `m`'s inputs are all
+ * defined before it.  This keeps the order topological without sorting
+ * the whole graph after every merge. */
+static enum tpf_status move_consumers_after(struct tpf_graph *g, struct tpf_node *const *group,
+                                            size_t k, struct tpf_node *m)
+{
+	struct tpf_node **moved = NULL;
+	size_t n_moved = 0, cap = 0;
+	enum tpf_status st = TPF_OK;
+
+	for (struct tpf_node *n = group[0]->next; n && n != m; n = n->next) {
+		int member = 0, tainted = 0;
+		for (size_t j = 0; j < k; j++)
+			member |= n == group[j];
+		if (member)
+			continue;
+		for (size_t i = 0; i < n->n_inputs + n->n_implicit && !tainted; i++) {
+			const struct tpf_value *v =
+			    i < n->n_inputs ? n->inputs[i] : n->implicit_inputs[i - n->n_inputs];
+			const struct tpf_node *p = v ? v->producer : NULL;
+			tainted = p && (p == m || (p->graph == g && p->mark == MOVE_MARK));
+		}
+		if (!tainted)
+			continue;
+		if ((st = grow((void **)&moved, &cap, n_moved + 1, sizeof(*moved))))
+			goto out_free;
+		n->mark = MOVE_MARK;
+		moved[n_moved++] = n;
+	}
+	for (size_t i = 0; i < n_moved; i++) {
+		moved[i]->mark = 0;
+		tpf_graph_move_node_before(g, moved[i], group[k - 1]);
+	}
+out_free:
+	tpf_free(moved);
+	return st;
+}
+
 /* Replaces the members by one ShardedRMSNorm over all their tensors. */
 static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const *group, size_t k,
-                                   struct tpf_diag *d)
+                                   struct tpf_node **merged_out, struct tpf_diag *d)
 {
 	struct tpf_graph *g = s->g;
 	size_t total = 0, o = 0;
@@ -728,6 +771,7 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 		goto out_free;
 	m->origin_pass = PASS_NAME;
 	m->origin_pattern = MERGE_COUNTER;
+	*merged_out = m;
 	if ((st = tpf_node_set_attr_floats(m, "epsilons", eps, total)) ||
 	    (st = tpf_node_set_attr_ints(m, "full_dims", dims, total)) ||
 	    (st = tpf_node_set_attr_int(m, "world_size",
@@ -745,6 +789,8 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 			goto out_free;
 		names[o] = olds[o]->name;
 	}
+	if ((st = move_consumers_after(g, group, k, m)))
+		goto out_free;
 	for (size_t i = 0; i < k; i++) {
 		if ((st = tpf_graph_erase_node(g, group[i]))) {
 			st =
@@ -759,7 +805,7 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 		if (st == TPF_ERR_NOMEM)
 			goto out_free;
 	}
-	st = tpf_graph_toposort(g, d);
+	st = TPF_OK;
 
 out_free:
 	if (st == TPF_ERR_NOMEM)
@@ -772,6 +818,70 @@ out_free:
 	return st;
 }
 
+/* Grows the per-node-id arrays (positions, stamps, `tried`) to the graph's
+ * current node ids. */
+static enum tpf_status ensure_ids(struct merge_state *s, uint8_t **tried, size_t *cap_tried)
+{
+	size_t ids = s->g->next_node_id ? s->g->next_node_id : 1;
+	if (ids > s->n_ids) {
+		uint32_t *pos = tpf_realloc(s->pos, ids * sizeof(*pos));
+		if (!pos)
+			return TPF_ERR_NOMEM;
+		s->pos = pos;
+		uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
+		if (!stamp)
+			return TPF_ERR_NOMEM;
+		memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
+		s->stamp = stamp;
+		s->n_ids = ids;
+	}
+	if (ids > *cap_tried) {
+		uint8_t *t = tpf_realloc(*tried, ids);
+		if (!t)
+			return TPF_ERR_NOMEM;
+		memset(t + *cap_tried, 0, ids - *cap_tried);
+		*tried = t;
+		*cap_tried = ids;
+	}
+	return TPF_OK;
+}
+
+/* After a merge: the nodes strictly between `before` and `after` (the
+ * stretch that held the group, now holding the merged node and whatever
+ * moved) get positions pos_lo, pos_lo + 1, ... (they are fewer than before,
+ * so they stay below the next node's position), and the norms of that
+ * stretch replace the old entries of s->norms from index `first` on. */
+static enum tpf_status rescan_window(struct merge_state *s, struct tpf_node *before,
+                                     struct tpf_node *after, uint32_t pos_lo, uint32_t pos_hi,
+                                     size_t first)
+{
+	/* the old entries of the stretch (erased members included: their
+	 * positions are still the old ones) */
+	size_t end = first;
+	while (end < s->n_norms && s->pos[s->norms[end]->id] <= pos_hi)
+		end++;
+	size_t fresh = 0;
+	uint32_t p = pos_lo;
+	for (struct tpf_node *n = before ? before->next : s->g->first; n && n != after; n = n->next) {
+		s->pos[n->id] = p++;
+		fresh += mergeable(n);
+	}
+	size_t old = end - first, tail = s->n_norms - end;
+	if (fresh > old) {
+		enum tpf_status st = grow((void **)&s->norms, &s->cap_norms,
+		                          s->n_norms + fresh - old, sizeof(*s->norms));
+		if (st)
+			return st;
+	}
+	memmove(&s->norms[first + fresh], &s->norms[end], tail * sizeof(*s->norms));
+	s->n_norms = first + fresh + tail;
+	size_t w = first;
+	for (struct tpf_node *n = before ? before->next : s->g->first; n && n != after; n = n->next)
+		if (mergeable(n))
+			s->norms[w++] = n;
+	return TPF_OK;
+}
+
 /* Merges independent compatible norms until nothing changes. */
 static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_context *ctx,
                                    int *changed, struct tpf_diag *d)
@@ -780,46 +890,68 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 	struct tpf_node **group = NULL;
 	size_t cap_group = 0;
 	enum tpf_status st = TPF_OK;
-	int merged;
+	uint8_t *tried = NULL;
+	size_t cap_tried = 0;
 
-	do {
-		merged = 0;
-		if ((st = merge_scan(&s)))
+	/* One sweep over the norms in graph order.  A merge only adds
+	 * dependencies, so a norm that found no partner never finds one later,
+	 * and a merged group is already as large as it gets: both are marked
+	 * `tried`.  After a merge only the stretch of the graph between the
+	 * first and the last member changed; it is renumbered in place
+	 * (rescan_window) instead of rescanning the graph, which keeps the pass
+	 * linear in the size of the graph. */
+	if ((st = merge_scan(&s)))
+		goto out_free;
+	size_t i = 0;
+	while (i < s.n_norms) {
+		if ((st = ensure_ids(&s, &tried, &cap_tried)))
 			goto out_free;
-		for (size_t i = 0; i < s.n_norms && !merged; i++) {
-			size_t k = 0, scanned = 0;
-			if ((st = grow((void **)&group, &cap_group, s.n_norms, sizeof(*group))))
-				goto out_free;
-			group[k++] = s.norms[i];
-			for (size_t j = i + 1; j < s.n_norms && scanned < MERGE_MAX_CANDIDATES;
-			     j++) {
-				struct tpf_node *c = s.norms[j];
-				if (!compatible(group[0], c))
-					continue;
-				scanned++;
-				int dep = depends_on_group(&s, group, k, c);
-				if (dep < 0) {
-					st = TPF_ERR_NOMEM;
-					goto out_free;
-				}
-				if (dep)
-					break;
-				group[k++] = c;
-			}
-			if (k < 2)
-				continue;
-			if ((st = merge_group(&s, group, k, d)))
-				goto out_free;
-			if (tpf_model_opset(model, TPF_DOMAIN) < 0 &&
-			    (st = tpf_model_set_opset(model, TPF_DOMAIN, 1)))
-				goto out_free;
-			if (ctx && ctx->stats)
-				tpf_pass_stats_add(ctx->stats, PASS_NAME, MERGE_COUNTER,
-				                   (int64_t)k - 1);
-			*changed = 1;
-			merged = 1;
+		if (tried[s.norms[i]->id]) {
+			i++;
+			continue;
 		}
-	} while (merged);
+		size_t k = 0, scanned = 0;
+		if ((st = grow((void **)&group, &cap_group, s.n_norms, sizeof(*group))))
+			goto out_free;
+		group[k++] = s.norms[i];
+		for (size_t j = i + 1; j < s.n_norms && scanned < MERGE_MAX_CANDIDATES; j++) {
+			struct tpf_node *c = s.norms[j];
+			if (!compatible(group[0], c))
+				continue;
+			scanned++;
+			int dep = depends_on_group(&s, group, k, c);
+			if (dep < 0) {
+				st = TPF_ERR_NOMEM;
+				goto out_free;
+			}
+			if (dep)
+				break;
+			group[k++] = c;
+		}
+		if (k < 2) {
+			tried[s.norms[i]->id] = 1;
+			i++;
+			continue;
+		}
+		uint32_t pos_lo = s.pos[group[0]->id], pos_hi = s.pos[group[k - 1]->id];
+		struct tpf_node *before = group[0]->prev, *after = group[k - 1]->next, *merged = NULL;
+		if ((st = merge_group(&s, group, k, &merged, d)))
+			goto out_free;
+		if ((st = ensure_ids(&s, &tried, &cap_tried)))
+			goto out_free;
+		tried[merged->id] = 1;
+		if ((st = rescan_window(&s, before, after, pos_lo, pos_hi, i)))
+			goto out_free;
+		if (tpf_model_opset(model, TPF_DOMAIN) < 0 &&
+		    (st = tpf_model_set_opset(model, TPF_DOMAIN, 1)))
+			goto out_free;
+		if (ctx && ctx->stats)
+			tpf_pass_stats_add(ctx->stats, PASS_NAME, MERGE_COUNTER, (int64_t)k - 1);
+		*changed = 1;
+	}
+	/* the merges kept the order topological; check it once */
+	if (*changed && (st = tpf_graph_toposort(s.g, d)))
+		goto out_free;
 
 	if (ctx && ctx->explain && s.n_norms > 1) {
 		char buf[160];
@@ -838,6 +970,7 @@ out_free:
 	if (st == TPF_ERR_NOMEM || st == TPF_ERR_LIMIT)
 		tpf_diag_add(d, TPF_SEV_ERROR, "%s: out of memory while merging norms", PASS_NAME);
 	tpf_free(group);
+	tpf_free(tried);
 	tpf_free(s.pos);
 	tpf_free(s.stamp);
 	tpf_free(s.stack);

@@ -403,7 +403,7 @@ static void test_gate_two_blocks(void **state)
 	    node(g, "", "Add", "add2", (struct tpf_value *[]){mu->outputs[0], prev}, 2, 1,
 	         (const char *[]){"out2"});
 	set_type(ad->outputs[0], TPF_DTYPE_BFLOAT16, 2, T_H);
-	g->outputs[0] = ad->outputs[0];
+	assert_int_equal(tpf_graph_set_output(g, 0, ad->outputs[0]), TPF_OK);
 	/* `prev` now feeds both Mul and Add: the first block still fuses (its
 	 * Add is the root), the second reads prev as shared and final */
 	struct tpf_pass_stats *st = tpf_pass_stats_create();
