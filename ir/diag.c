@@ -55,9 +55,14 @@ void *tpf_malloc(size_t n)
 
 void *tpf_calloc(size_t count, size_t size)
 {
+	size_t total;
+
 	if (alloc_should_fail())
 		return NULL;
-	if (count == 0 || size == 0)
+	/* checked here, not left to calloc: sanitizer allocators abort on it */
+	if (tpf_mul_size(count, size, &total))
+		return NULL;
+	if (total == 0)
 		return calloc(1, 1);
 	return calloc(count, size);
 }

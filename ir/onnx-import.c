@@ -457,7 +457,8 @@ static const struct mapping *map_file(struct import_ctx *c, const char *real, co
 		*st = nomem(c);
 		return NULL;
 	}
-	int fd = open(real, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a named pipe must not block the open; fstat refuses it below */
+	int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		*st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot open external data file '%s': %s",
 		                    what, loc, strerror(errno));
@@ -1786,7 +1787,8 @@ enum tpf_status tpf_model_load_file(const char *path, const struct tpf_load_opti
 		return tpf_diag_fail(d, TPF_ERR_INVALID,
 		                     "tpf_model_load_file: no path or output pointer");
 	*out = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a named pipe must not block the open; it is refused below */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
 	enum tpf_status st;

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,43 @@ struct nccl_impl {
 	int failed;
 	char why[200];
 };
+
+struct abort_job {
+	ncclComm_t comm;
+	int device;
+};
+
+static void *abort_main(void *p)
+{
+	struct abort_job *j = p;
+	cudaSetDevice(j->device);
+	ncclCommAbort(j->comm);
+	free(j);
+	return NULL;
+}
+
+/* Aborts the NCCL communicator without waiting for it: an abort behind a
+ * stuck kernel must not stall the rank that reports the error. */
+static void abort_comm(struct nccl_impl *im)
+{
+	if (!im->comm)
+		return;
+	struct abort_job *j = malloc(sizeof(*j));
+	pthread_t t;
+	im->failed = 1;
+	if (j) {
+		j->comm = im->comm;
+		j->device = im->device;
+		if (pthread_create(&t, NULL, abort_main, j) == 0) {
+			pthread_detach(t);
+			im->comm = NULL;
+			return;
+		}
+		free(j);
+	}
+	ncclCommAbort(im->comm);
+	im->comm = NULL;
+}
 
 static double now_s(void)
 {
@@ -66,9 +104,7 @@ static enum tpf_status nccl_settle(struct tpf_comm *c, const char *what, ncclRes
 			break;
 		nap(++spins);
 		if ((spins & 63) == 0 && now_s() > end) {
-			ncclCommAbort(im->comm);
-			im->comm = NULL;
-			im->failed = 1;
+			abort_comm(im);
 			return tpf_diag_fail(d, TPF_ERR_RUNTIME,
 					     "NCCL %s timed out after %.0f s on rank %d of %d: a peer "
 					     "stopped, failed or runs a different schedule",
@@ -200,11 +236,7 @@ static enum tpf_status nccl_barrier(struct tpf_comm *c, struct tpf_diag *d)
 static void nccl_abort(struct tpf_comm *c, int code)
 {
 	struct nccl_impl *im = c->impl;
-	if (im->comm) {
-		ncclCommAbort(im->comm);
-		im->comm = NULL;
-	}
-	im->failed = 1;
+	abort_comm(im);
 	tpf_comm_abort(im->mpi, code);
 }
 
@@ -216,15 +248,15 @@ static void nccl_destroy(struct tpf_comm *c)
 		if (im->comm) {
 			cudaSetDevice(im->device);
 			if (im->failed) {
-				ncclCommAbort(im->comm);
+				abort_comm(im);
 			} else {
 				/* finalize is bounded like everything else */
 				struct tpf_diag *d = tpf_diag_create();
 				ncclResult_t r = ncclCommFinalize(im->comm);
 				if (nccl_settle(c, "finalize", r, d) == TPF_OK && im->comm)
 					ncclCommDestroy(im->comm);
-				else if (im->comm)
-					ncclCommAbort(im->comm);
+				else
+					abort_comm(im);
 				tpf_diag_free(d);
 			}
 			im->comm = NULL;
@@ -266,11 +298,7 @@ static void watch_abort(void *ctx)
 {
 	struct tpf_comm *c = ctx;
 	struct nccl_impl *im = c->impl;
-	if (im->comm) {
-		ncclCommAbort(im->comm);
-		im->comm = NULL;
-	}
-	im->failed = 1;
+	abort_comm(im);
 	snprintf(im->why, sizeof(im->why), "aborted after a failed or stalled collective");
 }
 
@@ -349,10 +377,7 @@ enum tpf_status tpf_comm_create_nccl(const struct tpf_comm_options *o, struct tp
 	*out = c;
 	return TPF_OK;
 out_fail:
-	if (im->comm) {
-		ncclCommAbort(im->comm);
-		im->comm = NULL;
-	}
+	abort_comm(im);
 	tpf_comm_free(mpi);
 	tpf_free(im);
 	tpf_free(c);

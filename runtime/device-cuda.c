@@ -21,6 +21,7 @@ struct cuda_dev {
 	int key_runs; /* runs with this key so far */
 	cudaGraphExec_t exec;
 	unsigned long captures, replays, eager;
+	int stuck; /* a wait timed out: later waits only check once */
 };
 
 static struct tpf_cuda_watchdog g_watchdog;
@@ -63,13 +64,15 @@ static double timeout_of(void)
  * timeout (aborting the communicator so that stuck kernels end). */
 static enum tpf_status stream_wait(struct cuda_dev *cd, struct tpf_diag *d)
 {
-	double limit = timeout_of();
+	double limit = cd->stuck ? 0 : timeout_of();
 	double end = now_s() + limit;
 	unsigned spins = 0;
 	for (;;) {
 		cudaError_t e = cudaStreamQuery(cd->stream);
-		if (e == cudaSuccess)
+		if (e == cudaSuccess) {
+			cd->stuck = 0;
 			return TPF_OK;
+		}
 		if (e != cudaErrorNotReady)
 			return cuda_err(d, "stream", e);
 		if (g_have_watchdog && (spins & 255) == 0) {
@@ -84,6 +87,7 @@ static enum tpf_status stream_wait(struct cuda_dev *cd, struct tpf_diag *d)
 			nanosleep(&ts, NULL);
 		}
 		if ((spins & 63) == 0 && now_s() > end) {
+			cd->stuck = 1;
 			if (g_have_watchdog)
 				g_watchdog.abort(g_watchdog.ctx);
 			return tpf_diag_fail(d, TPF_ERR_RUNTIME,
@@ -92,6 +96,15 @@ static enum tpf_status stream_wait(struct cuda_dev *cd, struct tpf_diag *d)
 					     cd->device, limit);
 		}
 	}
+}
+
+/* Bounded wait for clean-up paths: 0 when the stream is idle. */
+static int settle(struct cuda_dev *cd)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	enum tpf_status st = d ? stream_wait(cd, d) : TPF_ERR_NOMEM;
+	tpf_diag_free(d);
+	return st != TPF_OK;
 }
 
 static void *dev_alloc(struct tpf_device *dev, size_t bytes)
@@ -112,8 +125,10 @@ static void dev_free(struct tpf_device *dev, void *p)
 	if (!p)
 		return;
 	cudaSetDevice(cd->device);
-	/* pending work may still read it */
-	cudaStreamSynchronize(cd->stream);
+	/* pending work may still read it; behind a stuck collective the memory
+	 * is left alone (cudaFree would wait for the device) */
+	if (settle(cd))
+		return;
 	cudaFree(p);
 }
 
@@ -155,8 +170,8 @@ void tpf_cuda_device_drop_graph(struct tpf_device *dev)
 		return;
 	struct cuda_dev *cd = dev->ctx;
 	if (cd->exec) {
-		cudaStreamSynchronize(cd->stream);
-		cudaGraphExecDestroy(cd->exec);
+		if (!settle(cd))
+			cudaGraphExecDestroy(cd->exec);
 		cd->exec = NULL;
 	}
 	cd->key_runs = 0;
@@ -169,8 +184,8 @@ static void dev_destroy(struct tpf_device *dev)
 	if (cd) {
 		cudaSetDevice(cd->device);
 		tpf_cuda_device_drop_graph(dev);
-		cudaStreamSynchronize(cd->stream);
-		cudaStreamDestroy(cd->stream);
+		if (!settle(cd))
+			cudaStreamDestroy(cd->stream);
 		tpf_free(cd);
 	}
 	tpf_free(dev);

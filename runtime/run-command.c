@@ -4,6 +4,9 @@
  * a backend under MPI or alone, time it, write outputs, and --verify the
  * optimized graph against the unfused one. */
 #include "tpf-runtime.h"
+#ifdef TPF_HAVE_CUDA
+#include "tpf-cuda-runtime.h"
+#endif
 #include "tpf-passes.h"
 
 #include <errno.h>
@@ -44,7 +47,9 @@ static const char *const run_help =
 	"  --verify              run the unfused and the optimized graph on the same\n"
 	"                        inputs and compare every output (max abs/rel error\n"
 	"                        against per-dtype tolerances)\n"
-	"  --backend cpu|cuda    backend (default cpu)\n"
+	"  --backend cpu|cuda    backend (default cpu); cuda under mpirun uses NCCL\n"
+	"  --cuda-graph          (cuda) capture the plan into a CUDA graph on the\n"
+	"                        second run and replay it afterwards\n"
 	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
 	"  --quiet               print no output summary\n"
 	"\n"
@@ -68,7 +73,7 @@ struct run_opts {
 	const char *dims[64];
 	int n_dims;
 	long iters, warmup;
-	int optimize, verify, quiet;
+	int optimize, verify, quiet, cuda_graph;
 	enum tpf_backend backend;
 	double timeout;
 	int rank, world; /* plan only */
@@ -187,6 +192,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->verify = 1;
 		} else if (!strcmp(a, "--quiet") && !is_plan) {
 			o->quiet = 1;
+		} else if (!strcmp(a, "--cuda-graph") && !is_plan) {
+			o->cuda_graph = 1;
 		} else if (!strcmp(a, "--backend")) {
 			NEED();
 			if (tpf_backend_from_name(next, &o->backend)) {
@@ -621,7 +628,14 @@ int tpf_cli_run(int argc, char **argv)
 	if (!d)
 		return RUN_ERROR;
 	struct tpf_comm_options co = {.timeout_s = o.timeout};
-	if (tpf_comm_launched_by_mpi())
+	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
+#ifdef TPF_HAVE_NCCL
+		st = tpf_comm_create_nccl(&co, &comm, d);
+#else
+		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				   "--backend cuda under mpirun needs NCCL (this tpfuse was built without it)");
+#endif
+	else if (tpf_comm_launched_by_mpi())
 		st = tpf_comm_create_mpi(&co, &comm, d);
 	else
 		st = tpf_comm_create_self(&co, &comm, d);
@@ -644,7 +658,8 @@ int tpf_cli_run(int argc, char **argv)
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "loading the model and inputs", d)))
 		goto out;
-	struct tpf_session_options so = {.backend = o.backend, .comm = comm};
+	struct tpf_session_options so = {.backend = o.backend, .comm = comm,
+					 .cuda_graph = o.cuda_graph};
 	st = tpf_session_create(m, &so, &s, d);
 	if (!st && ref)
 		st = tpf_session_create(ref, &so, &sref, d);

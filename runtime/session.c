@@ -40,7 +40,7 @@ static void cpu_destroy(struct tpf_device *dev)
 }
 
 #ifdef TPF_HAVE_CUDA
-enum tpf_status tpf_cuda_device_create(int local_rank, struct tpf_device **out, struct tpf_diag *d);
+#include "tpf-cuda-runtime.h"
 #endif
 
 enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct tpf_device **out,
@@ -122,6 +122,9 @@ static void unbind(struct tpf_session *s)
 	s->n_outs = 0;
 	tpf_plan_free(p);
 	s->plan = NULL;
+#ifdef TPF_HAVE_CUDA
+	tpf_cuda_device_drop_graph(s->dev);
+#endif
 }
 
 static void *value_data(struct tpf_session *s, int idx)
@@ -326,6 +329,16 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 	return rc;
 }
 
+static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
+{
+	struct tpf_session *s = ctx;
+	enum tpf_status st;
+	for (size_t k = 0; k < s->plan->n_steps; k++)
+		if ((st = run_step(s, k, d)))
+			return st;
+	return TPF_OK;
+}
+
 static uint64_t shape_key(const struct tpf_host_tensor *in, size_t n)
 {
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
@@ -385,9 +398,16 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 					 r->t.nbytes, d)))
 			return st;
 	}
-	for (size_t k = 0; k < p->n_steps; k++)
-		if ((st = run_step(s, k, d)))
-			return st;
+#ifdef TPF_HAVE_CUDA
+	if (s->opt.cuda_graph && s->dev->kind == TPF_BACKEND_CUDA)
+		st = tpf_cuda_device_run_graph(s->dev, p->shape_hash, run_steps, s, d);
+	else
+		st = run_steps(s, d);
+#else
+	st = run_steps(s, d);
+#endif
+	if (st)
+		return st;
 	for (size_t i = 0; i < p->n_outputs; i++) {
 		int v = p->outputs[i];
 		const struct rt_value *r = &p->values[v];

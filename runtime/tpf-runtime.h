@@ -193,6 +193,9 @@ struct tpf_session_options {
 	struct tpf_comm *comm; /* NULL: a self communicator owned by the session */
 	/* Skip the start-up check that every rank has the same graph. */
 	int no_structure_check;
+	/* CUDA backend: capture the whole plan into a CUDA graph on the second
+	 * run with the same input shapes and replay it afterwards. */
+	int cuda_graph;
 	struct tpf_plan_options plan; /* backend/rank/world are filled in */
 };
 

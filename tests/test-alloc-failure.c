@@ -177,7 +177,6 @@ static struct work *work_new(const struct bytes *src)
 
 static void work_free(struct work *w)
 {
-
 	tpf_plan_free(w->plan);
 	tpf_free(w->out);
 	tpf_model_free(w->m);

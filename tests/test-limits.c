@@ -9,6 +9,8 @@
  *     product overflows int64
  *   - rank 65 in a TensorProto, in a value_info and through the builder
  *   - subgraphs nested deeper than the importer's limit
+ *   - external data that is a named pipe, a folder, a symbolic link out of
+ *     the model's folder, shorter than promised, or behind '..'
  *   - a chain of 10^6 nodes (built in memory, in reverse order so that
  *     sorting has real work, then exported and imported again): verifier,
  *     topological sort, shape inference, printers, the default pipeline
@@ -28,7 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -103,6 +107,7 @@ enum {
 	NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTR = 5,
 	ATTR_NAME = 1, ATTR_G = 6, ATTR_TYPE = 20,
 	TENSOR_DIMS = 1, TENSOR_DTYPE = 2, TENSOR_NAME = 8, TENSOR_RAW = 9,
+	TENSOR_EXTERNAL = 13, TENSOR_LOCATION = 14, ENTRY_KEY = 1, ENTRY_VALUE = 2,
 	VI_NAME = 1, VI_TYPE = 2,
 	TYPE_TENSOR = 1, TT_ELEM = 1, TT_SHAPE = 2, SHAPE_DIM = 1, DIM_VALUE = 1,
 };
@@ -180,6 +185,31 @@ static struct buf model_with_input_shape(const int64_t *dims, int rank)
 	f_str(&g, GRAPH_NAME, "g");
 	node1(&g, "Neg", "x", NULL, "y");
 	value_info(&g, GRAPH_INPUT, "x", 1, dims, rank);
+	value_info(&g, GRAPH_OUTPUT, "y", 1, NULL, -1);
+	finish_model(&m, &g);
+	return m;
+}
+
+/* x (float[4]) + w -> y, where w's 16 bytes are external data at `location` */
+static struct buf model_with_external(const char *location)
+{
+	static const int64_t four = 4;
+	struct buf m = {0}, g = {0}, t = {0}, e = {0};
+
+	f_varint(&t, TENSOR_DIMS, 4);
+	f_varint(&t, TENSOR_DTYPE, 1);
+	f_str(&t, TENSOR_NAME, "w");
+	f_str(&e, ENTRY_KEY, "location");
+	f_str(&e, ENTRY_VALUE, location);
+	f_msg(&t, TENSOR_EXTERNAL, &e);
+	f_str(&e, ENTRY_KEY, "length");
+	f_str(&e, ENTRY_VALUE, "16");
+	f_msg(&t, TENSOR_EXTERNAL, &e);
+	f_varint(&t, TENSOR_LOCATION, 1);
+	f_str(&g, GRAPH_NAME, "g");
+	node1(&g, "Add", "x", "w", "y");
+	f_msg(&g, GRAPH_INIT, &t);
+	value_info(&g, GRAPH_INPUT, "x", 1, &four, 1);
 	value_info(&g, GRAPH_OUTPUT, "y", 1, NULL, -1);
 	finish_model(&m, &g);
 	return m;
@@ -408,8 +438,107 @@ static void test_nesting_depth(void **state)
 	expect_clean_outcome(&b);
 	b = nested_if_model(20);
 	expect_clean_outcome(&b);
-	b = nested_if_model(5000);
+	b = nested_if_model(1000);
 	expect_refused(&b, "deep", "depth");
+}
+
+/* ------------------------------------------------------------------ hostile files */
+
+static char tmp_dir[1024];
+
+static void write_bytes(const char *path, const struct buf *b)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(b->p, 1, b->n, f), b->n);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void load_file_expect(const char *path, const char *word)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *m = NULL;
+
+	assert_non_null(d);
+	/* a load that blocks forever ends the test here */
+	alarm(30);
+	enum tpf_status st = tpf_model_load_file(path, NULL, &m, d);
+	alarm(0);
+	print_errors(d);
+	assert_int_not_equal(st, TPF_OK);
+	assert_null(m);
+	assert_true(diag_has(d, word));
+	tpf_diag_free(d);
+}
+
+/* External data that is a named pipe, a folder, a link out of the model's
+ * folder, or shorter than promised: an error, never a blocked read. */
+static void test_external_data_files(void **state)
+{
+	const char *base = getenv("TPF_TEST_TMP");
+	char model[1200], target[1200], outside[1200];
+	struct buf b;
+
+	snprintf(tmp_dir, sizeof(tmp_dir), "%s/limits-XXXXXX", base && *base ? base : "/tmp");
+	if (base && *base)
+		mkdir(base, 0777);
+	assert_non_null(mkdtemp(tmp_dir));
+	snprintf(model, sizeof(model), "%s/model.onnx", tmp_dir);
+
+	snprintf(target, sizeof(target), "%s/pipe.bin", tmp_dir);
+	assert_int_equal(mkfifo(target, 0600), 0);
+	b = model_with_external("pipe.bin");
+	write_bytes(model, &b);
+	free(b.p);
+	load_file_expect(model, "regular file");
+	unlink(target);
+
+	snprintf(target, sizeof(target), "%s/dir.bin", tmp_dir);
+	assert_int_equal(mkdir(target, 0700), 0);
+	b = model_with_external("dir.bin");
+	write_bytes(model, &b);
+	free(b.p);
+	load_file_expect(model, "regular file");
+	rmdir(target);
+
+	snprintf(outside, sizeof(outside), "%s-outside.bin", tmp_dir);
+	FILE *f = fopen(outside, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite("0123456789abcdef", 1, 16, f), 16);
+	fclose(f);
+	snprintf(target, sizeof(target), "%s/link.bin", tmp_dir);
+	assert_int_equal(symlink(outside, target), 0);
+	b = model_with_external("link.bin");
+	write_bytes(model, &b);
+	free(b.p);
+	load_file_expect(model, "outside");
+	unlink(target);
+	unlink(outside);
+
+	snprintf(target, sizeof(target), "%s/short.bin", tmp_dir);
+	f = fopen(target, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite("01234567", 1, 8, f), 8);
+	fclose(f);
+	b = model_with_external("short.bin");
+	write_bytes(model, &b);
+	free(b.p);
+	load_file_expect(model, "past its end");
+	unlink(target);
+
+	/* the model file itself a named pipe */
+	snprintf(target, sizeof(target), "%s/pipe.onnx", tmp_dir);
+	assert_int_equal(mkfifo(target, 0600), 0);
+	load_file_expect(target, "regular file");
+	unlink(target);
+
+	b = model_with_external("../escape.bin");
+	write_bytes(model, &b);
+	free(b.p);
+	load_file_expect(model, "..");
+
+	unlink(model);
+	rmdir(tmp_dir);
 }
 
 /* ------------------------------------------------------------------ huge graphs */
@@ -611,6 +740,7 @@ int main(void)
 		cmocka_unit_test(test_value_info_overflow_int64),
 		cmocka_unit_test(test_rank_65),
 		cmocka_unit_test(test_nesting_depth),
+		cmocka_unit_test(test_external_data_files),
 		cmocka_unit_test(test_deep_chain),
 		cmocka_unit_test(test_deep_identity_chain),
 		cmocka_unit_test(test_wide_model),

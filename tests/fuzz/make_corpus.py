@@ -7,7 +7,8 @@ model/ holds small valid models (the round-trip fixtures, one rank of each
 example family, and models made here for each fusion pattern) plus broken
 ones (truncated, cycles, undefined inputs, wrong arity, bad dtypes, external
 data that points out of the model's folder, absurd shapes).  builder/ holds a
-few byte programs for the structure-aware target (tests/fuzz/fuzz-builder.c).
+few byte programs for the structure-aware target (tests/fuzz/fuzz-builder.c),
+tensor/ test-data TensorProto files (tests/fuzz/fuzz-tensor.c).
 
 The committed corpus (tests/fuzz/corpus/) was made with this script; files
 larger than 24 KiB are left out to keep the corpus small.
@@ -187,6 +188,26 @@ def broken():
     return out
 
 
+def tensor_seeds():
+    """TensorProto files as `tpfuse run --inputs` reads them."""
+    out = {}
+    out["float_raw"] = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "x")
+    out["int64_typed"] = helper.make_tensor("ids", T.INT64, [3], [1, -2, 3])
+    out["float_typed"] = helper.make_tensor("f", T.FLOAT, [2, 2], [0.5, -1.0, 2.0, 3.5])
+    out["bf16_raw"] = helper.make_tensor("b", T.BFLOAT16, [2], [1.0, -2.0])
+    out["fp8_raw"] = helper.make_tensor("q", T.FLOAT8E4M3FN, [4], [0.5, 1.0, -2.0, 448.0])
+    out["int4_odd"] = helper.make_tensor("i4", T.INT4, [3], [1, -2, 7])
+    out["bool"] = helper.make_tensor("m", T.BOOL, [2, 2], [True, False, False, True])
+    out["scalar"] = helper.make_tensor("s", T.DOUBLE, [], [3.25])
+    out["empty"] = helper.make_tensor("e", T.FLOAT, [0, 4], [])
+    bad = numpy_helper.from_array(np.zeros(4, np.float32), "short")
+    bad.dims[:] = [5]
+    out["bad_raw_short"] = bad
+    out["bad_negative_dim"] = T(name="n", data_type=T.FLOAT, dims=[-1])
+    out["bad_dtype"] = T(name="d", data_type=99, dims=[1], raw_data=b"\0")
+    return {k: v.SerializeToString() for k, v in out.items()}
+
+
 def write(path, data):
     with open(path, "wb") as f:
         f.write(data)
@@ -208,8 +229,9 @@ def main(argv):
         return 2
     out = argv[1]
     mdir, bdir = os.path.join(out, "model"), os.path.join(out, "builder")
-    os.makedirs(mdir, exist_ok=True)
-    os.makedirs(bdir, exist_ok=True)
+    tdir = os.path.join(out, "tensor")
+    for d in (mdir, bdir, tdir):
+        os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         fx = os.path.join(tmp, "fixtures")
         subprocess.run([sys.executable, os.path.join(ROOT, "tests/fixtures/make_fixtures.py"), fx],
@@ -245,6 +267,8 @@ def main(argv):
     write(os.path.join(mdir, "bad_not_protobuf.onnx"), b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")
     for name, data in builder_seeds().items():
         write(os.path.join(bdir, name), data)
+    for name, data in tensor_seeds().items():
+        write(os.path.join(tdir, name + ".pb"), data)
     return 0
 
 

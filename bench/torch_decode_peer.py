@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench-decode: the same per-rank ONNX models, the same
+weights, executed by PyTorch on the GPUs with torch.distributed (NCCL) for
+the collectives, eagerly and as a captured CUDA graph.
+
+The model is run by a small interpreter that maps every node of the rank's
+ONNX graph to PyTorch operations once (constants on the GPU, shapes
+resolved), so the computation is exactly the graph tpfuse runs: bf16
+matmuls through cuBLAS, norms in float32 rounded once, one all_reduce per
+com.microsoft.AllReduce.  Inputs (hidden state, KV cache) are random and
+stay on the GPU; the time per decode step is the wall time of N steps
+divided by N after a synchronize (slowest rank).
+
+  python3 bench/torch_decode_peer.py --model 'DIR/dense.rank{rank}.onnx' \
+          --label batch=8 --iters 200 --warmup 20 [--world-size 2]
+
+Prints one JSON line per mode (eager, cuda-graph) on rank 0.  NVLink
+multicast stays off (NCCL_NVLS_ENABLE=0 is set before NCCL starts).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def torch_dtype(torch, t):
+    return {
+        TensorProto.FLOAT: torch.float32,
+        TensorProto.FLOAT16: torch.float16,
+        TensorProto.BFLOAT16: torch.bfloat16,
+        TensorProto.DOUBLE: torch.float64,
+        TensorProto.INT64: torch.int64,
+        TensorProto.INT32: torch.int32,
+        TensorProto.BOOL: torch.bool,
+        TensorProto.FLOAT8E4M3FN: torch.float8_e4m3fn,
+    }[t]
+
+
+def to_torch(torch, init, device):
+    a = numpy_helper.to_array(init)
+    if init.data_type == TensorProto.BFLOAT16:
+        t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16).copy()).view(torch.bfloat16)
+    elif init.data_type == TensorProto.FLOAT8E4M3FN:
+        t = torch.from_numpy(np.ascontiguousarray(a).view(np.uint8).copy()).view(torch.float8_e4m3fn)
+    else:
+        t = torch.from_numpy(np.array(a, copy=True))
+    return t.to(device), a
+
+
+class Program:
+    """The rank's graph as a list of closures over a value table."""
+
+    def __init__(self, torch, dist, path, device):
+        self.torch, self.dist, self.device = torch, dist, device
+        m = onnx.load(path)
+        g = m.graph
+        self.consts, self.host = {}, {}
+        for init in g.initializer:
+            self.consts[init.name], self.host[init.name] = to_torch(torch, init, device)
+        self.inputs = [(i.name, i.type.tensor_type.elem_type,
+                        [d.dim_value for d in i.type.tensor_type.shape.dim])
+                       for i in g.input if i.name not in self.consts]
+        self.outputs = [o.name for o in g.output]
+        self.steps = [self.compile(n) for n in g.node]
+
+    def ints(self, name):
+        return [int(v) for v in np.array(self.host[name]).reshape(-1)]
+
+    def compile(self, n):
+        torch, F = self.torch, self.torch.nn.functional
+        at = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        ins, outs, op = list(n.input), list(n.output), n.op_type
+
+        def norm(x, gamma, eps, axis=-1):
+            xf = x.float()
+            dims = tuple(range(axis % x.dim(), x.dim()))
+            inv = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + eps)
+            return (xf * inv * gamma.float()).to(x.dtype), inv
+
+        if op in ("Add", "Sub", "Mul", "Div"):
+            f = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div}[op]
+            return lambda v: v.__setitem__(outs[0], f(v[ins[0]], v[ins[1]]))
+        if op == "Pow":
+            return lambda v: v.__setitem__(outs[0], torch.pow(v[ins[0]], v[ins[1]]))
+        if op in ("Sigmoid", "Sqrt", "Reciprocal", "Neg", "Relu", "Exp", "Tanh"):
+            f = {"Sigmoid": torch.sigmoid, "Sqrt": torch.sqrt, "Reciprocal": torch.reciprocal,
+                 "Neg": torch.neg, "Relu": torch.relu, "Exp": torch.exp, "Tanh": torch.tanh}[op]
+            return lambda v: v.__setitem__(outs[0], f(v[ins[0]]))
+        if op == "MatMul":
+            return lambda v: v.__setitem__(outs[0], torch.matmul(v[ins[0]], v[ins[1]]))
+        if op == "Cast":
+            dt = torch_dtype(torch, at["to"])
+            return lambda v: v.__setitem__(outs[0], v[ins[0]].to(dt))
+        if op == "Reshape":
+            shape = self.ints(ins[1])
+
+            def reshape(v):
+                x = v[ins[0]]
+                s = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+                v[outs[0]] = x.reshape(s)
+            return reshape
+        if op in ("Unsqueeze", "Squeeze"):
+            axes = self.ints(ins[1]) if len(ins) > 1 and ins[1] else list(at.get("axes", []))
+
+            def sq(v):
+                x = v[ins[0]]
+                for a in sorted(axes) if op == "Unsqueeze" else sorted(axes, reverse=True):
+                    x = x.unsqueeze(a) if op == "Unsqueeze" else x.squeeze(a)
+                v[outs[0]] = x
+            return sq
+        if op == "Concat":
+            return lambda v: v.__setitem__(outs[0], torch.cat([v[i] for i in ins], dim=at["axis"]))
+        if op == "Transpose":
+            perm = list(at["perm"])
+            return lambda v: v.__setitem__(outs[0], v[ins[0]].permute(perm).contiguous())
+        if op == "Softmax":
+            ax = at.get("axis", -1)
+            return lambda v: v.__setitem__(outs[0], torch.softmax(v[ins[0]], dim=ax))
+        if op == "ReduceMean" or op == "ReduceSum":
+            axes = self.ints(ins[1]) if len(ins) > 1 and ins[1] else list(at.get("axes", []))
+            keep = bool(at.get("keepdims", 1))
+            f = torch.mean if op == "ReduceMean" else torch.sum
+
+            def red(v):
+                x = v[ins[0]]
+                v[outs[0]] = f(x, dim=tuple(axes) if axes else tuple(range(x.dim())), keepdim=keep)
+            return red
+        if op in ("RMSNormalization", "SimplifiedLayerNormalization"):
+            eps, axis = at.get("epsilon", 1e-5), at.get("axis", -1)
+
+            def rms(v):
+                y, inv = norm(v[ins[0]], v[ins[1]], eps, axis)
+                v[outs[0]] = y
+                if len(outs) > 1 and outs[1]:
+                    v[outs[1]] = inv
+            return rms
+        if op == "SkipSimplifiedLayerNormalization":
+            eps = at.get("epsilon", 1e-12)
+
+            def skip(v):
+                s = v[ins[0]] + v[ins[1]]
+                if len(ins) > 3 and ins[3]:
+                    s = s + v[ins[3]]
+                y, inv = norm(s, v[ins[2]], eps)
+                v[outs[0]] = y
+                if len(outs) > 3 and outs[3]:
+                    v[outs[3]] = s
+            return skip
+        if op == "AllReduce":
+            dist = self.dist
+
+            def allreduce(v):
+                t = v[ins[0]].clone()
+                dist.all_reduce(t)
+                v[outs[0]] = t
+            return allreduce
+        if op == "AllGather":
+            dist, world = self.dist, self.dist.get_world_size()
+            axis = at.get("axis", 0)
+
+            def allgather(v):
+                x = v[ins[0]].contiguous()
+                parts = [torch.empty_like(x) for _ in range(world)]
+                dist.all_gather(parts, x)
+                v[outs[0]] = torch.cat(parts, dim=axis)
+            return allgather
+        if op == "Slice":
+            st, en = self.ints(ins[1]), self.ints(ins[2])
+            ax = self.ints(ins[3]) if len(ins) > 3 and ins[3] else list(range(len(st)))
+            sp = self.ints(ins[4]) if len(ins) > 4 and ins[4] else [1] * len(st)
+
+            def slc(v):
+                x = v[ins[0]]
+                idx = [slice(None)] * x.dim()
+                for s, e, a, p in zip(st, en, ax, sp):
+                    idx[a] = slice(s, min(e, x.shape[a]), p)
+                v[outs[0]] = x[tuple(idx)].contiguous()
+            return slc
+        if op == "Split":
+            axis = at.get("axis", 0)
+            sizes = self.ints(ins[1]) if len(ins) > 1 and ins[1] else None
+
+            def split(v):
+                x = v[ins[0]]
+                parts = torch.split(x, sizes, dim=axis) if sizes else torch.chunk(x, len(outs), dim=axis)
+                for o, t in zip(outs, parts):
+                    v[o] = t.contiguous()
+            return split
+        if op in ("QuantizeLinear", "DequantizeLinear"):
+            def qdq(v):
+                x, s = v[ins[0]], v[ins[1]]
+                if op == "QuantizeLinear":
+                    v[outs[0]] = (x.float() / s.float()).clamp(-448, 448).to(torch.float8_e4m3fn)
+                else:
+                    v[outs[0]] = (x.float() * s.float()).to(s.dtype)
+            return qdq
+        raise NotImplementedError(f"{n.domain}::{op} is not mapped to PyTorch")
+
+    def random_inputs(self, seed):
+        g = self.torch.Generator(device="cpu").manual_seed(seed)
+        feeds = {}
+        for name, et, dims in self.inputs:
+            dt = torch_dtype(self.torch, et)
+            feeds[name] = (self.torch.rand(dims, generator=g) * 2 - 1).to(dt).to(self.device)
+        return feeds
+
+    def run(self, feeds):
+        v = dict(self.consts)
+        v.update(feeds)
+        for s in self.steps:
+            s(v)
+        return [v[o] for o in self.outputs]
+
+
+def worker(rank, world, a, port, q):
+    import torch
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    dev = torch.device("cuda", rank)
+    prog = Program(torch, dist, a.model.replace("{rank}", str(rank)), dev)
+    feeds = prog.random_inputs(a.seed)
+
+    def timed(fn):
+        for _ in range(a.warmup):
+            fn()
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(a.iters):
+            fn()
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) / a.iters * 1e6
+        t = torch.tensor([us], device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    results = []
+    with torch.inference_mode():
+        results.append(("eager", timed(lambda: prog.run(feeds))))
+        # CUDA graph: warm up on a side stream, capture one step, replay
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                prog.run(feeds)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            prog.run(feeds)
+        results.append(("cuda-graph", timed(graph.replay)))
+    if rank == 0:
+        name = torch.cuda.get_device_name(rank)
+        for mode, us in results:
+            q.put(json.dumps({"impl": "torch", "mode": mode, "label": a.label, "world": world,
+                              "us_per_step": round(us, 2), "device": name,
+                              "torch": torch.__version__,
+                              "nccl": ".".join(map(str, torch.cuda.nccl.version()))}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, help="per-rank ONNX path with {rank}")
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--port", type=int, default=29511)
+    a = ap.parse_args()
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, a.world_size, a, a.port, q)) for r in range(a.world_size)]
+    for p in procs:
+        p.start()
+    lines = []
+    import queue
+    while any(p.is_alive() for p in procs) or not q.empty():
+        try:
+            lines.append(q.get(timeout=1))
+        except queue.Empty:
+            pass
+    for p in procs:
+        p.join()
+    bad = [p.exitcode for p in procs if p.exitcode]
+    for line in lines:
+        print(line)
+    sys.stdout.flush()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,828 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Every CUDA kernel of the kernel table against its CPU reference kernel,
+ * over shapes and dtypes: the same node, the same inputs; outputs compared
+ * with a tolerance stated per case (|gpu - cpu| <= atol + rtol * |cpu|,
+ * NaN matching NaN; integer, bool and index outputs exactly).  GPU output
+ * buffers start filled with 0xff bytes, so an element a kernel forgets to
+ * write shows as a mismatch.
+ *
+ * Exit 0 all passed, 1 a mismatch or error, 77 no GPU (skipped).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime-internal.h"
+#include "tpf-cuda-runtime.h"
+
+static struct tpf_graph *G;
+static struct tpf_diag *D;
+static struct tpf_device *DEV;
+static int n_pass, n_fail;
+static unsigned seed = 12345;
+
+/* ------------------------------------------------------------------ tensors */
+
+enum fill { F_RAND, F_POS, F_INDEX, F_BOOL, F_SMALLINT, F_ZERO };
+
+static double rnd(void)
+{
+	seed = seed * 1103515245u + 12345u;
+	return ((seed >> 8) & 0xffff) / 16384.0 - 2.0; /* [-2, 2) */
+}
+
+static struct tpf_ktensor T(enum tpf_dtype dt, int rank, ...)
+{
+	struct tpf_ktensor t;
+	va_list ap;
+	memset(&t, 0, sizeof(t));
+	t.dtype = dt;
+	t.rank = rank;
+	va_start(ap, rank);
+	for (int i = 0; i < rank; i++)
+		t.dims[i] = va_arg(ap, int64_t);
+	va_end(ap);
+	if (tpf_ktensor_finish(&t)) {
+		fprintf(stderr, "bad test tensor\n");
+		exit(1);
+	}
+	t.data = calloc(t.nbytes ? t.nbytes : 1, 1);
+	t.host = t.data;
+	return t;
+}
+
+/* fills with bf16-representable values (exact in every float dtype) */
+static struct tpf_ktensor fill(struct tpf_ktensor t, enum fill f, int64_t lim)
+{
+	for (int64_t i = 0; i < t.numel; i++) {
+		double v = (double)tpf_bf16_to_f32(tpf_f32_to_bf16((float)rnd()));
+		switch (f) {
+		case F_POS:
+			v = fabs(v) + 0.5;
+			break;
+		case F_INDEX: {
+			seed = seed * 1103515245u + 12345u;
+			int64_t k = (int64_t)((seed >> 8) % (unsigned)lim);
+			tpf_elem_store_int(t.dtype, t.data, i, (seed >> 20) & 1 ? k - lim : k);
+			continue;
+		}
+		case F_BOOL:
+			tpf_elem_store_int(t.dtype, t.data, i, v > 0);
+			continue;
+		case F_SMALLINT:
+			tpf_elem_store_int(t.dtype, t.data, i, (int64_t)floor(v * 5));
+			continue;
+		case F_ZERO:
+			v = 0;
+			break;
+		default:
+			break;
+		}
+		tpf_elem_store(t.dtype, t.data, i, v, 1);
+	}
+	return t;
+}
+
+#define R(dt, ...) fill(T(dt, __VA_ARGS__), F_RAND, 0)
+#define P(dt, ...) fill(T(dt, __VA_ARGS__), F_POS, 0)
+
+static struct tpf_ktensor ints(enum tpf_dtype dt, int n, const int64_t *v)
+{
+	struct tpf_ktensor t = T(dt, 1, (int64_t)n);
+	for (int i = 0; i < n; i++)
+		tpf_elem_store_int(dt, t.data, i, v[i]);
+	return t;
+}
+
+static struct tpf_ktensor scalar_f(enum tpf_dtype dt, double v)
+{
+	struct tpf_ktensor t = T(dt, 0);
+	tpf_elem_store(dt, t.data, 0, v, 1);
+	return t;
+}
+
+static struct tpf_ktensor omitted(void)
+{
+	struct tpf_ktensor t;
+	memset(&t, 0, sizeof(t));
+	t.rank = -1;
+	return t;
+}
+
+static struct tpf_node *node(const char *domain, const char *op, size_t nin, size_t nout)
+{
+	struct tpf_value *ins[16] = {0};
+	struct tpf_node *n = tpf_graph_add_node(G, domain, op, op, ins, nin, nout, NULL);
+	if (!n) {
+		fprintf(stderr, "cannot make node %s\n", op);
+		exit(1);
+	}
+	return n;
+}
+
+/* ------------------------------------------------------------------ check */
+
+struct tol {
+	double atol, rtol;
+};
+
+static struct tol tol_for(enum tpf_dtype t, double scale)
+{
+	struct tol r = {0, 0};
+	switch (t) {
+	case TPF_DTYPE_FLOAT:
+		r.atol = 1e-5 * scale, r.rtol = 1e-5 * scale;
+		break;
+	case TPF_DTYPE_DOUBLE:
+		r.atol = 1e-12 * scale, r.rtol = 1e-12 * scale;
+		break;
+	case TPF_DTYPE_FLOAT16:
+		r.atol = 1e-3 * scale, r.rtol = 1e-3 * scale;
+		break;
+	case TPF_DTYPE_BFLOAT16:
+		r.atol = 8e-3 * scale, r.rtol = 8e-3 * scale;
+		break;
+	case TPF_DTYPE_FLOAT8E4M3FN:
+	case TPF_DTYPE_FLOAT8E5M2:
+		r.atol = 2e-2, r.rtol = 0.13; /* one fp8 step */
+		break;
+	case TPF_DTYPE_FLOAT4E2M1:
+		r.atol = 0.5, r.rtol = 0.34; /* one fp4 step */
+		break;
+	default:
+		break; /* exact */
+	}
+	return r;
+}
+
+static void free_tensors(struct tpf_ktensor *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (t[i].rank >= 0)
+			free(t[i].data);
+}
+
+/* Runs node n (phase ph) on both backends.  out: NULL to infer the output
+ * shapes, else n_out templates (dtype, rank, dims).  scale widens the
+ * default tolerance (accumulations). */
+static void check(const char *label, struct tpf_node *n, enum tpf_kernel_phase ph, struct tpf_ktensor *in,
+		  size_t n_in, const struct tpf_ktensor *out_tpl, size_t n_out, double scale)
+{
+	struct tpf_ktensor cin[16], gin[16], cout[16], gout[16];
+	void *dptr[32] = {0};
+	size_t nd = 0;
+	int ok = 1;
+	char why[512] = "";
+	memset(cout, 0, sizeof(cout));
+	for (size_t i = 0; i < n_in; i++)
+		cin[i] = in[i];
+	if (out_tpl) {
+		for (size_t i = 0; i < n_out; i++) {
+			cout[i] = out_tpl[i];
+			cout[i].data = NULL;
+			cout[i].host = NULL;
+		}
+	} else {
+		for (size_t i = 0; i < n_out; i++) {
+			cout[i].dtype = TPF_DTYPE_UNDEFINED;
+			cout[i].rank = -1;
+		}
+		struct tpf_kernel_call ic = {.node = n, .opset = 23, .in = cin, .n_in = n_in, .out = cout,
+					     .n_out = n_out, .rank = 0, .world = 2, .diag = D};
+		if (tpf_rt_infer(n, &ic, D)) {
+			snprintf(why, sizeof(why), "shape inference failed");
+			ok = 0;
+			goto report;
+		}
+	}
+	for (size_t i = 0; i < n_out; i++) {
+		if (cout[i].rank < 0 || cout[i].dtype == TPF_DTYPE_UNDEFINED) {
+			cout[i].rank = -1;
+			cout[i].data = NULL;
+			continue;
+		}
+		tpf_ktensor_finish(&cout[i]);
+		cout[i].data = calloc(cout[i].nbytes ? cout[i].nbytes : 1, 1);
+		cout[i].host = NULL;
+	}
+	/* key operand as the runtime picks it */
+	const struct tpf_kernel *ka = tpf_kernel_find_any(TPF_BACKEND_CUDA, n->op, ph);
+	const struct tpf_kernel *kc_any = tpf_kernel_find_any(TPF_BACKEND_CPU, n->op, ph);
+	if (!ka || !kc_any) {
+		snprintf(why, sizeof(why), "no %s kernel", ka ? "cpu" : "cuda");
+		ok = 0;
+		goto report;
+	}
+	enum tpf_dtype key = ka->key_input < 0 ? cout[0].dtype : in[ka->key_input].dtype;
+	const struct tpf_kernel *kg = tpf_kernel_find(TPF_BACKEND_CUDA, n->op, ph, key);
+	const struct tpf_kernel *kc = tpf_kernel_find(TPF_BACKEND_CPU, n->op, ph, key);
+	if (!kg || !kc) {
+		snprintf(why, sizeof(why), "no %s kernel for %s", kg ? "cpu" : "cuda", tpf_dtype_name(key));
+		ok = 0;
+		goto report;
+	}
+	struct tpf_kernel_call cc = {.node = n, .opset = 23, .in = cin, .n_in = n_in, .out = cout, .n_out = n_out,
+				     .rank = 0, .world = 2, .diag = D};
+	if (kc->run(&cc)) {
+		snprintf(why, sizeof(why), "cpu kernel failed");
+		ok = 0;
+		goto report;
+	}
+	/* device copies */
+	for (size_t i = 0; i < n_in; i++) {
+		gin[i] = in[i];
+		if (in[i].rank < 0)
+			continue;
+		gin[i].data = dptr[nd++] = DEV->alloc(DEV, in[i].nbytes ? in[i].nbytes : 1);
+		DEV->upload(DEV, gin[i].data, in[i].data, in[i].nbytes, D);
+		gin[i].host = in[i].data; /* as for plan constants */
+	}
+	for (size_t i = 0; i < n_out; i++) {
+		gout[i] = cout[i];
+		if (cout[i].rank < 0)
+			continue;
+		gout[i].data = dptr[nd++] = DEV->alloc(DEV, cout[i].nbytes ? cout[i].nbytes : 1);
+		void *poison = malloc(cout[i].nbytes ? cout[i].nbytes : 1);
+		memset(poison, 0xff, cout[i].nbytes);
+		DEV->upload(DEV, gout[i].data, poison, cout[i].nbytes, D);
+		DEV->sync(DEV, D);
+		free(poison);
+	}
+	struct tpf_kernel_call gc = {.node = n, .opset = 23, .in = gin, .n_in = n_in, .out = gout, .n_out = n_out,
+				     .stream = DEV->stream, .rank = 0, .world = 2, .diag = D};
+	if (kg->run(&gc) || DEV->sync(DEV, D)) {
+		snprintf(why, sizeof(why), "cuda kernel failed");
+		ok = 0;
+		goto report_free;
+	}
+	double worst = 0;
+	for (size_t i = 0; i < n_out && ok; i++) {
+		if (cout[i].rank < 0)
+			continue;
+		void *h = malloc(cout[i].nbytes ? cout[i].nbytes : 1);
+		DEV->download(DEV, h, gout[i].data, cout[i].nbytes, D);
+		struct tol t = tol_for(cout[i].dtype, scale);
+		int integral = tpf_dtype_is_integral(cout[i].dtype);
+		for (int64_t e = 0; e < cout[i].numel; e++) {
+			double w = integral ? (double)tpf_elem_load_int(cout[i].dtype, cout[i].data, e)
+					    : tpf_elem_load(cout[i].dtype, cout[i].data, e);
+			double g = integral ? (double)tpf_elem_load_int(cout[i].dtype, h, e)
+					    : tpf_elem_load(cout[i].dtype, h, e);
+			if (isnan(w) && isnan(g))
+				continue;
+			double err = fabs(g - w);
+			if (!(err <= t.atol + t.rtol * fabs(w))) {
+				snprintf(why, sizeof(why), "output %zu element %lld: gpu %.9g cpu %.9g (atol %.2g rtol %.2g)",
+					 i, (long long)e, g, w, t.atol, t.rtol);
+				ok = 0;
+				break;
+			}
+			if (err > worst)
+				worst = err;
+		}
+		free(h);
+	}
+	if (ok)
+		snprintf(why, sizeof(why), "max abs err %.3g", worst);
+report_free:
+	for (size_t i = 0; i < nd; i++)
+		DEV->free(DEV, dptr[i]);
+report:
+	printf("%s %-58s %s [%s]\n", ok ? "PASS" : "FAIL", label, why, tpf_dtype_name(in[0].dtype));
+	if (!ok)
+		tpf_diag_print(D, stdout);
+	tpf_diag_clear(D);
+	ok ? n_pass++ : n_fail++;
+	for (size_t i = 0; i < n_out; i++)
+		if (cout[i].rank >= 0)
+			free(cout[i].data);
+	fflush(stdout);
+}
+
+/* convenience: main phase, inferred outputs */
+#define CHECK(label, n, in, nout, scale) check(label, n, TPF_PHASE_MAIN, in, sizeof(in) / sizeof(in[0]), NULL, nout, scale)
+
+static const enum tpf_dtype FL[] = {TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT16, TPF_DTYPE_BFLOAT16};
+#define NFL 3
+
+/* ------------------------------------------------------------------ cases */
+
+static void elementwise(void)
+{
+	const char *bin[] = {"Add", "Sub", "Mul", "Div"};
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		for (int o = 0; o < 4; o++) {
+			char lab[96];
+			struct tpf_node *n = node("", bin[o], 2, 1);
+			struct tpf_ktensor a[2] = {R(dt, 2, 4, 33), P(dt, 2, 4, 33)};
+			snprintf(lab, sizeof(lab), "%s [4,33]x[4,33]", bin[o]);
+			CHECK(lab, n, a, 1, 1);
+			free_tensors(a, 2);
+			struct tpf_ktensor b[2] = {R(dt, 3, 2, 3, 5), P(dt, 1, 5)};
+			snprintf(lab, sizeof(lab), "%s [2,3,5]x[5]", bin[o]);
+			CHECK(lab, n, b, 1, 1);
+			free_tensors(b, 2);
+			struct tpf_ktensor c[2] = {R(dt, 3, 2, 1, 4), P(dt, 2, 3, 1)};
+			snprintf(lab, sizeof(lab), "%s [2,1,4]x[3,1]", bin[o]);
+			CHECK(lab, n, c, 1, 1);
+			free_tensors(c, 2);
+			struct tpf_ktensor e[2] = {R(dt, 2, 3, 1000), P(dt, 0)};
+			snprintf(lab, sizeof(lab), "%s [3,1000]x[]", bin[o]);
+			CHECK(lab, n, e, 1, 1);
+			free_tensors(e, 2);
+		}
+		struct tpf_node *pw = node("", "Pow", 2, 1);
+		struct tpf_ktensor p2[2] = {R(dt, 2, 5, 7), scalar_f(dt, 2.0)};
+		CHECK("Pow x^2", pw, p2, 1, 1);
+		free_tensors(p2, 2);
+		struct tpf_ktensor p3[2] = {P(dt, 2, 5, 7), R(dt, 1, 7)};
+		CHECK("Pow general", pw, p3, 1, 4);
+		free_tensors(p3, 2);
+		const char *cmp[] = {"Equal", "Greater", "Less"};
+		for (int o = 0; o < 3; o++) {
+			struct tpf_node *n = node("", cmp[o], 2, 1);
+			struct tpf_ktensor a[2] = {R(dt, 2, 6, 8), R(dt, 1, 8)};
+			memcpy(a[1].data, a[0].data, a[1].nbytes); /* some equal */
+			CHECK(cmp[o], n, a, 1, 1);
+			free_tensors(a, 2);
+		}
+		const char *var[] = {"Max", "Min"};
+		for (int o = 0; o < 2; o++) {
+			struct tpf_node *n = node("", var[o], 3, 1);
+			struct tpf_ktensor a[3] = {R(dt, 2, 4, 9), R(dt, 1, 9), R(dt, 2, 4, 1)};
+			CHECK(var[o], n, a, 1, 1);
+			free_tensors(a, 3);
+		}
+		const char *un[] = {"Sigmoid", "Relu", "Sqrt", "Reciprocal", "Neg", "Exp", "Tanh", "Erf", "Abs", "Sin", "Cos"};
+		for (int o = 0; o < 11; o++) {
+			struct tpf_node *n = node("", un[o], 1, 1);
+			int pos = !strcmp(un[o], "Sqrt") || !strcmp(un[o], "Reciprocal");
+			struct tpf_ktensor a[1] = {pos ? P(dt, 2, 7, 129) : R(dt, 2, 7, 129)};
+			CHECK(un[o], n, a, 1, 2);
+			free_tensors(a, 1);
+		}
+		struct tpf_node *gate = node("ai.tpfuse", "SigmoidGateAdd", 3, 1);
+		struct tpf_ktensor g1[3] = {R(dt, 3, 2, 4, 64), R(dt, 3, 2, 4, 1), R(dt, 3, 2, 4, 64)};
+		CHECK("SigmoidGateAdd gate [2,4,1] (fused kernel)", gate, g1, 1, 2);
+		free_tensors(g1, 3);
+		struct tpf_ktensor g2[3] = {R(dt, 2, 8, 64), R(dt, 2, 8, 64), R(dt, 2, 8, 64)};
+		CHECK("SigmoidGateAdd gate [8,64] (fused kernel)", gate, g2, 1, 2);
+		free_tensors(g2, 3);
+		struct tpf_ktensor g3[3] = {R(dt, 2, 8, 6), R(dt, 1, 6), R(dt, 2, 8, 6)};
+		CHECK("SigmoidGateAdd gate [6] (broadcast kernel)", gate, g3, 1, 2);
+		free_tensors(g3, 3);
+	}
+	/* integers and bools */
+	struct tpf_node *add = node("", "Add", 2, 1), *div = node("", "Div", 2, 1);
+	struct tpf_ktensor ia[2] = {fill(T(TPF_DTYPE_INT64, 2, 3, 5), F_SMALLINT, 0),
+				    fill(T(TPF_DTYPE_INT64, 1, 5), F_SMALLINT, 0)};
+	CHECK("Add int64", add, ia, 1, 1);
+	CHECK("Div int64 (zero divisors give 0)", div, ia, 1, 1);
+	free_tensors(ia, 2);
+	struct tpf_node *neg = node("", "Neg", 1, 1), *not = node("", "Not", 1, 1);
+	struct tpf_ktensor ib[1] = {fill(T(TPF_DTYPE_INT32, 1, 17), F_SMALLINT, 0)};
+	CHECK("Neg int32", neg, ib, 1, 1);
+	free_tensors(ib, 1);
+	struct tpf_ktensor bb[1] = {fill(T(TPF_DTYPE_BOOL, 1, 17), F_BOOL, 0)};
+	CHECK("Not bool", not, bb, 1, 1);
+	free_tensors(bb, 1);
+	struct tpf_node *wh = node("", "Where", 3, 1);
+	struct tpf_ktensor w[3] = {fill(T(TPF_DTYPE_BOOL, 2, 4, 1), F_BOOL, 0), R(TPF_DTYPE_BFLOAT16, 2, 4, 10),
+				   R(TPF_DTYPE_BFLOAT16, 1, 10)};
+	CHECK("Where bf16 broadcast", wh, w, 1, 1);
+	free_tensors(w, 3);
+	/* casts */
+	struct {
+		enum tpf_dtype from, to;
+		int sat;
+	} casts[] = {
+		{TPF_DTYPE_FLOAT, TPF_DTYPE_BFLOAT16, 1},   {TPF_DTYPE_BFLOAT16, TPF_DTYPE_FLOAT, 1},
+		{TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT16, 1},    {TPF_DTYPE_FLOAT16, TPF_DTYPE_BFLOAT16, 1},
+		{TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT8E4M3FN, 1}, {TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT8E5M2, 1},
+		{TPF_DTYPE_FLOAT, TPF_DTYPE_INT32, 1},      {TPF_DTYPE_INT64, TPF_DTYPE_FLOAT, 1},
+		{TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT4E2M1, 1}, {TPF_DTYPE_INT64, TPF_DTYPE_INT32, 1},
+		{TPF_DTYPE_FLOAT8E4M3FN, TPF_DTYPE_FLOAT, 1}, {TPF_DTYPE_DOUBLE, TPF_DTYPE_FLOAT, 1},
+	};
+	for (size_t i = 0; i < sizeof(casts) / sizeof(casts[0]); i++) {
+		char lab[96];
+		struct tpf_node *n = node("", "Cast", 1, 1);
+		tpf_node_set_attr_int(n, "to", casts[i].to);
+		tpf_node_set_attr_int(n, "saturate", casts[i].sat);
+		struct tpf_ktensor a[1] = {tpf_dtype_is_integral(casts[i].from)
+						   ? fill(T(casts[i].from, 2, 3, 50), F_SMALLINT, 0)
+						   : R(casts[i].from, 2, 3, 50)};
+		for (int64_t e = 0; e < a[0].numel && !tpf_dtype_is_integral(casts[i].from); e++)
+			tpf_elem_store(a[0].dtype, a[0].data, e, tpf_elem_load(a[0].dtype, a[0].data, e) * 3.7, 1);
+		snprintf(lab, sizeof(lab), "Cast %s -> %s", tpf_dtype_name(casts[i].from), tpf_dtype_name(casts[i].to));
+		CHECK(lab, n, a, 1, 1);
+		free_tensors(a, 1);
+	}
+}
+
+static void matmuls(void)
+{
+	static const int64_t mkn[][3] = {{1, 64, 128}, {8, 256, 96}, {64, 512, 384}, {3, 7, 5}};
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		for (int s = 0; s < 4; s++) {
+			char lab[96];
+			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_ktensor a[2] = {R(dt, 2, mkn[s][0], mkn[s][1]), R(dt, 2, mkn[s][1], mkn[s][2])};
+			snprintf(lab, sizeof(lab), "MatMul %lldx%lldx%lld", (long long)mkn[s][0], (long long)mkn[s][1],
+				 (long long)mkn[s][2]);
+			CHECK(lab, n, a, 1, dt == TPF_DTYPE_FLOAT ? 20 : 2);
+			free_tensors(a, 2);
+		}
+		struct tpf_node *n = node("", "MatMul", 2, 1);
+		struct tpf_ktensor b1[2] = {R(dt, 4, 2, 3, 5, 16), R(dt, 4, 2, 3, 16, 7)};
+		CHECK("MatMul batched [2,3,5,16]x[2,3,16,7]", n, b1, 1, 4);
+		free_tensors(b1, 2);
+		struct tpf_ktensor b2[2] = {R(dt, 3, 3, 5, 16), R(dt, 2, 16, 7)};
+		CHECK("MatMul [3,5,16]x[16,7] (batches folded)", n, b2, 1, 4);
+		free_tensors(b2, 2);
+		struct tpf_ktensor b3[2] = {R(dt, 2, 5, 16), R(dt, 3, 3, 16, 7)};
+		CHECK("MatMul [5,16]x[3,16,7] (A broadcast)", n, b3, 1, 4);
+		free_tensors(b3, 2);
+		struct tpf_ktensor b4[2] = {R(dt, 4, 2, 1, 5, 16), R(dt, 4, 1, 3, 16, 7)};
+		CHECK("MatMul [2,1,5,16]x[1,3,16,7] (mixed)", n, b4, 1, 4);
+		free_tensors(b4, 2);
+		struct tpf_ktensor b5[2] = {R(dt, 1, 16), R(dt, 2, 16, 7)};
+		CHECK("MatMul [16]x[16,7]", n, b5, 1, 4);
+		free_tensors(b5, 2);
+		struct tpf_ktensor b6[2] = {R(dt, 3, 2, 5, 16), R(dt, 1, 16)};
+		CHECK("MatMul [2,5,16]x[16]", n, b6, 1, 4);
+		free_tensors(b6, 2);
+		for (int t = 0; t < 4; t++) {
+			char lab[96];
+			struct tpf_node *g = node("", "Gemm", 3, 1);
+			int ta = t & 1, tb = t >> 1;
+			tpf_node_set_attr_int(g, "transA", ta);
+			tpf_node_set_attr_int(g, "transB", tb);
+			tpf_node_set_attr_float(g, "alpha", 0.5f);
+			tpf_node_set_attr_float(g, "beta", 2.0f);
+			struct tpf_ktensor a[3] = {ta ? R(dt, 2, 24, 9) : R(dt, 2, 9, 24), tb ? R(dt, 2, 40, 24) : R(dt, 2, 24, 40),
+						   R(dt, 1, 40)};
+			snprintf(lab, sizeof(lab), "Gemm transA=%d transB=%d alpha/beta, C [40]", ta, tb);
+			CHECK(lab, g, a, 1, 4);
+			free_tensors(a, 3);
+		}
+	}
+}
+
+static void reductions(void)
+{
+	const char *ops[] = {"ReduceMean", "ReduceSum", "ReduceMax"};
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		for (int o = 0; o < 3; o++) {
+			char lab[96];
+			struct tpf_node *n = node("", ops[o], 2, 1);
+			int64_t ax1[] = {-1}, ax2[] = {0, 2};
+			struct tpf_ktensor a[2] = {R(dt, 3, 3, 4, 100), ints(TPF_DTYPE_INT64, 1, ax1)};
+			snprintf(lab, sizeof(lab), "%s axes [-1]", ops[o]);
+			CHECK(lab, n, a, 1, 4);
+			free_tensors(a, 2);
+			struct tpf_ktensor b[2] = {R(dt, 3, 3, 4, 100), ints(TPF_DTYPE_INT64, 2, ax2)};
+			snprintf(lab, sizeof(lab), "%s axes [0,2]", ops[o]);
+			CHECK(lab, n, b, 1, 4);
+			free_tensors(b, 2);
+			struct tpf_node *m = node("", ops[o], 1, 1);
+			tpf_node_set_attr_int(m, "keepdims", 0);
+			struct tpf_ktensor c[1] = {R(dt, 2, 17, 31)};
+			snprintf(lab, sizeof(lab), "%s all axes", ops[o]);
+			CHECK(lab, m, c, 1, 8);
+			free_tensors(c, 1);
+		}
+		int64_t lens[] = {7, 300, 2048};
+		for (int l = 0; l < 3; l++) {
+			char lab[96];
+			struct tpf_node *n = node("", "Softmax", 1, 1);
+			struct tpf_ktensor a[1] = {R(dt, 3, 2, 3, lens[l])};
+			snprintf(lab, sizeof(lab), "Softmax axis -1 len %lld", (long long)lens[l]);
+			CHECK(lab, n, a, 1, 2);
+			free_tensors(a, 1);
+		}
+		struct tpf_node *sm = node("", "Softmax", 1, 1);
+		tpf_node_set_attr_int(sm, "axis", 1);
+		struct tpf_ktensor s1[1] = {R(dt, 3, 2, 9, 5)};
+		CHECK("Softmax axis 1 (strided)", sm, s1, 1, 2);
+		free_tensors(s1, 1);
+		for (int largest = 0; largest < 2; largest++) {
+			struct tpf_node *n = node("", "TopK", 2, 2);
+			tpf_node_set_attr_int(n, "largest", largest);
+			int64_t k[] = {2};
+			struct tpf_ktensor a[2] = {R(dt, 2, 6, 4), ints(TPF_DTYPE_INT64, 1, k)};
+			/* ties */
+			memcpy((char *)a[0].data + a[0].nbytes / 2, a[0].data, a[0].nbytes / 2);
+			CHECK(largest ? "TopK k=2 largest" : "TopK k=2 smallest", n, a, 2, 1);
+			free_tensors(a, 2);
+		}
+		struct tpf_node *tk = node("", "TopK", 2, 2);
+		tpf_node_set_attr_int(tk, "axis", 0);
+		int64_t k5[] = {5};
+		struct tpf_ktensor t2[2] = {R(dt, 2, 300, 3), ints(TPF_DTYPE_INT64, 1, k5)};
+		CHECK("TopK k=5 axis 0 of 300", tk, t2, 2, 1);
+		free_tensors(t2, 2);
+		struct tpf_node *am = node("", "ArgMax", 1, 1);
+		tpf_node_set_attr_int(am, "axis", 1);
+		struct tpf_ktensor a1[1] = {R(dt, 3, 3, 40, 2)};
+		CHECK("ArgMax axis 1", am, a1, 1, 1);
+		free_tensors(a1, 1);
+	}
+	struct tpf_node *n = node("", "ReduceSum", 1, 1);
+	struct tpf_ktensor a[1] = {fill(T(TPF_DTYPE_INT64, 2, 5, 9), F_SMALLINT, 0)};
+	CHECK("ReduceSum int64", n, a, 1, 1);
+	free_tensors(a, 1);
+}
+
+static void norms(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		int64_t cols[] = {64, 50, 4096};
+		for (int c = 0; c < 3; c++) {
+			char lab[96];
+			struct tpf_node *n = node("", "RMSNormalization", 2, 1);
+			tpf_node_set_attr_float(n, "epsilon", 1e-5f);
+			struct tpf_ktensor a[2] = {R(dt, 3, 2, 3, cols[c]), R(dt, 1, cols[c])};
+			snprintf(lab, sizeof(lab), "RMSNormalization cols %lld", (long long)cols[c]);
+			CHECK(lab, n, a, 1, 2);
+			free_tensors(a, 2);
+		}
+		struct tpf_node *sl = node("", "SimplifiedLayerNormalization", 2, 2);
+		struct tpf_ktensor s1[2] = {R(dt, 2, 5, 64), R(dt, 1, 64)};
+		CHECK("SimplifiedLayerNormalization + inv_std", sl, s1, 2, 2);
+		free_tensors(s1, 2);
+		struct tpf_node *sk = node("com.microsoft", "SkipSimplifiedLayerNormalization", 3, 4);
+		tpf_node_set_attr_float(sk, "epsilon", 1e-6f);
+		struct tpf_ktensor k1[3] = {R(dt, 3, 2, 4, 128), R(dt, 3, 2, 4, 128), R(dt, 1, 128)};
+		check("SkipSimplifiedLayerNormalization (fused kernel)", sk, TPF_PHASE_MAIN, k1, 3,
+		      (struct tpf_ktensor[]){k1[0], omitted(), omitted(), k1[0]}, 4, 2);
+		check("SkipSimplifiedLayerNormalization + mean, inv_std", sk, TPF_PHASE_MAIN, k1, 3, NULL, 4, 2);
+		free_tensors(k1, 3);
+		struct tpf_node *sb = node("com.microsoft", "SkipSimplifiedLayerNormalization", 4, 4);
+		struct tpf_ktensor k2[4] = {R(dt, 2, 3, 40), R(dt, 1, 40), R(dt, 1, 40), R(dt, 1, 40)};
+		CHECK("SkipSimplifiedLayerNormalization bias, skip [40]", sb, k2, 4, 2);
+		free_tensors(k2, 4);
+		struct tpf_node *ln = node("", "LayerNormalization", 3, 3);
+		struct tpf_ktensor l1[3] = {R(dt, 2, 6, 96), R(dt, 1, 96), R(dt, 1, 96)};
+		CHECK("LayerNormalization + mean, inv_std", ln, l1, 3, 2);
+		free_tensors(l1, 3);
+		for (int v = 0; v < 2; v++) {
+			struct tpf_node *tn = node("ai.tpfuse", "RMSNorm", 3, 2);
+			tpf_node_set_attr_float(tn, "epsilon", 1e-6f);
+			tpf_node_set_attr_float(tn, "weight_offset", 1.0f);
+			int64_t h = v ? 72 : 256;
+			struct tpf_ktensor t1[3] = {R(dt, 2, 4, h), R(dt, 1, h), R(dt, 2, 4, h)};
+			CHECK(v ? "ai.tpfuse.RMSNorm residual, (1+gamma), generic" : "ai.tpfuse.RMSNorm residual, (1+gamma), fused",
+			      tn, t1, 2, 2);
+			free_tensors(t1, 3);
+		}
+		struct tpf_node *ar = node("ai.tpfuse", "AllReduceRMSNorm", 3, 2);
+		struct tpf_ktensor r1[3] = {R(dt, 2, 3, 128), R(dt, 1, 128), R(dt, 2, 3, 128)};
+		check("AllReduceRMSNorm post-reduce", ar, TPF_PHASE_POST_REDUCE, r1, 3, (struct tpf_ktensor[]){r1[0], r1[0]}, 2,
+		      2);
+		free_tensors(r1, 3);
+		struct tpf_node *aq = node("ai.tpfuse", "AllReduceRMSNormQuant", 4, 4);
+		struct tpf_ktensor q1[4] = {R(dt, 2, 3, 128), R(dt, 1, 128), scalar_f(TPF_DTYPE_FLOAT, 0.02), R(dt, 2, 3, 128)};
+		struct tpf_ktensor qo[4] = {T(TPF_DTYPE_FLOAT8E4M3FN, 2, 3, 128), q1[0], omitted(), q1[0]};
+		free(qo[0].data);
+		check("AllReduceRMSNormQuant post-reduce fp8 (+norm)", aq, TPF_PHASE_POST_REDUCE, q1, 4, qo, 4, 2);
+		struct tpf_node *a4 = node("ai.tpfuse", "AllReduceRMSNormQuant", 4, 4);
+		tpf_node_set_attr_string(a4, "quant", "nvfp4");
+		struct tpf_ktensor q4o[4] = {T(TPF_DTYPE_FLOAT4E2M1, 2, 3, 128), q1[0], T(TPF_DTYPE_FLOAT8E4M3FN, 2, 3, 8),
+					     omitted()};
+		free(q4o[0].data);
+		free(q4o[2].data);
+		check("AllReduceRMSNormQuant post-reduce nvfp4", a4, TPF_PHASE_POST_REDUCE, q1, 4, q4o, 4, 2);
+		free_tensors(q1, 4);
+		for (int fast = 0; fast < 2; fast++) {
+			char lab[96];
+			struct tpf_node *sh = node("ai.tpfuse", "ShardedRMSNorm", 4, 2);
+			int64_t fd[2] = {fast ? 512 : 44, fast ? 128 : 12};
+			tpf_node_set_attr_ints(sh, "full_dims", fd, 2);
+			int64_t w0 = fd[0] / 2, w1 = fd[1] / 2;
+			struct tpf_ktensor x[4] = {R(dt, 2, 3, w0), R(dt, 2, 3, w1), R(dt, 1, w0), R(dt, 1, w1)};
+			struct tpf_ktensor so[1] = {T(TPF_DTYPE_FLOAT, 2, 3, 2)};
+			free(so[0].data);
+			snprintf(lab, sizeof(lab), "ShardedRMSNorm sumsq (%s)", fast ? "fused kernel" : "generic");
+			check(lab, sh, TPF_PHASE_SUMSQ, x, 4, so, 1, 4);
+			struct tpf_ktensor xn[5] = {x[0], x[1], x[2], x[3], P(TPF_DTYPE_FLOAT, 2, 3, 2)};
+			snprintf(lab, sizeof(lab), "ShardedRMSNorm normalize (%s)", fast ? "fused kernel" : "generic");
+			check(lab, sh, TPF_PHASE_NORMALIZE, xn, 5, (struct tpf_ktensor[]){x[0], x[1]}, 2, 2);
+			free_tensors(xn, 5);
+		}
+	}
+}
+
+static void movement(void)
+{
+	enum tpf_dtype dts[] = {TPF_DTYPE_BFLOAT16, TPF_DTYPE_FLOAT, TPF_DTYPE_INT64, TPF_DTYPE_UINT8};
+	for (int d = 0; d < 4; d++) {
+		enum tpf_dtype dt = dts[d];
+		struct tpf_node *tr = node("", "Transpose", 1, 1);
+		int64_t perm[] = {0, 2, 1, 3};
+		tpf_node_set_attr_ints(tr, "perm", perm, 4);
+		struct tpf_ktensor a[1] = {R(dt, 4, 2, 3, 5, 7)};
+		CHECK("Transpose [0,2,1,3]", tr, a, 1, 1);
+		struct tpf_node *t2 = node("", "Transpose", 1, 1);
+		CHECK("Transpose reversed", t2, a, 1, 1);
+		struct tpf_node *rs = node("", "Reshape", 2, 1);
+		int64_t shp[] = {6, 35};
+		struct tpf_ktensor r[2] = {a[0], ints(TPF_DTYPE_INT64, 2, shp)};
+		CHECK("Reshape (copy)", rs, r, 1, 1);
+		free(r[1].data);
+		struct tpf_node *sl = node("", "Slice", 5, 1);
+		int64_t st[] = {1, -1}, en[] = {5, -6}, ax[] = {2, 3}, sp[] = {2, -2};
+		struct tpf_ktensor s[5] = {a[0], ints(TPF_DTYPE_INT64, 2, st), ints(TPF_DTYPE_INT64, 2, en),
+					   ints(TPF_DTYPE_INT64, 2, ax), ints(TPF_DTYPE_INT64, 2, sp)};
+		CHECK("Slice steps 2 and -2", sl, s, 1, 1);
+		for (int i = 1; i < 5; i++)
+			free(s[i].data);
+		struct tpf_node *sp2 = node("", "Split", 2, 2);
+		tpf_node_set_attr_int(sp2, "axis", 3);
+		int64_t parts[] = {3, 4};
+		struct tpf_ktensor p[2] = {a[0], ints(TPF_DTYPE_INT64, 2, parts)};
+		CHECK("Split axis 3 [3,4]", sp2, p, 2, 1);
+		free(p[1].data);
+		struct tpf_node *cc = node("", "Concat", 3, 1);
+		tpf_node_set_attr_int(cc, "axis", 1);
+		struct tpf_ktensor c[3] = {a[0], R(dt, 4, 2, 1, 5, 7), R(dt, 4, 2, 4, 5, 7)};
+		CHECK("Concat axis 1", cc, c, 1, 1);
+		free(c[1].data);
+		free(c[2].data);
+		struct tpf_node *ex = node("", "Expand", 2, 1);
+		int64_t es[] = {4, 2, 3, 5, 7};
+		struct tpf_ktensor e[2] = {R(dt, 3, 3, 1, 7), ints(TPF_DTYPE_INT64, 5, es)};
+		CHECK("Expand [3,1,7] -> [4,2,3,5,7]", ex, e, 1, 1);
+		free_tensors(e, 2);
+		struct tpf_node *ga = node("", "Gather", 2, 1);
+		tpf_node_set_attr_int(ga, "axis", 1);
+		struct tpf_ktensor g[2] = {a[0], fill(T(TPF_DTYPE_INT64, 2, 2, 4), F_INDEX, 3)};
+		CHECK("Gather axis 1 (negative indices)", ga, g, 1, 1);
+		free(g[1].data);
+		struct tpf_node *ge = node("", "GatherElements", 2, 1);
+		tpf_node_set_attr_int(ge, "axis", 2);
+		struct tpf_ktensor gg[2] = {a[0], fill(T(TPF_DTYPE_INT64, 4, 2, 3, 4, 7), F_INDEX, 5)};
+		CHECK("GatherElements axis 2", ge, gg, 1, 1);
+		free(gg[1].data);
+		struct tpf_node *gr = node("com.microsoft", "AllGather", 1, 1);
+		tpf_node_set_attr_int(gr, "axis", 2);
+		struct tpf_ktensor gi[1] = {R(dt, 1, 2 * 3 * 6 * 7)};
+		struct tpf_ktensor go[1] = {T(dt, 4, 2, 3, 6, 7)};
+		check("AllGather reorder (axis 2, world 2)", gr, TPF_PHASE_GATHER_REORDER, gi, 1, go, 1, 1);
+		free_tensors(gi, 1);
+		free_tensors(go, 1);
+		free_tensors(a, 1);
+	}
+	for (int d = 0; d < 2; d++) {
+		enum tpf_dtype dt = d ? TPF_DTYPE_FLOAT : TPF_DTYPE_BFLOAT16;
+		const char *red[] = {"none", "add"};
+		for (int m = 0; m < 2; m++) {
+			char lab[96];
+			struct tpf_node *sc = node("", "ScatterElements", 3, 1);
+			tpf_node_set_attr_int(sc, "axis", 1);
+			tpf_node_set_attr_string(sc, "reduction", red[m]);
+			/* distinct indices per row for "none" (duplicates are order-dependent) */
+			struct tpf_ktensor ix = T(TPF_DTYPE_INT64, 2, 4, 2);
+			for (int64_t i = 0; i < 8; i++)
+				((int64_t *)ix.data)[i] = m ? (i * 3) % 5 - (i & 1) * 5 : (i % 2) * 2 + (i / 2) % 2;
+			struct tpf_ktensor s[3] = {R(dt, 2, 4, 5), ix, R(dt, 2, 4, 2)};
+			snprintf(lab, sizeof(lab), "ScatterElements reduction %s", red[m]);
+			CHECK(lab, sc, s, 1, 1);
+			free_tensors(s, 3);
+		}
+	}
+	struct tpf_node *sh = node("", "Shape", 1, 1);
+	struct tpf_ktensor s1[1] = {R(TPF_DTYPE_FLOAT, 3, 2, 3, 4)};
+	CHECK("Shape", sh, s1, 1, 1);
+	free_tensors(s1, 1);
+	struct tpf_node *pk = node("ai.tpfuse", "Pack", 2, 1);
+	int64_t segs[] = {0, 0, 0, 6, 1, 2, 6, 10, 0, 6, 16, 4};
+	tpf_node_set_attr_ints(pk, "segments", segs, 12);
+	struct tpf_ktensor pin[2] = {R(TPF_DTYPE_BFLOAT16, 1, 10), R(TPF_DTYPE_BFLOAT16, 1, 12)};
+	check("Pack 3 segments", pk, TPF_PHASE_MAIN, pin, 2, (struct tpf_ktensor[]){T(TPF_DTYPE_BFLOAT16, 1, 20)}, 1, 1);
+	free_tensors(pin, 2);
+	struct tpf_node *up = node("ai.tpfuse", "Unpack", 1, 2);
+	int64_t usegs[] = {0, 0, 0, 6, 1, 6, 0, 10, 0, 16, 6, 4};
+	tpf_node_set_attr_ints(up, "segments", usegs, 12);
+	struct tpf_ktensor uin[1] = {R(TPF_DTYPE_BFLOAT16, 1, 20)};
+	check("Unpack 3 segments", up, TPF_PHASE_MAIN, uin, 1,
+	      (struct tpf_ktensor[]){T(TPF_DTYPE_BFLOAT16, 1, 10), T(TPF_DTYPE_BFLOAT16, 1, 10)}, 2, 1);
+	free_tensors(uin, 1);
+}
+
+static void quant(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		struct tpf_node *q = node("", "QuantizeLinear", 2, 1);
+		struct tpf_ktensor qz8 = T(TPF_DTYPE_FLOAT8E4M3FN, 0);
+		struct tpf_ktensor a[3] = {R(dt, 2, 8, 64), scalar_f(dt, 0.01), qz8};
+		CHECK("QuantizeLinear per tensor -> fp8 e4m3 (saturating)", q, a, 1, 1);
+		struct tpf_node *dq = node("", "DequantizeLinear", 2, 1);
+		struct tpf_ktensor qx = fill(T(TPF_DTYPE_FLOAT8E4M3FN, 2, 8, 64), F_RAND, 0);
+		struct tpf_ktensor b[2] = {qx, scalar_f(dt, 0.37)};
+		CHECK("DequantizeLinear fp8 per tensor", dq, b, 1, 1);
+		free_tensors(a, 3);
+		free(b[1].data);
+		struct tpf_node *qa = node("", "QuantizeLinear", 3, 1);
+		tpf_node_set_attr_int(qa, "axis", 1);
+		struct tpf_ktensor c[3] = {R(dt, 3, 2, 6, 5), P(dt, 1, 6), fill(T(TPF_DTYPE_INT8, 1, 6), F_SMALLINT, 0)};
+		for (int64_t e = 0; e < c[1].numel; e++)
+			tpf_elem_store(dt, c[1].data, e, tpf_elem_load(dt, c[1].data, e) / 64, 1);
+		CHECK("QuantizeLinear per axis -> int8 with zero point", qa, c, 1, 1);
+		struct tpf_node *da = node("", "DequantizeLinear", 3, 1);
+		tpf_node_set_attr_int(da, "axis", 1);
+		struct tpf_ktensor cd[3] = {fill(T(TPF_DTYPE_INT8, 3, 2, 6, 5), F_SMALLINT, 0), c[1], c[2]};
+		CHECK("DequantizeLinear per axis int8 with zero point", da, cd, 1, 1);
+		free(cd[0].data);
+		free_tensors(c, 3);
+		const enum tpf_dtype sub[] = {TPF_DTYPE_FLOAT4E2M1, TPF_DTYPE_INT4};
+		for (int s = 0; s < 2; s++) {
+			char lab[96];
+			struct tpf_node *qb = node("", "QuantizeLinear", 3, 1);
+			tpf_node_set_attr_int(qb, "axis", 1);
+			tpf_node_set_attr_int(qb, "block_size", 16);
+			struct tpf_ktensor zp = T(sub[s], 2, 4, 2);
+			struct tpf_ktensor e[3] = {R(dt, 2, 4, 32), P(dt, 2, 4, 2), zp};
+			for (int64_t i = 0; i < e[1].numel; i++)
+				tpf_elem_store(dt, e[1].data, i, tpf_elem_load(dt, e[1].data, i) / 3, 1);
+			snprintf(lab, sizeof(lab), "QuantizeLinear blocked 16 -> %s", tpf_dtype_name(sub[s]));
+			CHECK(lab, qb, e, 1, 1);
+			struct tpf_node *db = node("", "DequantizeLinear", 2, 1);
+			tpf_node_set_attr_int(db, "axis", 1);
+			tpf_node_set_attr_int(db, "block_size", 16);
+			struct tpf_ktensor qf = T(sub[s], 2, 4, 32);
+			for (int64_t i = 0; i < (int64_t)qf.nbytes; i++)
+				((uint8_t *)qf.data)[i] = (uint8_t)(i * 37 + 11);
+			struct tpf_ktensor f[2] = {qf, e[1]};
+			snprintf(lab, sizeof(lab), "DequantizeLinear blocked 16 %s", tpf_dtype_name(sub[s]));
+			CHECK(lab, db, f, 1, 1);
+			free(qf.data);
+			free_tensors(e, 3);
+		}
+		struct tpf_node *f4 = node("trt", "TRT_FP4DynamicQuantize", 2, 2);
+		tpf_node_set_attr_int(f4, "block_size", 16);
+		struct tpf_ktensor g[2] = {R(dt, 2, 4, 64), scalar_f(TPF_DTYPE_FLOAT, 0.05)};
+		check("TRT_FP4DynamicQuantize block 16", f4, TPF_PHASE_MAIN, g, 2,
+		      (struct tpf_ktensor[]){T(TPF_DTYPE_FLOAT4E2M1, 2, 4, 64), T(TPF_DTYPE_FLOAT8E4M3FN, 2, 4, 4)}, 2, 1);
+		free_tensors(g, 2);
+	}
+}
+
+static void attention(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		struct tpf_node *n = node("", "Attention", 6, 3);
+		struct tpf_ktensor a[6] = {R(dt, 4, 2, 4, 1, 16), R(dt, 4, 2, 2, 1, 16), R(dt, 4, 2, 2, 1, 16),
+					   omitted(), R(dt, 4, 2, 2, 7, 16), R(dt, 4, 2, 2, 7, 16)};
+		CHECK("Attention decode GQA 4/2 heads, past 7", n, a, 3, 4);
+		struct tpf_node *c = node("", "Attention", 4, 1);
+		tpf_node_set_attr_int(c, "is_causal", 1);
+		struct tpf_ktensor b[4] = {R(dt, 4, 1, 2, 5, 8), R(dt, 4, 1, 2, 5, 8), R(dt, 4, 1, 2, 5, 8),
+					   R(dt, 4, 1, 1, 5, 5)};
+		CHECK("Attention prefill causal + additive mask", c, b, 1, 4);
+		free_tensors(a, 6);
+		free_tensors(b, 4);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	D = tpf_diag_create();
+	G = tpf_graph_create(NULL);
+	if (!D || !G)
+		return 1;
+	if (tpf_device_create_cuda(0, &DEV, D)) {
+		printf("no GPU: skipped (");
+		tpf_diag_print(D, stdout);
+		printf(")\n");
+		return 77;
+	}
+	const char *only = argc > 1 ? argv[1] : "";
+	if (!*only || strstr(only, "elementwise"))
+		elementwise();
+	if (!*only || strstr(only, "matmul"))
+		matmuls();
+	if (!*only || strstr(only, "reduce"))
+		reductions();
+	if (!*only || strstr(only, "norm"))
+		norms();
+	if (!*only || strstr(only, "movement"))
+		movement();
+	if (!*only || strstr(only, "quant"))
+		quant();
+	if (!*only || strstr(only, "attention"))
+		attention();
+	printf("%d passed, %d failed\n", n_pass, n_fail);
+	tpf_device_free(DEV);
+	tpf_graph_free(G);
+	tpf_diag_free(D);
+	return n_fail ? 1 : 0;
+}
