@@ -229,6 +229,8 @@ def worker(rank, world, a, port, q):
     dev = torch.device("cuda", rank)
     prog = Program(torch, dist, a.model.replace("{rank}", str(rank)), dev)
     feeds = prog.random_inputs(a.seed)
+    say = (lambda m: print("rank %d: %s" % (rank, m), file=sys.stderr, flush=True))
+    say("model loaded, %d steps" % len(prog.steps))
 
     def timed(fn):
         for _ in range(a.warmup):
@@ -247,6 +249,7 @@ def worker(rank, world, a, port, q):
     results = []
     with torch.inference_mode():
         results.append(("eager", timed(lambda: prog.run(feeds))))
+        say("eager done")
         # CUDA graph: warm up on a side stream, capture one step, replay
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -257,7 +260,9 @@ def worker(rank, world, a, port, q):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             prog.run(feeds)
+        say("captured")
         results.append(("cuda-graph", timed(graph.replay)))
+        say("cuda graph done")
     if rank == 0:
         name = torch.cuda.get_device_name(rank)
         for mode, us in results:
@@ -285,20 +290,23 @@ def main():
     procs = [ctx.Process(target=worker, args=(r, a.world_size, a, a.port, q)) for r in range(a.world_size)]
     for p in procs:
         p.start()
-    lines = []
     import queue
-    while any(p.is_alive() for p in procs) or not q.empty():
+    # Rank 0 sends one line per mode; print them as they come, so that a
+    # slow process-group shutdown cannot hold the results back.
+    want, got, bad = 2, 0, 0
+    while got < want and any(p.is_alive() for p in procs):
         try:
-            lines.append(q.get(timeout=1))
+            print(q.get(timeout=1), flush=True)
+            got += 1
         except queue.Empty:
             pass
     for p in procs:
-        p.join()
-    bad = [p.exitcode for p in procs if p.exitcode]
-    for line in lines:
-        print(line)
-    sys.stdout.flush()
-    return 1 if bad else 0
+        p.join(timeout=30)
+        if p.is_alive():
+            p.terminate()
+        elif p.exitcode:
+            bad += 1
+    return 1 if bad or got < want else 0
 
 
 if __name__ == "__main__":

@@ -528,6 +528,9 @@ static int cmd_check(int argc, char **argv)
 	/* shape inference assumes a structurally valid graph */
 	if (!st)
 		st = tpf_model_infer_shapes(m, d);
+	/* dtype and shape rules the file's own types did not show */
+	if (!st)
+		st = tpf_model_verify(m, d);
 	print_diag(d, &shown);
 	if (st || d->error_count) {
 		error_msg("'%s': %zu error%s found", model, d->error_count,
@@ -745,6 +748,8 @@ static int cmd_optimize(int argc, char **argv)
 	st = tpf_model_verify(m, d);
 	if (!st)
 		st = tpf_model_infer_shapes(m, d);
+	if (!st)
+		st = tpf_model_verify(m, d); /* with the inferred types */
 	if (st) {
 		print_diag(d, &shown);
 		error_msg("the input model '%s' is not valid", o.in);

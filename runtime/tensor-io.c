@@ -85,6 +85,24 @@ static enum tpf_status from_proto(const Onnx__TensorProto *tp, const char *path,
 	uint64_t numel = 1;
 	for (int i = 0; i < t->rank; i++)
 		numel *= (uint64_t)t->dims[i];
+	/* Refuse before allocating: the shape alone may promise terabytes that a
+	 * few-byte file does not hold. */
+	if (tp->has_raw_data ? tp->raw_data.len != nb : 0)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: raw_data has %zu bytes, %zu expected", path,
+				     tp->raw_data.len, nb);
+	if (!tp->has_raw_data) {
+		size_t typed = tp->n_float_data;
+		const size_t counts[] = {tp->n_double_data, tp->n_int64_data, tp->n_uint64_data,
+					 tp->n_int32_data};
+		for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+			if (counts[i] > typed)
+				typed = counts[i];
+		uint64_t need = tpf_dtype_bits(t->dtype) < 8 ? (uint64_t)nb : numel;
+		if (typed < need)
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "%s: the tensor holds %zu values, its shape needs %llu", path, typed,
+					     (unsigned long long)need);
+	}
 	t->nbytes = nb;
 	t->data = tpf_calloc(nb ? nb : 1, 1);
 	t->name = tpf_strdup(tp->name ? tp->name : "");

@@ -19,7 +19,7 @@ req=$root/scripts/requirements.txt
 say() { printf '==> %s\n' "$*"; }
 
 # ------------------------------------------------------------------ 1. packages
-packages=(gcc meson ninja-build pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev
+packages=(gcc clang libclang-rt-14-dev meson ninja-build pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev
 	openmpi-bin libopenmpi-dev graphviz python3-venv)
 
 missing=()
