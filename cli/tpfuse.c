@@ -9,6 +9,7 @@
  * Exit codes: 0 ok, 1 model or verification error, 2 usage error, 3 I/O
  * error, 4 unsupported.  docs/cli.md is the user guide.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -101,6 +102,9 @@ static const char *const optimize_help =
 	"  --rank N --world-size N  this file's tensor-parallel rank and the world\n"
 	"                       size (else read from metadata tp_rank/tp_world_size)\n"
 	"  --verify-each        verify the model after every pass\n"
+	"  --external-data-threshold BYTES  initializers of at least BYTES go to\n"
+	"                       OUT.data next to OUT (default: only tensors already\n"
+	"                       external, or all when the model exceeds 2 GB)\n"
 	"\n"
 	"Environment: TPF_DEBUG=PASS[,PASS] traces the matching of those passes.\n"
 	"\n";
@@ -556,6 +560,8 @@ struct optimize_opts {
 	const char *olevel;
 	int stats, explain, verify_each;
 	long rank, world_size;
+	const char *external_threshold; /* --external-data-threshold, or NULL */
+	size_t external_bytes;
 };
 
 /* Checks every name of a --passes list before any work is done. */
@@ -647,6 +653,7 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 		VALUE_OPT("--dump-before", o->dump_before)
 		VALUE_OPT("--dump-after", o->dump_after)
 		VALUE_OPT("--print-after-all", o->print_after_dir)
+		VALUE_OPT("--external-data-threshold", o->external_threshold)
 #undef VALUE_OPT
 		if ((r = opt_value(&a, "--rank", &val)) != 0) {
 			if (r < 0)
@@ -675,6 +682,15 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 		return usage_error(a.cmd, "no input model given");
 	if (!o->out)
 		return usage_error(a.cmd, "no output file given (-o OUT)");
+	if (o->external_threshold) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(o->external_threshold, &end, 10);
+		if (errno || !isdigit((unsigned char)*o->external_threshold) || *end || v == 0)
+			return usage_error(a.cmd, "--external-data-threshold needs a byte count > 0, not '%s'",
+					   o->external_threshold);
+		o->external_bytes = (size_t)v;
+	}
 	if (o->passes && o->olevel)
 		return usage_error(a.cmd, "--passes and %s cannot be combined", o->olevel);
 	if (o->passes && check_pass_list(o->passes))
@@ -793,7 +809,8 @@ static int cmd_optimize(int argc, char **argv)
 	if (o.dump_after && (rc = write_dump(m, o.dump_after, FORMAT_AUTO)) != 0)
 		goto out_print_stats;
 
-	st = tpf_model_save_file(m, o.out, NULL, d);
+	struct tpf_save_options so = {.external_threshold = o.external_bytes};
+	st = tpf_model_save_file(m, o.out, &so, d);
 	if (st) {
 		print_diag(d, &shown);
 		error_msg("cannot save '%s': %s", o.out, tpf_status_name(st));
