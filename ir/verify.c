@@ -347,6 +347,9 @@ static const char *dt_name(enum tpf_dtype t)
 }
 
 #define DT_BIT(t) (1u << (t))
+#define DT_SIGNED_INTS                                                                    \
+	(DT_BIT(TPF_DTYPE_INT8) | DT_BIT(TPF_DTYPE_INT16) | DT_BIT(TPF_DTYPE_INT32) |              \
+	 DT_BIT(TPF_DTYPE_INT64))
 #define DT_FLOATS                                                                                  \
 	(DT_BIT(TPF_DTYPE_FLOAT) | DT_BIT(TPF_DTYPE_FLOAT16) | DT_BIT(TPF_DTYPE_BFLOAT16) |        \
 	 DT_BIT(TPF_DTYPE_DOUBLE))
@@ -1054,8 +1057,17 @@ static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s
 		check_outs_like_input(c, s, n, 0);
 		if (n->op == TPF_OP_MS_ALLREDUCE || n->op == TPF_OP_MS_ALLTOALL)
 			check_group_size(c, s, n);
+		/* ONNX type constraints of the unary math ops */
+		if (n->op == TPF_OP_SIGMOID || n->op == TPF_OP_SQRT || n->op == TPF_OP_EXP ||
+		    n->op == TPF_OP_TANH || n->op == TPF_OP_RECIPROCAL || n->op == TPF_OP_SIN ||
+		    n->op == TPF_OP_COS)
+			check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+		else if (n->op == TPF_OP_RELU)
+			check_in_dtype(c, s, n, 0, DT_FLOATS | DT_SIGNED_INTS,
+				       "a float or signed integer type");
 		break;
 	case TPF_OP_SOFTMAX:
+		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
 		check_outs_like_input(c, s, n, 0);
 		check_axis_attr(c, s, n, "axis", -1, r0);
 		break;
