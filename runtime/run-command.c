@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 enum {
 	RUN_OK = 0,
@@ -610,6 +612,32 @@ static enum tpf_status copy_outputs(const struct tpf_host_tensor *src, size_t n,
 	return TPF_OK;
 }
 
+
+/* Joining the ranks (MPI_Init, the NCCL start-up) waits for every rank; a
+ * rank that died before it started would make the others wait forever.  An
+ * alarm bounds that wait: when it rings the process says why and exits
+ * (only async-signal-safe calls in the handler). */
+static void startup_alarm(int sig)
+{
+	static const char text[] = "tpfuse run: error: the ranks did not all start within the "
+				   "--timeout (a rank exited or never started); giving up\n";
+	(void)sig;
+	ssize_t ignored = write(2, text, sizeof(text) - 1);
+	(void)ignored;
+	_exit(1);
+}
+
+static void startup_watchdog(double timeout_s)
+{
+	if (timeout_s <= 0) {
+		alarm(0);
+		signal(SIGALRM, SIG_DFL);
+		return;
+	}
+	signal(SIGALRM, startup_alarm);
+	alarm((unsigned)ceil(timeout_s));
+}
+
 int tpf_cli_run(int argc, char **argv)
 {
 	struct run_opts o;
@@ -628,6 +656,7 @@ int tpf_cli_run(int argc, char **argv)
 	if (!d)
 		return RUN_ERROR;
 	struct tpf_comm_options co = {.timeout_s = o.timeout};
+	startup_watchdog(o.timeout > 0 ? o.timeout : 60);
 	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
 #ifdef TPF_HAVE_NCCL
 		st = tpf_comm_create_nccl(&co, &comm, d);
@@ -639,6 +668,7 @@ int tpf_cli_run(int argc, char **argv)
 		st = tpf_comm_create_mpi(&co, &comm, d);
 	else
 		st = tpf_comm_create_self(&co, &comm, d);
+	startup_watchdog(0);
 	if (st) {
 		print_diag(d);
 		tpf_diag_free(d);
