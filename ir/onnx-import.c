@@ -1477,11 +1477,14 @@ static enum tpf_status resolve(struct import_ctx *c, struct tpf_graph *g, const 
 	return TPF_OK;
 }
 
+/* Reports every name that is not defined (not only the first), so that
+ * `tpfuse check` lists them all; fails at the end if there was one. */
 static enum tpf_status graph_link(struct import_ctx *c, const struct pending_graph *p)
 {
 	struct tpf_graph *g = p->g;
 	enum tpf_status st;
 	char desc[320];
+	int undefined = 0;
 	struct tpf_node *n = g->first;
 	for (size_t i = 0; i < p->n_nodes && n; i++, n = n->next) {
 		const Onnx__NodeProto *np = p->nodes[i];
@@ -1492,10 +1495,12 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 			struct tpf_value *v;
 			if ((st = resolve(c, g, in, &v)))
 				return st;
-			if (!v)
-				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				                     "%s: input '%s' is not defined",
-				                     tpf_node_describe(n, desc, sizeof(desc)), in);
+			if (!v) {
+				tpf_diag_add(c->d, TPF_SEV_ERROR, "%s: input '%s' is not defined",
+				             tpf_node_describe(n, desc, sizeof(desc)), in);
+				undefined = 1;
+				continue;
+			}
 			if (tpf_node_set_input(n, j, v))
 				return nomem(c);
 		}
@@ -1506,10 +1511,14 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 		struct tpf_value *v = NULL;
 		if (*name && (st = resolve(c, g, name, &v)))
 			return st;
-		if (!v)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			                     "graph '%s': output '%s' is not defined", g->name,
-			                     name);
+		if (!v) {
+			tpf_diag_add(c->d, TPF_SEV_ERROR, "graph '%s': output '%s' is not defined",
+			             g->name, name);
+			undefined = 1;
+			continue;
+		}
+		if (undefined)
+			continue;
 		if ((st = apply_value_info(c, v, vi)))
 			return st;
 		if (tpf_graph_add_output(g, v))
@@ -1520,14 +1529,18 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 		struct tpf_value *v = NULL;
 		if (*name && (st = resolve(c, g, name, &v)))
 			return st;
-		if (!v)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			                     "function '%s': output '%s' is not defined", g->name,
-			                     name);
+		if (!v) {
+			tpf_diag_add(c->d, TPF_SEV_ERROR, "function '%s': output '%s' is not defined",
+			             g->name, name);
+			undefined = 1;
+			continue;
+		}
+		if (undefined)
+			continue;
 		if (tpf_graph_add_output(g, v))
 			return nomem(c);
 	}
-	return TPF_OK;
+	return undefined ? TPF_ERR_INVALID : TPF_OK;
 }
 
 static enum tpf_status graph_value_info(struct import_ctx *c, const struct pending_graph *p)
