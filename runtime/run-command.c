@@ -362,6 +362,16 @@ static enum tpf_status data_inputs(const struct tpf_model *m, const char *dir,
 	if (st)
 		return st;
 	const struct tpf_graph *g = m->graph;
+	/* Every input without a default needs its file: say which one is
+	 * missing here, before the ranks compare their inputs. */
+	size_t needed = 0;
+	for (size_t i = 0; i < g->n_inputs; i++)
+		needed += is_runtime_input(g->inputs[i]);
+	if (*count < needed)
+		return tpf_diag_fail(d, TPF_ERR_IO,
+				     "%s: missing input file input_%zu.pb (the model has %zu inputs "
+				     "without a default, the folder holds %zu)",
+				     dir, *count, needed, *count);
 	size_t pos = 0;
 	for (size_t k = 0; k < *count; k++) {
 		struct tpf_host_tensor *t = &(*out)[k];
