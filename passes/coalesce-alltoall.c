@@ -32,7 +32,6 @@ static const char *const counters[] = {"groups-coalesced", "alltoall-removed", N
 
 struct a2a {
 	struct tpf_node *node;
-	size_t bit;     /* index among the AllToAll nodes of the graph */
 	int64_t numel;  /* elements of the input */
 	int group;      /* -1: not grouped */
 };
@@ -63,12 +62,6 @@ static int64_t world_size_of(const struct tpf_model *m, const struct tpf_node *n
 			return v;
 	}
 	return -1;
-}
-
-/* Copies the type of `src` onto `dst`, or fails. */
-static enum tpf_status copy_type(struct tpf_value *dst, const struct tpf_value *src)
-{
-	return tpf_value_copy_type(dst, &src->type);
 }
 
 static enum tpf_status coalesce_group(struct tpf_graph *g, struct a2a *members, size_t k,
@@ -152,7 +145,7 @@ static enum tpf_status coalesce_group(struct tpf_graph *g, struct a2a *members, 
 	for (size_t i = 0; i < k; i++) {
 		struct tpf_node *n = members[i].node;
 		struct tpf_value *old = n->outputs[0];
-		if ((st = copy_type(unpack->outputs[i], old)) != TPF_OK)
+		if ((st = tpf_value_copy_type(unpack->outputs[i], &old->type)) != TPF_OK)
 			goto out_free;
 		if ((st = tpf_value_replace_uses(old, unpack->outputs[i])) != TPF_OK)
 			goto out_free;
@@ -232,7 +225,6 @@ static enum tpf_status coalesce_next(const struct tpf_model *m, struct tpf_graph
 		}
 		if (n->op == TPF_OP_MS_ALLTOALL) {
 			list[idx].node = n;
-			list[idx].bit = idx;
 			list[idx].group = -1;
 			mine[idx / 64] |= 1ull << (idx % 64);
 			idx++;

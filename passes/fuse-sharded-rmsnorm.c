@@ -588,6 +588,7 @@ struct merge_state {
 	size_t n_ids;
 	uint32_t *pos;   /* by node id: position in graph order */
 	uint32_t *stamp; /* by node id: visited in check number `gen` */
+	uint8_t *tried;  /* by node id: leader that found no partner, or a merged node */
 	uint32_t gen;
 	struct tpf_node **stack;
 	size_t cap_stack;
@@ -615,21 +616,36 @@ static enum tpf_status grow(void **arr, size_t *cap, size_t need, size_t elem)
 #define MOVE_MARK 0x5eed0001u
 
 /* Positions and the list of ShardedRMSNorm nodes, in graph order. */
-static enum tpf_status merge_scan(struct merge_state *s)
+/* Grows the per-node-id arrays (positions, stamps, `tried`) to the graph's
+ * current node ids; new entries start at zero. */
+static enum tpf_status ensure_ids(struct merge_state *s)
 {
 	size_t ids = s->g->next_node_id ? s->g->next_node_id : 1;
-	if (ids > s->n_ids) {
-		uint32_t *pos = tpf_realloc(s->pos, ids * sizeof(*pos));
-		if (!pos)
-			return TPF_ERR_NOMEM;
-		s->pos = pos;
-		uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
-		if (!stamp)
-			return TPF_ERR_NOMEM;
-		memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
-		s->stamp = stamp;
-		s->n_ids = ids;
-	}
+	if (ids <= s->n_ids)
+		return TPF_OK;
+	uint32_t *pos = tpf_realloc(s->pos, ids * sizeof(*pos));
+	if (!pos)
+		return TPF_ERR_NOMEM;
+	s->pos = pos;
+	uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
+	if (!stamp)
+		return TPF_ERR_NOMEM;
+	memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
+	s->stamp = stamp;
+	uint8_t *tried = tpf_realloc(s->tried, ids);
+	if (!tried)
+		return TPF_ERR_NOMEM;
+	memset(tried + s->n_ids, 0, ids - s->n_ids);
+	s->tried = tried;
+	s->n_ids = ids;
+	return TPF_OK;
+}
+
+static enum tpf_status merge_scan(struct merge_state *s)
+{
+	enum tpf_status st = ensure_ids(s);
+	if (st)
+		return st;
 	s->n_norms = 0;
 	uint32_t p = 0;
 	for (struct tpf_node *n = s->g->first; n; n = n->next) {
@@ -818,34 +834,6 @@ out_free:
 	return st;
 }
 
-/* Grows the per-node-id arrays (positions, stamps, `tried`) to the graph's
- * current node ids. */
-static enum tpf_status ensure_ids(struct merge_state *s, uint8_t **tried, size_t *cap_tried)
-{
-	size_t ids = s->g->next_node_id ? s->g->next_node_id : 1;
-	if (ids > s->n_ids) {
-		uint32_t *pos = tpf_realloc(s->pos, ids * sizeof(*pos));
-		if (!pos)
-			return TPF_ERR_NOMEM;
-		s->pos = pos;
-		uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
-		if (!stamp)
-			return TPF_ERR_NOMEM;
-		memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
-		s->stamp = stamp;
-		s->n_ids = ids;
-	}
-	if (ids > *cap_tried) {
-		uint8_t *t = tpf_realloc(*tried, ids);
-		if (!t)
-			return TPF_ERR_NOMEM;
-		memset(t + *cap_tried, 0, ids - *cap_tried);
-		*tried = t;
-		*cap_tried = ids;
-	}
-	return TPF_OK;
-}
-
 /* After a merge: the nodes strictly between `before` and `after` (the
  * stretch that held the group, now holding the merged node and whatever
  * moved) get positions pos_lo, pos_lo + 1, ... (they are fewer than before,
@@ -890,8 +878,6 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 	struct tpf_node **group = NULL;
 	size_t cap_group = 0;
 	enum tpf_status st = TPF_OK;
-	uint8_t *tried = NULL;
-	size_t cap_tried = 0;
 
 	/* One sweep over the norms in graph order.  A merge only adds
 	 * dependencies, so a norm that found no partner never finds one later,
@@ -904,9 +890,9 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 		goto out_free;
 	size_t i = 0;
 	while (i < s.n_norms) {
-		if ((st = ensure_ids(&s, &tried, &cap_tried)))
+		if ((st = ensure_ids(&s)))
 			goto out_free;
-		if (tried[s.norms[i]->id]) {
+		if (s.tried[s.norms[i]->id]) {
 			i++;
 			continue;
 		}
@@ -929,7 +915,7 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 			group[k++] = c;
 		}
 		if (k < 2) {
-			tried[s.norms[i]->id] = 1;
+			s.tried[s.norms[i]->id] = 1;
 			i++;
 			continue;
 		}
@@ -937,9 +923,9 @@ static enum tpf_status merge_norms(struct tpf_model *model, struct tpf_pass_cont
 		struct tpf_node *before = group[0]->prev, *after = group[k - 1]->next, *merged = NULL;
 		if ((st = merge_group(&s, group, k, &merged, d)))
 			goto out_free;
-		if ((st = ensure_ids(&s, &tried, &cap_tried)))
+		if ((st = ensure_ids(&s)))
 			goto out_free;
-		tried[merged->id] = 1;
+		s.tried[merged->id] = 1;
 		if ((st = rescan_window(&s, before, after, pos_lo, pos_hi, i)))
 			goto out_free;
 		if (tpf_model_opset(model, TPF_DOMAIN) < 0 &&
@@ -970,7 +956,7 @@ out_free:
 	if (st == TPF_ERR_NOMEM || st == TPF_ERR_LIMIT)
 		tpf_diag_add(d, TPF_SEV_ERROR, "%s: out of memory while merging norms", PASS_NAME);
 	tpf_free(group);
-	tpf_free(tried);
+	tpf_free(s.tried);
 	tpf_free(s.pos);
 	tpf_free(s.stamp);
 	tpf_free(s.stack);
