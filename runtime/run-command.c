@@ -52,6 +52,9 @@ static const char *const run_help =
 	"  --backend cpu|cuda    backend (default cpu); cuda under mpirun uses NCCL\n"
 	"  --cuda-graph          (cuda) capture the plan into a CUDA graph on the\n"
 	"                        second run and replay it afterwards\n"
+	"  --no-oneshot          (cuda, several ranks) run every collective through\n"
+	"                        NCCL; by default all-reduces and fused norms that\n"
+	"                        fit run as one-shot kernels through peer memory\n"
 	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
 	"  --quiet               print no output summary\n"
 	"\n"
@@ -75,7 +78,7 @@ struct run_opts {
 	const char *dims[64];
 	int n_dims;
 	long iters, warmup;
-	int optimize, verify, quiet, cuda_graph;
+	int optimize, verify, quiet, cuda_graph, no_oneshot;
 	enum tpf_backend backend;
 	double timeout;
 	int rank, world; /* plan only */
@@ -196,6 +199,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->quiet = 1;
 		} else if (!strcmp(a, "--cuda-graph") && !is_plan) {
 			o->cuda_graph = 1;
+		} else if (!strcmp(a, "--no-oneshot") && !is_plan) {
+			o->no_oneshot = 1;
 		} else if (!strcmp(a, "--backend")) {
 			NEED();
 			if (tpf_backend_from_name(next, &o->backend)) {
@@ -699,7 +704,7 @@ int tpf_cli_run(int argc, char **argv)
 	if ((st = tpf_comm_agree(comm, st, "loading the model and inputs", d)))
 		goto out;
 	struct tpf_session_options so = {.backend = o.backend, .comm = comm,
-					 .cuda_graph = o.cuda_graph};
+					 .cuda_graph = o.cuda_graph, .no_oneshot = o.no_oneshot};
 	st = tpf_session_create(m, &so, &s, d);
 	if (!st && ref)
 		st = tpf_session_create(ref, &so, &sref, d);
@@ -738,6 +743,12 @@ int tpf_cli_run(int argc, char **argv)
 		printf("%ld iterations: mean %.3f ms, min %.3f ms (rank 0 of %d, backend %s)\n", o.iters,
 		       total / (double)o.iters, best, comm->world, tpf_backend_name(o.backend));
 	synced = 1;
+	if (!o.quiet && comm->rank == 0 && o.backend == TPF_BACKEND_CUDA && comm->world > 1) {
+		size_t n_coll, n_one;
+		tpf_session_collective_stats(s, &n_coll, &n_one);
+		printf("collectives: %zu step%s, %zu through peer memory (one-shot kernels), the rest NCCL\n", n_coll,
+		       n_coll == 1 ? "" : "s", n_one);
+	}
 	if (o.outputs)
 		st = write_outputs(&o, comm->rank, outs, n_outs, d);
 	if (!o.quiet && comm->rank == 0 && !st)

@@ -41,6 +41,7 @@ static void cpu_destroy(struct tpf_device *dev)
 
 #ifdef TPF_HAVE_CUDA
 #include "tpf-cuda-runtime.h"
+#include "cuda/tpf-cuda.h"
 #endif
 
 enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct tpf_device **out,
@@ -92,6 +93,27 @@ struct tpf_session {
 	struct tpf_ktensor **kin, **kout;
 	struct tpf_host_tensor *outs;
 	size_t n_outs;
+	/* CUDA one-shot collectives (peer memory): per step of the plan what
+	 * runs there (enum oneshot_mode); contexts live as long as the session
+	 * and grow when a plan needs more */
+	unsigned char *oneshot;
+	size_t n_oneshot;
+#ifdef TPF_HAVE_CUDA
+	struct tpf_cuda_arnorm *os_ctx[TPF_DTYPE_COUNT]; /* sums, by dtype */
+	struct tpf_cuda_arnorm *os_sharded;               /* sharded-norm exchange */
+	int os_failed;                                    /* set-up failed once: NCCL only */
+#endif
+};
+
+#ifdef TPF_HAVE_CUDA
+static void oneshot_free(struct tpf_session *s);
+#endif
+
+enum oneshot_mode {
+	OS_NONE,      /* as planned */
+	OS_ARNORM,    /* this all-reduce and the next step (post-reduce): one kernel */
+	OS_ALLREDUCE, /* a bare all-reduce through peer memory */
+	OS_SHARDED    /* sum of squares, all-reduce, normalize: one kernel */
 };
 
 static void unbind(struct tpf_session *s)
@@ -115,6 +137,9 @@ static void unbind(struct tpf_session *s)
 	tpf_free(s->kin);
 	tpf_free(s->kout);
 	s->kin = s->kout = NULL;
+	tpf_free(s->oneshot);
+	s->oneshot = NULL;
+	s->n_oneshot = 0;
 	for (size_t i = 0; i < s->n_outs; i++)
 		tpf_free(s->outs[i].data);
 	tpf_free(s->outs);
@@ -281,6 +306,9 @@ void tpf_session_free(struct tpf_session *s)
 	if (!s)
 		return;
 	unbind(s);
+#ifdef TPF_HAVE_CUDA
+	oneshot_free(s);
+#endif
 	if (s->arena)
 		s->dev->free(s->dev, s->arena);
 	tpf_device_free(s->dev);
@@ -294,6 +322,15 @@ const struct tpf_plan *tpf_session_plan(const struct tpf_session *s)
 	return s->plan;
 }
 
+static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call, struct tpf_diag *d)
+{
+	const struct rt_step *st = &s->plan->steps[k];
+	*call = (struct tpf_kernel_call){.node = st->node, .opset = s->plan->opset, .in = s->kin[k],
+					 .n_in = st->n_in, .out = s->kout[k], .n_out = st->n_out,
+					 .stream = s->dev->stream, .rank = s->comm->rank,
+					 .world = s->comm->world, .diag = d};
+}
+
 static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag *d)
 {
 	const struct tpf_plan *p = s->plan;
@@ -304,10 +341,8 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 	char who[256];
 	switch (st->kind) {
 	case RT_STEP_KERNEL: {
-		struct tpf_kernel_call call = {.node = st->node, .opset = p->opset, .in = in,
-					       .n_in = st->n_in, .out = out, .n_out = st->n_out,
-					       .stream = s->dev->stream, .rank = c->rank,
-					       .world = c->world, .diag = d};
+		struct tpf_kernel_call call;
+		make_call(s, k, &call, d);
 		return st->kernel->run(&call);
 	}
 	case RT_STEP_ALLREDUCE:
@@ -329,14 +364,191 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 	return rc;
 }
 
+#ifdef TPF_HAVE_CUDA
+/* ------------------------------------------------------------ one-shot collectives
+ * On the CUDA backend with NCCL and more than one rank, all-reduces that
+ * fit go through peer memory (kernels/cuda/tpf-cuda.h): the fused norms in
+ * one kernel each, bare all-reduces without NCCL's latency.  Plans are the
+ * same on every rank (structure and shapes are checked), so every rank
+ * makes the same choices and the same collective set-up calls. */
+
+static size_t oneshot_max_bytes(void)
+{
+	const char *e = getenv("TPF_ONESHOT_MAX_BYTES");
+	char *end;
+	unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+	return e && *e && !*end ? (size_t)v : (size_t)64 << 20;
+}
+
+static int oneshot_wanted(const struct tpf_session *s)
+{
+	const char *e = getenv("TPF_ONESHOT");
+	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 && !s->opt.no_oneshot &&
+	       !s->os_failed && strcmp(s->comm->ops->name, "nccl") == 0 && !(e && !strcmp(e, "0"));
+}
+
+static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
+{
+	struct tpf_comm *c = ctx;
+	return c->ops->allgather(c, send, recv, bytes, NULL, NULL) != TPF_OK;
+}
+
+static void oneshot_free(struct tpf_session *s)
+{
+	for (int t = 0; t < TPF_DTYPE_COUNT; t++) {
+		tpf_cuda_arnorm_free(s->os_ctx[t]);
+		s->os_ctx[t] = NULL;
+	}
+	tpf_cuda_arnorm_free(s->os_sharded);
+	s->os_sharded = NULL;
+}
+
+/* A context holding at least `elems`; replaced when smaller (collective). */
+static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm **slot,
+				   enum tpf_dtype dt, size_t elems, struct tpf_diag *d)
+{
+	if (*slot && tpf_cuda_arnorm_max_elems(*slot) >= elems)
+		return TPF_OK;
+	tpf_cuda_arnorm_free(*slot);
+	*slot = NULL;
+	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
+	return tpf_cuda_arnorm_create(s->comm->rank, s->comm->world, dt, elems, &ex, slot, d);
+}
+
+/* Decides each step's mode for a new plan and sizes the contexts.  A set-up
+ * failure on any rank turns the one-shot paths off on all of them (with a
+ * warning) and the plan runs through NCCL. */
+static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d)
+{
+	const struct tpf_plan *p = s->plan;
+	if (!oneshot_wanted(s))
+		return TPF_OK;
+	/* the choice is agreed first: a rank short of memory turns it off everywhere */
+	s->oneshot = tpf_calloc(p->n_steps + 1, 1);
+	if (tpf_comm_agree(s->comm, s->oneshot ? TPF_OK : TPF_ERR_NOMEM, "planning one-shot collectives", NULL)) {
+		tpf_free(s->oneshot);
+		s->oneshot = NULL;
+		return TPF_OK;
+	}
+	s->n_oneshot = p->n_steps;
+	size_t need[TPF_DTYPE_COUNT] = {0}, need_sharded = 0, limit = oneshot_max_bytes();
+	for (size_t k = 0; k < p->n_steps; k++) {
+		const struct rt_step *st = &p->steps[k];
+		const struct rt_step *nx = k + 1 < p->n_steps ? &p->steps[k + 1] : NULL;
+		struct tpf_cuda_oneshot_need nd = {0};
+		struct tpf_kernel_call a, b;
+		int mode = OS_NONE;
+		if (st->kind == RT_STEP_ALLREDUCE && nx && nx->node == st->node &&
+		    nx->phase == TPF_PHASE_POST_REDUCE) {
+			make_call(s, k + 1, &a, NULL);
+			if (!tpf_cuda_oneshot_arnorm(NULL, &a, s->kin[k][0].data, &nd))
+				mode = OS_ARNORM;
+		} else if (st->kind == RT_STEP_ALLREDUCE && st->node->op == TPF_OP_MS_ALLREDUCE) {
+			if (!tpf_cuda_oneshot_allreduce(NULL, &s->kin[k][0], &s->kout[k][0], NULL, NULL, &nd))
+				mode = OS_ALLREDUCE;
+		} else if (st->kind == RT_STEP_KERNEL && st->phase == TPF_PHASE_SUMSQ && k + 2 < p->n_steps &&
+			   nx->kind == RT_STEP_ALLREDUCE && nx->node == st->node && p->steps[k + 2].node == st->node &&
+			   p->steps[k + 2].phase == TPF_PHASE_NORMALIZE) {
+			make_call(s, k, &a, NULL);
+			make_call(s, k + 2, &b, NULL);
+			if (!tpf_cuda_oneshot_sharded(NULL, &a, &b, &nd))
+				mode = OS_SHARDED;
+		}
+		size_t bytes;
+		if (mode == OS_NONE || tpf_dtype_storage_bytes(nd.dtype, nd.elems, &bytes) || bytes > limit)
+			continue;
+		s->oneshot[k] = (unsigned char)mode;
+		if (mode == OS_SHARDED)
+			need_sharded = nd.elems > need_sharded ? nd.elems : need_sharded;
+		else if (nd.elems > need[nd.dtype])
+			need[nd.dtype] = nd.elems;
+	}
+	/* Every rank makes the same create calls, failed or not (each is one
+	 * exchange), then all learn whether any failed. */
+	struct tpf_diag *local = tpf_diag_create();
+	enum tpf_status st = TPF_OK, r;
+	for (int t = 0; t < TPF_DTYPE_COUNT; t++)
+		if (need[t] && (r = oneshot_ctx(s, &s->os_ctx[t], (enum tpf_dtype)t, need[t], local)) && !st)
+			st = r;
+	if (need_sharded && (r = oneshot_ctx(s, &s->os_sharded, TPF_DTYPE_FLOAT, need_sharded, local)) && !st)
+		st = r;
+	if (tpf_comm_agree(s->comm, st, "setting up peer memory for one-shot collectives", local)) {
+		fprintf(stderr, "tpfuse: rank %d: warning: one-shot collectives are off, NCCL runs them:\n",
+			s->comm->rank);
+		if (local)
+			tpf_diag_print(local, stderr);
+		oneshot_free(s);
+		memset(s->oneshot, 0, s->n_oneshot);
+		s->os_failed = 1;
+	}
+	tpf_diag_free(local);
+	return TPF_OK;
+}
+
+/* Runs the one-shot form of the steps from k; *used: how many steps it covered. */
+static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used, struct tpf_diag *d)
+{
+	struct tpf_kernel_call a, b;
+	struct tpf_ktensor *in = s->kin[k];
+	enum tpf_status st = TPF_OK;
+	char who[256];
+	switch (s->oneshot[k]) {
+	case OS_ARNORM:
+		make_call(s, k + 1, &a, d);
+		st = tpf_cuda_oneshot_arnorm(s->os_ctx[in[0].dtype], &a, in[0].data, NULL);
+		*used = 2;
+		break;
+	case OS_ALLREDUCE:
+		st = tpf_cuda_oneshot_allreduce(s->os_ctx[in[0].dtype], &in[0], &s->kout[k][0], s->dev->stream, d,
+						NULL);
+		*used = 1;
+		break;
+	case OS_SHARDED:
+		make_call(s, k, &a, d);
+		make_call(s, k + 2, &b, d);
+		st = tpf_cuda_oneshot_sharded(s->os_sharded, &a, &b, NULL);
+		*used = 3;
+		break;
+	default:
+		return TPF_ERR_INVALID;
+	}
+	if (st)
+		tpf_diag_add(d, TPF_SEV_ERROR, "in %s (one-shot)",
+			     tpf_node_describe(s->plan->steps[k].node, who, sizeof(who)));
+	return st;
+}
+#endif
+
 static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 {
 	struct tpf_session *s = ctx;
 	enum tpf_status st;
-	for (size_t k = 0; k < s->plan->n_steps; k++)
-		if ((st = run_step(s, k, d)))
+	for (size_t k = 0; k < s->plan->n_steps;) {
+		size_t used = 1;
+#ifdef TPF_HAVE_CUDA
+		if (s->oneshot && s->oneshot[k])
+			st = oneshot_run(s, k, &used, d);
+		else
+#endif
+			st = run_step(s, k, d);
+		if (st)
 			return st;
+		k += used;
+	}
 	return TPF_OK;
+}
+
+void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot)
+{
+	*collectives = *oneshot = 0;
+	if (!s->plan)
+		return;
+	for (size_t k = 0; k < s->plan->n_steps; k++) {
+		if (s->plan->steps[k].kind != RT_STEP_KERNEL)
+			(*collectives)++;
+		if (s->oneshot && k < s->n_oneshot && s->oneshot[k])
+			(*oneshot)++;
+	}
 }
 
 static uint64_t shape_key(const struct tpf_host_tensor *in, size_t n)
@@ -388,6 +600,12 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 			unbind(s);
 			return st;
 		}
+#ifdef TPF_HAVE_CUDA
+		if ((st = oneshot_prepare(s, d))) {
+			unbind(s);
+			return st;
+		}
+#endif
 	}
 	struct tpf_plan *p = s->plan;
 	for (size_t i = 0; i < p->n_values; i++) {

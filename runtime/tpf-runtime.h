@@ -196,6 +196,11 @@ struct tpf_session_options {
 	/* CUDA backend: capture the whole plan into a CUDA graph on the second
 	 * run with the same input shapes and replay it afterwards. */
 	int cuda_graph;
+	/* CUDA backend with NCCL and several ranks: all-reduces (bare and fused
+	 * into a norm) and the sharded norms' exchange run through peer memory
+	 * in one kernel each when they fit (64 MiB per call, or
+	 * TPF_ONESHOT_MAX_BYTES); set this (or TPF_ONESHOT=0) to keep NCCL. */
+	int no_oneshot;
 	struct tpf_plan_options plan; /* backend/rank/world are filled in */
 };
 
@@ -209,6 +214,9 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 				size_t *n_outputs, struct tpf_diag *d);
 /* The current plan (NULL before the first run). */
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
+/* Collective steps of the current plan and how many of them run through
+ * peer memory (one-shot kernels) instead of the communicator. */
+void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot);
 
 /* ------------------------------------------------------------ CLI commands
  * `tpfuse run` and `tpfuse plan`: argv[0] is the command name.  Return the

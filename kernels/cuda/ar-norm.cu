@@ -163,13 +163,16 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 #pragma unroll
 			for (int i = 0; i < N; i++)
 				acc[k][i] = round_to<T>(acc[k][i] + r[i]);
-			if (o.residual_out)
-				reinterpret_cast<uint4 *>(o.residual_out)[base + c] = pack<T>(acc[k]);
 		}
+		// the sum (with no residual: the bare reduced value) for its other users
+		if (o.residual_out)
+			reinterpret_cast<uint4 *>(o.residual_out)[base + c] = pack<T>(acc[k]);
 #pragma unroll
 		for (int i = 0; i < N; i++)
 			sumsq += acc[k][i] * acc[k][i];
 	}
+	if (!o.gamma)
+		return; // a bare all-reduce: no norm (uniform over the block)
 	float total = block_sum(sumsq, scratch);
 	float inv = rsqrtf(total / (float)o.hidden + o.eps);
 #pragma unroll
@@ -537,11 +540,59 @@ extern "C" size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c)
 	return c->max_elems;
 }
 
+// What each rank contributes to the exchange: its buffer's handle, or the
+// news that it has none (so that every rank fails together).
+struct PeerHandle {
+	cudaIpcMemHandle_t handle;
+	int ok;
+};
+
+namespace {
+
+// Everything before the exchange: buffers, state, placeholders, handle.
+enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHandle_t *mine, struct tpf_diag *d)
+{
+	c->slot_bytes = (c->max_elems * (size_t)es + 255) / 256 * 256;
+	cudaError_t e = cudaMalloc((void **)&c->local, 3 * (size_t)c->world * c->slot_bytes);
+	if (e != cudaSuccess)
+		return cuda_fail(d, "one-shot all-reduce buffers", e);
+	e = cudaMalloc((void **)&c->state, sizeof(ArState));
+	if (e == cudaSuccess)
+		e = cudaMemset(c->state, 0, sizeof(ArState));
+	if (e != cudaSuccess)
+		return cuda_fail(d, "one-shot all-reduce state", e);
+	size_t n = 3 * (size_t)c->world * c->slot_bytes / 16;
+	if (c->dtype == TPF_DTYPE_FLOAT)
+		fill_placeholder_kernel<float><<<1024, 256>>>((uint4 *)c->local, n);
+	else
+		fill_placeholder_kernel<__half><<<1024, 256>>>((uint4 *)c->local, n);
+	e = cudaDeviceSynchronize();
+	if (e != cudaSuccess)
+		return cuda_fail(d, "one-shot all-reduce init", e);
+	e = cudaIpcGetMemHandle(mine, c->local);
+	if (e != cudaSuccess)
+		return cuda_fail(d, "cudaIpcGetMemHandle", e);
+	int dev = 0, sms = 0, per_sm = 0;
+	cudaGetDevice(&dev);
+	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+	// The kernel at its largest block size; smaller blocks only fit more.
+	if (c->dtype == TPF_DTYPE_FLOAT)
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<float>, kMaxThreads, 0);
+	else
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
+	return TPF_OK;
+}
+
+} // namespace
+
 extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_dtype dtype, size_t max_elems,
 						  const struct tpf_cuda_exchange *ex,
 						  struct tpf_cuda_arnorm **out, struct tpf_diag *d)
 {
 	*out = NULL;
+	// Argument errors are the same on every rank: they return before the
+	// exchange everywhere.
 	int es = elem_size(dtype);
 	if (!es)
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "one-shot all-reduce: dtype %s is not supported",
@@ -550,61 +601,41 @@ extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "one-shot all-reduce: world size %d (rank %d) outside 1..%d",
 				     world, rank, kMaxWorld);
 	struct tpf_cuda_arnorm *c = (struct tpf_cuda_arnorm *)tpf_calloc(1, sizeof(*c));
-	cudaIpcMemHandle_t *handles = (cudaIpcMemHandle_t *)tpf_calloc((size_t)world, sizeof(cudaIpcMemHandle_t));
+	PeerHandle *all = (PeerHandle *)tpf_calloc((size_t)world, sizeof(PeerHandle));
+	PeerHandle mine;
+	memset(&mine, 0, sizeof(mine));
 	enum tpf_status st = TPF_OK;
-	cudaError_t e;
-	if (!c || !handles) {
+	if (!c || !all) {
 		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "one-shot all-reduce: out of memory");
-		goto out_fail;
+	} else {
+		c->rank = rank;
+		c->world = world;
+		c->dtype = dtype;
+		c->max_elems = max_elems;
+		st = arnorm_prepare(c, es, &mine.handle, d);
 	}
-	c->rank = rank;
-	c->world = world;
-	c->dtype = dtype;
-	c->max_elems = max_elems;
-	c->slot_bytes = (max_elems * (size_t)es + 255) / 256 * 256;
-	e = cudaMalloc((void **)&c->local, 3 * (size_t)world * c->slot_bytes);
-	if (e != cudaSuccess) {
-		st = cuda_fail(d, "one-shot all-reduce buffers", e);
-		goto out_fail;
-	}
-	e = cudaMalloc((void **)&c->state, sizeof(ArState));
-	if (e == cudaSuccess)
-		e = cudaMemset(c->state, 0, sizeof(ArState));
-	if (e != cudaSuccess) {
-		st = cuda_fail(d, "one-shot all-reduce state", e);
-		goto out_fail;
-	}
-	{
-		size_t n = 3 * (size_t)world * c->slot_bytes / 16;
-		if (dtype == TPF_DTYPE_FLOAT)
-			fill_placeholder_kernel<float><<<1024, 256>>>((uint4 *)c->local, n);
-		else
-			fill_placeholder_kernel<__half><<<1024, 256>>>((uint4 *)c->local, n);
-		e = cudaDeviceSynchronize();
-		if (e != cudaSuccess) {
-			st = cuda_fail(d, "one-shot all-reduce init", e);
-			goto out_fail;
-		}
-	}
-	{
-		cudaIpcMemHandle_t mine;
-		e = cudaIpcGetMemHandle(&mine, c->local);
-		if (e != cudaSuccess) {
-			st = cuda_fail(d, "cudaIpcGetMemHandle", e);
-			goto out_fail;
-		}
-		if (ex->allgather(ex->ctx, &mine, handles, sizeof(mine)) != 0) {
+	mine.ok = st == TPF_OK;
+	// Every rank takes part in the exchange, failed or not.
+	PeerHandle scratch[kMaxWorld];
+	if (ex->allgather(ex->ctx, &mine, all ? all : scratch, sizeof(mine)) != 0) {
+		if (st == TPF_OK)
 			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: exchanging peer handles failed");
+		goto out_fail;
+	}
+	if (st != TPF_OK)
+		goto out_fail;
+	for (int q = 0; q < world; q++)
+		if (!all[q].ok) {
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: rank %d could not set up its buffer", q);
 			goto out_fail;
 		}
-	}
 	for (int q = 0; q < world; q++) {
 		if (q == rank) {
 			c->peer[q] = c->local;
 			continue;
 		}
 		void *p = NULL;
-		e = cudaIpcOpenMemHandle(&p, handles[q], cudaIpcMemLazyEnablePeerAccess);
+		cudaError_t e = cudaIpcOpenMemHandle(&p, all[q].handle, cudaIpcMemLazyEnablePeerAccess);
 		if (e != cudaSuccess) {
 			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: mapping rank %d's buffer: %s", q,
 					   cudaGetErrorString(e));
@@ -612,23 +643,12 @@ extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_
 		}
 		c->peer[q] = (char *)p;
 	}
-	{
-		int dev = 0, sms = 0, per_sm = 0;
-		cudaGetDevice(&dev);
-		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-		// The kernel at its largest block size; smaller blocks only fit more.
-		if (dtype == TPF_DTYPE_FLOAT)
-			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<float>, kMaxThreads, 0);
-		else
-			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
-		c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
-	}
-	tpf_free(handles);
+	tpf_free(all);
 	*out = c;
 	return TPF_OK;
 
 out_fail:
-	tpf_free(handles);
+	tpf_free(all);
 	tpf_cuda_arnorm_free(c);
 	return st;
 }

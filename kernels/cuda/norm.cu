@@ -617,3 +617,133 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 	}
 	return TPF_OK;
 }
+
+// ---------------------------------------------------------------- one-shot paths of a plan
+// The runtime hands a fused collective's calls here to run them through peer
+// memory instead of NCCL + kernel.  With no context they only decide, from
+// dtypes, shapes, attributes and alignment (the same on every rank of a plan).
+
+namespace {
+
+enum tpf_status decline()
+{
+	return TPF_ERR_UNSUPPORTED;
+}
+
+bool dt_out_ok(const struct tpf_ktensor *t, enum tpf_dtype dt, int64_t numel)
+{
+	return t->dtype == dt && t->numel == numel && aligned16(t->data);
+}
+
+} // namespace
+
+extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *c,
+						   const void *partial, struct tpf_cuda_oneshot_need *need)
+{
+	bool quant = c->node->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT;
+	if (c->n_in < (quant ? 3u : 2u) || c->n_out < 1)
+		return decline();
+	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1], *res = opt_in(c, quant ? 3 : 2);
+	enum tpf_dtype dt = x->dtype;
+	if (x->rank < 1)
+		return decline();
+	int64_t cols = x->dims[x->rank - 1];
+	int64_t ax = tpf_node_attr_int(c->node, "axis", -1);
+	if ((ax < 0 ? ax + x->rank : ax) != x->rank - 1 || !fast_ok(dt, cols) || gamma->dtype != dt ||
+	    gamma->numel != cols || !aligned16(partial) || !aligned16(gamma->data))
+		return decline();
+	if (res && !dt_out_ok(res, dt, x->numel))
+		return decline();
+	struct tpf_cuda_norm_args a;
+	memset(&a, 0, sizeof(a));
+	a.dtype = dt;
+	a.rows = x->numel / cols;
+	a.hidden = cols;
+	a.x = partial;
+	a.residual = res ? res->data : NULL;
+	a.gamma = gamma->data;
+	a.epsilon = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	a.weight_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	const struct tpf_ktensor *sum = opt_out(c, 1);
+	if (sum && !dt_out_ok(sum, dt, x->numel))
+		return decline();
+	a.residual_out = sum ? sum->data : NULL;
+	if (!quant) {
+		if (!dt_out_ok(&c->out[0], dt, x->numel))
+			return decline();
+		a.norm_out = c->out[0].data;
+	} else {
+		const struct tpf_ktensor *scale = &c->in[2], *q = &c->out[0], *norm = opt_out(c, 3);
+		if (strcmp(tpf_node_attr_string(c->node, "quant", "fp8"), "fp8") != 0 || opt_out(c, 2) ||
+		    scale->numel != 1 || !scale->host || !tpfc_float_ok(scale->dtype) ||
+		    q->dtype != TPF_DTYPE_FLOAT8E4M3FN || q->numel != x->numel || !aligned16(q->data))
+			return decline();
+		if (norm && !dt_out_ok(norm, dt, x->numel))
+			return decline();
+		double s = tpf_elem_load(scale->dtype, scale->host, 0);
+		if (!(s > 0) || s > 3.0e38)
+			return decline();
+		a.fp8_out = q->data;
+		a.fp8_scale = (float)s;
+		a.norm_out = norm ? norm->data : NULL;
+	}
+	if (!ctx) {
+		need->dtype = dt;
+		need->elems = (size_t)x->numel;
+		return TPF_OK;
+	}
+	return tpf_cuda_arnorm_run(ctx, &a, c->stream, c->diag);
+}
+
+extern "C" enum tpf_status tpf_cuda_oneshot_allreduce(struct tpf_cuda_arnorm *ctx, const struct tpf_ktensor *x,
+						      struct tpf_ktensor *y, void *stream, struct tpf_diag *d,
+						      struct tpf_cuda_oneshot_need *need)
+{
+	enum tpf_dtype dt = x->dtype;
+	if (!vec_dtype(dt) || x->numel <= 0 || !dt_out_ok(y, dt, x->numel) || !aligned16(x->data))
+		return decline();
+	// An element-wise sum: any row width works; the widest power of two
+	// (up to 4096) that divides the tensor into 16-byte chunks.
+	int64_t per16 = 16 / (int64_t)tpf_elem_size(dt), w = 0;
+	for (int64_t h = 4096; h >= per16; h /= 2)
+		if (x->numel % h == 0) {
+			w = h;
+			break;
+		}
+	if (!w)
+		return decline();
+	if (!ctx) {
+		need->dtype = dt;
+		need->elems = (size_t)x->numel;
+		return TPF_OK;
+	}
+	struct tpf_cuda_norm_args a;
+	memset(&a, 0, sizeof(a));
+	a.dtype = dt;
+	a.rows = x->numel / w;
+	a.hidden = w;
+	a.x = x->data;
+	a.residual_out = y->data;
+	return tpf_cuda_arnorm_run(ctx, &a, stream, d);
+}
+
+extern "C" enum tpf_status tpf_cuda_oneshot_sharded(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *sumsq,
+						    const struct tpf_kernel_call *norm,
+						    struct tpf_cuda_oneshot_need *need)
+{
+	size_t n = sumsq->n_in / 2;
+	struct tpf_cuda_sharded_args a;
+	if (n == 0 || sumsq->n_in % 2 || norm->n_in != 2 * n + 1 || norm->n_out < n || !sharded_fast(norm, n, &a))
+		return decline();
+	for (size_t p = 0; p < n; p++) {
+		if (!dt_out_ok(&norm->out[p], a.dtype, norm->in[p].numel))
+			return decline();
+		a.out[p] = norm->out[p].data;
+	}
+	if (!ctx) {
+		need->dtype = TPF_DTYPE_FLOAT;
+		need->elems = (size_t)a.rows * n;
+		return TPF_OK;
+	}
+	return tpf_cuda_sharded_rmsnorm_run(ctx, &a, norm->stream, norm->diag);
+}

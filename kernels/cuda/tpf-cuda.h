@@ -103,6 +103,34 @@ enum tpf_status tpf_cuda_sharded_sumsq(const struct tpf_cuda_sharded_args *a, fl
 enum tpf_status tpf_cuda_sharded_normalize(const struct tpf_cuda_sharded_args *a,
 					   const float *sums, void *stream, struct tpf_diag *d);
 
+/* ------------------------------------------------ one-shot paths of a plan
+ * The CUDA runtime runs a plan's fused collectives through a one-shot
+ * context instead of NCCL plus a kernel when these accept the operands.
+ * With ctx NULL they only decide: TPF_OK with *need filled (the dtype and
+ * the element count the context must hold) when the operands fit,
+ * TPF_ERR_UNSUPPORTED without a message when they do not.  The decision
+ * depends on dtypes, shapes, attributes and 16-byte alignment only, so every
+ * rank of a plan makes the same one. */
+struct tpf_kernel_call;
+struct tpf_ktensor;
+struct tpf_cuda_oneshot_need {
+	enum tpf_dtype dtype;
+	size_t elems;
+};
+/* AllReduceRMSNorm, AllReduceRMSNormQuant (fp8, one known scale): `post`
+ * is the post-reduce call, `partial` this rank's unreduced input (the shape
+ * of post->in[0]).  Context of the input's dtype. */
+enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *post,
+					const void *partial, struct tpf_cuda_oneshot_need *need);
+/* A bare sum over ranks of x into y (y may be x). */
+enum tpf_status tpf_cuda_oneshot_allreduce(struct tpf_cuda_arnorm *ctx, const struct tpf_ktensor *x,
+					   struct tpf_ktensor *y, void *stream, struct tpf_diag *d,
+					   struct tpf_cuda_oneshot_need *need);
+/* ShardedRMSNorm: the sum-of-squares call and the normalize call of one
+ * node.  A FLOAT context of its own (not shared with the calls above). */
+enum tpf_status tpf_cuda_oneshot_sharded(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *sumsq,
+					 const struct tpf_kernel_call *norm, struct tpf_cuda_oneshot_need *need);
+
 /* ------------------------------------------------ sigmoid gate
  * out = final + sigmoid(gate) * shared; final, shared, out [rows, hidden];
  * gate [rows, gate_cols] with gate_cols 1 (broadcast) or hidden.  Computed in

@@ -7,16 +7,22 @@ unsharded model).  Then, under `mpirun -np 2`:
 
   cpu    tpf-run run FAMILY.rank{rank}.onnx --backend cpu
   cuda   the same with --backend cuda                    == cpu (float32: == onnxruntime)
+  nccl   --backend cuda --no-oneshot (NCCL only)         == cpu
   graph  --backend cuda --cuda-graph --iters 3           == cpu
+  fused  --backend cuda --optimize --cuda-graph --iters 3  == cpu
   verify --backend cuda --optimize --verify               exit 0 (fused == unfused)
 
 Outputs are compared with tests/mpi/compare.py's per-dtype tolerances
 (cuda vs cpu: float32 1e-3, bfloat16 5e-2; fp8 QDQ models 0.15 relative).
+Runs on the CUDA backend print how many collectives went through peer
+memory: the fused graphs and every family with all-reduces must use the
+one-shot kernels, --no-oneshot none.
 
 Usage: gpu_models.py --tpf-run EXE --work DIR [--families a,b] [--dtypes ...]
 Exit 77 (skipped) when there is no GPU, mpirun or onnxruntime.
 """
 import argparse
+import re
 import os
 import shutil
 import subprocess
@@ -78,22 +84,37 @@ def main():
             res = {}
             for kind, extra in (("cpu", ["--backend", "cpu"]),
                                 ("cuda", ["--backend", "cuda"]),
-                                ("graph", ["--backend", "cuda", "--cuda-graph", "--iters", "3"])):
+                                ("nccl", ["--backend", "cuda", "--no-oneshot"]),
+                                ("graph", ["--backend", "cuda", "--cuda-graph", "--iters", "3"]),
+                                ("fused", ["--backend", "cuda", "--optimize", "--cuda-graph",
+                                           "--iters", "3"])):
                 od = os.path.join(out, f"{fam}.{kind}.rank{{rank}}")
-                rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--outputs", od,
-                                  "--quiet"] + extra)
+                rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--outputs", od]
+                                 + extra)
                 res[kind] = od
                 label = f"{dt} {fam} {kind}"
                 if rc:
                     print(f"FAIL {label}: exit {rc}\n{log}")
                     failures.append(label)
                     res[kind] = None
+                    continue
+                # the one-shot paths must be taken (and --no-oneshot must keep NCCL)
+                m = re.search(r"collectives: (\d+) steps?, (\d+) through peer memory", log)
+                if kind != "cpu":
+                    n_coll, n_one = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+                    print(f"-- {label}: {n_coll} collective steps, {n_one} one-shot")
+                    want_one = kind != "nccl" and fam != "gdn_a2a"  # gdn_a2a has no all-reduce
+                    if not m or (n_one > 0) != want_one:
+                        print(f"FAIL {label}: one-shot use {n_one} of {n_coll} "
+                              f"(expected {'some' if want_one else 'none'})\n{log}")
+                        failures.append(label + " one-shot use")
             for r in range(2):
                 def d(kind):
                     return res[kind].replace("{rank}", str(r)) if res[kind] else None
                 want_ort = data.replace("{rank}", str(r))
                 quant = fam == "dense_fp8"
-                pairs = [("cuda vs cpu", d("cuda"), d("cpu")), ("graph vs cpu", d("graph"), d("cpu"))]
+                pairs = [("cuda vs cpu", d("cuda"), d("cpu")), ("nccl vs cpu", d("nccl"), d("cpu")),
+                         ("graph vs cpu", d("graph"), d("cpu")), ("fused vs cpu", d("fused"), d("cpu"))]
                 # onnxruntime's outputs for float32 models (as tests/mpi/oracle.py: a
                 # bfloat16 model with FP8 QDQ rounds differently from the float
                 # reference, on the CPU backend as well)
