@@ -68,6 +68,12 @@ enum tpf_kernel_phase {
 	 * after rank (as the communicator gathers them); reorder them so that
 	 * they are concatenated along the node's axis. */
 	TPF_PHASE_GATHER_REORDER,
+	/* MatMul of two DequantizeLinear(FLOAT8E4M3FN) operands with per-tensor
+	 * scales, run on the codes (backends that have it; runtime/plan.c):
+	 * operands xq [..., K], the weight's codes transposed to [N, K], and
+	 * the two scales (known scalars); output [..., N] in the dequantized
+	 * dtype, (x_scale * w_scale) * xq @ w with float32 accumulation. */
+	TPF_PHASE_FP8_GEMM,
 	TPF_PHASE_COUNT
 };
 

@@ -561,6 +561,138 @@ static enum tpf_status check_group(const struct tpf_plan *p, const struct tpf_no
 	return TPF_OK;
 }
 
+/* ------------------------------------------------------------ FP8 GEMMs
+ * MatMul(DequantizeLinear(xq), DequantizeLinear(wq)) with E4M3 codes,
+ * known per-tensor scales and zero points absent or zero, the weight a 2-D
+ * initializer [K, N] with K and N multiples of 16: on a backend with an
+ * fp8-gemm kernel it runs on the codes, and the dequantizations that only
+ * feed such products are not run at all.  Decided from the graph and the
+ * known values only, so that a dequantization lowered before its MatMul
+ * makes the same decision as the MatMul. */
+
+static int known_index(const struct tpf_plan *p, const struct tpf_value *v)
+{
+	int i = v ? value_index(p, v) : -1;
+	return i >= 0 && p->values[i].known && p->values[i].host ? i : -1;
+}
+
+/* The dtype a DequantizeLinear of an fp8 GEMM produces, or UNDEFINED when
+ * v is not such a dequantization. */
+static enum tpf_dtype fp8_dq(const struct tpf_plan *p, const struct tpf_value *v, int weight)
+{
+	const enum tpf_dtype no = TPF_DTYPE_UNDEFINED;
+	if (!v || v->kind != TPF_VALUE_NODE_OUTPUT || !v->producer)
+		return no;
+	const struct tpf_node *dq = v->producer;
+	if (dq->op != TPF_OP_DEQUANTIZE_LINEAR || dq->n_inputs < 2 || !dq->inputs[0] ||
+	    tpf_node_attr_int(dq, "block_size", 0) != 0)
+		return no;
+	int s = known_index(p, dq->inputs[1]);
+	if (s < 0 || p->values[s].t.numel != 1)
+		return no;
+	enum tpf_dtype sdt = p->values[s].t.dtype;
+	if (sdt != TPF_DTYPE_FLOAT && sdt != TPF_DTYPE_FLOAT16 && sdt != TPF_DTYPE_BFLOAT16)
+		return no;
+	int64_t odt = tpf_node_attr_int(dq, "output_dtype", 0);
+	if (odt && odt != (int64_t)sdt)
+		return no;
+	double sv = tpf_elem_load(sdt, p->values[s].host, 0);
+	if (!(sv > 0 && sv < 1e30))
+		return no;
+	/* the codes' dtype: the zero point's (the spec makes them equal), else
+	 * the bound or declared input type */
+	enum tpf_dtype xdt;
+	if (dq->n_inputs > 2 && dq->inputs[2]) {
+		int z = known_index(p, dq->inputs[2]);
+		if (z < 0)
+			return no;
+		for (size_t b = 0; b < p->values[z].t.nbytes; b++)
+			if (((const uint8_t *)p->values[z].host)[b])
+				return no;
+		xdt = p->values[z].t.dtype;
+	} else {
+		int x = value_index(p, dq->inputs[0]);
+		xdt = x >= 0 ? p->values[x].t.dtype : dq->inputs[0]->type.dtype;
+	}
+	if (xdt != TPF_DTYPE_FLOAT8E4M3FN)
+		return no;
+	if (weight) {
+		int w = known_index(p, dq->inputs[0]);
+		if (w < 0 || p->values[w].t.rank != 2 || p->values[w].t.dims[0] % 16 ||
+		    p->values[w].t.dims[1] % 16 || p->values[w].t.numel == 0)
+			return no;
+	}
+	return sdt;
+}
+
+static int fp8_gemm_enabled(const struct tpf_plan *p)
+{
+	const char *e = getenv("TPF_FP8_GEMM");
+	return !p->opt.no_fp8_gemm && !(e && !strcmp(e, "0")) &&
+	       tpf_kernel_find_any(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_FP8_GEMM);
+}
+
+static int fp8_matmul(const struct tpf_plan *p, const struct tpf_node *mm)
+{
+	if (mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || !fp8_gemm_enabled(p))
+		return 0;
+	enum tpf_dtype a = fp8_dq(p, mm->inputs[0], 0), b = fp8_dq(p, mm->inputs[1], 1);
+	return a != TPF_DTYPE_UNDEFINED && a == b;
+}
+
+/* A dequantization whose every reader is an fp8 GEMM (and no graph output). */
+static int dq_feeds_only_fp8(const struct tpf_plan *p, const struct tpf_node *dq)
+{
+	const struct tpf_value *y = dq->n_outputs == 1 ? dq->outputs[0] : NULL;
+	if (!y || y->n_output_refs || !y->n_uses)
+		return 0;
+	for (size_t u = 0; u < y->n_uses; u++) {
+		const struct tpf_use *use = &y->uses[u];
+		if (!use->node || use->node->graph != dq->graph || use->index < 0 || use->index > 1 ||
+		    !fp8_matmul(p, use->node))
+			return 0;
+	}
+	return 1;
+}
+
+static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *outs,
+					struct tpf_diag *d)
+{
+	const struct tpf_node *dx = n->inputs[0]->producer, *dw = n->inputs[1]->producer;
+	int xq = value_index(p, dx->inputs[0]), sx = known_index(p, dx->inputs[1]);
+	int w = known_index(p, dw->inputs[0]), sw = known_index(p, dw->inputs[1]);
+	if (xq < 0)
+		return nfail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", dx->inputs[0]->name);
+	int64_t K = p->values[w].t.dims[0], N = p->values[w].t.dims[1];
+	const struct tpf_ktensor *xt = &p->values[xq].t;
+	if (xt->dtype != TPF_DTYPE_FLOAT8E4M3FN || xt->rank < 1 || xt->dims[xt->rank - 1] != K)
+		return nfail(d, n, TPF_ERR_INVALID, "fp8 operand '%s' is not FLOAT8E4M3FN [..., %lld]",
+			     dx->inputs[0]->name, (long long)K);
+	int64_t tdims[2] = {N, K};
+	int wt = add_temp(p, n, "weight.fp8.transposed", TPF_DTYPE_FLOAT8E4M3FN, 2, tdims);
+	if (wt < 0)
+		return TPF_ERR_NOMEM;
+	struct rt_value *t = &p->values[wt];
+	t->host = tpf_malloc((size_t)(N * K));
+	if (!t->host)
+		return TPF_ERR_NOMEM;
+	t->owns_host = 1;
+	t->known = 1;
+	const uint8_t *src = p->values[w].host;
+	uint8_t *dst = t->host;
+	for (int64_t k0 = 0; k0 < K; k0 += 32) /* 32 x 32 tiles */
+		for (int64_t n0 = 0; n0 < N; n0 += 32)
+			for (int64_t k = k0; k < k0 + 32 && k < K; k++)
+				for (int64_t j = n0; j < n0 + 32 && j < N; j++)
+					dst[j * K + k] = src[k * N + j];
+	int ins[4] = {xq, wt, sx, sw};
+	const struct tpf_kernel *k = pick_kernel(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
+	if (!k)
+		return TPF_ERR_UNSUPPORTED;
+	return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1) < 0 ? TPF_ERR_NOMEM
+												: TPF_OK;
+}
+
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
@@ -653,6 +785,10 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			       ? TPF_ERR_NOMEM
 			       : TPF_OK;
 	}
+	case TPF_OP_MATMUL:
+		if (fp8_matmul(p, n))
+			return lower_fp8_matmul(p, n, outs, d);
+		/* fall through */
 	default:
 		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, ins, n_in, outs, n_out, d)))
 			return TPF_ERR_UNSUPPORTED;
@@ -806,6 +942,8 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			p->values[outs[i]].t.host = NULL;
 			out_elems += (size_t)out[i].numel;
 		}
+		if (n->op == TPF_OP_DEQUANTIZE_LINEAR && dq_feeds_only_fp8(p, n))
+			continue; /* its fp8 GEMMs read the codes */
 		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
 		if ((all_known || n->op == TPF_OP_SHAPE) && !is_collective(n->op) && out_elems <= fold_max) {
 			st = fold_node(p, n, in, out, outs, d);

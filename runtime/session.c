@@ -181,6 +181,15 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 	s->outs = tpf_calloc(p->n_outputs + 1, sizeof(*s->outs));
 	if (!s->const_dev || !s->kin || !s->kout || !s->outs)
 		return TPF_ERR_NOMEM;
+	/* constants go to the device only when a step reads them (an fp8 GEMM
+	 * reads the transposed weight, not the initializer) */
+	unsigned char *read = tpf_calloc(p->n_values + 1, 1);
+	if (!read)
+		return TPF_ERR_NOMEM;
+	for (size_t k = 0; k < p->n_steps; k++)
+		for (size_t i = 0; i < p->steps[k].n_in; i++)
+			if (p->steps[k].ins[i] >= 0)
+				read[p->steps[k].ins[i]] = 1;
 	for (size_t i = 0; i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];
 		if (!r->known)
@@ -189,13 +198,17 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 			s->const_dev[i] = r->host;
 			continue;
 		}
+		if (!read[i])
+			continue;
 		s->const_dev[i] = s->dev->alloc(s->dev, r->t.nbytes ? r->t.nbytes : 1);
-		if (!s->const_dev[i])
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate constant '%s'", r->name);
-		enum tpf_status st = s->dev->upload(s->dev, s->const_dev[i], r->host, r->t.nbytes, d);
-		if (st)
+		enum tpf_status st = s->const_dev[i] ? s->dev->upload(s->dev, s->const_dev[i], r->host, r->t.nbytes, d)
+						     : tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate constant '%s'", r->name);
+		if (st) {
+			tpf_free(read);
 			return st;
+		}
 	}
+	tpf_free(read);
 	for (size_t k = 0; k < p->n_steps; k++) {
 		const struct rt_step *st = &p->steps[k];
 		s->kin[k] = tpf_calloc(st->n_in + 1, sizeof(struct tpf_ktensor));
@@ -536,6 +549,22 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 		k += used;
 	}
 	return TPF_OK;
+}
+
+enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)
+{
+	if (!s->plan)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "session: nothing to replay before the first run");
+#ifdef TPF_HAVE_CUDA
+	if (s->opt.cuda_graph && s->dev->kind == TPF_BACKEND_CUDA)
+		return tpf_cuda_device_run_graph(s->dev, s->plan->shape_hash, run_steps, s, d);
+#endif
+	return run_steps(s, d);
+}
+
+enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d)
+{
+	return s->dev->sync(s->dev, d);
 }
 
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot)

@@ -159,6 +159,11 @@ struct tpf_plan_options {
 	int rank, world;                  /* world <= 0: 1 */
 	size_t fold_max_elements;         /* 0: 65536; larger results run as steps */
 	size_t alignment;                 /* 0: 256 bytes */
+	/* Backends with an fp8-gemm kernel (CUDA) run a MatMul of two
+	 * DequantizeLinear(FLOAT8E4M3FN) operands with known per-tensor scales
+	 * on the codes (the weight transposed once, here) and skip the
+	 * dequantizations; set this (or TPF_FP8_GEMM=0) to dequantize instead. */
+	int no_fp8_gemm;
 };
 
 /* Binds the graph to concrete inputs (by name, every graph input without a
@@ -212,6 +217,14 @@ void tpf_session_free(struct tpf_session *s);
 enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
 				size_t n_inputs, const struct tpf_host_tensor **outputs,
 				size_t *n_outputs, struct tpf_diag *d);
+/* Runs the current plan's steps again, on the device buffers as the last
+ * run left them: no input upload, no output download, no wait (the next
+ * run or tpf_session_sync waits).  Arena buffers are reused within a step
+ * sequence, so what a replay computes is meant for timing the device work
+ * (benchmarks), not as a result; with cuda_graph it launches the graph. */
+enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d);
+/* Waits for the device work of the session. */
+enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d);
 /* The current plan (NULL before the first run). */
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
 /* Collective steps of the current plan and how many of them run through

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Decode step of the dense example at TP=2: tpfuse (unfused graph, eager and
-# CUDA graph) against the PyTorch peer (same ONNX weights, torch.distributed
-# NCCL, eager and CUDA graph), batch 1, 8 and 64, in one call on the GPU
-# machine.  Needs a build from scripts/gpu-build.sh.
+# Decode step of the dense example at TP=2, in one call on the GPU machine,
+# batch 1, 8 and 64, each eager and as a CUDA graph:
+#   unfused-nccl  tpfuse, the unfused graph, every all-reduce through NCCL
+#   unfused       tpfuse, the unfused graph (all-reduces one-shot where they fit)
+#   fused         tpfuse, the default pipeline's graph (fused AR + norm kernels)
+#   torch         the PyTorch peer (same ONNX weights, torch.distributed NCCL)
+# With TPF_BENCH_FP8=1 also the dense_fp8 example: FP8 operands dequantized
+# before bf16 GEMMs, FP8 GEMMs on the codes, and fused.
+# Needs a build from scripts/gpu-build.sh.
 #
 # Usage: bench/gpu/run-decode.sh BUILDDIR OUTDIR [BATCHES]
 #   model size: TPF_BENCH_SIZE (default below: 4 layers, hidden 2048,
@@ -20,29 +25,66 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 nvidia-smi -L | tee "$out/device.txt"
 res="$out/decode.jsonl"
 : > "$res"
+td() { # tpfuse decode: MODEL LABEL [bench-decode options]
+	local model=$1 label=$2
+	shift 2
+	mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
+		"$build/bench/bench-decode" "$model" --backend cuda --iters "$iters" --warmup 20 \
+		--label "$label" "$@" | tee -a "$res"
+}
 for b in $batches; do
 	dir=$out/models-b$b
 	# shellcheck disable=SC2086
 	python3 examples/tpmodels.py dense --world-size 2 --out "$dir" --dtype bfloat16 --batch "$b" $size \
 		> "$dir.gen.log" 2>&1
-	mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
-		"$build/bench/bench-decode" "$dir/dense.rank{rank}.onnx" --backend cuda \
-		--iters "$iters" --warmup 20 --label "batch=$b" | tee -a "$res"
-	python3 bench/torch_decode_peer.py --model "$dir/dense.rank{rank}.onnx" --iters "$iters" \
+	m="$dir/dense.rank{rank}.onnx"
+	td "$m" "batch=$b" --no-oneshot --variant unfused-nccl
+	td "$m" "batch=$b"
+	td "$m" "batch=$b" --optimize
+	python3 bench/torch_decode_peer.py --model "$m" --iters "$iters" \
 		--warmup 20 --label "batch=$b" 2>"$dir.torch.log" | tee -a "$res"
+	if [ -n "${TPF_BENCH_FP8:-}" ]; then
+		# shellcheck disable=SC2086
+		python3 examples/tpmodels.py dense_fp8 --world-size 2 --out "$dir" --dtype bfloat16 --batch "$b" \
+			$size > "$dir.gen8.log" 2>&1
+		m8="$dir/dense_fp8.rank{rank}.onnx"
+		td "$m8" "batch=$b" --no-fp8-gemm --variant fp8-dequant
+		td "$m8" "batch=$b" --variant fp8-gemm
+		td "$m8" "batch=$b" --optimize --variant fp8-fused
+	fi
 	rm -f "$dir"/*.full.onnx
 done
 python3 - "$res" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 labels = sorted({r["label"] for r in rows}, key=lambda s: int(s.split("=")[1]))
-print("%-10s %14s %14s %14s %14s" % ("", "tpfuse eager", "tpfuse graph", "torch eager", "torch graph"))
+def get(lab, impl, variant, mode):
+    for r in rows:
+        if (r["label"] == lab and r["impl"] == impl and r.get("variant", variant) == variant
+                and r["mode"] == mode):
+            return r["us_per_step"]
+    return None
+cols = [("tpfuse", "unfused-nccl"), ("tpfuse", "unfused"), ("tpfuse", "fused"), ("torch", "torch")]
+variants8 = [v for v in ("fp8-dequant", "fp8-gemm", "fp8-fused") if any(r.get("variant") == v for r in rows)]
+cols += [("tpfuse", v) for v in variants8]
+for mode in ("eager", "cuda-graph"):
+    print(f"\n{mode} (us per decode step, slowest rank)")
+    print("%-10s" % "" + "".join("%15s" % v for _, v in cols))
+    for lab in labels:
+        vals = [get(lab, i, v, mode) for i, v in cols]
+        print("%-10s" % lab + "".join("%15s" % ("%.1f" % x if x else "-") for x in vals))
+print("\ntime ratios a/b, CUDA graph (> 1: b is faster)")
 for lab in labels:
-    def get(impl, mode):
-        for r in rows:
-            if r["label"] == lab and r["impl"] == impl and r["mode"] == mode:
-                return "%.1f us" % r["us_per_step"]
-        return "-"
-    print("%-10s %14s %14s %14s %14s" % (lab, get("tpfuse", "eager"), get("tpfuse", "cuda-graph"),
-                                         get("torch", "eager"), get("torch", "cuda-graph")))
+    t = get(lab, "torch", "torch", "cuda-graph")
+    u = get(lab, "tpfuse", "unfused", "cuda-graph")
+    n = get(lab, "tpfuse", "unfused-nccl", "cuda-graph")
+    f = get(lab, "tpfuse", "fused", "cuda-graph")
+    parts = []
+    if t and n: parts.append("torch/unfused-nccl %.2fx" % (t / n))
+    if t and u: parts.append("torch/unfused %.2fx" % (t / u))
+    if t and f: parts.append("torch/fused %.2fx" % (t / f))
+    if n and f: parts.append("unfused-nccl/fused %.2fx" % (n / f))
+    d8, g8 = get(lab, "tpfuse", "fp8-dequant", "cuda-graph"), get(lab, "tpfuse", "fp8-gemm", "cuda-graph")
+    if d8 and g8: parts.append("fp8 dequant/gemm %.2fx" % (d8 / g8))
+    print("%-10s %s" % (lab, ", ".join(parts)))
 PY

@@ -177,3 +177,48 @@ out_free:
 	tpf_free(wb);
 	return st;
 }
+
+/* The fp8-gemm phase (see tpf-kernels.h): xq [..., K] and wt [N, K] are
+ * FLOAT8E4M3FN codes, the scales known scalars.  Products of the exact code
+ * values accumulate in float32 in the order of the MatMul above, then one
+ * multiply by x_scale * w_scale and one rounding: with power-of-two scales
+ * exactly what dequantizing first and multiplying gives. */
+TPF_CPU_KERNEL(tpf_cpu_matmul_fp8)
+{
+	if (c->n_in != 4 || c->n_out != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm expects codes, transposed weight codes and two scales");
+	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *sx = &c->in[2], *sw = &c->in[3];
+	struct tpf_ktensor *y = &c->out[0];
+	if (x->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->rank != 2 || x->rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: operands must be FLOAT8E4M3FN, the weight 2-D");
+	int64_t N = w->dims[0], K = w->dims[1];
+	if (x->dims[x->rank - 1] != K || K <= 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K differs (%lld vs %lld)",
+				 (long long)x->dims[x->rank - 1], (long long)K);
+	int64_t M = x->numel / K;
+	if (y->numel != M * N || !tpf_dtype_is_float(y->dtype))
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: output must be float [..., %lld]", (long long)N);
+	if (sx->numel != 1 || sw->numel != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: the scales must be scalars");
+	float lut[256];
+	for (int i = 0; i < 256; i++)
+		lut[i] = tpf_minifloat_to_f32(TPF_DTYPE_FLOAT8E4M3FN, (uint8_t)i);
+	float alpha = (float)(tpf_elem_load(sx->dtype, sx->data, 0) * tpf_elem_load(sw->dtype, sw->data, 0));
+	float *xa = tpf_calloc((size_t)K, sizeof(float));
+	if (!xa)
+		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+	const uint8_t *xq = x->data, *wt = w->data;
+	for (int64_t m = 0; m < M; m++) {
+		for (int64_t k = 0; k < K; k++)
+			xa[k] = lut[xq[m * K + k]];
+		for (int64_t n = 0; n < N; n++) {
+			const uint8_t *row = wt + n * K;
+			float s = 0;
+			for (int64_t k = 0; k < K; k++)
+				s += xa[k] * lut[row[k]];
+			tpf_elem_store(y->dtype, y->data, m * N + n, (double)(s * alpha), 1);
+		}
+	}
+	tpf_free(xa);
+	return TPF_OK;
+}

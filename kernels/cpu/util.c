@@ -154,6 +154,7 @@ const char *tpf_kernel_phase_name(enum tpf_kernel_phase p)
 		[TPF_PHASE_SUMSQ] = "sumsq",
 		[TPF_PHASE_NORMALIZE] = "normalize",
 		[TPF_PHASE_GATHER_REORDER] = "gather-reorder",
+		[TPF_PHASE_FP8_GEMM] = "fp8-gemm",
 	};
 	return (unsigned)p < TPF_PHASE_COUNT ? names[p] : "?";
 }

@@ -25,6 +25,7 @@ TPF_CUDA_KERNEL(tpf_cu_sigmoid_gate_add);
 /* matmul.cu */
 TPF_CUDA_KERNEL(tpf_cu_matmul);
 TPF_CUDA_KERNEL(tpf_cu_gemm);
+TPF_CUDA_KERNEL(tpf_cu_matmul_fp8);
 /* reduce.cu */
 TPF_CUDA_KERNEL(tpf_cu_reduce);
 TPF_CUDA_KERNEL(tpf_cu_softmax);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // MatMul and Gemm through cuBLASLt (fp32, fp16, bf16, fp64; float32
-// accumulation for the narrow types, no TF32).  Row-major products are run
+// accumulation for the narrow types, no TF32), and the FP8 E4M3 GEMM of
+// dequantized operands (the plan's fp8-gemm phase).  Row-major products are run
 // as the column-major product of the transposes: Y^T = B^T A^T.  Per device:
 // one handle, one workspace, and a cache of descriptors and algorithms per
 // problem so that repeated runs (and CUDA graph capture) make no heuristic
@@ -20,6 +21,7 @@ constexpr int kCache = 256;
 
 struct Problem {
 	int dtype, ta, tb;
+	int odtype;                         // FLOAT8E4M3FN inputs: the output dtype
 	int64_t m, n, k, batch, sa, sb, sc; // column-major view: X1 (m x k) * X2 (k x n)
 	int64_t lda, ldb, ldc;
 	int beta_nonzero;
@@ -118,7 +120,9 @@ enum tpf_status prepare(const struct tpf_kernel_call *c, DeviceState *s, const P
 	release_entry(e);
 	memset(e, 0, sizeof(*e));
 	e->p = p;
-	cudaDataType_t t = cuda_type(p.dtype);
+	bool fp8 = p.dtype == TPF_DTYPE_FLOAT8E4M3FN;
+	cudaDataType_t t = fp8 ? CUDA_R_8F_E4M3 : cuda_type(p.dtype);
+	cudaDataType_t tc = fp8 ? cuda_type(p.odtype) : t;
 	bool dbl = p.dtype == TPF_DTYPE_DOUBLE;
 	cublasComputeType_t ct = dbl ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
 	cudaDataType_t st = dbl ? CUDA_R_64F : CUDA_R_32F;
@@ -133,7 +137,7 @@ enum tpf_status prepare(const struct tpf_kernel_call *c, DeviceState *s, const P
 	uint64_t br = p.tb ? p.n : p.k, bc = p.tb ? p.k : p.n;
 	ok = cublasLtMatrixLayoutCreate(&e->la, t, ar, ac, p.lda) == CUBLAS_STATUS_SUCCESS &&
 	     cublasLtMatrixLayoutCreate(&e->lb, t, br, bc, p.ldb) == CUBLAS_STATUS_SUCCESS &&
-	     cublasLtMatrixLayoutCreate(&e->lc, t, p.m, p.n, p.ldc) == CUBLAS_STATUS_SUCCESS;
+	     cublasLtMatrixLayoutCreate(&e->lc, tc, p.m, p.n, p.ldc) == CUBLAS_STATUS_SUCCESS;
 	if (!ok) {
 		cublasLtMatmulDescDestroy(e->op);
 		return tpf_kfail(c, TPF_ERR_RUNTIME, "cublasLtMatrixLayoutCreate failed");
@@ -377,4 +381,46 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gemm)
 	p.ldc = N;
 	p.beta_nonzero = use_c;
 	return run_problem(c, p, b->data, a->data, y->data, alpha, use_c ? beta : 0.0);
+}
+
+// MatMul on FP8 E4M3 codes (the fp8-gemm phase, see tpf-kernels.h): in xq
+// [..., K], wt [N, K] (the weight transposed when the plan was built:
+// cuBLASLt's FP8 kernels take both operands K-major), x_scale, w_scale;
+// out y [..., N].  Column-major: Y^T (N x M) = wt (stored K x N, transposed)
+// * xq^T (K x M); the scales fold into alpha.
+extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_fp8)
+{
+	if (c->n_in != 4 || c->n_out != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm expects codes, transposed weight codes and two scales");
+	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *sx = &c->in[2], *sw = &c->in[3];
+	struct tpf_ktensor *y = &c->out[0];
+	if (x->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->rank != 2 || x->rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: operands must be FLOAT8E4M3FN, the weight 2-D");
+	int64_t N = w->dims[0], K = w->dims[1];
+	if (x->dims[x->rank - 1] != K || K <= 0 || K % 16 || N % 16)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K %lld / N %lld must match and be multiples of 16",
+				 (long long)x->dims[x->rank - 1], (long long)N);
+	int64_t M = x->numel / K;
+	if (y->numel != M * N || (y->dtype != TPF_DTYPE_FLOAT && y->dtype != TPF_DTYPE_FLOAT16 &&
+				  y->dtype != TPF_DTYPE_BFLOAT16))
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: output must be [..., %lld] of float, float16 or bfloat16",
+				 (long long)N);
+	if (!sx->host || !sw->host || sx->numel != 1 || sw->numel != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: the scales must be known scalars");
+	if (M == 0)
+		return TPF_OK;
+	double alpha = tpf_elem_load(sx->dtype, sx->host, 0) * tpf_elem_load(sw->dtype, sw->host, 0);
+	Problem p;
+	memset(&p, 0, sizeof(p));
+	p.dtype = TPF_DTYPE_FLOAT8E4M3FN;
+	p.odtype = y->dtype;
+	p.ta = 1;
+	p.m = N;
+	p.n = M;
+	p.k = K;
+	p.lda = K;
+	p.ldb = K;
+	p.ldc = N;
+	p.batch = 1;
+	return run_problem(c, p, w->data, x->data, y->data, alpha, 0.0);
 }

@@ -423,8 +423,33 @@ static void elementwise(void)
 	}
 }
 
+/* MatMul's fp8-gemm phase (the plan's lowering of two FP8 dequantizations):
+ * E4M3 codes, the weight's codes transposed to [N, K], per-tensor scales of
+ * two dtypes; outputs in each float dtype. */
+static void fp8_gemms(void)
+{
+	static const int64_t mkn[][3] = {{1, 64, 128}, {8, 256, 96}, {64, 512, 384}, {5, 32, 16}};
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype odt = FL[d];
+		for (int s = 0; s < 4; s++) {
+			char lab[96];
+			int64_t M = mkn[s][0], K = mkn[s][1], N = mkn[s][2];
+			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_ktensor a[4] = {R(TPF_DTYPE_FLOAT8E4M3FN, 2, M, K), R(TPF_DTYPE_FLOAT8E4M3FN, 2, N, K),
+						   scalar_f(TPF_DTYPE_FLOAT, 0.5), scalar_f(odt, 0.125)};
+			struct tpf_ktensor tpl = T(odt, 2, M, N);
+			snprintf(lab, sizeof(lab), "MatMul fp8-gemm %lldx%lldx%lld -> %s", (long long)M, (long long)K,
+				 (long long)N, tpf_dtype_name(odt));
+			check(lab, n, TPF_PHASE_FP8_GEMM, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 20 : 2);
+			free_tensors(a, 4);
+			free_tensors(&tpl, 1);
+		}
+	}
+}
+
 static void matmuls(void)
 {
+	fp8_gemms();
 	static const int64_t mkn[][3] = {{1, 64, 128}, {8, 256, 96}, {64, 512, 384}, {3, 7, 5}};
 	for (int d = 0; d < NFL; d++) {
 		enum tpf_dtype dt = FL[d];

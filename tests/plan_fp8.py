@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""FP8 GEMM lowering, checked on the plan (no GPU needed).
+
+`tpfuse plan` of the dense_fp8 example (CPU backend, and CUDA where the
+build has it; no GPU needed) must run every MatMul of two FP8 E4M3 dequantizations
+with known per-tensor scales and a weight whose K and N are multiples of 16
+as an fp8-gemm step on the codes, with no DequantizeLinear step left for
+them; MatMuls that do not qualify (K or N not a multiple of 16) keep their
+dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
+
+Usage: plan_fp8.py --tpfuse EXE --work DIR
+Exit 77 (skipped) when onnx is missing.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def expected(model_path):
+    """(fp8 MatMuls, activation DequantizeLinear nodes that must still run)."""
+    import onnx
+    g = onnx.load(model_path, load_external_data=False).graph
+    inits = {i.name: list(i.dims) for i in g.initializer}
+    prod = {o: n for n in g.node for o in n.output}
+    users = {}
+    for n in g.node:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+
+    def dq(name, weight):
+        n = prod.get(name)
+        if not n or n.op_type != "DequantizeLinear":
+            return False
+        if weight:
+            d = inits.get(n.input[0])
+            return d is not None and len(d) == 2 and d[0] % 16 == 0 and d[1] % 16 == 0
+        return True
+
+    fp8 = {id(n) for n in g.node
+           if n.op_type == "MatMul" and dq(n.input[0], False) and dq(n.input[1], True)}
+    kept = 0
+    for n in g.node:
+        if n.op_type != "DequantizeLinear":
+            continue
+        # (a weight's dequantization of known codes is folded on the host
+        # when it is small: not a step either way)
+        if n.input[0] not in inits and not all(id(u) in fp8 for u in users.get(n.output[0], [])):
+            kept += 1
+    return len(fp8), kept
+
+
+def plan(tpfuse, model, backend, extra=(), env=None):
+    p = subprocess.run([tpfuse, "plan", model, "--random-inputs", "1", "--backend", backend,
+                        "--rank", "0", "--world-size", "2", *extra],
+                       capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+    if p.returncode:
+        raise SystemExit(f"tpfuse plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    return (len(re.findall(r"\[fp8-gemm\]", p.stdout)),
+            len(re.findall(r"\(DequantizeLinear\)", p.stdout)), p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tpfuse", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        print("onnx not installed: skipped")
+        return 77
+    shutil.rmtree(a.work, ignore_errors=True)
+    failures = []
+    backends = None
+
+    def check(label, got, want):
+        ok = got == want
+        print(f"{'PASS' if ok else 'FAIL'} {label}: {got} (expected {want})")
+        if not ok:
+            failures.append(label)
+
+    for tag, sizes in (("default", []), ("ffn40", ["--ffn", "40"])):
+        out = os.path.join(a.work, tag)
+        gen = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tpmodels.py"),
+                              "dense_fp8", "--world-size", "2", "--out", out, *sizes],
+                             capture_output=True, text=True)
+        if gen.returncode:
+            print(gen.stdout + gen.stderr)
+            return 1
+        model = os.path.join(out, "dense_fp8.rank0.onnx")
+        n_fp8, n_kept = expected(model)
+        if tag == "default" and n_fp8 == 0:
+            failures.append("the example has no FP8 MatMul to lower")
+        if backends is None:
+            # a build with the CUDA backend plans for it without a GPU
+            probe = subprocess.run([a.tpfuse, "plan", model, "--random-inputs", "1",
+                                    "--backend", "cuda"], capture_output=True, text=True)
+            backends = ["cpu"] + ([] if "no cuda kernel" in probe.stderr else ["cuda"])
+            print("backends:", ", ".join(backends))
+        for backend in backends:
+            fp8, dq, _ = plan(a.tpfuse, model, backend)
+            check(f"{tag} {backend}: fp8-gemm steps", fp8, n_fp8)
+            check(f"{tag} {backend}: DequantizeLinear steps left", dq, n_kept)
+            fp8, dq, _ = plan(a.tpfuse, model, backend, ["--optimize"])
+            check(f"{tag} {backend} --optimize: fp8-gemm steps", fp8, n_fp8)
+            check(f"{tag} {backend} --optimize: DequantizeLinear steps left", dq, n_kept)
+            fp8, _, _ = plan(a.tpfuse, model, backend, env={"TPF_FP8_GEMM": "0"})
+            check(f"{tag} {backend} TPF_FP8_GEMM=0: fp8-gemm steps", fp8, 0)
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
