@@ -13,7 +13,10 @@ unsharded model).  Then, under `mpirun -np 2`:
   verify --backend cuda --optimize --verify               exit 0 (fused == unfused)
 
 Outputs are compared with tests/mpi/compare.py's per-dtype tolerances
-(cuda vs cpu: float32 1e-3, bfloat16 5e-2; fp8 QDQ models 0.15 relative).
+(cuda vs cpu: float32 1e-3, bfloat16 5e-2; fp8 QDQ models 0.15 relative and
+1/16 of each output's largest magnitude, as --verify allows quantized graphs:
+the GPU's FP8 GEMMs accumulate differently from the CPU's, and a value that
+lands on an fp8 rounding boundary moves one step in the next quantization).
 Runs on the CUDA backend print how many collectives went through peer
 memory: the fused graphs and every family with all-reduces must use the
 one-shot kernels, --no-oneshot none.
@@ -128,7 +131,8 @@ def main():
                     if dt == "float32" and "onnxruntime" in what:
                         kw = dict(atol=1e-3, rtol=1e-3)
                     if quant:
-                        kw = dict(atol=5e-2, rtol=0.15)
+                        # as --verify for quantized graphs: 1/16 of the output's max
+                        kw = dict(atol=5e-2, rtol=0.15, amax_frac=1.0 / 16)
                     print(f"-- {label}")
                     if not compare(got, want, **kw):
                         print(f"FAIL {label}")

@@ -440,7 +440,9 @@ static void fp8_gemms(void)
 			struct tpf_ktensor tpl = T(odt, 2, M, N);
 			snprintf(lab, sizeof(lab), "MatMul fp8-gemm %lldx%lldx%lld -> %s", (long long)M, (long long)K,
 				 (long long)N, tpf_dtype_name(odt));
-			check(lab, n, TPF_PHASE_FP8_GEMM, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 20 : 2);
+			/* Hopper's FP8 MMA keeps fewer accumulator bits between its
+			 * promotions to float32: float outputs get 1e-3 */
+			check(lab, n, TPF_PHASE_FP8_GEMM, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 100 : 2);
 			free_tensors(a, 4);
 			free_tensors(&tpl, 1);
 		}
