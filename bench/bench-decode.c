@@ -16,7 +16,9 @@
  * --optimize runs the default pass pipeline first (the fused graph);
  * --no-oneshot keeps every collective on NCCL; --no-fp8-gemm dequantizes
  * FP8 operands before bf16 GEMMs; --variant names the configuration in
- * the output.
+ * the output; --profile prints the eager mode's time per kernel to stderr
+ * (its replays then wait for the device one by one: the eager figure is
+ * then not a throughput).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ struct args {
 	enum tpf_backend backend;
 	long iters, warmup;
 	unsigned long long seed;
-	int no_graph, optimize, no_oneshot, no_fp8_gemm;
+	int no_graph, optimize, no_oneshot, no_fp8_gemm, profile;
 	double timeout;
 };
 
@@ -55,7 +57,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: bench-decode MODEL [--backend cpu|cuda] [--iters N] [--warmup N] [--seed S]\n"
 			"                    [--label TEXT] [--variant NAME] [--optimize] [--no-oneshot]\n"
-			"                    [--no-fp8-gemm] [--no-graph] [--timeout S]\n");
+			"                    [--no-fp8-gemm] [--no-graph] [--profile] [--timeout S]\n");
 	return 2;
 }
 
@@ -93,6 +95,8 @@ static int parse(int argc, char **argv, struct args *a)
 			a->no_oneshot = 1;
 		else if (!strcmp(o, "--no-fp8-gemm"))
 			a->no_fp8_gemm = 1;
+		else if (!strcmp(o, "--profile"))
+			a->profile = 1;
 		else if (o[0] != '-' && !a->model)
 			a->model = o;
 		else
@@ -171,7 +175,7 @@ static enum tpf_status bench_mode(const struct args *a, const struct tpf_model *
 {
 	struct tpf_session *s = NULL;
 	struct tpf_session_options so = {.backend = a->backend, .comm = c, .cuda_graph = graph,
-					 .no_oneshot = a->no_oneshot};
+					 .no_oneshot = a->no_oneshot, .profile = a->profile && !graph};
 	so.plan.no_fp8_gemm = a->no_fp8_gemm;
 	const struct tpf_host_tensor *outs;
 	size_t n_outs;
@@ -208,6 +212,10 @@ static enum tpf_status bench_mode(const struct args *a, const struct tpf_model *
 		       a->variant, graph ? "cuda-graph" : "eager", a->label, a->backend_name, c->world, worst,
 		       ps.n_steps, ps.n_kernel_steps, n_coll, n_one, ps.arena_bytes);
 		fflush(stdout);
+	}
+	if (!st && so.profile && c->rank == 0) {
+		/* step times of the warm-up and timed replays (each synchronized) */
+		tpf_session_profile_print(s, stderr);
 	}
 	tpf_session_free(s);
 	return st;

@@ -74,6 +74,10 @@ enum tpf_kernel_phase {
 	 * the two scales (known scalars); output [..., N] in the dequantized
 	 * dtype, (x_scale * w_scale) * xq @ w with float32 accumulation. */
 	TPF_PHASE_FP8_GEMM,
+	/* MatMul whose second operand is a Transpose that swaps its last two
+	 * axes: operand 1 is the Transpose's input ([..., N, K]), read
+	 * transposed; the Transpose itself is not run (runtime/plan.c). */
+	TPF_PHASE_MATMUL_BT,
 	TPF_PHASE_COUNT
 };
 

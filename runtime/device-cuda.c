@@ -22,6 +22,9 @@ struct cuda_dev {
 	cudaGraphExec_t exec;
 	unsigned long captures, replays, eager;
 	int stuck; /* a wait timed out: later waits only check once */
+	/* timing marks (profiling): events recorded on the stream */
+	cudaEvent_t *marks;
+	size_t n_marks;
 };
 
 static struct tpf_cuda_watchdog g_watchdog;
@@ -178,12 +181,48 @@ void tpf_cuda_device_drop_graph(struct tpf_device *dev)
 	cd->key = 0;
 }
 
+static enum tpf_status dev_mark(struct tpf_device *dev, size_t i, struct tpf_diag *d)
+{
+	struct cuda_dev *cd = dev->ctx;
+	cudaError_t e;
+	if (i >= cd->n_marks) {
+		size_t n = i + 1 > 2 * cd->n_marks ? i + 1 : 2 * cd->n_marks;
+		cudaEvent_t *m = tpf_realloc(cd->marks, n * sizeof(*m));
+		if (!m)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		cd->marks = m;
+		for (size_t k = cd->n_marks; k < n; k++)
+			if ((e = cudaEventCreate(&m[k])) != cudaSuccess) {
+				cd->n_marks = k;
+				return cuda_err(d, "timing event", e);
+			}
+		cd->n_marks = n;
+	}
+	e = cudaEventRecord(cd->marks[i], cd->stream);
+	return e == cudaSuccess ? TPF_OK : cuda_err(d, "timing event", e);
+}
+
+static double dev_elapsed_ms(struct tpf_device *dev, size_t a, size_t b)
+{
+	struct cuda_dev *cd = dev->ctx;
+	float ms = 0;
+	if (a >= cd->n_marks || b >= cd->n_marks ||
+	    cudaEventElapsedTime(&ms, cd->marks[a], cd->marks[b]) != cudaSuccess) {
+		cudaGetLastError();
+		return -1;
+	}
+	return ms;
+}
+
 static void dev_destroy(struct tpf_device *dev)
 {
 	struct cuda_dev *cd = dev->ctx;
 	if (cd) {
 		cudaSetDevice(cd->device);
 		tpf_cuda_device_drop_graph(dev);
+		for (size_t k = 0; k < cd->n_marks; k++)
+			cudaEventDestroy(cd->marks[k]);
+		tpf_free(cd->marks);
 		if (!settle(cd))
 			cudaStreamDestroy(cd->stream);
 		tpf_free(cd);
@@ -291,6 +330,8 @@ enum tpf_status tpf_device_create_cuda(int local_rank, struct tpf_device **out, 
 	dev->upload = dev_upload;
 	dev->download = dev_download;
 	dev->sync = dev_sync;
+	dev->mark = dev_mark;
+	dev->elapsed_ms = dev_elapsed_ms;
 	dev->destroy = dev_destroy;
 	*out = dev;
 	return TPF_OK;

@@ -693,6 +693,49 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 												: TPF_OK;
 }
 
+/* ------------------------------------------------------------ transposed operands
+ * MatMul(a, Transpose(b, perm swapping the last two axes)): the GEMM reads
+ * b transposed (matmul-bt) and the Transpose, when only such products read
+ * it, is not run: no copy of b (attention's K^T over a whole KV cache). */
+
+static const struct tpf_node *bt_transpose(const struct tpf_plan *p, const struct tpf_node *mm)
+{
+	if (mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || !mm->inputs[0] || !mm->inputs[1])
+		return NULL;
+	const struct tpf_value *v = mm->inputs[1];
+	const struct tpf_node *t = v->kind == TPF_VALUE_NODE_OUTPUT ? v->producer : NULL;
+	if (!t || t->op != TPF_OP_TRANSPOSE || t->n_inputs != 1 || !t->inputs[0])
+		return NULL;
+	const struct tpf_attr *perm = tpf_node_attr(t, "perm");
+	int b = value_index(p, t->inputs[0]);
+	if (!perm || perm->kind != TPF_ATTR_INTS || perm->n < 2 || b < 0 || p->values[b].t.rank != (int)perm->n)
+		return NULL;
+	size_t r = perm->n;
+	for (size_t i = 0; i + 2 < r; i++)
+		if (perm->ints[i] != (int64_t)i)
+			return NULL;
+	if (perm->ints[r - 2] != (int64_t)r - 1 || perm->ints[r - 1] != (int64_t)r - 2)
+		return NULL;
+	if (!tpf_kernel_find(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_MATMUL_BT, p->values[b].t.dtype))
+		return NULL;
+	return t;
+}
+
+/* A Transpose that only feeds products that read its input transposed. */
+static int transpose_feeds_only_bt(const struct tpf_plan *p, const struct tpf_node *t)
+{
+	const struct tpf_value *y = t->n_outputs == 1 ? t->outputs[0] : NULL;
+	if (!y || y->n_output_refs || !y->n_uses)
+		return 0;
+	for (size_t u = 0; u < y->n_uses; u++) {
+		const struct tpf_use *use = &y->uses[u];
+		if (!use->node || use->node->graph != t->graph || use->index != 1 || fp8_matmul(p, use->node) ||
+		    bt_transpose(p, use->node) != t)
+			return 0;
+	}
+	return 1;
+}
+
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
@@ -785,10 +828,20 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			       ? TPF_ERR_NOMEM
 			       : TPF_OK;
 	}
-	case TPF_OP_MATMUL:
+	case TPF_OP_MATMUL: {
 		if (fp8_matmul(p, n))
 			return lower_fp8_matmul(p, n, outs, d);
-		/* fall through */
+		const struct tpf_node *t = bt_transpose(p, n);
+		if (!t)
+			goto main_kernel;
+		int bt_ins[2] = {ins[0], value_index(p, t->inputs[0])};
+		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1, d)))
+			return TPF_ERR_UNSUPPORTED;
+		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1) < 0
+			       ? TPF_ERR_NOMEM
+			       : TPF_OK;
+	}
+	main_kernel:
 	default:
 		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, ins, n_in, outs, n_out, d)))
 			return TPF_ERR_UNSUPPORTED;
@@ -944,6 +997,8 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 		}
 		if (n->op == TPF_OP_DEQUANTIZE_LINEAR && dq_feeds_only_fp8(p, n))
 			continue; /* its fp8 GEMMs read the codes */
+		if (n->op == TPF_OP_TRANSPOSE && transpose_feeds_only_bt(p, n))
+			continue; /* its products read the input transposed */
 		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
 		if ((all_known || n->op == TPF_OP_SHAPE) && !is_collective(n->op) && out_elems <= fold_max) {
 			st = fold_node(p, n, in, out, outs, d);

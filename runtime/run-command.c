@@ -52,6 +52,9 @@ static const char *const run_help =
 	"  --backend cpu|cuda    backend (default cpu); cuda under mpirun uses NCCL\n"
 	"  --cuda-graph          (cuda) capture the plan into a CUDA graph on the\n"
 	"                        second run and replay it afterwards\n"
+	"  --profile             time every step of the eager runs on the device and\n"
+	"                        print the time per kernel and the slowest steps\n"
+	"                        (rank 0; not with --cuda-graph)\n"
 	"  --no-oneshot          (cuda, several ranks) run every collective through\n"
 	"                        NCCL; by default all-reduces and fused norms that\n"
 	"                        fit run as one-shot kernels through peer memory\n"
@@ -78,7 +81,7 @@ struct run_opts {
 	const char *dims[64];
 	int n_dims;
 	long iters, warmup;
-	int optimize, verify, quiet, cuda_graph, no_oneshot;
+	int optimize, verify, quiet, cuda_graph, no_oneshot, profile;
 	enum tpf_backend backend;
 	double timeout;
 	int rank, world; /* plan only */
@@ -201,6 +204,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->cuda_graph = 1;
 		} else if (!strcmp(a, "--no-oneshot") && !is_plan) {
 			o->no_oneshot = 1;
+		} else if (!strcmp(a, "--profile") && !is_plan) {
+			o->profile = 1;
 		} else if (!strcmp(a, "--backend")) {
 			NEED();
 			if (tpf_backend_from_name(next, &o->backend)) {
@@ -704,7 +709,8 @@ int tpf_cli_run(int argc, char **argv)
 	if ((st = tpf_comm_agree(comm, st, "loading the model and inputs", d)))
 		goto out;
 	struct tpf_session_options so = {.backend = o.backend, .comm = comm,
-					 .cuda_graph = o.cuda_graph, .no_oneshot = o.no_oneshot};
+					 .cuda_graph = o.cuda_graph, .no_oneshot = o.no_oneshot,
+					 .profile = o.profile};
 	st = tpf_session_create(m, &so, &s, d);
 	if (!st && ref)
 		st = tpf_session_create(ref, &so, &sref, d);
@@ -743,6 +749,8 @@ int tpf_cli_run(int argc, char **argv)
 		printf("%ld iterations: mean %.3f ms, min %.3f ms (rank 0 of %d, backend %s)\n", o.iters,
 		       total / (double)o.iters, best, comm->world, tpf_backend_name(o.backend));
 	synced = 1;
+	if (o.profile && comm->rank == 0)
+		tpf_session_profile_print(s, stdout);
 	if (!o.quiet && comm->rank == 0 && o.backend == TPF_BACKEND_CUDA && comm->world > 1) {
 		size_t n_coll, n_one;
 		tpf_session_collective_stats(s, &n_coll, &n_one);

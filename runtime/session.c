@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ------------------------------------------------------------ CPU device */
 
@@ -34,8 +35,50 @@ static enum tpf_status cpu_sync(struct tpf_device *dev, struct tpf_diag *d)
 	return TPF_OK;
 }
 
+/* Timing marks: kernels are synchronous on the CPU, the clock suffices. */
+struct cpu_marks {
+	double *t;
+	size_t n;
+};
+
+static double clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static enum tpf_status cpu_mark(struct tpf_device *dev, size_t i, struct tpf_diag *d)
+{
+	struct cpu_marks *m = dev->ctx;
+	if (i >= m->n) {
+		size_t n = i + 1 > 2 * m->n ? i + 1 : 2 * m->n;
+		double *t = tpf_realloc(m->t, n * sizeof(double));
+		if (!t)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		for (size_t k = m->n; k < n; k++)
+			t[k] = -1;
+		m->t = t;
+		m->n = n;
+	}
+	m->t[i] = clock_ms();
+	return TPF_OK;
+}
+
+static double cpu_elapsed_ms(struct tpf_device *dev, size_t a, size_t b)
+{
+	struct cpu_marks *m = dev->ctx;
+	if (a >= m->n || b >= m->n || m->t[a] < 0 || m->t[b] < 0)
+		return -1;
+	return m->t[b] - m->t[a];
+}
+
 static void cpu_destroy(struct tpf_device *dev)
 {
+	struct cpu_marks *m = dev->ctx;
+	if (m)
+		tpf_free(m->t);
+	tpf_free(m);
 	tpf_free(dev);
 }
 
@@ -58,9 +101,16 @@ enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct 
 	if (kind != TPF_BACKEND_CPU)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "unknown backend %d", (int)kind);
 	struct tpf_device *dev = tpf_calloc(1, sizeof(*dev));
-	if (!dev)
+	struct cpu_marks *marks = tpf_calloc(1, sizeof(*marks));
+	if (!dev || !marks) {
+		tpf_free(dev);
+		tpf_free(marks);
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	}
 	dev->kind = TPF_BACKEND_CPU;
+	dev->ctx = marks;
+	dev->mark = cpu_mark;
+	dev->elapsed_ms = cpu_elapsed_ms;
 	dev->alloc = cpu_alloc;
 	dev->free = cpu_free;
 	dev->upload = cpu_copy;
@@ -98,6 +148,12 @@ struct tpf_session {
 	 * and grow when a plan needs more */
 	unsigned char *oneshot;
 	size_t n_oneshot;
+	/* profiling (opt.profile, eager runs): per step, the device time summed
+	 * over prof_runs runs; a step that starts a multi-step one-shot kernel
+	 * holds the whole kernel's time */
+	double *prof_ms;
+	size_t prof_runs;
+	unsigned char *prof_marked; /* marks recorded by the current run */
 #ifdef TPF_HAVE_CUDA
 	struct tpf_cuda_arnorm *os_ctx[TPF_DTYPE_COUNT]; /* sums, by dtype */
 	struct tpf_cuda_arnorm *os_sharded;               /* sharded-norm exchange */
@@ -140,6 +196,11 @@ static void unbind(struct tpf_session *s)
 	tpf_free(s->oneshot);
 	s->oneshot = NULL;
 	s->n_oneshot = 0;
+	tpf_free(s->prof_ms);
+	tpf_free(s->prof_marked);
+	s->prof_ms = NULL;
+	s->prof_marked = NULL;
+	s->prof_runs = 0;
 	for (size_t i = 0; i < s->n_outs; i++)
 		tpf_free(s->outs[i].data);
 	tpf_free(s->outs);
@@ -150,6 +211,11 @@ static void unbind(struct tpf_session *s)
 #ifdef TPF_HAVE_CUDA
 	tpf_cuda_device_drop_graph(s->dev);
 #endif
+}
+
+static int profiling(const struct tpf_session *s)
+{
+	return s->opt.profile && !s->opt.cuda_graph && s->dev->mark && s->dev->elapsed_ms;
 }
 
 static void *value_data(struct tpf_session *s, int idx)
@@ -181,6 +247,12 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 	s->outs = tpf_calloc(p->n_outputs + 1, sizeof(*s->outs));
 	if (!s->const_dev || !s->kin || !s->kout || !s->outs)
 		return TPF_ERR_NOMEM;
+	if (profiling(s)) {
+		s->prof_ms = tpf_calloc(p->n_steps + 1, sizeof(double));
+		s->prof_marked = tpf_calloc(p->n_steps + 1, 1);
+		if (!s->prof_ms || !s->prof_marked)
+			return TPF_ERR_NOMEM;
+	}
 	/* constants go to the device only when a step reads them (an fp8 GEMM
 	 * reads the transposed weight, not the initializer) */
 	unsigned char *read = tpf_calloc(p->n_values + 1, 1);
@@ -536,6 +608,12 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 {
 	struct tpf_session *s = ctx;
 	enum tpf_status st;
+	int prof = s->prof_ms != NULL;
+	if (prof) {
+		memset(s->prof_marked, 0, s->plan->n_steps + 1);
+		if ((st = s->dev->mark(s->dev, 0, d)))
+			return st;
+	}
 	for (size_t k = 0; k < s->plan->n_steps;) {
 		size_t used = 1;
 #ifdef TPF_HAVE_CUDA
@@ -546,9 +624,107 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 			st = run_step(s, k, d);
 		if (st)
 			return st;
+		if (prof) {
+			if ((st = s->dev->mark(s->dev, k + used, d)))
+				return st;
+			s->prof_marked[k] = 1;
+		}
 		k += used;
 	}
 	return TPF_OK;
+}
+
+/* After a synchronized run: adds its step times. */
+static void profile_collect(struct tpf_session *s)
+{
+	if (!s->prof_ms)
+		return;
+	for (size_t k = 0, next; k < s->plan->n_steps; k = next) {
+		for (next = k + 1; next < s->plan->n_steps && !s->prof_marked[next]; next++)
+			;
+		if (!s->prof_marked[k])
+			continue;
+		double ms = s->dev->elapsed_ms(s->dev, k, next);
+		if (ms > 0)
+			s->prof_ms[k] += ms;
+	}
+	s->prof_runs++;
+}
+
+/* What ran at step k, for the profile. */
+static void step_label(const struct tpf_session *s, size_t k, char *buf, size_t size)
+{
+	const struct rt_step *st = &s->plan->steps[k];
+	static const char *const coll[] = {"kernel", "allreduce", "allgather", "alltoall"};
+#ifdef TPF_HAVE_CUDA
+	static const char *const os[] = {"", "oneshot.allreduce-rmsnorm", "oneshot.allreduce", "oneshot.sharded-rmsnorm"};
+	if (s->oneshot && k < s->n_oneshot && s->oneshot[k]) {
+		snprintf(buf, size, "%s", os[s->oneshot[k]]);
+		return;
+	}
+#endif
+	if (st->kind == RT_STEP_KERNEL)
+		snprintf(buf, size, "%s", st->kernel->name);
+	else
+		snprintf(buf, size, "%s.%s", s->comm->ops->name, coll[st->kind]);
+}
+
+struct prof_row {
+	char name[64];
+	double ms;
+	size_t n;
+	size_t step;
+};
+
+static int cmp_rows(const void *a, const void *b)
+{
+	const struct prof_row *x = a, *y = b;
+	return x->ms < y->ms ? 1 : x->ms > y->ms ? -1 : 0;
+}
+
+void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
+{
+	if (!s->plan || !s->prof_ms || !s->prof_runs) {
+		fprintf(f, "profile: no timed runs (eager runs with profiling on)\n");
+		return;
+	}
+	size_t n = s->plan->n_steps, n_by = 0;
+	struct prof_row *steps = tpf_calloc(n + 1, sizeof(*steps)), *by = tpf_calloc(n + 1, sizeof(*by));
+	if (!steps || !by) {
+		tpf_free(steps);
+		tpf_free(by);
+		return;
+	}
+	double total = 0, runs = (double)s->prof_runs;
+	for (size_t k = 0; k < n; k++) {
+		steps[k].step = k;
+		steps[k].ms = s->prof_ms[k] / runs;
+		step_label(s, k, steps[k].name, sizeof(steps[k].name));
+		if (!s->prof_marked[k])
+			continue;
+		total += steps[k].ms;
+		size_t j = 0;
+		while (j < n_by && strcmp(by[j].name, steps[k].name))
+			j++;
+		if (j == n_by)
+			memcpy(by[n_by++].name, steps[k].name, sizeof(by[0].name));
+		by[j].ms += steps[k].ms;
+		by[j].n++;
+	}
+	qsort(by, n_by, sizeof(*by), cmp_rows);
+	fprintf(f, "profile: %.3f ms of device time per run (%zu runs, %zu steps)\n", total, s->prof_runs, n);
+	fprintf(f, "  %-34s %7s %12s %7s\n", "kernel", "steps", "ms per run", "share");
+	for (size_t j = 0; j < n_by; j++)
+		fprintf(f, "  %-34s %7zu %12.4f %6.1f%%\n", by[j].name, by[j].n, by[j].ms,
+			total > 0 ? 100 * by[j].ms / total : 0.0);
+	qsort(steps, n, sizeof(*steps), cmp_rows);
+	fprintf(f, "  slowest steps:\n");
+	char who[256];
+	for (size_t j = 0; j < n && j < 10 && steps[j].ms > 0; j++)
+		fprintf(f, "  #%-5zu %10.4f ms  %-28s %s\n", steps[j].step, steps[j].ms, steps[j].name,
+			tpf_node_describe(s->plan->steps[steps[j].step].node, who, sizeof(who)));
+	tpf_free(steps);
+	tpf_free(by);
 }
 
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)
@@ -559,7 +735,10 @@ enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)
 	if (s->opt.cuda_graph && s->dev->kind == TPF_BACKEND_CUDA)
 		return tpf_cuda_device_run_graph(s->dev, s->plan->shape_hash, run_steps, s, d);
 #endif
-	return run_steps(s, d);
+	enum tpf_status st = run_steps(s, d);
+	if (!st && s->prof_ms && !(st = s->dev->sync(s->dev, d)))
+		profile_collect(s); /* the marks are reused by the next run */
+	return st;
 }
 
 enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d)
@@ -665,6 +844,7 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 	}
 	if ((st = s->dev->sync(s->dev, d)))
 		return st;
+	profile_collect(s);
 	*outputs = s->outs;
 	*n_outputs = s->n_outs;
 	return TPF_OK;

@@ -117,6 +117,11 @@ struct tpf_device {
 	enum tpf_status (*download)(struct tpf_device *dev, void *dst, const void *src, size_t n,
 				    struct tpf_diag *d);
 	enum tpf_status (*sync)(struct tpf_device *dev, struct tpf_diag *d);
+	/* Timing (profiling): mark(i) records point i in the device's queue;
+	 * after a sync, elapsed_ms(a, b) is the time between points a and b
+	 * (-1 when unknown).  May be NULL. */
+	enum tpf_status (*mark)(struct tpf_device *dev, size_t i, struct tpf_diag *d);
+	double (*elapsed_ms)(struct tpf_device *dev, size_t a, size_t b);
 	void (*destroy)(struct tpf_device *dev);
 };
 
@@ -206,6 +211,9 @@ struct tpf_session_options {
 	 * in one kernel each when they fit (64 MiB per call, or
 	 * TPF_ONESHOT_MAX_BYTES); set this (or TPF_ONESHOT=0) to keep NCCL. */
 	int no_oneshot;
+	/* Time every step of eager runs (device time, from marks in the
+	 * device's queue; not with cuda_graph); see tpf_session_profile_print. */
+	int profile;
 	struct tpf_plan_options plan; /* backend/rank/world are filled in */
 };
 
@@ -225,6 +233,9 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d);
 /* Waits for the device work of the session. */
 enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d);
+/* With options.profile: device time per step summed over the timed runs
+ * of the current plan, by kernel (and by step, the slowest first). */
+void tpf_session_profile_print(const struct tpf_session *s, FILE *f);
 /* The current plan (NULL before the first run). */
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
 /* Collective steps of the current plan and how many of them run through

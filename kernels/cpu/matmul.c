@@ -7,6 +7,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void *widen(const struct tpf_ktensor *t, int wide);
+
+/* Widens t into a fresh array of float (wide == 0) or double (wide == 1);
+ * with swap, each [R, C] matrix of the last two axes is written as [C, R]. */
+static void *widen_as(const struct tpf_ktensor *t, int wide, int swap)
+{
+	if (swap && t->rank >= 2) {
+		int64_t R = t->dims[t->rank - 2], C = t->dims[t->rank - 1];
+		size_t es = wide ? sizeof(double) : sizeof(float);
+		size_t n = t->numel > 0 ? (size_t)t->numel : 1;
+		char *p = tpf_calloc(n, es);
+		if (!p)
+			return NULL;
+		int64_t rc = R * C; /* numel > 0 implies rc > 0 */
+		for (int64_t i = 0; i < t->numel; i++) {
+			int64_t mat = i / rc, r = i % rc / C, c = i % C;
+			int64_t o = mat * rc + c * R + r;
+			double v = tpf_elem_load(t->dtype, t->data, i);
+			if (wide)
+				((double *)p)[o] = v;
+			else
+				((float *)p)[o] = (float)v;
+		}
+		return p;
+	}
+	return widen(t, wide);
+}
+
 /* Widens t into a fresh array of float (wide == 0) or double (wide == 1). */
 static void *widen(const struct tpf_ktensor *t, int wide)
 {
@@ -34,18 +62,19 @@ static int wants_double(enum tpf_dtype t)
 	return t == TPF_DTYPE_DOUBLE || tpf_dtype_is_integral(t);
 }
 
-TPF_CPU_KERNEL(tpf_cpu_matmul)
+/* bt: b is stored with its last two axes swapped ([..., N, K]). */
+static enum tpf_status matmul(const struct tpf_kernel_call *c, int bt)
 {
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
 	enum tpf_status st = TPF_OK;
 	void *wa = NULL, *wb = NULL, *acc = NULL;
-	if (a->rank < 1 || b->rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "operands must have rank >= 1");
+	if (a->rank < 1 || b->rank < 1 || (bt && b->rank < 2))
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands must have rank >= 1 (a transposed one >= 2)");
 	int64_t M = a->rank == 1 ? 1 : a->dims[a->rank - 2];
 	int64_t K = a->dims[a->rank - 1];
-	int64_t Kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
-	int64_t N = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+	int64_t Kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - (bt ? 1 : 2)];
+	int64_t N = b->rank == 1 ? 1 : b->dims[b->rank - (bt ? 2 : 1)];
 	if (K != Kb)
 		return tpf_kfail(c, TPF_ERR_INVALID, "inner dimensions differ (%lld vs %lld)",
 				 (long long)K, (long long)Kb);
@@ -74,7 +103,7 @@ TPF_CPU_KERNEL(tpf_cpu_matmul)
 		return tpf_kfail(c, TPF_ERR_INVALID, "batch dimensions do not broadcast");
 	int wide = wants_double(a->dtype) || wants_double(y->dtype);
 	wa = widen(a, wide);
-	wb = widen(b, wide);
+	wb = widen_as(b, wide, bt);
 	acc = tpf_calloc(N > 0 ? (size_t)N : 1, wide ? sizeof(double) : sizeof(float));
 	if (!wa || !wb || !acc) {
 		st = tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
@@ -121,6 +150,16 @@ out_free:
 	tpf_free(wb);
 	tpf_free(acc);
 	return st;
+}
+
+TPF_CPU_KERNEL(tpf_cpu_matmul)
+{
+	return matmul(c, 0);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_matmul_bt)
+{
+	return matmul(c, 1);
 }
 
 TPF_CPU_KERNEL(tpf_cpu_gemm)

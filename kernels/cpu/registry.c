@@ -44,6 +44,7 @@ static const struct tpf_kernel cpu_kernels[] = {
 	K("where", WHERE, MAIN, ANY, 1, tpf_cpu_where),
 	K("cast", CAST, MAIN, ANY, 0, tpf_cpu_cast),
 	K("matmul", MATMUL, MAIN, NUM, 0, tpf_cpu_matmul),
+	K("matmul-bt", MATMUL, MATMUL_BT, NUM, 0, tpf_cpu_matmul_bt),
 	K("matmul-fp8", MATMUL, FP8_GEMM, B(FLOAT8E4M3FN), 0, tpf_cpu_matmul_fp8),
 	K("gemm", GEMM, MAIN, NUM, 0, tpf_cpu_gemm),
 	K("reduce", REDUCE_MEAN, MAIN, NUM, 0, tpf_cpu_reduce),

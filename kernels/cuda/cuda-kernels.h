@@ -26,6 +26,7 @@ TPF_CUDA_KERNEL(tpf_cu_sigmoid_gate_add);
 TPF_CUDA_KERNEL(tpf_cu_matmul);
 TPF_CUDA_KERNEL(tpf_cu_gemm);
 TPF_CUDA_KERNEL(tpf_cu_matmul_fp8);
+TPF_CUDA_KERNEL(tpf_cu_matmul_bt);
 /* reduce.cu */
 TPF_CUDA_KERNEL(tpf_cu_reduce);
 TPF_CUDA_KERNEL(tpf_cu_softmax);

@@ -234,19 +234,23 @@ extern "C" void tpf_cuda_kernels_release(void)
 	cudaSetDevice(cur);
 }
 
-extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul)
+namespace {
+
+// bt: b is stored with its last two axes swapped ([..., N, K]), read
+// transposed by cuBLASLt (the plan's matmul-bt phase).
+enum tpf_status matmul(const struct tpf_kernel_call *c, bool bt)
 {
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	if (a->rank < 1 || b->rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "operands must have rank >= 1");
+	if (a->rank < 1 || b->rank < 1 || (bt && b->rank < 2))
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands must have rank >= 1 (a transposed one >= 2)");
 	if (a->dtype != b->dtype || a->dtype != y->dtype || !gemm_dtype_ok(a->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "MatMul of %s x %s -> %s not supported on cuda",
 				 tpf_dtype_name(a->dtype), tpf_dtype_name(b->dtype), tpf_dtype_name(y->dtype));
 	int64_t M = a->rank == 1 ? 1 : a->dims[a->rank - 2];
 	int64_t K = a->dims[a->rank - 1];
-	int64_t Kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
-	int64_t N = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+	int64_t Kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - (bt ? 1 : 2)];
+	int64_t N = b->rank == 1 ? 1 : b->dims[b->rank - (bt ? 2 : 1)];
 	if (K != Kb)
 		return tpf_kfail(c, TPF_ERR_INVALID, "inner dimensions differ (%lld vs %lld)", (long long)K,
 				 (long long)Kb);
@@ -278,6 +282,10 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul)
 	p.m = N; // column-major: X1 = B^T (N x K), X2 = A^T (K x M)
 	p.k = K;
 	p.lda = N;
+	if (bt) { // stored [N, K] row-major: a K x N column-major matrix, transposed
+		p.ta = 1;
+		p.lda = K;
+	}
 	p.ldb = K;
 	p.ldc = N;
 	p.batch = 1;
@@ -304,7 +312,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul)
 	// mixed broadcasting: one GEMM per output batch
 	p.batch = 1;
 	int64_t idx[TPF_KERNEL_MAX_RANK] = {0};
-	for (int64_t bt = 0; bt < batches; bt++) {
+	for (int64_t bi = 0; bi < batches; bi++) {
 		int64_t oa = 0, ob = 0;
 		for (int i = 0; i < ry; i++) {
 			int ia = i - (ry - ra), ib = i - (ry - rb);
@@ -314,7 +322,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul)
 		}
 		enum tpf_status st = run_problem(c, p, (const char *)b->data + (size_t)(ob * K * N) * es,
 						 (const char *)a->data + (size_t)(oa * M * K) * es,
-						 (char *)y->data + (size_t)(bt * M * N) * es, 1.0, 0.0);
+						 (char *)y->data + (size_t)(bi * M * N) * es, 1.0, 0.0);
 		if (st)
 			return st;
 		for (int i = ry - 1; i >= 0; i--) {
@@ -324,6 +332,18 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul)
 		}
 	}
 	return TPF_OK;
+}
+
+} // namespace
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul)
+{
+	return matmul(c, false);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_bt)
+{
+	return matmul(c, true);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_gemm)

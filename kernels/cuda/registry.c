@@ -44,6 +44,7 @@ static const struct tpf_kernel cuda_kernels[] = {
 	K("where", WHERE, MAIN, ANY, 1, tpf_cu_where),
 	K("cast", CAST, MAIN, ANY, 0, tpf_cu_cast),
 	K("matmul", MATMUL, MAIN, FLOATS, 0, tpf_cu_matmul),
+	K("matmul-bt", MATMUL, MATMUL_BT, FLOATS, 0, tpf_cu_matmul_bt),
 	K("matmul-fp8", MATMUL, FP8_GEMM, B(FLOAT8E4M3FN), 0, tpf_cu_matmul_fp8),
 	K("gemm", GEMM, MAIN, FLOATS, 0, tpf_cu_gemm),
 	K("reduce", REDUCE_MEAN, MAIN, NUM, 0, tpf_cu_reduce),

@@ -449,9 +449,37 @@ static void fp8_gemms(void)
 	}
 }
 
+/* MatMul's matmul-bt phase: operand 1 stored with its last two axes swapped. */
+static void matmuls_bt(void)
+{
+	static const int64_t shp[][4] = {{1, 1, 64, 48}, {6, 1, 128, 257}, {4, 5, 16, 7}};
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		for (int s = 0; s < 3; s++) {
+			char lab[96];
+			int64_t B = shp[s][0], M = shp[s][1], K = shp[s][2], N = shp[s][3];
+			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_ktensor a[2] = {R(dt, 3, B, M, K), R(dt, 3, B, N, K)};
+			struct tpf_ktensor tpl = T(dt, 3, B, M, N);
+			snprintf(lab, sizeof(lab), "MatMul matmul-bt [%lld,%lld,%lld] x [%lld,%lld,%lld]^T", (long long)B,
+				 (long long)M, (long long)K, (long long)B, (long long)N, (long long)K);
+			check(lab, n, TPF_PHASE_MATMUL_BT, a, 2, &tpl, 1, dt == TPF_DTYPE_FLOAT ? 20 : 2);
+			free_tensors(a, 2);
+			free_tensors(&tpl, 1);
+		}
+		struct tpf_node *n = node("", "MatMul", 2, 1);
+		struct tpf_ktensor a[2] = {R(dt, 2, 5, 32), R(dt, 3, 3, 9, 32)};
+		struct tpf_ktensor tpl = T(dt, 3, 3, 5, 9);
+		check("MatMul matmul-bt [5,32] x [3,9,32]^T (A broadcast)", n, TPF_PHASE_MATMUL_BT, a, 2, &tpl, 1, 4);
+		free_tensors(a, 2);
+		free_tensors(&tpl, 1);
+	}
+}
+
 static void matmuls(void)
 {
 	fp8_gemms();
+	matmuls_bt();
 	static const int64_t mkn[][3] = {{1, 64, 128}, {8, 256, 96}, {64, 512, 384}, {3, 7, 5}};
 	for (int d = 0; d < NFL; d++) {
 		enum tpf_dtype dt = FL[d];
@@ -682,6 +710,12 @@ static void movement(void)
 		CHECK("Concat axis 1", cc, c, 1, 1);
 		free(c[1].data);
 		free(c[2].data);
+		/* a KV cache append: whole 16-byte blocks (the vector path) */
+		struct tpf_node *kv = node("", "Concat", 2, 1);
+		tpf_node_set_attr_int(kv, "axis", 2);
+		struct tpf_ktensor k2[2] = {R(dt, 4, 3, 2, 24, 32), R(dt, 4, 3, 2, 1, 32)};
+		CHECK("Concat axis 2 [3,2,24,32]+[3,2,1,32] (16-byte blocks)", kv, k2, 1, 1);
+		free_tensors(k2, 2);
 		struct tpf_node *ex = node("", "Expand", 2, 1);
 		int64_t es[] = {4, 2, 3, 5, 7};
 		struct tpf_ktensor e[2] = {R(dt, 3, 3, 1, 7), ints(TPF_DTYPE_INT64, 5, es)};

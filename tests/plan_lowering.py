@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
-"""FP8 GEMM lowering, checked on the plan (no GPU needed).
+"""The plan's GEMM lowerings, checked on `tpfuse plan` (no GPU needed).
 
+Transposed operands: every MatMul whose second operand is a Transpose
+swapping the last two axes (attention's K^T) runs as a matmul-bt step on
+the Transpose's input, and the Transpose is not run.
+
+FP8 GEMMs:
 `tpfuse plan` of the dense_fp8 example (CPU backend, and CUDA where the
 build has it; no GPU needed) must run every MatMul of two FP8 E4M3 dequantizations
 with known per-tensor scales and a weight whose K and N are multiples of 16
@@ -8,7 +13,7 @@ as an fp8-gemm step on the codes, with no DequantizeLinear step left for
 them; MatMuls that do not qualify (K or N not a multiple of 16) keep their
 dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 
-Usage: plan_fp8.py --tpfuse EXE --work DIR
+Usage: plan_lowering.py --tpfuse EXE --work DIR
 Exit 77 (skipped) when onnx is missing.
 """
 import argparse
@@ -111,6 +116,41 @@ def main():
             check(f"{tag} {backend} --optimize: DequantizeLinear steps left", dq, n_kept)
             fp8, _, _ = plan(a.tpfuse, model, backend, env={"TPF_FP8_GEMM": "0"})
             check(f"{tag} {backend} TPF_FP8_GEMM=0: fp8-gemm steps", fp8, 0)
+    # transposed operands, on the dense example
+    out = os.path.join(a.work, "dense")
+    gen = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tpmodels.py"), "dense",
+                          "--world-size", "2", "--out", out], capture_output=True, text=True)
+    if gen.returncode:
+        print(gen.stdout + gen.stderr)
+        return 1
+    import onnx
+    model = os.path.join(out, "dense.rank0.onnx")
+    g = onnx.load(model, load_external_data=False).graph
+    prod = {o: n for n in g.node for o in n.output}
+
+    def swaps_last_two(n):
+        perm = next((list(x.ints) for x in n.attribute if x.name == "perm"), None)
+        r = len(perm or [])
+        return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
+
+    n_bt = sum(1 for n in g.node if n.op_type == "MatMul" and n.input[1] in prod
+               and prod[n.input[1]].op_type == "Transpose" and swaps_last_two(prod[n.input[1]]))
+    n_tr = sum(1 for n in g.node if n.op_type == "Transpose")
+    if n_bt == 0:
+        failures.append("the dense example has no MatMul of a transposed operand")
+    for backend in backends or ["cpu"]:
+        for extra, env in (([], None), (["--optimize"], None), ([], {"TPF_FP8_GEMM": "0"})):
+            p = subprocess.run([a.tpfuse, "plan", model, "--random-inputs", "1", "--backend", backend,
+                                "--rank", "0", "--world-size", "2", *extra], capture_output=True,
+                               text=True, env=dict(os.environ, **(env or {})))
+            label = f"dense {backend} {' '.join(extra)}{' TPF_FP8_GEMM=0' if env else ''}".strip()
+            if p.returncode:
+                print(p.stdout + p.stderr)
+                failures.append(label)
+                continue
+            check(f"{label}: matmul-bt steps", len(re.findall(r"\[matmul-bt\]", p.stdout)), n_bt)
+            check(f"{label}: Transpose steps left", len(re.findall(r"\(Transpose\)", p.stdout)),
+                  n_tr - n_bt)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
 
