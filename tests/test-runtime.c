@@ -119,6 +119,58 @@ static void test_chain_reuse(void **state)
 	tpf_model_free(m);
 }
 
+/* Profiling (eager runs after a plan's first) and replays. */
+static void test_profile_and_replay(void **state)
+{
+	struct tpf_model *m = chain_model(6);
+	struct tpf_diag *d = tpf_diag_create();
+	float x[4 * 16] = {0};
+	int64_t dims[2] = {4, 16};
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
+	struct tpf_session *s = NULL;
+	struct tpf_session_options so = {.profile = 1};
+	assert_int_equal(tpf_session_create(m, &so, &s, d), TPF_OK);
+	/* nothing before the first run */
+	assert_int_equal(tpf_session_replay(s, d), TPF_ERR_INVALID);
+	tpf_diag_clear(d);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	tpf_session_profile_print(s, f);
+	fclose(f);
+	assert_non_null(strstr(buf, "no timed runs"));
+	free(buf);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	/* the first run is set-up: still nothing timed */
+	f = open_memstream(&buf, &len);
+	tpf_session_profile_print(s, f);
+	fclose(f);
+	assert_non_null(strstr(buf, "no timed runs"));
+	free(buf);
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(tpf_session_replay(s, d), TPF_OK);
+	assert_int_equal(tpf_session_sync(s, d), TPF_OK);
+	f = open_memstream(&buf, &len);
+	tpf_session_profile_print(s, f);
+	fclose(f);
+	/* 1 run + 3 replays; both kernels of the chain, 3 steps each */
+	assert_non_null(strstr(buf, "(4 runs, 6 steps)"));
+	assert_non_null(strstr(buf, "cpu.unary"));
+	assert_non_null(strstr(buf, "slowest steps"));
+	assert_non_null(strstr(buf, "node 'op"));
+	free(buf);
+	size_t n_coll = 9, n_one = 9;
+	tpf_session_collective_stats(s, &n_coll, &n_one);
+	assert_int_equal(n_coll, 0);
+	assert_int_equal(n_one, 0);
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
 static void test_input_errors(void **state)
 {
 	struct tpf_model *m = chain_model(2);
@@ -329,6 +381,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_chain_reuse),
+		cmocka_unit_test(test_profile_and_replay),
 		cmocka_unit_test(test_input_errors),
 		cmocka_unit_test(test_unsupported_and_world),
 		cmocka_unit_test(test_folding_and_collectives),
