@@ -42,6 +42,7 @@ static int plan_add_value(struct tpf_plan *p, const struct tpf_value *v, const c
 	r->v = v;
 	r->name = name ? name : (v ? v->name : "?");
 	r->buffer = -1;
+	r->alias = -1;
 	r->def_step = -1;
 	r->last_step = -1;
 	r->input_index = -1;
@@ -748,6 +749,19 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	if (is_collective(n->op) && (st = check_group(p, n, d)))
 		return st;
 	switch (n->op) {
+	case TPF_OP_RESHAPE:
+	case TPF_OP_SQUEEZE:
+	case TPF_OP_UNSQUEEZE:
+	case TPF_OP_IDENTITY:
+		/* the same bytes under another shape: a view of the input's buffer */
+		if (ins[0] >= 0 && outs[0] >= 0 && !p->values[ins[0]].known &&
+		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
+			int root = p->values[ins[0]].alias >= 0 ? p->values[ins[0]].alias : ins[0];
+			p->values[outs[0]].alias = root;
+			p->n_views++;
+			return TPF_OK;
+		}
+		goto main_kernel;
 	case TPF_OP_MS_ALLREDUCE:
 		return plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
 			       ? TPF_ERR_NOMEM
@@ -1058,6 +1072,16 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 			if (st->outs[i] >= 0 && p->values[st->outs[i]].def_step < 0)
 				p->values[st->outs[i]].def_step = (int)s;
 	}
+	/* a view keeps the buffer it shares alive as long as itself */
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (r->alias < 0)
+			continue;
+		struct rt_value *root = &p->values[r->alias];
+		int end = r->is_output ? last : r->last_step;
+		if (end > root->last_step)
+			root->last_step = end;
+	}
 	size_t n_buf = 0;
 	for (size_t i = 0; i < p->n_values; i++) {
 		struct rt_value *r = &p->values[i];
@@ -1065,6 +1089,8 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 			p->constant_bytes += r->t.nbytes;
 			continue;
 		}
+		if (r->alias >= 0)
+			continue; /* placed with the value it views */
 		if (!r->is_input && r->def_step < 0)
 			continue; /* never produced by a step (an omitted or folded output) */
 		if (r->is_output)
@@ -1082,7 +1108,7 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 	size_t b = 0;
 	for (size_t i = 0; i < p->n_values; i++) {
 		struct rt_value *r = &p->values[i];
-		if (r->known || (!r->is_input && r->def_step < 0))
+		if (r->known || r->alias >= 0 || (!r->is_input && r->def_step < 0))
 			continue;
 		size_t sz = r->t.nbytes;
 		if (sz % align && tpf_add_size(sz, align - sz % align, &sz)) {
@@ -1136,6 +1162,9 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 	}
 	tpf_free(placed);
 	tpf_free(idx);
+	for (size_t i = 0; i < p->n_values; i++)
+		if (p->values[i].alias >= 0)
+			p->values[i].buffer = p->values[p->values[i].alias].buffer;
 	return TPF_OK;
 }
 
@@ -1223,6 +1252,7 @@ void tpf_plan_get_stats(const struct tpf_plan *p, struct tpf_plan_stats *st)
 			st->n_collective_steps++;
 	}
 	st->n_folded = p->n_folded;
+	st->n_views = p->n_views;
 	st->n_buffers = p->n_buffers;
 	st->arena_bytes = p->arena_bytes;
 	st->unshared_bytes = p->unshared_bytes;
@@ -1267,9 +1297,9 @@ enum tpf_status tpf_plan_print(const struct tpf_plan *p, FILE *f)
 	char who[256];
 	tpf_plan_get_stats(p, &s);
 	fprintf(f, "plan: backend %s, rank %d of %d, %zu steps (%zu kernels, %zu collectives), "
-		   "%zu nodes folded on the host\n",
+		   "%zu nodes folded on the host, %zu views\n",
 		tpf_backend_name(p->opt.backend), p->opt.rank, p->opt.world, s.n_steps, s.n_kernel_steps,
-		s.n_collective_steps, s.n_folded);
+		s.n_collective_steps, s.n_folded, s.n_views);
 	fprintf(f, "inputs:\n");
 	for (size_t i = 0; i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];

@@ -17,6 +17,8 @@ struct rt_value {
 				    * values for shape functions; the plan is
 				    * rebuilt when they change */
 	int buffer;                /* arena buffer, -1 none (constants) */
+	int alias;                 /* a view (Reshape, Squeeze, Unsqueeze, Identity):
+				    * the value whose buffer it shares, else -1 */
 	int def_step, last_step;   /* live range in steps (-1: before the first) */
 	int is_input, is_output;
 	int input_index;           /* is_input: index into the user's inputs */
@@ -60,6 +62,7 @@ struct tpf_plan {
 	size_t n_buffers;
 	size_t arena_bytes, unshared_bytes, constant_bytes;
 	size_t n_folded;
+	size_t n_views; /* nodes that became views of their input (no step) */
 	int *outputs; /* rt value per graph output */
 	size_t n_outputs;
 	uint64_t shape_hash; /* of the bound inputs */

@@ -183,6 +183,7 @@ enum tpf_status tpf_plan_print(const struct tpf_plan *p, FILE *f);
 
 struct tpf_plan_stats {
 	size_t n_steps, n_kernel_steps, n_collective_steps, n_folded;
+	size_t n_views;        /* Reshape-like nodes that share their input's buffer */
 	size_t n_buffers;
 	size_t arena_bytes;    /* peak of the arena with reuse */
 	size_t unshared_bytes; /* sum of all buffers: the arena without reuse */

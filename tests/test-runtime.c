@@ -171,6 +171,71 @@ static void test_profile_and_replay(void **state)
 	tpf_model_free(m);
 }
 
+/* Reshape / Identity / Squeeze / Unsqueeze become views of their input's
+ * buffer: no step, and the viewed buffer lives as long as its views (the
+ * Neg chain in between would reuse it otherwise). */
+static void test_views(void **state)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	struct tpf_diag *d = tpf_diag_create();
+	tpf_model_set_opset(m, "", 23);
+	int64_t xd[2] = {4, 16}, flat[1] = {64}, sq_axes[1] = {0}, d1 = 1;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	struct tpf_value *shp = tpf_graph_add_initializer(g, "flat", TPF_DTYPE_INT64, 1, &d1, flat, 8);
+	struct tpf_value *ax = tpf_graph_add_initializer(g, "ax", TPF_DTYPE_INT64, 1, &d1, sq_axes, 8);
+	struct tpf_node *r = tpf_graph_add_node(g, "", "Relu", "relu", &x, 1, 1, NULL);
+	struct tpf_value *rin[2] = {r->outputs[0], shp};
+	struct tpf_node *v = tpf_graph_add_node(g, "", "Reshape", "view", rin, 2, 1, NULL); /* [64] */
+	struct tpf_value *uin[2] = {v->outputs[0], ax};
+	struct tpf_node *u = tpf_graph_add_node(g, "", "Unsqueeze", "view2", uin, 2, 1, NULL); /* [1,64] */
+	struct tpf_value *cur = x;
+	for (int i = 0; i < 6; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "neg%d", i);
+		struct tpf_node *n = tpf_graph_add_node(g, "", "Neg", name, &cur, 1, 1, NULL);
+		cur = n->outputs[0];
+	}
+	struct tpf_value *fin[2] = {cur, shp};
+	struct tpf_node *cf = tpf_graph_add_node(g, "", "Reshape", "cur_flat", fin, 2, 1, NULL);
+	struct tpf_value *ain[2] = {u->outputs[0], cf->outputs[0]};
+	struct tpf_node *add = tpf_graph_add_node(g, "", "Add", "add", ain, 2, 1, NULL); /* relu(x) + x */
+	struct tpf_node *id = tpf_graph_add_node(g, "", "Identity", "x_out", &x, 1, 1, NULL);
+	tpf_graph_add_output(g, add->outputs[0]);
+	tpf_graph_add_output(g, v->outputs[0]);
+	tpf_graph_add_output(g, id->outputs[0]);
+	float xv[64];
+	for (int i = 0; i < 64; i++)
+		xv[i] = (float)(i % 9) - 4.0f;
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_plan *p = NULL;
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_OK);
+	struct tpf_plan_stats ps;
+	tpf_plan_get_stats(p, &ps);
+	assert_int_equal(ps.n_views, 4);        /* view, view2, cur_flat, x_out */
+	assert_int_equal(ps.n_kernel_steps, 8); /* relu, 6 x neg, add */
+	tpf_plan_free(p);
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	for (int run = 0; run < 2; run++) {
+		assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+		assert_int_equal(n_out, 3);
+		assert_int_equal(out[0].rank, 2);
+		assert_int_equal(out[1].rank, 1);
+		for (int i = 0; i < 64; i++) {
+			float rl = xv[i] > 0 ? xv[i] : 0;
+			assert_true(((float *)out[0].data)[i] == rl + xv[i]);
+			assert_true(((float *)out[1].data)[i] == rl);
+			assert_true(((float *)out[2].data)[i] == xv[i]);
+		}
+	}
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
 static void test_input_errors(void **state)
 {
 	struct tpf_model *m = chain_model(2);
@@ -287,7 +352,8 @@ static void test_folding_and_collectives(void **state)
 	tpf_plan_get_stats(p, &ps);
 	assert_int_equal(ps.n_folded, 3); /* Shape, Gather, Concat */
 	assert_int_equal(ps.n_collective_steps, 2);
-	assert_int_equal(ps.n_kernel_steps, 2); /* post-reduce norm, reshape copy */
+	assert_int_equal(ps.n_kernel_steps, 1); /* post-reduce norm */
+	assert_int_equal(ps.n_views, 1);        /* the Reshape */
 	tpf_plan_free(p);
 
 	struct tpf_session *s = NULL;
@@ -382,6 +448,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_chain_reuse),
 		cmocka_unit_test(test_profile_and_replay),
+		cmocka_unit_test(test_views),
 		cmocka_unit_test(test_input_errors),
 		cmocka_unit_test(test_unsupported_and_world),
 		cmocka_unit_test(test_folding_and_collectives),
