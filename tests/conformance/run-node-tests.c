@@ -89,7 +89,7 @@ static int close_enough(const struct tpf_host_tensor *got, const struct tpf_host
 
 static enum result run_test(const char *dir, char *why, size_t n_why)
 {
-	char path[4096];
+	char path[4096 + 32];
 	struct tpf_diag *d = tpf_diag_create();
 	struct tpf_model *m = NULL;
 	struct tpf_session *s = NULL;
@@ -106,7 +106,7 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 	if (!st)
 		st = tpf_session_create(m, &(struct tpf_session_options){.backend = TPF_BACKEND_CPU}, &s, d);
 	for (int ds = 0; !st && res == R_PASS; ds++) {
-		char dsdir[4096];
+		char dsdir[4096 + 32];
 		snprintf(dsdir, sizeof(dsdir), "%s/test_data_set_%d", dir, ds);
 		if (!exists(dsdir))
 			break;
