@@ -152,6 +152,10 @@ static enum tpf_status make_inputs(const struct tpf_graph *g, unsigned long long
 		t->name = v->name;
 		t->dtype = v->type.dtype;
 		t->rank = v->type.shape.rank;
+		if (t->rank < 0 || t->rank > TPF_KERNEL_MAX_RANK || t->dtype == TPF_DTYPE_UNDEFINED ||
+		    t->dtype == TPF_DTYPE_STRING)
+			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "input '%s': no static shape or dtype this benchmark can fill",
+					     v->name);
 		for (int k = 0; k < t->rank; k++)
 			t->dims[k] = v->type.shape.dims[k].value > 0 ? v->type.shape.dims[k].value : 1;
 		size_t nb;

@@ -798,10 +798,11 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	}
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
-		const struct rt_value *x = &p->values[ins[0]];
+		/* copied: add_temp may move the values array */
+		struct tpf_ktensor xt = p->values[ins[0]].t;
 		if (n_in > 64)
 			return nfail(d, n, TPF_ERR_LIMIT, "too many inputs");
-		int tmp = add_temp(p, n, "reduced", x->t.dtype, x->t.rank, x->t.dims);
+		int tmp = add_temp(p, n, "reduced", xt.dtype, xt.rank, xt.dims);
 		if (tmp < 0)
 			return TPF_ERR_NOMEM;
 		if (plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, &tmp, 1) < 0)
@@ -1065,9 +1066,16 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 	/* live ranges */
 	for (size_t s = 0; s < p->n_steps; s++) {
 		const struct rt_step *st = &p->steps[s];
+		/* a fused norm's all-reduce input lives through its post-reduce
+		 * step: a backend may run both as one kernel (the CUDA one-shot
+		 * path), which reads the input while it writes the outputs */
+		int upto = (int)s;
+		if (st->kind == RT_STEP_ALLREDUCE && s + 1 < p->n_steps && p->steps[s + 1].node == st->node &&
+		    p->steps[s + 1].phase == TPF_PHASE_POST_REDUCE)
+			upto = (int)s + 1;
 		for (size_t i = 0; i < st->n_in; i++)
-			if (st->ins[i] >= 0 && p->values[st->ins[i]].last_step < (int)s)
-				p->values[st->ins[i]].last_step = (int)s;
+			if (st->ins[i] >= 0 && p->values[st->ins[i]].last_step < upto)
+				p->values[st->ins[i]].last_step = upto;
 		for (size_t i = 0; i < st->n_out; i++)
 			if (st->outs[i] >= 0 && p->values[st->outs[i]].def_step < 0)
 				p->values[st->outs[i]].def_step = (int)s;

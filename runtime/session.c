@@ -467,11 +467,18 @@ static size_t oneshot_max_bytes(void)
 	return e && *e && !*end ? (size_t)v : (size_t)64 << 20;
 }
 
+/* Where one-shot collectives can run at all: the same on every rank. */
+static int oneshot_possible(const struct tpf_session *s)
+{
+	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 && strcmp(s->comm->ops->name, "nccl") == 0;
+}
+
+/* Whether this rank wants them (options and environment: checked against
+ * the other ranks' choice in oneshot_prepare). */
 static int oneshot_wanted(const struct tpf_session *s)
 {
 	const char *e = getenv("TPF_ONESHOT");
-	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 && !s->opt.no_oneshot &&
-	       !s->os_failed && strcmp(s->comm->ops->name, "nccl") == 0 && !(e && !strcmp(e, "0"));
+	return !s->opt.no_oneshot && !s->os_failed && !(e && !strcmp(e, "0"));
 }
 
 static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
@@ -508,9 +515,9 @@ static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm
 static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
 	const struct tpf_plan *p = s->plan;
-	if (!oneshot_wanted(s))
+	if (!oneshot_possible(s))
 		return TPF_OK;
-	/* the choice is agreed first: a rank short of memory turns it off everywhere */
+	/* a rank short of memory turns it off everywhere */
 	s->oneshot = tpf_calloc(p->n_steps + 1, 1);
 	if (tpf_comm_agree(s->comm, s->oneshot ? TPF_OK : TPF_ERR_NOMEM, "planning one-shot collectives", NULL)) {
 		tpf_free(s->oneshot);
@@ -518,6 +525,7 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		return TPF_OK;
 	}
 	s->n_oneshot = p->n_steps;
+	int wanted = oneshot_wanted(s);
 	size_t need[TPF_DTYPE_COUNT] = {0}, need_sharded = 0, limit = oneshot_max_bytes();
 	for (size_t k = 0; k < p->n_steps; k++) {
 		const struct rt_step *st = &p->steps[k];
@@ -542,7 +550,7 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 				mode = OS_SHARDED;
 		}
 		size_t bytes;
-		if (mode == OS_NONE || tpf_dtype_storage_bytes(nd.dtype, nd.elems, &bytes) || bytes > limit)
+		if (!wanted || mode == OS_NONE || tpf_dtype_storage_bytes(nd.dtype, nd.elems, &bytes) || bytes > limit)
 			continue;
 		s->oneshot[k] = (unsigned char)mode;
 		if (mode == OS_SHARDED)
@@ -550,6 +558,20 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		else if (nd.elems > need[nd.dtype])
 			need[nd.dtype] = nd.elems;
 	}
+	/* The ranks must choose alike (TPF_ONESHOT, TPF_ONESHOT_MAX_BYTES and
+	 * no_oneshot are per process): one rank in a one-shot kernel and
+	 * another in NCCL would wait for each other forever. */
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (size_t k = 0; k < p->n_steps; k++)
+		h = (h ^ s->oneshot[k]) * UINT64_C(0x100000001b3);
+	enum tpf_status cs = tpf_comm_check_same(s->comm, h,
+						 "the one-shot collectives chosen (TPF_ONESHOT, "
+						 "TPF_ONESHOT_MAX_BYTES and --no-oneshot must agree)",
+						 d);
+	if (cs)
+		return cs;
+	if (!wanted)
+		return TPF_OK;
 	/* Every rank makes the same create calls, failed or not (each is one
 	 * exchange), then all learn whether any failed. */
 	struct tpf_diag *local = tpf_diag_create();

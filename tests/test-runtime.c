@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "tpf-runtime.h"
+#include "runtime-internal.h"
 
 static int diag_mentions(const struct tpf_diag *d, const char *needle)
 {
@@ -236,6 +236,49 @@ static void test_views(void **state)
 	tpf_model_free(m);
 }
 
+/* A fused norm's all-reduce input stays live through its post-reduce step
+ * (the CUDA one-shot kernel reads it while writing the outputs): its buffer
+ * never overlaps an output of that step. */
+static void test_fused_norm_input_lifetime(void **state)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	struct tpf_diag *d = tpf_diag_create();
+	tpf_model_set_opset(m, "", 23);
+	int64_t xd[2] = {8, 256}, d256 = 256;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	float gamma[256];
+	for (int i = 0; i < 256; i++)
+		gamma[i] = 1.0f;
+	struct tpf_value *gv = tpf_graph_add_initializer(g, "gamma", TPF_DTYPE_FLOAT, 1, &d256, gamma, sizeof(gamma));
+	struct tpf_node *neg = tpf_graph_add_node(g, "", "Neg", "partial", &x, 1, 1, NULL);
+	struct tpf_value *fin[2] = {neg->outputs[0], gv};
+	struct tpf_node *f = tpf_graph_add_node(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", fin, 2, 1, NULL);
+	tpf_graph_add_output(g, f->outputs[0]);
+	static float xv[8 * 256];
+	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_plan *p = NULL;
+	enum tpf_status st = tpf_plan_build(m, &in, 1, NULL, &p, d);
+	if (st)
+		dump_diag(d);
+	assert_int_equal(st, TPF_OK);
+	const struct rt_value *part = NULL, *y = NULL;
+	for (size_t i = 0; i < p->n_values; i++) {
+		if (p->values[i].v == neg->outputs[0])
+			part = &p->values[i];
+		if (p->values[i].v == f->outputs[0])
+			y = &p->values[i];
+	}
+	assert_non_null(part);
+	assert_non_null(y);
+	assert_true(part->buffer >= 0 && y->buffer >= 0);
+	const struct rt_buffer *a = &p->buffers[part->buffer], *b = &p->buffers[y->buffer];
+	assert_true(a->offset + a->size <= b->offset || b->offset + b->size <= a->offset);
+	tpf_plan_free(p);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
 static void test_input_errors(void **state)
 {
 	struct tpf_model *m = chain_model(2);
@@ -449,6 +492,7 @@ int main(void)
 		cmocka_unit_test(test_chain_reuse),
 		cmocka_unit_test(test_profile_and_replay),
 		cmocka_unit_test(test_views),
+		cmocka_unit_test(test_fused_norm_input_lifetime),
 		cmocka_unit_test(test_input_errors),
 		cmocka_unit_test(test_unsupported_and_world),
 		cmocka_unit_test(test_folding_and_collectives),
