@@ -1432,6 +1432,13 @@ static void infer_skip_simplified(struct infer_ctx *c, const struct tpf_node *n)
 	/* the residual sum has the input's shape; skip must broadcast to it */
 	if (broadcast(c, n, ptrs, 2, &sum))
 		return;
+	/* input, skip, gamma and bias share one type T: any of them names it
+	 * when the input's is unknown (as the canonical Add + RMSNorm would) */
+	for (size_t i = 1; !x.dtype && i < n->n_inputs && i < 4; i++) {
+		struct itype t;
+		in_type(n, i, &t);
+		x.dtype = t.dtype;
+	}
 	set_output(c, n, 0, &x);
 	it_unknown(&stat);
 	stat.dtype = TPF_DTYPE_FLOAT;
