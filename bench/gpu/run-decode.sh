@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decode step of the dense example at TP=2, in one call on the GPU machine,
+# Decode step of the dense example at TP=2, in one run on the GPU machine,
 # batch 1, 8 and 64, each eager and as a CUDA graph:
 #   unfused-nccl  tpfuse, the unfused graph, every all-reduce through NCCL
 #   unfused       tpfuse, the unfused graph (all-reduces one-shot where they fit)
