@@ -1424,15 +1424,18 @@ static void infer_layer_norm(struct infer_ctx *c, const struct tpf_node *n)
 static void infer_skip_simplified(struct infer_ctx *c, const struct tpf_node *n)
 {
 	struct itype x, skip, bias, stat;
-	const struct itype *ptrs[3] = {&x, &skip, &bias};
+	const struct itype *ptrs[2] = {&x, &skip}, *with_bias[2] = {&x, &bias};
 	struct itype sum;
 
 	in_type(n, 0, &x);
 	in_type(n, 1, &skip);
 	in_type(n, 3, &bias);
 	/* the residual sum input + skip (+ bias) has the input's shape; skip
-	 * and bias must broadcast to it */
-	if (broadcast(c, n, ptrs, n->n_inputs > 3 && in_value(n, 3) ? 3 : 2, &sum))
+	 * and bias must each broadcast to it (checked apart: an unknown skip
+	 * must not hide a bias that cannot) */
+	if (n->n_inputs > 3 && in_value(n, 3) && broadcast(c, n, with_bias, 2, &sum))
+		return;
+	if (broadcast(c, n, ptrs, 2, &sum))
 		return;
 	/* input, skip, gamma and bias share one type T: any of them names it
 	 * when the input's is unknown (as the canonical Add + RMSNorm would) */
