@@ -641,19 +641,26 @@ static int fp8_matmul(const struct tpf_plan *p, const struct tpf_node *mm)
 	return a != TPF_DTYPE_UNDEFINED && a == b;
 }
 
-/* A dequantization whose every reader is an fp8 GEMM (and no graph output). */
-static int dq_feeds_only_fp8(const struct tpf_plan *p, const struct tpf_node *dq)
+/* 1 when n's single output is no graph output and every reader, in n's
+ * graph, is one that reads(p, n, use) accepts: n need not run then. */
+static int only_read_by(const struct tpf_plan *p, const struct tpf_node *n,
+			int (*reads)(const struct tpf_plan *p, const struct tpf_node *n, const struct tpf_use *use))
 {
-	const struct tpf_value *y = dq->n_outputs == 1 ? dq->outputs[0] : NULL;
+	const struct tpf_value *y = n->n_outputs == 1 ? n->outputs[0] : NULL;
 	if (!y || y->n_output_refs || !y->n_uses)
 		return 0;
 	for (size_t u = 0; u < y->n_uses; u++) {
 		const struct tpf_use *use = &y->uses[u];
-		if (!use->node || use->node->graph != dq->graph || use->index < 0 || use->index > 1 ||
-		    !fp8_matmul(p, use->node))
+		if (!use->node || use->node->graph != n->graph || use->index < 0 || !reads(p, n, use))
 			return 0;
 	}
 	return 1;
+}
+
+/* An fp8 GEMM reading a dequantization as either operand. */
+static int read_by_fp8_gemm(const struct tpf_plan *p, const struct tpf_node *dq, const struct tpf_use *use)
+{
+	return use->index <= 1 && fp8_matmul(p, use->node);
 }
 
 static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *outs,
@@ -722,19 +729,23 @@ static const struct tpf_node *bt_transpose(const struct tpf_plan *p, const struc
 	return t;
 }
 
-/* A Transpose that only feeds products that read its input transposed. */
-static int transpose_feeds_only_bt(const struct tpf_plan *p, const struct tpf_node *t)
+/* A product that reads the Transpose's input transposed instead. */
+static int read_by_bt_gemm(const struct tpf_plan *p, const struct tpf_node *t, const struct tpf_use *use)
 {
-	const struct tpf_value *y = t->n_outputs == 1 ? t->outputs[0] : NULL;
-	if (!y || y->n_output_refs || !y->n_uses)
-		return 0;
-	for (size_t u = 0; u < y->n_uses; u++) {
-		const struct tpf_use *use = &y->uses[u];
-		if (!use->node || use->node->graph != t->graph || use->index != 1 || fp8_matmul(p, use->node) ||
-		    bt_transpose(p, use->node) != t)
-			return 0;
-	}
-	return 1;
+	return use->index == 1 && !fp8_matmul(p, use->node) && bt_transpose(p, use->node) == t;
+}
+
+/* One kernel step for node n (the common lowering). */
+static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
+				  const int *outs, struct tpf_diag *d)
+{
+	const struct tpf_kernel *k =
+		pick_kernel(p, p->opt.backend, n, TPF_PHASE_MAIN, ins, n->n_inputs, outs, n->n_outputs, d);
+	if (!k)
+		return TPF_ERR_UNSUPPORTED;
+	return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, ins, n->n_inputs, outs, n->n_outputs) < 0
+		       ? TPF_ERR_NOMEM
+		       : TPF_OK;
 }
 
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
@@ -761,7 +772,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			p->n_views++;
 			return TPF_OK;
 		}
-		goto main_kernel;
+		return lower_main(p, n, ins, outs, d);
 	case TPF_OP_MS_ALLREDUCE:
 		return plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
 			       ? TPF_ERR_NOMEM
@@ -848,7 +859,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			return lower_fp8_matmul(p, n, outs, d);
 		const struct tpf_node *t = bt_transpose(p, n);
 		if (!t)
-			goto main_kernel;
+			return lower_main(p, n, ins, outs, d);
 		int bt_ins[2] = {ins[0], value_index(p, t->inputs[0])};
 		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1, d)))
 			return TPF_ERR_UNSUPPORTED;
@@ -856,13 +867,8 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			       ? TPF_ERR_NOMEM
 			       : TPF_OK;
 	}
-	main_kernel:
 	default:
-		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, ins, n_in, outs, n_out, d)))
-			return TPF_ERR_UNSUPPORTED;
-		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, ins, n_in, outs, n_out) < 0
-			       ? TPF_ERR_NOMEM
-			       : TPF_OK;
+		return lower_main(p, n, ins, outs, d);
 	}
 }
 
@@ -1010,9 +1016,9 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			p->values[outs[i]].t.host = NULL;
 			out_elems += (size_t)out[i].numel;
 		}
-		if (n->op == TPF_OP_DEQUANTIZE_LINEAR && dq_feeds_only_fp8(p, n))
+		if (n->op == TPF_OP_DEQUANTIZE_LINEAR && only_read_by(p, n, read_by_fp8_gemm))
 			continue; /* its fp8 GEMMs read the codes */
-		if (n->op == TPF_OP_TRANSPOSE && transpose_feeds_only_bt(p, n))
+		if (n->op == TPF_OP_TRANSPOSE && only_read_by(p, n, read_by_bt_gemm))
 			continue; /* its products read the input transposed */
 		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
 		if ((all_known || n->op == TPF_OP_SHAPE) && !is_collective(n->op) && out_elems <= fold_max) {
