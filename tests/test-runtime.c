@@ -34,8 +34,16 @@ static void dump_diag(const struct tpf_diag *d)
 		print_message("diag: %s\n", d->entries[i].text);
 }
 
-/* A chain x -> Relu -> Neg -> Relu -> Neg -> ... (n ops), f32[T, 16] with a
- * symbolic T. */
+/* A chain x -> Neg -> Reciprocal -> Neg -> Neg -> Reciprocal -> Neg -> ...
+ * (n ops, op i is Reciprocal when i % 3 == 1), f32[T, 16] with a symbolic
+ * T.  Its result depends on the input's sign and magnitude, and leaving out
+ * any one step changes it (a missing Neg flips the sign, a missing
+ * Reciprocal inverts the magnitude of every element but +-1). */
+static const char *chain_op(int i)
+{
+	return i % 3 == 1 ? "Reciprocal" : "Neg";
+}
+
 static struct tpf_model *chain_model(int n)
 {
 	struct tpf_model *m = tpf_model_create();
@@ -48,12 +56,37 @@ static struct tpf_model *chain_model(int n)
 	for (int i = 0; i < n; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "op%d", i);
-		struct tpf_node *nd = tpf_graph_add_node(g, "", i % 2 ? "Neg" : "Relu", name, &v, 1, 1, NULL);
+		struct tpf_node *nd = tpf_graph_add_node(g, "", chain_op(i), name, &v, 1, 1, NULL);
 		assert_non_null(nd);
 		v = nd->outputs[0];
 	}
 	assert_int_equal(tpf_graph_add_output(g, v), TPF_OK);
 	return m;
+}
+
+/* The chain's result for one element, step by step as the CPU kernels
+ * compute it (in double, rounded to float after every step). */
+static float chain_expect(int n, float x)
+{
+	for (int i = 0; i < n; i++)
+		x = i % 3 == 1 ? (float)(1.0 / (double)x) : -x;
+	return x;
+}
+
+/* Exact equality with the chain's result for every element. */
+static void check_chain_output(const struct tpf_host_tensor *out, int n_ops, const float *x, int64_t rows)
+{
+	assert_int_equal(out->dtype, TPF_DTYPE_FLOAT);
+	assert_int_equal(out->rank, 2);
+	assert_int_equal(out->dims[0], rows);
+	assert_int_equal(out->dims[1], 16);
+	const float *y = out->data;
+	for (int64_t i = 0; i < rows * 16; i++) {
+		float want = chain_expect(n_ops, x[i]);
+		if (y[i] != want)
+			fail_msg("element %lld: %.9g, expected %.9g (input %.9g)", (long long)i, (double)y[i],
+				 (double)want, (double)x[i]);
+	}
 }
 
 static struct tpf_host_tensor make_input(const char *name, enum tpf_dtype dt, int rank,
@@ -73,9 +106,12 @@ static void test_chain_reuse(void **state)
 {
 	struct tpf_model *m = chain_model(8);
 	struct tpf_diag *d = tpf_diag_create();
-	float x[4 * 16];
+	float x[4 * 16], x2[2 * 16];
+	/* no zero (its reciprocal is infinite), every element different */
 	for (int i = 0; i < 64; i++)
-		x[i] = (float)(i - 32);
+		x[i] = (float)(i - 32) * 0.75f + 0.25f;
+	for (int i = 0; i < 32; i++)
+		x2[i] = 3.0f - (float)i * 0.375f;
 	int64_t dims[2] = {4, 16};
 	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
 	struct tpf_plan *p = NULL;
@@ -98,22 +134,27 @@ static void test_chain_reuse(void **state)
 	free(buf);
 	tpf_plan_free(p);
 
-	/* run, then run again with another T: the plan is rebuilt */
+	/* run twice on the same plan, then with another T (the plan is
+	 * rebuilt) and other values, then with the first input again: every
+	 * result is the chain's, exactly */
 	struct tpf_session *s = NULL;
 	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
 	const struct tpf_host_tensor *out;
 	size_t n_out;
 	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
 	assert_int_equal(n_out, 1);
-	for (int i = 0; i < 64; i++)
-		assert_true(((float *)out[0].data)[i] == (x[i] > 0 ? -x[i] : 0.0f) || ((float *)out[0].data)[i] == -0.0f);
+	check_chain_output(&out[0], 8, x, 4);
 	const struct tpf_plan *p1 = tpf_session_plan(s);
 	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
 	assert_ptr_equal(tpf_session_plan(s), p1);
-	dims[0] = 2;
-	in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
+	check_chain_output(&out[0], 8, x, 4);
+	int64_t dims2[2] = {2, 16};
+	struct tpf_host_tensor in2 = make_input("x", TPF_DTYPE_FLOAT, 2, dims2, x2);
+	assert_int_equal(tpf_session_run(s, &in2, 1, &out, &n_out, d), TPF_OK);
+	assert_int_equal(n_out, 1);
+	check_chain_output(&out[0], 8, x2, 2);
 	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
-	assert_int_equal(out[0].dims[0], 2);
+	check_chain_output(&out[0], 8, x, 4);
 	tpf_session_free(s);
 	tpf_diag_free(d);
 	tpf_model_free(m);
