@@ -6,7 +6,9 @@
 #
 # Cases (2 CPU ranks, a small dense tensor-parallel model from
 # examples/tpmodels.py):
-#   rank-killed            rank 1 is killed (SIGKILL) in the middle of a run
+#   rank-killed            rank 1 is killed (SIGKILL) in the middle of a run;
+#                          mpirun runs with --enable-recovery, so it does not
+#                          end rank 0 for us: rank 0 must notice on its own
 #   rank-stuck             rank 1 is stopped (SIGSTOP) in the middle of a run:
 #                          a collective that never completes
 #   rank-leaves-early      rank 1 runs 1 iteration, rank 0 many
@@ -18,9 +20,13 @@
 #
 # --timeout (default: $TPF_FAULT_TIMEOUT, else 5) is passed to `tpfuse run
 # --timeout`; a case fails when mpirun has not ended after 4 x timeout + 30 s.
-# A case passes when mpirun exits non-zero before that deadline, the output
-# names the cause, and no rank's process outlives mpirun (mpirun ends every
-# rank when one fails, so none exits 0 after a fault).
+# A case passes when mpirun exits non-zero before that deadline, a line that
+# tpfuse itself printed names the cause, and no rank's process outlives
+# mpirun (mpirun ends every rank when one fails, so none exits 0 after a
+# fault).  The patterns match tpfuse's own messages ("tpfuse: rank R: error:
+# ..." and the start-up watchdog's "tpfuse run: error: ..."), never the
+# banners of mpirun or Open MPI, which speak of exits and signals whatever
+# tpfuse did.
 # Exit status: 0 all passed (known gaps may fail as XFAIL), 1 a case failed,
 # 77 skipped (no mpirun or no onnx).
 set -uo pipefail
@@ -93,6 +99,17 @@ if [ "$r" = 1 ] && { [ "$FT_FAULT" = KILL ] || [ "$FT_FAULT" = STOP ]; }; then
 		kill -"$FT_FAULT" $$
 	) &
 fi
+if [ "$r" = 0 ] && [ "$FT_FAULT" = KILL ]; then
+	# mpirun runs with --enable-recovery here and does not pass rank 0's
+	# exit status on: keep it (the process id is then the child's)
+	"$@" >"$FT_LOG0" 2>&1 &
+	child=$!
+	echo $child >"$FT_STATUS.pid.$r"
+	wait $child
+	rc=$?
+	echo $rc >"$FT_STATUS.rc.$r"
+	exit $rc
+fi
 if [ "$r" = 0 ]; then
 	exec "$@" >"$FT_LOG0" 2>&1
 fi
@@ -116,7 +133,7 @@ run_case() {
 	local start=$SECONDS rc=0
 	: >"$dir/rank0.txt"
 	FT_FAULT=$fault FT_STATUS=$dir/status FT_LOG0=$dir/rank0.txt \
-		timeout -k 5 "$deadline" mpirun -np 2 \
+		timeout -k 5 "$deadline" mpirun -np 2 "${mpirun_args[@]}" \
 		-x FT_FAULT -x FT_STATUS -x FT_LOG0 \
 		"$wrapper" "${launcher[@]}" run "$@" --timeout "$timeout_s" \
 		>"$log" 2>&1 || rc=$?
@@ -144,14 +161,21 @@ run_case() {
 	elif [ "$took" -ge "$deadline" ]; then
 		ok=0
 		why="hung: mpirun still running after ${deadline}s"
-	elif [ "$rc" = 0 ]; then
+	elif [ "$fault" = KILL ] && [ ! -s "$dir/status.rc.0" ]; then
+		ok=0
+		why="rank 0's exit status was not recorded"
+	elif [ "$fault" = KILL ] && [ "$(cat "$dir/status.rc.0")" = 0 ]; then
+		ok=0
+		why="rank 0 exited 0"
+	elif [ "$fault" != KILL ] && [ "$rc" = 0 ]; then
 		ok=0
 		why="mpirun exited 0"
-	elif ! grep -Eiq "$needle" "$log"; then
+	elif ! grep -Eq "$needle" "$log"; then
 		ok=0
-		why="no message matching /$needle/"
+		why="no tpfuse message matching /$needle/"
 	fi
 	local ranks="mpirun exit $rc"
+	[ -s "$dir/status.rc.0" ] && ranks="$ranks, rank 0 exit $(cat "$dir/status.rc.0")"
 	if [ $ok = 1 ]; then
 		passed=$((passed + 1))
 		if [ -n "$gap" ]; then
@@ -159,7 +183,7 @@ run_case() {
 		else
 			echo "ok    $name (${took}s; $ranks)"
 		fi
-		grep -Ei "$needle" "$log" | head -n 2 | sed 's/^/      /'
+		grep -E "$needle" "$log" | head -n 2 | sed 's/^/      /'
 	elif [ -n "$gap" ]; then
 		xfailed=$((xfailed + 1))
 		echo "XFAIL $name (${took}s): $why -- known gap: $gap"
@@ -172,12 +196,21 @@ run_case() {
 }
 
 launcher=("$tpfuse")
+mpirun_args=()
 m=$models/dense.rank{rank}.onnx
 data=$models/dense_data/rank{rank}
+# what a rank says when a collective cannot complete (runtime/comm-mpi.c):
+# the peer never answers (timeout) or MPI reports the failure
+coll_fail="MPI (allreduce|allgather|alltoall|broadcast|barrier) (timed out after $timeout_s s on rank 0 of 2|failed on rank 0)"
 
-run_case rank-killed KILL 'exit code|exited|signal|killed' "" -- \
+# By default mpirun ends every rank as soon as one dies by a signal, before
+# tpfuse can say anything; --enable-recovery leaves rank 0 running, so it
+# must find out through its own collective timeout.
+mpirun_args=(--enable-recovery)
+run_case rank-killed KILL "tpfuse: rank 0: error: $coll_fail" "" -- \
 	"$m" --inputs "$data" --iters 1000000 --quiet
-run_case rank-stuck STOP 'timed out after' "" -- \
+mpirun_args=()
+run_case rank-stuck STOP "tpfuse: rank 0: error: MPI [a-z]+ timed out after $timeout_s s on rank 0 of 2" "" -- \
 	"$m" --inputs "$data" --iters 1000000 --quiet
 
 # rank 1 runs one iteration and leaves; rank 0 keeps going
@@ -191,18 +224,19 @@ exec "\$@" --iters \$n
 EOF
 chmod +x "$work/early/iters.sh"
 launcher=("$work/early/iters.sh" "$tpfuse")
-run_case rank-leaves-early none 'timed out|failed on rank|truncat|disagree|exited' "" -- \
+run_case rank-leaves-early none "tpfuse: rank 0: error: $coll_fail" "" -- \
 	"$m" --inputs "$data" --quiet
 launcher=("$tpfuse")
 
-run_case rank-exits-before-init exit-before-init 'did not all start|exit|timed out' "" -- \
+run_case rank-exits-before-init exit-before-init \
+	'tpfuse run: error: the ranks did not all start within the --timeout' "" -- \
 	"$m" --inputs "$data" --quiet
 
 # rank 1 loads another model family
 mkdir -p "$work/mixed"
 cp "$models/dense.rank0.onnx" "$work/mixed/model.rank0.onnx"
 cp "$models/qwen_moe.rank1.onnx" "$work/mixed/model.rank1.onnx"
-run_case different-model none 'disagree on the graph structure' "" -- \
+run_case different-model none 'tpfuse: rank [01]: error: ranks disagree on the graph structure' "" -- \
 	"$work/mixed/model.rank{rank}.onnx" --random-inputs 1 --quiet
 
 # rank 1's first input gets one more row
@@ -221,7 +255,8 @@ a = np.concatenate([a, a[:1]], axis=0)
 with open(sys.argv[1], "wb") as f:
     f.write(numpy_helper.from_array(a, t.name).SerializeToString())
 PY
-run_case different-shapes none 'disagree on the input' "" -- \
+run_case different-shapes none \
+	'tpfuse: rank [01]: error: ranks disagree on the input names, dtypes and shapes' "" -- \
 	"$m" --inputs "$work/shapes-{rank}" --quiet
 
 # rank 1's input_0.pb is missing
@@ -229,7 +264,8 @@ for r in 0 1; do
 	cp -r "$models/dense_data/rank$r" "$work/missing-$r"
 done
 rm -f "$work/missing-1/input_0.pb"
-run_case missing-input-file none 'missing input|input_0|disagree on the input' "" -- \
+run_case missing-input-file none \
+	'tpfuse: rank 1: error: .*/missing-1: missing input file input_0\.pb' "" -- \
 	"$m" --inputs "$work/missing-{rank}" --quiet
 
 echo "fault-tests: $passed passed, $failed failed, $xfailed known gaps (XFAIL)"
