@@ -5,11 +5,13 @@
  * and broadcast on device buffers; the host-memory path (structure and
  * status agreement) through MPI; CUDA graph capture of a collective.
  *
- * With --stall: a stalled collective (the last rank skips it) must end in
- * an error within the 8 s timeout on the waiting rank instead of a hang;
- * that rank then ends the job as `tpfuse run` does after an error
- * (tpf_comm_abort, exit code 3 when the error came in time), so the test
- * expects a non-zero exit (meson should_fail) within its time limit.
+ * With --stall: a stalled collective (the last rank skips it and sleeps
+ * for 10 minutes, so it never ends the job itself) must end in an error
+ * within the 8 s timeout on the waiting rank instead of a hang; that rank
+ * then ends the job as `tpfuse run` does after an error (tpf_comm_abort,
+ * exit code 3 when the error came in time).  tests/gpu/stall-check.sh runs
+ * it and requires exit 3, the timeout's message, and an end well before
+ * the stalled rank would wake up.
  *
  * Exit 0 passed, 1 failed, 77 no GPU or fewer GPUs than ranks (skipped).
  */
@@ -86,7 +88,10 @@ int main(int argc, char **argv)
 		if (c->rank == W - 1) {
 			printf("rank %d: skipping an allreduce\n", RANK);
 			fflush(stdout);
-			sleep(60); /* ended by the other rank's abort */
+			/* outlives any deadline of the test: only the other rank's
+			 * abort ends the job in time */
+			alarm(700);
+			sleep(600);
 			return 1;
 		}
 		double t0 = now_s();
