@@ -608,6 +608,25 @@ enum tpf_status tpf_graph_print_text(const struct tpf_graph *g, FILE *f);
 /* Graphviz DOT; nodes with origin_pass set are highlighted and labelled. */
 enum tpf_status tpf_model_print_dot(const struct tpf_model *m, FILE *f);
 
+/* ------------------------------------------------------------ text reader */
+
+/* Reads the text dump of tpf_model_print_text back into a model, so graphs
+ * can be written as text (pass tests, bug reports); printing the result
+ * reproduces the dump byte for byte.  What a dump leaves out comes back as:
+ * unnamed node outputs named after their number ("%7"), tensors printed as
+ * "(N bytes)" filled with zeros, external and "not loaded" tensors without
+ * data.  Lines starting with '#' are comments.  Hand-written text may leave
+ * out node types and comments and refer to a value before its line.
+ * Messages start with "NAME:LINE:COL: " (`name`: the file name, or NULL).
+ * TPF_ERR_PARSE on malformed text; *out is NULL on failure, else the
+ * caller frees it with tpf_model_free.  Sparse-tensor and type-proto
+ * attributes cannot be read back (the dump does not hold them). */
+enum tpf_status tpf_model_parse_text(const char *text, size_t size, const char *name,
+				     struct tpf_model **out, struct tpf_diag *d);
+/* The same for a file (at most 256 MiB). */
+enum tpf_status tpf_model_load_text_file(const char *path, struct tpf_model **out,
+					 struct tpf_diag *d);
+
 #ifdef __cplusplus
 }
 #endif
