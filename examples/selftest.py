@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Self test of the example generators: every family at world sizes 1, 2 and 4
 (onnx.checker on every model, the reference evaluator against onnxruntime),
-plus every --norm-form at world size 2.  With --tpfuse, every rank model is
-also optimized by `tpfuse optimize` (the default pipeline): the fusion counts
-must equal the manifest's expected_fusions, optimizing again must fuse
+plus every --norm-form at world size 2.  With --tpfuse, every rank model of
+both (each family at each world size, and each family in each RMSNorm form)
+is also optimized by `tpfuse optimize` (the default pipeline): the fusion
+counts must equal the manifest's expected_fusions, optimizing again must fuse
 nothing more, and the optimized ranks are checked against onnxruntime.
 
   python3 examples/selftest.py [--keep DIR] [--tpfuse PATH/TO/tpfuse]
@@ -139,6 +140,13 @@ def main(argv=None):
 				print("W=2 %-12s --norm-form %-10s %s" % (fam, form, "ok" if rc == 0 else "FAIL"))
 				if rc:
 					fails.append((form, fam))
+				if a.tpfuse:
+					total += 1
+					rc = optimize_and_check(a.tpfuse, out, fam, 2)
+					print("W=2 %-12s --norm-form %-10s optimized %s"
+					      % (fam, form, "ok" if rc == 0 else "FAIL"))
+					if rc:
+						fails.append((form, fam, "optimized"))
 	finally:
 		if not a.keep:
 			shutil.rmtree(root, ignore_errors=True)
