@@ -20,7 +20,7 @@ say() { printf '==> %s\n' "$*"; }
 
 # ------------------------------------------------------------------ 1. packages
 packages=(gcc clang libclang-rt-14-dev meson ninja-build pkg-config protobuf-c-compiler libprotobuf-c-dev libcmocka-dev
-	openmpi-bin libopenmpi-dev graphviz python3-venv)
+	openmpi-bin libopenmpi-dev graphviz python3-venv python3-dev)
 
 missing=()
 if [ "${TPF_SKIP_APT:-0}" != 1 ] && command -v dpkg-query >/dev/null 2>&1; then

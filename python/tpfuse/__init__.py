@@ -132,7 +132,12 @@ def _pass_list(passes: Union[str, Sequence[str], None]) -> str:
         return "none"
     if isinstance(passes, str):
         return passes
-    names = list(passes)
+    try:
+        names = list(passes)
+    except TypeError:
+        raise TypeError(
+            "passes: expected a str, a sequence of str or None, not %s" % type(passes).__name__
+        ) from None
     for name in names:
         if not isinstance(name, str):
             raise TypeError(
