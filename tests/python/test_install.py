@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -48,6 +49,13 @@ def _clean_env():
 
 def test_fresh_venv_installs_the_package_with_one_pip_command(tmp_path, dense_rank0, tpfuse_cli):
     venv = tmp_path / "venv"
+    try:
+        _install_and_check(tmp_path, venv, dense_rank0, tpfuse_cli)
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)  # a few hundred MB (onnx, numpy)
+
+
+def _install_and_check(tmp_path, venv, dense_rank0, tpfuse_cli):
     env = _clean_env()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
     py = str(venv / "bin" / "python")
