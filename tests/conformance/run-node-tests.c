@@ -2,18 +2,29 @@
 /*
  * ONNX backend node tests on the CPU runtime.
  *
- *   run-node-tests DATA_DIR [FILTER] [--verbose] [--list-failures]
+ *   run-node-tests DATA_DIR [FILTER] [--verbose] [--list-failures] [--results FILE]
  *
  * DATA_DIR holds test_NAME/model.onnx and test_data_set_N/{input,output}_M.pb
  * (tests/conformance/gen-node-data.py writes them from the installed onnx
- * package).  Each test is: pass (every data set within ONNX's default
- * tolerance, rtol 1e-3 / atol 1e-7, two units in the last place for bf16
- * and fp16 outputs, NaNs equal), unsupported (the runtime
- * reports an unsupported op, dtype or form, or the test data is not
- * tensors), or fail (wrong numbers, or any other error).  Prints a summary;
- * exits 1 when a test fails.
+ * package).  Each test is one of:
+ *   pass         every data set within ONNX's default tolerance (rtol 1e-3,
+ *                atol 1e-7; two units in the last place for bf16 and fp16
+ *                outputs; NaNs equal)
+ *   unsupported  the loader or the planner (tpf_plan_build) reports
+ *                TPF_ERR_UNSUPPORTED (an op, dtype or form the runtime does
+ *                not have), or the test data are not tensors
+ *   fail         wrong numbers, any other error, a kernel that reports
+ *                TPF_ERR_UNSUPPORTED while running a plan the planner
+ *                accepted (the planner must refuse what it cannot run), or a
+ *                test folder without model.onnx or without test_data_set_0
+ * Prints a summary; --results FILE writes one line per test:
+ * NAME<TAB>pass|fail|unsupported<TAB>reason.
+ * Exit status: 0 when no test fails, 1 when one does or when DATA_DIR is
+ * missing or holds no test_* folder (the data were not generated), 2 on a
+ * usage error.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +98,19 @@ static int close_enough(const struct tpf_host_tensor *got, const struct tpf_host
 	return 1;
 }
 
+/* The first error message of d, or "". */
+static const char *first_error(const struct tpf_diag *d)
+{
+	for (size_t i = 0; i < d->count; i++)
+		if (d->entries[i].severity == TPF_SEV_ERROR)
+			return d->entries[i].text;
+	return "";
+}
+
+/* Where a test stopped: an UNSUPPORTED from loading or planning makes the
+ * test unsupported, one from running the plan is a failure. */
+enum stage { S_LOAD, S_PLAN, S_RUN };
+
 static enum result run_test(const char *dir, char *why, size_t n_why)
 {
 	char path[4096 + 32];
@@ -94,7 +118,9 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 	struct tpf_model *m = NULL;
 	struct tpf_session *s = NULL;
 	enum result res = R_PASS;
+	enum stage stage = S_LOAD;
 	enum tpf_status st;
+	int n_sets = 0;
 	snprintf(path, sizeof(path), "%s/NOT_TENSORS", dir);
 	if (exists(path)) {
 		snprintf(why, n_why, "test data are not tensors (sequences, maps or optionals)");
@@ -102,6 +128,11 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 		return R_UNSUPPORTED;
 	}
 	snprintf(path, sizeof(path), "%s/model.onnx", dir);
+	if (!exists(path)) {
+		snprintf(why, n_why, "no model.onnx in the test folder");
+		tpf_diag_free(d);
+		return R_FAIL;
+	}
 	st = tpf_model_load_file(path, &(struct tpf_load_options){0}, &m, d);
 	if (!st)
 		st = tpf_session_create(m, &(struct tpf_session_options){.backend = TPF_BACKEND_CPU}, &s, d);
@@ -110,8 +141,10 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 		snprintf(dsdir, sizeof(dsdir), "%s/test_data_set_%d", dir, ds);
 		if (!exists(dsdir))
 			break;
+		n_sets++;
 		struct tpf_host_tensor *in = NULL, *want = NULL;
 		size_t n_in = 0, n_want = 0;
+		stage = S_LOAD;
 		st = tpf_tensor_read_dir(dsdir, "input", &in, &n_in, d);
 		if (!st)
 			st = tpf_tensor_read_dir(dsdir, "output", &want, &n_want, d);
@@ -121,10 +154,20 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 			tpf_free((void *)in[i].name);
 			in[i].name = nn;
 		}
+		/* the planner alone first: what it accepts must run */
+		if (!st) {
+			struct tpf_plan *p = NULL;
+			stage = S_PLAN;
+			st = tpf_plan_build(m, in, n_in, &(struct tpf_plan_options){.backend = TPF_BACKEND_CPU}, &p,
+					    d);
+			tpf_plan_free(p);
+		}
 		const struct tpf_host_tensor *got = NULL;
 		size_t n_got = 0;
-		if (!st)
+		if (!st) {
+			stage = S_RUN;
 			st = tpf_session_run(s, in, n_in, &got, &n_got, d);
+		}
 		if (!st) {
 			if (n_got != n_want) {
 				snprintf(why, n_why, "%zu outputs, expected %zu", n_got, n_want);
@@ -142,14 +185,17 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 		tpf_host_tensors_release(want, n_want);
 	}
 	if (st) {
-		res = st == TPF_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_FAIL;
-		const char *text = "";
-		for (size_t i = 0; i < d->count; i++)
-			if (d->entries[i].severity == TPF_SEV_ERROR) {
-				text = d->entries[i].text;
-				break;
-			}
-		snprintf(why, n_why, "%s: %s", tpf_status_name(st), text);
+		if (st == TPF_ERR_UNSUPPORTED && stage == S_RUN) {
+			res = R_FAIL;
+			snprintf(why, n_why, "%s while running a plan the planner accepted: %s",
+				 tpf_status_name(st), first_error(d));
+		} else {
+			res = st == TPF_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_FAIL;
+			snprintf(why, n_why, "%s: %s", tpf_status_name(st), first_error(d));
+		}
+	} else if (res == R_PASS && n_sets == 0) {
+		res = R_FAIL;
+		snprintf(why, n_why, "no test data (test_data_set_0 is missing)");
 	}
 	tpf_session_free(s);
 	tpf_model_free(m);
@@ -159,26 +205,42 @@ static enum result run_test(const char *dir, char *why, size_t n_why)
 
 int main(int argc, char **argv)
 {
-	const char *root = NULL, *filter = NULL;
+	const char *root = NULL, *filter = NULL, *results = NULL;
 	int list_failures = 0;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--verbose"))
+		if (!strcmp(argv[i], "--verbose")) {
 			verbose = 1;
-		else if (!strcmp(argv[i], "--list-failures"))
+		} else if (!strcmp(argv[i], "--list-failures")) {
 			list_failures = 1;
-		else if (!root)
+		} else if (!strcmp(argv[i], "--results")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "run-node-tests: --results needs a file name\n");
+				return 2;
+			}
+			results = argv[++i];
+		} else if (argv[i][0] == '-' && argv[i][1] == '-') {
+			fprintf(stderr, "run-node-tests: unknown option '%s'\n", argv[i]);
+			return 2;
+		} else if (!root) {
 			root = argv[i];
-		else
+		} else if (!filter) {
 			filter = argv[i];
+		} else {
+			fprintf(stderr, "run-node-tests: unexpected argument '%s'\n", argv[i]);
+			return 2;
+		}
 	}
 	if (!root) {
-		fprintf(stderr, "usage: run-node-tests DATA_DIR [FILTER] [--verbose] [--list-failures]\n");
+		fprintf(stderr, "usage: run-node-tests DATA_DIR [FILTER] [--verbose] [--list-failures] "
+				"[--results FILE]\n");
 		return 2;
 	}
 	DIR *dp = opendir(root);
 	if (!dp) {
-		fprintf(stderr, "run-node-tests: cannot open %s\n", root);
-		return 77;
+		fprintf(stderr, "run-node-tests: cannot open the data folder %s: %s (generate it with "
+				"tests/conformance/gen-node-data.py)\n",
+			root, strerror(errno));
+		return 1;
 	}
 	char **names = NULL;
 	size_t n = 0, cap = 0;
@@ -187,13 +249,40 @@ int main(int argc, char **argv)
 		if (strncmp(e->d_name, "test_", 5) || (filter && !strstr(e->d_name, filter)))
 			continue;
 		if (n == cap) {
-			cap = cap ? cap * 2 : 256;
-			names = realloc(names, cap * sizeof(*names));
+			size_t ncap = cap ? cap * 2 : 256;
+			char **nn = realloc(names, ncap * sizeof(*names));
+			if (!nn) {
+				fprintf(stderr, "run-node-tests: out of memory\n");
+				closedir(dp);
+				return 1;
+			}
+			names = nn;
+			cap = ncap;
 		}
-		names[n++] = strdup(e->d_name);
+		if (!(names[n] = strdup(e->d_name))) {
+			fprintf(stderr, "run-node-tests: out of memory\n");
+			closedir(dp);
+			return 1;
+		}
+		n++;
 	}
 	closedir(dp);
+	if (n == 0) {
+		fprintf(stderr, "run-node-tests: no test_* folder in %s%s%s%s (the data were not generated)\n",
+			root, filter ? " matching '" : "", filter ? filter : "", filter ? "'" : "");
+		free(names);
+		return 1;
+	}
 	qsort(names, n, sizeof(*names), cmp_str);
+	FILE *rf = NULL;
+	if (results && !(rf = fopen(results, "w"))) {
+		fprintf(stderr, "run-node-tests: cannot write %s: %s\n", results, strerror(errno));
+		for (size_t i = 0; i < n; i++)
+			free(names[i]);
+		free(names);
+		return 1;
+	}
+	static const char *const result_name[] = {[R_PASS] = "pass", [R_UNSUPPORTED] = "unsupported", [R_FAIL] = "fail"};
 	size_t counts[3] = {0};
 	for (size_t i = 0; i < n; i++) {
 		char dir[4096], why[1024] = "";
@@ -201,11 +290,21 @@ int main(int argc, char **argv)
 		enum result r = run_test(dir, why, sizeof(why));
 		counts[r]++;
 		if (verbose || (r == R_FAIL && list_failures))
-			printf("%-60s %s%s%s\n", names[i], r == R_PASS ? "pass" : r == R_FAIL ? "FAIL" : "unsupported",
-			       *why ? "  " : "", why);
+			printf("%-60s %s%s%s\n", names[i], r == R_FAIL ? "FAIL" : result_name[r], *why ? "  " : "", why);
+		if (rf) {
+			/* one line per test: no tabs or newlines inside the reason */
+			for (char *c = why; *c; c++)
+				if (*c == '\t' || *c == '\n' || *c == '\r')
+					*c = ' ';
+			fprintf(rf, "%s\t%s\t%s\n", names[i], result_name[r], why);
+		}
 		free(names[i]);
 	}
 	free(names);
+	if (rf && fclose(rf)) {
+		fprintf(stderr, "run-node-tests: cannot write %s\n", results);
+		return 1;
+	}
 	printf("node tests: %zu total, %zu supported: %zu pass, %zu fail; %zu unsupported\n", n,
 	       counts[R_PASS] + counts[R_FAIL], counts[R_PASS], counts[R_FAIL], counts[R_UNSUPPORTED]);
 	return counts[R_FAIL] ? 1 : 0;
