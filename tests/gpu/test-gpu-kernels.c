@@ -988,6 +988,12 @@ static void attention(void)
 		CHECK("Attention prefill causal + additive mask", c, b, 1, 4);
 		free_tensors(a, 6);
 		free_tensors(b, 4);
+		/* scores up to ~16 against a cap of 2: the tanh is not a no-op */
+		struct tpf_node *sc = node("", "Attention", 3, 1);
+		tpf_node_set_attr_float(sc, "softcap", 2.0f);
+		struct tpf_ktensor s3[3] = {R(dt, 4, 1, 2, 3, 16), R(dt, 4, 1, 2, 6, 16), R(dt, 4, 1, 2, 6, 16)};
+		CHECK("Attention softcap 2", sc, s3, 1, 4);
+		free_tensors(s3, 3);
 	}
 }
 

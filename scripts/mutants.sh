@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Mutation check of the test suites: plants one small regression at a time
+# (a sed edit of one source file) in a scratch git worktree under /tmp,
+# rebuilds there, and runs the tests that should notice, then the rest of
+# the fast suites (unit, conformance; the MPI oracle at world size 2 where
+# the mutant touches what it runs).  Each mutant is reported KILLED (with
+# the first test that failed) or SURVIVED; the exit status is 1 when one
+# survived, did not apply (its source line changed: update the mutant) or
+# broke the build.  The main checkout is never modified.
+#
+# Not part of CI (a full run rebuilds the library once per mutant): about
+# 10 minutes on 2 cores for all mutants.
+#
+# Usage: scripts/mutants.sh [--list] [--keep] [--work DIR] [--rev REV] [NAME...]
+#   NAME...     run only these mutants (default: all; --list shows them)
+#   --work DIR  the scratch worktree (default: a new /tmp/tpf-mutants.XXXXXX);
+#               an existing one is moved to REV and rebuilt incrementally
+#   --keep      keep the worktree and its build afterwards
+#   --rev REV   the commit to mutate (default HEAD)
+# Environment: TPF_MUTANT_JOBS (ninja -j, default 2).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# ------------------------------------------------------------------ mutants
+# mutant NAME FILE SED-EXPRESSION KILLERS DESCRIPTION
+#   KILLERS: meson test names to run first, in order; "oracle" runs
+#   tests/mpi/oracle.py at world size 2.  After them the unit and
+#   conformance suites run in full (the oracle too when KILLERS names it).
+names=() files=() exprs=() killers=() descs=()
+mutant() {
+	names+=("$1") files+=("$2") exprs+=("$3") killers+=("$4") descs+=("$5")
+}
+
+mutant importer-float-attr ir/onnx-import.c \
+	's|^\(\t*\)a->f = ap->f;$|\1a->f = (float)(int)ap->f;|' \
+	"onnx-node-tests fuse-rmsnorm" \
+	"the importer truncates float attributes to integers (epsilon 1e-5 becomes 0, alpha 0.5 becomes 0)"
+
+mutant verifier-mixed-dtypes ir/verify.c \
+	's|^\(\t*\)} else if (dt != ref) {$|\1} else if (dt != ref \&\& 0) {|' \
+	"verify malformed" \
+	"the verifier accepts inputs of different dtypes where an op needs one dtype"
+
+mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
+	's|^\(\t*\)if (t_x != t_g)$|\1if (t_x != t_g \&\& 0)|' \
+	"fuse-rmsnorm" \
+	"the AllReduce + RMSNorm fusion matches a norm whose gamma has another dtype than its input (the peers' mixed-dtype miscompile)"
+
+mutant kernel-fused-norm-eps kernels/cpu/norm.c \
+	'/^static enum tpf_status tpf_norm_common/,/^}/s|^\(\t*\)j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);$|\1j.eps = 100 * tpf_node_attr_float(c->node, "epsilon", 1e-5f);|' \
+	"kernels-cpu oracle" \
+	"the fused RMSNorm kernels (ai.tpfuse.RMSNorm, AllReduceRMSNorm's post-reduce phase) use 100x the epsilon: outputs off by about 5e-4 relative"
+
+mutant runtime-buffer-reuse runtime/plan.c \
+	's|^\(\t*\)if (y->last < x->first \|\| x->last < y->first)$|\1if (y->last <= x->first \|\| x->last < y->first)|' \
+	"runtime oracle" \
+	"the memory planner lets a step's output share the bytes of an input that the same step still reads"
+
+mutant attention-softcap-refused kernels/cpu/attention.c \
+	's|^\(\t*\)float softcap = tpf_node_attr_float(c->node, "softcap", 0.0f);$|&\n\1if (softcap > 0.0f)\n\1\treturn tpf_kfail(c, TPF_ERR_UNSUPPORTED, "softcap is not supported");|' \
+	"onnx-node-tests kernels-cpu" \
+	"the CPU Attention kernel refuses softcap (reported as unsupported)"
+
+mutant verify-loose-tolerance runtime/run-command.c \
+	's|^\(\t*\)\*atol = 3e-2, \*rtol = 3e-2;$|\1*atol = 3e-1, *rtol = 3e-1;|' \
+	"cli-fixtures oracle" \
+	"tpfuse run --verify compares bfloat16 outputs with a 10x wider tolerance"
+
+mutant verify-never-mismatch runtime/run-command.c \
+	's|^\(\t*\)return \*n_bad == 0;$|\1return 1;|' \
+	"cli-fixtures oracle" \
+	"tpfuse run --verify never reports a mismatch"
+
+# ------------------------------------------------------------------ options
+list=0 keep=0 work="" rev=HEAD
+want=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--list) list=1 ;;
+	--keep) keep=1 ;;
+	--work) work=${2:?--work needs a folder}; shift ;;
+	--rev) rev=${2:?--rev needs a commit}; shift ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	-*) echo "unknown option $1" >&2; exit 2 ;;
+	*) want+=("$1") ;;
+	esac
+	shift
+done
+if [ "$list" = 1 ]; then
+	for i in "${!names[@]}"; do
+		printf '%-26s %-32s %s\n' "${names[$i]}" "${files[$i]}" "${descs[$i]}"
+	done
+	exit 0
+fi
+sel=()
+if [ ${#want[@]} -eq 0 ]; then
+	sel=("${!names[@]}")
+else
+	for w in "${want[@]}"; do
+		found=0
+		for i in "${!names[@]}"; do
+			[ "${names[$i]}" = "$w" ] && sel+=("$i") && found=1
+		done
+		[ "$found" = 1 ] || { echo "no mutant named '$w' (--list shows them)" >&2; exit 2; }
+	done
+fi
+
+# ------------------------------------------------------------------ worktree
+jobs=${TPF_MUTANT_JOBS:-2}
+commit=$(git -C "$root" rev-parse --verify "$rev^{commit}") || exit 2
+created=0
+if [ -z "$work" ]; then
+	work=$(mktemp -d /tmp/tpf-mutants.XXXXXX)
+	rmdir "$work"
+fi
+case $work in /tmp/*) ;; *) echo "--work must be under /tmp" >&2; exit 2 ;; esac
+if [ -e "$work/.git" ]; then
+	git -C "$work" checkout -q --force --detach "$commit" || exit 2
+else
+	git -C "$root" worktree add -q --detach "$work" "$commit" || exit 2
+	created=1
+fi
+# shellcheck disable=SC2317 # called through the trap
+cleanup() {
+	for i in "${sel[@]}"; do git -C "$work" checkout -q -- "${files[$i]}" 2>/dev/null; done
+	if [ "$keep" = 0 ] && [ "$created" = 1 ]; then
+		git -C "$root" worktree remove --force "$work"
+	elif [ "$keep" = 1 ]; then
+		echo "worktree kept: $work (scripts/mutants.sh --work $work reuses it)"
+	fi
+}
+trap cleanup EXIT
+logs=$work/mutant-logs
+mkdir -p "$logs"
+build=$work/build
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export TPF_LIMITS_NODES=${TPF_LIMITS_NODES:-20000} # test-limits' huge graphs, smaller
+py=$root/.venv/bin/python
+[ -x "$py" ] || py=python3
+t_all=$(date +%s)
+echo "==> mutants of $commit in $work"
+if [ ! -f "$build/build.ninja" ]; then
+	meson setup "$build" "$work" -Dcuda=disabled -Dnccl=disabled -Dpython="$py" \
+		-Dpython_module=disabled >"$logs/setup.log" 2>&1 ||
+		meson setup "$build" "$work" -Dcuda=disabled -Dnccl=disabled -Dpython="$py" \
+			>"$logs/setup.log" 2>&1 || { cat "$logs/setup.log"; exit 2; }
+fi
+echo "==> building the unmutated tree"
+if ! ninja -C "$build" -j"$jobs" >"$logs/build.log" 2>&1; then
+	tail -30 "$logs/build.log"
+	echo "the unmutated tree does not build" >&2
+	exit 2
+fi
+
+# runs one test ("oracle" or a meson test name); 0 when it passed or skipped
+run_test() { # NAME LOG
+	if [ "$1" = oracle ]; then
+		"$py" "$work/tests/mpi/oracle.py" --tpf-run "$build/tests/mpi/tpf-run" \
+			--work "$build/mutant-oracle" --world-sizes 2 >"$2" 2>&1
+	else
+		meson test -C "$build" --no-rebuild --print-errorlogs "$1" >"$2" 2>&1
+	fi
+}
+
+# the names of the failed tests of meson's last run
+failed_in_log() {
+	"$py" - "$build/meson-logs/testlog.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.strip():
+        r = json.loads(line)
+        if r.get("result") not in ("OK", "SKIP", "EXPECTEDFAIL"):
+            print(r.get("name"))
+PY
+}
+
+results=()
+bad=0
+for i in "${sel[@]}"; do
+	name=${names[$i]} file=${files[$i]}
+	t0=$(date +%s)
+	log=$logs/$name
+	echo "==> $name: ${descs[$i]}"
+	cp "$work/$file" "$log.orig"
+	sed -i -e "${exprs[$i]}" "$work/$file"
+	if cmp -s "$work/$file" "$log.orig"; then
+		results+=("$name: NOT APPLIED (no line of $file matches; update the mutant)")
+		bad=1
+		continue
+	fi
+	git -C "$work" diff --stat -- "$file" | head -1
+	if ! ninja -C "$build" -j"$jobs" >"$log.build.log" 2>&1; then
+		results+=("$name: BUILD FAILED (see $log.build.log)")
+		bad=1
+		git -C "$work" checkout -q -- "$file"
+		continue
+	fi
+	verdict=""
+	ran=()
+	for k in ${killers[$i]}; do
+		ran+=("$k")
+		if ! run_test "$k" "$log.$k.log"; then
+			verdict="KILLED by $k"
+			break
+		fi
+	done
+	if [ -z "$verdict" ]; then
+		ran+=("unit" "conformance")
+		if ! meson test -C "$build" --no-rebuild --print-errorlogs --suite unit --suite conformance \
+			>"$log.suites.log" 2>&1; then
+			verdict="KILLED by $(failed_in_log | tr '\n' ' ' | sed 's/ $//')"
+		fi
+	fi
+	git -C "$work" checkout -q -- "$file"
+	if [ -z "$verdict" ]; then
+		verdict="SURVIVED (ran: ${ran[*]})"
+		bad=1
+	fi
+	results+=("$name: $verdict ($(($(date +%s) - t0)) s)")
+	echo "    ${results[-1]}"
+done
+
+echo "==> summary ($(($(date +%s) - t_all)) s, commit $commit; logs in $logs)"
+printf '%s\n' "${results[@]}"
+[ "$keep" = 1 ] || [ "$created" = 0 ] || echo "(logs go with the worktree; --keep keeps them)"
+exit $bad
