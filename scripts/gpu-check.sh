@@ -106,7 +106,7 @@ try:
     for line in open(sys.argv[1]):
         if line.strip():
             r = json.loads(line)
-            rows.append(f"  {r.get('name', '?'):<16} {r.get('result', '?'):<8} {r.get('duration', 0):7.1f} s")
+            rows.append(f"  {r.get('name', '?').split(' / ')[-1]:<16} {r.get('result', '?'):<8} {r.get('duration', 0):7.1f} s")
 except OSError as e:
     rows.append(f"  no test log: {e}")
 print("\n".join(rows))
