@@ -20,7 +20,7 @@ lists every message.  docs/python.md in the source tree is the guide.
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import onnx
 
@@ -96,7 +96,7 @@ class OptimizeResult:
         self.diagnostics = diagnostics
         self.output = output
 
-    def __iter__(self) -> Iterator[object]:
+    def __iter__(self) -> Iterator[Any]:
         return iter((self.model, self.stats, self.near_misses))
 
     def __repr__(self) -> str:
@@ -113,7 +113,8 @@ def _source(model: ModelLike) -> Union[bytes, bytearray, memoryview, str, "os.Pa
     """The model as the extension takes it: serialized bytes or a path."""
     if isinstance(model, onnx.ModelProto):
         try:
-            return model.SerializeToString()
+            data: bytes = model.SerializeToString()
+            return data
         except ValueError as e:  # protobuf refuses messages over 2 GB
             raise ModelError(
                 "the ModelProto cannot be serialized (%s): save it with external data "
