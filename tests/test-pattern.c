@@ -12,19 +12,11 @@
 #include <cmocka.h>
 
 #include "pattern.h"
-#include "tpf-passes.h"
+#include "test-util.h"
 
 /* ------------------------------------------------------------------ builders */
 
 static const int64_t dim4[] = {4};
-
-static struct tpf_model *new_model(void)
-{
-	struct tpf_model *m = tpf_model_create();
-	assert_non_null(m);
-	assert_int_equal(tpf_model_set_opset(m, "", 18), TPF_OK);
-	return m;
-}
 
 static struct tpf_value *in_f32(struct tpf_graph *g, const char *name)
 {
@@ -61,24 +53,6 @@ static struct tpf_value *cast(struct tpf_graph *g, const char *name, struct tpf_
 	return n->outputs[0];
 }
 
-static void verify_ok(const struct tpf_model *m)
-{
-	struct tpf_diag *d = tpf_diag_create();
-	enum tpf_status st = tpf_model_verify(m, d);
-	if (st)
-		tpf_diag_print(d, stderr);
-	assert_int_equal(st, TPF_OK);
-	tpf_diag_free(d);
-}
-
-static size_t count_op(const struct tpf_graph *g, enum tpf_op o)
-{
-	size_t k = 0;
-	for (const struct tpf_node *n = g->first; n; n = n->next)
-		k += n->op == o;
-	return k;
-}
-
 /* ------------------------------------------------------------------ patterns */
 
 static enum tpf_status rewrite_nothing(struct tpf_rewriter *rw, struct tpf_match *m)
@@ -104,7 +78,7 @@ static const struct tpf_pattern pat_add_fixed = {
 static void test_commutative(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = in_f32(g, "x"), *c = const_f32(g, "c", 1.0f);
 	struct tpf_value *a1 = op(g, "Add", "a1", x, c), *a2 = op(g, "Add", "a2", c, x);
@@ -142,7 +116,7 @@ static const struct tpf_pattern pat_neg_add_multi = {
 static void test_single_use(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = in_f32(g, "x"), *c = const_f32(g, "c", 1.0f);
 	struct tpf_value *n = op(g, "Neg", "neg", x, NULL);
@@ -163,7 +137,7 @@ static void test_single_use(void **state)
 	assert_true(tpf_pattern_match(&pat_neg_add_multi, a->producer, &mt, NULL, 0, NULL));
 
 	/* a graph output counts as a use */
-	struct tpf_model *m2 = new_model();
+	struct tpf_model *m2 = new_model(18);
 	g = m2->graph;
 	x = in_f32(g, "x");
 	c = const_f32(g, "c", 1.0f);
@@ -184,7 +158,7 @@ static const struct tpf_pattern pat_square = {
 static void test_same_name_same_value(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = in_f32(g, "x"), *y = in_f32(g, "y");
 	struct tpf_value *sq = op(g, "Mul", "sq", x, x), *xy = op(g, "Mul", "xy", x, y);
@@ -206,7 +180,7 @@ static const struct tpf_pattern pat_sqrt_cast = {
 static void test_optional_cast(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = in_f32(g, "x");
 	struct tpf_value *s1 = op(g, "Sqrt", "s1", cast(g, "c", x, TPF_DTYPE_FLOAT16), NULL);
@@ -247,7 +221,7 @@ static const struct tpf_pattern pat_alt = {
 static void test_backtracking(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *k1 = const_f32(g, "k1", 1.0f), *k2 = const_f32(g, "k2", 2.0f);
 	struct tpf_value *a = op(g, "Add", "a", k2, k1), *b = op(g, "Add", "b", k2, k2);
@@ -293,7 +267,7 @@ static const char *const neg_counters[] = {"double-neg", NULL};
 static void test_driver_fixed_point(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *v = in_f32(g, "x");
 	for (int i = 0; i < 5; i++)
@@ -352,7 +326,7 @@ static const struct tpf_pattern pat_mul2 = {
 static void test_rewriter_marks_and_names(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = in_f32(g, "x"), *two = const_f32(g, "two", 2.0f);
 	struct tpf_value *three = const_f32(g, "three", 3.0f);
@@ -410,7 +384,7 @@ static const struct tpf_pattern pat_neg_again = {
 static void test_driver_limit(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *v = op(g, "Neg", "n", in_f32(g, "x"), NULL);
 	assert_int_equal(tpf_graph_add_output(g, v), TPF_OK);
@@ -429,7 +403,7 @@ static void test_driver_limit(void **state)
 static void test_trace(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *v = in_f32(g, "x");
 	v = op(g, "Neg", "n1", v, NULL);
@@ -457,7 +431,7 @@ static void test_trace(void **state)
 static void test_const_helpers(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model();
+	struct tpf_model *m = new_model(18);
 	struct tpf_graph *g = m->graph;
 	uint16_t bf = 0x3fc0, hf = 0x3e00; /* 1.5 in both */
 	int64_t ax[2] = {-1, 2};
@@ -488,7 +462,7 @@ static void test_alloc_failures(void **state)
 {
 	(void)state;
 	for (uint64_t k = 1; k < 200; k++) {
-		struct tpf_model *m = new_model();
+		struct tpf_model *m = new_model(18);
 		struct tpf_graph *g = m->graph;
 		struct tpf_value *x = in_f32(g, "x"), *two = const_f32(g, "two", 2.0f);
 		struct tpf_value *v = x;
