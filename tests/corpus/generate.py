@@ -307,6 +307,18 @@ FAMILIES = collections.OrderedDict([
 			    about="MiniMax-M2: RMSNorm of Q and K over all heads (sharded by tensor "
 				  "parallelism: all-gather, norm, this rank's part), sigmoid router "
 				  "with a score-correction bias, SDPA")),
+	("qwen3_next", dict(cls="Qwen3NextForCausalLM", attn="eager",
+			    cfg=dict(layer_types=["linear_attention", "full_attention"],
+				     linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=16,
+				     linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=4,
+				     num_experts_per_tok=2, moe_intermediate_size=32,
+				     shared_expert_intermediate_size=64, decoder_sparse_step=1,
+				     norm_topk_prob=True),
+			    about="Qwen3-Next: hybrid of a Gated DeltaNet (linear attention) layer "
+				  "and a gated full-attention layer, (1 + w) norms, MoE with a "
+				  "sigmoid-gated shared expert; dynamo exporters only (the linear "
+				  "attention's triangular solve has no TorchScript symbolic)",
+			    exporters=("dynamo", "dynamo-static"))),
 ])
 
 EXPORTERS = collections.OrderedDict([
@@ -342,7 +354,7 @@ def init_weights(model, seed):
 	"""Deterministic weights giving logits of order one (HF's 0.02 init gives
 	nearly uniform logits, which hides errors)."""
 	g = torch.Generator().manual_seed(seed)
-	gemma = "Gemma" in type(model).__name__
+	gemma = any(k in type(model).__name__ for k in ("Gemma", "Qwen3Next"))
 	with torch.no_grad():
 		for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
 			if p.dim() >= 2:
@@ -370,7 +382,8 @@ def build_full(name):
 def rank_config(cfg, world):
 	c = copy.deepcopy(cfg)
 	for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size",
-		    "moe_intermediate_size", "shared_expert_intermediate_size"):
+		    "moe_intermediate_size", "shared_expert_intermediate_size",
+		    "linear_num_key_heads", "linear_num_value_heads"):
 		v = getattr(c, key, None)
 		if v:
 			if v % world:
@@ -394,6 +407,9 @@ def shard(full, shape, name, cfg, rank, world):
 			    cfg.num_key_value_heads * hd]
 	elif "gate_up_proj" in name:
 		sections = [full.shape[d] // 2] * 2
+	elif "conv1d" in name:       # Gated DeltaNet: channels q, k, v
+		kd = cfg.linear_num_key_heads * cfg.linear_key_head_dim
+		sections = [kd, kd, cfg.linear_num_value_heads * cfg.linear_value_head_dim]
 	else:
 		sections = [full.shape[d]]
 	parts = []
@@ -416,8 +432,8 @@ def build_rank(name, full_model, cfg, rank, world):
 	# modules whose rank form differs from the class built with rcfg
 	m.lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size // world, bias=False)
 	for layer, full_layer in zip(decoder_layers(m), decoder_layers(full_model)):
-		attn = layer.self_attn
 		if name == "minimax_m2":
+			attn = layer.self_attn
 			attn.q_norm = copy.deepcopy(full_layer.self_attn.q_norm)
 			attn.k_norm = copy.deepcopy(full_layer.self_attn.k_norm)
 		mlp = layer.mlp
@@ -432,8 +448,12 @@ def build_rank(name, full_model, cfg, rank, world):
 	m.load_state_dict(sd, strict=True)
 	# the collectives
 	for layer in decoder_layers(m):
-		attn = layer.self_attn
-		attn.o_proj = RowParallel(attn.o_proj)
+		if hasattr(layer, "linear_attn"):
+			layer.linear_attn.out_proj = RowParallel(layer.linear_attn.out_proj)
+			attn = None
+		else:
+			attn = layer.self_attn
+			attn.o_proj = RowParallel(attn.o_proj)
 		if name == "minimax_m2":
 			attn.q_norm = ShardedNorm(attn.q_norm, rank, world, use_chunk=False)
 			attn.k_norm = ShardedNorm(attn.k_norm, rank, world, use_chunk=True)
@@ -616,7 +636,7 @@ def expected_fusions(name, cfg):
 	(pre-norm models: the next sublayer's norm, the last one the final norm)
 	or an RMSNorm directly (Gemma 2's post-sublayer norms of the sandwich)."""
 	L = cfg.num_hidden_layers
-	moe = name in ("mixtral", "qwen2moe", "minimax_m2")
+	moe = name in ("mixtral", "qwen2moe", "minimax_m2", "qwen3_next")
 	ar = 2 * L
 	norms = 2 * L + 1
 	with_res, without_res = 2 * L, 0
@@ -630,7 +650,12 @@ def expected_fusions(name, cfg):
 	if name == "minimax_m2":
 		sharded, pairs = 2 * L, L
 		norms += 2 * L
-	gates = L if name == "qwen2moe" else 0
+	if name == "qwen3_next":
+		# full-attention layers: per-head Q/K norms; linear-attention layers:
+		# the gated per-head norm of the DeltaNet output
+		kinds = cfg.layer_types[:L]
+		head_norms = 2 * kinds.count("full_attention") + kinds.count("linear_attention")
+	gates = L if name in ("qwen2moe", "qwen3_next") else 0
 	return {
 		"allreduce": ar,
 		"allgather": 1 + (2 * L if name == "minimax_m2" else 0),
@@ -799,6 +824,8 @@ def main(argv=None):
 			for fam in a.families.split(","):
 				if fam not in FAMILIES:
 					ap.error("unknown family %s" % fam)
+				if exp not in FAMILIES[fam].get("exporters", EXPORTERS):
+					continue
 				for w in ws:
 					jobs.append((fam, exp, dt, w))
 	if a.list:
