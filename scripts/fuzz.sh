@@ -26,7 +26,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-	targets=(model builder tensor)
+	targets=(model builder tensor session)
 fi
 
 say() { printf '==> %s\n' "$*"; }

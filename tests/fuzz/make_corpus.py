@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets.
 
-    make_corpus.py OUTDIR        writes OUTDIR/model/*.onnx and OUTDIR/builder/*
+    make_corpus.py OUTDIR        writes OUTDIR/model/*.onnx, OUTDIR/builder/*,
+                                 OUTDIR/tensor/*.pb and OUTDIR/session/*
 
 model/ holds small valid models (the round-trip fixtures, one rank of each
 example family, and models made here for each fusion pattern) plus broken
 ones (truncated, cycles, undefined inputs, wrong arity, bad dtypes, external
 data that points out of the model's folder, absurd shapes).  builder/ holds a
 few byte programs for the structure-aware target (tests/fuzz/fuzz-builder.c),
-tensor/ test-data TensorProto files (tests/fuzz/fuzz-tensor.c).
+tensor/ test-data TensorProto files (tests/fuzz/fuzz-tensor.c), session/
+the valid models of model/ behind a byte that says how to run them
+(tests/fuzz/fuzz-session.c).
 
 The committed corpus (tests/fuzz/corpus/) was made with this script; files
 larger than 24 KiB are left out to keep the corpus small.
@@ -223,6 +226,25 @@ def builder_seeds():
     }
 
 
+# fuzz-session's first byte (tests/fuzz/fuzz-session.c): world sizes 1 and
+# 2 as they are; optimized by the default pipeline; optimized, with symbolic
+# dims 2 and another data seed.
+SESSION_CONFIGS = {"plain": 0x00, "opt": 0x04, "opt-d2": 0x2c}
+
+
+def session_seeds(mdir):
+    """The valid models of model/, each behind every SESSION_CONFIGS byte."""
+    out = {}
+    for f in sorted(os.listdir(mdir)):
+        if f.startswith("bad_") or not f.endswith(".onnx"):
+            continue
+        with open(os.path.join(mdir, f), "rb") as fh:
+            data = fh.read()
+        for tag, cfg in SESSION_CONFIGS.items():
+            out["%s-%s" % (f[: -len(".onnx")], tag)] = bytes([cfg]) + data
+    return out
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -230,7 +252,8 @@ def main(argv):
     out = argv[1]
     mdir, bdir = os.path.join(out, "model"), os.path.join(out, "builder")
     tdir = os.path.join(out, "tensor")
-    for d in (mdir, bdir, tdir):
+    sdir = os.path.join(out, "session")
+    for d in (mdir, bdir, tdir, sdir):
         os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         fx = os.path.join(tmp, "fixtures")
@@ -269,6 +292,8 @@ def main(argv):
         write(os.path.join(bdir, name), data)
     for name, data in tensor_seeds().items():
         write(os.path.join(tdir, name + ".pb"), data)
+    for name, data in session_seeds(mdir).items():
+        write(os.path.join(sdir, name), data)
     return 0
 
 
