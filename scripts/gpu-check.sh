@@ -7,9 +7,10 @@
 # bench/gpu/run-decode.sh (the decode step against bench/torch_decode_peer.py).
 #
 # It prints the commit it checks (git rev-parse HEAD, and whether tracked
-# files differ from it) first, and again in the summary at the end.  Where
-# the tree carries no git metadata (a copy), TPF_COMMIT names the commit and
-# TPF_TREE says what the copy holds.
+# files differ from it) first, and again in the summary at the end.  For a
+# copy of the tree without its own git metadata (git archive), TPF_COMMIT
+# names the commit and TPF_TREE says what the copy holds; TPF_COMMIT wins
+# over git.
 #
 # Results go to $OUT when it is set (the device machine's result folder),
 # else to out/gpu-check/: gpu-check.log (everything printed), summary.txt,
@@ -49,7 +50,10 @@ log=$out/gpu-check.log
 exec > >(tee -a "$log") 2>&1
 t_start=$(date +%s)
 
-if commit=$(git rev-parse HEAD 2>/dev/null); then
+# git's answer only where this folder is the top of its own checkout (a copy
+# placed inside another checkout would report that one's commit)
+if [ -z "${TPF_COMMIT:-}" ] && [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$root" ] &&
+	commit=$(git rev-parse HEAD 2>/dev/null); then
 	changed=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
 	if [ "$changed" -eq 0 ]; then
 		tree="clean"
@@ -106,7 +110,7 @@ try:
     for line in open(sys.argv[1]):
         if line.strip():
             r = json.loads(line)
-            rows.append(f"  {r.get('name', '?').split(' / ')[-1]:<16} {r.get('result', '?'):<8} {r.get('duration', 0):7.1f} s")
+            rows.append(f"  {r.get('name', '?').split(' / ')[-1].split(':')[-1]:<16} {r.get('result', '?'):<8} {r.get('duration', 0):7.1f} s")
 except OSError as e:
     rows.append(f"  no test log: {e}")
 print("\n".join(rows))

@@ -387,6 +387,7 @@ static void check(const char *label, struct tpf_node *n, enum tpf_kernel_phase p
 		goto report_free;
 	}
 	double worst = 0;
+	char codes[300] = "";
 	for (size_t i = 0; i < n_out && ok; i++) {
 		if (cout[i].rank < 0)
 			continue;
@@ -397,6 +398,8 @@ static void check(const char *label, struct tpf_node *n, enum tpf_kernel_phase p
 			if (!codes_match(cout[i].dtype, cout[i].data, h, cout[i].numel, cw, sizeof(cw))) {
 				snprintf(why, sizeof(why), "output %zu: %s", i, cw);
 				ok = 0;
+			} else if (!codes[0]) {
+				snprintf(codes, sizeof(codes), "; output %zu: %s", i, cw);
 			}
 			free(h);
 			continue;
@@ -423,7 +426,7 @@ static void check(const char *label, struct tpf_node *n, enum tpf_kernel_phase p
 		free(h);
 	}
 	if (ok)
-		snprintf(why, sizeof(why), "max abs err %.3g", worst);
+		snprintf(why, sizeof(why), "max abs err %.3g%s", worst, codes);
 report_free:
 	for (size_t i = 0; i < nd; i++)
 		DEV->free(DEV, dptr[i]);
