@@ -43,7 +43,7 @@ mutant verifier-mixed-dtypes ir/verify.c \
 
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (t_x != t_g)$|\1if (t_x != t_g \&\& 0)|' \
-	"fuse-rmsnorm" \
+	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \
 	"the AllReduce + RMSNorm fusion matches a norm whose gamma has another dtype than its input (the peers' mixed-dtype miscompile)"
 
 mutant kernel-fused-norm-eps kernels/cpu/norm.c \
@@ -61,15 +61,15 @@ mutant attention-softcap-refused kernels/cpu/attention.c \
 	"onnx-node-tests kernels-cpu" \
 	"the CPU Attention kernel refuses softcap (reported as unsupported)"
 
-mutant verify-loose-tolerance runtime/run-command.c \
-	's|^\(\t*\)\*atol = 3e-2, \*rtol = 3e-2;$|\1*atol = 3e-1, *rtol = 3e-1;|' \
-	"cli-fixtures oracle" \
-	"tpfuse run --verify compares bfloat16 outputs with a 10x wider tolerance"
+mutant verify-loose-quantized runtime/run-command.c \
+	's|^#define VERIFY_FLIP_FRACTION 0.25$|#define VERIFY_FLIP_FRACTION 1.0|' \
+	"run-verify oracle" \
+	"tpfuse run --verify lets every element of an output after a quantizer be one FP8 step off (a uniform 5% scale error passes)"
 
 mutant verify-never-mismatch runtime/run-command.c \
-	's|^\(\t*\)return \*n_bad == 0;$|\1return 1;|' \
-	"cli-fixtures oracle" \
-	"tpfuse run --verify never reports a mismatch"
+	's|^\(\t*\)double x = tpf_elem_load(got->dtype, got->data, i);$|\1double x = tpf_elem_load(ref->dtype, ref->data, i);|' \
+	"run-verify oracle" \
+	"tpfuse run --verify compares the reference with itself and never reports a mismatch"
 
 # ------------------------------------------------------------------ options
 list=0 keep=0 work="" rev=HEAD
@@ -171,7 +171,7 @@ for line in open(sys.argv[1]):
     if line.strip():
         r = json.loads(line)
         if r.get("result") not in ("OK", "SKIP", "EXPECTEDFAIL"):
-            print(r.get("name"))
+            print(r.get("name", "?").split(" / ")[-1])
 PY
 }
 
