@@ -14,7 +14,7 @@ For every model folder:
 The runtime names only the first op it refuses, so the op types of every
 model are also probed one by one: a one-node model cut out of a corpus model
 (its constant inputs kept, the others graph inputs of the inferred types,
-unknown dims set to 2) goes through `tpfuse plan --random-inputs`; an op is
+unknown dims set to 1) goes through `tpfuse plan --random-inputs`; an op is
 "refused" when the plan says it is not supported by the runtime (or has no
 kernel for it).
 
@@ -95,7 +95,7 @@ def _type_of(vi):
 	tt = vi.type.tensor_type
 	if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
 		return None
-	dims = [d.dim_value if d.HasField("dim_value") else 2 for d in tt.shape.dim]
+	dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
 	return tt.elem_type, dims
 
 
