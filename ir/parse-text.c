@@ -32,7 +32,7 @@
  * may end with a "# ..." comment.  Hand-written text may leave out node
  * types and comments, list more than 8 tensor elements, write element
  * values that round to the dtype, and refer to a value before the line
- * that defines it (within one graph).
+ * that defines it (within one graph; the nodes are then sorted).
  *
  * Printing a model read from a dump reproduces the dump byte for byte.  Not
  * readable, because the dump does not hold their contents: sparse_tensor
@@ -1937,7 +1937,9 @@ out:
 	return rc;
 }
 
-/* Inputs of nodes that named a later label. */
+/* Inputs of nodes that named a later label; then the nodes are sorted
+ * (stable: only a graph that used a value before its line changes order;
+ * a cycle stays for the verifier to report). */
 static int resolve_fixups(struct parser *ps, struct scope *sc)
 {
 	for (size_t i = 0; i < sc->n_fixups; i++) {
@@ -1949,6 +1951,8 @@ static int resolve_fixups(struct parser *ps, struct scope *sc)
 		if (tpf_node_set_input(f->node, f->index, e->value))
 			return nomem(ps);
 	}
+	if (sc->n_fixups && tpf_graph_toposort(sc->g, NULL) == TPF_ERR_NOMEM)
+		return nomem(ps);
 	return 0;
 }
 
