@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Element types and the op table generated from ops.def. */
+/* Element types.  (The op table is ir/ops/registry.c.) */
 #include "tpf-ir.h"
 
 #include <string.h>
@@ -149,33 +149,4 @@ int64_t tpf_tensor_numel(const struct tpf_tensor *t)
 		n *= d;
 	}
 	return n;
-}
-
-/* ------------------------------------------------------------ op table */
-
-static const struct tpf_op_info op_table[TPF_OP_COUNT] = {
-#define TPF_OP(id, dom, nm, min_in, max_in, min_out, max_out) \
-	[TPF_OP_##id] = {dom, nm, min_in, max_in, min_out, max_out},
-#include "ops.def"
-#undef TPF_OP
-};
-
-const struct tpf_op_info *tpf_op_info(enum tpf_op op)
-{
-	if ((unsigned)op >= TPF_OP_COUNT)
-		return &op_table[TPF_OP_UNKNOWN];
-	return &op_table[op];
-}
-
-enum tpf_op tpf_op_lookup(const char *domain, const char *op_type)
-{
-	if (!domain || strcmp(domain, "ai.onnx") == 0)
-		domain = "";
-	if (!op_type || !*op_type)
-		return TPF_OP_UNKNOWN;
-	for (int i = 1; i < TPF_OP_COUNT; i++) {
-		if (strcmp(op_table[i].name, op_type) == 0 && strcmp(op_table[i].domain, domain) == 0)
-			return (enum tpf_op)i;
-	}
-	return TPF_OP_UNKNOWN;
 }

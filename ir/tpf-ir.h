@@ -234,12 +234,15 @@ struct tpf_type {
 };
 
 /* ------------------------------------------------------------------ ops
- * One list (ops.def) generates the enum, the ONNX name table and the arity
- * table.  Nodes of ops not in the list get TPF_OP_UNKNOWN and keep their
- * domain/op_type strings. */
+ * One list (ops.def) generates the op enum; each op has one record under
+ * ir/ops/ (domain, op type, opset range, operands, type constraints,
+ * traits, attributes, one shape-and-type function) that the verifier,
+ * shape inference, the runtime's concrete shapes and the passes' dtype
+ * questions all read.  Nodes of ops not in the list get TPF_OP_UNKNOWN and
+ * keep their domain/op_type strings. */
 
 enum tpf_op {
-#define TPF_OP(id, domain, name, min_in, max_in, min_out, max_out) TPF_OP_##id,
+#define TPF_OP(id, family) TPF_OP_##id,
 #include "ops.def"
 #undef TPF_OP
 	TPF_OP_COUNT
@@ -255,6 +258,17 @@ struct tpf_op_info {
 const struct tpf_op_info *tpf_op_info(enum tpf_op op);
 /* Looks up (domain, op_type); "ai.onnx" is treated as "". */
 enum tpf_op tpf_op_lookup(const char *domain, const char *op_type);
+
+/* Traits of an op, from its record. */
+enum tpf_op_trait {
+	TPF_OP_TRAIT_UNARY = 1u << 0,        /* one input; output 0 has its shape */
+	TPF_OP_TRAIT_BROADCAST = 1u << 1,    /* inputs broadcast (numpy rules) */
+	TPF_OP_TRAIT_COMPARISON = 1u << 2,   /* produces bool */
+	TPF_OP_TRAIT_COLLECTIVE = 1u << 3,   /* exchanges data between ranks */
+	TPF_OP_TRAIT_CONTROL_FLOW = 1u << 4, /* holds subgraphs it runs */
+	TPF_OP_TRAIT_FUSED = 1u << 5,        /* an ai.tpfuse op (docs/ops.md) */
+};
+int tpf_op_has_trait(enum tpf_op op, enum tpf_op_trait trait);
 
 /* The project's own ONNX domain for fused ops. */
 #define TPF_DOMAIN "ai.tpfuse"
@@ -410,6 +424,7 @@ struct tpf_graph {
 	uint32_t next_temp;           /* private: counter for fresh names */
 	struct tpf_graph **children;  /* subgraphs created with this graph as parent (owned) */
 	size_t n_children, cap_children;
+	void *dim_classes;            /* private: symbolic dims proven equal (union-find, in the arena) */
 };
 
 /* ------------------------------------------------------------------ models */
@@ -598,6 +613,94 @@ enum tpf_status tpf_graph_verify(const struct tpf_graph *g, struct tpf_diag *d);
  * are already more precise; reports contradictions as errors. */
 enum tpf_status tpf_model_infer_shapes(struct tpf_model *m, struct tpf_diag *d);
 enum tpf_status tpf_graph_infer_shapes(struct tpf_graph *g, const struct tpf_model *m, struct tpf_diag *d);
+
+/* ------------------------------------------------------------------ shapes and dtypes
+ * Questions passes ask.  Symbolic dims that shape inference proved equal
+ * (the operands of an Add, MatMul's inner dims, a collective's output and
+ * its input) belong to one class of their graph, so an exporter's invented
+ * `AllReduce_output_0_dim_0` answers as equal to `batch`. */
+
+enum tpf_answer { TPF_ANSWER_NO = 0, TPF_ANSWER_YES = 1, TPF_ANSWER_UNKNOWN = 2 };
+
+/* Two dims of graph g: static ones compare by value, symbolic ones by class
+ * (a class may also be known to have a static value); an unknown dim, or
+ * symbols nothing related, answer UNKNOWN. */
+enum tpf_answer tpf_graph_dims_equal(const struct tpf_graph *g, const struct tpf_dim *a,
+				     const struct tpf_dim *b);
+/* The shapes of two values of one graph: NO when a rank or a dim is known
+ * to differ, YES when every dim is known equal, else UNKNOWN. */
+enum tpf_answer tpf_value_shapes_equal(const struct tpf_value *a, const struct tpf_value *b);
+/* Records that a and b are equal in g (for inference and tests).  Facts
+ * that contradict earlier ones (a class bound to 4 and to 8) are dropped.
+ * TPF_ERR_NOMEM on allocation failure. */
+enum tpf_status tpf_graph_dims_unify(struct tpf_graph *g, const struct tpf_dim *a,
+				     const struct tpf_dim *b);
+/* Element type of a value: its type, its initializer's, else what its
+ * producer's shape function gives for the dtypes of the producer's inputs
+ * (followed back a few producers); UNDEFINED when unknown. */
+enum tpf_dtype tpf_value_dtype(const struct tpf_value *v);
+
+/* ------------------------------------------------------------------ shape functions
+ * Every known op has one shape-and-type function (its record's).  It reads
+ * the input types, which may be partly known (static, symbolic and unknown
+ * dims, unknown rank or dtype), the values of small integer inputs when
+ * they are known (shape arithmetic: a Shape -> Gather -> Concat -> Reshape
+ * chain folds), and the node's attributes, and writes the output types and,
+ * for shape arithmetic, output values.  Problems are errors naming the
+ * node.  The verifier, shape inference and the runtime (with every dim
+ * concrete) call it through tpf_op_infer. */
+
+#define TPF_MAX_VALUES 64
+
+struct tpf_op_type {
+	int present;          /* 0: an omitted optional operand */
+	enum tpf_dtype dtype; /* UNDEFINED: unknown */
+	int rank;             /* -1: unknown */
+	struct tpf_dim dims[TPF_MAX_RANK];
+	/* The elements of a small integer tensor, each a static, symbolic or
+	 * unknown dim (Shape's output holds its input's dims); -1: unknown. */
+	int n_values;
+	struct tpf_dim values[TPF_MAX_VALUES];
+	/* Outputs: a second dtype a declared output may have (an op whose output
+	 * type follows either of two inputs); why the dtype is what it is, for
+	 * messages: a phrase, else the input whose dtype it is (-1: none); and
+	 * `weak`: only fill in a value that has no type at all. */
+	enum tpf_dtype alt_dtype;
+	const char *dtype_why;
+	int dtype_from;
+	int weak;
+};
+
+enum tpf_shape_mode {
+	TPF_SHAPE_VERIFY,   /* checks: reports, records nothing */
+	TPF_SHAPE_INFER,    /* static inference: symbolic dims proven equal are unified */
+	TPF_SHAPE_CONCRETE, /* the runtime: every input dim is static; shapes that depend
+			     * on values not given stay unknown (rank -1 or dim -1) */
+	TPF_SHAPE_MODE_COUNT
+};
+
+struct tpf_shape_call {
+	const struct tpf_node *node;
+	enum tpf_shape_mode mode;
+	int64_t opset;                 /* ONNX default domain; <= 0 unknown */
+	int64_t world;                 /* ranks of the tensor-parallel group; <= 0 unknown */
+	const struct tpf_op_type *in;  /* node->n_inputs entries */
+	size_t n_in;
+	struct tpf_op_type *out;       /* node->n_outputs entries, written */
+	size_t n_out;
+	const struct tpf_graph *graph; /* the node's graph: its dim classes are read, and
+					* in INFER mode extended; may be NULL */
+	struct tpf_diag *diag;         /* may be NULL: problems are only counted */
+	const char *where;             /* appended to messages (which subgraph), or NULL */
+	size_t errors;                 /* problems reported by the call */
+};
+
+/* Empty (unknown) type: present, dtype UNDEFINED, rank -1, no values. */
+void tpf_op_type_unknown(struct tpf_op_type *t);
+/* Fills c->out from c->in with the node's record.  TPF_OK, TPF_ERR_VERIFY
+ * when the inputs or attributes break a rule (c->errors counts them), or
+ * TPF_ERR_NOMEM. */
+enum tpf_status tpf_op_infer(struct tpf_shape_call *c);
 
 /* ------------------------------------------------------------------ dumps */
 

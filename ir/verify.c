@@ -2,15 +2,16 @@
 /*
  * The verifier: IR invariants (single definitions, unique names, producer
  * and use lists that agree with the node operands, acyclic and topologically
- * ordered node lists, every operand defined), arity from ops.def, attribute
- * kinds and values, and dtype agreement for known ops.  Subgraphs and
- * function bodies are verified recursively.
+ * ordered node lists, every operand defined), and for every known op what
+ * its record (ir/ops/) says: arity, attributes, type constraints, and the
+ * shapes and output types its shape function gives for the declared input
+ * types.  Subgraphs and function bodies are verified recursively.
  *
  * Every problem is reported, not only the first; messages about a node start
  * with "node 'NAME' (OP): ".  The work is linear in the number of nodes,
  * values and operands: lookups go through hash tables built per graph.
  */
-#include "tpf-ir.h"
+#include "ops/op-def.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -198,6 +199,8 @@ struct verify_ctx {
 	int nomem;
 	size_t errors;
 	const struct tpf_node *onnx_node; /* first node of the ONNX domain seen */
+	struct tpf_op_type *types;        /* scratch: one node's operand types */
+	size_t cap_types;
 };
 
 /* Per-graph state, kept while subgraphs of the graph are verified. */
@@ -266,58 +269,7 @@ static void oom(struct verify_ctx *c)
 	c->nomem = 1;
 }
 
-/* ------------------------------------------------------------------ type helpers */
-
-static const struct tpf_value *resolve_outer(const struct tpf_value *v)
-{
-	int depth = 0;
-
-	while (v && v->kind == TPF_VALUE_OUTER && v->outer && depth++ < VERIFY_MAX_DEPTH)
-		v = v->outer;
-	return v;
-}
-
-static const struct tpf_type *tensor_type(const struct tpf_value *v)
-{
-	v = resolve_outer(v);
-	if (!v || v->type.kind != TPF_TYPE_TENSOR)
-		return NULL;
-	return &v->type;
-}
-
-static enum tpf_dtype value_dtype(const struct tpf_value *v)
-{
-	const struct tpf_type *t = tensor_type(v);
-
-	if (!t || !tpf_dtype_is_valid((int)t->dtype))
-		return TPF_DTYPE_UNDEFINED;
-	return t->dtype;
-}
-
-/* Rank when the shape is known and well formed, else -1. */
-static int value_rank(const struct tpf_value *v)
-{
-	const struct tpf_type *t = tensor_type(v);
-
-	if (!t || t->shape.rank < 0 || t->shape.rank > TPF_MAX_RANK ||
-	    (t->shape.rank > 0 && !t->shape.dims))
-		return -1;
-	return t->shape.rank;
-}
-
-/* Static extent of dim i (rank known), or -1. */
-static int64_t value_dim(const struct tpf_value *v, int i)
-{
-	const struct tpf_type *t = tensor_type(v);
-	const struct tpf_dim *dim;
-
-	if (value_rank(v) <= i || i < 0)
-		return -1;
-	dim = &t->shape.dims[i];
-	if (dim->param || dim->value < 0)
-		return -1;
-	return dim->value;
-}
+/* ------------------------------------------------------------------ helpers */
 
 static const struct tpf_value *input_at(const struct tpf_node *n, size_t i)
 {
@@ -329,31 +281,12 @@ static const struct tpf_value *output_at(const struct tpf_node *n, size_t i)
 	return i < n->n_outputs && n->outputs ? n->outputs[i] : NULL;
 }
 
-static enum tpf_dtype in_dtype(const struct tpf_node *n, size_t i)
-{
-	return value_dtype(input_at(n, i));
-}
-
-static enum tpf_dtype out_dtype(const struct tpf_node *n, size_t i)
-{
-	return value_dtype(output_at(n, i));
-}
-
 static const char *dt_name(enum tpf_dtype t)
 {
 	const char *s = tpf_dtype_name(t);
 
 	return s ? s : "?";
 }
-
-#define DT_BIT(t) (1u << (t))
-#define DT_SIGNED_INTS                                                                    \
-	(DT_BIT(TPF_DTYPE_INT8) | DT_BIT(TPF_DTYPE_INT16) | DT_BIT(TPF_DTYPE_INT32) |              \
-	 DT_BIT(TPF_DTYPE_INT64))
-#define DT_FLOATS                                                                                  \
-	(DT_BIT(TPF_DTYPE_FLOAT) | DT_BIT(TPF_DTYPE_FLOAT16) | DT_BIT(TPF_DTYPE_BFLOAT16) |        \
-	 DT_BIT(TPF_DTYPE_DOUBLE))
-#define DT_INDEX (DT_BIT(TPF_DTYPE_INT32) | DT_BIT(TPF_DTYPE_INT64))
 
 static int is_onnx_domain(const char *domain)
 {
@@ -371,279 +304,6 @@ static const char *attr_kind_name(enum tpf_attr_kind k)
 	if ((int)k < 0 || k >= TPF_ATTR_KIND_COUNT)
 		return "invalid";
 	return names[k];
-}
-
-/* --------------------------------------------------------------- dtype checks */
-
-/* Inputs [first, last) that have a known dtype must share it. */
-static void check_same_dtype(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n, size_t first, size_t last)
-{
-	enum tpf_dtype ref = TPF_DTYPE_UNDEFINED;
-	size_t ref_i = 0, i;
-
-	for (i = first; i < last && i < n->n_inputs; i++) {
-		enum tpf_dtype dt = in_dtype(n, i);
-
-		if (!dt)
-			continue;
-		if (!ref) {
-			ref = dt;
-			ref_i = i;
-		} else if (dt != ref) {
-			node_error(c, s, n,
-			           "input %zu '%s' is %s but input %zu '%s' is %s; expected the "
-			           "same dtype",
-			           i, vname(input_at(n, i)), dt_name(dt), ref_i,
-			           vname(input_at(n, ref_i)), dt_name(ref));
-		}
-	}
-}
-
-static void check_in_dtype(struct verify_ctx *c, const struct graph_state *s,
-                           const struct tpf_node *n, size_t i, uint32_t allowed,
-                           const char *expected)
-{
-	enum tpf_dtype dt = in_dtype(n, i);
-
-	if (dt && !(DT_BIT(dt) & allowed))
-		node_error(c, s, n, "input %zu '%s' is %s; expected %s", i, vname(input_at(n, i)),
-		           dt_name(dt), expected);
-}
-
-static void check_out_dtype(struct verify_ctx *c, const struct graph_state *s,
-                            const struct tpf_node *n, size_t j, enum tpf_dtype expected,
-                            const char *why)
-{
-	enum tpf_dtype dt = out_dtype(n, j);
-
-	if (dt && expected && dt != expected)
-		node_error(c, s, n, "output %zu '%s' is %s; expected %s (%s)", j,
-		           vname(output_at(n, j)), dt_name(dt), dt_name(expected), why);
-}
-
-/* Output j must be one of two dtypes (ops whose output type follows either input). */
-static void check_out_dtype2(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n, size_t j, enum tpf_dtype a, enum tpf_dtype b)
-{
-	enum tpf_dtype dt = out_dtype(n, j);
-
-	if (!dt || !a || !b || dt == a || dt == b)
-		return;
-	if (a == b)
-		node_error(c, s, n, "output %zu '%s' is %s; expected %s", j, vname(output_at(n, j)),
-		           dt_name(dt), dt_name(a));
-	else
-		node_error(c, s, n, "output %zu '%s' is %s; expected %s or %s", j,
-		           vname(output_at(n, j)), dt_name(dt), dt_name(a), dt_name(b));
-}
-
-/* Every present output has the dtype of input 0. */
-static void check_outs_like_input(struct verify_ctx *c, const struct graph_state *s,
-                                  const struct tpf_node *n, size_t in)
-{
-	enum tpf_dtype dt = in_dtype(n, in);
-	size_t j;
-
-	if (!dt)
-		return;
-	for (j = 0; j < n->n_outputs; j++)
-		check_out_dtype(c, s, n, j, dt, "the dtype of the input");
-}
-
-/* Static numpy broadcasting of the inputs [first, last). */
-static void check_broadcast(struct verify_ctx *c, const struct graph_state *s,
-                            const struct tpf_node *n, size_t first, size_t last)
-{
-	int64_t res[TPF_MAX_RANK];
-	size_t from[TPF_MAX_RANK];
-	int rank = 0, k;
-	size_t i;
-
-	for (i = first; i < last && i < n->n_inputs; i++) {
-		const struct tpf_value *v = input_at(n, i);
-		int r = value_rank(v);
-
-		if (r < 0)
-			continue;
-		while (rank < r) {
-			/* shift existing dims right to make room on the left */
-			memmove(res + 1, res, (size_t)rank * sizeof(*res));
-			memmove(from + 1, from, (size_t)rank * sizeof(*from));
-			res[0] = 1;
-			from[0] = i;
-			rank++;
-		}
-		for (k = 0; k < r; k++) {
-			int64_t d = value_dim(v, k);
-			int pos = rank - r + k;
-
-			if (d < 0 || d == 1)
-				continue;
-			if (res[pos] == 1 || res[pos] < 0) {
-				res[pos] = d;
-				from[pos] = i;
-			} else if (res[pos] != d) {
-				node_error(c, s, n,
-				           "inputs %zu '%s' and %zu '%s' cannot broadcast: "
-				           "dimension %d from the right is %" PRId64
-				           " and %" PRId64,
-				           from[pos], vname(input_at(n, from[pos])), i, vname(v),
-				           r - k, res[pos], d);
-				return;
-			}
-		}
-	}
-}
-
-/* Normalizes an axis for rank r; 0 ok, -1 out of range. */
-static int norm_axis(int64_t axis, int r, int64_t *out)
-{
-	if (axis < -(int64_t)r || axis >= (int64_t)r)
-		return -1;
-	*out = axis < 0 ? axis + r : axis;
-	return 0;
-}
-
-static void check_axis_attr(struct verify_ctx *c, const struct graph_state *s,
-                            const struct tpf_node *n, const char *attr, int64_t dflt, int rank)
-{
-	const struct tpf_attr *a = tpf_node_attr(n, attr);
-	int64_t axis = dflt, dummy;
-
-	if (a && (a->kind != TPF_ATTR_INT || a->ref_attr_name))
-		return;
-	if (a)
-		axis = a->i;
-	if (rank >= 0 && norm_axis(axis, rank, &dummy))
-		node_error(c, s, n, "attribute '%s' = %" PRId64 " is out of range for rank %d",
-		           attr, axis, rank);
-}
-
-static int attr_int(const struct tpf_node *n, const char *name, int64_t *out)
-{
-	const struct tpf_attr *a = tpf_node_attr(n, name);
-
-	if (!a || a->kind != TPF_ATTR_INT || a->ref_attr_name)
-		return 0;
-	*out = a->i;
-	return 1;
-}
-
-/* ------------------------------------------------------------------ attributes */
-
-struct attr_rule {
-	enum tpf_op op;
-	const char *name;
-	enum tpf_attr_kind kind;
-	int required;
-};
-
-static const struct attr_rule attr_rules[] = {
-    {TPF_OP_ARGMAX, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_ARGMAX, "keepdims", TPF_ATTR_INT, 0},
-    {TPF_OP_ARGMAX, "select_last_index", TPF_ATTR_INT, 0},
-    {TPF_OP_CAST, "to", TPF_ATTR_INT, 1},
-    {TPF_OP_CAST, "saturate", TPF_ATTR_INT, 0},
-    {TPF_OP_CONCAT, "axis", TPF_ATTR_INT, 1},
-    {TPF_OP_CONSTANT_OF_SHAPE, "value", TPF_ATTR_TENSOR, 0},
-    {TPF_OP_DEQUANTIZE_LINEAR, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_DEQUANTIZE_LINEAR, "block_size", TPF_ATTR_INT, 0},
-    {TPF_OP_DEQUANTIZE_LINEAR, "output_dtype", TPF_ATTR_INT, 0},
-    {TPF_OP_GATHER, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_GATHER_ELEMENTS, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_GEMM, "alpha", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_GEMM, "beta", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_GEMM, "transA", TPF_ATTR_INT, 0},
-    {TPF_OP_GEMM, "transB", TPF_ATTR_INT, 0},
-    {TPF_OP_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-    {TPF_OP_QUANTIZE_LINEAR, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_QUANTIZE_LINEAR, "block_size", TPF_ATTR_INT, 0},
-    {TPF_OP_QUANTIZE_LINEAR, "output_dtype", TPF_ATTR_INT, 0},
-    {TPF_OP_QUANTIZE_LINEAR, "saturate", TPF_ATTR_INT, 0},
-    {TPF_OP_QUANTIZE_LINEAR, "precision", TPF_ATTR_INT, 0},
-    {TPF_OP_REDUCE_MAX, "axes", TPF_ATTR_INTS, 0},
-    {TPF_OP_REDUCE_MAX, "keepdims", TPF_ATTR_INT, 0},
-    {TPF_OP_REDUCE_MAX, "noop_with_empty_axes", TPF_ATTR_INT, 0},
-    {TPF_OP_REDUCE_MEAN, "axes", TPF_ATTR_INTS, 0},
-    {TPF_OP_REDUCE_MEAN, "keepdims", TPF_ATTR_INT, 0},
-    {TPF_OP_REDUCE_MEAN, "noop_with_empty_axes", TPF_ATTR_INT, 0},
-    {TPF_OP_REDUCE_SUM, "axes", TPF_ATTR_INTS, 0},
-    {TPF_OP_REDUCE_SUM, "keepdims", TPF_ATTR_INT, 0},
-    {TPF_OP_REDUCE_SUM, "noop_with_empty_axes", TPF_ATTR_INT, 0},
-    {TPF_OP_RESHAPE, "allowzero", TPF_ATTR_INT, 0},
-    {TPF_OP_RMS_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_RMS_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_RMS_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-    {TPF_OP_SCATTER_ELEMENTS, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_SCATTER_ELEMENTS, "reduction", TPF_ATTR_STRING, 0},
-    {TPF_OP_SHAPE, "start", TPF_ATTR_INT, 0},
-    {TPF_OP_SHAPE, "end", TPF_ATTR_INT, 0},
-    {TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-    {TPF_OP_SLICE, "starts", TPF_ATTR_INTS, 0},
-    {TPF_OP_SLICE, "ends", TPF_ATTR_INTS, 0},
-    {TPF_OP_SLICE, "axes", TPF_ATTR_INTS, 0},
-    {TPF_OP_SOFTMAX, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_SPLIT, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_SPLIT, "split", TPF_ATTR_INTS, 0},
-    {TPF_OP_SPLIT, "num_outputs", TPF_ATTR_INT, 0},
-    {TPF_OP_SQUEEZE, "axes", TPF_ATTR_INTS, 0},
-    {TPF_OP_TOPK, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_TOPK, "largest", TPF_ATTR_INT, 0},
-    {TPF_OP_TOPK, "sorted", TPF_ATTR_INT, 0},
-    {TPF_OP_TOPK, "k", TPF_ATTR_INT, 0},
-    {TPF_OP_TRANSPOSE, "perm", TPF_ATTR_INTS, 0},
-    {TPF_OP_UNSQUEEZE, "axes", TPF_ATTR_INTS, 0},
-    {TPF_OP_IF, "then_branch", TPF_ATTR_GRAPH, 1},
-    {TPF_OP_IF, "else_branch", TPF_ATTR_GRAPH, 1},
-    {TPF_OP_LOOP, "body", TPF_ATTR_GRAPH, 1},
-    {TPF_OP_SCAN, "body", TPF_ATTR_GRAPH, 1},
-    {TPF_OP_SCAN, "num_scan_inputs", TPF_ATTR_INT, 1},
-    {TPF_OP_MS_ALLREDUCE, "group_size", TPF_ATTR_INT, 0},
-    {TPF_OP_MS_ALLGATHER, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_MS_ALLGATHER, "group_size", TPF_ATTR_INT, 0},
-    {TPF_OP_MS_ALLTOALL, "group_size", TPF_ATTR_INT, 0},
-    {TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION, "stash_type", TPF_ATTR_INT, 0},
-    {TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "axis", TPF_ATTR_INT, 0},
-    {TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "block_size", TPF_ATTR_INT, 0},
-    {TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE, "scale_type", TPF_ATTR_INT, 0},
-    {TPF_OP_TPF_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_TPF_ALLREDUCE_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT, "epsilon", TPF_ATTR_FLOAT, 0},
-    {TPF_OP_TPF_SHARDED_RMS_NORM, "epsilon", TPF_ATTR_FLOAT, 0},
-};
-
-static void check_attr_rules(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n)
-{
-	size_t i;
-
-	for (i = 0; i < sizeof(attr_rules) / sizeof(attr_rules[0]); i++) {
-		const struct attr_rule *r = &attr_rules[i];
-		const struct tpf_attr *a;
-
-		if (r->op != n->op)
-			continue;
-		a = tpf_node_attr(n, r->name);
-		if (!a) {
-			if (r->required)
-				node_error(c, s, n, "missing required attribute '%s' (%s)", r->name,
-				           attr_kind_name(r->kind));
-			continue;
-		}
-		if (a->ref_attr_name && c->in_function)
-			continue;
-		if (a->kind != r->kind)
-			node_error(c, s, n, "attribute '%s' is %s; expected %s", r->name,
-			           attr_kind_name(a->kind), attr_kind_name(r->kind));
-	}
 }
 
 /* Kinds and pointers of every attribute, names unique.  Returns 0 when the
@@ -750,600 +410,186 @@ static int check_attrs_generic(struct verify_ctx *c, const struct graph_state *s
 	return unnamed ? -1 : 0;
 }
 
-/* --------------------------------------------------------------- op semantics */
+/* --------------------------------------------------------------- the op's record
+ * Arity, attributes and type constraints come from the op's record
+ * (ir/ops/); shapes and the output types from its shape function, called
+ * on the declared input types.  The verifier holds no per-op rules. */
 
-/* The input count an op accepts at the model's opset (forms that moved from
- * attributes to inputs). */
-static void op_arity(const struct verify_ctx *c, const struct tpf_node *n, int *min_in, int *max_in)
+static int string_allowed(const struct tpf_attr *a, const char *const *allowed)
 {
-	const struct tpf_op_info *info = tpf_op_info(n->op);
-	int64_t v = c->opset;
-
-	*min_in = info->min_inputs;
-	*max_in = info->max_inputs;
-	/* Attention gained nonpad_kv_seqlen (a 7th input) in opset 24. */
-	if (n->op == TPF_OP_ATTENTION && *max_in >= 0 && *max_in < 7 && (v <= 0 || v >= 24))
-		*max_in = 7;
-	if (v <= 0)
-		return;
-	switch (n->op) {
-	case TPF_OP_SLICE:
-		if (v < 10)
-			*min_in = *max_in = 1;
-		break;
-	case TPF_OP_TOPK:
-		if (v < 10)
-			*min_in = *max_in = 1;
-		break;
-	case TPF_OP_UNSQUEEZE:
-		if (v < 13)
-			*min_in = *max_in = 1;
-		else
-			*min_in = *max_in = 2;
-		break;
-	case TPF_OP_SQUEEZE:
-	case TPF_OP_SPLIT:
-	case TPF_OP_REDUCE_SUM:
-		if (v < 13)
-			*min_in = *max_in = 1;
-		break;
-	case TPF_OP_REDUCE_MEAN:
-	case TPF_OP_REDUCE_MAX:
-		if (v < 18)
-			*min_in = *max_in = 1;
-		break;
-	default:
-		break;
-	}
+	for (; *allowed; allowed++)
+		if (a->s && strlen(*allowed) == a->s_len && memcmp(a->s, *allowed, a->s_len) == 0)
+			return 1;
+	return 0;
 }
 
-/* An attribute that moved to an input at opset `since` must not appear from then on. */
-static void check_attr_moved(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n, const char *attr, int64_t since)
+static void check_record_attrs(struct verify_ctx *c, const struct graph_state *s,
+                               const struct tpf_node *n, const struct tpf_op_def *d)
 {
-	if (c->opset >= since && tpf_node_attr(n, attr))
-		node_error(c, s, n,
-		           "attribute '%s' is not allowed from opset %" PRId64
-		           " (the model imports opset %" PRId64 "; it is an input)",
-		           attr, since, c->opset);
-}
+	const struct op_attr *r;
 
-static int valid_dtype_attr(int64_t v)
-{
-	return v > 0 && v < TPF_DTYPE_COUNT && tpf_dtype_is_valid((int)v);
-}
+	for (r = d->attrs; r && r->name; r++) {
+		const struct tpf_attr *a = tpf_node_attr(n, r->name);
 
-static void check_dtype_attr(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n, const char *attr, int zero_ok)
-{
-	int64_t v;
-
-	if (!attr_int(n, attr, &v))
-		return;
-	if (zero_ok && v == 0)
-		return;
-	if (!valid_dtype_attr(v))
-		node_error(c, s, n, "attribute '%s' = %" PRId64 " is not a valid tensor dtype",
-		           attr, v);
-}
-
-static void check_group_size(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n)
-{
-	int64_t gs;
-
-	if (!attr_int(n, "group_size", &gs))
-		return;
-	if (gs <= 0)
-		node_error(c, s, n, "attribute 'group_size' = %" PRId64 "; expected > 0", gs);
-	else if (c->world > 0 && gs != c->world)
-		node_error(c, s, n,
-		           "attribute 'group_size' = %" PRId64
-		           " differs from the model's tp_world_size %" PRId64,
-		           gs, c->world);
-}
-
-static void check_perm(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n)
-{
-	const struct tpf_attr *a = tpf_node_attr(n, "perm");
-	uint8_t seen[TPF_MAX_RANK];
-	int rank = value_rank(input_at(n, 0));
-	size_t i;
-
-	if (!a || a->kind != TPF_ATTR_INTS || a->ref_attr_name)
-		return;
-	if (a->n > TPF_MAX_RANK) {
-		node_error(c, s, n, "attribute 'perm' has %zu entries; at most %d supported", a->n,
-		           TPF_MAX_RANK);
-		return;
-	}
-	if (rank >= 0 && a->n != (size_t)rank) {
-		node_error(c, s, n, "attribute 'perm' has %zu entries but the input has rank %d",
-		           a->n, rank);
-		return;
-	}
-	memset(seen, 0, sizeof(seen));
-	for (i = 0; i < a->n; i++) {
-		int64_t p = a->ints[i];
-
-		if (p < 0 || p >= (int64_t)a->n || seen[p]) {
-			node_error(c, s, n, "attribute 'perm' is not a permutation of 0..%zu",
-			           a->n ? a->n - 1 : 0);
-			return;
-		}
-		seen[p] = 1;
-	}
-}
-
-static void check_matmul_dims(struct verify_ctx *c, const struct graph_state *s,
-                              const struct tpf_node *n)
-{
-	const struct tpf_value *a = input_at(n, 0), *b = input_at(n, 1);
-	int ra = value_rank(a), rb = value_rank(b);
-	int64_t ka, kb;
-
-	if (ra == 0 || rb == 0) {
-		node_error(c, s, n, "%s input is a scalar; MatMul needs rank >= 1",
-		           ra == 0 ? "first" : "second");
-		return;
-	}
-	if (ra < 0 || rb < 0)
-		return;
-	ka = value_dim(a, ra - 1);
-	kb = value_dim(b, rb == 1 ? 0 : rb - 2);
-	if (ka >= 0 && kb >= 0 && ka != kb)
-		node_error(c, s, n,
-		           "inner dimensions differ: '%s' has %" PRId64
-		           " columns, '%s' has %" PRId64 " rows",
-		           vname(a), ka, vname(b), kb);
-	if (ra > 2 && rb > 2) {
-		/* batch dims broadcast, aligned from the right */
-		int i, nb = (ra > rb ? ra : rb) - 2;
-
-		for (i = 1; i <= nb; i++) {
-			int64_t x = ra - 2 - i >= 0 ? value_dim(a, ra - 2 - i) : 1;
-			int64_t y = rb - 2 - i >= 0 ? value_dim(b, rb - 2 - i) : 1;
-
-			if (x > 1 && y > 1 && x != y) {
+		if (!a) {
+			if (r->flags & ATTR_REQUIRED)
+				node_error(c, s, n, "missing required attribute '%s' (%s)", r->name,
+				           attr_kind_name(r->kind));
+			else if (r->required_before && c->opset > 0 && c->opset < r->required_before)
 				node_error(c, s, n,
-				           "batch dimensions cannot broadcast: %" PRId64
-				           " and %" PRId64,
-				           x, y);
-				break;
-			}
+				           "missing required attribute '%s' before opset %" PRId64,
+				           r->name, r->required_before);
+			continue;
+		}
+		if (r->until && c->opset >= r->until)
+			node_error(c, s, n,
+			           "attribute '%s' is not allowed from opset %" PRId64
+			           " (the model imports opset %" PRId64 "; it is an input)",
+			           r->name, r->until, c->opset);
+		if (r->since && c->opset > 0 && c->opset < r->since && is_onnx_domain(n->domain))
+			node_error(c, s, n,
+			           "attribute '%s' needs opset %" PRId64 " (the model imports %" PRId64
+			           ")",
+			           r->name, r->since, c->opset);
+		if (a->ref_attr_name)
+			continue;
+		if (a->kind != r->kind) {
+			node_error(c, s, n, "attribute '%s' is %s; expected %s", r->name,
+			           attr_kind_name(a->kind), attr_kind_name(r->kind));
+			continue;
+		}
+		if ((r->flags & ATTR_DTYPE) && !((r->flags & ATTR_DTYPE_ZERO) && a->i == 0) &&
+		    !op_valid_dtype(a->i))
+			node_error(c, s, n, "attribute '%s' = %" PRId64 " is not a valid tensor dtype",
+			           r->name, a->i);
+		if (r->allowed && !string_allowed(a, r->allowed)) {
+			char list[256];
+			size_t len = 0;
+			const char *const *v;
+
+			list[0] = '\0';
+			for (v = r->allowed; *v && len + 32 < sizeof(list); v++)
+				len += (size_t)snprintf(list + len, sizeof(list) - len, "%s\"%s\"",
+				                        len ? ", " : "", *v);
+			node_error(c, s, n, "attribute '%s' is \"%.*s\"; expected one of %s", r->name,
+			           (int)(a->s_len < 64 ? a->s_len : 64), a->s ? a->s : "", list);
 		}
 	}
 }
 
-static int count_constant_values(const struct tpf_node *n)
+/* The declared output types against what the shape function gives. */
+static void check_outputs(struct verify_ctx *c, const struct graph_state *s,
+                          const struct tpf_node *n, const struct tpf_op_def *d,
+                          const struct tpf_op_type *out)
 {
-	static const char *const names[] = {"value",         "value_float", "value_floats",
-	                                    "value_int",     "value_ints",  "value_string",
-	                                    "value_strings", "sparse_value"};
-	size_t i;
-	int count = 0;
+	size_t j;
+	int i;
 
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		count += tpf_node_attr(n, names[i]) != NULL;
-	return count;
-}
+	for (j = 0; j < n->n_outputs; j++) {
+		const struct tpf_value *v = output_at(n, j);
+		const struct op_operand *o = op_def_output(d, j);
+		const struct tpf_op_type *want = &out[j];
+		struct tpf_op_type have;
+		char why[160], a[256], b[256];
+		int bad = 0;
 
-static void check_quantize(struct verify_ctx *c, const struct graph_state *s,
-                           const struct tpf_node *n)
-{
-	enum tpf_dtype zp = in_dtype(n, 2), expected = TPF_DTYPE_UNDEFINED;
-	int64_t od = 0;
-	int has_od = attr_int(n, "output_dtype", &od) && od != 0;
-
-	check_in_dtype(c, s, n, 0, DT_FLOATS | DT_BIT(TPF_DTYPE_INT32), "a float type or int32");
-	if (has_od && zp && valid_dtype_attr(od) && (enum tpf_dtype)od != zp)
-		node_error(c, s, n,
-		           "attribute 'output_dtype' is %s but zero point '%s' is %s; they must "
-		           "agree",
-		           dt_name((enum tpf_dtype)od), vname(input_at(n, 2)), dt_name(zp));
-	if (zp)
-		expected = zp;
-	else if (has_od && valid_dtype_attr(od))
-		expected = (enum tpf_dtype)od;
-	else if (!input_at(n, 2) && !has_od)
-		expected = TPF_DTYPE_UINT8;
-	if (expected)
-		check_out_dtype(c, s, n, 0, expected,
-		                zp       ? "the zero point's dtype"
-		                : has_od ? "attribute 'output_dtype'"
-		                         : "the default uint8");
-}
-
-static void check_dequantize(struct verify_ctx *c, const struct graph_state *s,
-                             const struct tpf_node *n)
-{
-	enum tpf_dtype expected;
-	int64_t od = 0;
-
-	check_same_dtype(c, s, n, 0, 1);
-	if (input_at(n, 2)) {
-		enum tpf_dtype x = in_dtype(n, 0), zp = in_dtype(n, 2);
-
-		if (x && zp && x != zp)
-			node_error(c, s, n,
-			           "zero point '%s' is %s but input '%s' is %s; expected the same "
-			           "dtype",
-			           vname(input_at(n, 2)), dt_name(zp), vname(input_at(n, 0)),
-			           dt_name(x));
-	}
-	if (attr_int(n, "output_dtype", &od) && od != 0) {
-		if (valid_dtype_attr(od))
-			check_out_dtype(c, s, n, 0, (enum tpf_dtype)od, "attribute 'output_dtype'");
-		return;
-	}
-	if (c->opset > 0 && c->opset < 19)
-		expected = TPF_DTYPE_FLOAT;
-	else
-		expected = in_dtype(n, 1);
-	check_out_dtype(c, s, n, 0, expected, "the scale's dtype");
-}
-
-/* Number of outputs/inputs a body graph must have versus its node. */
-static void check_body(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
-                       const char *attr, size_t want_inputs, size_t want_outputs)
-{
-	const struct tpf_attr *a = tpf_node_attr(n, attr);
-	const struct tpf_graph *b;
-
-	if (!a || a->kind != TPF_ATTR_GRAPH || !a->g)
-		return;
-	b = a->g;
-	if (want_inputs != (size_t)-1 && b->n_inputs != want_inputs)
-		node_error(c, s, n, "subgraph '%s' has %zu inputs; expected %zu", attr, b->n_inputs,
-		           want_inputs);
-	if (want_outputs != (size_t)-1 && b->n_outputs != want_outputs)
-		node_error(c, s, n, "subgraph '%s' has %zu outputs; expected %zu", attr,
-		           b->n_outputs, want_outputs);
-}
-
-static void check_op_semantics(struct verify_ctx *c, const struct graph_state *s,
-                               const struct tpf_node *n)
-{
-	int64_t v;
-	int r0 = value_rank(input_at(n, 0));
-
-	check_attr_rules(c, s, n);
-	switch (n->op) {
-	case TPF_OP_ADD:
-	case TPF_OP_SUB:
-	case TPF_OP_MUL:
-	case TPF_OP_DIV:
-	case TPF_OP_MAX:
-	case TPF_OP_MIN:
-		check_same_dtype(c, s, n, 0, n->n_inputs);
-		check_outs_like_input(c, s, n, 0);
-		check_broadcast(c, s, n, 0, n->n_inputs);
-		break;
-	case TPF_OP_POW:
-		check_outs_like_input(c, s, n, 0);
-		check_broadcast(c, s, n, 0, 2);
-		break;
-	case TPF_OP_EQUAL:
-	case TPF_OP_GREATER:
-	case TPF_OP_LESS:
-		check_same_dtype(c, s, n, 0, 2);
-		check_out_dtype(c, s, n, 0, TPF_DTYPE_BOOL, "comparisons produce bool");
-		check_broadcast(c, s, n, 0, 2);
-		break;
-	case TPF_OP_WHERE:
-		check_in_dtype(c, s, n, 0, DT_BIT(TPF_DTYPE_BOOL), "bool");
-		check_same_dtype(c, s, n, 1, 3);
-		check_outs_like_input(c, s, n, 1);
-		check_broadcast(c, s, n, 0, 3);
-		break;
-	case TPF_OP_NOT:
-		check_in_dtype(c, s, n, 0, DT_BIT(TPF_DTYPE_BOOL), "bool");
-		check_out_dtype(c, s, n, 0, TPF_DTYPE_BOOL, "Not produces bool");
-		break;
-	case TPF_OP_ABS:
-	case TPF_OP_COS:
-	case TPF_OP_ERF:
-	case TPF_OP_EXP:
-	case TPF_OP_IDENTITY:
-	case TPF_OP_NEG:
-	case TPF_OP_RECIPROCAL:
-	case TPF_OP_RELU:
-	case TPF_OP_SIGMOID:
-	case TPF_OP_SIN:
-	case TPF_OP_SQRT:
-	case TPF_OP_TANH:
-	case TPF_OP_MS_ALLREDUCE:
-	case TPF_OP_MS_ALLTOALL:
-		check_outs_like_input(c, s, n, 0);
-		if (n->op == TPF_OP_MS_ALLREDUCE || n->op == TPF_OP_MS_ALLTOALL)
-			check_group_size(c, s, n);
-		/* ONNX type constraints of the unary math ops */
-		if (n->op == TPF_OP_SIGMOID || n->op == TPF_OP_SQRT || n->op == TPF_OP_EXP ||
-		    n->op == TPF_OP_TANH || n->op == TPF_OP_RECIPROCAL || n->op == TPF_OP_SIN ||
-		    n->op == TPF_OP_COS)
-			check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
-		else if (n->op == TPF_OP_RELU)
-			check_in_dtype(c, s, n, 0, DT_FLOATS | DT_SIGNED_INTS,
-				       "a float or signed integer type");
-		break;
-	case TPF_OP_SOFTMAX:
-		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
-		check_outs_like_input(c, s, n, 0);
-		check_axis_attr(c, s, n, "axis", -1, r0);
-		break;
-	case TPF_OP_MATMUL:
-		check_same_dtype(c, s, n, 0, 2);
-		check_outs_like_input(c, s, n, 0);
-		check_matmul_dims(c, s, n);
-		break;
-	case TPF_OP_GEMM:
-		check_same_dtype(c, s, n, 0, 3);
-		check_outs_like_input(c, s, n, 0);
-		break;
-	case TPF_OP_CAST:
-		if (attr_int(n, "to", &v)) {
-			if (!valid_dtype_attr(v))
-				node_error(
-				    c, s, n,
-				    "attribute 'to' = %" PRId64 " is not a valid tensor dtype", v);
+		if (!v || want->weak)
+			continue;
+		op_type_from_value(v, &have);
+		if (have.dtype && o && o->type && o->type <= OP_MAX_TYPES &&
+		    d->types[o->type].dtypes && !((d->types[o->type].dtypes >> have.dtype) & 1)) {
+			node_error(c, s, n, "output %zu '%s' is %s; expected %s", j, v->name,
+			           dt_name(have.dtype), d->types[o->type].expected);
+		} else if (have.dtype && want->dtype && have.dtype != want->dtype &&
+		           have.dtype != want->alt_dtype) {
+			if (want->dtype_why)
+				snprintf(why, sizeof(why), "%s", want->dtype_why);
+			else if (want->dtype_from >= 0)
+				snprintf(why, sizeof(why), "the dtype of input %d '%s'", want->dtype_from,
+				         input_at(n, (size_t)want->dtype_from)->name);
 			else
-				check_out_dtype(c, s, n, 0, (enum tpf_dtype)v, "attribute 'to'");
+				snprintf(why, sizeof(why), "its type constraint");
+			if (want->alt_dtype && want->alt_dtype != want->dtype)
+				node_error(c, s, n, "output %zu '%s' is %s; expected %s or %s", j,
+				           v->name, dt_name(have.dtype), dt_name(want->dtype),
+				           dt_name(want->alt_dtype));
+			else
+				node_error(c, s, n, "output %zu '%s' is %s; expected %s (%s)", j,
+				           v->name, dt_name(have.dtype), dt_name(want->dtype), why);
 		}
-		break;
-	case TPF_OP_RESHAPE:
-	case TPF_OP_EXPAND:
-		check_in_dtype(c, s, n, 1, DT_BIT(TPF_DTYPE_INT64), "int64");
-		check_outs_like_input(c, s, n, 0);
-		break;
-	case TPF_OP_TRANSPOSE:
-		check_outs_like_input(c, s, n, 0);
-		check_perm(c, s, n);
-		break;
-	case TPF_OP_SLICE:
-		check_same_dtype(c, s, n, 1, 5);
-		check_in_dtype(c, s, n, 1, DT_INDEX, "int32 or int64");
-		check_in_dtype(c, s, n, 2, DT_INDEX, "int32 or int64");
-		check_in_dtype(c, s, n, 3, DT_INDEX, "int32 or int64");
-		check_in_dtype(c, s, n, 4, DT_INDEX, "int32 or int64");
-		check_outs_like_input(c, s, n, 0);
-		if (c->opset > 0 && c->opset < 10) {
-			if (!tpf_node_attr(n, "starts") || !tpf_node_attr(n, "ends"))
-				node_error(c, s, n,
-				           "needs attributes 'starts' and 'ends' before opset 10");
-		} else {
-			check_attr_moved(c, s, n, "starts", 10);
-			check_attr_moved(c, s, n, "ends", 10);
-			check_attr_moved(c, s, n, "axes", 10);
+		/* Declared shapes: inference reports where they contradict the
+		 * inputs (exporters write loose ones); tpfuse's own ops, which
+		 * only passes create, must agree here. */
+		if (have.rank < 0 || want->rank < 0 || !(d->traits & TPF_OP_TRAIT_FUSED))
+			continue;
+		bad = have.rank != want->rank;
+		for (i = 0; !bad && i < have.rank; i++)
+			bad = tpf_graph_dims_equal(s->g, &have.dims[i], &want->dims[i]) ==
+			      TPF_ANSWER_NO;
+		if (bad) {
+			struct tpf_op_type w = *want;
+
+			have.dtype = w.dtype = TPF_DTYPE_UNDEFINED;
+			node_error(c, s, n, "output %zu '%s' has shape %s but its inputs give %s", j,
+			           v->name, op_type_str(&have, a, sizeof(a)) + 1,
+			           op_type_str(&w, b, sizeof(b)) + 1);
 		}
-		break;
-	case TPF_OP_SPLIT: {
-		const struct tpf_attr *sp = tpf_node_attr(n, "split");
+	}
+}
 
-		check_in_dtype(c, s, n, 1, DT_BIT(TPF_DTYPE_INT64), "int64");
-		check_outs_like_input(c, s, n, 0);
-		check_axis_attr(c, s, n, "axis", 0, r0);
-		check_attr_moved(c, s, n, "split", 13);
-		if (attr_int(n, "num_outputs", &v)) {
-			if (c->opset > 0 && c->opset < 18)
-				node_error(c, s, n,
-				           "attribute 'num_outputs' needs opset 18 (the model "
-				           "imports %" PRId64 ")",
-				           c->opset);
-			if (v != (int64_t)n->n_outputs)
-				node_error(c, s, n,
-				           "attribute 'num_outputs' = %" PRId64
-				           " but the node has %zu outputs",
-				           v, n->n_outputs);
-			if (input_at(n, 1))
-				node_error(c, s, n,
-				           "attribute 'num_outputs' and input 'split' are both "
-				           "given");
+static struct tpf_op_type *node_types(struct verify_ctx *c, size_t count)
+{
+	if (count > c->cap_types) {
+		struct tpf_op_type *t;
+
+		if (count > SIZE_MAX / sizeof(*t)) {
+			oom(c);
+			return NULL;
 		}
-		if (sp && sp->kind == TPF_ATTR_INTS && sp->n != n->n_outputs)
-			node_error(c, s, n,
-			           "attribute 'split' has %zu entries but the node has %zu outputs",
-			           sp->n, n->n_outputs);
-		break;
-	}
-	case TPF_OP_CONCAT: {
-		size_t i;
-		int rank = -1;
-
-		check_same_dtype(c, s, n, 0, n->n_inputs);
-		check_outs_like_input(c, s, n, 0);
-		for (i = 0; i < n->n_inputs; i++) {
-			int r = value_rank(input_at(n, i));
-
-			if (r < 0)
-				continue;
-			if (rank < 0) {
-				rank = r;
-			} else if (r != rank) {
-				node_error(
-				    c, s, n,
-				    "input %zu '%s' has rank %d but earlier inputs have rank "
-				    "%d",
-				    i, vname(input_at(n, i)), r, rank);
-				break;
-			}
+		t = tpf_realloc(c->types, count * sizeof(*t));
+		if (!t) {
+			oom(c);
+			return NULL;
 		}
-		if (rank >= 0)
-			check_axis_attr(c, s, n, "axis", 0, rank);
-		break;
+		c->types = t;
+		c->cap_types = count;
 	}
-	case TPF_OP_GATHER:
-	case TPF_OP_GATHER_ELEMENTS:
-		check_in_dtype(c, s, n, 1, DT_INDEX, "int32 or int64");
-		check_outs_like_input(c, s, n, 0);
-		check_axis_attr(c, s, n, "axis", 0, r0);
-		if (n->op == TPF_OP_GATHER_ELEMENTS) {
-			int r1 = value_rank(input_at(n, 1));
+	return c->types;
+}
 
-			if (r0 >= 0 && r1 >= 0 && r0 != r1)
-				node_error(
-				    c, s, n,
-				    "data has rank %d but indices have rank %d; expected the "
-				    "same rank",
-				    r0, r1);
-		}
-		break;
-	case TPF_OP_SCATTER_ELEMENTS:
-		check_in_dtype(c, s, n, 1, DT_INDEX, "int32 or int64");
-		check_same_dtype(c, s, n, 0, 1);
-		if (in_dtype(n, 0) && in_dtype(n, 2) && in_dtype(n, 0) != in_dtype(n, 2))
-			node_error(c, s, n,
-			           "updates are %s but data is %s; expected the same dtype",
-			           dt_name(in_dtype(n, 2)), dt_name(in_dtype(n, 0)));
-		check_outs_like_input(c, s, n, 0);
-		break;
-	case TPF_OP_SQUEEZE:
-	case TPF_OP_UNSQUEEZE:
-		check_in_dtype(c, s, n, 1, DT_BIT(TPF_DTYPE_INT64), "int64");
-		check_outs_like_input(c, s, n, 0);
-		check_attr_moved(c, s, n, "axes", 13);
-		if (n->op == TPF_OP_UNSQUEEZE && c->opset > 0 && c->opset < 13 &&
-		    !tpf_node_attr(n, "axes"))
-			node_error(c, s, n, "missing required attribute 'axes' before opset 13");
-		break;
-	case TPF_OP_REDUCE_MAX:
-	case TPF_OP_REDUCE_MEAN:
-	case TPF_OP_REDUCE_SUM:
-		check_in_dtype(c, s, n, 1, DT_BIT(TPF_DTYPE_INT64), "int64");
-		check_outs_like_input(c, s, n, 0);
-		check_attr_moved(c, s, n, "axes", n->op == TPF_OP_REDUCE_SUM ? 13 : 18);
-		break;
-	case TPF_OP_ARGMAX:
-		check_out_dtype(c, s, n, 0, TPF_DTYPE_INT64, "ArgMax produces int64");
-		check_axis_attr(c, s, n, "axis", 0, r0);
-		break;
-	case TPF_OP_SHAPE:
-		check_out_dtype(c, s, n, 0, TPF_DTYPE_INT64, "Shape produces int64");
-		break;
-	case TPF_OP_CONSTANT_OF_SHAPE: {
-		const struct tpf_attr *a = tpf_node_attr(n, "value");
-		enum tpf_dtype dt = TPF_DTYPE_FLOAT;
+static void check_record(struct verify_ctx *c, const struct graph_state *s,
+                         const struct tpf_node *n)
+{
+	const struct tpf_op_def *d = op_def(n->op);
+	struct tpf_shape_call call;
+	struct tpf_op_type *types;
+	size_t i, count;
 
-		check_in_dtype(c, s, n, 0, DT_BIT(TPF_DTYPE_INT64), "int64");
-		if (a && a->kind == TPF_ATTR_TENSOR && a->t) {
-			if (tpf_tensor_numel(a->t) != 1)
-				node_error(c, s, n,
-				           "attribute 'value' must hold exactly one element");
-			dt = a->t->dtype;
-		}
-		check_out_dtype(c, s, n, 0, dt, "the dtype of attribute 'value'");
-		break;
-	}
-	case TPF_OP_CONSTANT: {
-		const struct tpf_attr *a = tpf_node_attr(n, "value");
-		int count = count_constant_values(n);
-
-		if (count != 1 && !c->in_function)
-			node_error(c, s, n,
-			           "has %d value attributes; expected exactly one of value, "
-			           "value_float(s), value_int(s), value_string(s), sparse_value",
-			           count);
-		if (a && a->kind != TPF_ATTR_TENSOR && !a->ref_attr_name)
-			node_error(c, s, n, "attribute 'value' is %s; expected TENSOR",
-			           attr_kind_name(a->kind));
-		else if (a && a->t)
-			check_out_dtype(c, s, n, 0, a->t->dtype, "the dtype of attribute 'value'");
-		break;
-	}
-	case TPF_OP_RMS_NORMALIZATION:
-	case TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION:
-	case TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION:
-		/* X (T) and scale (V) may differ; Y follows the spec's V, and
-		 * tools that give Y the type of X are accepted too. */
-		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type");
-		check_in_dtype(c, s, n, 1, DT_FLOATS, "a float type");
-		check_out_dtype2(c, s, n, 0, in_dtype(n, 1) ? in_dtype(n, 1) : in_dtype(n, 0),
-		                 in_dtype(n, 0) ? in_dtype(n, 0) : in_dtype(n, 1));
-		check_axis_attr(c, s, n, "axis", -1, r0);
-		check_dtype_attr(c, s, n, "stash_type", 0);
-		if (n->n_outputs > 1 && out_dtype(n, 1) && !(DT_BIT(out_dtype(n, 1)) & DT_FLOATS))
-			node_error(c, s, n, "output 1 '%s' is %s; expected float or double",
-			           vname(output_at(n, 1)), dt_name(out_dtype(n, 1)));
-		break;
-	case TPF_OP_LAYER_NORMALIZATION: {
-		int64_t stash = TPF_DTYPE_FLOAT;
-
-		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type");
-		check_same_dtype(c, s, n, 0, 3);
-		check_out_dtype(c, s, n, 0, in_dtype(n, 0), "the dtype of X");
-		check_axis_attr(c, s, n, "axis", -1, r0);
-		check_dtype_attr(c, s, n, "stash_type", 0);
-		attr_int(n, "stash_type", &stash);
-		if (valid_dtype_attr(stash)) {
-			check_out_dtype(c, s, n, 1, (enum tpf_dtype)stash,
-			                "attribute 'stash_type'");
-			check_out_dtype(c, s, n, 2, (enum tpf_dtype)stash,
-			                "attribute 'stash_type'");
-		}
-		break;
-	}
-	case TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION:
-		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type");
-		check_same_dtype(c, s, n, 0, 4);
-		check_out_dtype(c, s, n, 0, in_dtype(n, 0), "the dtype of the input");
-		check_out_dtype(c, s, n, 1, TPF_DTYPE_FLOAT, "mean is float");
-		check_out_dtype(c, s, n, 2, TPF_DTYPE_FLOAT, "inv_std_var is float");
-		check_out_dtype(c, s, n, 3, in_dtype(n, 0), "the dtype of the input");
-		break;
-	case TPF_OP_QUANTIZE_LINEAR:
-		check_dtype_attr(c, s, n, "output_dtype", 1);
-		check_quantize(c, s, n);
-		break;
-	case TPF_OP_DEQUANTIZE_LINEAR:
-		check_dtype_attr(c, s, n, "output_dtype", 1);
-		check_dequantize(c, s, n);
-		break;
-	case TPF_OP_TOPK:
-		check_in_dtype(c, s, n, 1, DT_BIT(TPF_DTYPE_INT64), "int64");
-		check_out_dtype(c, s, n, 0, in_dtype(n, 0), "the dtype of the input");
-		check_out_dtype(c, s, n, 1, TPF_DTYPE_INT64, "indices are int64");
-		check_axis_attr(c, s, n, "axis", -1, r0);
-		if (c->opset > 0 && c->opset < 10 && !tpf_node_attr(n, "k"))
-			node_error(c, s, n, "missing required attribute 'k' before opset 10");
-		break;
-	case TPF_OP_MS_ALLGATHER:
-		check_outs_like_input(c, s, n, 0);
-		check_group_size(c, s, n);
-		check_axis_attr(c, s, n, "axis", 0, r0);
-		break;
-	case TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE: {
-		int64_t st = TPF_DTYPE_FLOAT8E4M3FN;
-
-		check_in_dtype(c, s, n, 0, DT_FLOATS, "a float type");
-		check_out_dtype(c, s, n, 0, TPF_DTYPE_FLOAT4E2M1, "NVFP4 data is float4e2m1");
-		check_dtype_attr(c, s, n, "scale_type", 0);
-		attr_int(n, "scale_type", &st);
-		if (valid_dtype_attr(st))
-			check_out_dtype(c, s, n, 1, (enum tpf_dtype)st, "attribute 'scale_type'");
-		if (attr_int(n, "block_size", &v) && v <= 0)
-			node_error(c, s, n, "attribute 'block_size' = %" PRId64 "; expected > 0",
-			           v);
-		check_axis_attr(c, s, n, "axis", -1, r0);
-		break;
-	}
-	case TPF_OP_IF:
-		check_in_dtype(c, s, n, 0, DT_BIT(TPF_DTYPE_BOOL), "bool");
-		check_body(c, s, n, "then_branch", 0, n->n_outputs);
-		check_body(c, s, n, "else_branch", 0, n->n_outputs);
-		break;
-	case TPF_OP_LOOP:
-		/* body: (iteration, condition, carried...) -> (condition, carried..., scans...) */
-		check_body(c, s, n, "body", n->n_inputs, n->n_outputs + 1);
-		break;
-	case TPF_OP_SCAN:
-		if (c->opset > 0 && c->opset < 9)
-			check_body(c, s, n, "body", n->n_inputs ? n->n_inputs - 1 : 0,
-			           n->n_outputs);
-		else
-			check_body(c, s, n, "body", n->n_inputs, n->n_outputs);
-		break;
-	default:
-		break;
-	}
+	check_record_attrs(c, s, n, d);
+	if (n->op == TPF_OP_UNKNOWN || c->in_function || tpf_add_size(n->n_inputs, n->n_outputs, &count))
+		return; /* function bodies have no types */
+	types = node_types(c, count ? count : 1);
+	if (!types)
+		return;
+	for (i = 0; i < n->n_inputs; i++)
+		op_type_from_value(n->inputs[i], &types[i]);
+	memset(&call, 0, sizeof(call));
+	call.node = n;
+	call.mode = TPF_SHAPE_VERIFY;
+	call.opset = c->opset;
+	call.world = c->world;
+	call.in = types;
+	call.n_in = n->n_inputs;
+	call.out = types + n->n_inputs;
+	call.n_out = n->n_outputs;
+	call.graph = s->g;
+	call.diag = c->d;
+	call.where = s->where;
+	if (tpf_op_infer(&call) == TPF_ERR_INVALID)
+		return;
+	c->errors += call.errors;
+	if (!call.errors)
+		check_outputs(c, s, n, d, call.out);
 }
 
 /* ------------------------------------------------------------------ graphs */
@@ -1887,7 +1133,7 @@ static void check_arity(struct verify_ctx *c, const struct graph_state *s, const
 		node_error(c, s, n, "op is recorded as %s but the node says %s", info->name,
 		           n->op_type ? n->op_type : "");
 	}
-	op_arity(c, n, &min_in, &max_in);
+	op_def_arity(op_def(n->op), c->opset, &min_in, &max_in);
 	if (n->n_inputs < (size_t)min_in || (max_in >= 0 && n->n_inputs > (size_t)max_in)) {
 		char opset[64] = "";
 
@@ -1915,12 +1161,9 @@ static void check_arity(struct verify_ctx *c, const struct graph_state *s, const
 			node_error(c, s, n, "has %zu outputs; expected %d to %d", n->n_outputs,
 			           info->min_outputs, info->max_outputs);
 	}
-	/* Loop's trip count and condition may both be omitted, and so may
-	 * sequence_lens, the first input of Scan before opset 9. */
-	if (n->op != TPF_OP_LOOP && !(n->op == TPF_OP_SCAN && c->opset > 0 && c->opset < 9) &&
-	    n->inputs)
+	if (n->inputs)
 		for (i = 0; i < n->n_inputs && i < (size_t)min_in; i++)
-			if (!n->inputs[i])
+			if (!n->inputs[i] && !op_def_input_optional(op_def(n->op), c->opset, i))
 				node_error(c, s, n, "required input %zu is missing", i);
 }
 
@@ -2218,7 +1461,7 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			}
 		}
 		if (attrs_ok) {
-			check_op_semantics(c, s, n);
+			check_record(c, s, n);
 			verify_subgraphs(c, s, n);
 		}
 		if (c->nomem)
@@ -2280,12 +1523,15 @@ static int64_t default_opset(const struct tpf_model *m)
 enum tpf_status tpf_graph_verify(const struct tpf_graph *g, struct tpf_diag *d)
 {
 	struct verify_ctx c;
+	enum tpf_status st;
 
 	memset(&c, 0, sizeof(c));
 	c.d = d;
 	c.opset = -1;
 	c.world = -1;
-	return verify_graph(&c, g, NULL, "");
+	st = verify_graph(&c, g, NULL, "");
+	tpf_free(c.types);
+	return st;
 }
 
 static void verify_function(struct verify_ctx *c, const struct tpf_function *f)
@@ -2409,6 +1655,7 @@ enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
 		}
 		verify_function(&c, f);
 	}
+	tpf_free(c.types);
 	if (c.nomem)
 		return TPF_ERR_NOMEM;
 	return c.errors ? TPF_ERR_VERIFY : TPF_OK;

@@ -816,59 +816,10 @@ int tpf_pattern_const_ints(const struct tpf_value *v, int64_t *out, size_t max, 
 	return 0;
 }
 
-static enum tpf_dtype dtype_depth(const struct tpf_value *v, int depth)
-{
-	if (!v)
-		return TPF_DTYPE_UNDEFINED;
-	if (v->type.kind == TPF_TYPE_TENSOR && v->type.dtype != TPF_DTYPE_UNDEFINED)
-		return v->type.dtype;
-	if (v->init)
-		return v->init->dtype;
-	const struct tpf_node *n = v->producer;
-	if (!n || depth > 16)
-		return TPF_DTYPE_UNDEFINED;
-	switch (n->op) {
-	case TPF_OP_CAST: {
-		int64_t to = tpf_node_attr_int(n, "to", 0);
-		return tpf_dtype_is_valid((int)to) ? (enum tpf_dtype)to : TPF_DTYPE_UNDEFINED;
-	}
-	case TPF_OP_CONSTANT: {
-		const struct tpf_tensor *t = tpf_value_constant(v);
-		return t ? t->dtype : TPF_DTYPE_UNDEFINED;
-	}
-	case TPF_OP_MS_ALLREDUCE:
-	case TPF_OP_MS_ALLGATHER:
-	case TPF_OP_MS_ALLTOALL:
-	case TPF_OP_ADD:
-	case TPF_OP_SUB:
-	case TPF_OP_MUL:
-	case TPF_OP_DIV:
-	case TPF_OP_IDENTITY:
-	case TPF_OP_SQRT:
-	case TPF_OP_RECIPROCAL:
-	case TPF_OP_NEG:
-	case TPF_OP_RESHAPE:
-	case TPF_OP_TRANSPOSE:
-		return n->n_inputs ? dtype_depth(n->inputs[0], depth + 1) : TPF_DTYPE_UNDEFINED;
-	case TPF_OP_TPF_RMS_NORM:
-	case TPF_OP_RMS_NORMALIZATION:
-	case TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION:
-	case TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION:
-		return v->producer_index == 0 && n->n_inputs > 1
-		           ? dtype_depth(n->inputs[1], depth + 1)
-		           : TPF_DTYPE_UNDEFINED;
-	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
-		if (v->producer_index == 0 && n->n_inputs > 1)
-			return dtype_depth(n->inputs[1], depth + 1);
-		return n->n_inputs ? dtype_depth(n->inputs[0], depth + 1) : TPF_DTYPE_UNDEFINED;
-	default:
-		return TPF_DTYPE_UNDEFINED;
-	}
-}
-
 enum tpf_dtype tpf_pattern_dtype(const struct tpf_value *v)
 {
-	return dtype_depth(v, 0);
+	/* the IR answers from the value's type or its producer's op record */
+	return tpf_value_dtype(v);
 }
 
 int tpf_pattern_rank(const struct tpf_value *v)
@@ -893,18 +844,19 @@ int tpf_pattern_last_dim(const struct tpf_value *v, int64_t *dim)
 int tpf_pattern_shapes_differ(const struct tpf_value *a, const struct tpf_value *b)
 {
 	int ra = tpf_pattern_rank(a), rb = tpf_pattern_rank(b);
-	if (ra < 0 || rb < 0)
+	enum tpf_answer eq = tpf_value_shapes_equal(a, b);
+
+	if (ra < 0 || rb < 0 || eq == TPF_ANSWER_YES)
 		return 0;
-	if (ra != rb)
+	if (eq == TPF_ANSWER_NO)
 		return 1;
+	/* not proven equal: they differ where both dims are named (static or
+	 * symbolic) and the IR cannot tell them equal; wholly unknown dims
+	 * do not count */
 	for (int i = 0; i < ra; i++) {
 		const struct tpf_dim *x = &a->type.shape.dims[i], *y = &b->type.shape.dims[i];
-		int xs = !x->param && x->value >= 0, ys = !y->param && y->value >= 0;
-		if (xs && ys && x->value != y->value)
-			return 1;
-		if ((xs && y->param) || (ys && x->param))
-			return 1;
-		if (x->param && y->param && strcmp(x->param, y->param) != 0)
+		int xn = x->param || x->value >= 0, yn = y->param || y->value >= 0;
+		if (xn && yn && tpf_graph_dims_equal(a->graph, x, y) != TPF_ANSWER_YES)
 			return 1;
 	}
 	return 0;

@@ -192,15 +192,16 @@ enum tpf_status tpf_pattern_run(struct tpf_model *m, const char *pass_name,
 int tpf_pattern_const_scalar(const struct tpf_value *v, double *out);
 /* An integer constant (INT32/INT64) of at most `max` elements; 0 on success. */
 int tpf_pattern_const_ints(const struct tpf_value *v, int64_t *out, size_t max, size_t *count);
-/* Element type of a value: its type, else (for Cast/AllReduce outputs and
- * elementwise ops) what can be read off its producer; UNDEFINED if unknown. */
+/* Element type of a value: its type, else what its producer's op record
+ * gives (tpf_value_dtype); UNDEFINED if unknown. */
 enum tpf_dtype tpf_pattern_dtype(const struct tpf_value *v);
 /* Rank of a value's shape, -1 when unknown. */
 int tpf_pattern_rank(const struct tpf_value *v);
 /* Last dimension: 1 and *dim set when static, 0 when unknown. */
 int tpf_pattern_last_dim(const struct tpf_value *v, int64_t *dim);
-/* 1 when the two shapes are known to differ (different rank, a different
- * static dim, a static vs symbolic dim, or different symbols). */
+/* 1 when the two shapes may differ (different rank, or two dims, static or
+ * symbolic, that the IR cannot prove equal: tpf_value_shapes_equal); dims
+ * that are wholly unknown do not count. */
 int tpf_pattern_shapes_differ(const struct tpf_value *a, const struct tpf_value *b);
 /* Whether pass `name` is named in a TPF_DEBUG-style list ("all", "a,b"). */
 int tpf_pattern_debug_enabled(const struct tpf_pass_context *ctx, const char *name);

@@ -248,8 +248,11 @@ static void test_decoder_block(void **state)
 	    add(g, "trt", "TRT_FP4DynamicQuantize", "fp4", 2, IN(res->outputs[0], scale), 2);
 	struct tpf_node *gm = add(g, "", "Gemm", "gemm", 2, IN(w, w), 1);
 	tpf_node_set_attr_int(gm, "transA", 1);
-	struct tpf_node *arn =
-	    add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3, IN(mm->outputs[0], x, gamma), 2);
+	static uint16_t g32data[32];
+	struct tpf_value *g32 = tpf_graph_add_initializer(g, "g32", TPF_DTYPE_BFLOAT16, 1,
+	                                                  (int64_t[]){32}, g32data, sizeof(g32data));
+	struct tpf_node *arn = add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3,
+	                           IN(mm->outputs[0], g32, ar->outputs[0]), 2);
 	assert_int_equal(tpf_graph_add_output(g, a2a->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, topk->outputs[0]), TPF_OK);
 

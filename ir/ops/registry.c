@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The table of op records, generated from ir/ops.def: one record a line,
+ * defined in ir/ops/FAMILY.c.  A line without its record does not link.
+ */
+#include "op-def.h"
+
+#include <string.h>
+
+/* Ops tpfuse does not know: any operands, no rules. */
+const struct tpf_op_def tpf_op_def_UNKNOWN = {
+	.info = {"", "", 0, -1, 0, -1},
+};
+
+static const struct tpf_op_def *const defs[TPF_OP_COUNT] = {
+#define TPF_OP(id, family) [TPF_OP_##id] = &tpf_op_def_##id,
+#include "ops.def"
+#undef TPF_OP
+};
+
+const struct tpf_op_def *op_def(enum tpf_op op)
+{
+	if ((unsigned)op >= TPF_OP_COUNT)
+		return defs[TPF_OP_UNKNOWN];
+	return defs[op];
+}
+
+const struct tpf_op_info *tpf_op_info(enum tpf_op op)
+{
+	return &op_def(op)->info;
+}
+
+int tpf_op_has_trait(enum tpf_op op, enum tpf_op_trait trait)
+{
+	return (op_def(op)->traits & (unsigned)trait) != 0;
+}
+
+enum tpf_op tpf_op_lookup(const char *domain, const char *op_type)
+{
+	if (!domain || strcmp(domain, "ai.onnx") == 0)
+		domain = "";
+	if (!op_type || !*op_type)
+		return TPF_OP_UNKNOWN;
+	for (int i = 1; i < TPF_OP_COUNT; i++)
+		if (strcmp(defs[i]->info.name, op_type) == 0 && strcmp(defs[i]->info.domain, domain) == 0)
+			return (enum tpf_op)i;
+	return TPF_OP_UNKNOWN;
+}
+
+static const struct op_operand *operand_at(const struct op_operand *list, int max, size_t i)
+{
+	size_t n = 0;
+
+	while (n < OP_MAX_OPERANDS && list[n].name)
+		n++;
+	if (i < n)
+		return &list[i];
+	if (max < 0 && n)
+		return &list[n - 1];
+	return NULL;
+}
+
+const struct op_operand *op_def_input(const struct tpf_op_def *d, size_t i)
+{
+	return operand_at(d->inputs, d->info.max_inputs, i);
+}
+
+const struct op_operand *op_def_output(const struct tpf_op_def *d, size_t i)
+{
+	return operand_at(d->outputs, d->info.max_outputs, i);
+}
+
+const struct op_attr *op_def_attr(const struct tpf_op_def *d, const char *name)
+{
+	const struct op_attr *a;
+
+	for (a = d->attrs; a && a->name; a++)
+		if (strcmp(a->name, name) == 0)
+			return a;
+	return NULL;
+}
+
+void op_def_arity(const struct tpf_op_def *d, int64_t opset, int *min_in, int *max_in)
+{
+	size_t k;
+
+	*min_in = d->info.min_inputs;
+	*max_in = d->info.max_inputs;
+	if (opset <= 0)
+		return;
+	for (k = 0; k < sizeof(d->forms) / sizeof(d->forms[0]) && d->forms[k].before; k++)
+		if (opset < d->forms[k].before) {
+			*min_in = d->forms[k].min_inputs;
+			*max_in = d->forms[k].max_inputs;
+			return;
+		}
+}
+
+int op_def_input_optional(const struct tpf_op_def *d, int64_t opset, size_t i)
+{
+	const struct op_operand *o = op_def_input(d, i);
+	int min_in, max_in;
+	size_t k;
+
+	op_def_arity(d, opset, &min_in, &max_in);
+	if (i >= (size_t)min_in || (o && (o->flags & OPND_OPTIONAL)))
+		return 1;
+	for (k = 0; opset > 0 && k < sizeof(d->forms) / sizeof(d->forms[0]) && d->forms[k].before;
+	     k++)
+		if (opset < d->forms[k].before)
+			return i < 32 && (d->forms[k].optional >> i) & 1;
+	return 0;
+}
