@@ -20,8 +20,9 @@
 #
 # --timeout (default: $TPF_FAULT_TIMEOUT, else 5) is passed to `tpfuse run
 # --timeout`; a case fails when mpirun has not ended after 4 x timeout + 30 s.
-# A case passes when mpirun exits non-zero before that deadline, a line that
-# tpfuse itself printed names the cause, and no rank's process outlives
+# A case passes when mpirun exits non-zero before that deadline (in
+# rank-killed, rank 0 itself: mpirun with --enable-recovery exits 0), a line
+# that tpfuse itself printed names the cause, and no rank's process outlives
 # mpirun (mpirun ends every rank when one fails, so none exits 0 after a
 # fault).  The patterns match tpfuse's own messages ("tpfuse: rank R: error:
 # ..." and the start-up watchdog's "tpfuse run: error: ..."), never the
