@@ -237,6 +237,7 @@ def evaluate(folder, man, args, workdir, refused_ops):
 	row["fusions_ok"] = stats0 is not None and all(g == wnt for _, g, wnt in fus)
 	if stats0 is not None and not row["fusions_ok"]:
 		row["ok"] = False
+		row["notes"].append("fusions " + fmt_fusions(fus))
 	# run
 	row["run"], row["err"] = "-", None
 	if args.no_run:
@@ -276,6 +277,7 @@ def evaluate(folder, man, args, workdir, refused_ops):
 	row["run"] = "ok" if okv else "MISMATCH (atol %g rtol %g)" % (tol["atol"], tol["rtol"])
 	if not okv:
 		row["ok"] = False
+		row["notes"].append("logits off by %.3g" % err)
 	return row
 
 
