@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "run-command.h"
 #include "tpf-ir.h"
 #include "tpf-passes.h"
 #include "tpf-runtime.h"

@@ -243,19 +243,17 @@ const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
  * peer memory (one-shot kernels) instead of the communicator. */
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot);
 
-/* ------------------------------------------------------------ CLI commands
- * `tpfuse run` and `tpfuse plan`: argv[0] is the command name.  Return the
- * process exit code (0 ok, 1 error, 2 usage, 3 I/O, 4 unsupported,
- * 5 --verify mismatch). */
-int tpf_cli_run(int argc, char **argv);
-int tpf_cli_plan(int argc, char **argv);
-/* The comparison of `tpfuse run --verify`: the optimized graph's outputs
- * (got) against the unfused graph's (ref), one line per output on f (with
- * " [rank N]" when rank >= 0).  Returns 0 when every output agrees, 5 on a
- * mismatch, 1 when out of memory.  opt_graph may be NULL. */
-int tpf_cli_verify_outputs(const struct tpf_graph *ref_graph, const struct tpf_graph *opt_graph,
-			   const struct tpf_host_tensor *ref, size_t n_ref,
-			   const struct tpf_host_tensor *got, size_t n_got, int rank, FILE *f);
+/* ------------------------------------------------------------ --verify
+ * The comparison of `tpfuse run --verify`: the optimized graph's outputs
+ * (got) against the unfused graph's (ref), with per-dtype bounds and, for
+ * outputs a quantizer's result reaches, a bounded share of elements one FP8
+ * step off (runtime/verify.c explains the bounds).  Writes one line per
+ * output on f (with " [rank N]" when rank >= 0).  Returns 0 when every
+ * output agrees, 1 on a mismatch, -1 when out of memory.  opt_graph may be
+ * NULL. */
+int tpf_verify_outputs(const struct tpf_graph *ref_graph, const struct tpf_graph *opt_graph,
+		       const struct tpf_host_tensor *ref, size_t n_ref,
+		       const struct tpf_host_tensor *got, size_t n_got, int rank, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -61,12 +61,12 @@ mutant attention-softcap-refused kernels/cpu/attention.c \
 	"onnx-node-tests kernels-cpu" \
 	"the CPU Attention kernel refuses softcap (reported as unsupported)"
 
-mutant verify-loose-quantized runtime/run-command.c \
+mutant verify-loose-quantized runtime/verify.c \
 	's|^#define VERIFY_FLIP_FRACTION 0.25$|#define VERIFY_FLIP_FRACTION 1.0|' \
 	"run-verify oracle" \
 	"tpfuse run --verify lets every element of an output after a quantizer be one FP8 step off (a uniform 5% scale error passes)"
 
-mutant verify-never-mismatch runtime/run-command.c \
+mutant verify-never-mismatch runtime/verify.c \
 	's|^\(\t*\)double x = tpf_elem_load(got->dtype, got->data, i);$|\1double x = tpf_elem_load(ref->dtype, ref->data, i);|' \
 	"run-verify oracle" \
 	"tpfuse run --verify compares the reference with itself and never reports a mismatch"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tpf-runtime.h"
+#include "run-command.h"
 
 int main(int argc, char **argv)
 {
