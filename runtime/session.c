@@ -582,10 +582,11 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 	if (need_sharded && (r = oneshot_ctx(s, &s->os_sharded, TPF_DTYPE_FLOAT, need_sharded, local)) && !st)
 		st = r;
 	if (tpf_comm_agree(s->comm, st, "setting up peer memory for one-shot collectives", local)) {
-		fprintf(stderr, "tpfuse: rank %d: warning: one-shot collectives are off, NCCL runs them:\n",
-			s->comm->rank);
-		if (local)
-			tpf_diag_print(local, stderr);
+		/* not an error: the run goes on through NCCL; the caller's
+		 * diagnostic says why (the library prints nothing) */
+		tpf_diag_add(d, TPF_SEV_WARNING, "one-shot collectives are off, NCCL runs them");
+		for (size_t i = 0; local && i < local->count; i++)
+			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
 		oneshot_free(s);
 		memset(s->oneshot, 0, s->n_oneshot);
 		s->os_failed = 1;
