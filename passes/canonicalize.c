@@ -82,8 +82,9 @@ static const struct tpf_pattern pat_rms_normalization = {
 
 /* --------------------------------------------- SimplifiedLayerNormalization */
 
-static const char *check_simplified(struct tpf_match *m)
+static const char *check_simplified(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	if (output_used(m->root, 1))
 		return "the inv_std_var output is used";
 	return NULL;
@@ -107,8 +108,9 @@ static const struct tpf_pattern pat_ms_simplified = {
 
 /* ------------------------------------------ SkipSimplifiedLayerNormalization */
 
-static const char *check_skip(struct tpf_match *m)
+static const char *check_skip(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	if (output_used(m->root, 1) || output_used(m->root, 2))
 		return "the mean or inv_std_var output is used";
 	if (tpf_pattern_shapes_differ(m->root->inputs[0], m->root->inputs[1]))
@@ -228,8 +230,9 @@ static int is_float16ish(enum tpf_dtype t)
 	return t == TPF_DTYPE_BFLOAT16 || t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_FLOAT;
 }
 
-static const char *check_chain(struct tpf_match *m)
+static const char *check_chain(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	struct chain_facts *f = (struct chain_facts *)m->facts;
 	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
 	struct tpf_value *eps = tpf_match_value(m, "eps"), *c;
@@ -401,22 +404,17 @@ static const struct tpf_pattern pat_chain = {
 
 /* ------------------------------------------------------------------ the pass */
 
+/* Tried in this order at each node; the names are the pass's counters. */
 static const struct tpf_pattern *const patterns[] = {
 	&pat_rms_normalization, &pat_simplified,  &pat_ms_simplified,
 	&pat_skip_simplified,   &pat_chain_gemma, &pat_chain,
-};
-
-static const char *const counters[] = {
-	"rms-normalization",	      "simplified-layer-norm", "ms-simplified-layer-norm",
-	"skip-simplified-layer-norm", "decomposed-gemma",      "decomposed",
 	NULL,
 };
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			   struct tpf_diag *d)
 {
-	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-			       changed, d);
+	return tpf_pattern_run(m, &tpf_pass_canonicalize_rmsnorm, ctx, changed, d);
 }
 
 const struct tpf_pass tpf_pass_canonicalize_rmsnorm = {
@@ -424,5 +422,5 @@ const struct tpf_pass tpf_pass_canonicalize_rmsnorm = {
 	.summary = "rewrite every RMSNorm form (ONNX, ORT contrib, decomposed, Gemma) into "
 		   "ai.tpfuse.RMSNorm",
 	.run = run,
-	.counters = counters,
+	.patterns = patterns,
 };

@@ -161,18 +161,21 @@ static const char *check_common(struct tpf_match *m, enum quant_kind kind)
 	return NULL;
 }
 
-static const char *check_fp8(struct tpf_match *m)
+static const char *check_fp8(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	return check_common(m, QUANT_FP8);
 }
 
-static const char *check_nvfp4(struct tpf_match *m)
+static const char *check_nvfp4(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	return check_common(m, QUANT_NVFP4);
 }
 
-static const char *check_nvfp4_block(struct tpf_match *m)
+static const char *check_nvfp4_block(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	return check_common(m, QUANT_NVFP4_BLOCK);
 }
 
@@ -304,20 +307,18 @@ static const struct tpf_pattern pat_nvfp4_block = {
 	.explain_min_nodes = 2,
 };
 
-static const struct tpf_pattern *const patterns[] = {&pat_fp8, &pat_nvfp4, &pat_nvfp4_block};
-
-static const char *const counters[] = {"fp8", "nvfp4", "nvfp4-block", NULL};
+/* The pass's counters are these patterns' names. */
+static const struct tpf_pattern *const patterns[] = {&pat_fp8, &pat_nvfp4, &pat_nvfp4_block, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			   struct tpf_diag *d)
 {
-	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-	                       changed, d);
+	return tpf_pattern_run(m, &tpf_pass_fuse_allreduce_rmsnorm_quant, ctx, changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm_quant = {
 	.name = PASS_NAME,
 	.summary = "AllReduceRMSNorm + FP8 or NVFP4 quantize into ai.tpfuse.AllReduceRMSNormQuant",
 	.run = run,
-	.counters = counters,
+	.patterns = patterns,
 };

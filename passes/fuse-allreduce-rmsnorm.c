@@ -25,8 +25,9 @@
 
 #define PASS_NAME "fuse-allreduce-rmsnorm"
 
-static const char *check_fusion(struct tpf_match *m)
+static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	struct tpf_node *norm = m->root;
 	struct tpf_node *ar = tpf_match_node(m, "ar");
 	struct tpf_value *a = tpf_match_value(m, "a"), *gamma = tpf_match_value(m, "gamma");
@@ -133,20 +134,18 @@ static const struct tpf_pattern pat_plain = {
 	.explain_min_nodes = 2,
 };
 
-static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_plain};
-
-static const char *const counters[] = {"allreduce-residual-rmsnorm", "allreduce-rmsnorm", NULL};
+/* The pass's counters are these patterns' names. */
+static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_plain, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			   struct tpf_diag *d)
 {
-	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-	                       changed, d);
+	return tpf_pattern_run(m, &tpf_pass_fuse_allreduce_rmsnorm, ctx, changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm = {
 	.name = PASS_NAME,
 	.summary = "AllReduce [+ residual Add] + RMSNorm into ai.tpfuse.AllReduceRMSNorm",
 	.run = run,
-	.counters = counters,
+	.patterns = patterns,
 };

@@ -15,9 +15,9 @@
  * per token instead of gathering the activation.
  *
  * The pass only fuses when it can prove that the kept part is this rank's:
- * rank and world size come from the pass context (--rank/--world-size) or
- * the model's metadata_props "tp_rank"/"tp_world_size"; when they are
- * unknown, when the slice is another rank's part, or when the AllGather's
+ * rank and world size come from the pattern context (the pass context's
+ * --rank/--world-size, else the model's metadata_props "tp_rank" /
+ * "tp_world_size"); when they are unknown, when the slice is another rank's part, or when the AllGather's
  * group_size is not the world size, nothing fuses and --explain says why.
  * Also refused: a gather or norm over another axis, a gamma that is not a
  * constant, input and gamma dtypes that differ, and a gathered or
@@ -48,16 +48,6 @@
 /* Nodes one independence check may visit before it assumes a dependence. */
 #define MERGE_MAX_VISITS 200000
 
-/* The tensor-parallel setting of the run in progress, read by the pure
- * check (which has no context argument). */
-struct shard_env {
-	int known;
-	int64_t rank, world;
-	const char *why; /* when !known */
-};
-
-static _Thread_local struct shard_env shard_env;
-
 /* What the check found, for the rewrite (lives in match->facts). */
 struct shard_facts {
 	int64_t world, rank, full_dim, local_dim;
@@ -67,47 +57,6 @@ struct shard_facts {
 _Static_assert(sizeof(struct shard_facts) <= TPF_MATCH_FACTS, "facts too large");
 
 /* ------------------------------------------------------------------ helpers */
-
-static int parse_int(const char *s, int64_t *out)
-{
-	char *end;
-	long long v;
-
-	if (!s || !*s)
-		return -1;
-	v = strtoll(s, &end, 10);
-	if (*end || v < 0 || v > 1000000)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static void env_setup(const struct tpf_model *m, const struct tpf_pass_context *ctx)
-{
-	int64_t world = -1, rank = -1, v;
-
-	if (ctx && ctx->world_size > 0)
-		world = ctx->world_size;
-	else if (!parse_int(tpf_model_metadata(m, "tp_world_size"), &v) && v > 0)
-		world = v;
-	if (ctx && ctx->world_size > 0 && ctx->rank >= 0)
-		rank = ctx->rank;
-	else if (!parse_int(tpf_model_metadata(m, "tp_rank"), &v))
-		rank = v;
-
-	memset(&shard_env, 0, sizeof(shard_env));
-	shard_env.rank = rank;
-	shard_env.world = world;
-	if (world <= 0 || rank < 0)
-		shard_env.why =
-		    "the rank or world size is unknown (give --rank and --world-size, or "
-		    "metadata_props tp_rank and tp_world_size): cannot prove the slice "
-		    "is this rank's part";
-	else if (rank >= world)
-		shard_env.why = "the rank is not below the world size";
-	else
-		shard_env.known = 1;
-}
 
 static int dims_equal(const struct tpf_dim *a, const struct tpf_dim *b)
 {
@@ -166,7 +115,8 @@ static const char *pred_norm(const struct tpf_node *n, struct tpf_match *m)
 /* ------------------------------------------------------------------ check */
 
 /* Checks shared by the Slice and the Split forms; fills world/rank/dims. */
-static const char *check_common(struct tpf_match *m, struct shard_facts *f)
+static const char *check_common(const struct tpf_pattern_context *pc, struct tpf_match *m,
+                                struct shard_facts *f)
 {
 	struct tpf_node *ag = tpf_match_node(m, "ag"), *norm = tpf_match_node(m, "norm");
 	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
@@ -189,10 +139,14 @@ static const char *check_common(struct tpf_match *m, struct shard_facts *f)
 		                        "the gathered tensor '%s' has %zu uses: the full tensor "
 		                        "is needed elsewhere",
 		                        ag->outputs[0]->name, uses);
-	if (!shard_env.known)
-		return shard_env.why;
-	f->world = shard_env.world;
-	f->rank = shard_env.rank;
+	if (pc->world_size <= 0 || pc->rank < 0)
+		return "the rank or world size is unknown (give --rank and --world-size, or "
+		       "metadata_props tp_rank and tp_world_size): cannot prove the slice is this "
+		       "rank's part";
+	if (pc->rank >= pc->world_size)
+		return "the rank is not below the world size";
+	f->world = pc->world_size;
+	f->rank = pc->rank;
 
 	const struct tpf_attr *gs = tpf_node_attr(ag, "group_size");
 	if (gs && gs->kind == TPF_ATTR_INT && gs->i != f->world)
@@ -279,13 +233,13 @@ static int64_t clamp_bound(int64_t v, int64_t dim)
 	return v > dim ? dim : v;
 }
 
-static const char *check_slice(struct tpf_match *m)
+static const char *check_slice(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
 	struct shard_facts *f = (struct shard_facts *)m->facts;
 	struct tpf_node *s = m->root;
 	int64_t starts[TPF_MAX_RANK], ends[TPF_MAX_RANK], axes[TPF_MAX_RANK], steps[TPF_MAX_RANK];
 	size_t ns = 0, ne = 0, na = 0, nst = 0;
-	const char *r = check_common(m, f);
+	const char *r = check_common(pc, m, f);
 
 	if (r)
 		return r;
@@ -367,13 +321,13 @@ static const char *check_slice(struct tpf_match *m)
 	return NULL;
 }
 
-static const char *check_split(struct tpf_match *m)
+static const char *check_split(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
 	struct shard_facts *f = (struct shard_facts *)m->facts;
 	struct tpf_node *s = m->root;
 	int64_t sizes[256];
 	size_t n = s->n_outputs, count = 0;
-	const char *r = check_common(m, f);
+	const char *r = check_common(pc, m, f);
 
 	if (r)
 		return r;
@@ -528,7 +482,8 @@ static const struct tpf_pattern pat_split = {
     .explain_min_nodes = 3,
 };
 
-static const struct tpf_pattern *const patterns[] = {&pat_slice, &pat_split};
+/* Both forms count as "sharded-rmsnorm"; the merge phase adds its own counter. */
+static const struct tpf_pattern *const patterns[] = {&pat_slice, &pat_split, NULL};
 
 /* ------------------------------------------------------------ Q/K merging */
 
@@ -966,7 +921,7 @@ out_free:
 
 /* ------------------------------------------------------------------ pass */
 
-static const char *const counters[] = {PATTERN_NAME, MERGE_COUNTER, NULL};
+static const char *const counters[] = {MERGE_COUNTER, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
@@ -978,10 +933,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 		*changed = 0;
 	if (!m || !m->graph)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", PASS_NAME);
-	env_setup(m, ctx);
-	st = tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-	                     &fused, d);
-	memset(&shard_env, 0, sizeof(shard_env));
+	st = tpf_pattern_run(m, &tpf_pass_fuse_sharded_rmsnorm, ctx, &fused, d);
 	if (st)
 		return st;
 	int merged = 0;
@@ -997,5 +949,6 @@ const struct tpf_pass tpf_pass_fuse_sharded_rmsnorm = {
                "ai.tpfuse.ShardedRMSNorm (one float per token exchanged); Q/K norms share "
                "one exchange",
     .run = run,
+    .patterns = patterns,
     .counters = counters,
 };

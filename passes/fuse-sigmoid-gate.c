@@ -47,8 +47,9 @@ static const char *dim_text(const struct tpf_dim *d, char *buf, size_t size)
 	return buf;
 }
 
-static const char *check_gate(struct tpf_match *m)
+static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
+	(void)pc;
 	struct tpf_value *final = tpf_match_value(m, "final"), *gate = tpf_match_value(m, "gate");
 	struct tpf_value *shared = tpf_match_value(m, "shared");
 	struct tpf_value *out = m->root->outputs[0];
@@ -158,20 +159,18 @@ static const struct tpf_pattern pat_gate = {
     .explain_min_nodes = 3,
 };
 
-static const struct tpf_pattern *const patterns[] = {&pat_gate};
-
-static const char *const counters[] = {PATTERN_NAME, NULL};
+/* The pass's counter is the pattern's name. */
+static const struct tpf_pattern *const patterns[] = {&pat_gate, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
 {
-	return tpf_pattern_run(m, PASS_NAME, patterns, sizeof(patterns) / sizeof(patterns[0]), ctx,
-	                       changed, d);
+	return tpf_pattern_run(m, &tpf_pass_fuse_sigmoid_gate, ctx, changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_sigmoid_gate = {
     .name = PASS_NAME,
     .summary = "final + Sigmoid(gate) * shared into ai.tpfuse.SigmoidGateAdd",
     .run = run,
-    .counters = counters,
+    .patterns = patterns,
 };

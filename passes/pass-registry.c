@@ -11,9 +11,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "tpf-passes.h"
-
-#include "pass-list.h"
+#include "pattern.h"
 
 /* ------------------------------------------------------------------ registry */
 
@@ -188,16 +186,38 @@ void tpf_pass_stats_print(const struct tpf_pass_stats *s, FILE *f)
 			s->entries[i].counter, s->entries[i].value);
 }
 
-/* Sum of a pass's counters: its declared ones, or every counter under its
- * name when it declares none. */
+const char *tpf_pass_counter(const struct tpf_pass *p, size_t k)
+{
+	size_t i, j;
+
+	if (!p)
+		return NULL;
+	for (i = 0; p->patterns && p->patterns[i]; i++) {
+		const char *name = p->patterns[i]->name;
+		for (j = 0; j < i && strcmp(p->patterns[j]->name, name) != 0; j++)
+			;
+		if (j < i)
+			continue; /* a name shared with an earlier pattern */
+		if (k-- == 0)
+			return name;
+	}
+	for (i = 0; p->counters && p->counters[i]; i++)
+		if (k-- == 0)
+			return p->counters[i];
+	return NULL;
+}
+
+/* Sum of a pass's counters: its pattern names and declared counters, or
+ * every counter under its name when it has none. */
 static int64_t pass_counter_total(const struct tpf_pass_stats *s, const struct tpf_pass *p)
 {
 	int64_t total = 0;
+	const char *name;
 	size_t i;
 
-	if (p->counters) {
-		for (i = 0; p->counters[i]; i++)
-			total += tpf_pass_stats_get(s, p->name, p->counters[i]);
+	if (tpf_pass_counter(p, 0)) {
+		for (i = 0; (name = tpf_pass_counter(p, i)); i++)
+			total += tpf_pass_stats_get(s, p->name, name);
 		return total;
 	}
 	for (i = 0; i < s->count; i++)
@@ -430,9 +450,10 @@ enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_
 		const struct tpf_pass *p = seq.items[i];
 		int changed = 0;
 
-		/* declared counters show up in --stats even when they stay 0 */
-		for (j = 0; p->counters && p->counters[j]; j++)
-			tpf_pass_stats_add(ctx.stats, p->name, p->counters[j], 0);
+		/* the counters show up in --stats even when they stay 0 */
+		const char *name;
+		for (j = 0; (name = tpf_pass_counter(p, j)); j++)
+			tpf_pass_stats_add(ctx.stats, p->name, name, 0);
 		before[i] = pass_counter_total(ctx.stats, p);
 		st = p->run(m, &ctx, &changed, d);
 		if (st) {
@@ -440,7 +461,7 @@ enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_
 				     tpf_status_name(st));
 			goto out_free_counts;
 		}
-		if (pass_counter_total(ctx.stats, p) != before[i] || (!p->counters && changed))
+		if (pass_counter_total(ctx.stats, p) != before[i] || (!tpf_pass_counter(p, 0) && changed))
 			matched[i] = 1;
 		if (o->verify_each) {
 			st = tpf_model_verify(m, d);

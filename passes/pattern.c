@@ -62,6 +62,7 @@ struct goal {
 
 struct matcher {
 	struct tpf_match *m;
+	const struct tpf_pattern_context *pc;
 	char *why;
 	size_t why_size;
 	int best; /* progress of the deepest failure so far, -1: none */
@@ -236,7 +237,7 @@ static int finish(struct matcher *mt)
 	if (!p->check)
 		return 1;
 	memset(m->facts, 0, sizeof(m->facts));
-	const char *r = p->check(m);
+	const char *r = p->check(mt->pc, m);
 	if (!r)
 		return 1;
 	fail_at(mt, NULL, (int)m->n_nodes + 1, "check: %s", r);
@@ -401,10 +402,13 @@ static int root_may_match(const struct tpf_pattern *p, const struct tpf_node *n)
 	return n->op == r->op || ((r->flags & TPF_PNODE_OPT_CAST) && n->op == TPF_OP_CAST);
 }
 
-int tpf_pattern_match(const struct tpf_pattern *p, struct tpf_node *n, struct tpf_match *m,
-		      char *why, size_t why_size, int *progress)
+int tpf_pattern_match(const struct tpf_pattern *p, const struct tpf_pattern_context *pc,
+		      struct tpf_node *n, struct tpf_match *m, char *why, size_t why_size,
+		      int *progress)
 {
-	struct matcher mt = {.m = m, .why = why, .why_size = why_size, .best = -1};
+	static const struct tpf_pattern_context unknown = {.rank = -1, .world_size = -1};
+	struct matcher mt = {.m = m, .pc = pc ? pc : &unknown, .why = why, .why_size = why_size,
+	                     .best = -1};
 	char buf[160];
 	int ok = 0;
 
@@ -884,36 +888,74 @@ int tpf_pattern_debug_enabled(const struct tpf_pass_context *ctx, const char *na
 	return 0;
 }
 
+/* ------------------------------------------------------------------ context */
+
+/* A non-negative count from metadata_props; -1 when absent or not one. */
+static int metadata_count(const struct tpf_model *m, const char *key)
+{
+	const char *s = m ? tpf_model_metadata(m, key) : NULL;
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return -1;
+	v = strtol(s, &end, 10);
+	return *end || v < 0 || v > 1000000 ? -1 : (int)v;
+}
+
+void tpf_pattern_context_init(struct tpf_pattern_context *pc, const struct tpf_model *m,
+			      const char *pass_name, const struct tpf_pass_context *ctx)
+{
+	int world = -1, rank = -1;
+
+	if (ctx && ctx->world_size > 0) {
+		world = ctx->world_size;
+		rank = ctx->rank >= 0 ? ctx->rank : metadata_count(m, "tp_rank");
+	} else {
+		world = metadata_count(m, "tp_world_size");
+		rank = metadata_count(m, "tp_rank");
+		if (world == 0)
+			world = -1;
+	}
+	pc->model = m;
+	pc->pass_name = pass_name;
+	pc->rank = rank;
+	pc->world_size = world;
+}
+
 /* ------------------------------------------------------------------ driver */
 
-static void report_near_misses(struct tpf_graph *g, const char *pass_name,
-			       const struct tpf_pattern *const *patterns, size_t n_patterns,
-			       struct tpf_match *m, FILE *f)
+static void report_near_misses(struct tpf_graph *g, const struct tpf_pattern_context *pc,
+			       const struct tpf_pattern *const *patterns, struct tpf_match *m,
+			       FILE *f)
 {
 	char why[512], buf[160];
 
 	for (struct tpf_node *n = g->first; n; n = n->next) {
-		for (size_t i = 0; i < n_patterns; i++) {
+		for (size_t i = 0; patterns[i]; i++) {
 			const struct tpf_pattern *p = patterns[i];
 			int progress;
 			if (!root_may_match(p, n))
 				continue;
-			if (tpf_pattern_match(p, n, m, why, sizeof(why), &progress))
+			if (tpf_pattern_match(p, pc, n, m, why, sizeof(why), &progress))
 				continue; /* would match: not a near miss (rewrite declined) */
 			int min = p->explain_min_nodes > 0 ? p->explain_min_nodes : 2;
 			if (progress < min)
 				continue;
-			fprintf(f, "near-miss: %s/%s at %s: %s\n", pass_name, p->name,
+			fprintf(f, "near-miss: %s/%s at %s: %s\n", pc->pass_name, p->name,
 			        tpf_node_describe(n, buf, sizeof(buf)), why);
 		}
 	}
 }
 
-enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
-				const struct tpf_pattern *const *patterns, size_t n_patterns,
+enum tpf_status tpf_pattern_run(struct tpf_model *model, const struct tpf_pass *pass,
 				struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d)
 {
+	static const struct tpf_pattern *const none[] = {NULL};
 	struct tpf_graph *g = model ? model->graph : NULL;
+	const char *pass_name = pass && pass->name ? pass->name : "?";
+	const struct tpf_pattern *const *patterns = pass && pass->patterns ? pass->patterns : none;
+	struct tpf_pattern_context pc;
 	struct tpf_worklist wl = {0};
 	struct tpf_rewriter rw = {0};
 	struct tpf_match *m = NULL;
@@ -925,6 +967,7 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 		*changed = 0;
 	if (!g)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", pass_name);
+	tpf_pattern_context_init(&pc, model, pass_name, ctx);
 	FILE *trace = tpf_pattern_debug_enabled(ctx, pass_name)
 	                  ? (ctx && ctx->explain ? ctx->explain : stderr)
 	                  : NULL;
@@ -961,12 +1004,12 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 			    pass_name, (unsigned long long)visits, (unsigned long long)rewrites);
 			goto out;
 		}
-		for (size_t i = 0; i < n_patterns; i++) {
+		for (size_t i = 0; patterns[i]; i++) {
 			const struct tpf_pattern *p = patterns[i];
 			if (!root_may_match(p, n))
 				continue;
 			int progress;
-			if (!tpf_pattern_match(p, n, m, trace ? why : NULL, sizeof(why),
+			if (!tpf_pattern_match(p, &pc, n, m, trace ? why : NULL, sizeof(why),
 			                       &progress)) {
 				if (trace)
 					fprintf(trace, "[%s] %s at %s: no match %s\n", pass_name,
@@ -1017,7 +1060,7 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const char *pass_name,
 			goto out;
 	}
 	if (ctx && ctx->explain)
-		report_near_misses(g, pass_name, patterns, n_patterns, m, ctx->explain);
+		report_near_misses(g, &pc, patterns, m, ctx->explain);
 
 out:
 	if (changed)

@@ -4,9 +4,11 @@
  * A pattern is data: a tree of `struct tpf_pnode` rooted at the node that
  * the driver visits, plus two functions:
  *
- *   check    pure: looks at the bindings of a structural match, returns NULL
- *            to accept or a short reason to reject (the matcher then
- *            backtracks and tries the remaining operand orders/alternatives);
+ *   check    pure: looks at the bindings of a structural match and at the
+ *            run's context (rank, world size), may leave facts for the
+ *            rewrite in the match, returns NULL to accept or a short reason
+ *            to reject (the matcher then backtracks and tries the remaining
+ *            operand orders/alternatives);
  *   rewrite  changes the graph, only through `struct tpf_rewriter`.
  *
  * Pattern nodes:
@@ -24,12 +26,15 @@
  * TPF_PNODE_OPT_CAST lets a Cast wrap the value (tried through the Cast
  * first, then without).
  *
- * The greedy driver (tpf_pattern_run) visits nodes consumers-first, tries
- * the patterns in order at each node, applies the first that matches, puts
- * the touched nodes back on its worklist and stops at a fixed point.  It
- * counts matches per pattern into ctx->stats (counter = pattern name),
- * writes near-miss reports to ctx->explain and traces every attempt when
- * ctx->debug_only (or the TPF_DEBUG environment variable) names the pass.
+ * A pass made of patterns lists them in its `struct tpf_pass` (.patterns);
+ * its run function hands itself to the greedy driver (tpf_pattern_run),
+ * which visits nodes consumers-first, tries the patterns in order at each
+ * node, applies the first that matches, puts the touched nodes back on its
+ * worklist and stops at a fixed point.  It counts matches per pattern into
+ * ctx->stats under the pattern's name (so a pass's counters are its
+ * pattern names), writes near-miss reports to ctx->explain and traces
+ * every attempt when ctx->debug_only (or the TPF_DEBUG environment
+ * variable) names the pass.
  */
 #ifndef TPF_PATTERN_H
 #define TPF_PATTERN_H
@@ -37,6 +42,10 @@
 #include <stdio.h>
 
 #include "tpf-passes.h"
+
+/* The pass objects (extern), so that a pattern pass can hand itself to
+ * tpf_pattern_run. */
+#include "pass-list.h"
 
 /* ------------------------------------------------------------ pattern nodes */
 
@@ -89,6 +98,24 @@ struct tpf_pnode {
 	                           .operands =                                                     \
 	                               (const struct tpf_pnode *const[]){__VA_ARGS__, NULL}})
 
+/* ------------------------------------------------------------------- context */
+
+/* What a check may read besides the match: the setting of the run, which
+ * the driver resolves once per pass run.  rank and world_size come from
+ * the pass context (--rank, --world-size) when it gives a world size, else
+ * from the model's metadata_props "tp_rank" / "tp_world_size"; -1 when
+ * unknown.  They are not checked against each other (rank < world_size):
+ * a check that needs them says why it cannot use them. */
+struct tpf_pattern_context {
+	const struct tpf_model *model;
+	const char *pass_name;
+	int rank, world_size;
+};
+
+/* Fills a pattern context for a run of `pass_name` over m. */
+void tpf_pattern_context_init(struct tpf_pattern_context *pc, const struct tpf_model *m,
+			      const char *pass_name, const struct tpf_pass_context *ctx);
+
 /* ------------------------------------------------------------------- matches */
 
 #define TPF_MATCH_MAX_BINDINGS 48
@@ -111,7 +138,8 @@ struct tpf_match {
 	/* Matched nodes (root first, then in matching order, Casts included). */
 	struct tpf_node *nodes[TPF_MATCH_MAX_NODES];
 	size_t n_nodes;
-	/* Scratch for the pattern's check to pass facts on to its rewrite. */
+	/* The match's facts: scratch for the pattern's check to pass what it
+	 * found on to its rewrite (zeroed before each check). */
 	_Alignas(16) unsigned char facts[TPF_MATCH_FACTS];
 	char reason_buf[192]; /* tpf_match_reason formats here */
 };
@@ -166,24 +194,27 @@ enum tpf_status tpf_rewriter_erase_dead(struct tpf_rewriter *rw, const struct tp
 /* ------------------------------------------------------------------ patterns */
 
 struct tpf_pattern {
-	const char *name;                          /* also the statistics counter */
-	const struct tpf_pnode *root;              /* OP (optionally OPT_CAST) */
-	const char *(*check)(struct tpf_match *m); /* may be NULL */
+	const char *name;             /* also the statistics counter */
+	const struct tpf_pnode *root; /* OP (optionally OPT_CAST) */
+	/* May be NULL.  Reads the bindings and the context, may write m->facts. */
+	const char *(*check)(const struct tpf_pattern_context *pc, struct tpf_match *m);
 	enum tpf_status (*rewrite)(struct tpf_rewriter *rw, struct tpf_match *m);
 	/* Near-miss reports: a failed attempt is reported when it matched at
 	 * least this many nodes (0 = 2) or failed in check. */
 	int explain_min_nodes;
 };
 
-/* Matches `p` with `n` as root.  Returns 1 on a match (m filled), 0 if not.
- * When `why` is non-NULL a description of the deepest failure is written
- * there (why_size bytes). */
-int tpf_pattern_match(const struct tpf_pattern *p, struct tpf_node *n, struct tpf_match *m,
-		      char *why, size_t why_size, int *progress);
+/* Matches `p` with `n` as root in the context `pc` (NULL: nothing known).
+ * Returns 1 on a match (m filled), 0 if not.  When `why` is non-NULL a
+ * description of the deepest failure is written there (why_size bytes). */
+int tpf_pattern_match(const struct tpf_pattern *p, const struct tpf_pattern_context *pc,
+		      struct tpf_node *n, struct tpf_match *m, char *why, size_t why_size,
+		      int *progress);
 
-/* Runs the patterns greedily over the model's main graph to a fixed point. */
-enum tpf_status tpf_pattern_run(struct tpf_model *m, const char *pass_name,
-				const struct tpf_pattern *const *patterns, size_t n_patterns,
+/* Runs the patterns of `pass` (pass->patterns) greedily over the model's
+ * main graph to a fixed point; a match of pattern P adds 1 to counter
+ * "PASS.P". */
+enum tpf_status tpf_pattern_run(struct tpf_model *m, const struct tpf_pass *pass,
 				struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d);
 
 /* ------------------------------------------------------------------ helpers */

@@ -40,6 +40,8 @@ struct tpf_pass_context {
 	const char *debug_only;       /* TPF_DEBUG: pass names whose matching is traced */
 };
 
+struct tpf_pattern; /* passes/pattern.h */
+
 struct tpf_pass {
 	const char *name;    /* "dce", "fuse-allreduce-rmsnorm", ... */
 	const char *summary; /* one line */
@@ -47,10 +49,19 @@ struct tpf_pass {
 	 * when the model was modified. */
 	enum tpf_status (*run)(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			       struct tpf_diag *d);
-	/* Counter names this pass may increment, NULL-terminated; used to print
-	 * "matched nothing" for a requested pass whose counters all stayed 0. */
+	/* A pass made of patterns lists them here, NULL-terminated: each
+	 * pattern's name is one of the pass's counters (patterns may share a
+	 * name, and so a counter).  NULL for other passes. */
+	const struct tpf_pattern *const *patterns;
+	/* Counter names this pass may increment besides its pattern names,
+	 * NULL-terminated (may be NULL).  Together they print "matched nothing"
+	 * for a requested pass whose counters all stayed 0. */
 	const char *const *counters;
 };
+
+/* Counter k (from 0) of a pass: its pattern names, each once, then its
+ * other counters; NULL past the last.  What --stats prints for the pass. */
+const char *tpf_pass_counter(const struct tpf_pass *p, size_t k);
 
 /* All registered passes, in registry order. */
 const struct tpf_pass *const *tpf_pass_list(size_t *count);

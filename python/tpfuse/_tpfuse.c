@@ -967,13 +967,13 @@ static PyObject *py_passes(PyObject *self, PyObject *unused)
 		size_t nc = 0;
 		PyObject *counters, *item;
 
-		while (p->counters && p->counters[nc])
+		while (tpf_pass_counter(p, nc))
 			nc++;
 		counters = PyTuple_New((Py_ssize_t)nc);
 		if (!counters)
 			goto fail;
 		for (k = 0; k < nc; k++) {
-			PyObject *s = PyUnicode_FromString(p->counters[k]);
+			PyObject *s = PyUnicode_FromString(tpf_pass_counter(p, k));
 
 			if (!s) {
 				Py_DECREF(counters);
