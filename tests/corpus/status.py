@@ -387,6 +387,14 @@ def main(argv=None):
 	t = table(rows)
 	inv = inventory(folders, probes)
 	refused_lines = ["- `%s`: %s" % (k, probes[k][1]) for k in sorted(refused)]
+	# failures grouped by message (node names and hashes differ per model)
+	groups = collections.OrderedDict()
+	for r in rows:
+		for note in r.get("notes", []):
+			key = re.sub(r"node '[^']*'", "node '...'", note)
+			key = re.sub(r"[0-9a-f]{16}", "#", key)
+			groups.setdefault(key, []).append(r["model"])
+	note_lines = ["- %s: %s" % (k, ", ".join(v)) for k, v in groups.items()]
 	print()
 	print(t)
 	print()
@@ -407,6 +415,7 @@ def main(argv=None):
 				"runtime), `accepted` (known to the runtime; the probe stopped on its "
 				"random inputs).\n\n")
 			f.write(inv + "\n\n## Refused by the runtime\n\n" + "\n".join(refused_lines) + "\n")
+			f.write("\n## Failures by message\n\n" + "\n".join(note_lines) + "\n")
 	print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
 	return 1 if failed else 0
 
