@@ -1392,6 +1392,45 @@ static int free_name(struct parser *ps, struct tpf_graph *g, const char *name, c
 	return 0;
 }
 
+/* Renames OUTER values of g and its subgraphs that stand for `root`. */
+static int rename_captures(struct parser *ps, struct tpf_graph *g, const struct tpf_value *root,
+			   const char *name, const char *at, int depth)
+{
+	if (depth > MAX_DEPTH)
+		return 0;
+	for (size_t i = 0; i < g->n_values; i++) {
+		struct tpf_value *v = g->values[i];
+		const struct tpf_value *q = v;
+		for (int hops = 0; q && q->kind == TPF_VALUE_OUTER && hops <= MAX_DEPTH; hops++)
+			q = q->outer;
+		if (!v || v == root || q != root)
+			continue;
+		if (free_name(ps, g, name, at))
+			return -1;
+		if (tpf_value_rename(v, name))
+			return nomem(ps);
+	}
+	for (size_t i = 0; i < g->n_children; i++)
+		if (rename_captures(ps, g->children[i], root, name, at, depth + 1))
+			return -1;
+	return 0;
+}
+
+/* Gives a value named after its label its real name, with the values that
+ * subgraphs captured it as. */
+static int rename_value(struct parser *ps, struct tpf_value *root, const char *name, const char *at)
+{
+	if (free_name(ps, root->graph, name, at))
+		return -1;
+	if (tpf_value_rename(root, name))
+		return nomem(ps);
+	root->mark = 0;
+	for (size_t i = 0; i < root->graph->n_children; i++)
+		if (rename_captures(ps, root->graph->children[i], root, name, at, 1))
+			return -1;
+	return 0;
+}
+
 /* The name a node output with label `label` gets when the dump names it not. */
 static const char *label_name(struct parser *ps, struct tpf_graph *g, uint64_t label)
 {
@@ -1524,14 +1563,15 @@ static int parse_output(struct parser *ps, struct scope *sc)
 	if (parse_string(ps, g->arena, &name, NULL) || expect_line_end(ps))
 		return -1;
 	if (strcmp(v->name, name) != 0) {
-		if (v->mark != PLACEHOLDER_MARK)
+		/* a subgraph output may be a captured value: the name is its owner's */
+		struct tpf_value *root = v;
+		for (int hops = 0; root->kind == TPF_VALUE_OUTER && root->outer && hops <= MAX_DEPTH; hops++)
+			root = root->outer;
+		if (root->mark != PLACEHOLDER_MARK)
 			return FAIL(ps, name_at, "the output is named \"%s\", but its value is \"%s\"", name,
 				    v->name);
-		if (free_name(ps, g, name, name_at))
+		if (rename_value(ps, root, name, name_at))
 			return -1;
-		if (tpf_value_rename(v, name))
-			return nomem(ps);
-		v->mark = 0;
 	}
 	if (v->type.kind == TPF_TYPE_NONE && t.kind != TPF_TYPE_NONE)
 		v->type = t;

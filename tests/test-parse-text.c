@@ -120,6 +120,61 @@ static void test_round_trip_everything(void **state)
 	assert_round_trip(everything);
 }
 
+/* The example of docs/cli.md: a branch outputs a value it captures, so the
+ * captured value's name is only on the subgraph's output line. */
+static const char cli_example[] =
+	"ir_version 10\n"
+	"producer \"pytorch\" \"2.5\"\n"
+	"opset \"\" 23\n"
+	"opset \"com.microsoft\" 1\n"
+	"metadata \"tp_rank\" \"0\"\n"
+	"metadata \"tp_world_size\" \"2\"\n"
+	"graph \"main\" {\n"
+	"  input %0: bf16[T,4096] \"hidden\"\n"
+	"  init %1: bf16[4096] \"norm.weight\" (8192 bytes)\n"
+	"  init %2: f32[] \"eps\" = 1e-06\n"
+	"  init %3: bf16[4096,4096] \"q.weight\" (33554432 bytes, external \"model.data\" offset 8192)\n"
+	"  %4 = com.microsoft.AllReduce(%0) : bf16[T,4096]  # layer0/ar\n"
+	"  %5 = RMSNormalization(%4, %1) {axis=-1, epsilon=1e-06} : bf16[T,4096]  # layer0/norm\n"
+	"  %6, %7 = ai.tpfuse.AllReduceRMSNorm(%0, %5, %1) {epsilon=1e-06} : (bf16[T,4096], "
+	"bf16[T,4096])  # fused [fuse-allreduce-rmsnorm/ar+residual+norm]\n"
+	"  %8 = Greater(%6, %2) : bool[T,4096]  # cmp\n"
+	"  %9 = If(%8) {else_branch=graph, then_branch=graph} : bf16[*]  # branch\n"
+	"    else_branch: graph \"else\" {\n"
+	"      %10 = Neg(%7) : bf16[T,4096]  # neg\n"
+	"      output %10: bf16[T,4096] \"n\"\n"
+	"    }\n"
+	"    then_branch: graph \"then\" {\n"
+	"      output %7: bf16[T,4096] \"r\"\n"
+	"    }\n"
+	"  output %9: bf16[*] \"out\"\n"
+	"}\n"
+	"function \"custom.domain\" \"MyFn\" {\n"
+	"  attribute \"alpha\"\n"
+	"  opset \"\" 23\n"
+	"  input %0: ? \"x\"\n"
+	"  %1 = Relu(%0) : ?  # -> y\n"
+	"  output %1: ? \"y\"\n"
+	"}\n";
+
+static void test_round_trip_cli_example(void **state)
+{
+	(void)state;
+	assert_round_trip(cli_example);
+	/* the captured value took the name "r", in both branches */
+	struct tpf_model *m = parse_model(cli_example);
+	struct tpf_node *fused = find_node(m->graph, "fused");
+	struct tpf_node *ifn = find_node(m->graph, "branch");
+	assert_string_equal(fused->outputs[1]->name, "r");
+	struct tpf_graph *else_g = tpf_node_attr(ifn, "else_branch")->g;
+	struct tpf_value *cap = find_node(else_g, "neg")->inputs[0];
+	assert_int_equal(cap->kind, TPF_VALUE_OUTER);
+	assert_string_equal(cap->name, "r");
+	assert_ptr_equal(cap->outer, fused->outputs[1]);
+	assert_ptr_equal(tpf_graph_find_value(else_g, "r"), cap);
+	tpf_model_free(m);
+}
+
 /* What the reader built: types, tensors, captures, functions. */
 static void test_structure(void **state)
 {
@@ -531,6 +586,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip_everything),
+		cmocka_unit_test(test_round_trip_cli_example),
 		cmocka_unit_test(test_structure),
 		cmocka_unit_test(test_small_float_codes),
 		cmocka_unit_test(test_half_rounding),
