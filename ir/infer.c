@@ -220,15 +220,9 @@ static void infer_node(struct infer_ctx *c, struct tpf_graph *g, struct graph_va
 			memcpy(types[i].values, k->v, (size_t)k->n * sizeof(k->v[0]));
 		}
 	}
-	memset(&call, 0, sizeof(call));
-	call.node = n;
-	call.mode = TPF_SHAPE_INFER;
+	tpf_shape_call_init(&call, n, TPF_SHAPE_INFER, types);
 	call.opset = c->opset;
 	call.world = c->world;
-	call.in = types;
-	call.n_in = n->n_inputs;
-	call.out = types + n->n_inputs;
-	call.n_out = n->n_outputs;
 	call.graph = g;
 	call.diag = c->d;
 	if (tpf_op_infer(&call) == TPF_ERR_INVALID)

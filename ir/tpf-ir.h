@@ -695,6 +695,11 @@ struct tpf_shape_call {
 	size_t errors;                 /* problems reported by the call */
 };
 
+/* A call for node n: `types` holds its n_inputs input types, then room
+ * for its n_outputs output types; opset and world unknown, no graph, no
+ * diagnostics (set what is known before tpf_op_infer). */
+void tpf_shape_call_init(struct tpf_shape_call *c, const struct tpf_node *n,
+			 enum tpf_shape_mode mode, struct tpf_op_type *types);
 /* Empty (unknown) type: present, dtype UNDEFINED, rank -1, no values. */
 void tpf_op_type_unknown(struct tpf_op_type *t);
 /* Fills c->out from c->in with the node's record.  TPF_OK, TPF_ERR_VERIFY

@@ -573,15 +573,9 @@ static void check_record(struct verify_ctx *c, const struct graph_state *s,
 		return;
 	for (i = 0; i < n->n_inputs; i++)
 		op_type_from_value(n->inputs[i], &types[i]);
-	memset(&call, 0, sizeof(call));
-	call.node = n;
-	call.mode = TPF_SHAPE_VERIFY;
+	tpf_shape_call_init(&call, n, TPF_SHAPE_VERIFY, types);
 	call.opset = c->opset;
 	call.world = c->world;
-	call.in = types;
-	call.n_in = n->n_inputs;
-	call.out = types + n->n_inputs;
-	call.n_out = n->n_outputs;
 	call.graph = s->g;
 	call.diag = c->d;
 	call.where = s->where;

@@ -119,6 +119,9 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 
 	if (!c->n_out)
 		return fail(n, d, TPF_ERR_INVALID, "no outputs");
+	if (c->n_in != n->n_inputs || c->n_out != n->n_outputs)
+		return fail(n, d, TPF_ERR_INVALID, "the call has %zu inputs and %zu outputs, the node %zu and %zu",
+			    c->n_in, c->n_out, n->n_inputs, n->n_outputs);
 	if (n->op == TPF_OP_UNKNOWN || tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW))
 		return fail(n, d, TPF_ERR_UNSUPPORTED, "op %s%s%s is not supported by the runtime",
 			    n->domain && *n->domain ? n->domain : "",
@@ -133,15 +136,9 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 		return fail(n, d, TPF_ERR_NOMEM, "out of memory");
 	for (i = 0; i < c->n_in; i++)
 		bind_input(c, i, &types[i]);
-	memset(&call, 0, sizeof(call));
-	call.node = n;
-	call.mode = TPF_SHAPE_CONCRETE;
+	tpf_shape_call_init(&call, n, TPF_SHAPE_CONCRETE, types);
 	call.opset = c->opset;
 	call.world = c->world;
-	call.in = types;
-	call.n_in = c->n_in;
-	call.out = types + c->n_in;
-	call.n_out = c->n_out;
 	call.diag = d;
 	st = tpf_op_infer(&call);
 	if (st == TPF_ERR_VERIFY)

@@ -112,77 +112,48 @@ const struct tpf_op_def tpf_op_def_MS_ALLTOALL = {
 	.shape = alltoall_shape,
 };
 
-static void allgather_shape(struct tpf_shape_call *c)
+/* AllGather multiplies dim `axis` by the group size, ReduceScatter divides
+ * it (which must come out even). */
+static void gather_scatter_shape(struct tpf_shape_call *c)
 {
 	const struct tpf_op_type *x = op_in(c, 0);
 	struct tpf_op_type *y = op_out(c, 0);
+	int gather = c->node->op == TPF_OP_MS_ALLGATHER;
 	int64_t gs = 0, ax, d;
 	int known = group_size(c, &gs), r = op_attr_axis(c, "axis", x->rank, &ax);
 
 	if (!y || known < 0 || r < 0)
 		return;
 	op_type_shape_of(y, x);
-	if (r == 0)
-		return;
-	if (known && gs == 1)
-		return; /* one rank: nothing is gathered */
-	if (known && dim_is_static(&x->dims[ax]) && !__builtin_mul_overflow(x->dims[ax].value, gs, &d))
-		y->dims[ax] = dim_of(d);
-	else
+	if (r == 0 || (known && gs == 1))
+		return; /* one rank: nothing moves */
+	if (!known || !dim_is_static(&x->dims[ax])) {
 		y->dims[ax] = dim_unknown();
-}
-
-const struct tpf_op_def tpf_op_def_MS_ALLGATHER = {
-	.info = {TPF_MS_DOMAIN, "AllGather", 1, 1, 1, 1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = COLLECTIVE_TYPE},
-	.attrs = (const struct op_attr[]){
-		ATTR_INT("axis", 0),
-		ATTR_OF("group_size", TPF_ATTR_INT),
-		{0},
-	},
-	.shape = allgather_shape,
-};
-
-static void reduce_scatter_shape(struct tpf_shape_call *c)
-{
-	const struct tpf_op_type *x = op_in(c, 0);
-	struct tpf_op_type *y = op_out(c, 0);
-	int64_t gs = 0, ax;
-	int known = group_size(c, &gs), r = op_attr_axis(c, "axis", x->rank, &ax);
-
-	if (!y || known < 0 || r < 0)
-		return;
-	op_type_shape_of(y, x);
-	if (r == 0)
-		return;
-	if (known && dim_is_static(&x->dims[ax])) {
-		if (x->dims[ax].value % gs) {
-			op_error(c, "dimension %" PRId64 " = %" PRId64 " does not divide by the group size %" PRId64,
-				 ax, x->dims[ax].value, gs);
-			y->rank = -1;
-			return;
-		}
+	} else if (gather) {
+		y->dims[ax] = __builtin_mul_overflow(x->dims[ax].value, gs, &d) ? dim_unknown()
+										: dim_of(d);
+	} else if (x->dims[ax].value % gs) {
+		op_error(c, "dimension %" PRId64 " = %" PRId64 " does not divide by the group size %" PRId64,
+			 ax, x->dims[ax].value, gs);
+		y->rank = -1;
+	} else {
 		y->dims[ax] = dim_of(x->dims[ax].value / gs);
-	} else if (!known || gs != 1) {
-		y->dims[ax] = dim_unknown();
 	}
 }
 
-const struct tpf_op_def tpf_op_def_MS_REDUCE_SCATTER = {
-	.info = {TPF_MS_DOMAIN, "ReduceScatter", 1, 1, 1, 1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = COLLECTIVE_TYPE},
-	.attrs = (const struct op_attr[]){
-		ATTR_INT("axis", 0),
-		ATTR_OF("group_size", TPF_ATTR_INT),
-		{0},
-	},
-	.shape = reduce_scatter_shape,
-};
+/* A collective along `axis` (default 0). */
+#define AXIS_COLLECTIVE(id, op_type)                                                               \
+	const struct tpf_op_def tpf_op_def_##id = {                                                \
+		.info = {TPF_MS_DOMAIN, op_type, 1, 1, 1, 1},                                      \
+		.since = 1,                                                                        \
+		.traits = TPF_OP_TRAIT_COLLECTIVE,                                                 \
+		.inputs = {{"input", T}},                                                          \
+		.outputs = {{"output", T}},                                                        \
+		.types = {[T] = COLLECTIVE_TYPE},                                                  \
+		.attrs = (const struct op_attr[]){ATTR_INT("axis", 0),                             \
+						  ATTR_OF("group_size", TPF_ATTR_INT), {0}},       \
+		.shape = gather_scatter_shape,                                                     \
+	}
+
+AXIS_COLLECTIVE(MS_ALLGATHER, "AllGather");
+AXIS_COLLECTIVE(MS_REDUCE_SCATTER, "ReduceScatter");

@@ -209,87 +209,60 @@ void op_error(struct tpf_shape_call *c, const char *fmt, ...)
 
 /* ------------------------------------------------------------------ attributes */
 
-/* The node's attribute when usable as `kind`; *unknown set when it is there
- * but cannot be read (a caller reference, another kind). */
-static const struct tpf_attr *node_attr(const struct tpf_shape_call *c, const char *name,
-					enum tpf_attr_kind kind, int *unknown)
+/* The node's attribute `name` of `kind` into *a, else the record's default
+ * into *d.  0 when neither is known (absent without a default, a reference
+ * to a caller attribute in a function body, or another kind). */
+static int attr_lookup(const struct tpf_shape_call *c, const char *name, enum tpf_attr_kind kind,
+		       const struct tpf_attr **a, const struct op_attr **d)
 {
-	const struct tpf_attr *a = tpf_node_attr(c->node, name);
-
-	*unknown = 0;
-	if (!a)
-		return NULL;
-	if (a->ref_attr_name || a->kind != kind) {
-		*unknown = 1;
-		return NULL;
-	}
-	return a;
-}
-
-static const struct op_attr *default_of(const struct tpf_shape_call *c, const char *name,
-					enum tpf_attr_kind kind)
-{
-	const struct op_attr *d = op_def_attr(op_def(c->node->op), name);
-
-	return d && d->kind == kind && (d->flags & ATTR_DEFAULT) ? d : NULL;
+	*a = tpf_node_attr(c->node, name);
+	*d = NULL;
+	if (*a)
+		return !(*a)->ref_attr_name && (*a)->kind == kind;
+	*d = op_def_attr(op_def(c->node->op), name);
+	return *d && (*d)->kind == kind && ((*d)->flags & ATTR_DEFAULT);
 }
 
 int op_attr_int(const struct tpf_shape_call *c, const char *name, int64_t *out)
 {
-	int unknown;
-	const struct tpf_attr *a = node_attr(c, name, TPF_ATTR_INT, &unknown);
+	const struct tpf_attr *a;
 	const struct op_attr *d;
 
-	if (a) {
-		*out = a->i;
-		return 1;
-	}
-	if (unknown || !(d = default_of(c, name, TPF_ATTR_INT)))
+	if (!attr_lookup(c, name, TPF_ATTR_INT, &a, &d))
 		return 0;
-	*out = d->i;
+	*out = a ? a->i : d->i;
 	return 1;
 }
 
 int op_attr_float(const struct tpf_shape_call *c, const char *name, float *out)
 {
-	int unknown;
-	const struct tpf_attr *a = node_attr(c, name, TPF_ATTR_FLOAT, &unknown);
+	const struct tpf_attr *a;
 	const struct op_attr *d;
 
-	if (a) {
-		*out = a->f;
-		return 1;
-	}
-	if (unknown || !(d = default_of(c, name, TPF_ATTR_FLOAT)))
+	if (!attr_lookup(c, name, TPF_ATTR_FLOAT, &a, &d))
 		return 0;
-	*out = d->f;
+	*out = a ? a->f : d->f;
 	return 1;
 }
 
 int op_attr_string(const struct tpf_shape_call *c, const char *name, const char **out)
 {
-	int unknown;
-	const struct tpf_attr *a = node_attr(c, name, TPF_ATTR_STRING, &unknown);
+	const struct tpf_attr *a;
 	const struct op_attr *d;
 
-	if (a) {
-		if (!a->s || memchr(a->s, 0, a->s_len))
-			return 0;
-		*out = a->s;
-		return 1;
-	}
-	if (unknown || !(d = default_of(c, name, TPF_ATTR_STRING)))
+	if (!attr_lookup(c, name, TPF_ATTR_STRING, &a, &d) ||
+	    (a && (!a->s || memchr(a->s, 0, a->s_len))))
 		return 0;
-	*out = d->s;
+	*out = a ? a->s : d->s;
 	return 1;
 }
 
 int op_attr_ints(const struct tpf_shape_call *c, const char *name, int64_t *out, size_t max)
 {
-	int unknown;
-	const struct tpf_attr *a = node_attr(c, name, TPF_ATTR_INTS, &unknown);
+	const struct tpf_attr *a;
+	const struct op_attr *d;
 
-	if (!a || a->n > max || (a->n && !a->ints))
+	if (!attr_lookup(c, name, TPF_ATTR_INTS, &a, &d) || !a || a->n > max || (a->n && !a->ints))
 		return -1;
 	if (a->n)
 		memcpy(out, a->ints, a->n * sizeof(*out));
@@ -456,6 +429,20 @@ int op_broadcast_all(struct tpf_shape_call *c, struct tpf_op_type *out)
 
 /* ------------------------------------------------------------------ running */
 
+void tpf_shape_call_init(struct tpf_shape_call *c, const struct tpf_node *n,
+			 enum tpf_shape_mode mode, struct tpf_op_type *types)
+{
+	memset(c, 0, sizeof(*c));
+	c->node = n;
+	c->mode = mode;
+	c->opset = -1;
+	c->world = -1;
+	c->in = types;
+	c->n_in = n->n_inputs;
+	c->out = types + n->n_inputs;
+	c->n_out = n->n_outputs;
+}
+
 static void prefill_outputs(struct tpf_shape_call *c, const struct tpf_op_def *d)
 {
 	size_t i, j;
@@ -592,13 +579,7 @@ static enum tpf_dtype dtype_at(const struct tpf_value *v, int depth)
 			types[i].dtype = dtype_at(n->inputs[i], depth + 1);
 		}
 	}
-	memset(&c, 0, sizeof(c));
-	c.node = n;
-	c.mode = TPF_SHAPE_VERIFY;
-	c.in = types;
-	c.n_in = n->n_inputs;
-	c.out = types + n->n_inputs;
-	c.n_out = n->n_outputs;
+	tpf_shape_call_init(&c, n, TPF_SHAPE_VERIFY, types);
 	c.graph = n->graph;
 	if (tpf_op_infer(&c) != TPF_ERR_INVALID)
 		dt = c.out[v->producer_index].dtype;
