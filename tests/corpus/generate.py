@@ -22,8 +22,10 @@ Steps for one folder:
      a barrier) and compare rank 0's logits with the unsharded model's.
   4. Export every rank with the chosen exporter.  At W = 1 the collectives
      stay, with a group of one.
-  5. W = 1 only: run the exported model in onnxruntime with the collectives
-     replaced by Identity and compare with torch.
+  5. Run the exported ranks together in onnxruntime (ort_ranks.py: the
+     collectives computed between runs) and compare rank 0's logits with the
+     float32 reference, for dynamic exports also at batch 3, sequence 5
+     against the torch ranks.
 
 Collectives are torch.library custom ops (tpc::all_reduce, tpc::all_gather);
 the TorchScript exporter writes them through an ONNX symbolic, the dynamo
@@ -61,9 +63,10 @@ import transformers
 from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 SEED = 1234
 BATCH, SEQ = 2, 8
-PAD = 2                      # left padding of the second sequence
+PAD = 2                      # right padding of the second sequence
 MS = "com.microsoft"
 
 # ---------------------------------------------------------------- collectives
@@ -527,8 +530,8 @@ def make_inputs(cfg, batch=BATCH, seq=SEQ, pad=PAD):
 	g = torch.Generator().manual_seed(SEED + 1 + 1000 * batch + seq)
 	ids = torch.randint(3, cfg.vocab_size, (batch, seq), generator=g)
 	mask = torch.ones(batch, seq, dtype=torch.int64)
-	mask[1, :pad] = 0
-	ids[1, :pad] = cfg.pad_token_id
+	mask[1, seq - pad:] = 0      # right padding: every query keeps a key
+	ids[1, seq - pad:] = cfg.pad_token_id
 	return ids, mask
 
 
@@ -674,26 +677,6 @@ def op_inventory(m):
 	return opsets, dict(sorted(counts.items()))
 
 
-def ort_check_w1(path, feeds_and_refs):
-	"""Run a W = 1 export in onnxruntime with the collectives made Identity;
-	the largest error over the (input_ids, attention_mask, torch logits)."""
-	import onnxruntime as ort
-	m = onnx.load(path)
-	for n in m.graph.node:
-		if n.domain == MS and n.op_type in ("AllReduce", "AllGather"):
-			n.domain = ""
-			n.op_type = "Identity"
-			del n.attribute[:]
-	so = ort.SessionOptions()
-	so.log_severity_level = 3
-	s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-	err = 0.0
-	for ids, mask, ref in feeds_and_refs:
-		out = s.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-		err = max(err, float(np.abs(out.astype(np.float32) - ref.float().numpy()).max()))
-	return err
-
-
 # ------------------------------------------------------------ expected fusions
 
 
@@ -814,14 +797,29 @@ def _generate_ranks(folder, manifest_path, name, exporter, dtype, world, opset, 
 			nodes = len(om.graph.node)
 			graph_inputs = [i.name for i in om.graph.input]
 			graph_outputs = [o.name for o in om.graph.output]
-	if world == 1:
-		cases = [(ids, mask, rank_ref)]
-		if EXPORTERS[exporter]["dynamic"]:
-			# other batch and sequence sizes: the dynamic axes must hold
-			ids2, mask2 = make_inputs(cfg, batch=3, seq=5, pad=1)
-			cases.append((ids2, mask2, run_ranks(ranks, ids2, mask2)))
-		checks["onnxruntime_w1_vs_torch_ranks_max_abs"] = ort_check_w1(
-			os.path.join(folder, "model.rank0.onnx"), cases)
+	# onnxruntime runs the exported ranks together (tests/corpus/ort_ranks.py):
+	# rank 0's logits against the float32 reference, and for dynamic exports
+	# at another batch and sequence length against the torch ranks
+	import ort_ranks
+	paths = [os.path.join(folder, "model.rank%d.onnx" % r) for r in range(world)]
+	limit = 1e-3 if tdt == torch.float32 else tolerance(dtype, fp16_err)["atol"]
+	cases = [("onnxruntime_ranks_vs_full_fp32_max_abs", ids, mask, ref)]
+	if EXPORTERS[exporter]["dynamic"]:
+		ids2, mask2 = make_inputs(cfg, batch=3, seq=5, pad=1)
+		cases.append(("onnxruntime_ranks_b3s5_vs_torch_ranks_max_abs", ids2, mask2,
+			      run_ranks(ranks, ids2, mask2)))
+	for key, i_, m_, want in cases:
+		try:
+			got = ort_ranks.run_ranks(paths, {"input_ids": i_.numpy(), "attention_mask": m_.numpy()})
+		except Exception as e:  # noqa: BLE001
+			if tdt != torch.bfloat16:
+				raise
+			checks[key] = "not run: " + str(e).splitlines()[0][:120]
+			continue
+		err = float(np.abs(got.astype(np.float32) - want.float().numpy()).max())
+		checks[key] = err
+		if not err <= limit:
+			raise RuntimeError("%s = %g, above %g" % (key, err, limit))
 
 	data = os.path.join(folder, "test_data_set_0")
 	feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
