@@ -412,10 +412,14 @@ static int parse_format(const char *cmd, const char *s, enum dump_format *out)
 	return EXIT_OK;
 }
 
+/* An ONNX file, or a text dump (a name ending in .txt or .tpf). */
 static int load_model(const char *path, struct tpf_model **m, struct tpf_diag *d, size_t *shown)
 {
 	struct tpf_load_options lo = {0};
-	enum tpf_status st = tpf_model_load_file(path, &lo, m, d);
+	size_t len = strlen(path);
+	int text = len > 4 && (strcmp(path + len - 4, ".txt") == 0 || strcmp(path + len - 4, ".tpf") == 0);
+	enum tpf_status st = text ? tpf_model_load_text_file(path, m, d)
+				  : tpf_model_load_file(path, &lo, m, d);
 
 	if (st) {
 		print_diag(d, shown);
