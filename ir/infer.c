@@ -323,20 +323,6 @@ static enum tpf_status infer_graph(struct infer_ctx *c, struct tpf_graph *g, int
 	return TPF_OK;
 }
 
-static int64_t metadata_world(const struct tpf_model *m)
-{
-	const char *s = m ? tpf_model_metadata(m, "tp_world_size") : NULL;
-	char *end;
-	long long v;
-
-	if (!s || !*s)
-		return -1;
-	v = strtoll(s, &end, 10);
-	if (*end || v <= 0)
-		return -1;
-	return (int64_t)v;
-}
-
 enum tpf_status tpf_graph_infer_shapes(struct tpf_graph *g, const struct tpf_model *m,
                                        struct tpf_diag *d)
 {
@@ -350,12 +336,8 @@ enum tpf_status tpf_graph_infer_shapes(struct tpf_graph *g, const struct tpf_mod
 	c.world = -1;
 	if (!g)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "shape inference: no graph given");
-	if (m) {
-		c.opset = tpf_model_opset(m, "");
-		if (c.opset < 0)
-			c.opset = tpf_model_opset(m, "ai.onnx");
-		c.world = metadata_world(m);
-	}
+	c.opset = op_model_opset(m);
+	c.world = op_model_world(m);
 	st = infer_graph(&c, g, 0);
 	tpf_free(c.types);
 	if (c.nomem) {

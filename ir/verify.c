@@ -132,17 +132,6 @@ struct name_set {
 	size_t cap;
 };
 
-static size_t str_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ULL;
-
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ULL;
-	}
-	return (size_t)(h ^ (h >> 29));
-}
-
 static int name_set_init(struct name_set *s, size_t expected)
 {
 	size_t cap = 16;
@@ -180,7 +169,7 @@ static const void *name_set_add(struct name_set *s, const char *name, const void
 {
 	size_t i;
 
-	for (i = str_hash(name) & (s->cap - 1); s->keys[i]; i = (i + 1) & (s->cap - 1))
+	for (i = op_name_hash(name) & (s->cap - 1); s->keys[i]; i = (i + 1) & (s->cap - 1))
 		if (strcmp(s->keys[i], name) == 0)
 			return s->owners[i];
 	s->keys[i] = name;
@@ -1491,29 +1480,6 @@ out_free:
 
 /* ------------------------------------------------------------------ entry points */
 
-static int64_t metadata_world(const struct tpf_model *m)
-{
-	const char *s = m ? tpf_model_metadata(m, "tp_world_size") : NULL;
-	char *end;
-	long long v;
-
-	if (!s || !*s)
-		return -1;
-	v = strtoll(s, &end, 10);
-	if (*end || v <= 0)
-		return -1;
-	return (int64_t)v;
-}
-
-static int64_t default_opset(const struct tpf_model *m)
-{
-	int64_t v = tpf_model_opset(m, "");
-
-	if (v < 0)
-		v = tpf_model_opset(m, "ai.onnx");
-	return v;
-}
-
 enum tpf_status tpf_graph_verify(const struct tpf_graph *g, struct tpf_diag *d)
 {
 	struct verify_ctx c;
@@ -1550,11 +1516,11 @@ static void verify_function(struct verify_ctx *c, const struct tpf_function *f)
 	for (i = 0; i < f->n_opsets && f->opsets; i++)
 		if (is_onnx_domain(f->opsets[i].domain))
 			fopset = f->opsets[i].version;
-	c->opset = fopset > 0 ? fopset : default_opset(c->m);
+	c->opset = fopset > 0 ? fopset : op_model_opset(c->m);
 	c->in_function = 1;
 	c->onnx_node = NULL;
 	verify_graph(c, f->body, NULL, where);
-	if (c->onnx_node && fopset <= 0 && default_opset(c->m) <= 0) {
+	if (c->onnx_node && fopset <= 0 && op_model_opset(c->m) <= 0) {
 		char desc[256];
 
 		tpf_node_describe(c->onnx_node, desc, sizeof(desc));
@@ -1566,7 +1532,7 @@ static void verify_function(struct verify_ctx *c, const struct tpf_function *f)
 	}
 	c->in_function = 0;
 	c->onnx_node = saved;
-	c->opset = default_opset(c->m);
+	c->opset = op_model_opset(c->m);
 }
 
 enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
@@ -1583,8 +1549,8 @@ enum tpf_status tpf_model_verify(const struct tpf_model *m, struct tpf_diag *d)
 		return TPF_ERR_INVALID;
 	}
 	c.m = m;
-	c.opset = default_opset(m);
-	c.world = metadata_world(m);
+	c.opset = op_model_opset(m);
+	c.world = op_model_world(m);
 	if (m->ir_version <= 0) {
 		tpf_diag_add(d, TPF_SEV_ERROR, "model: ir_version is missing");
 		c.errors++;

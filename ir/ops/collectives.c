@@ -76,17 +76,20 @@ static void allreduce_shape(struct tpf_shape_call *c)
 	same_shapes(c);
 }
 
-const struct tpf_op_def tpf_op_def_MS_ALLREDUCE = {
-	.info = {TPF_MS_DOMAIN, "AllReduce", 1, -1, 1, -1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = COLLECTIVE_TYPE},
-	.attrs = (const struct op_attr[]){ATTR_OF("group_size", TPF_ATTR_INT), {0}},
-	.shape = allreduce_shape,
-};
+/* A collective of the whole group with the group size its only attribute. */
+#define GROUP_COLLECTIVE(id, op_type, max_operands, shape_fn)                                     \
+	const struct tpf_op_def tpf_op_def_##id = {                                                \
+		.info = {TPF_MS_DOMAIN, op_type, 1, max_operands, 1, max_operands},                \
+		.since = 1,                                                                        \
+		.traits = TPF_OP_TRAIT_COLLECTIVE,                                                 \
+		.inputs = {{"input", T}},                                                          \
+		.outputs = {{"output", T}},                                                        \
+		.types = {[T] = COLLECTIVE_TYPE},                                                  \
+		.attrs = (const struct op_attr[]){ATTR_OF("group_size", TPF_ATTR_INT), {0}},       \
+		.shape = shape_fn,                                                                 \
+	}
 
+GROUP_COLLECTIVE(MS_ALLREDUCE, "AllReduce", -1, allreduce_shape);
 static void alltoall_shape(struct tpf_shape_call *c)
 {
 	const struct tpf_op_type *x = op_in(c, 0);
@@ -101,17 +104,7 @@ static void alltoall_shape(struct tpf_shape_call *c)
 	same_shapes(c);
 }
 
-const struct tpf_op_def tpf_op_def_MS_ALLTOALL = {
-	.info = {TPF_MS_DOMAIN, "AllToAll", 1, 1, 1, 1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = COLLECTIVE_TYPE},
-	.attrs = (const struct op_attr[]){ATTR_OF("group_size", TPF_ATTR_INT), {0}},
-	.shape = alltoall_shape,
-};
-
+GROUP_COLLECTIVE(MS_ALLTOALL, "AllToAll", 1, alltoall_shape);
 /* AllGather multiplies dim `axis` by the group size, ReduceScatter divides
  * it (which must come out even). */
 static void gather_scatter_shape(struct tpf_shape_call *c)

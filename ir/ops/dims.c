@@ -21,7 +21,7 @@ struct dim_classes {
 	size_t n_slots;      /* power of two, >= 2 * cap */
 };
 
-static size_t name_hash(const char *s)
+size_t op_name_hash(const char *s)
 {
 	uint64_t h = 1469598103934665603ULL;
 
@@ -29,7 +29,7 @@ static size_t name_hash(const char *s)
 		h ^= (unsigned char)*s;
 		h *= 1099511628211ULL;
 	}
-	return (size_t)(h ^ (h >> 31));
+	return (size_t)(h ^ (h >> 29));
 }
 
 static const struct dim_classes *classes_of(const struct tpf_graph *g)
@@ -44,7 +44,7 @@ static int64_t find_name(const struct dim_classes *dc, const char *name)
 
 	if (!dc || !dc->n_slots)
 		return -1;
-	for (i = name_hash(name) & (dc->n_slots - 1); dc->slots[i]; i = (i + 1) & (dc->n_slots - 1))
+	for (i = op_name_hash(name) & (dc->n_slots - 1); dc->slots[i]; i = (i + 1) & (dc->n_slots - 1))
 		if (strcmp(dc->names[dc->slots[i] - 1], name) == 0)
 			return dc->slots[i] - 1;
 	return -1;
@@ -75,7 +75,7 @@ static int grow(struct tpf_arena *a, struct dim_classes *dc)
 		memcpy(value, dc->value, dc->n * sizeof(*value));
 	}
 	for (i = 0; i < dc->n; i++) {
-		size_t k = name_hash(names[i]) & (n_slots - 1);
+		size_t k = op_name_hash(names[i]) & (n_slots - 1);
 
 		while (slots[k])
 			k = (k + 1) & (n_slots - 1);
@@ -113,7 +113,7 @@ static int64_t intern(struct tpf_graph *g, const char *name)
 		return -1;
 	dc->parent[dc->n] = dc->n;
 	dc->value[dc->n] = -1;
-	for (k = name_hash(name) & (dc->n_slots - 1); dc->slots[k]; k = (k + 1) & (dc->n_slots - 1))
+	for (k = op_name_hash(name) & (dc->n_slots - 1); dc->slots[k]; k = (k + 1) & (dc->n_slots - 1))
 		;
 	dc->slots[k] = dc->n + 1;
 	return dc->n++;

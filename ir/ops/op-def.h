@@ -211,6 +211,13 @@ int op_read_axes(const struct tpf_shape_call *c, int64_t *axes);
 /* Whether a dtype attribute value names a tensor dtype. */
 int op_valid_dtype(int64_t v);
 
+/* What a model says for shape functions: the ONNX default domain's opset
+ * and the tp_world_size metadata; -1 when absent (or m NULL). */
+int64_t op_model_opset(const struct tpf_model *m);
+int64_t op_model_world(const struct tpf_model *m);
+/* The hash of a name (dim classes, the verifier's name sets). */
+size_t op_name_hash(const char *s);
+
 /* "bf16[B,4096]" into buf. */
 const char *op_type_str(const struct tpf_op_type *t, char *buf, size_t size);
 

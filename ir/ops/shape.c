@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ types */
@@ -163,6 +164,30 @@ void op_type_from_value(const struct tpf_value *v, struct tpf_op_type *t)
 		if (!t->dims[i].param && t->dims[i].value < 0)
 			t->dims[i].value = -1;
 	}
+}
+
+int64_t op_model_opset(const struct tpf_model *m)
+{
+	int64_t v;
+
+	if (!m)
+		return -1;
+	v = tpf_model_opset(m, "");
+	return v < 0 ? tpf_model_opset(m, "ai.onnx") : v;
+}
+
+int64_t op_model_world(const struct tpf_model *m)
+{
+	const char *s = m ? tpf_model_metadata(m, "tp_world_size") : NULL;
+	char *end;
+	long long v;
+
+	if (!s || !*s)
+		return -1;
+	v = strtoll(s, &end, 10);
+	if (*end || v <= 0)
+		return -1;
+	return (int64_t)v;
 }
 
 /* ------------------------------------------------------------------ access */
