@@ -58,6 +58,8 @@ static enum tpf_status unsupported_form(const struct tpf_node *n, const struct t
 		/* the NVFP4 kernels quantize whole 16-element blocks */
 		const struct tpf_ktensor *x = &c->in[0];
 		int64_t bs = tpf_node_attr_int(n, "block_size", 16);
+		if (!present(c, 0))
+			break;
 		int fp4 = n->op == TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE ||
 			  strncmp(tpf_node_attr_string(n, "quant", "fp8"), "nvfp4", 5) == 0;
 		if (fp4 && (x->rank < 1 || bs <= 0 || x->dims[x->rank - 1] % bs))
@@ -71,7 +73,7 @@ static enum tpf_status unsupported_form(const struct tpf_node *n, const struct t
 				    c->n_in);
 		break;
 	case TPF_OP_ATTENTION:
-		if (c->in[0].rank != 4 || c->in[1].rank != 4 || c->in[2].rank != 4)
+		if (!present(c, 2) || c->in[0].rank != 4 || c->in[1].rank != 4 || c->in[2].rank != 4)
 			return fail(n, d, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
 		if (c->n_out > 3)
 			return fail(n, d, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
@@ -119,9 +121,6 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 
 	if (!c->n_out)
 		return fail(n, d, TPF_ERR_INVALID, "no outputs");
-	if (c->n_in != n->n_inputs || c->n_out != n->n_outputs)
-		return fail(n, d, TPF_ERR_INVALID, "the call has %zu inputs and %zu outputs, the node %zu and %zu",
-			    c->n_in, c->n_out, n->n_inputs, n->n_outputs);
 	if (n->op == TPF_OP_UNKNOWN || tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW))
 		return fail(n, d, TPF_ERR_UNSUPPORTED, "op %s%s%s is not supported by the runtime",
 			    n->domain && *n->domain ? n->domain : "",
@@ -131,10 +130,11 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 			return fail(n, d, TPF_ERR_INVALID, "required input %zu is missing", i);
 	if ((st = unsupported_form(n, c, d)))
 		return st;
-	if (tpf_add_size(c->n_in, c->n_out, &count) ||
-	    !(types = tpf_malloc(count * sizeof(*types))))
+	/* the node's operands; a call with fewer leaves the rest omitted */
+	if (tpf_add_size(n->n_inputs, n->n_outputs, &count) ||
+	    !(types = tpf_malloc((count ? count : 1) * sizeof(*types))))
 		return fail(n, d, TPF_ERR_NOMEM, "out of memory");
-	for (i = 0; i < c->n_in; i++)
+	for (i = 0; i < n->n_inputs; i++)
 		bind_input(c, i, &types[i]);
 	tpf_shape_call_init(&call, n, TPF_SHAPE_CONCRETE, types);
 	call.opset = c->opset;
@@ -143,7 +143,7 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 	st = tpf_op_infer(&call);
 	if (st == TPF_ERR_VERIFY)
 		st = TPF_ERR_INVALID;
-	for (i = 0; !st && i < c->n_out; i++) {
+	for (i = 0; !st && i < c->n_out && i < n->n_outputs; i++) {
 		const struct tpf_op_type *t = &call.out[i];
 		int k, known = t->rank >= 0 && t->dtype != TPF_DTYPE_UNDEFINED;
 
