@@ -168,6 +168,11 @@ int tpf_kread_ints(const struct tpf_ktensor *t, int64_t *vals, int max);
 int tpf_slice_resolve(const struct tpf_kernel_call *c, int64_t *start, int64_t *step,
 		      int64_t *out_dims);
 
+/* Range: the element count of Range(start, limit, delta), each a pointer
+ * to one element of dtype dt: max(ceil((limit - start) / delta), 0); -1
+ * when delta is 0, a float bound is not finite or the count overflows. */
+int64_t tpf_range_length(enum tpf_dtype dt, const void *start, const void *limit, const void *delta);
+
 /* Converts count elements between dtypes (Cast semantics). */
 void tpf_elem_convert(enum tpf_dtype to, void *dst, enum tpf_dtype from, const void *src,
 		      int64_t count, int saturate);

@@ -25,6 +25,224 @@ static enum tpf_status nfail(struct tpf_diag *d, const struct tpf_node *n, enum 
 	return st;
 }
 
+/* ------------------------------------------------------------ unsupported ops
+ * Every (op, dtype) the runtime cannot run, once, with its node count and
+ * first node: a plan refusal names all of them in one error. */
+
+struct unsup_entry {
+	char op[128];
+	enum tpf_dtype dt;
+	size_t count;
+	char first[160];
+	char reason[320];
+};
+
+struct tpf_unsupported {
+	struct unsup_entry *e;
+	size_t n, cap, nodes;
+	int nomem;
+};
+
+struct tpf_unsupported *tpf_unsupported_create(void)
+{
+	return tpf_calloc(1, sizeof(struct tpf_unsupported));
+}
+
+void tpf_unsupported_free(struct tpf_unsupported *u)
+{
+	if (u)
+		tpf_free(u->e);
+	tpf_free(u);
+}
+
+size_t tpf_unsupported_count(const struct tpf_unsupported *u)
+{
+	return u ? u->n : 0;
+}
+
+void tpf_unsupported_add(struct tpf_unsupported *u, const struct tpf_node *n, enum tpf_dtype dt,
+			 const char *reason)
+{
+	char op[128];
+	if (!u || !n)
+		return;
+	snprintf(op, sizeof(op), "%s%s%s", n->domain && *n->domain ? n->domain : "",
+		 n->domain && *n->domain ? "::" : "", n->op_type ? n->op_type : "?");
+	u->nodes++;
+	for (size_t i = 0; i < u->n; i++)
+		if (u->e[i].dt == dt && !strcmp(u->e[i].op, op)) {
+			u->e[i].count++;
+			return;
+		}
+	if (u->n == u->cap) {
+		size_t cap = u->cap ? 2 * u->cap : 16;
+		void *ne = tpf_realloc(u->e, cap * sizeof(*u->e));
+		if (!ne) {
+			u->nomem = 1;
+			return;
+		}
+		u->e = ne;
+		u->cap = cap;
+	}
+	struct unsup_entry *e = &u->e[u->n++];
+	memset(e, 0, sizeof(*e));
+	snprintf(e->op, sizeof(e->op), "%s", op);
+	e->dt = dt;
+	e->count = 1;
+	tpf_node_describe(n, e->first, sizeof(e->first));
+	/* "node 'X' (Op): why" -> "why" */
+	const char *r = reason ? reason : "";
+	if (!strncmp(r, "node '", 6)) {
+		const char *colon = strstr(r, "): ");
+		if (colon)
+			r = colon + 3;
+	}
+	snprintf(e->reason, sizeof(e->reason), "%s", r);
+}
+
+enum tpf_status tpf_unsupported_report(const struct tpf_unsupported *u, enum tpf_backend b,
+				       struct tpf_diag *d)
+{
+	if (!u || !u->n)
+		return u && u->nomem ? tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory") : TPF_OK;
+	size_t cap = 256 + u->n * (sizeof(struct unsup_entry) + 64), at = 0;
+	char *text = tpf_malloc(cap);
+	if (!text)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				     "the %s runtime cannot run %zu nodes of this model (%zu kinds of op)",
+				     tpf_backend_name(b), u->nodes, u->n);
+	at += (size_t)snprintf(text + at, cap - at,
+			       "the %s runtime cannot run %zu node%s of this model (%zu kind%s of op):",
+			       tpf_backend_name(b), u->nodes, u->nodes == 1 ? "" : "s", u->n, u->n == 1 ? "" : "s");
+	for (size_t i = 0; i < u->n && at < cap; i++) {
+		const struct unsup_entry *e = &u->e[i];
+		char dt[48] = "";
+		if (e->dt != TPF_DTYPE_UNDEFINED)
+			snprintf(dt, sizeof(dt), " (%s)", tpf_dtype_name(e->dt));
+		at += (size_t)snprintf(text + at, cap - at, "\n  %s%s: %zu node%s, the first %s%s%s", e->op, dt,
+				       e->count, e->count == 1 ? "" : "s", e->first, e->reason[0] ? ": " : "", e->reason);
+	}
+	tpf_diag_add(d, TPF_SEV_ERROR, "%s", text);
+	tpf_free(text);
+	return TPF_ERR_UNSUPPORTED;
+}
+
+/* The kernel phases a node lowers to (runtime/plan.c's lower_node): 0
+ * phases for constants and plain communicator steps. */
+static size_t node_phases(const struct tpf_node *n, enum tpf_kernel_phase *ph)
+{
+	switch (n->op) {
+	case TPF_OP_CONSTANT:
+	case TPF_OP_MS_ALLREDUCE:
+	case TPF_OP_MS_ALLTOALL:
+		return 0;
+	case TPF_OP_MS_ALLGATHER:
+		ph[0] = TPF_PHASE_GATHER_REORDER;
+		return 1;
+	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
+	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT:
+		ph[0] = TPF_PHASE_POST_REDUCE;
+		return 1;
+	case TPF_OP_TPF_SHARDED_RMS_NORM:
+		ph[0] = TPF_PHASE_SUMSQ;
+		ph[1] = TPF_PHASE_NORMALIZE;
+		return 2;
+	default:
+		ph[0] = TPF_PHASE_MAIN;
+		return 1;
+	}
+}
+
+static int runnable_op(const struct tpf_node *n)
+{
+	return n->op != TPF_OP_UNKNOWN && !tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW) && !n->n_implicit;
+}
+
+/* Whether backend b has a kernel for node n's phase ph, by the dtype the
+ * graph declares or infers for the key operand (unknown: any kernel of the
+ * op).  Records a miss in u. */
+static void check_kernel(struct tpf_unsupported *u, enum tpf_backend b, const struct tpf_node *n,
+			 enum tpf_kernel_phase ph)
+{
+	char why[160];
+	const struct tpf_kernel *any = tpf_kernel_find_any(b, n->op, ph);
+	if (!any) {
+		const struct tpf_value *v = n->n_inputs ? n->inputs[0] : NULL;
+		snprintf(why, sizeof(why), "no %s kernel for this op%s%s", tpf_backend_name(b), ph ? " phase " : "",
+			 ph ? tpf_kernel_phase_name(ph) : "");
+		tpf_unsupported_add(u, n, v ? tpf_value_dtype(v) : TPF_DTYPE_UNDEFINED, why);
+		return;
+	}
+	const struct tpf_value *key = any->key_input < 0 ? (n->n_outputs ? n->outputs[0] : NULL)
+				      : (size_t)any->key_input < n->n_inputs ? n->inputs[any->key_input]
+									       : NULL;
+	enum tpf_dtype dt = key ? tpf_value_dtype(key) : TPF_DTYPE_UNDEFINED;
+	if (dt == TPF_DTYPE_UNDEFINED || tpf_kernel_find(b, n->op, ph, dt))
+		return;
+	snprintf(why, sizeof(why), "no %s kernel for dtype %s", tpf_backend_name(b), tpf_dtype_name(dt));
+	tpf_unsupported_add(u, n, dt, why);
+}
+
+/* Records the nodes of g that backend b cannot run, from the graph alone
+ * (declared and inferred dtypes; nodes whose inputs are all constants run
+ * on the host when the plan is built, with the CPU kernels). */
+static enum tpf_status check_graph(const struct tpf_graph *g, enum tpf_backend b, struct tpf_unsupported *u)
+{
+	size_t n_ids = g->n_values;
+	unsigned char *known = tpf_calloc(n_ids + 1, 1);
+	if (!known)
+		return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < g->n_initializers; i++) {
+		const struct tpf_value *v = g->initializers[i];
+		if (v->id < n_ids && !v->is_graph_input)
+			known[v->id] = 1;
+	}
+	/* graph order is a topological order for ONNX files; a node whose
+	 * producer comes later simply counts as not foldable */
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		int all_known = n->op != TPF_OP_MS_ALLREDUCE && n->op != TPF_OP_MS_ALLGATHER &&
+				n->op != TPF_OP_MS_ALLTOALL && !tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE);
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			const struct tpf_value *v = n->inputs[i];
+			if (v && !(v->id < n_ids && known[v->id]))
+				all_known &= n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE;
+		}
+		if (!runnable_op(n)) {
+			const struct tpf_value *v = n->n_inputs ? n->inputs[0] : NULL;
+			tpf_unsupported_add(u, n, v ? tpf_value_dtype(v) : TPF_DTYPE_UNDEFINED,
+					    n->n_implicit && n->op != TPF_OP_UNKNOWN ? "nodes with subgraphs are not supported by the runtime"
+										    : "not supported by the runtime");
+			continue;
+		}
+		enum tpf_kernel_phase ph[2];
+		size_t np = node_phases(n, ph);
+		for (size_t k = 0; k < np; k++)
+			check_kernel(u, all_known ? TPF_BACKEND_CPU : b, n, ph[k]);
+		if (all_known || n->op == TPF_OP_CONSTANT)
+			for (size_t o = 0; o < n->n_outputs; o++)
+				if (n->outputs[o] && n->outputs[o]->id < n_ids)
+					known[n->outputs[o]->id] = 1;
+	}
+	tpf_free(known);
+	return TPF_OK;
+}
+
+enum tpf_status tpf_plan_check_model(const struct tpf_model *m, enum tpf_backend b, struct tpf_diag *d)
+{
+	if (!m || !m->graph)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "plan: no model");
+	struct tpf_unsupported *u = tpf_unsupported_create();
+	if (!u)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	enum tpf_status st = check_graph(m->graph, b, u);
+	if (!st)
+		st = tpf_unsupported_report(u, b, d);
+	else
+		tpf_diag_fail(d, st, "out of memory");
+	tpf_unsupported_free(u);
+	return st;
+}
+
 /* ------------------------------------------------------------ values */
 
 static int plan_add_value(struct tpf_plan *p, const struct tpf_value *v, const char *name)
@@ -347,7 +565,10 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 		}
 		r->is_input = 1;
 		r->input_index = (int)(t - in);
-		if (tpf_dtype_is_integral(t->dtype) && r->t.numel <= TPF_RT_HINT_MAX_ELEMS) {
+		/* small integer inputs and numeric scalars: their values may decide
+		 * shapes (Reshape targets, Split sizes, Range bounds) */
+		if ((tpf_dtype_is_integral(t->dtype) && r->t.numel <= TPF_RT_HINT_MAX_ELEMS) ||
+		    (r->t.numel == 1 && tpf_dtype_bits(t->dtype) >= 8 && t->dtype != TPF_DTYPE_STRING)) {
 			r->host = tpf_malloc(r->t.nbytes ? r->t.nbytes : 1);
 			if (!r->host)
 				return TPF_ERR_NOMEM;
@@ -763,6 +984,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	case TPF_OP_RESHAPE:
 	case TPF_OP_SQUEEZE:
 	case TPF_OP_UNSQUEEZE:
+	case TPF_OP_FLATTEN:
 	case TPF_OP_IDENTITY:
 		/* the same bytes under another shape: a view of the input's buffer */
 		if (ins[0] >= 0 && outs[0] >= 0 && !p->values[ins[0]].known &&
@@ -911,6 +1133,146 @@ static enum tpf_status fold_node(struct tpf_plan *p, const struct tpf_node *n,
 	return TPF_OK;
 }
 
+/* Moves the entries of `from` into `to` (errors that are not about
+ * unsupported ops) and clears `from`. */
+static void move_diag(struct tpf_diag *from, struct tpf_diag *to)
+{
+	for (size_t i = 0; from && i < from->count; i++)
+		tpf_diag_add(to, from->entries[i].severity, "%s", from->entries[i].text);
+	tpf_diag_clear(from);
+}
+
+static const char *last_message(const struct tpf_diag *d)
+{
+	return d && d->count ? d->entries[d->count - 1].text : "";
+}
+
+/* Shapes of a node's outputs.  The op's record computes them (integer
+ * values known here included); Range of floats and OneHot's float depth
+ * are the two shapes that depend on float values, which records do not
+ * see: they are computed here from the host copies. */
+static enum tpf_status infer_node(const struct tpf_plan *p, const struct tpf_node *n, struct tpf_kernel_call *c,
+				  struct tpf_diag *d)
+{
+	if (n->op == TPF_OP_RANGE && c->n_in == 3 && c->n_out == 1 && !tpf_dtype_is_integral(c->in[0].dtype) &&
+	    c->in[0].host && c->in[1].host && c->in[2].host) {
+		for (int k = 0; k < 3; k++)
+			if (c->in[k].numel != 1 || c->in[k].dtype != c->in[0].dtype)
+				return nfail(d, n, TPF_ERR_INVALID, "start, limit and delta must be scalars of one dtype");
+		int64_t len = tpf_range_length(c->in[0].dtype, c->in[0].host, c->in[1].host, c->in[2].host);
+		if (len < 0)
+			return nfail(d, n, TPF_ERR_INVALID, "delta is 0, a bound is not finite or the range is too long");
+		c->out[0].dtype = c->in[0].dtype;
+		c->out[0].rank = 1;
+		c->out[0].dims[0] = len;
+		return TPF_OK;
+	}
+	if (n->op == TPF_OP_ONE_HOT && c->n_in == 3 && c->in[1].host && c->in[1].numel == 1 &&
+	    !tpf_dtype_is_integral(c->in[1].dtype)) {
+		/* the depth as an int64 scalar (ONNX casts it) */
+		struct tpf_ktensor in[3] = {c->in[0], c->in[1], c->in[2]};
+		double dv = tpf_elem_load(c->in[1].dtype, c->in[1].host, 0);
+		int64_t depth = dv >= 1 && dv < 9.0e18 ? (int64_t)dv : 0;
+		in[1].dtype = TPF_DTYPE_INT64;
+		in[1].rank = 0;
+		in[1].host = in[1].data = &depth;
+		tpf_ktensor_finish(&in[1]);
+		struct tpf_kernel_call c2 = *c;
+		c2.in = in;
+		return tpf_rt_infer(n, &c2, d);
+	}
+	(void)p;
+	return tpf_rt_infer(n, c, d);
+}
+
+/* Inputs whose host values a kernel reads (not only a shape function):
+ * those must stay with the plan even where the output shapes do not
+ * change with them. */
+static int kernel_reads_host(enum tpf_op op, size_t i)
+{
+	switch (op) {
+	case TPF_OP_SLICE:
+	case TPF_OP_SPLIT:
+	case TPF_OP_REDUCE_MEAN:
+	case TPF_OP_REDUCE_SUM:
+	case TPF_OP_REDUCE_MAX:
+	case TPF_OP_TOPK:
+	case TPF_OP_CUMSUM:
+		return i >= 1;
+	default:
+		return 0;
+	}
+}
+
+static int same_outputs(const struct tpf_ktensor *a, const struct tpf_ktensor *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (a[i].dtype != b[i].dtype || a[i].rank != b[i].rank)
+			return 0;
+		for (int k = 0; k < a[i].rank && k < TPF_KERNEL_MAX_RANK; k++)
+			if (a[i].dims[k] != b[i].dims[k])
+				return 0;
+	}
+	return 1;
+}
+
+/* Marks the hinted inputs (small graph inputs whose values were given to
+ * the shape function) whose values this node's shapes or kernel depend
+ * on: inference again without each must give the same shapes. */
+static enum tpf_status mark_value_deps(struct tpf_plan *p, const struct tpf_node *n, struct tpf_ktensor *in,
+				       const int *ins, const struct tpf_ktensor *out)
+{
+	struct tpf_ktensor *alt = NULL;
+	struct tpf_diag *scratch = NULL;
+	enum tpf_status st = TPF_OK;
+	for (size_t i = 0; i < n->n_inputs; i++) {
+		struct rt_value *r = ins[i] >= 0 ? &p->values[ins[i]] : NULL;
+		if (!r || !r->host_hint || r->known || r->value_dep)
+			continue;
+		if (kernel_reads_host(n->op, i)) {
+			r->value_dep = 1;
+			continue;
+		}
+		if (!alt && !(alt = tpf_calloc(n->n_outputs + 1, sizeof(*alt)))) {
+			st = TPF_ERR_NOMEM;
+			break;
+		}
+		if (!scratch && !(scratch = tpf_diag_create())) {
+			st = TPF_ERR_NOMEM;
+			break;
+		}
+		for (size_t o = 0; o < n->n_outputs; o++) {
+			memset(&alt[o], 0, sizeof(alt[o]));
+			alt[o].rank = -1;
+		}
+		struct tpf_ktensor saved = in[i];
+		in[i].host = NULL;
+		in[i].data = NULL;
+		struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n->n_inputs, .out = alt,
+					    .n_out = n->n_outputs, .rank = p->opt.rank, .world = p->opt.world,
+					    .diag = scratch};
+		enum tpf_status ist = infer_node(p, n, &c, scratch);
+		in[i] = saved;
+		tpf_diag_clear(scratch);
+		/* omitted outputs keep rank -1 in both */
+		if (ist || !same_outputs(alt, out, n->n_outputs))
+			r->value_dep = 1;
+	}
+	tpf_free(alt);
+	tpf_diag_free(scratch);
+	return st;
+}
+
+/* The key operand's dtype of a node whose inputs have no shapes (a node
+ * after one the runtime cannot run): the graph's. */
+static void check_poisoned_node(struct tpf_plan *p, const struct tpf_node *n, struct tpf_unsupported *u)
+{
+	enum tpf_kernel_phase ph[2];
+	size_t np = node_phases(n, ph);
+	for (size_t k = 0; k < np; k++)
+		check_kernel(u, p->opt.backend, n, ph[k]);
+}
+
 static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **order, size_t n_order,
 				   struct tpf_diag *d)
 {
@@ -918,6 +1280,12 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 	struct tpf_ktensor *in = NULL, *out = NULL;
 	int *ins = NULL, *outs = NULL;
 	size_t cap = 0;
+	struct tpf_unsupported *u = tpf_unsupported_create();
+	struct tpf_diag *scratch = tpf_diag_create();
+	if (!u || !scratch) {
+		st = TPF_ERR_NOMEM;
+		goto out_free;
+	}
 	for (size_t oi = 0; oi < n_order; oi++) {
 		const struct tpf_node *n = order[oi];
 		size_t need = (n->n_inputs > n->n_outputs ? n->n_inputs : n->n_outputs) + 2;
@@ -936,12 +1304,6 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 				goto out_free;
 			}
 		}
-		if (n->op == TPF_OP_IF || n->op == TPF_OP_LOOP || n->op == TPF_OP_SCAN ||
-		    n->op == TPF_OP_UNKNOWN || n->n_implicit) {
-			st = nfail(d, n, TPF_ERR_UNSUPPORTED, "op %s%s%s is not supported by the runtime",
-				   *n->domain ? n->domain : "", *n->domain ? "::" : "", n->op_type);
-			goto out_free;
-		}
 		/* outputs as plan values */
 		for (size_t i = 0; i < n->n_outputs; i++) {
 			outs[i] = -1;
@@ -953,12 +1315,46 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 				goto out_free;
 			}
 		}
+		int poisoned = 0;
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			ins[i] = -1;
+			if (!n->inputs[i])
+				continue;
+			ins[i] = value_index(p, n->inputs[i]);
+			if (ins[i] < 0) {
+				st = nfail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", n->inputs[i]->name);
+				goto out_free;
+			}
+			poisoned |= p->values[ins[i]].poisoned;
+		}
+		if (!runnable_op(n) || poisoned) {
+			if (!runnable_op(n)) {
+				const struct tpf_value *v = n->n_inputs ? n->inputs[0] : NULL;
+				int vi = v ? value_index(p, v) : -1;
+				enum tpf_dtype dt = vi >= 0 && !p->values[vi].poisoned ? p->values[vi].t.dtype
+						    : v ? tpf_value_dtype(v) : TPF_DTYPE_UNDEFINED;
+				tpf_unsupported_add(u, n, dt,
+						    n->n_implicit && n->op != TPF_OP_UNKNOWN
+							    ? "nodes with subgraphs are not supported by the runtime"
+							    : "not supported by the runtime");
+			} else {
+				check_poisoned_node(p, n, u);
+			}
+			for (size_t i = 0; i < n->n_outputs; i++)
+				if (outs[i] >= 0)
+					p->values[outs[i]].poisoned = 1;
+			continue;
+		}
 		if (n->op == TPF_OP_CONSTANT) {
 			const struct tpf_tensor *t = n->n_outputs ? tpf_value_constant(n->outputs[0]) : NULL;
 			if (!t || t->dtype == TPF_DTYPE_STRING || (!t->data && t->nbytes) ||
 			    t->rank > TPF_KERNEL_MAX_RANK || outs[0] < 0) {
-				st = nfail(d, n, TPF_ERR_UNSUPPORTED, "this form of Constant is not supported");
-				goto out_free;
+				tpf_unsupported_add(u, n, t ? t->dtype : TPF_DTYPE_UNDEFINED,
+						    "this form of Constant is not supported");
+				for (size_t i = 0; i < n->n_outputs; i++)
+					if (outs[i] >= 0)
+						p->values[outs[i]].poisoned = 1;
+				continue;
 			}
 			struct rt_value *r = &p->values[outs[0]];
 			r->t.dtype = t->dtype;
@@ -974,25 +1370,25 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			p->n_folded++;
 			continue;
 		}
-		int all_known = 1;
+		int all_known = 1, bad_type = 0;
 		for (size_t i = 0; i < n->n_inputs; i++) {
-			ins[i] = -1;
-			if (!n->inputs[i]) {
+			if (ins[i] < 0) {
 				fill_ktensor(p, -1, &in[i]);
 				continue;
 			}
-			ins[i] = value_index(p, n->inputs[i]);
-			if (ins[i] < 0) {
-				st = nfail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", n->inputs[i]->name);
-				goto out_free;
-			}
 			if (p->values[ins[i]].t.dtype == TPF_DTYPE_UNDEFINED) {
-				st = nfail(d, n, TPF_ERR_UNSUPPORTED, "input '%s' has an unsupported type",
-					   n->inputs[i]->name);
-				goto out_free;
+				tpf_unsupported_add(u, n, TPF_DTYPE_STRING, "string tensors are not supported");
+				bad_type = 1;
+				break;
 			}
 			fill_ktensor(p, ins[i], &in[i]);
 			all_known &= p->values[ins[i]].known;
+		}
+		if (bad_type) {
+			for (size_t i = 0; i < n->n_outputs; i++)
+				if (outs[i] >= 0)
+					p->values[outs[i]].poisoned = 1;
+			continue;
 		}
 		for (size_t i = 0; i < n->n_outputs; i++) {
 			memset(&out[i], 0, sizeof(out[i]));
@@ -1000,9 +1396,25 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 		}
 		struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n->n_inputs,
 					    .out = out, .n_out = n->n_outputs, .rank = p->opt.rank,
-					    .world = p->opt.world, .diag = d};
-		if ((st = tpf_rt_infer(n, &c, d)))
+					    .world = p->opt.world, .diag = scratch};
+		st = infer_node(p, n, &c, scratch);
+		if (st == TPF_ERR_UNSUPPORTED) {
+			/* a form or a value-dependent shape the runtime cannot run:
+			 * listed with the others, later nodes are checked too */
+			const struct tpf_value *v = n->n_inputs ? n->inputs[0] : NULL;
+			tpf_unsupported_add(u, n, v && ins[0] >= 0 ? p->values[ins[0]].t.dtype : TPF_DTYPE_UNDEFINED,
+					    last_message(scratch));
+			tpf_diag_clear(scratch);
+			for (size_t i = 0; i < n->n_outputs; i++)
+				if (outs[i] >= 0)
+					p->values[outs[i]].poisoned = 1;
+			st = TPF_OK;
+			continue;
+		}
+		if (st) {
+			move_diag(scratch, d);
 			goto out_free;
+		}
 		size_t out_elems = 0;
 		for (size_t i = 0; i < n->n_outputs; i++) {
 			if (outs[i] < 0)
@@ -1016,23 +1428,64 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			p->values[outs[i]].t.host = NULL;
 			out_elems += (size_t)out[i].numel;
 		}
+		if ((st = mark_value_deps(p, n, in, ins, out)))
+			goto out_free;
 		if (n->op == TPF_OP_DEQUANTIZE_LINEAR && only_read_by(p, n, read_by_fp8_gemm))
 			continue; /* its fp8 GEMMs read the codes */
 		if (n->op == TPF_OP_TRANSPOSE && only_read_by(p, n, read_by_bt_gemm))
 			continue; /* its products read the input transposed */
 		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
-		if ((all_known || n->op == TPF_OP_SHAPE) && !is_collective(n->op) && out_elems <= fold_max) {
-			st = fold_node(p, n, in, out, outs, d);
+		if ((all_known || n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE) && !is_collective(n->op) &&
+		    out_elems <= fold_max) {
+			st = fold_node(p, n, in, out, outs, scratch);
 			if (st == TPF_OK)
 				continue;
-			if (st != TPF_ERR_UNSUPPORTED)
+			if (st != TPF_ERR_UNSUPPORTED) {
+				move_diag(scratch, d);
 				goto out_free;
+			}
+			tpf_diag_clear(scratch);
 			st = TPF_OK;
 		}
-		if ((st = lower_node(p, n, ins, outs, d)))
+		st = lower_node(p, n, ins, outs, scratch);
+		if (st == TPF_ERR_UNSUPPORTED) {
+			/* no kernel: listed; the outputs have shapes, planning goes on */
+			enum tpf_kernel_phase ph[2];
+			const struct tpf_kernel *any;
+			enum tpf_dtype dt = TPF_DTYPE_UNDEFINED;
+			if (node_phases(n, ph) && (any = tpf_kernel_find_any(p->opt.backend, n->op, ph[0]))) {
+				int k = any->key_input < 0 ? outs[0]
+					: (size_t)any->key_input < n->n_inputs ? ins[any->key_input] : -1;
+				dt = k >= 0 ? p->values[k].t.dtype : TPF_DTYPE_UNDEFINED;
+			} else if (n->n_inputs && ins[0] >= 0) {
+				dt = p->values[ins[0]].t.dtype;
+			}
+			tpf_unsupported_add(u, n, dt, last_message(scratch));
+			tpf_diag_clear(scratch);
+			st = TPF_OK;
+			continue;
+		}
+		if (st) {
+			move_diag(scratch, d);
 			goto out_free;
+		}
+		move_diag(scratch, d); /* notes, if any */
+	}
+	st = tpf_unsupported_report(u, p->opt.backend, d);
+	if (!st) {
+		/* hints that no shape or kernel depends on are not plan constants:
+		 * kernels never read them (they change from run to run) */
+		for (size_t i = 0; i < p->n_values; i++) {
+			struct rt_value *r = &p->values[i];
+			if (r->host_hint && !r->value_dep)
+				r->host_hint = 0;
+		}
 	}
 out_free:
+	if (st == TPF_ERR_NOMEM && d && !d->error_count)
+		tpf_diag_fail(d, st, "out of memory while building the plan");
+	tpf_unsupported_free(u);
+	tpf_diag_free(scratch);
 	tpf_free(in);
 	tpf_free(out);
 	tpf_free(ins);
@@ -1253,6 +1706,20 @@ out_fail:
 	tpf_free(order);
 	tpf_plan_free(p);
 	return st;
+}
+
+size_t tpf_plan_value_inputs(const struct tpf_plan *p, int *idx, size_t max)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (r->is_input && r->value_dep) {
+			if (n < max)
+				idx[n] = r->input_index;
+			n++;
+		}
+	}
+	return n;
 }
 
 void tpf_plan_get_stats(const struct tpf_plan *p, struct tpf_plan_stats *st)

@@ -22,6 +22,11 @@ struct rt_value {
 	int def_step, last_step;   /* live range in steps (-1: before the first) */
 	int is_input, is_output;
 	int input_index;           /* is_input: index into the user's inputs */
+	int value_dep;             /* is_input with host_hint: the plan depends on its
+				    * values (a shape, or a kernel reads them on the
+				    * host); other hints are dropped after lowering */
+	int poisoned;              /* produced by a node the runtime cannot run: no
+				    * shape (planning goes on to list every such node) */
 };
 
 enum rt_step_kind {
@@ -68,14 +73,50 @@ struct tpf_plan {
 	uint64_t shape_hash; /* of the bound inputs */
 };
 
-/* Integer inputs of at most this many elements are read when the plan is
- * built (Split sizes, Reshape shapes given as inputs). */
+/* Integer inputs of at most this many elements (and float scalars) are
+ * read when the plan is built (Split sizes, Reshape shapes, Range bounds
+ * given as inputs).  The plan keeps the values of those its shapes or
+ * kernels depend on (rt_value.value_dep); a session keys its plans by them
+ * (tpf_plan_value_inputs). */
 #define TPF_RT_HINT_MAX_ELEMS 64
+
+/* Inputs whose values the plan depends on: their indices into the inputs
+ * the plan was built with, in graph input order; the count. */
+size_t tpf_plan_value_inputs(const struct tpf_plan *p, int *idx, size_t max);
+
+/* Ops the runtime cannot run, each (op, dtype) once with its node count and
+ * first node; reported as one error (tpf_unsupported_report). */
+struct tpf_unsupported;
+struct tpf_unsupported *tpf_unsupported_create(void);
+void tpf_unsupported_free(struct tpf_unsupported *u);
+/* reason: why (from a message "node 'X' (Op): REASON", the prefix is dropped). */
+void tpf_unsupported_add(struct tpf_unsupported *u, const struct tpf_node *n, enum tpf_dtype dt,
+			 const char *reason);
+size_t tpf_unsupported_count(const struct tpf_unsupported *u);
+/* One error listing every entry; returns TPF_ERR_UNSUPPORTED (TPF_OK when
+ * the list is empty). */
+enum tpf_status tpf_unsupported_report(const struct tpf_unsupported *u, enum tpf_backend b,
+				       struct tpf_diag *d);
 
 /* Fills the output dtypes and dims of a call whose inputs are bound (host
  * copies set where known).  out[i] of omitted outputs are left alone (the
  * caller marks them with dtype UNDEFINED and rank -1). */
 enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c,
 			     struct tpf_diag *d);
+
+/* Memory a backend can still allocate (host: MemAvailable within the
+ * cgroup's limit; CUDA: the current device's free memory); 0 ok, -1 when
+ * it cannot be told. */
+int tpf_memory_available(enum tpf_backend b, size_t *out);
+/* TPF_ERR_NOMEM with "WHAT: N needed, only M of host memory available"
+ * when need exceeds it; TPF_OK otherwise or when it cannot be told. */
+enum tpf_status tpf_memory_check(enum tpf_backend b, size_t need, const char *what, struct tpf_diag *d);
+/* Every node of m that backend b cannot run, as one error
+ * (TPF_ERR_UNSUPPORTED), from the graph alone. */
+enum tpf_status tpf_plan_check_model(const struct tpf_model *m, enum tpf_backend b, struct tpf_diag *d);
+
+/* Plans the session keeps (one per input signature, at most 8) and, in
+ * *builds, how many it has built so far. */
+size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
 
 #endif /* TPF_RUNTIME_INTERNAL_H */

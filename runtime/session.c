@@ -4,9 +4,12 @@
  * the steps and downloads the outputs.  Also the CPU device. */
 #include "runtime-internal.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ CPU device */
 
@@ -129,23 +132,29 @@ void tpf_device_free(struct tpf_device *dev)
 
 /* ------------------------------------------------------------ sessions */
 
-struct tpf_session {
-	const struct tpf_model *model;
-	struct tpf_session_options opt;
-	struct tpf_comm *comm;
-	int owns_comm;
-	struct tpf_device *dev;
-	struct tpf_plan *plan;
-	void *arena;
-	size_t arena_cap;
-	/* per plan: device copies of constants (non-CPU), operand arrays */
+/* Plans kept per input signature (LRU): prefill and decode shapes in one
+ * process each keep theirs. */
+#define TPF_SESSION_PLANS 8
+
+/* A plan bound to the session's device: everything a run of it needs. */
+struct bound {
+	struct tpf_plan *plan;     /* NULL: a free slot */
+	uint64_t shape_key;        /* input names, dtypes and dims */
+	/* inputs whose values the plan depends on (tpf_plan_value_inputs): graph
+	 * input names and their bytes when the plan was built */
+	const char **dep_names;
+	size_t *dep_len;
+	unsigned char *dep_bytes;
+	size_t n_dep;
+	uint64_t used;             /* LRU stamp */
+	void *arena;               /* the arena the operands point into */
+	/* device copies of constants (non-CPU), operand arrays, outputs */
 	void **const_dev;
 	struct tpf_ktensor **kin, **kout;
 	struct tpf_host_tensor *outs;
 	size_t n_outs;
 	/* CUDA one-shot collectives (peer memory): per step of the plan what
-	 * runs there (enum oneshot_mode); contexts live as long as the session
-	 * and grow when a plan needs more */
+	 * runs there (enum oneshot_mode) */
 	unsigned char *oneshot;
 	size_t n_oneshot;
 	/* profiling (opt.profile, eager runs): per step, the device time summed
@@ -155,7 +164,23 @@ struct tpf_session {
 	size_t prof_runs;
 	unsigned char *prof_marked; /* marks recorded by the current run */
 	int prof_seen_first;        /* the plan's first run went by */
+};
+
+struct tpf_session {
+	const struct tpf_model *model;
+	struct tpf_session_options opt;
+	struct tpf_comm *comm;
+	int owns_comm;
+	struct tpf_device *dev;
+	struct bound slots[TPF_SESSION_PLANS];
+	struct bound *b;           /* the current plan's slot (never NULL) */
+	uint64_t clock;            /* LRU clock */
+	uint64_t builds;           /* plans built so far */
+	void *arena;
+	size_t arena_cap;
 #ifdef TPF_HAVE_CUDA
+	/* one-shot contexts live as long as the session and grow when a plan
+	 * needs more */
 	struct tpf_cuda_arnorm *os_ctx[TPF_DTYPE_COUNT]; /* sums, by dtype */
 	struct tpf_cuda_arnorm *os_sharded;               /* sharded-norm exchange */
 	int os_failed;                                    /* set-up failed once: NCCL only */
@@ -173,43 +198,37 @@ enum oneshot_mode {
 	OS_SHARDED    /* sum of squares, all-reduce, normalize: one kernel */
 };
 
+/* Frees the current slot's plan and everything bound to it. */
 static void unbind(struct tpf_session *s)
 {
-	struct tpf_plan *p = s->plan;
+	struct tpf_plan *p = s->b->plan;
 	if (!p)
 		return;
-	if (s->const_dev) {
+	if (s->b->const_dev) {
 		for (size_t i = 0; i < p->n_values; i++)
-			if (s->const_dev[i] && s->dev->kind != TPF_BACKEND_CPU)
-				s->dev->free(s->dev, s->const_dev[i]);
-		tpf_free(s->const_dev);
-		s->const_dev = NULL;
+			if (s->b->const_dev[i] && s->dev->kind != TPF_BACKEND_CPU)
+				s->dev->free(s->dev, s->b->const_dev[i]);
 	}
-	if (s->kin) {
+	if (s->b->kin) {
 		for (size_t i = 0; i < p->n_steps; i++) {
-			tpf_free(s->kin[i]);
-			tpf_free(s->kout[i]);
+			tpf_free(s->b->kin[i]);
+			tpf_free(s->b->kout[i]);
 		}
 	}
-	tpf_free(s->kin);
-	tpf_free(s->kout);
-	s->kin = s->kout = NULL;
-	tpf_free(s->oneshot);
-	s->oneshot = NULL;
-	s->n_oneshot = 0;
-	tpf_free(s->prof_ms);
-	tpf_free(s->prof_marked);
-	s->prof_ms = NULL;
-	s->prof_marked = NULL;
-	s->prof_runs = 0;
-	s->prof_seen_first = 0;
-	for (size_t i = 0; i < s->n_outs; i++)
-		tpf_free(s->outs[i].data);
-	tpf_free(s->outs);
-	s->outs = NULL;
-	s->n_outs = 0;
+	for (size_t i = 0; i < s->b->n_outs; i++)
+		tpf_free(s->b->outs[i].data);
+	tpf_free(s->b->const_dev);
+	tpf_free(s->b->kin);
+	tpf_free(s->b->kout);
+	tpf_free(s->b->oneshot);
+	tpf_free(s->b->prof_ms);
+	tpf_free(s->b->prof_marked);
+	tpf_free(s->b->outs);
+	tpf_free(s->b->dep_names);
+	tpf_free(s->b->dep_len);
+	tpf_free(s->b->dep_bytes);
 	tpf_plan_free(p);
-	s->plan = NULL;
+	memset(s->b, 0, sizeof(*s->b));
 #ifdef TPF_HAVE_CUDA
 	tpf_cuda_device_drop_graph(s->dev);
 #endif
@@ -222,60 +241,193 @@ static int profiling(const struct tpf_session *s)
 
 static void *value_data(struct tpf_session *s, int idx)
 {
-	const struct rt_value *r = &s->plan->values[idx];
+	const struct rt_value *r = &s->b->plan->values[idx];
 	if (r->known)
-		return s->const_dev[idx];
+		return s->b->const_dev[idx];
 	if (r->buffer < 0)
 		return NULL;
-	return (char *)s->arena + s->plan->buffers[r->buffer].offset;
+	return (char *)s->arena + s->b->plan->buffers[r->buffer].offset;
+}
+
+/* ------------------------------------------------------------ memory available */
+
+static int read_u64_file(const char *path, uint64_t *v)
+{
+	char buf[64];
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *end;
+	unsigned long long x = strtoull(buf, &end, 10);
+	if (end == buf)
+		return -1; /* "max" */
+	*v = x;
+	return 0;
+}
+
+/* Host memory a process can still use: MemAvailable, within the cgroup's
+ * limit where one is set. */
+static int host_available(size_t *out)
+{
+	uint64_t avail = 0;
+	int have = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (f) {
+		char line[256];
+		unsigned long long kb;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+				avail = (uint64_t)kb * 1024;
+				have = 1;
+				break;
+			}
+		fclose(f);
+	}
+	if (!have) {
+		long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+		if (pages <= 0 || size <= 0)
+			return -1;
+		avail = (uint64_t)pages * (uint64_t)size;
+	}
+	uint64_t max, cur;
+	if (!read_u64_file("/sys/fs/cgroup/memory.max", &max) &&
+	    !read_u64_file("/sys/fs/cgroup/memory.current", &cur))
+		avail = cur >= max ? 0 : max - cur < avail ? max - cur : avail;
+	*out = avail > SIZE_MAX ? SIZE_MAX : (size_t)avail;
+	return 0;
+}
+
+int tpf_memory_available(enum tpf_backend b, size_t *out)
+{
+	if (b == TPF_BACKEND_CPU)
+		return host_available(out);
+#ifdef TPF_HAVE_CUDA
+	size_t total;
+	if (b == TPF_BACKEND_CUDA)
+		return tpf_cuda_mem_info(out, &total);
+#endif
+	return -1;
+}
+
+static void human_bytes(size_t n, char *buf, size_t size)
+{
+	const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)n;
+	int u = 0;
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, size, "%zu bytes", n);
+	else
+		snprintf(buf, size, "%.1f %s", v, unit[u]);
+}
+
+enum tpf_status tpf_memory_check(enum tpf_backend b, size_t need, const char *what, struct tpf_diag *d)
+{
+	size_t avail;
+	char nb[32], ab[32];
+	if (tpf_memory_available(b, &avail))
+		return TPF_OK; /* cannot tell: the allocation will say */
+	if (need <= avail)
+		return TPF_OK;
+	human_bytes(need, nb, sizeof(nb));
+	human_bytes(avail, ab, sizeof(ab));
+	return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: %s needed, only %s of %s memory available", what, nb, ab,
+			     b == TPF_BACKEND_CPU ? "host" : tpf_backend_name(b));
+}
+
+/* Points the current slot's operands into the session's arena (after the
+ * arena moved: another plan needed a larger one). */
+static void attach(struct tpf_session *s)
+{
+	struct tpf_plan *p = s->b->plan;
+	for (size_t k = 0; k < p->n_steps; k++) {
+		const struct rt_step *st = &p->steps[k];
+		for (size_t i = 0; i < st->n_in; i++)
+			if (st->ins[i] >= 0)
+				s->b->kin[k][i].data = value_data(s, st->ins[i]);
+		for (size_t i = 0; i < st->n_out; i++)
+			if (st->outs[i] >= 0)
+				s->b->kout[k][i].data = value_data(s, st->outs[i]);
+	}
+	s->b->arena = s->arena;
 }
 
 /* Device memory for the plan, operand arrays, output host buffers. */
 static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 {
-	struct tpf_plan *p = s->plan;
+	struct tpf_plan *p = s->b->plan;
+	enum tpf_status st;
+	size_t upload = 0, need = 0;
+	unsigned char *read = tpf_calloc(p->n_values + 1, 1);
+	if (!read)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < p->n_steps; k++)
+		for (size_t i = 0; i < p->steps[k].n_in; i++)
+			if (p->steps[k].ins[i] >= 0)
+				read[p->steps[k].ins[i]] = 1;
+	for (size_t i = 0; s->dev->kind != TPF_BACKEND_CPU && i < p->n_values; i++)
+		if (p->values[i].known && read[i] && tpf_add_size(upload, p->values[i].t.nbytes, &upload))
+			upload = SIZE_MAX;
+	if (p->arena_bytes > s->arena_cap || !s->arena)
+		need = p->arena_bytes;
+	if (tpf_add_size(need, upload, &need))
+		need = SIZE_MAX;
+	/* the old arena is given back first */
+	if (need && (st = tpf_memory_check(s->dev->kind, need > s->arena_cap ? need - s->arena_cap : 0,
+					  "the plan's buffers and constants", d))) {
+		tpf_free(read);
+		tpf_diag_add(d, TPF_SEV_NOTE, "the arena holds %zu buffers in %zu bytes at its peak (%zu without reuse)",
+			     p->n_buffers, p->arena_bytes, p->unshared_bytes);
+		return st;
+	}
 	if (p->arena_bytes > s->arena_cap || !s->arena) {
 		if (s->arena)
 			s->dev->free(s->dev, s->arena);
 		s->arena = s->dev->alloc(s->dev, p->arena_bytes ? p->arena_bytes : 64);
 		s->arena_cap = s->arena ? p->arena_bytes : 0;
-		if (!s->arena)
+		if (!s->arena) {
+			tpf_free(read);
 			return tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate a %zu-byte arena on %s",
 					     p->arena_bytes, tpf_backend_name(s->dev->kind));
+		}
 	}
-	s->const_dev = tpf_calloc(p->n_values + 1, sizeof(void *));
-	s->kin = tpf_calloc(p->n_steps + 1, sizeof(*s->kin));
-	s->kout = tpf_calloc(p->n_steps + 1, sizeof(*s->kout));
-	s->outs = tpf_calloc(p->n_outputs + 1, sizeof(*s->outs));
-	if (!s->const_dev || !s->kin || !s->kout || !s->outs)
-		return TPF_ERR_NOMEM;
+	s->b->arena = s->arena;
+	s->b->const_dev = tpf_calloc(p->n_values + 1, sizeof(void *));
+	s->b->kin = tpf_calloc(p->n_steps + 1, sizeof(*s->b->kin));
+	s->b->kout = tpf_calloc(p->n_steps + 1, sizeof(*s->b->kout));
+	s->b->outs = tpf_calloc(p->n_outputs + 1, sizeof(*s->b->outs));
+	if (!s->b->const_dev || !s->b->kin || !s->b->kout || !s->b->outs) {
+		tpf_free(read);
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	}
 	if (profiling(s)) {
-		s->prof_ms = tpf_calloc(p->n_steps + 1, sizeof(double));
-		s->prof_marked = tpf_calloc(p->n_steps + 1, 1);
-		if (!s->prof_ms || !s->prof_marked)
-			return TPF_ERR_NOMEM;
+		s->b->prof_ms = tpf_calloc(p->n_steps + 1, sizeof(double));
+		s->b->prof_marked = tpf_calloc(p->n_steps + 1, 1);
+		if (!s->b->prof_ms || !s->b->prof_marked) {
+			tpf_free(read);
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		}
 	}
 	/* constants go to the device only when a step reads them (an fp8 GEMM
 	 * reads the transposed weight, not the initializer) */
-	unsigned char *read = tpf_calloc(p->n_values + 1, 1);
-	if (!read)
-		return TPF_ERR_NOMEM;
-	for (size_t k = 0; k < p->n_steps; k++)
-		for (size_t i = 0; i < p->steps[k].n_in; i++)
-			if (p->steps[k].ins[i] >= 0)
-				read[p->steps[k].ins[i]] = 1;
 	for (size_t i = 0; i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];
 		if (!r->known)
 			continue;
 		if (s->dev->kind == TPF_BACKEND_CPU) {
-			s->const_dev[i] = r->host;
+			s->b->const_dev[i] = r->host;
 			continue;
 		}
 		if (!read[i])
 			continue;
-		s->const_dev[i] = s->dev->alloc(s->dev, r->t.nbytes ? r->t.nbytes : 1);
-		enum tpf_status st = s->const_dev[i] ? s->dev->upload(s->dev, s->const_dev[i], r->host, r->t.nbytes, d)
+		s->b->const_dev[i] = s->dev->alloc(s->dev, r->t.nbytes ? r->t.nbytes : 1);
+		enum tpf_status st = s->b->const_dev[i] ? s->dev->upload(s->dev, s->b->const_dev[i], r->host, r->t.nbytes, d)
 						     : tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate constant '%s'", r->name);
 		if (st) {
 			tpf_free(read);
@@ -285,12 +437,12 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 	tpf_free(read);
 	for (size_t k = 0; k < p->n_steps; k++) {
 		const struct rt_step *st = &p->steps[k];
-		s->kin[k] = tpf_calloc(st->n_in + 1, sizeof(struct tpf_ktensor));
-		s->kout[k] = tpf_calloc(st->n_out + 1, sizeof(struct tpf_ktensor));
-		if (!s->kin[k] || !s->kout[k])
+		s->b->kin[k] = tpf_calloc(st->n_in + 1, sizeof(struct tpf_ktensor));
+		s->b->kout[k] = tpf_calloc(st->n_out + 1, sizeof(struct tpf_ktensor));
+		if (!s->b->kin[k] || !s->b->kout[k])
 			return TPF_ERR_NOMEM;
 		for (size_t i = 0; i < st->n_in; i++) {
-			struct tpf_ktensor *t = &s->kin[k][i];
+			struct tpf_ktensor *t = &s->b->kin[k][i];
 			if (st->ins[i] < 0) {
 				t->rank = -1;
 				continue;
@@ -302,7 +454,7 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 					  : NULL;
 		}
 		for (size_t i = 0; i < st->n_out; i++) {
-			struct tpf_ktensor *t = &s->kout[k][i];
+			struct tpf_ktensor *t = &s->b->kout[k][i];
 			if (st->outs[i] < 0) {
 				t->rank = -1;
 				continue;
@@ -311,10 +463,10 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 			t->data = value_data(s, st->outs[i]);
 		}
 	}
-	s->n_outs = p->n_outputs;
+	s->b->n_outs = p->n_outputs;
 	for (size_t i = 0; i < p->n_outputs; i++) {
 		const struct rt_value *r = &p->values[p->outputs[i]];
-		struct tpf_host_tensor *o = &s->outs[i];
+		struct tpf_host_tensor *o = &s->b->outs[i];
 		o->name = p->graph->outputs[i]->name;
 		o->dtype = r->t.dtype;
 		o->rank = r->t.rank;
@@ -364,6 +516,7 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 	if (!s)
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	s->model = m;
+	s->b = &s->slots[0];
 	if (o)
 		s->opt = *o;
 	if (s->opt.comm) {
@@ -381,6 +534,10 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 	    (st = tpf_comm_check_same(s->comm, tpf_graph_structure_hash(m->graph),
 				      "the graph structure (ops, attributes, wiring, weight shapes)", d)))
 		goto out_fail;
+	/* every op the backend cannot run, named now: before any input is read
+	 * (the ranks have one structure, so all of them refuse alike) */
+	if ((st = tpf_plan_check_model(m, s->opt.backend, d)))
+		goto out_fail;
 	*out = s;
 	return TPF_OK;
 out_fail:
@@ -392,7 +549,10 @@ void tpf_session_free(struct tpf_session *s)
 {
 	if (!s)
 		return;
-	unbind(s);
+	for (size_t i = 0; i < TPF_SESSION_PLANS; i++) {
+		s->b = &s->slots[i];
+		unbind(s);
+	}
 #ifdef TPF_HAVE_CUDA
 	oneshot_free(s);
 #endif
@@ -406,23 +566,33 @@ void tpf_session_free(struct tpf_session *s)
 
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s)
 {
-	return s->plan;
+	return s->b->plan;
+}
+
+size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < TPF_SESSION_PLANS; i++)
+		n += s->slots[i].plan != NULL;
+	if (builds)
+		*builds = (size_t)s->builds;
+	return n;
 }
 
 static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call, struct tpf_diag *d)
 {
-	const struct rt_step *st = &s->plan->steps[k];
-	*call = (struct tpf_kernel_call){.node = st->node, .opset = s->plan->opset, .in = s->kin[k],
-					 .n_in = st->n_in, .out = s->kout[k], .n_out = st->n_out,
+	const struct rt_step *st = &s->b->plan->steps[k];
+	*call = (struct tpf_kernel_call){.node = st->node, .opset = s->b->plan->opset, .in = s->b->kin[k],
+					 .n_in = st->n_in, .out = s->b->kout[k], .n_out = st->n_out,
 					 .stream = s->dev->stream, .rank = s->comm->rank,
 					 .world = s->comm->world, .diag = d};
 }
 
 static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag *d)
 {
-	const struct tpf_plan *p = s->plan;
+	const struct tpf_plan *p = s->b->plan;
 	const struct rt_step *st = &p->steps[k];
-	struct tpf_ktensor *in = s->kin[k], *out = s->kout[k];
+	struct tpf_ktensor *in = s->b->kin[k], *out = s->b->kout[k];
 	struct tpf_comm *c = s->comm;
 	enum tpf_status rc;
 	char who[256];
@@ -514,17 +684,17 @@ static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm
  * warning) and the plan runs through NCCL. */
 static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
-	const struct tpf_plan *p = s->plan;
+	const struct tpf_plan *p = s->b->plan;
 	if (!oneshot_possible(s))
 		return TPF_OK;
 	/* a rank short of memory turns it off everywhere */
-	s->oneshot = tpf_calloc(p->n_steps + 1, 1);
-	if (tpf_comm_agree(s->comm, s->oneshot ? TPF_OK : TPF_ERR_NOMEM, "planning one-shot collectives", NULL)) {
-		tpf_free(s->oneshot);
-		s->oneshot = NULL;
+	s->b->oneshot = tpf_calloc(p->n_steps + 1, 1);
+	if (tpf_comm_agree(s->comm, s->b->oneshot ? TPF_OK : TPF_ERR_NOMEM, "planning one-shot collectives", NULL)) {
+		tpf_free(s->b->oneshot);
+		s->b->oneshot = NULL;
 		return TPF_OK;
 	}
-	s->n_oneshot = p->n_steps;
+	s->b->n_oneshot = p->n_steps;
 	int wanted = oneshot_wanted(s);
 	size_t need[TPF_DTYPE_COUNT] = {0}, need_sharded = 0, limit = oneshot_max_bytes();
 	for (size_t k = 0; k < p->n_steps; k++) {
@@ -536,10 +706,10 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		if (st->kind == RT_STEP_ALLREDUCE && nx && nx->node == st->node &&
 		    nx->phase == TPF_PHASE_POST_REDUCE) {
 			make_call(s, k + 1, &a, NULL);
-			if (!tpf_cuda_oneshot_arnorm(NULL, &a, s->kin[k][0].data, &nd))
+			if (!tpf_cuda_oneshot_arnorm(NULL, &a, s->b->kin[k][0].data, &nd))
 				mode = OS_ARNORM;
 		} else if (st->kind == RT_STEP_ALLREDUCE && st->node->op == TPF_OP_MS_ALLREDUCE) {
-			if (!tpf_cuda_oneshot_allreduce(NULL, &s->kin[k][0], &s->kout[k][0], NULL, NULL, &nd))
+			if (!tpf_cuda_oneshot_allreduce(NULL, &s->b->kin[k][0], &s->b->kout[k][0], NULL, NULL, &nd))
 				mode = OS_ALLREDUCE;
 		} else if (st->kind == RT_STEP_KERNEL && st->phase == TPF_PHASE_SUMSQ && k + 2 < p->n_steps &&
 			   nx->kind == RT_STEP_ALLREDUCE && nx->node == st->node && p->steps[k + 2].node == st->node &&
@@ -552,7 +722,7 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		size_t bytes;
 		if (!wanted || mode == OS_NONE || tpf_dtype_storage_bytes(nd.dtype, nd.elems, &bytes) || bytes > limit)
 			continue;
-		s->oneshot[k] = (unsigned char)mode;
+		s->b->oneshot[k] = (unsigned char)mode;
 		if (mode == OS_SHARDED)
 			need_sharded = nd.elems > need_sharded ? nd.elems : need_sharded;
 		else if (nd.elems > need[nd.dtype])
@@ -563,7 +733,7 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 	 * another in NCCL would wait for each other forever. */
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; k < p->n_steps; k++)
-		h = (h ^ s->oneshot[k]) * UINT64_C(0x100000001b3);
+		h = (h ^ s->b->oneshot[k]) * UINT64_C(0x100000001b3);
 	enum tpf_status cs = tpf_comm_check_same(s->comm, h,
 						 "the one-shot collectives chosen (TPF_ONESHOT, "
 						 "TPF_ONESHOT_MAX_BYTES and --no-oneshot must agree)",
@@ -588,7 +758,7 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		for (size_t i = 0; local && i < local->count; i++)
 			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
 		oneshot_free(s);
-		memset(s->oneshot, 0, s->n_oneshot);
+		memset(s->b->oneshot, 0, s->b->n_oneshot);
 		s->os_failed = 1;
 	}
 	tpf_diag_free(local);
@@ -599,17 +769,17 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used, struct tpf_diag *d)
 {
 	struct tpf_kernel_call a, b;
-	struct tpf_ktensor *in = s->kin[k];
+	struct tpf_ktensor *in = s->b->kin[k];
 	enum tpf_status st = TPF_OK;
 	char who[256];
-	switch (s->oneshot[k]) {
+	switch (s->b->oneshot[k]) {
 	case OS_ARNORM:
 		make_call(s, k + 1, &a, d);
 		st = tpf_cuda_oneshot_arnorm(s->os_ctx[in[0].dtype], &a, in[0].data, NULL);
 		*used = 2;
 		break;
 	case OS_ALLREDUCE:
-		st = tpf_cuda_oneshot_allreduce(s->os_ctx[in[0].dtype], &in[0], &s->kout[k][0], s->dev->stream, d,
+		st = tpf_cuda_oneshot_allreduce(s->os_ctx[in[0].dtype], &in[0], &s->b->kout[k][0], s->dev->stream, d,
 						NULL);
 		*used = 1;
 		break;
@@ -624,7 +794,7 @@ static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used
 	}
 	if (st)
 		tpf_diag_add(d, TPF_SEV_ERROR, "in %s (one-shot)",
-			     tpf_node_describe(s->plan->steps[k].node, who, sizeof(who)));
+			     tpf_node_describe(s->b->plan->steps[k].node, who, sizeof(who)));
 	return st;
 }
 #endif
@@ -633,16 +803,16 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 {
 	struct tpf_session *s = ctx;
 	enum tpf_status st;
-	int prof = s->prof_ms != NULL;
+	int prof = s->b->prof_ms != NULL;
 	if (prof) {
-		memset(s->prof_marked, 0, s->plan->n_steps + 1);
+		memset(s->b->prof_marked, 0, s->b->plan->n_steps + 1);
 		if ((st = s->dev->mark(s->dev, 0, d)))
 			return st;
 	}
-	for (size_t k = 0; k < s->plan->n_steps;) {
+	for (size_t k = 0; k < s->b->plan->n_steps;) {
 		size_t used = 1;
 #ifdef TPF_HAVE_CUDA
-		if (s->oneshot && s->oneshot[k])
+		if (s->b->oneshot && s->b->oneshot[k])
 			st = oneshot_run(s, k, &used, d);
 		else
 #endif
@@ -652,7 +822,7 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 		if (prof) {
 			if ((st = s->dev->mark(s->dev, k + used, d)))
 				return st;
-			s->prof_marked[k] = 1;
+			s->b->prof_marked[k] = 1;
 		}
 		k += used;
 	}
@@ -664,33 +834,33 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
  * choice, peer mappings) and the ranks' start-up skew. */
 static void profile_collect(struct tpf_session *s)
 {
-	if (!s->prof_ms)
+	if (!s->b->prof_ms)
 		return;
-	if (!s->prof_seen_first) {
-		s->prof_seen_first = 1;
+	if (!s->b->prof_seen_first) {
+		s->b->prof_seen_first = 1;
 		return;
 	}
-	for (size_t k = 0, next; k < s->plan->n_steps; k = next) {
-		for (next = k + 1; next < s->plan->n_steps && !s->prof_marked[next]; next++)
+	for (size_t k = 0, next; k < s->b->plan->n_steps; k = next) {
+		for (next = k + 1; next < s->b->plan->n_steps && !s->b->prof_marked[next]; next++)
 			;
-		if (!s->prof_marked[k])
+		if (!s->b->prof_marked[k])
 			continue;
 		double ms = s->dev->elapsed_ms(s->dev, k, next);
 		if (ms > 0)
-			s->prof_ms[k] += ms;
+			s->b->prof_ms[k] += ms;
 	}
-	s->prof_runs++;
+	s->b->prof_runs++;
 }
 
 /* What ran at step k, for the profile. */
 static void step_label(const struct tpf_session *s, size_t k, char *buf, size_t size)
 {
-	const struct rt_step *st = &s->plan->steps[k];
+	const struct rt_step *st = &s->b->plan->steps[k];
 	static const char *const coll[] = {"kernel", "allreduce", "allgather", "alltoall"};
 #ifdef TPF_HAVE_CUDA
 	static const char *const os[] = {"", "oneshot.allreduce-rmsnorm", "oneshot.allreduce", "oneshot.sharded-rmsnorm"};
-	if (s->oneshot && k < s->n_oneshot && s->oneshot[k]) {
-		snprintf(buf, size, "%s", os[s->oneshot[k]]);
+	if (s->b->oneshot && k < s->b->n_oneshot && s->b->oneshot[k]) {
+		snprintf(buf, size, "%s", os[s->b->oneshot[k]]);
 		return;
 	}
 #endif
@@ -715,23 +885,23 @@ static int cmp_rows(const void *a, const void *b)
 
 void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
 {
-	if (!s->plan || !s->prof_ms || !s->prof_runs) {
+	if (!s->b->plan || !s->b->prof_ms || !s->b->prof_runs) {
 		fprintf(f, "profile: no timed runs (eager runs after the first, with profiling on)\n");
 		return;
 	}
-	size_t n = s->plan->n_steps, n_by = 0;
+	size_t n = s->b->plan->n_steps, n_by = 0;
 	struct prof_row *steps = tpf_calloc(n + 1, sizeof(*steps)), *by = tpf_calloc(n + 1, sizeof(*by));
 	if (!steps || !by) {
 		tpf_free(steps);
 		tpf_free(by);
 		return;
 	}
-	double total = 0, runs = (double)s->prof_runs;
+	double total = 0, runs = (double)s->b->prof_runs;
 	for (size_t k = 0; k < n; k++) {
 		steps[k].step = k;
-		steps[k].ms = s->prof_ms[k] / runs;
+		steps[k].ms = s->b->prof_ms[k] / runs;
 		step_label(s, k, steps[k].name, sizeof(steps[k].name));
-		if (!s->prof_marked[k])
+		if (!s->b->prof_marked[k])
 			continue;
 		total += steps[k].ms;
 		size_t j = 0;
@@ -743,7 +913,7 @@ void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
 		by[j].n++;
 	}
 	qsort(by, n_by, sizeof(*by), cmp_rows);
-	fprintf(f, "profile: %.3f ms of device time per run (%zu runs, %zu steps)\n", total, s->prof_runs, n);
+	fprintf(f, "profile: %.3f ms of device time per run (%zu runs, %zu steps)\n", total, s->b->prof_runs, n);
 	fprintf(f, "  %-34s %7s %12s %7s\n", "kernel", "steps", "ms per run", "share");
 	for (size_t j = 0; j < n_by; j++)
 		fprintf(f, "  %-34s %7zu %12.4f %6.1f%%\n", by[j].name, by[j].n, by[j].ms,
@@ -753,21 +923,21 @@ void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
 	char who[256];
 	for (size_t j = 0; j < n && j < 10 && steps[j].ms > 0; j++)
 		fprintf(f, "  #%-5zu %10.4f ms  %-28s %s\n", steps[j].step, steps[j].ms, steps[j].name,
-			tpf_node_describe(s->plan->steps[steps[j].step].node, who, sizeof(who)));
+			tpf_node_describe(s->b->plan->steps[steps[j].step].node, who, sizeof(who)));
 	tpf_free(steps);
 	tpf_free(by);
 }
 
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)
 {
-	if (!s->plan)
+	if (!s->b->plan)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "session: nothing to replay before the first run");
 #ifdef TPF_HAVE_CUDA
 	if (s->opt.cuda_graph && s->dev->kind == TPF_BACKEND_CUDA)
-		return tpf_cuda_device_run_graph(s->dev, s->plan->shape_hash, run_steps, s, d);
+		return tpf_cuda_device_run_graph(s->dev, s->b->plan->shape_hash, run_steps, s, d);
 #endif
 	enum tpf_status st = run_steps(s, d);
-	if (!st && s->prof_ms && !(st = s->dev->sync(s->dev, d)))
+	if (!st && s->b->prof_ms && !(st = s->dev->sync(s->dev, d)))
 		profile_collect(s); /* the marks are reused by the next run */
 	return st;
 }
@@ -780,37 +950,153 @@ enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d)
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot)
 {
 	*collectives = *oneshot = 0;
-	if (!s->plan)
+	if (!s->b->plan)
 		return;
-	for (size_t k = 0; k < s->plan->n_steps; k++) {
-		if (s->plan->steps[k].kind != RT_STEP_KERNEL)
+	for (size_t k = 0; k < s->b->plan->n_steps; k++) {
+		if (s->b->plan->steps[k].kind != RT_STEP_KERNEL)
 			(*collectives)++;
-		if (s->oneshot && k < s->n_oneshot && s->oneshot[k])
+		if (s->b->oneshot && k < s->b->n_oneshot && s->b->oneshot[k])
 			(*oneshot)++;
 	}
 }
 
+static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n)
+{
+	const uint8_t *b = data;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+	return h;
+}
+
+/* The input signature: names, dtypes and dims (values are matched per plan,
+ * for the inputs it depends on). */
 static uint64_t shape_key(const struct tpf_host_tensor *in, size_t n)
 {
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t i = 0; i < n; i++) {
 		const char *nm = in[i].name ? in[i].name : "";
-		for (const char *c = nm; *c; c++)
-			h = (h ^ (uint8_t)*c) * UINT64_C(0x100000001b3);
-		/* small integer inputs: their values too (see TPF_RT_HINT_MAX_ELEMS) */
-		size_t nb;
-		if (tpf_dtype_is_integral(in[i].dtype) && in[i].data && !tpf_host_tensor_bytes(&in[i], &nb) &&
-		    nb <= TPF_RT_HINT_MAX_ELEMS * 8)
-			for (size_t b = 0; b < nb; b++)
-				h = (h ^ ((const uint8_t *)in[i].data)[b]) * UINT64_C(0x100000001b3);
+		h = fnv_bytes(h, nm, strlen(nm) + 1);
 		int64_t vals[2] = {in[i].dtype, in[i].rank};
-		for (int k = 0; k < 2 + (in[i].rank > 0 ? in[i].rank : 0) && k < 2 + TPF_KERNEL_MAX_RANK; k++) {
-			int64_t v = k < 2 ? vals[k] : in[i].dims[k - 2];
-			for (int b = 0; b < 8; b++)
-				h = (h ^ (uint8_t)(v >> (8 * b))) * UINT64_C(0x100000001b3);
-		}
+		h = fnv_bytes(h, vals, sizeof(vals));
+		if (in[i].rank > 0 && in[i].rank <= TPF_KERNEL_MAX_RANK)
+			h = fnv_bytes(h, in[i].dims, sizeof(int64_t) * (size_t)in[i].rank);
 	}
 	return h;
+}
+
+static const struct tpf_host_tensor *input_named(const struct tpf_host_tensor *in, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (in[i].name && !strcmp(in[i].name, name))
+			return &in[i];
+	return NULL;
+}
+
+/* Whether slot b's plan fits these inputs: the signature, and the values
+ * of the inputs it depends on. */
+static int slot_fits(const struct bound *b, uint64_t key, const struct tpf_host_tensor *in, size_t n)
+{
+	if (!b->plan || b->shape_key != key)
+		return 0;
+	size_t at = 0;
+	for (size_t j = 0; j < b->n_dep; j++) {
+		const struct tpf_host_tensor *t = input_named(in, n, b->dep_names[j]);
+		size_t nb;
+		if (!t || !t->data || tpf_host_tensor_bytes(t, &nb) || nb != b->dep_len[j] ||
+		    memcmp(t->data, b->dep_bytes + at, nb))
+			return 0;
+		at += nb;
+	}
+	return 1;
+}
+
+/* Keeps the values of the inputs the current plan depends on; their hash. */
+static enum tpf_status record_deps(struct tpf_session *s, const struct tpf_host_tensor *in, uint64_t *hash,
+				   struct tpf_diag *d)
+{
+	const struct tpf_plan *p = s->b->plan;
+	size_t n = 0, bytes = 0;
+	*hash = UINT64_C(0xcbf29ce484222325);
+	for (size_t i = 0; i < p->n_values; i++)
+		if (p->values[i].is_input && p->values[i].value_dep) {
+			n++;
+			bytes += p->values[i].t.nbytes;
+		}
+	s->b->n_dep = 0;
+	if (!n)
+		return TPF_OK;
+	s->b->dep_names = tpf_calloc(n, sizeof(*s->b->dep_names));
+	s->b->dep_len = tpf_calloc(n, sizeof(*s->b->dep_len));
+	s->b->dep_bytes = tpf_malloc(bytes ? bytes : 1);
+	if (!s->b->dep_names || !s->b->dep_len || !s->b->dep_bytes)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	size_t at = 0;
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (!r->is_input || !r->value_dep)
+			continue;
+		s->b->dep_names[s->b->n_dep] = r->v->name;
+		s->b->dep_len[s->b->n_dep] = r->t.nbytes;
+		memcpy(s->b->dep_bytes + at, in[r->input_index].data, r->t.nbytes);
+		*hash = fnv_bytes(*hash, r->v->name, strlen(r->v->name) + 1);
+		*hash = fnv_bytes(*hash, s->b->dep_bytes + at, r->t.nbytes);
+		at += r->t.nbytes;
+		s->b->n_dep++;
+	}
+	return TPF_OK;
+}
+
+/* Builds a plan for these inputs into a free slot (else the least
+ * recently used one's). */
+static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const struct tpf_host_tensor *inputs,
+				  size_t n_inputs, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	struct bound *slot = NULL;
+	for (size_t i = 0; i < TPF_SESSION_PLANS && !slot; i++)
+		if (!s->slots[i].plan)
+			slot = &s->slots[i];
+	if (!slot) {
+		slot = &s->slots[0];
+		for (size_t i = 1; i < TPF_SESSION_PLANS; i++)
+			if (s->slots[i].used < slot->used)
+				slot = &s->slots[i];
+	}
+	s->b = slot;
+	unbind(s);
+	struct tpf_plan_options po = s->opt.plan;
+	po.backend = s->opt.backend;
+	po.rank = s->comm->rank;
+	po.world = s->comm->world;
+	/* agree on the input shapes before any rank builds a plan */
+	if ((st = tpf_comm_check_same(s->comm, key, "the input names, dtypes and shapes", d)))
+		return st;
+	uint64_t deps = 0;
+	st = tpf_plan_build(s->model, inputs, n_inputs, &po, &s->b->plan, d);
+	if (!st) {
+		s->builds++;
+		s->b->shape_key = key;
+		/* the CUDA graph's key: this plan's, distinct from every other */
+		s->b->plan->shape_hash = key ^ (s->builds * UINT64_C(0x9e3779b97f4a7c15));
+		st = record_deps(s, inputs, &deps, d);
+	}
+	if (!st)
+		st = bind(s, d);
+	/* a rank that cannot build its plan must not leave the others waiting
+	 * in the first collective */
+	if ((st = tpf_comm_agree(s->comm, st, "building its plan", d)) ||
+	    (s->comm->world > 1 &&
+	     (st = tpf_comm_check_same(s->comm, deps, "the values of the inputs that decide shapes", d)))) {
+		unbind(s);
+		return st;
+	}
+#ifdef TPF_HAVE_CUDA
+	if ((st = oneshot_prepare(s, d))) {
+		unbind(s);
+		return st;
+	}
+#endif
+	return TPF_OK;
 }
 
 enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
@@ -819,34 +1105,19 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 {
 	enum tpf_status st;
 	uint64_t key = shape_key(inputs, n_inputs);
-	if (!s->plan || s->plan->shape_hash != key) {
-		unbind(s);
-		struct tpf_plan_options po = s->opt.plan;
-		po.backend = s->opt.backend;
-		po.rank = s->comm->rank;
-		po.world = s->comm->world;
-		/* agree on the input shapes before any rank builds a plan */
-		if ((st = tpf_comm_check_same(s->comm, key, "the input names, dtypes and shapes", d)))
-			return st;
-		st = tpf_plan_build(s->model, inputs, n_inputs, &po, &s->plan, d);
-		if (!st) {
-			s->plan->shape_hash = key;
-			st = bind(s, d);
-		}
-		/* a rank that cannot build its plan must not leave the others
-		 * waiting in the first collective */
-		if ((st = tpf_comm_agree(s->comm, st, "building its plan", d))) {
-			unbind(s);
-			return st;
-		}
-#ifdef TPF_HAVE_CUDA
-		if ((st = oneshot_prepare(s, d))) {
-			unbind(s);
-			return st;
-		}
-#endif
+	struct bound *hit = NULL;
+	for (size_t i = 0; i < TPF_SESSION_PLANS && !hit; i++)
+		if (slot_fits(&s->slots[i], key, inputs, n_inputs))
+			hit = &s->slots[i];
+	if (hit) {
+		s->b = hit;
+		if (hit->arena != s->arena)
+			attach(s); /* a larger plan moved the arena */
+	} else if ((st = build_plan(s, key, inputs, n_inputs, d))) {
+		return st;
 	}
-	struct tpf_plan *p = s->plan;
+	s->b->used = ++s->clock;
+	struct tpf_plan *p = s->b->plan;
 	for (size_t i = 0; i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];
 		if (!r->is_input || r->buffer < 0)
@@ -869,15 +1140,15 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 		int v = p->outputs[i];
 		const struct rt_value *r = &p->values[v];
 		if (r->known)
-			memcpy(s->outs[i].data, r->host, r->t.nbytes);
-		else if ((st = s->dev->download(s->dev, s->outs[i].data, value_data(s, v), r->t.nbytes, d)))
+			memcpy(s->b->outs[i].data, r->host, r->t.nbytes);
+		else if ((st = s->dev->download(s->dev, s->b->outs[i].data, value_data(s, v), r->t.nbytes, d)))
 			return st;
 	}
 	if ((st = s->dev->sync(s->dev, d)))
 		return st;
 	profile_collect(s);
-	*outputs = s->outs;
-	*n_outputs = s->n_outs;
+	*outputs = s->b->outs;
+	*n_outputs = s->b->n_outs;
 	return TPF_OK;
 }
 

@@ -35,6 +35,7 @@ TPF_CPU_KERNEL(tpf_cpu_binary);
 TPF_CPU_KERNEL(tpf_cpu_variadic);
 TPF_CPU_KERNEL(tpf_cpu_unary);
 TPF_CPU_KERNEL(tpf_cpu_where);
+TPF_CPU_KERNEL(tpf_cpu_clip);
 TPF_CPU_KERNEL(tpf_cpu_cast);
 TPF_CPU_KERNEL(tpf_cpu_sigmoid_gate_add);
 /* matmul.c */
@@ -71,6 +72,15 @@ TPF_CPU_KERNEL(tpf_cpu_constant_of_shape);
 TPF_CPU_KERNEL(tpf_cpu_gather_reorder);
 TPF_CPU_KERNEL(tpf_cpu_pack);
 TPF_CPU_KERNEL(tpf_cpu_unpack);
+/* indexing.c */
+TPF_CPU_KERNEL(tpf_cpu_range);
+TPF_CPU_KERNEL(tpf_cpu_gather_nd);
+TPF_CPU_KERNEL(tpf_cpu_scatter_nd);
+TPF_CPU_KERNEL(tpf_cpu_one_hot);
+TPF_CPU_KERNEL(tpf_cpu_tile);
+TPF_CPU_KERNEL(tpf_cpu_trilu);
+TPF_CPU_KERNEL(tpf_cpu_cumsum);
+TPF_CPU_KERNEL(tpf_cpu_size);
 /* quant.c */
 TPF_CPU_KERNEL(tpf_cpu_quantize_linear);
 TPF_CPU_KERNEL(tpf_cpu_dequantize_linear);

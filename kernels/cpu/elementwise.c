@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Elementwise kernels with numpy broadcasting: binary arithmetic and
- * comparisons, variadic Max/Min, unary math, Where, Cast, SigmoidGateAdd.
+/* Elementwise kernels with numpy broadcasting: binary arithmetic, Mod,
+ * comparisons and logic (And, Or, Xor), variadic Max/Min, unary math,
+ * IsNaN/IsInf, Clip, Where, Cast, SigmoidGateAdd.
  * Float types compute in double and round once when stored, which equals
  * float32 arithmetic for + - * / and sqrt and is more accurate otherwise;
  * integer types compute in int64. */
@@ -11,12 +12,51 @@
 
 static int is_compare(enum tpf_op op)
 {
-	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS;
+	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS ||
+	       op == TPF_OP_GREATER_OR_EQUAL || op == TPF_OP_LESS_OR_EQUAL;
 }
 
-static double binop_f(enum tpf_op op, double a, double b)
+static int is_logic(enum tpf_op op)
+{
+	return op == TPF_OP_AND || op == TPF_OP_OR || op == TPF_OP_XOR;
+}
+
+/* Mod of floats: C's fmod (fmod = 1), or the divisor's sign as numpy's
+ * mod has it (fmod = 0): -3 mod inf is inf, 0 mod -2 is -0. */
+static double mod_f(double a, double b, int fmod_c)
+{
+	double m = fmod(a, b);
+	if (fmod_c || b == 0 || isnan(m))
+		return m;
+	if (m != 0) {
+		if ((b < 0) != (m < 0))
+			m += b;
+		return m;
+	}
+	return copysign(0.0, b);
+}
+
+/* Mod of integers: truncated (fmod = 1) or floored (fmod = 0, the
+ * divisor's sign); a zero divisor gives 0. */
+static int64_t mod_i(int64_t a, int64_t b, int fmod_c)
+{
+	if (b == 0 || (b == -1 && a == INT64_MIN))
+		return 0;
+	int64_t m = a % b;
+	if (!fmod_c && m != 0 && ((m < 0) != (b < 0)))
+		m += b;
+	return m;
+}
+
+static double binop_f(enum tpf_op op, double a, double b, int fmod_c)
 {
 	switch (op) {
+	case TPF_OP_MOD:
+		return mod_f(a, b, fmod_c);
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
 	case TPF_OP_ADD:
 		return a + b;
 	case TPF_OP_SUB:
@@ -42,9 +82,21 @@ static double binop_f(enum tpf_op op, double a, double b)
 	}
 }
 
-static int64_t binop_i(enum tpf_op op, int64_t a, int64_t b)
+static int64_t binop_i(enum tpf_op op, int64_t a, int64_t b, int fmod_c)
 {
 	switch (op) {
+	case TPF_OP_MOD:
+		return mod_i(a, b, fmod_c);
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
+	case TPF_OP_AND:
+		return a && b;
+	case TPF_OP_OR:
+		return a || b;
+	case TPF_OP_XOR:
+		return !a != !b;
 	case TPF_OP_ADD:
 		return (int64_t)((uint64_t)a + (uint64_t)b);
 	case TPF_OP_SUB:
@@ -70,10 +122,45 @@ static int64_t binop_i(enum tpf_op op, int64_t a, int64_t b)
 	}
 }
 
-/* y = a OP b with broadcasting; y may alias a when shapes are equal. */
+/* uint64 operands: unsigned arithmetic, comparisons and Mod (values past
+ * INT64_MAX would change sign in int64). */
+static uint64_t binop_u(enum tpf_op op, uint64_t a, uint64_t b)
+{
+	switch (op) {
+	case TPF_OP_ADD:
+		return a + b;
+	case TPF_OP_SUB:
+		return a - b;
+	case TPF_OP_MUL:
+		return a * b;
+	case TPF_OP_DIV:
+		return b ? a / b : 0;
+	case TPF_OP_MOD:
+		return b ? a % b : 0;
+	case TPF_OP_MAX:
+		return a > b ? a : b;
+	case TPF_OP_MIN:
+		return a < b ? a : b;
+	case TPF_OP_EQUAL:
+		return a == b;
+	case TPF_OP_GREATER:
+		return a > b;
+	case TPF_OP_LESS:
+		return a < b;
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
+	default:
+		return 0;
+	}
+}
+
+/* y = a OP b with broadcasting; y may alias a when shapes are equal.
+ * fmod_c: Mod's fmod attribute. */
 static enum tpf_status binary(const struct tpf_kernel_call *c, enum tpf_op op,
 			      const struct tpf_ktensor *a, const struct tpf_ktensor *b,
-			      struct tpf_ktensor *y)
+			      struct tpf_ktensor *y, int fmod_c)
 {
 	const struct tpf_ktensor *ins[2] = {a, b};
 	struct tpf_bcast it;
@@ -94,14 +181,19 @@ static enum tpf_status binary(const struct tpf_kernel_call *c, enum tpf_op op,
 	}
 	int integral = tpf_dtype_is_integral(a->dtype) && op != TPF_OP_POW;
 	int pow_int = op == TPF_OP_POW && tpf_dtype_is_integral(a->dtype);
+	int u64 = a->dtype == TPF_DTYPE_UINT64 && b->dtype == TPF_DTYPE_UINT64 && op != TPF_OP_POW;
 	for (int64_t i = 0; i < y->numel; i++, tpf_bcast_next(&it)) {
-		if (integral) {
+		if (u64) {
+			uint64_t r = binop_u(op, ((const uint64_t *)a->data)[it.off[0]],
+					     ((const uint64_t *)b->data)[it.off[1]]);
+			tpf_elem_store_int(y->dtype, y->data, i, (int64_t)r);
+		} else if (integral) {
 			int64_t r = binop_i(op, tpf_elem_load_int(a->dtype, a->data, it.off[0]),
-					    tpf_elem_load_int(b->dtype, b->data, it.off[1]));
+					    tpf_elem_load_int(b->dtype, b->data, it.off[1]), fmod_c);
 			tpf_elem_store_int(y->dtype, y->data, i, r);
 		} else {
 			double r = binop_f(op, tpf_elem_load(a->dtype, a->data, it.off[0]),
-					   tpf_elem_load(b->dtype, b->data, it.off[1]));
+					   tpf_elem_load(b->dtype, b->data, it.off[1]), fmod_c);
 			if (pow_int)
 				r = nearbyint(r);
 			tpf_elem_store(y->dtype, y->data, i, r, 1);
@@ -118,7 +210,14 @@ TPF_CPU_KERNEL(tpf_cpu_binary)
 	if (!is_compare(op) && op != TPF_OP_POW && c->in[0].dtype != c->in[1].dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "operand dtypes differ (%s, %s)",
 				 tpf_dtype_name(c->in[0].dtype), tpf_dtype_name(c->in[1].dtype));
-	return binary(c, op, &c->in[0], &c->in[1], &c->out[0]);
+	if (is_logic(op) && c->in[0].dtype != TPF_DTYPE_BOOL)
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands must be bool, not %s",
+				 tpf_dtype_name(c->in[0].dtype));
+	if ((is_compare(op) || is_logic(op)) && c->out[0].dtype != TPF_DTYPE_BOOL)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output must be bool, not %s",
+				 tpf_dtype_name(c->out[0].dtype));
+	int fmod_c = op == TPF_OP_MOD ? tpf_node_attr_int(c->node, "fmod", 0) != 0 : 0;
+	return binary(c, op, &c->in[0], &c->in[1], &c->out[0], fmod_c);
 }
 
 TPF_CPU_KERNEL(tpf_cpu_variadic)
@@ -144,7 +243,7 @@ TPF_CPU_KERNEL(tpf_cpu_variadic)
 		if (c->in[k].dtype != y->dtype)
 			return tpf_kfail(c, TPF_ERR_INVALID, "operand %zu has dtype %s, expected %s", k,
 					 tpf_dtype_name(c->in[k].dtype), tpf_dtype_name(y->dtype));
-		enum tpf_status st = binary(c, c->node->op, y, &c->in[k], y);
+		enum tpf_status st = binary(c, c->node->op, y, &c->in[k], y, 0);
 		if (st)
 			return st;
 	}
@@ -178,9 +277,41 @@ static double unop_f(enum tpf_op op, double x)
 		return cos(x);
 	case TPF_OP_NOT:
 		return x == 0;
+	case TPF_OP_FLOOR:
+		return floor(x);
+	case TPF_OP_CEIL:
+		return ceil(x);
+	case TPF_OP_LOG:
+		return log(x);
+	case TPF_OP_SOFTPLUS:
+		/* log(1 + e^x) without overflow */
+		return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
 	default:
 		return NAN;
 	}
+}
+
+/* IsNaN / IsInf: a bool output of a float input. */
+static enum tpf_status float_class(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+				   struct tpf_ktensor *y)
+{
+	enum tpf_op op = c->node->op;
+	int neg = 1, pos = 1;
+	if (tpf_dtype_is_integral(x->dtype))
+		return tpf_kfail(c, TPF_ERR_INVALID, "input must be a float type, not %s",
+				 tpf_dtype_name(x->dtype));
+	if (y->dtype != TPF_DTYPE_BOOL)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output must be bool, not %s", tpf_dtype_name(y->dtype));
+	if (op == TPF_OP_IS_INF) {
+		neg = tpf_node_attr_int(c->node, "detect_negative", 1) != 0;
+		pos = tpf_node_attr_int(c->node, "detect_positive", 1) != 0;
+	}
+	uint8_t *py = y->data;
+	for (int64_t i = 0; i < x->numel; i++) {
+		double v = tpf_elem_load(x->dtype, x->data, i);
+		py[i] = op == TPF_OP_IS_NAN ? isnan(v) != 0 : isinf(v) && (v > 0 ? pos : neg);
+	}
+	return TPF_OK;
 }
 
 TPF_CPU_KERNEL(tpf_cpu_unary)
@@ -190,6 +321,8 @@ TPF_CPU_KERNEL(tpf_cpu_unary)
 	enum tpf_op op = c->node->op;
 	if (x->numel != y->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
+	if (op == TPF_OP_IS_NAN || op == TPF_OP_IS_INF)
+		return float_class(c, x, y);
 	int integral = tpf_dtype_is_integral(x->dtype);
 	if (integral && op != TPF_OP_ABS && op != TPF_OP_NEG && op != TPF_OP_NOT && op != TPF_OP_RELU)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "integer dtype %s not supported",
@@ -211,6 +344,77 @@ TPF_CPU_KERNEL(tpf_cpu_unary)
 			tpf_elem_store_int(y->dtype, y->data, i, r);
 		} else {
 			tpf_elem_store(y->dtype, y->data, i, unop_f(op, tpf_elem_load(x->dtype, x->data, i)), 1);
+		}
+	}
+	return TPF_OK;
+}
+
+/* Clip(x, min, max): bounds from inputs (opset 11) or attributes (before);
+ * an absent bound does not clip.  min > max gives max, as the spec says;
+ * NaN stays NaN. */
+TPF_CPU_KERNEL(tpf_cpu_clip)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	int has_lo = 0, has_hi = 0;
+	double lo = 0, hi = 0;
+	int64_t ilo = 0, ihi = 0;
+	int integral = tpf_dtype_is_integral(x->dtype);
+	if (x->numel != y->numel || x->dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
+	for (size_t k = 1; k < 3; k++) {
+		const struct tpf_ktensor *b = k < c->n_in ? &c->in[k] : NULL;
+		if (!b || !b->data || b->rank < 0)
+			continue;
+		if (b->numel != 1 || b->dtype != x->dtype)
+			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of the input's dtype",
+					 k == 1 ? "min" : "max");
+		if (k == 1) {
+			has_lo = 1;
+			lo = tpf_elem_load(b->dtype, b->data, 0);
+			ilo = tpf_elem_load_int(b->dtype, b->data, 0);
+		} else {
+			has_hi = 1;
+			hi = tpf_elem_load(b->dtype, b->data, 0);
+			ihi = tpf_elem_load_int(b->dtype, b->data, 0);
+		}
+	}
+	if (c->n_in == 1) {
+		const struct tpf_attr *a = tpf_node_attr(c->node, "min"), *b = tpf_node_attr(c->node, "max");
+		if (a && a->kind == TPF_ATTR_FLOAT) {
+			has_lo = 1;
+			lo = a->f;
+		}
+		if (b && b->kind == TPF_ATTR_FLOAT) {
+			has_hi = 1;
+			hi = b->f;
+		}
+		if ((has_lo || has_hi) && integral)
+			return tpf_kfail(c, TPF_ERR_INVALID, "float bounds for an integer input");
+	}
+	int u64 = x->dtype == TPF_DTYPE_UINT64;
+	for (int64_t i = 0; i < x->numel; i++) {
+		if (u64) {
+			uint64_t v = ((const uint64_t *)x->data)[i];
+			if (has_lo && v < (uint64_t)ilo)
+				v = (uint64_t)ilo;
+			if (has_hi && v > (uint64_t)ihi)
+				v = (uint64_t)ihi;
+			((uint64_t *)y->data)[i] = v;
+		} else if (integral) {
+			int64_t v = tpf_elem_load_int(x->dtype, x->data, i);
+			if (has_lo && v < ilo)
+				v = ilo;
+			if (has_hi && v > ihi)
+				v = ihi;
+			tpf_elem_store_int(y->dtype, y->data, i, v);
+		} else {
+			double v = tpf_elem_load(x->dtype, x->data, i);
+			if (has_lo && v < lo)
+				v = lo;
+			if (has_hi && v > hi)
+				v = hi;
+			tpf_elem_store(y->dtype, y->data, i, v, 1);
 		}
 	}
 	return TPF_OK;

@@ -126,3 +126,15 @@ int tpfc_int_ok(enum tpf_dtype t)
 		return 0;
 	}
 }
+
+extern "C" int tpf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+	size_t f = 0, t = 0;
+	if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+		cudaGetLastError();
+		return -1;
+	}
+	*free_bytes = f;
+	*total_bytes = t;
+	return 0;
+}

@@ -20,6 +20,7 @@ TPF_CUDA_KERNEL(tpf_cu_binary);
 TPF_CUDA_KERNEL(tpf_cu_variadic);
 TPF_CUDA_KERNEL(tpf_cu_unary);
 TPF_CUDA_KERNEL(tpf_cu_where);
+TPF_CUDA_KERNEL(tpf_cu_clip);
 TPF_CUDA_KERNEL(tpf_cu_cast);
 TPF_CUDA_KERNEL(tpf_cu_sigmoid_gate_add);
 /* matmul.cu */
@@ -56,6 +57,15 @@ TPF_CUDA_KERNEL(tpf_cu_constant_of_shape);
 TPF_CUDA_KERNEL(tpf_cu_gather_reorder);
 TPF_CUDA_KERNEL(tpf_cu_pack);
 TPF_CUDA_KERNEL(tpf_cu_unpack);
+/* indexing.cu */
+TPF_CUDA_KERNEL(tpf_cu_range);
+TPF_CUDA_KERNEL(tpf_cu_gather_nd);
+TPF_CUDA_KERNEL(tpf_cu_scatter_nd);
+TPF_CUDA_KERNEL(tpf_cu_one_hot);
+TPF_CUDA_KERNEL(tpf_cu_tile);
+TPF_CUDA_KERNEL(tpf_cu_trilu);
+TPF_CUDA_KERNEL(tpf_cu_cumsum);
+TPF_CUDA_KERNEL(tpf_cu_size);
 /* quant.cu */
 TPF_CUDA_KERNEL(tpf_cu_quantize_linear);
 TPF_CUDA_KERNEL(tpf_cu_dequantize_linear);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Elementwise CUDA kernels with numpy broadcasting: binary arithmetic and
-// comparisons, variadic Max/Min, unary math, Where, Cast, SigmoidGateAdd.
+// Elementwise CUDA kernels with numpy broadcasting: binary arithmetic, Mod,
+// comparisons and logic, variadic Max/Min, unary math, IsNaN/IsInf, Clip,
+// Where, Cast, SigmoidGateAdd.
 // bf16/fp16/fp32/fp8 compute in float32 and round once; DOUBLE in double;
 // integer types in int64 (as the CPU reference kernels do).
 #include "cuda-common.cuh"
@@ -14,11 +15,69 @@ namespace {
 
 constexpr int kThreads = 256;
 
-enum Mode { kFloat = 0, kDouble = 1, kInt = 2, kPowInt = 3 };
+enum Mode { kFloat = 0, kDouble = 1, kInt = 2, kPowInt = 3, kU64 = 4 };
+
+// Mod as the CPU reference computes it (in double): C's fmod, or with the
+// divisor's sign (numpy) when fmod_c is 0.
+__device__ __forceinline__ double mod_d(double a, double b, int fmod_c)
+{
+	double m = fmod(a, b);
+	if (fmod_c || b == 0 || isnan(m))
+		return m;
+	if (m != 0)
+		return (b < 0) != (m < 0) ? m + b : m;
+	return copysign(0.0, b);
+}
+
+__device__ __forceinline__ int64_t mod_i(int64_t a, int64_t b, int fmod_c)
+{
+	if (b == 0 || (b == -1 && a == INT64_MIN))
+		return 0;
+	int64_t m = a % b;
+	if (!fmod_c && m != 0 && ((m < 0) != (b < 0)))
+		m += b;
+	return m;
+}
+
+__device__ __forceinline__ uint64_t binop_u(int op, uint64_t a, uint64_t b)
+{
+	switch (op) {
+	case TPF_OP_ADD:
+		return a + b;
+	case TPF_OP_SUB:
+		return a - b;
+	case TPF_OP_MUL:
+		return a * b;
+	case TPF_OP_DIV:
+		return b ? a / b : 0;
+	case TPF_OP_MOD:
+		return b ? a % b : 0;
+	case TPF_OP_MAX:
+		return a > b ? a : b;
+	case TPF_OP_MIN:
+		return a < b ? a : b;
+	case TPF_OP_EQUAL:
+		return a == b;
+	case TPF_OP_GREATER:
+		return a > b;
+	case TPF_OP_LESS:
+		return a < b;
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
+	default:
+		return 0;
+	}
+}
 
 template <typename A> __device__ __forceinline__ A binop(int op, A a, A b)
 {
 	switch (op) {
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
 	case TPF_OP_ADD:
 		return a + b;
 	case TPF_OP_SUB:
@@ -47,6 +106,10 @@ template <typename A> __device__ __forceinline__ A binop(int op, A a, A b)
 __device__ __forceinline__ float binop(int op, float a, float b)
 {
 	switch (op) {
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
 	case TPF_OP_ADD:
 		return a + b;
 	case TPF_OP_SUB:
@@ -73,9 +136,21 @@ __device__ __forceinline__ float binop(int op, float a, float b)
 	}
 }
 
-__device__ __forceinline__ int64_t binop_i(int op, int64_t a, int64_t b)
+__device__ __forceinline__ int64_t binop_i(int op, int64_t a, int64_t b, int fmod_c)
 {
 	switch (op) {
+	case TPF_OP_MOD:
+		return mod_i(a, b, fmod_c);
+	case TPF_OP_GREATER_OR_EQUAL:
+		return a >= b;
+	case TPF_OP_LESS_OR_EQUAL:
+		return a <= b;
+	case TPF_OP_AND:
+		return a && b;
+	case TPF_OP_OR:
+		return a || b;
+	case TPF_OP_XOR:
+		return !a != !b;
 	case TPF_OP_ADD:
 		return (int64_t)((uint64_t)a + (uint64_t)b);
 	case TPF_OP_SUB:
@@ -102,7 +177,7 @@ __device__ __forceinline__ int64_t binop_i(int op, int64_t a, int64_t b)
 }
 
 struct BinArgs {
-	int op, mode, da, db, dy;
+	int op, mode, da, db, dy, fmod_c;
 	const void *a, *b;
 	void *y;
 };
@@ -117,10 +192,19 @@ template <typename I> __global__ void binary_kernel(BinArgs p, I n, Strided s)
 			st_f(p.dy, p.y, i, binop(p.op, ld_f(p.da, p.a, off[0]), ld_f(p.db, p.b, off[1])));
 			break;
 		case kDouble:
-			st_d(p.dy, p.y, i, binop<double>(p.op, ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1])));
+			if (p.op == TPF_OP_MOD)
+				st_d(p.dy, p.y, i, mod_d(ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1]), p.fmod_c));
+			else
+				st_d(p.dy, p.y, i,
+				     binop<double>(p.op, ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1])));
 			break;
 		case kInt:
-			st_i(p.dy, p.y, i, binop_i(p.op, ld_i(p.da, p.a, off[0]), ld_i(p.db, p.b, off[1])));
+			st_i(p.dy, p.y, i,
+			     binop_i(p.op, ld_i(p.da, p.a, off[0]), ld_i(p.db, p.b, off[1]), p.fmod_c));
+			break;
+		case kU64:
+			st_i(p.dy, p.y, i,
+			     (int64_t)binop_u(p.op, ((const uint64_t *)p.a)[off[0]], ((const uint64_t *)p.b)[off[1]]));
 			break;
 		default:
 			st_d(p.dy, p.y, i, rint(pow(ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1]))));
@@ -153,7 +237,13 @@ __global__ void binary_flat_kernel(int op, const T *a, int64_t sa, const T *b, i
 
 bool is_compare(int op)
 {
-	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS;
+	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS || op == TPF_OP_GREATER_OR_EQUAL ||
+	       op == TPF_OP_LESS_OR_EQUAL;
+}
+
+bool is_logic(int op)
+{
+	return op == TPF_OP_AND || op == TPF_OP_OR || op == TPF_OP_XOR;
 }
 
 int operand_ok(enum tpf_dtype t)
@@ -162,7 +252,7 @@ int operand_ok(enum tpf_dtype t)
 }
 
 enum tpf_status launch_binary(const struct tpf_kernel_call *c, int op, const struct tpf_ktensor *a,
-			      const struct tpf_ktensor *b, struct tpf_ktensor *y)
+			      const struct tpf_ktensor *b, struct tpf_ktensor *y, int fmod_c = 0)
 {
 	if (!operand_ok(a->dtype) || !operand_ok(b->dtype) || !operand_ok(y->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(a->dtype));
@@ -208,11 +298,15 @@ enum tpf_status launch_binary(const struct tpf_kernel_call *c, int op, const str
 	p.a = a->data;
 	p.b = b->data;
 	p.y = y->data;
+	p.fmod_c = fmod_c;
 	if (op == TPF_OP_POW && tpf_dtype_is_integral(a->dtype))
 		p.mode = kPowInt;
+	else if (a->dtype == TPF_DTYPE_UINT64 && b->dtype == TPF_DTYPE_UINT64)
+		p.mode = kU64;
 	else if (tpf_dtype_is_integral(a->dtype))
 		p.mode = kInt;
-	else if (a->dtype == TPF_DTYPE_DOUBLE || b->dtype == TPF_DTYPE_DOUBLE || y->dtype == TPF_DTYPE_DOUBLE)
+	else if (a->dtype == TPF_DTYPE_DOUBLE || b->dtype == TPF_DTYPE_DOUBLE || y->dtype == TPF_DTYPE_DOUBLE ||
+		 op == TPF_OP_MOD)
 		p.mode = kDouble;
 	else
 		p.mode = kFloat;
@@ -253,13 +347,30 @@ template <typename A> __device__ __forceinline__ A unop(int op, A x)
 		return cos(x);
 	case TPF_OP_NOT:
 		return x == 0;
+	case TPF_OP_FLOOR:
+		return floor(x);
+	case TPF_OP_CEIL:
+		return ceil(x);
+	case TPF_OP_LOG:
+		return log(x);
+	case TPF_OP_SOFTPLUS:
+		return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
 	default:
 		return (A)NAN;
 	}
 }
 
+// The CPU reference computes these in double: so does the GPU, for the
+// same roundings.
+__device__ __forceinline__ bool unop_in_double(int op)
+{
+	return op == TPF_OP_LOG || op == TPF_OP_SOFTPLUS;
+}
+
 __device__ __forceinline__ float unop_f(int op, float x)
 {
+	if (unop_in_double(op))
+		return (float)unop<double>(op, (double)x);
 	switch (op) {
 	case TPF_OP_SIGMOID:
 		return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
@@ -282,10 +393,20 @@ __device__ __forceinline__ float unop_f(int op, float x)
 	}
 }
 
-__global__ void unary_kernel(int op, int mode, int dx, const void *x, int dy, void *y, int64_t n)
+// IsNaN / IsInf (aux: bit 0 detect_negative, bit 1 detect_positive).
+__device__ __forceinline__ bool float_class(int op, double v, int aux)
+{
+	if (op == TPF_OP_IS_NAN)
+		return isnan(v);
+	return isinf(v) && (v > 0 ? (aux & 2) : (aux & 1));
+}
+
+__global__ void unary_kernel(int op, int mode, int dx, const void *x, int dy, void *y, int64_t n, int aux)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-		if (mode == kInt) {
+		if (op == TPF_OP_IS_NAN || op == TPF_OP_IS_INF) {
+			((uint8_t *)y)[i] = float_class(op, ld_d(dx, x, i), aux);
+		} else if (mode == kInt) {
 			int64_t v = ld_i(dx, x, i);
 			int64_t r = op == TPF_OP_ABS   ? (v < 0 ? -v : v)
 				    : op == TPF_OP_NEG ? -v
@@ -365,7 +486,87 @@ __global__ void gate_kernel(int df, const void *f, int dg, const void *g, int ds
 	}
 }
 
+// Clip: bounds read from the device (scalars; NULL: no bound).  mode kInt,
+// kU64 or float (through double: exact, the values are of the dtype).
+__global__ void clip_kernel(int mode, int dt, const void *x, void *y, const void *lo, const void *hi, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		if (mode == kU64) {
+			uint64_t v = ((const uint64_t *)x)[i];
+			if (lo && v < *(const uint64_t *)lo)
+				v = *(const uint64_t *)lo;
+			if (hi && v > *(const uint64_t *)hi)
+				v = *(const uint64_t *)hi;
+			((uint64_t *)y)[i] = v;
+		} else if (mode == kInt) {
+			int64_t v = ld_i(dt, x, i);
+			if (lo && v < ld_i(dt, lo, 0))
+				v = ld_i(dt, lo, 0);
+			if (hi && v > ld_i(dt, hi, 0))
+				v = ld_i(dt, hi, 0);
+			st_i(dt, y, i, v);
+		} else {
+			double v = ld_d(dt, x, i);
+			if (lo && v < ld_d(dt, lo, 0))
+				v = ld_d(dt, lo, 0);
+			if (hi && v > ld_d(dt, hi, 0))
+				v = ld_d(dt, hi, 0);
+			st_d(dt, y, i, v);
+		}
+	}
+}
+
+// Clip before opset 11: float bounds from attributes.
+__global__ void clip_attr_kernel(int dt, const void *x, void *y, int has_lo, double lo, int has_hi, double hi,
+				 int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		double v = ld_d(dt, x, i);
+		if (has_lo && v < lo)
+			v = lo;
+		if (has_hi && v > hi)
+			v = hi;
+		st_d(dt, y, i, v);
+	}
+}
+
 } // namespace
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_clip)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	const void *b[2] = {NULL, NULL};
+	if (x->numel != y->numel || x->dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
+	if (!operand_ok(x->dtype))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	for (size_t k = 1; k < 3 && k < c->n_in; k++) {
+		const struct tpf_ktensor *t = &c->in[k];
+		if (!t->data || t->rank < 0)
+			continue;
+		if (t->numel != 1 || t->dtype != x->dtype)
+			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of the input's dtype",
+					 k == 1 ? "min" : "max");
+		b[k - 1] = t->data;
+	}
+	if (!x->numel)
+		return TPF_OK;
+	unsigned g = tpfc_blocks(x->numel, kThreads);
+	if (c->n_in == 1) {
+		const struct tpf_attr *lo = tpf_node_attr(c->node, "min"), *hi = tpf_node_attr(c->node, "max");
+		int has_lo = lo && lo->kind == TPF_ATTR_FLOAT, has_hi = hi && hi->kind == TPF_ATTR_FLOAT;
+		if ((has_lo || has_hi) && tpf_dtype_is_integral(x->dtype))
+			return tpf_kfail(c, TPF_ERR_INVALID, "float bounds for an integer input");
+		clip_attr_kernel<<<g, kThreads, 0, tpfc_stream(c)>>>(x->dtype, x->data, y->data, has_lo,
+								     has_lo ? lo->f : 0.0, has_hi, has_hi ? hi->f : 0.0,
+								     x->numel);
+		return tpfc_launched(c, "clip");
+	}
+	int mode = x->dtype == TPF_DTYPE_UINT64 ? kU64 : tpf_dtype_is_integral(x->dtype) ? kInt : kDouble;
+	clip_kernel<<<g, kThreads, 0, tpfc_stream(c)>>>(mode, x->dtype, x->data, y->data, b[0], b[1], x->numel);
+	return tpfc_launched(c, "clip");
+}
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_binary)
 {
@@ -375,7 +576,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_binary)
 	if (!is_compare(op) && op != TPF_OP_POW && c->in[0].dtype != c->in[1].dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "operand dtypes differ (%s, %s)", tpf_dtype_name(c->in[0].dtype),
 				 tpf_dtype_name(c->in[1].dtype));
-	return launch_binary(c, op, &c->in[0], &c->in[1], &c->out[0]);
+	if (is_logic(op) && c->in[0].dtype != TPF_DTYPE_BOOL)
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands must be bool, not %s", tpf_dtype_name(c->in[0].dtype));
+	if ((is_compare(op) || is_logic(op)) && c->out[0].dtype != TPF_DTYPE_BOOL)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output must be bool, not %s", tpf_dtype_name(c->out[0].dtype));
+	int fmod_c = op == TPF_OP_MOD ? tpf_node_attr_int(c->node, "fmod", 0) != 0 : 0;
+	return launch_binary(c, op, &c->in[0], &c->in[1], &c->out[0], fmod_c);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_variadic)
@@ -405,6 +611,9 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_unary)
 	if (x->numel != y->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
 	int integral = tpf_dtype_is_integral(x->dtype);
+	bool classify = op == TPF_OP_IS_NAN || op == TPF_OP_IS_INF;
+	if (classify && (integral || y->dtype != TPF_DTYPE_BOOL))
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects a float input and a bool output");
 	if (integral && op != TPF_OP_ABS && op != TPF_OP_NEG && op != TPF_OP_NOT && op != TPF_OP_RELU)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "integer dtype %s not supported", tpf_dtype_name(x->dtype));
 	if (!operand_ok(x->dtype) || !operand_ok(y->dtype))
@@ -412,8 +621,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_unary)
 	if (!x->numel)
 		return TPF_OK;
 	int mode = integral ? kInt : x->dtype == TPF_DTYPE_DOUBLE ? kDouble : kFloat;
+	int aux = 0;
+	if (op == TPF_OP_IS_INF)
+		aux = (tpf_node_attr_int(c->node, "detect_negative", 1) != 0) |
+		      (tpf_node_attr_int(c->node, "detect_positive", 1) != 0) << 1;
 	unary_kernel<<<tpfc_blocks(x->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(op, mode, x->dtype, x->data,
-										     y->dtype, y->data, x->numel);
+										     y->dtype, y->data, x->numel, aux);
 	return tpfc_launched(c, "unary");
 }
 

@@ -152,6 +152,10 @@ enum tpf_status tpf_cuda_pack(const void *const *bufs, void *dst, const struct t
 enum tpf_status tpf_cuda_unpack(const void *src, void *const *bufs, const struct tpf_cuda_segment *segs,
 				int nseg, int64_t max_len, void *stream, struct tpf_diag *d);
 
+/* Free and total memory of the calling thread's current device
+ * (cudaMemGetInfo); 0 ok, -1 when CUDA cannot say. */
+int tpf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -917,6 +917,200 @@ static void movement(void)
 	free_tensors(uin, 1);
 }
 
+/* Mask, guard and lookup ops of real exports (kernels/cuda/indexing.cu and
+ * the elementwise additions): logic and order comparisons, Mod, IsNaN /
+ * IsInf, Clip, Floor/Ceil/Log/Softplus, Range, Flatten, GatherND,
+ * ScatterND, OneHot, Tile, Trilu, CumSum, Size. */
+static void indexing(void)
+{
+	const char *logic[] = {"And", "Or", "Xor"};
+	for (int o = 0; o < 3; o++) {
+		struct tpf_node *n = node("", logic[o], 2, 1);
+		struct tpf_ktensor a[2] = {fill(T(TPF_DTYPE_BOOL, 3, 2, 3, 5), F_BOOL, 0),
+					   fill(T(TPF_DTYPE_BOOL, 2, 1, 5), F_BOOL, 0)};
+		CHECK(logic[o], n, a, 1, 1);
+		free_tensors(a, 2);
+	}
+	const char *order[] = {"LessOrEqual", "GreaterOrEqual"};
+	enum tpf_dtype odt[] = {TPF_DTYPE_INT64, TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT16, TPF_DTYPE_UINT64};
+	for (int o = 0; o < 2; o++)
+		for (int d = 0; d < 4; d++) {
+			char lab[96];
+			struct tpf_node *n = node("", order[o], 2, 1);
+			int integral = tpf_dtype_is_integral(odt[d]);
+			struct tpf_ktensor a[2] = {integral ? fill(T(odt[d], 2, 4, 9), F_SMALLINT, 0) : R(odt[d], 2, 4, 9),
+						   integral ? fill(T(odt[d], 1, 9), F_SMALLINT, 0) : R(odt[d], 1, 9)};
+			memcpy(a[1].data, a[0].data, a[1].nbytes); /* some equal */
+			snprintf(lab, sizeof(lab), "%s [4,9]x[9]", order[o]);
+			CHECK(lab, n, a, 1, 1);
+			free_tensors(a, 2);
+		}
+	for (int f = 0; f < 2; f++) {
+		enum tpf_dtype mdt[] = {TPF_DTYPE_INT64, TPF_DTYPE_INT32, TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT16};
+		for (int d = 0; d < 4; d++) {
+			char lab[96];
+			struct tpf_node *n = node("", "Mod", 2, 1);
+			tpf_node_set_attr_int(n, "fmod", f);
+			int integral = tpf_dtype_is_integral(mdt[d]);
+			struct tpf_ktensor a[2] = {integral ? fill(T(mdt[d], 2, 5, 8), F_SMALLINT, 0) : R(mdt[d], 2, 5, 8),
+						   integral ? fill(T(mdt[d], 1, 8), F_SMALLINT, 0) : P(mdt[d], 1, 8)};
+			for (int64_t e = 0; e < a[1].numel && !integral; e++) /* mixed signs */
+				if (e & 1)
+					tpf_elem_store(mdt[d], a[1].data, e, -tpf_elem_load(mdt[d], a[1].data, e), 1);
+			snprintf(lab, sizeof(lab), "Mod fmod=%d", f);
+			CHECK(lab, n, a, 1, 1);
+			free_tensors(a, 2);
+		}
+	}
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		const char *un[] = {"Floor", "Ceil", "Log", "Softplus", "IsNaN", "IsInf"};
+		for (int o = 0; o < 6; o++) {
+			struct tpf_node *n = node("", un[o], 1, 1);
+			struct tpf_ktensor a[1] = {!strcmp(un[o], "Log") ? P(dt, 2, 7, 33) : R(dt, 2, 7, 33)};
+			for (int64_t e = 0; e < a[0].numel && o >= 4; e += 5) /* NaN, inf, -inf */
+				tpf_elem_store(dt, a[0].data, e, e % 3 == 0 ? NAN : e % 3 == 1 ? INFINITY : -INFINITY, 0);
+			if (!strcmp(un[o], "IsInf"))
+				tpf_node_set_attr_int(n, "detect_negative", 0);
+			CHECK(un[o], n, a, 1, 2);
+			free_tensors(a, 1);
+		}
+		struct tpf_node *cl = node("", "Clip", 3, 1);
+		struct tpf_ktensor c[3] = {R(dt, 2, 6, 10), scalar_f(dt, -0.5), scalar_f(dt, 0.75)};
+		CHECK("Clip [-0.5, 0.75]", cl, c, 1, 1);
+		struct tpf_ktensor c2[3] = {c[0], omitted(), c[2]};
+		CHECK("Clip max only", cl, c2, 1, 1);
+		free_tensors(c, 3);
+	}
+	struct tpf_node *cli = node("", "Clip", 3, 1);
+	struct tpf_ktensor ci[3] = {fill(T(TPF_DTYPE_INT64, 1, 40), F_SMALLINT, 0), ints(TPF_DTYPE_INT64, 1, (int64_t[]){-3}),
+				    ints(TPF_DTYPE_INT64, 1, (int64_t[]){4})};
+	ci[1].rank = ci[2].rank = 0;
+	CHECK("Clip int64 [-3, 4]", cli, ci, 1, 1);
+	free_tensors(ci, 3);
+	/* Range: int64 (a mask's positions) and float */
+	struct tpf_node *rg = node("", "Range", 3, 1);
+	struct tpf_ktensor ri[3] = {ints(TPF_DTYPE_INT64, 1, (int64_t[]){-7}), ints(TPF_DTYPE_INT64, 1, (int64_t[]){40}),
+				    ints(TPF_DTYPE_INT64, 1, (int64_t[]){3})};
+	for (int k = 0; k < 3; k++) {
+		ri[k].rank = 0;
+		tpf_ktensor_finish(&ri[k]);
+	}
+	CHECK("Range int64 -7..40 step 3", rg, ri, 1, 1);
+	free_tensors(ri, 3);
+	struct tpf_ktensor rf[3] = {scalar_f(TPF_DTYPE_FLOAT, 10), scalar_f(TPF_DTYPE_FLOAT, -2), scalar_f(TPF_DTYPE_FLOAT, -0.75)};
+	check("Range float 10..-2 step -0.75", rg, TPF_PHASE_MAIN, rf, 3,
+	      (struct tpf_ktensor[]){T(TPF_DTYPE_FLOAT, 1, 16)}, 1, 1);
+	free_tensors(rf, 3);
+	enum tpf_dtype dts[] = {TPF_DTYPE_BOOL, TPF_DTYPE_FLOAT16, TPF_DTYPE_FLOAT, TPF_DTYPE_INT64};
+	for (int d = 0; d < 4; d++) {
+		enum tpf_dtype dt = dts[d];
+		struct tpf_ktensor x = dt == TPF_DTYPE_BOOL ? fill(T(dt, 3, 3, 4, 5), F_BOOL, 0)
+				       : dt == TPF_DTYPE_INT64 ? fill(T(dt, 3, 3, 4, 5), F_SMALLINT, 0)
+							       : R(dt, 3, 3, 4, 5);
+		struct tpf_node *fl = node("", "Flatten", 1, 1);
+		tpf_node_set_attr_int(fl, "axis", 2);
+		struct tpf_ktensor f1[1] = {x};
+		CHECK("Flatten axis 2 (copy)", fl, f1, 1, 1);
+		/* GatherND: whole rows, single elements, batch_dims 1 */
+		struct tpf_node *gn = node("", "GatherND", 2, 1);
+		struct tpf_ktensor g1[2] = {x, fill(T(TPF_DTYPE_INT64, 3, 2, 3, 2), F_INDEX, 3)};
+		CHECK("GatherND [3,4,5] by [2,3,2] (rows)", gn, g1, 1, 1);
+		free(g1[1].data);
+		struct tpf_ktensor g2[2] = {x, fill(T(TPF_DTYPE_INT64, 2, 7, 3), F_INDEX, 3)};
+		CHECK("GatherND [3,4,5] by [7,3] (elements)", gn, g2, 1, 1);
+		free(g2[1].data);
+		struct tpf_node *gb = node("", "GatherND", 2, 1);
+		tpf_node_set_attr_int(gb, "batch_dims", 1);
+		struct tpf_ktensor g3[2] = {x, fill(T(TPF_DTYPE_INT64, 3, 3, 2, 1), F_INDEX, 4)};
+		CHECK("GatherND batch_dims 1", gb, g3, 1, 1);
+		free(g3[1].data);
+		/* ScatterND: distinct rows for "none" */
+		struct tpf_node *sn = node("", "ScatterND", 3, 1);
+		struct tpf_ktensor si = ints(TPF_DTYPE_INT64, 4, (int64_t[]){2, 1, -3, 3});
+		si.rank = 2;
+		si.dims[0] = 2;
+		si.dims[1] = 2;
+		tpf_ktensor_finish(&si);
+		struct tpf_ktensor s1[3] = {x, si,
+					    dt == TPF_DTYPE_BOOL ? fill(T(dt, 2, 2, 5), F_BOOL, 0)
+					    : dt == TPF_DTYPE_INT64 ? fill(T(dt, 2, 2, 5), F_SMALLINT, 0)
+								    : R(dt, 2, 2, 5)};
+		CHECK("ScatterND rows (none)", sn, s1, 1, 1);
+		if (dt != TPF_DTYPE_BOOL) {
+			const char *red[] = {"add", "mul", "max", "min"};
+			for (int m = 0; m < 4; m++) {
+				char lab[96];
+				struct tpf_node *sr = node("", "ScatterND", 3, 1);
+				tpf_node_set_attr_string(sr, "reduction", red[m]);
+				/* the same element twice: reductions in tuple order */
+				struct tpf_ktensor ei = ints(TPF_DTYPE_INT64, 9, (int64_t[]){0, 1, 2, 2, 3, 4, 0, 1, 2});
+				ei.rank = 2;
+				ei.dims[0] = 3;
+				ei.dims[1] = 3;
+				tpf_ktensor_finish(&ei);
+				struct tpf_ktensor s2[3] = {x, ei,
+							    dt == TPF_DTYPE_INT64 ? fill(T(dt, 1, 3), F_SMALLINT, 0) : R(dt, 1, 3)};
+				snprintf(lab, sizeof(lab), "ScatterND elements (%s, a repeated index)", red[m]);
+				CHECK(lab, sr, s2, 1, 2);
+				free(ei.data);
+				free(s2[2].data);
+			}
+		}
+		free(si.data);
+		free(s1[2].data);
+		/* Tile, Trilu */
+		struct tpf_node *ti = node("", "Tile", 2, 1);
+		struct tpf_ktensor t1[2] = {x, ints(TPF_DTYPE_INT64, 3, (int64_t[]){2, 1, 3})};
+		CHECK("Tile [2,1,3]", ti, t1, 1, 1);
+		free(t1[1].data);
+		for (int up = 0; up < 2; up++) {
+			struct tpf_node *tr = node("", "Trilu", 2, 1);
+			tpf_node_set_attr_int(tr, "upper", up);
+			struct tpf_ktensor k = ints(TPF_DTYPE_INT64, 1, (int64_t[]){up ? -1 : 2});
+			k.rank = 0;
+			tpf_ktensor_finish(&k);
+			struct tpf_ktensor tl[2] = {x, k};
+			CHECK(up ? "Trilu upper k=-1" : "Trilu lower k=2", tr, tl, 1, 1);
+			free(k.data);
+		}
+		/* OneHot: values of this dtype, int64 indices (some negative, some out of range) */
+		if (dt != TPF_DTYPE_BOOL) {
+			struct tpf_node *oh = node("", "OneHot", 3, 1);
+			tpf_node_set_attr_int(oh, "axis", 1);
+			struct tpf_ktensor dp = ints(TPF_DTYPE_INT64, 1, (int64_t[]){5});
+			dp.rank = 0;
+			tpf_ktensor_finish(&dp);
+			struct tpf_ktensor vals = T(dt, 1, 2);
+			tpf_elem_store(dt, vals.data, 0, -1, 1);
+			tpf_elem_store(dt, vals.data, 1, 3, 1);
+			struct tpf_ktensor o1[3] = {fill(T(TPF_DTYPE_INT64, 2, 3, 4), F_INDEX, 7), dp, vals};
+			CHECK("OneHot axis 1 depth 5", oh, o1, 1, 1);
+			free_tensors(o1, 3);
+		}
+		/* CumSum over each axis, exclusive and reverse */
+		if (dt != TPF_DTYPE_BOOL)
+			for (int ax = 0; ax < 3; ax++) {
+				char lab[96];
+				struct tpf_node *cs = node("", "CumSum", 2, 1);
+				tpf_node_set_attr_int(cs, "exclusive", ax == 1);
+				tpf_node_set_attr_int(cs, "reverse", ax != 0);
+				struct tpf_ktensor axt = ints(TPF_DTYPE_INT32, 1, (int64_t[]){ax - 3});
+				axt.rank = 0;
+				tpf_ktensor_finish(&axt);
+				struct tpf_ktensor c1[2] = {x, axt};
+				snprintf(lab, sizeof(lab), "CumSum axis %d%s%s", ax - 3, ax == 1 ? " exclusive" : "",
+					 ax ? " reverse" : "");
+				CHECK(lab, cs, c1, 1, 2);
+				free(axt.data);
+			}
+		struct tpf_node *sz = node("", "Size", 1, 1);
+		struct tpf_ktensor z1[1] = {x};
+		CHECK("Size", sz, z1, 1, 1);
+		free_tensors(&x, 1);
+	}
+}
+
 static void quant(void)
 {
 	for (int d = 0; d < NFL; d++) {
@@ -1025,6 +1219,8 @@ int main(int argc, char **argv)
 		norms();
 	if (!*only || strstr(only, "movement"))
 		movement();
+	if (!*only || strstr(only, "indexing"))
+		indexing();
 	if (!*only || strstr(only, "quant"))
 		quant();
 	if (!*only || strstr(only, "attention"))

@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: MIT
+// Index arithmetic and sequences on the GPU: Range, GatherND, ScatterND,
+// OneHot, Tile, Trilu, CumSum, Size.  One thread per output element (one
+// per line for CumSum, one per slice element for ScatterND, which walks the
+// index tuples in order so that repeated indices reduce as the CPU
+// reference does).  Scalars that only the device holds (Range's bounds,
+// Trilu's k) are read there; every launch parameter travels by value, so
+// the steps can be captured into a CUDA graph.
+#include "cuda-common.cuh"
+
+#include <string.h>
+
+using namespace tpfc;
+
+namespace {
+
+constexpr int kThreads = 256;
+
+enum tpf_status need_bytes(const struct tpf_kernel_call *c, enum tpf_dtype t)
+{
+	size_t es = tpf_elem_size(t);
+	if (!es || es > 8)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported (sub-byte or wide)", tpf_dtype_name(t));
+	return TPF_OK;
+}
+
+// Element copies of es bytes.
+__device__ __forceinline__ void copy_elem(void *dst, int64_t di, const void *src, int64_t si, int es)
+{
+	switch (es) {
+	case 1:
+		((uint8_t *)dst)[di] = ((const uint8_t *)src)[si];
+		break;
+	case 2:
+		((uint16_t *)dst)[di] = ((const uint16_t *)src)[si];
+		break;
+	case 4:
+		((uint32_t *)dst)[di] = ((const uint32_t *)src)[si];
+		break;
+	default:
+		((uint64_t *)dst)[di] = ((const uint64_t *)src)[si];
+		break;
+	}
+}
+
+__device__ __forceinline__ void zero_elem(void *dst, int64_t di, int es)
+{
+	switch (es) {
+	case 1:
+		((uint8_t *)dst)[di] = 0;
+		break;
+	case 2:
+		((uint16_t *)dst)[di] = 0;
+		break;
+	case 4:
+		((uint32_t *)dst)[di] = 0;
+		break;
+	default:
+		((uint64_t *)dst)[di] = 0;
+		break;
+	}
+}
+
+// ------------------------------------------------------------ Range
+
+__global__ void range_kernel(int dt, int integral, const void *start, const void *delta, void *y, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		if (integral) {
+			int64_t s = ld_i(dt, start, 0), d = ld_i(dt, delta, 0);
+			st_i(dt, y, i, (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)d));
+		} else {
+			st_d(dt, y, i, ld_d(dt, start, 0) + (double)i * ld_d(dt, delta, 0));
+		}
+	}
+}
+
+// ------------------------------------------------------------ GatherND / ScatterND
+
+struct NdArgs {
+	int k;                     // entries per index tuple
+	int b;                     // batch dims (GatherND)
+	int64_t dims[kMaxRank];    // data dims b .. b+k-1
+	const int64_t *ix;         // int64 index tuples
+	int64_t slice;             // elements per selected slice
+	int64_t per_batch;         // tuples per batch (GatherND)
+	int64_t batch_span;        // slices per batch (GatherND)
+	int64_t tuples;            // number of tuples
+};
+
+// Offset of the slice tuple t selects (in slices); indices out of range are
+// clamped (the host checks those it knows).
+__device__ __forceinline__ int64_t nd_slice(const NdArgs &a, int64_t t)
+{
+	int64_t off = 0;
+	for (int q = 0; q < a.k; q++) {
+		int64_t dim = a.dims[q], v = a.ix[t * a.k + q];
+		if (v < 0)
+			v += dim;
+		v = v < 0 ? 0 : v >= dim ? dim - 1 : v;
+		off = off * dim + v;
+	}
+	return off;
+}
+
+__global__ void gather_nd_kernel(NdArgs a, const void *x, void *y, int es, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t t = i / a.slice, e = i - t * a.slice;
+		int64_t bt = a.per_batch ? t / a.per_batch : 0;
+		int64_t off = nd_slice(a, t) + bt * a.batch_span;
+		copy_elem(y, i, x, off * a.slice + e, es);
+	}
+}
+
+// One thread per slice element, the tuples in order: mode 0 none, 1 add,
+// 2 mul, 3 max, 4 min.
+__global__ void scatter_nd_kernel(NdArgs a, int dt, int mode, const void *up, void *y, int es)
+{
+	int integral = dt == TPF_DTYPE_BOOL || dt == TPF_DTYPE_INT8 || dt == TPF_DTYPE_UINT8 ||
+		       dt == TPF_DTYPE_INT16 || dt == TPF_DTYPE_UINT16 || dt == TPF_DTYPE_INT32 ||
+		       dt == TPF_DTYPE_UINT32 || dt == TPF_DTYPE_INT64 || dt == TPF_DTYPE_UINT64;
+	for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < a.slice; e += (int64_t)gridDim.x * blockDim.x) {
+		for (int64_t t = 0; t < a.tuples; t++) {
+			int64_t o = nd_slice(a, t) * a.slice + e, u = t * a.slice + e;
+			if (mode == 0) {
+				copy_elem(y, o, up, u, es);
+			} else if (integral) {
+				int64_t p = ld_i(dt, y, o), v = ld_i(dt, up, u);
+				int64_t r = mode == 1 ? (int64_t)((uint64_t)p + (uint64_t)v)
+					    : mode == 2 ? (int64_t)((uint64_t)p * (uint64_t)v)
+					    : mode == 3 ? (p > v ? p : v)
+							: (p < v ? p : v);
+				st_i(dt, y, o, r);
+			} else {
+				double p = ld_d(dt, y, o), v = ld_d(dt, up, u);
+				double r = mode == 1 ? p + v : mode == 2 ? p * v : mode == 3 ? fmax(p, v) : fmin(p, v);
+				if (isnan(p) || isnan(v))
+					r = NAN;
+				st_d(dt, y, o, r);
+			}
+		}
+	}
+}
+
+// ------------------------------------------------------------ OneHot, Tile, Trilu
+
+__global__ void one_hot_kernel(int di, const void *ix, const void *vals, void *y, int es, int64_t depth,
+			       int64_t inner, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t in = i % inner, t = i / inner, d = t % depth, o = t / depth;
+		double v = ld_d(di, ix, o * inner + in);
+		int64_t k = isnan(v) ? -1 - depth : (int64_t)(v < -9.0e18 ? -9.0e18 : v > 9.0e18 ? 9.0e18 : v);
+		if (k < 0)
+			k += depth;
+		copy_elem(y, i, vals, k == d ? 1 : 0, es);
+	}
+}
+
+struct TileArgs {
+	int rank;
+	int64_t xdims[kMaxRank], ydims[kMaxRank];
+};
+
+__global__ void tile_kernel(TileArgs a, const void *x, void *y, int es, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t rem = i, off = 0, mul = 1;
+		for (int d = a.rank - 1; d >= 0; d--) {
+			int64_t id = rem % a.ydims[d];
+			rem /= a.ydims[d];
+			off += (id % a.xdims[d]) * mul;
+			mul *= a.xdims[d];
+		}
+		copy_elem(y, i, x, off, es);
+	}
+}
+
+__global__ void trilu_kernel(const void *x, void *y, int es, int dk, const void *kp, int upper, int64_t rows,
+			     int64_t cols, int64_t n)
+{
+	int64_t k = kp ? ld_i(dk, kp, 0) : 0;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t col = i % cols, row = (i / cols) % rows;
+		bool keep = upper ? col - row >= k : col - row <= k;
+		if (keep)
+			copy_elem(y, i, x, i, es);
+		else
+			zero_elem(y, i, es);
+	}
+}
+
+// ------------------------------------------------------------ CumSum
+
+// One thread per line (outer x inner); float32 sums (double for DOUBLE,
+// int64 for integers), as the CPU reference.
+__global__ void cumsum_kernel(int dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int excl,
+			      int rev)
+{
+	int integral = dt != TPF_DTYPE_FLOAT && dt != TPF_DTYPE_FLOAT16 && dt != TPF_DTYPE_BFLOAT16 &&
+		       dt != TPF_DTYPE_DOUBLE;
+	for (int64_t l = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; l < outer * inner;
+	     l += (int64_t)gridDim.x * blockDim.x) {
+		int64_t o = l / inner, in = l - o * inner;
+		double acc = 0;
+		float facc = 0;
+		int64_t iacc = 0;
+		for (int64_t s = 0; s < len; s++) {
+			int64_t j = rev ? len - 1 - s : s;
+			int64_t i = (o * len + j) * inner + in;
+			if (integral) {
+				int64_t v = ld_i(dt, x, i);
+				if (!excl)
+					iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+				st_i(dt, y, i, iacc);
+				if (excl)
+					iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
+			} else {
+				double v = ld_d(dt, x, i);
+				if (!excl) {
+					acc += v;
+					facc += (float)v;
+				}
+				if (dt == TPF_DTYPE_DOUBLE)
+					st_d(dt, y, i, acc);
+				else
+					st_f(dt, y, i, facc);
+				if (excl) {
+					acc += v;
+					facc += (float)v;
+				}
+			}
+		}
+	}
+}
+
+__global__ void size_kernel(int64_t v, int64_t *y)
+{
+	if (threadIdx.x == 0 && blockIdx.x == 0)
+		*y = v;
+}
+
+// Host check of known int64 index tuples against dims (q-th entry against
+// dims[q]): 0 ok, else the offending index stored in *bad.
+int check_tuples(const struct tpf_ktensor *ix, const int64_t *dims, int k, int64_t *bad)
+{
+	if (!ix->host || k <= 0)
+		return 0;
+	for (int64_t j = 0; j < ix->numel; j++) {
+		int64_t v = ((const int64_t *)ix->host)[j], dim = dims[j % k];
+		if (v < -dim || v >= dim) {
+			*bad = v;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int reduction_mode(const char *red)
+{
+	return !strcmp(red, "none") ? 0 : !strcmp(red, "add") ? 1 : !strcmp(red, "mul") ? 2
+	       : !strcmp(red, "max") ? 3 : !strcmp(red, "min") ? 4 : -1;
+}
+
+} // namespace
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_range)
+{
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_dtype dt = y->dtype;
+	for (int k = 0; k < 3; k++)
+		if (c->in[k].numel != 1 || c->in[k].dtype != dt)
+			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of dtype %s",
+					 k == 0 ? "start" : k == 1 ? "limit" : "delta", tpf_dtype_name(dt));
+	if (y->rank != 1 || !(tpfc_float_ok(dt) || tpfc_int_ok(dt)))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "a 1-D output of dtype %s not supported on cuda",
+				 tpf_dtype_name(dt));
+	if (c->in[0].host && c->in[1].host && c->in[2].host) {
+		int64_t n = tpf_range_length(dt, c->in[0].host, c->in[1].host, c->in[2].host);
+		if (n != y->numel)
+			return tpf_kfail(c, TPF_ERR_INVALID, "the range has %lld elements, the output %lld", (long long)n,
+					 (long long)y->numel);
+	}
+	if (!y->numel)
+		return TPF_OK;
+	range_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		dt, tpf_dtype_is_integral(dt), c->in[0].data, c->in[2].data, y->data, y->numel);
+	return tpfc_launched(c, "range");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_gather_nd)
+{
+	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = need_bytes(c, x->dtype);
+	if (st)
+		return st;
+	int64_t b = tpf_node_attr_int(c->node, "batch_dims", 0);
+	if (ix->dtype != TPF_DTYPE_INT64 || ix->rank < 1 || b < 0 || b >= ix->rank || b >= x->rank)
+		return tpf_kfail(c, TPF_ERR_INVALID, "int64 indices of rank > batch_dims %lld expected", (long long)b);
+	int64_t k = ix->dims[ix->rank - 1];
+	if (k < 0 || b + k > x->rank)
+		return tpf_kfail(c, TPF_ERR_INVALID, "index tuples of %lld entries exceed data of rank %d", (long long)k,
+				 x->rank);
+	for (int d = 0; d < b; d++)
+		if (ix->dims[d] != x->dims[d])
+			return tpf_kfail(c, TPF_ERR_INVALID, "batch dim %d is %lld in data but %lld in indices", d,
+					 (long long)x->dims[d], (long long)ix->dims[d]);
+	NdArgs a;
+	memset(&a, 0, sizeof(a));
+	a.k = (int)k;
+	a.b = (int)b;
+	for (int q = 0; q < k; q++)
+		a.dims[q] = x->dims[b + q];
+	a.ix = (const int64_t *)ix->data;
+	a.slice = tpf_dims_prod(x->dims, (int)(b + k), x->rank);
+	a.per_batch = tpf_dims_prod(ix->dims, (int)b, ix->rank - 1);
+	a.batch_span = tpf_dims_prod(x->dims, (int)b, (int)(b + k));
+	a.tuples = tpf_dims_prod(ix->dims, 0, ix->rank - 1);
+	if (a.tuples * a.slice != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output size disagrees with the indices");
+	int64_t bad = 0;
+	if (check_tuples(ix, a.dims, a.k, &bad))
+		return tpf_kfail(c, TPF_ERR_INVALID, "index %lld out of range", (long long)bad);
+	if (!y->numel)
+		return TPF_OK;
+	for (int q = 0; q < k; q++)
+		if (!a.dims[q])
+			return tpf_kfail(c, TPF_ERR_INVALID, "gather from an empty axis");
+	gather_nd_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		a, x->data, y->data, (int)tpf_elem_size(x->dtype), y->numel);
+	return tpfc_launched(c, "gather nd");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_nd)
+{
+	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1], *up = &c->in[2];
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = need_bytes(c, x->dtype);
+	if (st)
+		return st;
+	const char *red = tpf_node_attr_string(c->node, "reduction", "none");
+	int mode = reduction_mode(red);
+	if (mode < 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "reduction '%s' is not none, add, mul, max or min", red);
+	if (mode && !(tpfc_float_ok(x->dtype) || tpfc_int_ok(x->dtype)))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "reduction of %s not supported on cuda", tpf_dtype_name(x->dtype));
+	if (ix->dtype != TPF_DTYPE_INT64 || ix->rank < 1 || up->dtype != x->dtype || y->nbytes != x->nbytes)
+		return tpf_kfail(c, TPF_ERR_INVALID, "operands disagree (int64 indices, updates dtype)");
+	int64_t k = ix->dims[ix->rank - 1];
+	if (k < 0 || k > x->rank)
+		return tpf_kfail(c, TPF_ERR_INVALID, "index tuples of %lld entries exceed data of rank %d", (long long)k,
+				 x->rank);
+	NdArgs a;
+	memset(&a, 0, sizeof(a));
+	a.k = (int)k;
+	for (int q = 0; q < k; q++)
+		a.dims[q] = x->dims[q];
+	a.ix = (const int64_t *)ix->data;
+	a.slice = tpf_dims_prod(x->dims, (int)k, x->rank);
+	a.tuples = tpf_dims_prod(ix->dims, 0, ix->rank - 1);
+	if (up->numel != a.tuples * a.slice)
+		return tpf_kfail(c, TPF_ERR_INVALID, "updates hold %lld elements, expected %lld", (long long)up->numel,
+				 (long long)(a.tuples * a.slice));
+	int64_t bad = 0;
+	if (check_tuples(ix, a.dims, a.k, &bad))
+		return tpf_kfail(c, TPF_ERR_INVALID, "index %lld out of range", (long long)bad);
+	if (y->data != x->data && x->nbytes) {
+		cudaError_t e = cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, tpfc_stream(c));
+		if (e != cudaSuccess)
+			return tpfc_cuda_fail(c, "copy", e);
+	}
+	if (!a.tuples || !a.slice)
+		return TPF_OK;
+	for (int q = 0; q < k; q++)
+		if (!a.dims[q])
+			return tpf_kfail(c, TPF_ERR_INVALID, "scatter into an empty axis");
+	scatter_nd_kernel<<<tpfc_blocks(a.slice, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		a, x->dtype, mode, up->data, y->data, (int)tpf_elem_size(x->dtype));
+	return tpfc_launched(c, "scatter nd");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_one_hot)
+{
+	const struct tpf_ktensor *ix = &c->in[0], *val = &c->in[2];
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = need_bytes(c, y->dtype);
+	if (st)
+		return st;
+	if (!(tpfc_float_ok(ix->dtype) || tpfc_int_ok(ix->dtype)))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "indices of dtype %s not supported on cuda",
+				 tpf_dtype_name(ix->dtype));
+	if (val->numel != 2 || val->dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "values must be [off, on] of the output's dtype");
+	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), ix->rank + 1);
+	if (ax < 0 || y->rank != ix->rank + 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range or output shape disagrees");
+	int64_t depth = y->dims[ax], inner = tpf_dims_prod(ix->dims, ax, ix->rank);
+	if (!y->numel)
+		return TPF_OK;
+	one_hot_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		ix->dtype, ix->data, val->data, y->data, (int)tpf_elem_size(y->dtype), depth, inner, y->numel);
+	return tpfc_launched(c, "one hot");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_tile)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = need_bytes(c, x->dtype);
+	if (st)
+		return st;
+	if (y->rank != x->rank)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output rank differs from the input's");
+	TileArgs a;
+	memset(&a, 0, sizeof(a));
+	a.rank = x->rank;
+	for (int d = 0; d < x->rank; d++) {
+		if (x->dims[d] ? y->dims[d] % x->dims[d] : y->dims[d])
+			return tpf_kfail(c, TPF_ERR_INVALID, "output dim %d is not a multiple of the input's", d);
+		a.xdims[d] = x->dims[d];
+		a.ydims[d] = y->dims[d];
+	}
+	if (!y->numel)
+		return TPF_OK;
+	tile_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		a, x->data, y->data, (int)tpf_elem_size(x->dtype), y->numel);
+	return tpfc_launched(c, "tile");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_trilu)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	enum tpf_status st = need_bytes(c, x->dtype);
+	if (st)
+		return st;
+	if (x->rank < 2 || x->nbytes != y->nbytes)
+		return tpf_kfail(c, TPF_ERR_INVALID, "input must have rank 2 or more");
+	const struct tpf_ktensor *k = c->n_in > 1 && c->in[1].rank >= 0 && c->in[1].data ? &c->in[1] : NULL;
+	if (k && (k->numel != 1 || !tpf_dtype_is_integral(k->dtype)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "k must be one integer");
+	if (!x->numel)
+		return TPF_OK;
+	int upper = tpf_node_attr_int(c->node, "upper", 1) != 0;
+	trilu_kernel<<<tpfc_blocks(x->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		x->data, y->data, (int)tpf_elem_size(x->dtype), k ? k->dtype : 0, k ? k->data : NULL, upper,
+		x->dims[x->rank - 2], x->dims[x->rank - 1], x->numel);
+	return tpfc_launched(c, "trilu");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_cumsum)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_ktensor *y = &c->out[0];
+	if (c->n_in < 2 || c->in[1].numel != 1 || !tpf_dtype_is_integral(c->in[1].dtype))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis must be one int32 or int64 value");
+	if (!c->in[1].host)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "axis must be known when the plan is built on cuda");
+	int64_t axis = tpf_elem_load_int(c->in[1].dtype, c->in[1].host, 0);
+	int ax = tpf_norm_axis(axis, x->rank);
+	if (ax < 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, x->rank);
+	if (x->numel != y->numel || x->dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
+	if (!(tpfc_float_ok(x->dtype) || tpfc_int_ok(x->dtype)))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
+	if (!x->numel)
+		return TPF_OK;
+	int64_t outer = tpf_dims_prod(x->dims, 0, ax), len = x->dims[ax];
+	int64_t inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	int excl = tpf_node_attr_int(c->node, "exclusive", 0) != 0;
+	int rev = tpf_node_attr_int(c->node, "reverse", 0) != 0;
+	cumsum_kernel<<<tpfc_blocks(outer * inner, kThreads), kThreads, 0, tpfc_stream(c)>>>(
+		x->dtype, x->data, y->data, outer, len, inner, excl, rev);
+	return tpfc_launched(c, "cumsum");
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_size)
+{
+	struct tpf_ktensor *y = &c->out[0];
+	if (y->numel != 1 || y->dtype != TPF_DTYPE_INT64)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output must be one int64");
+	size_kernel<<<1, 32, 0, tpfc_stream(c)>>>(c->in[0].numel, (int64_t *)y->data);
+	return tpfc_launched(c, "size");
+}

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The planner on real exports' shapes: one refusal that lists every op the
+ * runtime cannot run (each (op, dtype) once, with its count and first
+ * node), given when a session is created, before any input exists, and at
+ * plan time; sessions keep a plan per input signature (prefill and decode
+ * shapes), rebuild only for inputs whose values decide shapes, and give
+ * exact results after every switch; Range with float bounds given as
+ * inputs; memory checks with clear messages instead of huge allocations.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "runtime-internal.h"
+#include "test-util.h"
+
+static void dump_diag(const struct tpf_diag *d)
+{
+	for (size_t i = 0; i < d->count; i++)
+		print_message("diag: %s\n", d->entries[i].text);
+}
+
+static struct tpf_host_tensor input(const char *name, enum tpf_dtype dt, int rank, const int64_t *dims, void *data)
+{
+	struct tpf_host_tensor t = {0};
+	t.name = name;
+	t.dtype = dt;
+	t.rank = rank;
+	for (int i = 0; i < rank; i++)
+		t.dims[i] = dims[i];
+	t.data = data;
+	return t;
+}
+
+static size_t count_str(const char *s, const char *sub)
+{
+	size_t n = 0;
+	for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub))
+		n++;
+	return n;
+}
+
+/* ------------------------------------------------------------------ refusals */
+
+/* Three kinds of op the CPU runtime cannot run: an unknown op (twice), an
+ * ONNX op it has no kernel for (Det) and Sigmoid of int32 (no kernel for
+ * the dtype); the nodes after them are supported.  The declared input is
+ * 2^40 floats, which nothing may allocate. */
+static const char *unsupported_model =
+	"ir_version 10\n"
+	"opset \"\" 21\n"
+	"opset \"foo\" 1\n"
+	"graph \"g\" {\n"
+	"  input %0: f32[1099511627776] \"x\"\n"
+	"  input %1: i32[4] \"k\"\n"
+	"  init %2: f32[2,2] \"m\" = [1.0, 2.0, 3.0, 4.0]\n"
+	"  %3 = foo.Bar(%0) : f32[1099511627776]  # bar_first\n"
+	"  %4 = Neg(%3) : f32[1099511627776]  # neg\n"
+	"  %5 = foo.Bar(%4) : f32[1099511627776]  # bar_second\n"
+	"  %6 = Sigmoid(%1) : i32[4]  # sig_int\n"
+	"  %7 = Det(%2) : f32[]  # det\n"
+	"  %8 = Neg(%6) : i32[4]  # after_sig\n"
+	"  output %5: f32[1099511627776] \"y\"\n"
+	"  output %7: f32[] \"z\"\n"
+	"  output %8: i32[4] \"w\"\n"
+	"}\n";
+
+static void check_listing(const char *msg)
+{
+	if (!strstr(msg, "foo::Bar (f32): 2 nodes, the first node 'bar_first' (foo::Bar): not supported") ||
+	    !strstr(msg, "Sigmoid (i32): 1 node, the first node 'sig_int' (Sigmoid): no cpu kernel for dtype i32") ||
+	    !strstr(msg, "Det (f32): 1 node, the first node 'det' (Det)") ||
+	    !strstr(msg, "4 nodes of this model (3 kinds of op)"))
+		fail_msg("the refusal does not list every op once:\n%s", msg);
+	/* each kind once */
+	assert_int_equal(count_str(msg, "foo::Bar (f32)"), 1);
+	assert_int_equal(count_str(msg, "Sigmoid (i32)"), 1);
+	assert_int_equal(count_str(msg, "bar_second"), 0);
+	assert_int_equal(count_str(msg, "'neg'"), 0);
+}
+
+static void test_refusal_lists_every_op(void **state)
+{
+	(void)state;
+	struct tpf_model *m = parse_model(unsupported_model);
+	struct tpf_diag *d = tpf_diag_create();
+	/* from the graph alone */
+	assert_int_equal(tpf_plan_check_model(m, TPF_BACKEND_CPU, d), TPF_ERR_UNSUPPORTED);
+	assert_int_equal(d->count, 1);
+	check_listing(d->entries[0].text);
+	tpf_diag_clear(d);
+	/* a session refuses when it is created: no input exists yet */
+	struct tpf_session *s = NULL;
+	clock_t t0 = clock();
+	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_ERR_UNSUPPORTED);
+	assert_null(s);
+	assert_true((double)(clock() - t0) / CLOCKS_PER_SEC < 2.0);
+	assert_int_equal(d->count, 1);
+	check_listing(d->entries[0].text);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* At plan time, with shapes: the same single error (the unknown op's
+ * outputs have no shape; the planner goes on and checks the rest). */
+static void test_plan_time_listing(void **state)
+{
+	(void)state;
+	static const char *text = "ir_version 10\n"
+				  "opset \"\" 21\n"
+				  "opset \"foo\" 1\n"
+				  "graph \"g\" {\n"
+				  "  input %0: f32[4] \"x\"\n"
+				  "  input %1: i32[4] \"k\"\n"
+				  "  init %2: f32[2,2] \"m\" = [1.0, 2.0, 3.0, 4.0]\n"
+				  "  %3 = foo.Bar(%0) : f32[4]  # bar_first\n"
+				  "  %4 = Neg(%3) : f32[4]  # neg\n"
+				  "  %5 = foo.Bar(%4) : f32[4]  # bar_second\n"
+				  "  %6 = Sigmoid(%1) : i32[4]  # sig_int\n"
+				  "  %7 = Det(%2) : f32[]  # det\n"
+				  "  %8 = Neg(%6) : i32[4]  # after_sig\n"
+				  "  output %5: f32[4] \"y\"\n"
+				  "  output %7: f32[] \"z\"\n"
+				  "  output %8: i32[4] \"w\"\n"
+				  "}\n";
+	struct tpf_model *m = parse_model(text);
+	struct tpf_diag *d = tpf_diag_create();
+	float x[4] = {1, 2, 3, 4};
+	int32_t k[4] = {1, 2, 3, 4};
+	int64_t dims[1] = {4};
+	struct tpf_host_tensor in[2] = {input("x", TPF_DTYPE_FLOAT, 1, dims, x), input("k", TPF_DTYPE_INT32, 1, dims, k)};
+	struct tpf_plan *p = NULL;
+	assert_int_equal(tpf_plan_build(m, in, 2, NULL, &p, d), TPF_ERR_UNSUPPORTED);
+	assert_null(p);
+	if (d->count != 1)
+		dump_diag(d);
+	assert_int_equal(d->count, 1);
+	const char *msg = d->entries[0].text;
+	if (!strstr(msg, "foo::Bar (f32): 2 nodes, the first node 'bar_first'") ||
+	    !strstr(msg, "Sigmoid (i32): 1 node, the first node 'sig_int'") || !strstr(msg, "node 'det' (Det)"))
+		fail_msg("plan-time refusal:\n%s", msg);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ per-signature plans */
+
+/* y = x * (Range(0, T) as float)[T, 1] + Gather(table, ids): a mask-like
+ * shape computation (Shape, Gather, Range, Unsqueeze, Cast) and a lookup
+ * whose indices are a small integer input that decides no shape. */
+static const char *cache_model =
+	"ir_version 10\n"
+	"opset \"\" 21\n"
+	"graph \"g\" {\n"
+	"  input %0: f32[T,4] \"x\"\n"
+	"  input %1: i64[T] \"ids\"\n"
+	"  init %2: i64[] \"zero\" = 0\n"
+	"  init %3: i64[] \"one\" = 1\n"
+	"  init %4: i64[1] \"axis1\" = [1]\n"
+	"  init %5: f32[3,4] \"table\" = [0.5, 1.0, 1.5, 2.0, -1.0, -2.0, -3.0, -4.0, 10.0, 20.0, 30.0, 40.0]\n"
+	"  %6 = Shape(%0)\n"
+	"  %7 = Gather(%6, %2) {axis=0}\n"
+	"  %8 = Range(%2, %7, %3)\n"
+	"  %9 = Unsqueeze(%8, %4)\n"
+	"  %10 = Cast(%9) {to=1}\n"
+	"  %11 = Mul(%0, %10)\n"
+	"  %12 = Gather(%5, %1) {axis=0}\n"
+	"  %13 = Add(%11, %12)\n"
+	"  output %13: f32[T,4] \"y\"\n"
+	"}\n";
+
+static const float table[3][4] = {{0.5f, 1, 1.5f, 2}, {-1, -2, -3, -4}, {10, 20, 30, 40}};
+
+static void run_cache_case(struct tpf_session *s, int64_t T, unsigned seed, struct tpf_diag *d)
+{
+	float x[64 * 4];
+	int64_t ids[64];
+	for (int64_t i = 0; i < T * 4; i++)
+		x[i] = (float)((i * 7 + seed) % 13) - 6.5f;
+	for (int64_t t = 0; t < T; t++)
+		ids[t] = (t + seed) % 3;
+	int64_t xd[2] = {T, 4}, id[1] = {T};
+	struct tpf_host_tensor in[2] = {input("x", TPF_DTYPE_FLOAT, 2, xd, x), input("ids", TPF_DTYPE_INT64, 1, id, ids)};
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	enum tpf_status st = tpf_session_run(s, in, 2, &out, &n_out, d);
+	if (st)
+		dump_diag(d);
+	assert_int_equal(st, TPF_OK);
+	assert_int_equal(n_out, 1);
+	assert_int_equal(out[0].rank, 2);
+	assert_int_equal(out[0].dims[0], T);
+	const float *y = out[0].data;
+	for (int64_t t = 0; t < T; t++)
+		for (int c = 0; c < 4; c++) {
+			float want = x[t * 4 + c] * (float)t + table[ids[t]][c];
+			if (y[t * 4 + c] != want)
+				fail_msg("T=%lld seed %u: y[%lld,%d] = %.9g, expected %.9g", (long long)T, seed, (long long)t, c,
+					 (double)y[t * 4 + c], (double)want);
+		}
+}
+
+static void test_plan_per_signature(void **state)
+{
+	(void)state;
+	struct tpf_model *m = parse_model(cache_model);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
+	size_t builds;
+	/* prefill (T = 7), then decode steps (T = 1) with new ids each time,
+	 * prefill again: two plans, each built once */
+	run_cache_case(s, 7, 0, d);
+	assert_int_equal(tpf_session_plan_count(s, &builds), 1);
+	assert_int_equal(builds, 1);
+	for (unsigned step = 1; step <= 4; step++)
+		run_cache_case(s, 1, step, d);
+	assert_int_equal(tpf_session_plan_count(s, &builds), 2);
+	assert_int_equal(builds, 2);
+	run_cache_case(s, 7, 5, d);
+	run_cache_case(s, 1, 6, d);
+	assert_int_equal(tpf_session_plan_count(s, &builds), 2);
+	assert_int_equal(builds, 2);
+	/* more signatures than the session keeps (T = 7 among them: kept): the
+	 * least recently used go (T = 1 first), results stay exact */
+	for (int64_t T = 2; T <= 12; T++)
+		run_cache_case(s, T, (unsigned)T, d);
+	assert_int_equal(tpf_session_plan_count(s, &builds), 8);
+	assert_int_equal(builds, 12);
+	run_cache_case(s, 12, 1, d); /* kept */
+	run_cache_case(s, 7, 3, d);  /* kept */
+	assert_int_equal(tpf_session_plan_count(s, &builds), 8);
+	assert_int_equal(builds, 12);
+	run_cache_case(s, 1, 2, d); /* evicted: built again */
+	tpf_session_plan_count(s, &builds);
+	assert_int_equal(builds, 13);
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* An input whose values decide a shape (a Reshape target) keys the plan by
+ * its values; one that only feeds data (the ids above) does not. */
+static void test_value_dependent_inputs(void **state)
+{
+	(void)state;
+	static const char *text = "ir_version 10\n"
+				  "opset \"\" 21\n"
+				  "graph \"g\" {\n"
+				  "  input %0: f32[16] \"x\"\n"
+				  "  input %1: i64[2] \"shape\"\n"
+				  "  %2 = Reshape(%0, %1)\n"
+				  "  output %2: f32[?,?] \"y\"\n"
+				  "}\n";
+	struct tpf_model *m = parse_model(text);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
+	float x[16];
+	for (int i = 0; i < 16; i++)
+		x[i] = (float)i;
+	int64_t shapes[3][2] = {{2, 8}, {4, 4}, {2, 8}};
+	int64_t xd[1] = {16}, sd[1] = {2};
+	size_t builds;
+	for (int k = 0; k < 3; k++) {
+		struct tpf_host_tensor in[2] = {input("x", TPF_DTYPE_FLOAT, 1, xd, x),
+						input("shape", TPF_DTYPE_INT64, 1, sd, shapes[k])};
+		const struct tpf_host_tensor *out;
+		size_t n_out;
+		assert_int_equal(tpf_session_run(s, in, 2, &out, &n_out, d), TPF_OK);
+		assert_int_equal(out[0].dims[0], shapes[k][0]);
+		assert_int_equal(out[0].dims[1], shapes[k][1]);
+		assert_memory_equal(out[0].data, x, sizeof(x));
+	}
+	assert_int_equal(tpf_session_plan_count(s, &builds), 2);
+	assert_int_equal(builds, 2);
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* Range of float bounds given as inputs: the length comes from the values
+ * (ONNX's test_range_float_type_positive_delta, and a new limit). */
+static void test_float_range_inputs(void **state)
+{
+	(void)state;
+	static const char *text = "ir_version 10\n"
+				  "opset \"\" 21\n"
+				  "graph \"g\" {\n"
+				  "  input %0: f32[] \"start\"\n"
+				  "  input %1: f32[] \"limit\"\n"
+				  "  input %2: f32[] \"delta\"\n"
+				  "  %3 = Range(%0, %1, %2)\n"
+				  "  output %3: f32[?] \"y\"\n"
+				  "}\n";
+	struct tpf_model *m = parse_model(text);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
+	float lim[2] = {5, 9.5f};
+	for (int k = 0; k < 2; k++) {
+		float start = 1, delta = 2;
+		struct tpf_host_tensor in[3] = {input("start", TPF_DTYPE_FLOAT, 0, NULL, &start),
+						input("limit", TPF_DTYPE_FLOAT, 0, NULL, &lim[k]),
+						input("delta", TPF_DTYPE_FLOAT, 0, NULL, &delta)};
+		const struct tpf_host_tensor *out;
+		size_t n_out;
+		enum tpf_status st = tpf_session_run(s, in, 3, &out, &n_out, d);
+		if (st)
+			dump_diag(d);
+		assert_int_equal(st, TPF_OK);
+		int64_t n = k ? 5 : 2;
+		assert_int_equal(out[0].dims[0], n);
+		for (int64_t i = 0; i < n; i++)
+			assert_true(((const float *)out[0].data)[i] == 1.0f + 2.0f * (float)i);
+	}
+	size_t builds;
+	tpf_session_plan_count(s, &builds);
+	assert_int_equal(builds, 2);
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void test_memory_checks(void **state)
+{
+	(void)state;
+	struct tpf_diag *d = tpf_diag_create();
+	size_t avail = 0;
+	assert_int_equal(tpf_memory_available(TPF_BACKEND_CPU, &avail), 0);
+	assert_true(avail > 0);
+	assert_int_equal(tpf_memory_check(TPF_BACKEND_CPU, 1024, "a kilobyte", d), TPF_OK);
+	assert_int_equal(tpf_memory_check(TPF_BACKEND_CPU, SIZE_MAX / 2, "the inputs", d), TPF_ERR_NOMEM);
+	assert_non_null(strstr(d->entries[0].text, "the inputs: "));
+	assert_non_null(strstr(d->entries[0].text, "of host memory available"));
+	tpf_diag_clear(d);
+	/* a plan whose arena cannot exist: a clear error, no allocation */
+	static const char *text = "ir_version 10\n"
+				  "opset \"\" 21\n"
+				  "graph \"g\" {\n"
+				  "  input %0: f32[1] \"x\"\n"
+				  "  init %1: i64[2] \"big\" = [1048576, 1048576]\n"
+				  "  %2 = Expand(%0, %1)\n"
+				  "  output %2: f32[1048576,1048576] \"y\"\n"
+				  "}\n";
+	struct tpf_model *m = parse_model(text);
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
+	float x = 1;
+	int64_t xd[1] = {1};
+	struct tpf_host_tensor in = input("x", TPF_DTYPE_FLOAT, 1, xd, &x);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_ERR_NOMEM);
+	int found = 0;
+	for (size_t i = 0; i < d->count; i++)
+		found |= strstr(d->entries[i].text, "the plan's buffers and constants: 4.0 TiB needed") != NULL;
+	if (!found)
+		dump_diag(d);
+	assert_true(found);
+	tpf_session_free(s);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_refusal_lists_every_op),
+		cmocka_unit_test(test_plan_time_listing),
+		cmocka_unit_test(test_plan_per_signature),
+		cmocka_unit_test(test_value_dependent_inputs),
+		cmocka_unit_test(test_float_range_inputs),
+		cmocka_unit_test(test_memory_checks),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
