@@ -11,8 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/cuda-kernels.h"
-
 struct cuda_dev {
 	int device;
 	cudaStream_t stream;
