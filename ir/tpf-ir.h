@@ -639,6 +639,11 @@ enum tpf_status tpf_graph_dims_unify(struct tpf_graph *g, const struct tpf_dim *
  * producer's shape function gives for the dtypes of the producer's inputs
  * (followed back a few producers); UNDEFINED when unknown. */
 enum tpf_dtype tpf_value_dtype(const struct tpf_value *v);
+/* Elements of a small int32/int64 tensor: its constant, else what shape
+ * arithmetic gives through its producers' shape functions (Shape of static
+ * dims, Gather, Unsqueeze, Concat, Add, Mul, ...).  0 with *count set, or
+ * -1 when a value is not known (or more than max). */
+int tpf_value_ints(const struct tpf_value *v, int64_t *out, size_t max, size_t *count);
 
 /* ------------------------------------------------------------------ shape functions
  * Every known op has one shape-and-type function (its record's).  It reads

@@ -801,7 +801,9 @@ int tpf_pattern_const_scalar(const struct tpf_value *v, double *out)
 int tpf_pattern_const_ints(const struct tpf_value *v, int64_t *out, size_t max, size_t *count)
 {
 	const struct tpf_tensor *t = tpf_value_constant(v);
-	if (!t || (t->dtype != TPF_DTYPE_INT64 && t->dtype != TPF_DTYPE_INT32))
+	if (!t)
+		return tpf_value_ints(v, out, max, count); /* computed from shapes */
+	if (t->dtype != TPF_DTYPE_INT64 && t->dtype != TPF_DTYPE_INT32)
 		return -1;
 	int64_t n = tpf_tensor_numel(t);
 	size_t esz = t->dtype == TPF_DTYPE_INT64 ? 8 : 4;

@@ -221,7 +221,8 @@ enum tpf_status tpf_pattern_run(struct tpf_model *m, const struct tpf_pass *pass
 
 /* A one-element numeric constant as double; 0 on success. */
 int tpf_pattern_const_scalar(const struct tpf_value *v, double *out);
-/* An integer constant (INT32/INT64) of at most `max` elements; 0 on success. */
+/* An integer constant (INT32/INT64) of at most `max` elements, or values
+ * shape arithmetic gives (tpf_value_ints); 0 on success. */
 int tpf_pattern_const_ints(const struct tpf_value *v, int64_t *out, size_t max, size_t *count);
 /* Element type of a value: its type, else what its producer's op record
  * gives (tpf_value_dtype); UNDEFINED if unknown. */

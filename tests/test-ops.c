@@ -660,6 +660,38 @@ static void test_value_dtype(void **state)
 	tpf_model_free(m);
 }
 
+/* tpf_value_ints: what the TorchScript exporter computes from shapes (a
+ * Slice's bounds) is known to the passes without inference having run. */
+static void test_value_ints(void **state)
+{
+	(void)state;
+	struct tpf_model *m = new_model(17, NULL);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "64"});
+	struct tpf_node *sh = add(g, "", "Shape", "shape", 1, IN(x), 1);
+	struct tpf_node *last = add(g, "", "Gather", "last", 2,
+	                            IN(sh->outputs[0], ints(g, "two", 1, (int64_t[]){2})), 1);
+	struct tpf_node *start = add(g, "", "Mul", "start", 2,
+	                             IN(last->outputs[0], ints(g, "zero", 1, (int64_t[]){0})), 1);
+	struct tpf_node *cat = add(g, "", "Concat", "bounds", 2,
+	                           IN(start->outputs[0], last->outputs[0]), 1);
+	tpf_node_set_attr_int(cat, "axis", 0);
+	struct tpf_node *first = add(g, "", "Gather", "first", 2,
+	                             IN(sh->outputs[0], ints(g, "z", 1, (int64_t[]){0})), 1);
+	int64_t v[4] = {0};
+	size_t n = 0;
+
+	/* no inference has run: the values come through the producers */
+	assert_int_equal(tpf_value_ints(cat->outputs[0], v, 4, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(v[0], 0);
+	assert_int_equal(v[1], 64);
+	assert_int_equal(tpf_value_ints(first->outputs[0], v, 4, &n), -1); /* B is symbolic */
+	assert_int_equal(tpf_value_ints(cat->outputs[0], v, 1, &n), -1);   /* more than max */
+	assert_int_equal(tpf_value_ints(x, v, 4, &n), -1);
+	tpf_model_free(m);
+}
+
 /* ------------------------------------------------------------------ attributes from records */
 
 static void test_record_attributes(void **state)
@@ -701,6 +733,7 @@ int main(void)
 	    cmocka_unit_test(test_fused_quant_rejects),
 	    cmocka_unit_test(test_fused_misc_rejects),
 	    cmocka_unit_test(test_value_dtype),
+	    cmocka_unit_test(test_value_ints),
 	    cmocka_unit_test(test_record_attributes),
 	};
 

@@ -616,3 +616,74 @@ enum tpf_dtype tpf_value_dtype(const struct tpf_value *v)
 {
 	return dtype_at(v, 0);
 }
+
+/* ------------------------------------------------------------------ value questions */
+
+/* Nodes a value question may evaluate: shape arithmetic is shallow, and a
+ * graph that is not must not make a question expensive. */
+#define VALUES_BUDGET 256
+
+static int is_index_type(enum tpf_dtype t)
+{
+	return t == TPF_DTYPE_INT64 || t == TPF_DTYPE_INT32;
+}
+
+/* t: v's type with its values when they are known. */
+static void values_at(const struct tpf_value *v, int depth, int *budget, struct tpf_op_type *t)
+{
+	const struct tpf_node *n;
+	struct tpf_op_type *types;
+	struct tpf_shape_call c;
+	size_t i, count;
+
+	op_type_from_value(v, t);
+	v = resolve_outer(v);
+	if (!v || t->n_values >= 0 || depth > DTYPE_MAX_DEPTH || *budget <= 0)
+		return;
+	if (!t->dtype)
+		t->dtype = tpf_value_dtype(v);
+	n = v->producer;
+	if (!is_index_type(t->dtype) || v->kind != TPF_VALUE_NODE_OUTPUT || !n ||
+	    n->op == TPF_OP_UNKNOWN || v->producer_index < 0 ||
+	    (size_t)v->producer_index >= n->n_outputs ||
+	    tpf_add_size(n->n_inputs, n->n_outputs, &count) ||
+	    !(types = tpf_malloc((count ? count : 1) * sizeof(*types))))
+		return;
+	(*budget)--;
+	for (i = 0; i < n->n_inputs; i++) {
+		if (n->inputs[i])
+			values_at(n->inputs[i], depth + 1, budget, &types[i]);
+		else
+			op_type_from_value(NULL, &types[i]);
+	}
+	tpf_shape_call_init(&c, n, TPF_SHAPE_VERIFY, types);
+	c.graph = n->graph;
+	if (tpf_op_infer(&c) == TPF_OK) {
+		const struct tpf_op_type *o = &c.out[v->producer_index];
+
+		/* what the value's own type leaves open (no inference yet) */
+		if (t->rank < 0 && o->rank >= 0)
+			op_type_shape_of(t, o);
+		if (o->n_values >= 0) {
+			t->n_values = o->n_values;
+			memcpy(t->values, o->values, (size_t)o->n_values * sizeof(o->values[0]));
+		}
+	}
+	tpf_free(types);
+}
+
+int tpf_value_ints(const struct tpf_value *v, int64_t *out, size_t max, size_t *count)
+{
+	struct tpf_op_type *t;
+	int budget = VALUES_BUDGET, n;
+
+	if (!v || !out || !count || !(t = tpf_malloc(sizeof(*t))))
+		return -1;
+	values_at(v, 0, &budget, t);
+	n = op_static_values(t, out, max < TPF_MAX_VALUES ? (int)max : TPF_MAX_VALUES);
+	tpf_free(t);
+	if (n < 0)
+		return -1;
+	*count = (size_t)n;
+	return 0;
+}
