@@ -402,13 +402,82 @@ static const struct tpf_pattern pat_chain = {
 	.explain_min_nodes = 3,
 };
 
+/* ------------------------------------------- Cast -> RMSNorm(float) -> Cast */
+
+/* The norm of a float16/bfloat16 model computed in float32 (norm weights
+ * kept in float32): Cast(x, float) -> RMSNorm(., gamma) -> Cast(., T).  The
+ * canonical norm takes x itself (its compute type, stash_type, is the
+ * float32 the chain widened to) and gives T: the same values, since the
+ * widening Cast is exact and the norm's float32 result rounded to T is what
+ * the final Cast rounds. */
+struct casts_facts {
+	int64_t stash;
+};
+
+static const char *check_norm_casts(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct casts_facts *f = (struct casts_facts *)m->facts;
+	struct tpf_node *norm = tpf_match_node(m, "norm"), *in_cast = tpf_match_node(m, "in_cast");
+	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
+
+	if (!norm || !in_cast || !x || !gamma)
+		return "incomplete match";
+	enum tpf_dtype t_in = tpf_pattern_dtype(x), t_wide = tpf_pattern_dtype(in_cast->outputs[0]);
+	enum tpf_dtype t_out = tpf_pattern_dtype(m->root->outputs[0]);
+	enum tpf_dtype t_norm = tpf_pattern_dtype(norm->outputs[0]);
+	int64_t stash = tpf_node_attr_int(norm, "stash_type", TPF_DTYPE_FLOAT);
+	if (t_in == TPF_DTYPE_UNDEFINED || t_out == TPF_DTYPE_UNDEFINED)
+		return "the dtype before the first Cast or after the last is unknown";
+	if (t_in != t_out)
+		return tpf_match_reason(m, "the norm reads %s and is cast to %s: not one activation "
+					   "dtype",
+					tpf_dtype_name(t_in), tpf_dtype_name(t_out));
+	if (t_in != TPF_DTYPE_FLOAT16 && t_in != TPF_DTYPE_BFLOAT16)
+		return tpf_match_reason(m, "the activation dtype %s is not float16 or bfloat16",
+					tpf_dtype_name(t_in));
+	/* the widening Cast must be exact and the norm must compute in
+	 * (at least) the widened type, which must be what it outputs */
+	if (t_wide != TPF_DTYPE_FLOAT || t_norm != TPF_DTYPE_FLOAT)
+		return tpf_match_reason(m, "the norm runs in %s and gives %s, not float",
+					tpf_dtype_name(t_wide), tpf_dtype_name(t_norm));
+	if (stash != TPF_DTYPE_FLOAT && stash != TPF_DTYPE_DOUBLE)
+		return tpf_match_reason(m, "the norm's stash_type %lld is narrower than float",
+					(long long)stash);
+	if (!tpf_dtype_is_float(tpf_pattern_dtype(gamma)))
+		return "gamma is not a float type";
+	f->stash = stash;
+	return NULL;
+}
+
+static enum tpf_status rewrite_norm_casts(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	const struct casts_facts *f = (const struct casts_facts *)m->facts;
+	struct tpf_node *norm = tpf_match_node(m, "norm");
+	return emit_norm(rw, m, tpf_match_value(m, "x"), tpf_match_value(m, "gamma"),
+			 m->root->outputs[0], tpf_node_attr_float(norm, "epsilon", 1e-5f),
+			 tpf_node_attr_int(norm, "axis", -1), f->stash,
+			 tpf_node_attr_float(norm, "weight_offset", 0.0f));
+}
+
+static const struct tpf_pattern pat_norm_casts = {
+	.name = "cast-rmsnorm-cast",
+	.root = TPF_PAT_OP(CAST, "out_cast", 0, NULL,
+			   TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
+				      TPF_PAT_OP(CAST, "in_cast", TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("x")),
+				      TPF_PAT_ANY("gamma"))),
+	.check = check_norm_casts,
+	.rewrite = rewrite_norm_casts,
+	.explain_min_nodes = 2,
+};
+
 /* ------------------------------------------------------------------ the pass */
 
 /* Tried in this order at each node; the names are the pass's counters. */
 static const struct tpf_pattern *const patterns[] = {
 	&pat_rms_normalization, &pat_simplified,  &pat_ms_simplified,
 	&pat_skip_simplified,   &pat_chain_gemma, &pat_chain,
-	NULL,
+	&pat_norm_casts,        NULL,
 };
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,

@@ -150,6 +150,15 @@ static const char *check_common(struct tpf_match *m, enum quant_kind kind)
 	f->kind = kind;
 	if (!scale)
 		return "incomplete match";
+	/* the quantizing op's norm_out has the input's dtype (a norm given in
+	 * gamma's dtype stays an AllReduceRMSNorm) */
+	struct tpf_node *fused = tpf_match_node(m, "fused");
+	enum tpf_dtype t_in = fused ? tpf_pattern_dtype(fused->inputs[0]) : TPF_DTYPE_UNDEFINED;
+	enum tpf_dtype t_norm = fused ? tpf_pattern_dtype(fused->outputs[0]) : TPF_DTYPE_UNDEFINED;
+	if (t_in != t_norm)
+		return tpf_match_reason(m, "the norm is %s, the reduced value %s: the quantizing op "
+					   "normalizes in the reduced value's dtype",
+					tpf_dtype_name(t_norm), tpf_dtype_name(t_in));
 	if (kind == QUANT_FP8) {
 		const struct tpf_tensor *t = tpf_value_constant(scale);
 		if (!t || tpf_tensor_numel(t) != 1)

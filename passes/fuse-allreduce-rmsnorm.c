@@ -50,8 +50,16 @@ static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf
 	enum tpf_dtype t_g = tpf_pattern_dtype(gamma);
 	if (t_x == TPF_DTYPE_UNDEFINED || t_g == TPF_DTYPE_UNDEFINED)
 		return "the dtype of the norm input or of gamma is unknown";
-	if (t_x != t_g)
-		return tpf_match_reason(m, "norm input dtype %s differs from gamma dtype %s",
+	/* gamma may have its own float type (a float16 model whose norm
+	 * weights stay float32): the fused op reads it in the compute type;
+	 * the norm's output must be the reduced dtype, as norm_out is */
+	if (!tpf_dtype_is_float(t_g))
+		return tpf_match_reason(m, "gamma dtype %s is not a float type", tpf_dtype_name(t_g));
+	enum tpf_dtype t_y = tpf_pattern_dtype(norm->outputs[0]);
+	if (t_y != t_x && t_y != t_g)
+		return tpf_match_reason(m, "the norm gives %s from the reduced %s and gamma %s "
+		                           "(norm_out has the reduced value's or gamma's dtype)",
+		                        t_y == TPF_DTYPE_UNDEFINED ? "an unknown dtype" : tpf_dtype_name(t_y),
 		                        tpf_dtype_name(t_x), tpf_dtype_name(t_g));
 	if (residual) {
 		enum tpf_dtype t_r = tpf_pattern_dtype(residual);

@@ -30,7 +30,7 @@
 #pragma GCC visibility push(hidden)
 
 #define OP_MAX_OPERANDS 8 /* declared inputs or outputs of one record */
-#define OP_MAX_TYPES 4    /* type constraints of one record, numbered 1.. */
+#define OP_MAX_TYPES 5    /* type constraints of one record, numbered 1.. */
 
 /* ------------------------------------------------------------------ dtype sets */
 

@@ -11,7 +11,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-enum { T = 1, V, S, Q };
+enum { T = 1, V, S, Q, G };
 
 #define FLOAT_TYPE(nm) {nm, DT_FLOATS, "a float type (float16, bfloat16, float, double)"}
 
@@ -169,15 +169,21 @@ static void allreduce_rms_norm_shape(struct tpf_shape_call *c)
 		return;
 	for (j = 0; j < c->n_out; j++)
 		op_type_shape_of(&c->out[j], op_in(c, 0));
+	/* norm_out has the input's type, or gamma's: the norm of a float32
+	 * residual stream given in float16 weights' type, as RMSNorm allows */
+	if (c->n_out > 0 && op_out(c, 0)) {
+		op_out(c, 0)->dtype = op_in(c, 0)->dtype;
+		op_out(c, 0)->alt_dtype = op_in(c, 1)->dtype;
+	}
 }
 
 const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM = {
 	.info = {TPF_DOMAIN, "AllReduceRMSNorm", 2, 3, 1, 2},
 	.since = 1,
 	.traits = TPF_OP_TRAIT_FUSED | TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}, {"gamma", T}, {"residual", T}},
-	.outputs = {{"norm_out", T}, {"residual_out", T}},
-	.types = {[T] = FLOAT_TYPE("T")},
+	.inputs = {{"input", T}, {"gamma", G}, {"residual", T}},
+	.outputs = {{"norm_out", V}, {"residual_out", T}},
+	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V"), [G] = FLOAT_TYPE("G")},
 	.attrs = norm_attrs,
 	.shape = allreduce_rms_norm_shape,
 };
@@ -272,12 +278,13 @@ const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM_QUANT = {
 	.info = {TPF_DOMAIN, "AllReduceRMSNormQuant", 3, 4, 1, 4},
 	.since = 1,
 	.traits = TPF_OP_TRAIT_FUSED | TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}, {"gamma", T}, {"scale", S}, {"residual", T}},
+	.inputs = {{"input", T}, {"gamma", G}, {"scale", S}, {"residual", T}},
 	.outputs = {{"y", Q}, {"residual_out", T}, {"y_scale", V}, {"norm_out", T}},
 	.types = {[T] = FLOAT_TYPE("T"),
 		  [V] = {"T2", DT(FLOAT8E4M3FN), "float8e4m3fn"},
 		  [S] = {"S", DT_FLOATS | DT(FLOAT8E4M3FN), "a float type"},
-		  [Q] = {"Q", DT(FLOAT8E4M3FN) | DT(FLOAT4E2M1), "float8e4m3fn or float4e2m1"}},
+		  [Q] = {"Q", DT(FLOAT8E4M3FN) | DT(FLOAT4E2M1), "float8e4m3fn or float4e2m1"},
+		  [G] = FLOAT_TYPE("G")},
 	.attrs = (const struct op_attr[]){
 		ATTR_FLOAT("epsilon", 1e-5f),
 		ATTR_INT("axis", -1),
