@@ -51,7 +51,10 @@ MS = "com.microsoft"
 FUSION_PASSES = ("fuse-allreduce-rmsnorm", "fuse-sharded-rmsnorm", "fuse-sigmoid-gate")
 SHORT = {"allreduce-residual-rmsnorm": "ar+res+norm", "allreduce-rmsnorm": "ar+norm",
 	 "sharded-rmsnorm": "sharded", "qk-pairs-merged": "qk-pairs", "sigmoid-gate": "gate"}
-REFUSED_RE = re.compile(r"op (\S+) is not supported by the runtime|no \w+ kernel for (this op|dtype \w+)")
+REFUSED_RE = re.compile(r"op (\S+) is not supported by the runtime|no \w+ kernel for (this op|dtype \w+)"
+			r"|runtime cannot run \d+ nodes? of this model")
+# the runtime's list of what it cannot run: "  Conv (f32): 1 node, the first ..."
+REFUSED_LINE_RE = re.compile(r"^\s+(?:([\w.]+)::)?(\w+) \((\w+)\): \d+ nodes?,", re.M)
 
 
 def mpi_env():
@@ -70,9 +73,18 @@ def sh(cmd, timeout, cwd=None, env=None):
 
 
 def first_error(text):
-	for line in text.splitlines():
+	lines = text.splitlines()
+	for i, line in enumerate(lines):
 		if "error:" in line:
-			return line.split("error:", 1)[1].strip()
+			msg = line.split("error:", 1)[1].strip()
+			if msg.endswith(":"):      # a list follows on indented lines
+				more = []
+				for nxt in lines[i + 1:]:
+					if not nxt.startswith("  "):
+						break
+					more.append(nxt.strip())
+				msg += " " + "; ".join(more)
+			return msg
 	lines = [ln for ln in text.splitlines() if ln.strip()]
 	return lines[0].strip() if lines else ""
 
@@ -256,6 +268,10 @@ def evaluate(folder, man, args, workdir, refused_ops):
 		cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(w)] + cmd
 	rc, out, err = sh(cmd, args.timeout * 2, cwd=folder, env=mpi_env())
 	text = out + err
+	for dom, op, dt in REFUSED_LINE_RE.findall(text):
+		key = op_key(dom, op)
+		if key not in row["refused"]:
+			row["refused"].append(key)
 	if rc != 0:
 		row["ok"] = False
 		msg = first_error(text)
@@ -297,7 +313,7 @@ def fmt_fusions(fus):
 
 
 def table(rows):
-	out = ["| model | nodes | check | optimize | fusions (got/expected) | refused ops | run | max err |",
+	out = ["| model | nodes | check | optimize | fusions (got/expected) | ops the runtime cannot run | run | max err |",
 	       "| --- | ---: | --- | --- | --- | --- | --- | ---: |"]
 	for r in rows:
 		if r.get("skipped"):
@@ -411,7 +427,9 @@ def main(argv=None):
 				"(see tests/corpus/README.md).  Fusions: rank 0's `tpfuse optimize --stats` "
 				"counters against the manifest (`✗` marks a difference); norms: RMSNorms "
 				"canonicalized.  Run: `mpirun -np W tpfuse run --optimize --verify`, rank 0's "
-				"logits against the unsharded float32 torch model.\n\n")
+				"logits against the unsharded float32 torch model.  Ops the runtime cannot run: "
+				"refused by the one-node probes or named by the run (which lists every "
+				"op it cannot run, also ops whose output shape depends on values).\n\n")
 			f.write(t + "\n\n## Op types across the corpus\n\n")
 			f.write("Runtime: `runs` (a one-node probe plans), `refused` (not supported by the "
 				"runtime), `accepted` (known to the runtime; the probe stopped on its "
