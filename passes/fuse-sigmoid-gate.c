@@ -10,10 +10,12 @@
  *
  * Accepted shapes: final and shared have the same shape [..., H]; gate has
  * the same leading dims and a last dim of 1 (one gate value per token,
- * broadcast over the hidden dim) or H.  Any other broadcast (of final, of
- * shared, of gate over a leading dim) is refused, as are inputs whose
- * shapes are not known well enough to prove this.  final, gate, shared and
- * the result share one float dtype.
+ * broadcast over the hidden dim) or H.  A broadcast the graph's symbolic
+ * equality proves (a dim known to differ: of final, of shared, of gate over
+ * a leading dim) is refused; dims it cannot relate (unknown, or symbols
+ * that nothing ties together) are not a reason to refuse: the fused op
+ * broadcasts as the unfused ops do.  Unknown ranks are refused.  final,
+ * gate, shared and the result share one float dtype.
  *
  * The product Mul is an intermediate and must have no other user (checked
  * in the check, so that --explain reports it).  The
@@ -28,12 +30,23 @@
 #define PASS_NAME "fuse-sigmoid-gate"
 #define PATTERN_NAME "sigmoid-gate"
 
-/* Two dims are known to be equal: both static and equal, or the same symbol. */
-static int dims_equal(const struct tpf_dim *a, const struct tpf_dim *b)
+/* Two dims may be equal: the graph's symbolic equality does not answer NO.
+ * An unknown dim, or two symbols nothing relates (the invented dims of a
+ * TorchScript custom op's output), do not refuse the fusion: the fused op
+ * broadcasts as the unfused Mul and Add would, and the kernel sees the
+ * concrete shapes. */
+static int is_one(const struct tpf_dim *d)
 {
-	if (!a->param && !b->param)
-		return a->value >= 0 && a->value == b->value;
-	return a->param && b->param && strcmp(a->param, b->param) == 0;
+	return !d->param && d->value == 1;
+}
+
+static int dims_equal(const struct tpf_graph *g, const struct tpf_dim *a, const struct tpf_dim *b)
+{
+	enum tpf_answer eq = tpf_graph_dims_equal(g, a, b);
+	if (eq == TPF_ANSWER_YES)
+		return 1;
+	/* a 1 against anything not known to be 1 is a broadcast as written */
+	return eq == TPF_ANSWER_UNKNOWN && !is_one(a) && !is_one(b);
 }
 
 static const char *dim_text(const struct tpf_dim *d, char *buf, size_t size)
@@ -54,6 +67,7 @@ static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_m
 	struct tpf_value *shared = tpf_match_value(m, "shared");
 	struct tpf_value *out = m->root->outputs[0];
 	struct tpf_node *mul = tpf_match_node(m, "mul");
+	const struct tpf_graph *g = m->root->graph;
 	char b1[48], b2[48];
 
 	if (tpf_match_node(m, "tanh"))
@@ -97,7 +111,7 @@ static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_m
 	for (int i = 0; i < r_s; i++) {
 		const struct tpf_dim *a = &final->type.shape.dims[i],
 		                     *b = &shared->type.shape.dims[i];
-		if (!dims_equal(a, b))
+		if (!dims_equal(g, a, b))
 			return tpf_match_reason(m,
 			                        "final dim %d is %s, shared dim %d is %s (final "
 			                        "and shared must have one shape)",
@@ -109,7 +123,7 @@ static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_m
 	for (int i = 0; i < r_s - 1; i++) {
 		const struct tpf_dim *a = &gate->type.shape.dims[i],
 		                     *b = &shared->type.shape.dims[i];
-		if (!dims_equal(a, b))
+		if (!dims_equal(g, a, b))
 			return tpf_match_reason(m,
 			                        "gate dim %d is %s, shared dim %d is %s (gate may "
 			                        "broadcast only over the last dim)",
@@ -118,7 +132,7 @@ static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_m
 	}
 	const struct tpf_dim *gl = &gate->type.shape.dims[r_s - 1];
 	const struct tpf_dim *sl = &shared->type.shape.dims[r_s - 1];
-	if (!(gl->value == 1 && !gl->param) && !dims_equal(gl, sl))
+	if (!is_one(gl) && !dims_equal(g, gl, sl))
 		return tpf_match_reason(m, "gate's last dim is %s; expected 1 or %s",
 		                        dim_text(gl, b1, sizeof(b1)), dim_text(sl, b2, sizeof(b2)));
 	return NULL;
