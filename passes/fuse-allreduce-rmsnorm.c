@@ -145,10 +145,63 @@ static const struct tpf_pattern pat_plain = {
 /* The pass's counters are these patterns' names. */
 static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_plain, NULL};
 
+/* Whether v reaches a norm the patterns root at: RMSNorm(v) or
+ * RMSNorm(Add(v, .)). */
+static const struct tpf_node *norm_after(const struct tpf_value *v)
+{
+	for (size_t i = 0; i < v->n_uses; i++) {
+		const struct tpf_node *u = v->uses[i].node;
+		if (u->op == TPF_OP_TPF_RMS_NORM && v->uses[i].index == 0)
+			return u;
+		if (u->op == TPF_OP_ADD && u->n_outputs && u->outputs[0])
+			for (size_t j = 0; j < u->outputs[0]->n_uses; j++)
+				if (u->outputs[0]->uses[j].node->op == TPF_OP_TPF_RMS_NORM &&
+				    u->outputs[0]->uses[j].index == 0)
+					return u->outputs[0]->uses[j].node;
+	}
+	return NULL;
+}
+
+/* --explain never leaves an AllReduce silent: one that no norm follows
+ * (the patterns had no root to start from) gets a line naming what reads
+ * it instead; one that a norm follows has that norm's near-miss line. */
+static void explain_unfused(const struct tpf_graph *g, FILE *f)
+{
+	char buf[160], ubuf[160];
+
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		if (n->op != TPF_OP_MS_ALLREDUCE || !n->n_outputs || !n->outputs[0])
+			continue;
+		const struct tpf_value *v = n->outputs[0];
+		const struct tpf_node *norm = norm_after(v);
+		if (norm) {
+			fprintf(f, "unfused: %s at %s: the norm %s after it did not match (its near-miss "
+				   "line says why)\n",
+				PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
+				tpf_node_describe(norm, ubuf, sizeof(ubuf)));
+			continue;
+		}
+		if (!v->n_uses) {
+			fprintf(f, "unfused: %s at %s: no node reads the reduced value (a graph "
+				   "output)\n",
+				PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)));
+			continue;
+		}
+		const struct tpf_node *u = v->uses[0].node;
+		fprintf(f, "unfused: %s at %s: the reduced value feeds %s (and %zu other uses), "
+			   "not an RMSNorm or a residual Add into one\n",
+			PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
+			tpf_node_describe(u, ubuf, sizeof(ubuf)), v->n_uses - 1);
+	}
+}
+
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			   struct tpf_diag *d)
 {
-	return tpf_pattern_run(m, &tpf_pass_fuse_allreduce_rmsnorm, ctx, changed, d);
+	enum tpf_status st = tpf_pattern_run(m, &tpf_pass_fuse_allreduce_rmsnorm, ctx, changed, d);
+	if (!st && ctx && ctx->explain && m && m->graph)
+		explain_unfused(m->graph, ctx->explain);
+	return st;
 }
 
 const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm = {
