@@ -82,6 +82,55 @@ struct tpf_pipeline_options {
 enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_options *o,
 				 struct tpf_diag *d);
 
+/* ------------------------------------------------------------------ sharding
+ * A single-device model into the rank models of W-way tensor parallelism
+ * (passes/shard.c, docs/passes.md "shard"): Megatron's column/row split of
+ * the projections, found by propagating splits from the weights through
+ * the ops, com.microsoft AllReduce/AllGather where a split meets an op that
+ * needs the whole tensor.
+ *
+ *   struct tpf_shard *sh;
+ *   tpf_shard_create(model, &(struct tpf_shard_options){.world_size = 2}, &sh, d);
+ *   for (r = 0; r < 2; r++) { tpf_shard_rank(sh, r, d); tpf_model_save_file(model, ...); }
+ *   tpf_shard_free(sh);   (then tpf_model_free(model))
+ *
+ * tpf_shard_create rewrites `model` in place into the structure every rank
+ * shares; tpf_shard_rank fills in rank r's weight slices, slice bounds and
+ * tp_rank / tp_world_size metadata (one rank's slices in memory at a
+ * time).  A model it cannot shard is an error naming the node; an op
+ * without a sharding rule that a split reaches gets its inputs gathered
+ * (a replicated fallback that `explain` reports). */
+struct tpf_shard_options {
+	int world_size;               /* W >= 1 */
+	int vocab_parallel_embedding; /* split Gather embeddings over the vocabulary */
+	FILE *explain;                /* non-NULL: the split of every MatMul with a constant weight */
+};
+
+struct tpf_shard_stats {
+	size_t column, column_gather, row, replicated; /* MatMuls with a constant weight */
+	size_t allreduce, allgather, slices;           /* nodes inserted */
+	size_t weights_split, inputs_split, outputs_split;
+	size_t fallbacks;           /* gathers where a split met an op without a rule */
+	size_t collectives_dropped; /* collectives of a world-size-1 export removed */
+};
+
+struct tpf_shard;
+
+enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_options *o,
+				 struct tpf_shard **out, struct tpf_diag *d);
+/* Makes the model rank `rank`'s (0 <= rank < world size). */
+enum tpf_status tpf_shard_rank(struct tpf_shard *sh, int rank, struct tpf_diag *d);
+void tpf_shard_get_stats(const struct tpf_shard *sh, struct tpf_shard_stats *st);
+void tpf_shard_free(struct tpf_shard *sh);
+
+/* Loads IN and writes one model per rank to OUT_PATTERN with "{rank}"
+ * replaced (required when W > 1); initializers of at least
+ * `external_threshold` bytes (0: 1024) go to each rank's own data file
+ * "<out>.data". */
+enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
+			       const struct tpf_shard_options *o, size_t external_threshold,
+			       struct tpf_shard_stats *st, struct tpf_diag *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,904 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sharder's concrete evaluation: every value of a graph gets concrete
+ * dims and, when it is a small integer or boolean tensor, its elements.
+ *
+ * Symbolic and unknown dims of the graph inputs are bound to distinct
+ * primes (7, 11, 13, ...), so that a product of dims identifies the dims
+ * it is made of and a Reshape's mapping of axes can be read off numbers.
+ * Each node's shape comes from its op record (tpf_op_infer, concrete
+ * mode), with the elements of integer inputs handed to it; the elements of
+ * integer outputs come from a small interpreter (sh_interp) that covers
+ * the shape arithmetic exporters write (Shape, Gather, Concat, Unsqueeze,
+ * arithmetic and comparisons, Where, ConstantOfShape, Range, Slice, ...).
+ * Where neither knows a dim, the exporter's declared static dim is taken.
+ */
+#include <limits.h>
+#include <string.h>
+
+#include "shard-internal.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+int sh_is(const struct tpf_node *n, const char *name)
+{
+	return n && n->op_type && strcmp(n->op_type, name) == 0 &&
+	       (!n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0);
+}
+
+int64_t sh_numel(const struct sh_fact *f)
+{
+	int64_t n = 1;
+
+	if (!f || f->rank < 0)
+		return -1;
+	for (int i = 0; i < f->rank; i++) {
+		if (f->dims[i] < 0 || __builtin_mul_overflow(n, f->dims[i], &n))
+			return -1;
+	}
+	return n;
+}
+
+static int is_int_dtype(enum tpf_dtype t)
+{
+	switch (t) {
+	case TPF_DTYPE_INT64:
+	case TPF_DTYPE_INT32:
+	case TPF_DTYPE_INT16:
+	case TPF_DTYPE_INT8:
+	case TPF_DTYPE_UINT8:
+	case TPF_DTYPE_UINT16:
+	case TPF_DTYPE_UINT32:
+	case TPF_DTYPE_UINT64:
+	case TPF_DTYPE_BOOL:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static const struct sh_fact unknown_fact = {.rank = -1, .nvals = -1};
+
+const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_value *v)
+{
+	if (!v || v->graph != e->g || v->id >= e->n)
+		return &unknown_fact;
+	return &e->f[v->id];
+}
+
+/* Reads up to SH_MAX_VALS integer elements of a tensor; -1 if not integer. */
+static int tensor_ints(const struct tpf_tensor *t, int64_t *out)
+{
+	int64_t n = tpf_tensor_numel(t);
+	size_t esz;
+
+	if (!t || n < 0 || n > SH_MAX_VALS || !is_int_dtype(t->dtype))
+		return -1;
+	esz = tpf_dtype_bits(t->dtype) / 8;
+	if (!esz || (n && (!t->data || t->nbytes < (size_t)n * esz)))
+		return -1;
+	for (int64_t i = 0; i < n; i++) {
+		const unsigned char *p = (const unsigned char *)t->data + i * esz;
+		switch (t->dtype) {
+		case TPF_DTYPE_INT64:
+		case TPF_DTYPE_UINT64: {
+			int64_t x;
+			memcpy(&x, p, 8);
+			out[i] = x;
+			break;
+		}
+		case TPF_DTYPE_INT32: {
+			int32_t x;
+			memcpy(&x, p, 4);
+			out[i] = x;
+			break;
+		}
+		case TPF_DTYPE_UINT32: {
+			uint32_t x;
+			memcpy(&x, p, 4);
+			out[i] = x;
+			break;
+		}
+		case TPF_DTYPE_INT16: {
+			int16_t x;
+			memcpy(&x, p, 2);
+			out[i] = x;
+			break;
+		}
+		case TPF_DTYPE_UINT16: {
+			uint16_t x;
+			memcpy(&x, p, 2);
+			out[i] = x;
+			break;
+		}
+		case TPF_DTYPE_INT8:
+			out[i] = (int8_t)*p;
+			break;
+		default:
+			out[i] = *p;
+			break;
+		}
+	}
+	return (int)n;
+}
+
+/* ------------------------------------------------------------------ interpreter */
+
+#define MAXR 8
+
+/* Flat index into a tensor of dims `d` (rank r) broadcast to `od` (rank
+ * orank), for the output multi-index `oi`. */
+static int64_t bcast_index(const int64_t *oi, int orank, const int64_t *d, int r)
+{
+	int64_t idx = 0;
+
+	for (int i = 0; i < r; i++) {
+		int oa = orank - r + i;
+		int64_t x = d[i] == 1 ? 0 : oi[oa];
+		idx = idx * d[i] + x;
+	}
+	return idx;
+}
+
+static void unflatten(int64_t flat, const int64_t *d, int r, int64_t *oi)
+{
+	for (int i = r - 1; i >= 0; i--) {
+		oi[i] = d[i] ? flat % d[i] : 0;
+		flat = d[i] ? flat / d[i] : 0;
+	}
+}
+
+static int fact_ok(const struct sh_fact *f)
+{
+	return f && f->rank >= 0 && f->rank <= MAXR && f->nvals >= 0 && sh_numel(f) == f->nvals;
+}
+
+static int64_t attr_i(const struct tpf_node *n, const char *name, int64_t dflt)
+{
+	return tpf_node_attr_int(n, name, dflt);
+}
+
+static int norm_axis(int64_t a, int r)
+{
+	if (a < 0)
+		a += r;
+	return a < 0 || a >= r ? -1 : (int)a;
+}
+
+static int64_t ediv(int64_t a, int64_t b)
+{
+	return b ? a / b : 0;
+}
+
+static int binop(const char *op, int64_t a, int64_t b, int64_t *out)
+{
+	if (!strcmp(op, "Add"))
+		*out = a + b;
+	else if (!strcmp(op, "Sub"))
+		*out = a - b;
+	else if (!strcmp(op, "Mul"))
+		*out = a * b;
+	else if (!strcmp(op, "Div")) {
+		if (!b)
+			return -1;
+		*out = ediv(a, b);
+	} else if (!strcmp(op, "Mod")) {
+		if (!b)
+			return -1;
+		*out = a % b;
+		if (*out && ((*out < 0) != (b < 0)))
+			*out += b; /* fmod=0: the sign of the divisor */
+	} else if (!strcmp(op, "Max"))
+		*out = a > b ? a : b;
+	else if (!strcmp(op, "Min"))
+		*out = a < b ? a : b;
+	else if (!strcmp(op, "Equal"))
+		*out = a == b;
+	else if (!strcmp(op, "Less"))
+		*out = a < b;
+	else if (!strcmp(op, "Greater"))
+		*out = a > b;
+	else if (!strcmp(op, "LessOrEqual"))
+		*out = a <= b;
+	else if (!strcmp(op, "GreaterOrEqual"))
+		*out = a >= b;
+	else if (!strcmp(op, "And"))
+		*out = a && b;
+	else if (!strcmp(op, "Or"))
+		*out = a || b;
+	else if (!strcmp(op, "Xor"))
+		*out = !a != !b;
+	else
+		return -1;
+	return 0;
+}
+
+static int is_binop(const char *op)
+{
+	static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min",
+					  "Equal", "Less", "Greater", "LessOrEqual",
+					  "GreaterOrEqual", "And", "Or", "Xor", NULL};
+	for (int i = 0; ops[i]; i++)
+		if (!strcmp(op, ops[i]))
+			return 1;
+	return 0;
+}
+
+/* Slice parameters of node n (opset >= 10 inputs, else attributes). */
+static int slice_params(const struct tpf_node *n, const struct sh_fact *const *in, int rank,
+			int64_t *st, int64_t *en, int64_t *stp, int *ax_of, int *count)
+{
+	int64_t s[MAXR], e[MAXR], a[MAXR], p[MAXR];
+	int k;
+
+	if (n->n_inputs >= 3) {
+		if (!in[1] || !in[2] || in[1]->nvals < 0 || in[2]->nvals != in[1]->nvals ||
+		    in[1]->nvals > MAXR)
+			return -1;
+		k = in[1]->nvals;
+		memcpy(s, in[1]->vals, (size_t)k * 8);
+		memcpy(e, in[2]->vals, (size_t)k * 8);
+		if (n->n_inputs > 3 && n->inputs[3]) {
+			if (!in[3] || in[3]->nvals != k)
+				return -1;
+			memcpy(a, in[3]->vals, (size_t)k * 8);
+		} else {
+			for (int i = 0; i < k; i++)
+				a[i] = i;
+		}
+		if (n->n_inputs > 4 && n->inputs[4]) {
+			if (!in[4] || in[4]->nvals != k)
+				return -1;
+			memcpy(p, in[4]->vals, (size_t)k * 8);
+		} else {
+			for (int i = 0; i < k; i++)
+				p[i] = 1;
+		}
+	} else {
+		const struct tpf_attr *as = tpf_node_attr(n, "starts"), *ae = tpf_node_attr(n, "ends"),
+				      *aa = tpf_node_attr(n, "axes");
+		if (!as || !ae || as->n != ae->n || as->n > MAXR)
+			return -1;
+		k = (int)as->n;
+		for (int i = 0; i < k; i++) {
+			s[i] = as->ints[i];
+			e[i] = ae->ints[i];
+			a[i] = aa && aa->n == as->n ? aa->ints[i] : i;
+			p[i] = 1;
+		}
+	}
+	for (int i = 0; i < k; i++) {
+		int ax = norm_axis(a[i], rank);
+		if (ax < 0 || !p[i])
+			return -1;
+		ax_of[i] = ax;
+		st[i] = s[i];
+		en[i] = e[i];
+		stp[i] = p[i];
+	}
+	*count = k;
+	return 0;
+}
+
+void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t *first,
+		    int64_t *count)
+{
+	if (start < 0)
+		start += d;
+	if (end < 0)
+		end += d;
+	if (step > 0) {
+		start = start < 0 ? 0 : start > d ? d : start;
+		end = end < 0 ? 0 : end > d ? d : end;
+		*first = start;
+		*count = end > start ? (end - start + step - 1) / step : 0;
+	} else {
+		start = start < 0 ? -1 : start > d - 1 ? d - 1 : start;
+		end = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
+		*first = start;
+		*count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
+	}
+}
+
+int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+	      const struct sh_fact *of, int64_t *vals)
+{
+	const char *op = n->op_type;
+	int64_t on = sh_numel(of);
+	int64_t oi[MAXR];
+
+	if (!op || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")))
+		return -1;
+	if (!of || of->rank < 0 || of->rank > MAXR || on < 0 || on > SH_MAX_VALS)
+		return -1;
+	if (!is_int_dtype(of->dtype) && of->dtype != TPF_DTYPE_UNDEFINED)
+		return -1;
+	if (!strcmp(op, "Shape")) {
+		const struct sh_fact *x = in[0];
+		int64_t s, e;
+		if (!x || x->rank < 0)
+			return -1;
+		s = attr_i(n, "start", 0);
+		e = attr_i(n, "end", x->rank);
+		if (s < 0)
+			s += x->rank;
+		if (e < 0)
+			e += x->rank;
+		s = s < 0 ? 0 : s > x->rank ? x->rank : s;
+		e = e < 0 ? 0 : e > x->rank ? x->rank : e;
+		if (e - s != on)
+			return -1;
+		for (int64_t i = s; i < e; i++) {
+			if (x->dims[i] < 0)
+				return -1;
+			vals[i - s] = x->dims[i];
+		}
+		return (int)on;
+	}
+	if (!strcmp(op, "Size")) {
+		int64_t k = sh_numel(in[0]);
+		if (k < 0 || on != 1)
+			return -1;
+		vals[0] = k;
+		return 1;
+	}
+	if (out != 0)
+		return -1;
+	if (!strcmp(op, "Identity") || !strcmp(op, "Cast") || !strcmp(op, "Reshape") ||
+	    !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") || !strcmp(op, "Flatten")) {
+		if (!in[0] || in[0]->nvals != on || !is_int_dtype(in[0]->dtype))
+			return -1;
+		memcpy(vals, in[0]->vals, (size_t)on * 8);
+		return (int)on;
+	}
+	if (!strcmp(op, "Neg") || !strcmp(op, "Abs") || !strcmp(op, "Not")) {
+		if (!fact_ok(in[0]) || in[0]->nvals != on)
+			return -1;
+		for (int64_t i = 0; i < on; i++) {
+			int64_t x = in[0]->vals[i];
+			vals[i] = !strcmp(op, "Neg") ? -x : !strcmp(op, "Abs") ? (x < 0 ? -x : x) : !x;
+		}
+		return (int)on;
+	}
+	if (is_binop(op) || !strcmp(op, "Where")) {
+		int k = !strcmp(op, "Where") ? 3 : 2;
+		if ((int)n->n_inputs != k)
+			return -1;
+		for (int j = 0; j < k; j++)
+			if (!fact_ok(in[j]) || in[j]->rank > of->rank)
+				return -1;
+		for (int64_t f = 0; f < on; f++) {
+			int64_t x[3];
+			unflatten(f, of->dims, of->rank, oi);
+			for (int j = 0; j < k; j++)
+				x[j] = in[j]->vals[bcast_index(oi, of->rank, in[j]->dims, in[j]->rank)];
+			if (k == 3)
+				vals[f] = x[0] ? x[1] : x[2];
+			else if (binop(op, x[0], x[1], &vals[f]))
+				return -1;
+		}
+		return (int)on;
+	}
+	if (!strcmp(op, "Gather")) {
+		const struct sh_fact *dt = in[0], *ix = in[1];
+		int ax;
+		if (!fact_ok(dt) || !fact_ok(ix))
+			return -1;
+		ax = norm_axis(attr_i(n, "axis", 0), dt->rank);
+		if (ax < 0 || of->rank != dt->rank - 1 + ix->rank)
+			return -1;
+		for (int64_t f = 0; f < on; f++) {
+			int64_t di[MAXR], src = 0, ii = 0;
+			unflatten(f, of->dims, of->rank, oi);
+			for (int i = 0; i < ix->rank; i++)
+				ii = ii * ix->dims[i] + oi[ax + i];
+			for (int i = 0; i < dt->rank; i++) {
+				if (i < ax)
+					di[i] = oi[i];
+				else if (i == ax) {
+					int64_t g = ix->vals[ii];
+					if (g < 0)
+						g += dt->dims[ax];
+					if (g < 0 || g >= dt->dims[ax])
+						return -1;
+					di[i] = g;
+				} else
+					di[i] = oi[i - 1 + ix->rank];
+			}
+			for (int i = 0; i < dt->rank; i++)
+				src = src * dt->dims[i] + di[i];
+			vals[f] = dt->vals[src];
+		}
+		return (int)on;
+	}
+	if (!strcmp(op, "Concat")) {
+		int ax = norm_axis(attr_i(n, "axis", 0), of->rank);
+		if (ax < 0)
+			return -1;
+		for (size_t j = 0; j < n->n_inputs; j++)
+			if (!fact_ok(in[j]) || in[j]->rank != of->rank)
+				return -1;
+		for (int64_t f = 0; f < on; f++) {
+			int64_t pos, src = 0;
+			size_t j;
+			unflatten(f, of->dims, of->rank, oi);
+			pos = oi[ax];
+			for (j = 0; j < n->n_inputs && pos >= in[j]->dims[ax]; j++)
+				pos -= in[j]->dims[ax];
+			if (j == n->n_inputs)
+				return -1;
+			for (int i = 0; i < of->rank; i++)
+				src = src * in[j]->dims[i] + (i == ax ? pos : oi[i]);
+			vals[f] = in[j]->vals[src];
+		}
+		return (int)on;
+	}
+	if (!strcmp(op, "Slice")) {
+		const struct sh_fact *x = in[0];
+		int64_t st[MAXR], en[MAXR], sp[MAXR], first[MAXR], step[MAXR];
+		int ax[MAXR], k;
+		if (!fact_ok(x) || x->rank != of->rank ||
+		    slice_params(n, in, x->rank, st, en, sp, ax, &k))
+			return -1;
+		for (int i = 0; i < x->rank; i++) {
+			first[i] = 0;
+			step[i] = 1;
+		}
+		for (int i = 0; i < k; i++) {
+			int64_t cnt;
+			sh_slice_range(st[i], en[i], sp[i], x->dims[ax[i]], &first[ax[i]], &cnt);
+			step[ax[i]] = sp[i];
+			if (cnt != of->dims[ax[i]])
+				return -1;
+		}
+		for (int64_t f = 0; f < on; f++) {
+			int64_t src = 0;
+			unflatten(f, of->dims, of->rank, oi);
+			for (int i = 0; i < x->rank; i++)
+				src = src * x->dims[i] + first[i] + oi[i] * step[i];
+			vals[f] = x->vals[src];
+		}
+		return (int)on;
+	}
+	if (!strcmp(op, "ConstantOfShape")) {
+		const struct tpf_attr *a = tpf_node_attr(n, "value");
+		int64_t v = 0, tmp[SH_MAX_VALS];
+		if (a && a->kind == TPF_ATTR_TENSOR) {
+			if (tensor_ints(a->t, tmp) != 1)
+				return -1;
+			v = tmp[0];
+		} else if (of->dtype != TPF_DTYPE_UNDEFINED && !is_int_dtype(of->dtype)) {
+			return -1;
+		}
+		for (int64_t f = 0; f < on; f++)
+			vals[f] = v;
+		return (int)on;
+	}
+	if (!strcmp(op, "Range")) {
+		int64_t s, l, dl, cnt;
+		if (!in[0] || !in[1] || !in[2] || in[0]->nvals != 1 || in[1]->nvals != 1 ||
+		    in[2]->nvals != 1)
+			return -1;
+		s = in[0]->vals[0];
+		l = in[1]->vals[0];
+		dl = in[2]->vals[0];
+		if (!dl)
+			return -1;
+		cnt = (l - s + dl + (dl > 0 ? -1 : 1)) / dl;
+		if (cnt < 0)
+			cnt = 0;
+		if (cnt != on)
+			return -1;
+		for (int64_t i = 0; i < cnt; i++)
+			vals[i] = s + i * dl;
+		return (int)on;
+	}
+	if (!strcmp(op, "Expand")) {
+		if (!fact_ok(in[0]) || in[0]->rank > of->rank)
+			return -1;
+		for (int64_t f = 0; f < on; f++) {
+			unflatten(f, of->dims, of->rank, oi);
+			vals[f] = in[0]->vals[bcast_index(oi, of->rank, in[0]->dims, in[0]->rank)];
+		}
+		return (int)on;
+	}
+	if (!strcmp(op, "ReduceProd") || !strcmp(op, "ReduceSum") || !strcmp(op, "ReduceMax") ||
+	    !strcmp(op, "ReduceMin")) {
+		const struct sh_fact *x = in[0];
+		int64_t acc;
+		if (!fact_ok(x) || on != 1 || x->nvals < 1)
+			return -1;
+		/* only a reduction over everything (a 1-D shape tensor) */
+		if (x->rank > 1)
+			return -1;
+		acc = x->vals[0];
+		for (int i = 1; i < x->nvals; i++) {
+			int64_t v = x->vals[i];
+			if (!strcmp(op, "ReduceProd"))
+				acc *= v;
+			else if (!strcmp(op, "ReduceSum"))
+				acc += v;
+			else if (!strcmp(op, "ReduceMax"))
+				acc = v > acc ? v : acc;
+			else
+				acc = v < acc ? v : acc;
+		}
+		vals[0] = acc;
+		return 1;
+	}
+	return -1;
+}
+
+/* ------------------------------------------------------------------ evaluation */
+
+static const int64_t primes[] = {7,  11, 13, 17, 19, 23, 29, 31, 37, 41, 43,
+				 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97};
+
+static int64_t sym_value(struct sh_eval *e, const char *name)
+{
+	for (size_t i = 0; i < e->n_syms; i++)
+		if (name && e->sym_names[i] && !strcmp(e->sym_names[i], name))
+			return e->sym_values[i];
+	if (e->n_syms == e->cap_syms) {
+		size_t cap = e->cap_syms ? 2 * e->cap_syms : 16;
+		const char **nn = tpf_realloc(e->sym_names, cap * sizeof(*nn));
+		if (!nn)
+			return -1;
+		e->sym_names = nn;
+		int64_t *nv = tpf_realloc(e->sym_values, cap * sizeof(*nv));
+		if (!nv)
+			return -1;
+		e->sym_values = nv;
+		e->cap_syms = cap;
+	}
+	size_t k = e->next_prime++;
+	int64_t v = k < sizeof(primes) / sizeof(primes[0])
+			    ? primes[k]
+			    : 101 + 2 * (int64_t)(k - sizeof(primes) / sizeof(primes[0]));
+	e->sym_names[e->n_syms] = name ? tpf_arena_strdup(e->arena, name) : NULL;
+	e->sym_values[e->n_syms++] = v;
+	return v;
+}
+
+static int set_fact(struct sh_eval *e, struct sh_fact *f, enum tpf_dtype dt, int rank,
+		    const int64_t *dims, int nvals, const int64_t *vals)
+{
+	f->dtype = dt;
+	f->rank = rank;
+	f->nvals = -1;
+	f->dims = NULL;
+	f->vals = NULL;
+	if (rank > 0) {
+		f->dims = tpf_arena_alloc(e->arena, (size_t)rank * sizeof(int64_t));
+		if (!f->dims)
+			return -1;
+		memcpy(f->dims, dims, (size_t)rank * sizeof(int64_t));
+	}
+	if (nvals >= 0) {
+		f->vals = tpf_arena_alloc(e->arena, (size_t)(nvals ? nvals : 1) * sizeof(int64_t));
+		if (!f->vals)
+			return -1;
+		memcpy(f->vals, vals, (size_t)nvals * sizeof(int64_t));
+		f->nvals = nvals;
+	}
+	return 0;
+}
+
+/* Dims of a declared type: static ones, and symbols through the binding
+ * when `bind` (graph inputs), else -1. */
+static int declared_dims(struct sh_eval *e, const struct tpf_value *v, int64_t *dims, int bind)
+{
+	const struct tpf_type *t = &v->type;
+	int r;
+
+	if (t->kind != TPF_TYPE_TENSOR || t->shape.rank < 0 || t->shape.rank > TPF_MAX_RANK)
+		return -1;
+	r = t->shape.rank;
+	for (int i = 0; i < r; i++) {
+		const struct tpf_dim *d = &t->shape.dims[i];
+		if (!d->param && d->value >= 0)
+			dims[i] = d->value;
+		else if (bind)
+			dims[i] = sym_value(e, d->param && *d->param ? d->param : NULL);
+		else
+			dims[i] = -1;
+	}
+	return r;
+}
+
+static enum tpf_dtype value_dtype(const struct tpf_value *v)
+{
+	if (v->type.kind == TPF_TYPE_TENSOR && v->type.dtype)
+		return v->type.dtype;
+	if (v->init)
+		return v->init->dtype;
+	return tpf_value_dtype(v);
+}
+
+static int seed_value(struct sh_eval *e, struct tpf_value *v)
+{
+	int64_t dims[TPF_MAX_RANK], vals[SH_MAX_VALS];
+	int r, nv = -1;
+
+	if (v->init && !v->is_graph_input) {
+		const struct tpf_tensor *t = v->init;
+		if (t->rank < 0 || t->rank > TPF_MAX_RANK)
+			return set_fact(e, &e->f[v->id], t->dtype, -1, NULL, -1, NULL);
+		nv = tensor_ints(t, vals);
+		return set_fact(e, &e->f[v->id], t->dtype, t->rank, t->dims, nv, vals);
+	}
+	r = declared_dims(e, v, dims, 1);
+	if (r < 0 && v->init) {
+		r = v->init->rank;
+		memcpy(dims, v->init->dims, (size_t)(r > 0 ? r : 0) * sizeof(int64_t));
+	}
+	return set_fact(e, &e->f[v->id], value_dtype(v), r, dims, -1, NULL);
+}
+
+static const char *const unary_names[] = {
+	"Abs",      "Acos",     "Acosh",   "Asin",       "Asinh",   "Atan",     "Atanh",
+	"Ceil",     "Cos",      "Cosh",    "Elu",        "Erf",     "Exp",      "Floor",
+	"Gelu",     "HardSigmoid", "HardSwish", "IsInf", "IsNaN",   "LeakyRelu", "Log",
+	"Mish",     "Neg",      "Not",     "Reciprocal", "Relu",    "Round",    "Selu",
+	"Sigmoid",  "Sign",     "Sin",     "Sinh",       "Softplus", "Softsign", "Sqrt",
+	"Tan",      "Tanh",     "ThresholdedRelu", "Celu", "Identity", "Cast", "CastLike",
+	"Trilu",    "CumSum",   "Dropout", "Clip",       "Shrink",  "LogSoftmax", "Softmax",
+	"Hardmax",  NULL};
+
+static const char *const broadcast_names[] = {
+	"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
+	"Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
+	"BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu", NULL};
+
+static int in_list(const char *const *list, const char *s)
+{
+	for (int i = 0; list[i]; i++)
+		if (!strcmp(list[i], s))
+			return 1;
+	return 0;
+}
+
+int sh_is_unary_name(const char *op)
+{
+	return op && in_list(unary_names, op);
+}
+
+int sh_is_broadcast_name(const char *op)
+{
+	return op && in_list(broadcast_names, op);
+}
+
+/* Shapes the op records may not give: name-based fallbacks. */
+static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fact *const *in,
+			  int64_t *dims)
+{
+	const char *op = n->op_type;
+
+	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+		return -1;
+	if (j == 0 && in_list(unary_names, op) && in[0] && in[0]->rank >= 0 && n->n_inputs >= 1) {
+		memcpy(dims, in[0]->dims, (size_t)in[0]->rank * 8);
+		return in[0]->rank;
+	}
+	if (j == 0 && in_list(broadcast_names, op)) {
+		int r = 0;
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			if (!in[i] || in[i]->rank < 0 || in[i]->rank > TPF_MAX_RANK)
+				return -1;
+			if (in[i]->rank > r)
+				r = in[i]->rank;
+		}
+		for (int a = 0; a < r; a++) {
+			int64_t d = 1;
+			for (size_t i = 0; i < n->n_inputs; i++) {
+				int k = a - (r - in[i]->rank);
+				int64_t x = k >= 0 ? in[i]->dims[k] : 1;
+				if (x < 0) {
+					d = -1;
+					break;
+				}
+				if (x != 1) {
+					if (d != 1 && d != x)
+						return -1;
+					d = x;
+				}
+			}
+			dims[a] = d;
+		}
+		return r;
+	}
+	if (j == 0 && !strcmp(op, "Flatten") && in[0] && in[0]->rank >= 0) {
+		int ax = (int)tpf_node_attr_int(n, "axis", 1);
+		int64_t a = 1, b = 1;
+		if (ax < 0)
+			ax += in[0]->rank;
+		for (int i = 0; i < in[0]->rank; i++) {
+			int64_t *p = i < ax ? &a : &b;
+			if (in[0]->dims[i] < 0 || *p < 0)
+				*p = -1;
+			else
+				*p *= in[0]->dims[i];
+		}
+		dims[0] = a;
+		dims[1] = b;
+		return 2;
+	}
+	if (j == 0 && !strcmp(op, "Size")) {
+		return 0;
+	}
+	if (j == 0 && !strcmp(op, "Range") && in[0] && in[1] && in[2] && in[0]->nvals == 1 &&
+	    in[1]->nvals == 1 && in[2]->nvals == 1 && in[2]->vals[0]) {
+		int64_t s = in[0]->vals[0], l = in[1]->vals[0], dl = in[2]->vals[0];
+		int64_t cnt = (l - s + dl + (dl > 0 ? -1 : 1)) / dl;
+		dims[0] = cnt < 0 ? 0 : cnt;
+		return 1;
+	}
+	if (j == 0 && (!strcmp(op, "ScatterND") || !strcmp(op, "ScatterElements")) && in[0] &&
+	    in[0]->rank >= 0) {
+		memcpy(dims, in[0]->dims, (size_t)in[0]->rank * 8);
+		return in[0]->rank;
+	}
+	return -1;
+}
+
+static int eval_node(struct sh_eval *e, struct tpf_node *n)
+{
+	size_t ni = n->n_inputs, no = n->n_outputs;
+	struct tpf_op_type *types;
+	const struct sh_fact **inf;
+	int st = 0;
+
+	types = tpf_calloc(ni + no + 1, sizeof(*types));
+	inf = tpf_calloc(ni + 1, sizeof(*inf));
+	if (!types || !inf) {
+		tpf_free(types);
+		tpf_free(inf);
+		return -1;
+	}
+	for (size_t i = 0; i < ni; i++) {
+		struct tpf_op_type *t = &types[i];
+		const struct sh_fact *f;
+		tpf_op_type_unknown(t);
+		if (!n->inputs[i]) {
+			t->present = 0;
+			inf[i] = NULL;
+			continue;
+		}
+		f = sh_eval_fact(e, n->inputs[i]);
+		inf[i] = f;
+		t->dtype = f->dtype;
+		if (f->rank >= 0 && f->rank <= TPF_MAX_RANK) {
+			t->rank = f->rank;
+			for (int k = 0; k < f->rank; k++)
+				t->dims[k] = (struct tpf_dim){f->dims[k] >= 0 ? f->dims[k] : -1, NULL, NULL};
+		}
+		if (f->nvals >= 0 && f->nvals <= TPF_MAX_VALUES) {
+			t->n_values = f->nvals;
+			for (int k = 0; k < f->nvals; k++)
+				t->values[k] = (struct tpf_dim){f->vals[k], NULL, NULL};
+		}
+	}
+	for (size_t j = 0; j < no; j++)
+		tpf_op_type_unknown(&types[ni + j]);
+	if (n->op != TPF_OP_UNKNOWN && !tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW)) {
+		struct tpf_shape_call c;
+		memset(&c, 0, sizeof(c));
+		c.node = n;
+		c.mode = TPF_SHAPE_CONCRETE;
+		c.opset = e->opset;
+		c.world = 1;
+		c.in = types;
+		c.n_in = ni;
+		c.out = types + ni;
+		c.n_out = no;
+		if (tpf_op_infer(&c) == TPF_ERR_NOMEM)
+			st = -1;
+	}
+	for (size_t j = 0; j < no && !st; j++) {
+		struct tpf_value *v = n->outputs[j];
+		const struct tpf_op_type *t = &types[ni + j];
+		int64_t dims[TPF_MAX_RANK], decl[TPF_MAX_RANK], vals[SH_MAX_VALS];
+		int r = -1, dr, nv = -1;
+		struct sh_fact tmp;
+		enum tpf_dtype dt;
+
+		if (!v || v->id >= e->n)
+			continue;
+		if (t->rank >= 0) {
+			r = t->rank;
+			for (int k = 0; k < r; k++)
+				dims[k] = !t->dims[k].param && t->dims[k].value >= 0 ? t->dims[k].value : -1;
+		} else {
+			r = fallback_shape(n, j, inf, dims);
+		}
+		dr = declared_dims(e, v, decl, 0);
+		if (r < 0 && dr >= 0) {
+			r = dr;
+			memcpy(dims, decl, (size_t)r * 8);
+		} else if (r >= 0 && dr == r) {
+			for (int k = 0; k < r; k++)
+				if (dims[k] < 0)
+					dims[k] = decl[k];
+		}
+		dt = t->dtype ? t->dtype : value_dtype(v);
+		if (sh_is(n, "Constant")) {
+			const struct tpf_tensor *ct = tpf_value_constant(v);
+			if (ct) {
+				r = ct->rank;
+				memcpy(dims, ct->dims, (size_t)(r > 0 ? r : 0) * 8);
+				dt = ct->dtype;
+				nv = tensor_ints(ct, vals);
+			}
+		} else {
+			tmp.rank = r;
+			tmp.dims = dims;
+			tmp.dtype = dt;
+			tmp.nvals = -1;
+			tmp.vals = NULL;
+			nv = sh_interp(n, j, inf, &tmp, vals);
+			if (nv < 0 && t->n_values >= 0 && is_int_dtype(dt)) {
+				nv = t->n_values;
+				for (int k = 0; k < nv && nv >= 0; k++) {
+					if (t->values[k].param || t->values[k].value < 0)
+						nv = -1;
+					else
+						vals[k] = t->values[k].value;
+				}
+				if (nv >= 0 && r >= 0 && sh_numel(&tmp) != nv)
+					nv = -1;
+			}
+		}
+		if (set_fact(e, &e->f[v->id], dt, r, dims, nv, vals))
+			st = -1;
+	}
+	tpf_free(types);
+	tpf_free(inf);
+	return st;
+}
+
+enum tpf_status sh_eval_run(struct sh_eval *e, struct tpf_graph *g, int64_t opset,
+			    const struct sh_eval *like)
+{
+	memset(e, 0, sizeof(*e));
+	e->g = g;
+	e->n = g->n_values;
+	e->opset = opset;
+	e->arena = tpf_arena_create();
+	e->f = tpf_calloc(e->n ? e->n : 1, sizeof(*e->f));
+	if (!e->arena || !e->f)
+		return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < e->n; i++) {
+		e->f[i].rank = -1;
+		e->f[i].nvals = -1;
+	}
+	if (like) {
+		for (size_t i = 0; i < like->n_syms; i++) {
+			if (sym_value(e, like->sym_names[i]) < 0)
+				return TPF_ERR_NOMEM;
+			e->sym_values[e->n_syms - 1] = like->sym_values[i];
+		}
+		e->next_prime = like->next_prime;
+	}
+	for (size_t i = 0; i < g->n_inputs; i++)
+		if (g->inputs[i] && g->inputs[i]->id < e->n && seed_value(e, g->inputs[i]))
+			return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < g->n_initializers; i++)
+		if (g->initializers[i] && g->initializers[i]->id < e->n &&
+		    seed_value(e, g->initializers[i]))
+			return TPF_ERR_NOMEM;
+	for (struct tpf_node *n = g->first; n; n = n->next)
+		if (eval_node(e, n))
+			return TPF_ERR_NOMEM;
+	return TPF_OK;
+}
+
+void sh_eval_free(struct sh_eval *e)
+{
+	if (!e)
+		return;
+	tpf_free(e->f);
+	tpf_free(e->sym_names);
+	tpf_free(e->sym_values);
+	tpf_arena_free(e->arena);
+	memset(e, 0, sizeof(*e));
+}

@@ -1,0 +1,228 @@
+/*
+ * tpf_shard internals (private to passes/shard*.c).
+ *
+ * The sharder turns one single-device graph into the structure of a
+ * tensor-parallel rank graph plus, per rank, the data that differs between
+ * ranks (weight slices, the bounds of slices that take a rank's part).  It
+ * works in five steps:
+ *
+ *   1. preparation (shard.c): collectives of a world-size-1 export are
+ *      dropped (they are identities there), so are slices that take a whole
+ *      axis; the graph is sorted and its shapes inferred;
+ *   2. evaluation (shard-eval.c): every value gets concrete dims (symbolic
+ *      dims bound to distinct numbers) and, for small integer tensors, its
+ *      elements: the facts the rules need to map a split axis through a
+ *      Reshape or to check a Slice's bounds;
+ *   3. propagation (shard-prop.c): each value gets a sharding, R
+ *      (replicated), S(axis, sections) (split in W equal blocks along an
+ *      axis, or section by section) or P (a partial sum), by one forward
+ *      pass over the graph with a rule per op.  Where an operand's sharding
+ *      is not what the op can take, the rule asks for a conversion
+ *      (AllReduce, AllGather, or a local Slice).  Column splits are chosen
+ *      greedily by trial propagation from each MatMul with a constant
+ *      weight (shard.c);
+ *   4. rewriting (shard-rewrite.c): conversions become collectives and
+ *      slices, constants become sliced initializers, literal head counts in
+ *      shape tensors are rewritten, types follow the shardings;
+ *   5. output (shard.c): per rank, the sliced weights are filled in and the
+ *      model is written.
+ */
+#ifndef TPF_SHARD_INTERNAL_H
+#define TPF_SHARD_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tpf-passes.h"
+
+#define SH_MAX_VALS 64 /* elements kept of a small integer tensor */
+#define SH_MAX_SECT 16 /* sections of one split axis */
+
+/* ------------------------------------------------------------------ evaluation */
+
+/* Concrete facts about one value. */
+struct sh_fact {
+	int rank;              /* -1: unknown */
+	int64_t *dims;         /* rank entries, -1: unknown */
+	int nvals;             /* -1: elements unknown */
+	int64_t *vals;         /* nvals elements (integers and booleans only) */
+	enum tpf_dtype dtype;
+};
+
+struct sh_eval {
+	struct tpf_graph *g;
+	size_t n;              /* values covered (graph->n_values when run) */
+	struct sh_fact *f;     /* by value id */
+	struct tpf_arena *arena;
+	int64_t opset;
+	/* symbolic dims bound to numbers */
+	const char **sym_names;
+	int64_t *sym_values;
+	size_t n_syms, cap_syms;
+	size_t next_prime;
+};
+
+/* Evaluates every node of g (in order).  Symbols keep the numbers of
+ * `like` when given (so that the rank graph binds them as the original
+ * did).  TPF_ERR_NOMEM only. */
+enum tpf_status sh_eval_run(struct sh_eval *e, struct tpf_graph *g, int64_t opset,
+			    const struct sh_eval *like);
+void sh_eval_free(struct sh_eval *e);
+/* The facts of v (never NULL; unknown when v is outside the evaluation). */
+const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_value *v);
+/* Elements of a small integer tensor computed by the interpreter from
+ * inputs given as facts: the count, or -1 when it cannot tell.  Used by
+ * the evaluator and by the propagation's local-value estimates. */
+int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+	      const struct sh_fact *outf, int64_t *vals);
+/* Whether op n is `name` of the ONNX domain. */
+int sh_is(const struct tpf_node *n, const char *name);
+/* Numel of a fact, -1 when unknown or overflowing. */
+int64_t sh_numel(const struct sh_fact *f);
+/* ONNX Slice clamping of [start, end) with `step` over a dim of size d:
+ * the first index and the element count. */
+void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t *first,
+		    int64_t *count);
+/* Elementwise ops by name (the ONNX domain): one operand, or numpy
+ * broadcasting over all operands. */
+int sh_is_unary_name(const char *op);
+int sh_is_broadcast_name(const char *op);
+
+/* ------------------------------------------------------------------ shardings */
+
+enum sh_kind { SH_UNSET = 0, SH_R, SH_S, SH_P };
+
+struct sh {
+	uint8_t kind;
+	int8_t axis;   /* SH_S */
+	uint16_t sect; /* SH_S: index in the section table; 0 = one section */
+};
+
+struct sh_sections {
+	int n;
+	int64_t size[SH_MAX_SECT]; /* full sizes, each divisible by W */
+};
+
+/* A conversion of a value on its way into an operand (or, for output
+ * conversions, of a node's output before its users see it). */
+enum sh_conv_kind {
+	CONV_INPUT,  /* node->inputs[index]: from -> to */
+	CONV_OUTPUT, /* node->outputs[index]: raw `from`, users see `to` */
+};
+
+struct sh_conv {
+	enum sh_conv_kind kind;
+	struct tpf_node *node;
+	int index;
+	struct sh from, to;
+};
+
+/* A literal element of a shape operand to rewrite: element `elem` of
+ * node->inputs[index] becomes `value` (or attribute `attr`, element elem). */
+struct sh_elem_edit {
+	struct tpf_node *node;
+	int index;          /* operand, or -1 for an attribute */
+	const char *attr;   /* attribute name when index < 0 */
+	int elem;
+	int64_t value;
+};
+
+/* A node the propagation gave up on: for --explain. */
+struct sh_note {
+	struct tpf_node *node;
+	char *text;
+};
+
+/* Decisions for MatMuls with a constant weight (by node id). */
+enum sh_decision {
+	DEC_NONE = 0,  /* not a candidate (yet) */
+	DEC_REPLICATE, /* candidate left replicated */
+	DEC_COLUMN,    /* output dim split */
+	DEC_COLUMN_GATHER, /* output dim split, gathered right after (an LM head) */
+};
+
+/* Region of a decomposed RMSNorm (matched with canonicalize-rmsnorm's
+ * patterns): nodes, the input x, the output. */
+struct sh_region {
+	struct tpf_node **nodes;
+	size_t n_nodes;
+	struct tpf_value *x;   /* the value entering the region */
+	struct tpf_value *out; /* the region's result */
+	struct tpf_node *first; /* first node in graph order */
+};
+
+struct shard;
+
+struct sh_prop {
+	struct shard *s;
+	struct sh *sh;        /* by value id: what users see */
+	int final;            /* record conversions and edits */
+	/* counts */
+	size_t gathers;       /* S -> R (or S -> S') conversions not asked for by a norm */
+	struct tpf_node *first_gather; /* blame: where the first one happened */
+	char first_gather_why[640];
+	/* trial bookkeeping: values derived from the candidate */
+	uint8_t *taint;
+	struct tpf_node *taint_root; /* the candidate whose outputs are tainted */
+	size_t rows_reached, outputs_reached;
+	struct tpf_node *first_row;
+	/* final mode */
+	struct sh_conv *convs;
+	size_t n_convs, cap_convs;
+	struct sh_elem_edit *edits;
+	size_t n_edits, cap_edits;
+	struct sh_note *notes;
+	size_t n_notes, cap_notes;
+	uint8_t *region_done; /* by region index */
+	int nomem;
+};
+
+struct shard {
+	struct tpf_model *m;
+	struct tpf_graph *g;
+	int W;
+	const struct tpf_shard_options *opt;
+	struct tpf_diag *d;
+	struct sh_eval ev;            /* facts of the original graph */
+	struct sh_sections *sects;    /* section table; [0] unused (one section) */
+	size_t n_sects, cap_sects;
+	uint8_t *decision;            /* by node id: enum sh_decision */
+	uint16_t *dec_sect;           /* by node id: sections of a column split */
+	struct sh_region *regions;
+	size_t n_regions, cap_regions;
+	int32_t *region_of;           /* by node id: region index or -1 */
+	uint32_t *order;              /* by node id: position in graph order */
+	int vocab_parallel;
+	size_t n_values0, n_nodes0;   /* sizes of the graph before rewriting */
+};
+
+/* Section table (interned). */
+int sh_sect_intern(struct shard *s, const struct sh_sections *sec);
+const struct sh_sections *sh_sect(const struct shard *s, int idx);
+
+/* Runs the propagation over the whole graph (from node position `from`:
+ * values before it keep p->sh as given).  Per-node disallowed-gather
+ * counts go to `gather_at` (by position) when non-NULL. */
+void sh_prop_run(struct sh_prop *p, uint32_t from, uint32_t *gather_at);
+void sh_prop_free(struct sh_prop *p);
+
+/* The weight of a MatMul: its constant B operand (through a Transpose,
+ * Cast, Identity or per-tensor DequantizeLinear of a constant), or NULL. */
+const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_value **base);
+
+/* Full dims of v (original graph); -1 entries unknown; rank -1 unknown. */
+const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v);
+
+/* Rewriting (shard-rewrite.c). */
+struct sh_rank_data;
+enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rd);
+enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d);
+void sh_rank_release(struct sh_rank_data *rd);
+void sh_rank_data_free(struct sh_rank_data *rd);
+size_t sh_rank_count(const struct sh_rank_data *rd, const char *what);
+
+/* Messages. */
+const char *sh_str(const struct shard *s, struct sh x, char *buf, size_t size);
+const char *sh_node_name(const struct tpf_node *n, char *buf, size_t size);
+
+#endif /* TPF_SHARD_INTERNAL_H */

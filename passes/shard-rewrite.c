@@ -1,0 +1,1283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sharder's rewrite: the propagation's conversions become nodes, and
+ * the graph takes the structure every rank shares.
+ *
+ *   P -> R      com.microsoft AllReduce
+ *   S -> R      com.microsoft AllGather(axis, group_size = W) (sections:
+ *               a Split into rank-major pieces and a Concat in order)
+ *   R -> S      a constant: a sliced initializer (filled per rank); a
+ *               weight behind a Transpose, Cast or per-tensor
+ *               DequantizeLinear: its constant sliced, the chain kept;
+ *               anything else: a Slice whose bounds are filled per rank
+ *               (one Slice per section, then a Concat)
+ *   an input    split at the interface when all its uses want the same
+ *               split (a KV cache: each rank is given its heads)
+ *
+ * Literal elements of shape operands (a head count in a Reshape target, a
+ * section bound of a Slice) are rewritten where the value is theirs alone,
+ * or on a private copy of the chain that computes them.  Types follow the
+ * shardings: a split axis's static dim is divided by W.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "shard-internal.h"
+
+/* ------------------------------------------------------------------ rank data */
+
+struct rd_weight {
+	struct tpf_tensor *dst;
+	const struct tpf_tensor *src;
+	int axis;
+	struct sh_sections sec;
+	void *buf;
+};
+
+struct rd_bound {
+	struct tpf_tensor *t; /* int64 [1] or [k]; or NULL with an attribute */
+	struct tpf_node *node;
+	const char *attr;
+	int64_t base, step;   /* value for rank r: base + r * step */
+	enum tpf_dtype dtype;
+};
+
+struct sh_rank_data {
+	struct shard *s;
+	struct rd_weight *w;
+	size_t n_w, cap_w;
+	struct rd_bound *b;
+	size_t n_b, cap_b;
+	size_t allreduce, allgather, slices, inputs_split, outputs_split, weights_split;
+};
+
+static int push(void **arr, size_t *n, size_t *cap, size_t esz)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 16;
+		void *p = tpf_realloc(*arr, nc * esz);
+		if (!p)
+			return -1;
+		*arr = p;
+		*cap = nc;
+	}
+	memset((char *)*arr + *n * esz, 0, esz);
+	(*n)++;
+	return 0;
+}
+
+size_t sh_rank_count(const struct sh_rank_data *rd, const char *what)
+{
+	if (!strcmp(what, "allreduce"))
+		return rd->allreduce;
+	if (!strcmp(what, "allgather"))
+		return rd->allgather;
+	if (!strcmp(what, "slices"))
+		return rd->slices;
+	if (!strcmp(what, "inputs"))
+		return rd->inputs_split;
+	if (!strcmp(what, "outputs"))
+		return rd->outputs_split;
+	if (!strcmp(what, "weights"))
+		return rd->weights_split;
+	return 0;
+}
+
+static size_t tensor_bytes(enum tpf_dtype dt, int64_t count)
+{
+	size_t out = 0;
+	if (count < 0 || tpf_dtype_storage_bytes(dt, (uint64_t)count, &out))
+		return (size_t)-1;
+	return out;
+}
+
+enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d)
+{
+	int64_t W = rd->s->W;
+
+	for (size_t i = 0; i < rd->n_w; i++) {
+		struct rd_weight *w = &rd->w[i];
+		const struct tpf_tensor *src = w->src;
+		unsigned bits = tpf_dtype_bits(src->dtype);
+		int64_t outer = 1, inner = 1, D = src->dims[w->axis];
+		size_t nbytes = tensor_bytes(src->dtype, tpf_tensor_numel(w->dst));
+		unsigned char *out;
+		size_t pos = 0;
+
+		if (!src->data || (src->nbytes && src->nbytes < tensor_bytes(src->dtype, tpf_tensor_numel(src))))
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "initializer '%s': its data is not loaded", src->name);
+		for (int k = 0; k < w->axis; k++)
+			outer *= src->dims[k];
+		for (int k = w->axis + 1; k < src->rank; k++)
+			inner *= src->dims[k];
+		tpf_free(w->buf);
+		w->buf = out = tpf_malloc(nbytes ? nbytes : 1);
+		if (!out)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory slicing '%s'", src->name);
+		for (int64_t o = 0; o < outer; o++) {
+			int64_t off = 0;
+			for (int j = 0; j < w->sec.n; j++) {
+				int64_t part = w->sec.size[j] / W;
+				uint64_t first = (uint64_t)((o * D + off + rank * part) * inner) * bits;
+				uint64_t len = (uint64_t)(part * inner) * bits;
+				memcpy(out + pos, (const unsigned char *)src->data + first / 8, len / 8);
+				pos += len / 8;
+				off += w->sec.size[j];
+			}
+		}
+		w->dst->data = out;
+		w->dst->nbytes = nbytes;
+	}
+	for (size_t i = 0; i < rd->n_b; i++) {
+		struct rd_bound *b = &rd->b[i];
+		int64_t v = b->base + rank * b->step;
+		if (b->t) {
+			if (b->dtype == TPF_DTYPE_INT32) {
+				int32_t x = (int32_t)v;
+				memcpy((void *)b->t->data, &x, 4);
+			} else {
+				memcpy((void *)b->t->data, &v, 8);
+			}
+		} else if (b->node) {
+			const struct tpf_attr *a = tpf_node_attr(b->node, b->attr);
+			if (a && a->kind == TPF_ATTR_INTS && a->n == 1)
+				a->ints[0] = v;
+		}
+	}
+	{
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%d", rank);
+		if (tpf_model_set_metadata(rd->s->m, "tp_rank", buf))
+			return TPF_ERR_NOMEM;
+	}
+	return TPF_OK;
+}
+
+void sh_rank_release(struct sh_rank_data *rd)
+{
+	for (size_t i = 0; rd && i < rd->n_w; i++) {
+		tpf_free(rd->w[i].buf);
+		rd->w[i].buf = NULL;
+		rd->w[i].dst->data = NULL;
+		rd->w[i].dst->nbytes = 0;
+	}
+}
+
+void sh_rank_data_free(struct sh_rank_data *rd)
+{
+	if (!rd)
+		return;
+	sh_rank_release(rd);
+	tpf_free(rd->w);
+	tpf_free(rd->b);
+	tpf_free(rd);
+}
+
+/* ------------------------------------------------------------------ context */
+
+struct rw {
+	struct shard *s;
+	struct sh_prop *p;
+	struct sh_rank_data *rd;
+	struct tpf_graph *g;
+	struct tpf_diag *d;
+	/* conversions made, for sharing: (source value, target) -> value */
+	struct cache_ent {
+		struct tpf_value *from;
+		struct sh to;
+		struct tpf_value *val;
+	} *cache;
+	size_t n_cache, cap_cache;
+	uint8_t *iface;     /* by value id: graph input split at the interface */
+	struct sh *iface_sh;
+	struct tpf_value **replaced_inits; /* originals that may have become unused */
+	size_t n_replaced, cap_replaced;
+	int used_ms;
+	enum tpf_status st;
+};
+
+static int sh_same(struct sh a, struct sh b)
+{
+	return a.kind == b.kind && (a.kind != SH_S || (a.axis == b.axis && a.sect == b.sect));
+}
+
+static const struct sh_sections *sections_of(const struct shard *s, struct sh x, int64_t dim,
+					     struct sh_sections *one)
+{
+	const struct sh_sections *sec = sh_sect(s, x.sect);
+	if (sec)
+		return sec;
+	one->n = 1;
+	one->size[0] = dim;
+	return one;
+}
+
+static struct tpf_value *cache_get(struct rw *w, struct tpf_value *from, struct sh to)
+{
+	for (size_t i = 0; i < w->n_cache; i++)
+		if (w->cache[i].from == from && sh_same(w->cache[i].to, to))
+			return w->cache[i].val;
+	return NULL;
+}
+
+static void cache_put(struct rw *w, struct tpf_value *from, struct sh to, struct tpf_value *val)
+{
+	if (push((void **)&w->cache, &w->n_cache, &w->cap_cache, sizeof(*w->cache))) {
+		w->st = TPF_ERR_NOMEM;
+		return;
+	}
+	w->cache[w->n_cache - 1] = (struct cache_ent){from, to, val};
+}
+
+/* The type of v with its dims made local for sharding x. */
+static void set_local_type(struct rw *w, struct tpf_value *dst, const struct tpf_value *src,
+			   struct sh x)
+{
+	const struct sh_fact *f;
+	struct tpf_type t;
+	struct tpf_dim dims[TPF_MAX_RANK];
+	int r;
+
+	if (!dst)
+		return;
+	if (src->type.kind == TPF_TYPE_TENSOR && src->type.shape.rank >= 0) {
+		t = src->type;
+		r = t.shape.rank;
+		if (r > TPF_MAX_RANK)
+			return;
+		memcpy(dims, t.shape.dims, (size_t)r * sizeof(*dims));
+	} else {
+		f = sh_full(w->s, src);
+		memset(&t, 0, sizeof(t));
+		t.kind = TPF_TYPE_TENSOR;
+		t.dtype = src->type.dtype ? src->type.dtype
+					  : (src->init ? src->init->dtype : tpf_value_dtype(src));
+		r = f->rank;
+		if (r < 0 || r > TPF_MAX_RANK) {
+			if (t.dtype)
+				tpf_value_set_type(dst, t.dtype, -1, NULL);
+			return;
+		}
+		for (int i = 0; i < r; i++)
+			dims[i] = (struct tpf_dim){-1, NULL, NULL};
+	}
+	if (x.kind == SH_S && x.axis < r) {
+		struct tpf_dim *dm = &dims[x.axis];
+		if (!dm->param && dm->value > 0)
+			dm->value /= w->s->W;
+		else
+			*dm = (struct tpf_dim){-1, NULL, NULL};
+	}
+	t.shape.rank = r;
+	t.shape.dims = r ? dims : NULL;
+	t.denotation = NULL;
+	if (tpf_value_copy_type(dst, &t))
+		w->st = TPF_ERR_NOMEM;
+}
+
+static const char *node_name(struct rw *w, const char *base, const char *suffix)
+{
+	char buf[512];
+	snprintf(buf, sizeof(buf), "%s/%s", base && *base ? base : "shard", suffix);
+	return tpf_arena_strdup(w->g->arena, buf);
+}
+
+static struct tpf_node *insert(struct rw *w, struct tpf_node *before, const char *domain,
+			       const char *op, const char *name, struct tpf_value **in, size_t ni,
+			       size_t no)
+{
+	struct tpf_node *n = tpf_graph_insert_node(w->g, before, domain, op, name, in, ni, no, NULL);
+	if (!n) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	n->origin_pass = "shard";
+	if (domain && !strcmp(domain, TPF_MS_DOMAIN))
+		w->used_ms = 1;
+	return n;
+}
+
+/* Where a conversion of v goes: right after its producer (inputs and
+ * initializers: before the first node). */
+static struct tpf_node *after_producer(struct rw *w, struct tpf_value *v)
+{
+	if (v->producer)
+		return v->producer->next;
+	return w->g->first;
+}
+
+static struct tpf_value *new_i64(struct rw *w, const char *base, const int64_t *vals, int k,
+				 enum tpf_dtype dt)
+{
+	int64_t dim = k;
+	const char *nm = tpf_graph_unique_name(w->g, base);
+	struct tpf_value *v;
+
+	if (!nm) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	if (dt == TPF_DTYPE_INT32) {
+		int32_t tmp[64];
+		for (int i = 0; i < k && i < 64; i++)
+			tmp[i] = (int32_t)vals[i];
+		v = tpf_graph_add_initializer(w->g, nm, dt, 1, &dim, tmp, (size_t)k * 4);
+	} else {
+		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, 1, &dim, vals, (size_t)k * 8);
+	}
+	if (!v)
+		w->st = TPF_ERR_NOMEM;
+	return v;
+}
+
+static struct tpf_value *new_scalar(struct rw *w, const char *base, int64_t val,
+				    enum tpf_dtype dt)
+{
+	const char *nm = tpf_graph_unique_name(w->g, base);
+	struct tpf_value *v;
+	if (!nm) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	if (dt == TPF_DTYPE_INT32) {
+		int32_t x = (int32_t)val;
+		v = tpf_graph_add_initializer(w->g, nm, dt, 0, NULL, &x, 4);
+	} else {
+		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, 0, NULL, &val, 8);
+	}
+	if (!v)
+		w->st = TPF_ERR_NOMEM;
+	return v;
+}
+
+/* A rank-dependent int tensor: base + rank * step. */
+static struct tpf_value *rank_value(struct rw *w, const char *base, int64_t b, int64_t step,
+				    int scalar, enum tpf_dtype dt)
+{
+	struct tpf_value *v = scalar ? new_scalar(w, base, b, dt) : new_i64(w, base, &b, 1, dt);
+	if (!v)
+		return NULL;
+	if (push((void **)&w->rd->b, &w->rd->n_b, &w->rd->cap_b, sizeof(*w->rd->b))) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	w->rd->b[w->rd->n_b - 1] = (struct rd_bound){v->init, NULL, NULL, b, step, dt};
+	return v;
+}
+
+/* ------------------------------------------------------------------ conversions */
+
+static struct tpf_value *allreduce(struct rw *w, struct tpf_value *v)
+{
+	struct tpf_node *n;
+	struct tpf_value *c = cache_get(w, v, (struct sh){SH_R, 0, 0});
+	if (c)
+		return c;
+	n = insert(w, after_producer(w, v), TPF_MS_DOMAIN, "AllReduce",
+		   node_name(w, v->producer ? v->producer->name : v->name, "AllReduce"), &v, 1, 1);
+	if (!n)
+		return NULL;
+	set_local_type(w, n->outputs[0], v, (struct sh){SH_R, 0, 0});
+	w->rd->allreduce++;
+	cache_put(w, v, (struct sh){SH_R, 0, 0}, n->outputs[0]);
+	return n->outputs[0];
+}
+
+static struct tpf_value *allgather(struct rw *w, struct tpf_value *v, struct sh from)
+{
+	const struct sh_fact *f = sh_full(w->s, v);
+	struct tpf_value *c = cache_get(w, v, (struct sh){SH_R, 1, 0}), *res;
+	struct tpf_node *n, *before;
+	struct sh_sections one;
+	const struct sh_sections *sec;
+	int r = f->rank;
+
+	if (c)
+		return c;
+	if (r < 0 || from.axis >= r) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': cannot gather a tensor of unknown rank", v->name);
+		return NULL;
+	}
+	before = after_producer(w, v);
+	n = insert(w, before, TPF_MS_DOMAIN, "AllGather",
+		   node_name(w, v->producer ? v->producer->name : v->name, "AllGather"), &v, 1, 1);
+	if (!n)
+		return NULL;
+	if (tpf_node_set_attr_int(n, "axis", from.axis == r - 1 ? -1 : from.axis) ||
+	    tpf_node_set_attr_int(n, "group_size", w->s->W)) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	w->rd->allgather++;
+	res = n->outputs[0];
+	sec = sections_of(w->s, from, f->dims[from.axis], &one);
+	if (sec->n > 1) {
+		/* rank-major pieces back into section order */
+		size_t k = (size_t)sec->n * (size_t)w->s->W;
+		int64_t sizes[SH_MAX_SECT * 64];
+		struct tpf_value *parts[SH_MAX_SECT * 64];
+		struct tpf_node *sp, *cat;
+		if (k > SH_MAX_SECT * 64) {
+			w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': too many pieces to gather", v->name);
+			return NULL;
+		}
+		set_local_type(w, res, v, (struct sh){SH_R, 0, 0});
+		for (int rk = 0; rk < w->s->W; rk++)
+			for (int j = 0; j < sec->n; j++)
+				sizes[rk * sec->n + j] = sec->size[j] / w->s->W;
+		struct tpf_value *in2[2] = {res, new_i64(w, "shard_sections", sizes, (int)k, TPF_DTYPE_INT64)};
+		if (!in2[1])
+			return NULL;
+		sp = insert(w, before, "", "Split", node_name(w, n->name, "Split"), in2, 2, k);
+		if (!sp || tpf_node_set_attr_int(sp, "axis", from.axis)) {
+			w->st = TPF_ERR_NOMEM;
+			return NULL;
+		}
+		for (int j = 0; j < sec->n; j++)
+			for (int rk = 0; rk < w->s->W; rk++)
+				parts[j * w->s->W + rk] = sp->outputs[rk * sec->n + j];
+		cat = insert(w, before, "", "Concat", node_name(w, n->name, "Concat"), parts, k, 1);
+		if (!cat || tpf_node_set_attr_int(cat, "axis", from.axis)) {
+			w->st = TPF_ERR_NOMEM;
+			return NULL;
+		}
+		res = cat->outputs[0];
+	}
+	set_local_type(w, res, v, (struct sh){SH_R, 0, 0});
+	cache_put(w, v, (struct sh){SH_R, 1, 0}, res);
+	return res;
+}
+
+static void note_replaced(struct rw *w, struct tpf_value *v)
+{
+	if (!v || v->kind != TPF_VALUE_INITIALIZER)
+		return;
+	for (size_t i = 0; i < w->n_replaced; i++)
+		if (w->replaced_inits[i] == v)
+			return;
+	if (push((void **)&w->replaced_inits, &w->n_replaced, &w->cap_replaced, sizeof(*w->replaced_inits)))
+		w->st = TPF_ERR_NOMEM;
+	else
+		w->replaced_inits[w->n_replaced - 1] = v;
+}
+
+/* A sliced copy of constant tensor t along `axis` (filled per rank). */
+static struct tpf_value *sliced_constant(struct rw *w, struct tpf_value *v,
+					 const struct tpf_tensor *t, int axis,
+					 const struct sh_sections *sec)
+{
+	int64_t dims[TPF_MAX_RANK], inner = 1;
+	unsigned bits = tpf_dtype_bits(t->dtype);
+	struct tpf_tensor *nt;
+	struct tpf_value *nv;
+	const char *nm;
+
+	if (t->rank <= axis || !bits || t->dtype == TPF_DTYPE_STRING) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "constant '%s' cannot be sliced on axis %d",
+				      v->name, axis);
+		return NULL;
+	}
+	memcpy(dims, t->dims, (size_t)t->rank * sizeof(int64_t));
+	dims[axis] /= w->s->W;
+	for (int k = axis + 1; k < t->rank; k++)
+		inner *= t->dims[k];
+	for (int j = 0; j < sec->n; j++)
+		if (((sec->size[j] / w->s->W) * inner * bits) % 8) {
+			w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED,
+					      "constant '%s': a slice of %" PRId64 " rows of a %u-bit type is not whole bytes",
+					      v->name, sec->size[j] / w->s->W, bits);
+			return NULL;
+		}
+	{
+		char base[400];
+		snprintf(base, sizeof(base), "%s.rank_part", v->name);
+		nm = tpf_graph_unique_name(w->g, base);
+	}
+	nt = nm ? tpf_tensor_create(w->g->arena, nm, t->dtype, t->rank, dims, NULL, 0) : NULL;
+	nv = nt ? tpf_graph_add_initializer_tensor(w->g, nt) : NULL;
+	if (!nv || push((void **)&w->rd->w, &w->rd->n_w, &w->rd->cap_w, sizeof(*w->rd->w))) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	w->rd->w[w->rd->n_w - 1] = (struct rd_weight){nt, t, axis, *sec, NULL};
+	w->rd->weights_split++;
+	note_replaced(w, v);
+	return nv;
+}
+
+static size_t uses_of(const struct tpf_value *v)
+{
+	return tpf_value_use_count(v);
+}
+
+/* R -> S of a constant or of a weight chain over one. */
+static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axis,
+				      const struct sh_sections *sec, int depth)
+{
+	const struct tpf_tensor *t = tpf_value_constant(v);
+	struct tpf_node *p = v->producer, *use;
+	struct tpf_value *base;
+	int baxis = axis;
+
+	if (t)
+		return sliced_constant(w, v, t, axis, sec);
+	if (!p || depth > 4 || !p->n_inputs || !p->inputs[0])
+		return NULL;
+	if (sh_is(p, "Transpose")) {
+		const struct tpf_attr *pa = tpf_node_attr(p, "perm");
+		int r = sh_full(w->s, v)->rank;
+		if (r < 0)
+			return NULL;
+		baxis = pa && pa->n == (size_t)r ? (int)pa->ints[axis] : r - 1 - axis;
+	} else if (!sh_is(p, "Identity") && !sh_is(p, "Cast") && !sh_is(p, "DequantizeLinear")) {
+		return NULL;
+	}
+	base = slice_weight(w, p->inputs[0], baxis, sec, depth + 1);
+	if (!base)
+		return NULL;
+	if (uses_of(v) == 1 && !tpf_value_is_graph_output(v)) {
+		if (tpf_node_set_input(p, 0, base)) {
+			w->st = TPF_ERR_NOMEM;
+			return NULL;
+		}
+		use = p;
+	} else {
+		struct tpf_value *in[8];
+		size_t k = p->n_inputs < 8 ? p->n_inputs : 8;
+		memcpy(in, p->inputs, k * sizeof(*in));
+		in[0] = base;
+		use = insert(w, p->next, p->domain, p->op_type, node_name(w, p->name, "rank_part"), in, k, 1);
+		if (!use)
+			return NULL;
+		for (size_t a = 0; a < p->n_attrs; a++)
+			if (tpf_node_add_attr(use, &p->attrs[a])) {
+				w->st = TPF_ERR_NOMEM;
+				return NULL;
+			}
+	}
+	{
+		struct sh x = {SH_S, (int8_t)axis, 0};
+		set_local_type(w, use->outputs[0], v, x);
+	}
+	return use->outputs[0];
+}
+
+/* R -> S(axis, sections) of a computed value: a Slice per section. */
+static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct sh to)
+{
+	const struct sh_fact *f = sh_full(w->s, v);
+	struct sh_sections one;
+	const struct sh_sections *sec;
+	struct tpf_value *parts[SH_MAX_SECT];
+	struct tpf_node *before = after_producer(w, v);
+	int64_t off = 0, W = w->s->W;
+	int r = f->rank;
+
+	if (r < 0 || to.axis >= r || f->dims[to.axis] < 0) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': cannot slice an axis of unknown size",
+				      v->name);
+		return NULL;
+	}
+	sec = sections_of(w->s, to, f->dims[to.axis], &one);
+	for (int j = 0; j < sec->n; j++) {
+		int64_t part = sec->size[j] / W, ax = to.axis;
+		struct tpf_value *in[4];
+		struct tpf_node *n;
+		in[0] = v;
+		in[1] = rank_value(w, "shard_start", off, part, 0, TPF_DTYPE_INT64);
+		in[2] = rank_value(w, "shard_end", off + part, part, 0, TPF_DTYPE_INT64);
+		in[3] = new_i64(w, "shard_axis", &ax, 1, TPF_DTYPE_INT64);
+		if (!in[1] || !in[2] || !in[3])
+			return NULL;
+		n = insert(w, before, "", "Slice",
+			   node_name(w, v->producer ? v->producer->name : v->name, "rank_part"), in, 4, 1);
+		if (!n)
+			return NULL;
+		w->rd->slices++;
+		parts[j] = n->outputs[0];
+		{
+			struct sh_sections s1 = {.n = 1, .size = {sec->size[j]}};
+			(void)s1;
+			struct sh x = {SH_S, (int8_t)to.axis, 0};
+			set_local_type(w, parts[j], v, x);
+			if (sec->n > 1 && parts[j]->type.kind == TPF_TYPE_TENSOR &&
+			    parts[j]->type.shape.rank > to.axis)
+				parts[j]->type.shape.dims[to.axis] = (struct tpf_dim){part, NULL, NULL};
+		}
+		off += sec->size[j];
+	}
+	if (sec->n == 1)
+		return parts[0];
+	{
+		struct tpf_node *cat = insert(w, before, "", "Concat",
+					      node_name(w, v->producer ? v->producer->name : v->name, "rank_parts"),
+					      parts, (size_t)sec->n, 1);
+		if (!cat || tpf_node_set_attr_int(cat, "axis", to.axis)) {
+			w->st = TPF_ERR_NOMEM;
+			return NULL;
+		}
+		set_local_type(w, cat->outputs[0], v, to);
+		return cat->outputs[0];
+	}
+}
+
+static struct tpf_value *convert(struct rw *w, struct tpf_value *v, struct sh from, struct sh to)
+{
+	struct tpf_value *c;
+
+	if (sh_same(from, to))
+		return v;
+	if ((c = cache_get(w, v, to)))
+		return c;
+	if (to.kind == SH_R) {
+		if (from.kind == SH_P)
+			return allreduce(w, v);
+		if (from.kind == SH_S)
+			return allgather(w, v, from);
+		return v;
+	}
+	if (to.kind == SH_S) {
+		struct tpf_value *src = v;
+		const struct sh_fact *f = sh_full(w->s, v);
+		struct sh_sections one;
+		if (from.kind == SH_P)
+			src = allreduce(w, v);
+		else if (from.kind == SH_S)
+			src = allgather(w, v, from);
+		if (!src)
+			return NULL;
+		if (src == v && v->kind == TPF_VALUE_GRAPH_INPUT && v->id < w->s->n_values0 &&
+		    w->iface[v->id])
+			return v;
+		if (src == v) {
+			struct tpf_value *wv = slice_weight(w, v, to.axis,
+							    sections_of(w->s, to, f->rank > to.axis ? f->dims[to.axis] : -1, &one), 0);
+			if (w->st)
+				return NULL;
+			if (wv) {
+				cache_put(w, v, to, wv);
+				return wv;
+			}
+		}
+		c = local_slice(w, src, to);
+		if (c)
+			cache_put(w, v, to, c);
+		return c;
+	}
+	w->st = tpf_diag_fail(w->d, TPF_ERR_INVALID, "value '%s': no conversion to partial sums", v->name);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ literal edits */
+
+struct change {
+	int elem;
+	int64_t value;
+};
+
+struct edit_group {
+	struct tpf_node *node;
+	int index;
+	struct change ch[SH_MAX_VALS];
+	int n;
+};
+
+static int changes_equal(const struct edit_group *a, const struct edit_group *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++)
+		if (a->ch[i].elem != b->ch[i].elem || a->ch[i].value != b->ch[i].value)
+			return 0;
+	return 1;
+}
+
+static void apply_use(struct rw *w, struct tpf_node *user, int index, const struct change *ch,
+		      int n, int depth);
+
+static struct tpf_tensor *edited_tensor(struct rw *w, const struct tpf_tensor *t, const char *name,
+					const struct change *ch, int n)
+{
+	struct tpf_tensor *nt = tpf_tensor_create(w->g->arena, name, t->dtype, t->rank, t->dims,
+						  t->data, t->nbytes);
+	if (!nt) {
+		w->st = TPF_ERR_NOMEM;
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		if (t->dtype == TPF_DTYPE_INT64 && (size_t)(ch[i].elem + 1) * 8 <= t->nbytes)
+			memcpy((char *)nt->data + ch[i].elem * 8, &ch[i].value, 8);
+		else if (t->dtype == TPF_DTYPE_INT32 && (size_t)(ch[i].elem + 1) * 4 <= t->nbytes) {
+			int32_t x = (int32_t)ch[i].value;
+			memcpy((char *)nt->data + ch[i].elem * 4, &x, 4);
+		} else {
+			w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "constant '%s' cannot be edited", name);
+			return NULL;
+		}
+	}
+	return nt;
+}
+
+/* Rewrites value v itself (every user wants the change). */
+static void apply_value(struct rw *w, struct tpf_value *v, const struct change *ch, int n, int depth)
+{
+	struct tpf_node *p = v->producer;
+
+	if (depth > 16) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': chain too deep to edit", v->name);
+		return;
+	}
+	if (v->kind == TPF_VALUE_INITIALIZER && v->init) {
+		struct tpf_tensor *nt = edited_tensor(w, v->init, v->init->name, ch, n);
+		if (nt)
+			v->init = nt;
+		return;
+	}
+	if (p && sh_is(p, "Constant")) {
+		const struct tpf_tensor *t = tpf_value_constant(v);
+		struct tpf_tensor *nt = t ? edited_tensor(w, t, t->name, ch, n) : NULL;
+		if (!nt)
+			return;
+		for (size_t a = p->n_attrs; a-- > 0;)
+			if (tpf_node_remove_attr(p, p->attrs[a].name)) {
+				w->st = TPF_ERR_NOMEM;
+				return;
+			}
+		if (tpf_node_set_attr_tensor(p, "value", nt))
+			w->st = TPF_ERR_NOMEM;
+		return;
+	}
+	if (p && sh_is(p, "Concat")) {
+		int off = 0;
+		for (size_t i = 0; i < p->n_inputs; i++) {
+			int64_t k = sh_numel(sh_full(w->s, p->inputs[i]));
+			struct change sub[SH_MAX_VALS];
+			int m = 0;
+			if (k < 0)
+				k = sh_numel(sh_eval_fact(&w->s->ev, p->inputs[i]));
+			for (int j = 0; j < n; j++)
+				if (ch[j].elem >= off && ch[j].elem < off + k)
+					sub[m++] = (struct change){ch[j].elem - off, ch[j].value};
+			if (m)
+				apply_use(w, p, (int)i, sub, m, depth + 1);
+			off += (int)k;
+		}
+		return;
+	}
+	if (p && (sh_is(p, "Unsqueeze") || sh_is(p, "Squeeze") || sh_is(p, "Reshape") ||
+		  sh_is(p, "Identity") || sh_is(p, "Cast") || sh_is(p, "Flatten"))) {
+		apply_use(w, p, 0, ch, n, depth + 1);
+		return;
+	}
+	w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': not a literal to edit", v->name);
+}
+
+/* A private copy of what user's operand `index` reads, with the change. */
+static void privatize(struct rw *w, struct tpf_node *user, int index, const struct change *ch, int n,
+		      int depth)
+{
+	struct tpf_value *v = user->inputs[index];
+	const struct tpf_tensor *t = tpf_value_constant(v);
+	struct tpf_node *p = v->producer;
+
+	if (t) {
+		char base[400];
+		const char *nm;
+		struct tpf_tensor *nt;
+		struct tpf_value *nv;
+		snprintf(base, sizeof(base), "%s.rank_local", v->name);
+		nm = tpf_graph_unique_name(w->g, base);
+		nt = nm ? edited_tensor(w, t, nm, ch, n) : NULL;
+		nv = nt ? tpf_graph_add_initializer_tensor(w->g, nt) : NULL;
+		if (!nv || tpf_node_set_input(user, (size_t)index, nv)) {
+			if (!w->st)
+				w->st = TPF_ERR_NOMEM;
+			return;
+		}
+		if (p && sh_is(p, "Constant") && !uses_of(v))
+			tpf_graph_erase_node(w->g, p);
+		return;
+	}
+	if (!p) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': not a literal to edit", v->name);
+		return;
+	}
+	{
+		struct tpf_node *cl = insert(w, user, p->domain, p->op_type, node_name(w, p->name, "rank_local"),
+					     p->inputs, p->n_inputs, p->n_outputs);
+		if (!cl)
+			return;
+		for (size_t a = 0; a < p->n_attrs; a++)
+			if (tpf_node_add_attr(cl, &p->attrs[a])) {
+				w->st = TPF_ERR_NOMEM;
+				return;
+			}
+		for (size_t j = 0; j < p->n_outputs; j++)
+			if (p->outputs[j] && cl->outputs[j] && p->outputs[j]->type.kind != TPF_TYPE_NONE &&
+			    tpf_value_copy_type(cl->outputs[j], &p->outputs[j]->type)) {
+				w->st = TPF_ERR_NOMEM;
+				return;
+			}
+		if (tpf_node_set_input(user, (size_t)index, cl->outputs[v->producer_index])) {
+			w->st = TPF_ERR_NOMEM;
+			return;
+		}
+		apply_value(w, cl->outputs[v->producer_index], ch, n, depth + 1);
+	}
+}
+
+static void apply_use(struct rw *w, struct tpf_node *user, int index, const struct change *ch,
+		      int n, int depth)
+{
+	struct tpf_value *v = user->inputs[index];
+	if (uses_of(v) == 1 && !(v->kind == TPF_VALUE_INITIALIZER && v->is_graph_input))
+		apply_value(w, v, ch, n, depth);
+	else
+		privatize(w, user, index, ch, n, depth);
+}
+
+static void apply_attr_edit(struct rw *w, const struct sh_elem_edit *e)
+{
+	const struct tpf_attr *a = tpf_node_attr(e->node, e->attr);
+	int64_t vals[256];
+	if (!a || a->kind != TPF_ATTR_INTS || a->n > 256 || e->elem >= (int)a->n) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_INVALID, "attribute '%s' cannot be edited", e->attr);
+		return;
+	}
+	memcpy(vals, a->ints, a->n * sizeof(int64_t));
+	vals[e->elem] = e->value;
+	if (tpf_node_set_attr_ints(e->node, e->attr, vals, a->n))
+		w->st = TPF_ERR_NOMEM;
+}
+
+static void apply_edits(struct rw *w)
+{
+	struct sh_prop *p = w->p;
+	struct edit_group *gr = NULL;
+	size_t ng = 0, cap = 0;
+
+	for (size_t i = 0; i < p->n_edits && !w->st; i++) {
+		const struct sh_elem_edit *e = &p->edits[i];
+		size_t k;
+		if (e->index < 0) {
+			apply_attr_edit(w, e);
+			continue;
+		}
+		for (k = 0; k < ng; k++)
+			if (gr[k].node == e->node && gr[k].index == e->index)
+				break;
+		if (k == ng) {
+			if (push((void **)&gr, &ng, &cap, sizeof(*gr))) {
+				w->st = TPF_ERR_NOMEM;
+				break;
+			}
+			gr[k].node = e->node;
+			gr[k].index = e->index;
+		}
+		{
+			int j;
+			for (j = 0; j < gr[k].n; j++)
+				if (gr[k].ch[j].elem == e->elem)
+					break;
+			if (j == gr[k].n && gr[k].n < SH_MAX_VALS)
+				gr[k].n++;
+			gr[k].ch[j] = (struct change){e->elem, e->value};
+		}
+	}
+	/* groups on one value with the same change and no other users: in place */
+	for (size_t i = 0; i < ng && !w->st; i++) {
+		struct tpf_value *v;
+		size_t same = 0, users;
+		int all_same = 1;
+		if (gr[i].node == NULL)
+			continue;
+		v = gr[i].node->inputs[gr[i].index];
+		users = uses_of(v);
+		for (size_t k = 0; k < ng; k++) {
+			if (!gr[k].node || gr[k].node->inputs[gr[k].index] != v)
+				continue;
+			same++;
+			if (!changes_equal(&gr[k], &gr[i]))
+				all_same = 0;
+		}
+		if (all_same && same == users && !(v->kind == TPF_VALUE_INITIALIZER && v->is_graph_input)) {
+			apply_value(w, v, gr[i].ch, gr[i].n, 0);
+			for (size_t k = 0; k < ng; k++)
+				if (k != i && gr[k].node && gr[k].node->inputs[gr[k].index] == v)
+					gr[k].node = NULL;
+		} else {
+			privatize(w, gr[i].node, gr[i].index, gr[i].ch, gr[i].n, 0);
+		}
+		gr[i].node = NULL;
+	}
+	tpf_free(gr);
+}
+
+/* ------------------------------------------------------------------ vocab-parallel embedding */
+
+static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *table_local)
+{
+	struct tpf_value *ids = n->inputs[1], *in[3], *shifted, *neg, *big, *ok, *safe, *g, *m;
+	const struct tpf_tensor *t = tpf_value_constant(n->inputs[0]);
+	enum tpf_dtype idt = tpf_value_dtype(ids);
+	int64_t rows = t->dims[0] / w->s->W, zero = 0, axis_last = -1;
+	struct tpf_node *k;
+	struct tpf_value *lo, *len, *z, *ax;
+
+	if (idt != TPF_DTYPE_INT32)
+		idt = TPF_DTYPE_INT64;
+	lo = rank_value(w, "vocab_start", 0, rows, 1, idt);
+	len = new_scalar(w, "vocab_rows", rows, idt);
+	z = new_scalar(w, "vocab_zero", zero, idt);
+	ax = new_i64(w, "vocab_axis", &axis_last, 1, TPF_DTYPE_INT64);
+	if (!lo || !len || !z || !ax)
+		return;
+	in[0] = ids;
+	in[1] = lo;
+	if (!(k = insert(w, n, "", "Sub", node_name(w, n->name, "vocab_shift"), in, 2, 1)))
+		return;
+	shifted = k->outputs[0];
+	in[0] = shifted;
+	in[1] = z;
+	if (!(k = insert(w, n, "", "Less", node_name(w, n->name, "vocab_below"), in, 2, 1)))
+		return;
+	neg = k->outputs[0];
+	in[1] = len;
+	if (!(k = insert(w, n, "", "Less", node_name(w, n->name, "vocab_before_end"), in, 2, 1)))
+		return;
+	big = k->outputs[0];
+	in[0] = neg;
+	in[1] = big;
+	if (!(k = insert(w, n, "", "Equal", node_name(w, n->name, "vocab_outside"), in, 2, 1)))
+		return;
+	in[0] = k->outputs[0];
+	if (!(k = insert(w, n, "", "Not", node_name(w, n->name, "vocab_inside"), in, 1, 1)))
+		return;
+	ok = k->outputs[0];
+	in[0] = ok;
+	in[1] = shifted;
+	in[2] = z;
+	if (!(k = insert(w, n, "", "Where", node_name(w, n->name, "vocab_index"), in, 3, 1)))
+		return;
+	safe = k->outputs[0];
+	if (tpf_node_set_input(n, 0, table_local) || tpf_node_set_input(n, 1, safe)) {
+		w->st = TPF_ERR_NOMEM;
+		return;
+	}
+	g = n->outputs[0];
+	in[0] = ok;
+	if (!(k = insert(w, n->next, "", "Cast", node_name(w, n->name, "vocab_mask"), in, 1, 1)) ||
+	    tpf_node_set_attr_int(k, "to", t->dtype)) {
+		w->st = TPF_ERR_NOMEM;
+		return;
+	}
+	in[0] = k->outputs[0];
+	in[1] = ax;
+	{
+		struct tpf_node *after = k->next;
+		if (!(k = insert(w, after, "", "Unsqueeze", node_name(w, n->name, "vocab_mask_unsqueeze"), in, 2, 1)))
+			return;
+		m = k->outputs[0];
+		in[0] = g;
+		in[1] = m;
+		after = k->next;
+		if (!(k = insert(w, after, "", "Mul", node_name(w, n->name, "vocab_masked"), in, 2, 1)))
+			return;
+	}
+	/* users of the lookup read the masked one */
+	{
+		struct tpf_value *masked = k->outputs[0];
+		const char *name = g->name;
+		for (size_t u = g->n_uses; u-- > 0;) {
+			struct tpf_use us = g->uses[u];
+			if (us.node != k && us.index >= 0 && tpf_node_set_input(us.node, (size_t)us.index, masked)) {
+				w->st = TPF_ERR_NOMEM;
+				return;
+			}
+		}
+		if (tpf_value_is_graph_output(g)) {
+			for (size_t i = 0; i < w->g->n_outputs; i++)
+				if (w->g->outputs[i] == g && tpf_graph_set_output(w->g, i, masked)) {
+					w->st = TPF_ERR_NOMEM;
+					return;
+				}
+		}
+		(void)name;
+		if (g->type.kind == TPF_TYPE_TENSOR && tpf_value_copy_type(masked, &g->type))
+			w->st = TPF_ERR_NOMEM;
+	}
+}
+
+/* ------------------------------------------------------------------ the rewrite */
+
+/* Values whose users see it as a local slice of a graph input: the
+ * interface is split instead (all uses want the same split). */
+static void decide_interfaces(struct rw *w)
+{
+	struct shard *s = w->s;
+	struct sh_prop *p = w->p;
+
+	for (size_t i = 0; i < s->g->n_inputs; i++) {
+		struct tpf_value *v = s->g->inputs[i];
+		size_t convs = 0;
+		struct sh target = {0};
+		int ok = 1;
+		if (!v || v->kind != TPF_VALUE_GRAPH_INPUT || v->id >= s->n_values0)
+			continue;
+		for (size_t k = 0; k < p->n_convs; k++) {
+			const struct sh_conv *c = &p->convs[k];
+			if (c->kind != CONV_INPUT || c->node->inputs[c->index] != v)
+				continue;
+			if (c->from.kind != SH_R || c->to.kind != SH_S ||
+			    (convs && !sh_same(target, c->to)))
+				ok = 0;
+			target = c->to;
+			convs++;
+		}
+		if (ok && convs && convs == v->n_uses && !tpf_value_is_graph_output(v)) {
+			w->iface[v->id] = 1;
+			w->iface_sh[v->id] = target;
+		}
+	}
+}
+
+/* Whether an output split should stay split: it is a state the caller
+ * feeds back (it comes from a split graph input through data movement). */
+static int is_state(struct rw *w, const struct tpf_value *v, int depth)
+{
+	const struct tpf_node *n = v ? v->producer : NULL;
+	if (!v || depth > 8)
+		return 0;
+	if (v->kind == TPF_VALUE_GRAPH_INPUT)
+		return v->id < w->s->n_values0 && w->iface[v->id];
+	if (!n)
+		return 0;
+	if (sh_is(n, "Concat")) {
+		for (size_t i = 0; i < n->n_inputs; i++)
+			if (is_state(w, n->inputs[i], depth + 1))
+				return 1;
+		return 0;
+	}
+	if (sh_is(n, "Identity") || sh_is(n, "Reshape") || sh_is(n, "Transpose") || sh_is(n, "Cast"))
+		return is_state(w, n->inputs[0], depth + 1);
+	return 0;
+}
+
+static void rename_swap(struct rw *w, struct tpf_value *old, struct tpf_value *nw)
+{
+	char base[512];
+	const char *keep = old->name, *tmp;
+	snprintf(base, sizeof(base), "%s_rank_local", keep);
+	tmp = tpf_graph_unique_name(w->g, base);
+	if (!tmp || tpf_value_rename(old, tmp) || tpf_value_rename(nw, keep))
+		w->st = TPF_ERR_NOMEM;
+}
+
+/* An output conversion: users of u (all but the conversion) read c. */
+static void redirect(struct rw *w, struct tpf_value *u, struct tpf_value *c)
+{
+	struct tpf_node *cn = c->producer;
+	int out = tpf_value_is_graph_output(u);
+
+	for (size_t k = u->n_uses; k-- > 0;) {
+		struct tpf_use us = u->uses[k];
+		struct tpf_node *x = us.node;
+		int mine = 0;
+		/* the conversion's own nodes read u */
+		for (struct tpf_node *q = cn; q && !mine; q = q->prev) {
+			if (q == x)
+				mine = 1;
+			if (q == u->producer)
+				break;
+		}
+		if (mine || us.index < 0)
+			continue;
+		if (tpf_node_set_input(x, (size_t)us.index, c)) {
+			w->st = TPF_ERR_NOMEM;
+			return;
+		}
+	}
+	if (out) {
+		for (size_t i = 0; i < w->g->n_outputs; i++)
+			if (w->g->outputs[i] == u && tpf_graph_set_output(w->g, i, c)) {
+				w->st = TPF_ERR_NOMEM;
+				return;
+			}
+		rename_swap(w, u, c);
+	}
+}
+
+/* Values whose shape comes from computed dims: their declared shapes may
+ * no longer hold; shape inference gives them again. */
+static int shape_from_values(const struct tpf_node *n)
+{
+	return n && (sh_is(n, "Expand") || sh_is(n, "ConstantOfShape") || sh_is(n, "Reshape") ||
+		     sh_is(n, "Tile") || sh_is(n, "Range") || sh_is(n, "Slice") || sh_is(n, "Pad") ||
+		     sh_is(n, "Resize") || sh_is(n, "Split"));
+}
+
+enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rdp)
+{
+	struct rw w;
+	struct sh *raw;
+	size_t nconv = p->n_convs;
+
+	memset(&w, 0, sizeof(w));
+	w.s = s;
+	w.p = p;
+	w.g = s->g;
+	w.d = s->d;
+	w.rd = tpf_calloc(1, sizeof(*w.rd));
+	w.iface = tpf_calloc(s->n_values0 + 1, 1);
+	w.iface_sh = tpf_calloc(s->n_values0 + 1, sizeof(*w.iface_sh));
+	raw = tpf_calloc(s->n_values0 + 1, sizeof(*raw));
+	if (!w.rd || !w.iface || !w.iface_sh || !raw) {
+		tpf_free(w.iface);
+		tpf_free(w.iface_sh);
+		tpf_free(raw);
+		tpf_free(w.rd);
+		return TPF_ERR_NOMEM;
+	}
+	w.rd->s = s;
+	memcpy(raw, p->sh, s->n_values0 * sizeof(*raw));
+	for (size_t k = 0; k < nconv; k++) {
+		const struct sh_conv *c = &p->convs[k];
+		if (c->kind == CONV_OUTPUT && c->node->outputs[c->index])
+			raw[c->node->outputs[c->index]->id] = c->from;
+	}
+	decide_interfaces(&w);
+
+	/* 1. types of the original values (before anything is rewired) */
+	for (size_t i = 0; i < s->n_values0; i++) {
+		struct tpf_value *v = s->g->values[i];
+		struct sh x;
+		if (!v || v->kind == TPF_VALUE_INITIALIZER)
+			continue;
+		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w.iface[i] ? w.iface_sh[i] : (struct sh){SH_R, 0, 0})
+						      : raw[i];
+		if (x.kind == SH_S) {
+			set_local_type(&w, v, v, x);
+		} else if (v->producer && shape_from_values(v->producer) &&
+			   v->type.kind == TPF_TYPE_TENSOR) {
+			/* leave static dims that the evaluation confirms */
+			const struct sh_fact *f = sh_full(s, v);
+			if (f->rank == v->type.shape.rank)
+				set_local_type(&w, v, v, (struct sh){SH_R, 0, 0});
+		}
+		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
+			w.rd->inputs_split++;
+	}
+	/* 2. literal elements of shape operands */
+	apply_edits(&w);
+
+	/* 3. conversions into operands */
+	for (size_t k = 0; k < nconv && !w.st; k++) {
+		const struct sh_conv *c = &p->convs[k];
+		struct tpf_value *v, *nv;
+		if (c->kind != CONV_INPUT)
+			continue;
+		v = c->node->inputs[c->index];
+		if (!v)
+			continue;
+		if (c->to.kind == SH_S && c->from.kind == SH_R && sh_is(c->node, "Gather") &&
+		    c->index == 0 && p->sh[c->node->outputs[0]->id].kind == SH_P) {
+			nv = convert(&w, v, c->from, c->to);
+			if (nv)
+				embed_rewrite(&w, c->node, nv);
+			continue;
+		}
+		nv = convert(&w, v, c->from, c->to);
+		if (!nv)
+			break;
+		if (nv != v && tpf_node_set_input(c->node, (size_t)c->index, nv))
+			w.st = TPF_ERR_NOMEM;
+	}
+	/* 4. conversions of outputs (a norm resliced, an LM head gathered) */
+	for (size_t k = 0; k < nconv && !w.st; k++) {
+		const struct sh_conv *c = &p->convs[k];
+		struct tpf_value *u, *nv;
+		if (c->kind != CONV_OUTPUT)
+			continue;
+		u = c->node->outputs[c->index];
+		if (!u)
+			continue;
+		nv = convert(&w, u, c->from, c->to);
+		if (!nv)
+			break;
+		if (nv != u)
+			redirect(&w, u, nv);
+	}
+	/* 5. graph outputs */
+	for (size_t i = 0; i < s->g->n_outputs && !w.st; i++) {
+		struct tpf_value *v = s->g->outputs[i], *nv;
+		struct sh x;
+		if (!v || v->id >= s->n_values0)
+			continue;
+		x = p->sh[v->id];
+		if (x.kind == SH_R || x.kind == SH_UNSET)
+			continue;
+		if (x.kind == SH_S && is_state(&w, v, 0)) {
+			w.rd->outputs_split++;
+			continue;
+		}
+		nv = convert(&w, v, x, (struct sh){SH_R, 0, 0});
+		if (!nv)
+			break;
+		if (tpf_graph_set_output(s->g, i, nv)) {
+			w.st = TPF_ERR_NOMEM;
+			break;
+		}
+		rename_swap(&w, v, nv);
+	}
+	/* 6. originals nothing reads any more */
+	for (size_t i = 0; i < w.n_replaced && !w.st; i++) {
+		struct tpf_value *v = w.replaced_inits[i];
+		if (uses_of(v) || v->is_graph_input)
+			continue;
+		{
+			/* the slice takes the original's name and place */
+			const char *name = v->name;
+			struct tpf_value *nv;
+			char base[512];
+			size_t at = 0;
+			snprintf(base, sizeof(base), "%s.rank_part", name);
+			nv = tpf_graph_find_value(s->g, base);
+			while (at < s->g->n_initializers && s->g->initializers[at] != v)
+				at++;
+			if (tpf_graph_remove_initializer(s->g, v) != TPF_OK || !nv ||
+			    nv->kind != TPF_VALUE_INITIALIZER)
+				continue;
+			if (tpf_value_rename(nv, name) == TPF_OK)
+				nv->init->name = nv->name;
+			for (size_t j = 0; j < s->g->n_initializers; j++)
+				if (s->g->initializers[j] == nv && j > at) {
+					memmove(&s->g->initializers[at + 1], &s->g->initializers[at],
+						(j - at) * sizeof(*s->g->initializers));
+					s->g->initializers[at] = nv;
+					break;
+				}
+		}
+	}
+	for (struct tpf_node *n = s->g->first, *nx; n && !w.st; n = nx) {
+		nx = n->next;
+		if (sh_is(n, "Constant") && n->n_outputs == 1 && n->outputs[0] &&
+		    !uses_of(n->outputs[0]) && n->id < s->n_nodes0)
+			tpf_graph_erase_node(s->g, n);
+	}
+	if (!w.st && w.used_ms && tpf_model_opset(s->m, TPF_MS_DOMAIN) < 0)
+		w.st = tpf_model_set_opset(s->m, TPF_MS_DOMAIN, 1);
+	if (!w.st)
+		w.st = tpf_graph_toposort(s->g, s->d);
+	tpf_free(w.cache);
+	tpf_free(w.iface);
+	tpf_free(w.iface_sh);
+	tpf_free(w.replaced_inits);
+	tpf_free(raw);
+	if (w.st) {
+		sh_rank_data_free(w.rd);
+		return w.st;
+	}
+	*rdp = w.rd;
+	return TPF_OK;
+}

@@ -1,0 +1,871 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tpfuse shard: one single-device model into W tensor-parallel rank models.
+ *
+ * The driver (see shard-internal.h for the steps):
+ *
+ *   prepare    collectives of a world-size-1 export are identities and go,
+ *              so do slices that take a whole axis (the "rank part" of a
+ *              world of one); shapes are inferred and evaluated;
+ *   regions    decomposed RMSNorm chains are found with canonicalize-
+ *              rmsnorm's own patterns, so a norm whose axis is split is
+ *              gathered and resliced as one (the sharded norm form);
+ *   decide     every MatMul with a constant weight whose input is whole is
+ *              a column candidate.  In graph order, each is tried: its
+ *              output split is propagated through the rest of the graph;
+ *              it is kept when that adds no gather and the split reaches a
+ *              row-parallel MatMul (attention's q/k/v -> o, an MLP's
+ *              gate/up -> down, an expert's), or only graph outputs (an LM
+ *              head: gathered right after); otherwise the weight stays
+ *              replicated and --explain says what the split met;
+ *   rewrite    the final propagation's conversions become collectives and
+ *              slices (shard-rewrite.c);
+ *   validate   the rank graph is verified, its shapes inferred, and its
+ *              concrete dims compared with the plan's.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pattern.h"
+#include "shard-internal.h"
+
+struct tpf_shard {
+	struct shard s;
+	struct sh_prop fin;
+	struct sh_rank_data *rd;
+	struct tpf_shard_stats stats;
+	char **reasons; /* by node id: why a candidate got its decision */
+	char **weights; /* by node id: the weight's name and full shape */
+	int64_t *full_n; /* by node id: the weight's full output dim */
+	struct tpf_shard_options opt;
+};
+
+/* ------------------------------------------------------------------ preparation */
+
+static int is_collective(const struct tpf_node *n)
+{
+	return n->domain && !strcmp(n->domain, TPF_MS_DOMAIN) &&
+	       (!strcmp(n->op_type, "AllReduce") || !strcmp(n->op_type, "AllGather") ||
+		!strcmp(n->op_type, "AllToAll") || !strcmp(n->op_type, "ReduceScatter"));
+}
+
+/* Users of `from` read `to`; a graph output keeps its name. */
+static enum tpf_status bypass(struct tpf_graph *g, struct tpf_node *n, struct tpf_value *from,
+			      struct tpf_value *to)
+{
+	int out = tpf_value_is_graph_output(from);
+	const char *name = from->name;
+	enum tpf_status st;
+
+	if (out && (to->kind != TPF_VALUE_NODE_OUTPUT || tpf_value_is_graph_output(to)))
+		return TPF_ERR_UNSUPPORTED;
+	if ((st = tpf_value_replace_uses(from, to)))
+		return st;
+	if ((st = tpf_graph_erase_node(g, n)))
+		return st;
+	if (out) {
+		if ((st = tpf_value_rename(to, name)))
+			return st;
+	}
+	return TPF_OK;
+}
+
+static enum tpf_status drop_world1_collectives(struct shard *s, size_t *count)
+{
+	struct tpf_node *n, *nx;
+	const char *ws = tpf_model_metadata(s->m, "tp_world_size");
+	long world = ws ? strtol(ws, NULL, 10) : 1;
+
+	for (n = s->g->first; n; n = nx) {
+		char nb[256];
+		nx = n->next;
+		if (!is_collective(n))
+			continue;
+		if (world > 1 || tpf_node_attr_int(n, "group_size", 1) > 1)
+			return tpf_diag_fail(s->d, TPF_ERR_UNSUPPORTED,
+					     "%s: the model is already tensor-parallel (world size %ld); "
+					     "tpfuse shard takes a single-device model",
+					     tpf_node_describe(n, nb, sizeof(nb)),
+					     world > 1 ? world : (long)tpf_node_attr_int(n, "group_size", 1));
+		if (n->n_inputs != 1 || n->n_outputs != 1 || !n->inputs[0] || !n->outputs[0])
+			return tpf_diag_fail(s->d, TPF_ERR_UNSUPPORTED, "%s: a collective of %zu tensors",
+					     tpf_node_describe(n, nb, sizeof(nb)), n->n_inputs);
+		if (bypass(s->g, n, n->outputs[0], n->inputs[0]))
+			return tpf_diag_fail(s->d, TPF_ERR_UNSUPPORTED,
+					     "%s: cannot remove a world-size-1 collective between a graph input and output",
+					     tpf_node_describe(n, nb, sizeof(nb)));
+		(*count)++;
+	}
+	return TPF_OK;
+}
+
+/* Slices that take the whole of every axis they cut, and one-piece Splits:
+ * identities (a world of one's "rank part"). */
+static enum tpf_status drop_noop_slices(struct shard *s, size_t *count)
+{
+	for (struct tpf_node *n = s->g->first, *nx; n; n = nx) {
+		const struct sh_fact *fi, *fo;
+		nx = n->next;
+		if (!(sh_is(n, "Slice") || (sh_is(n, "Split") && n->n_outputs == 1)) || !n->inputs[0] ||
+		    !n->outputs[0] || !tpf_dtype_is_float(sh_full(s, n->inputs[0])->dtype))
+			continue;
+		fi = sh_full(s, n->inputs[0]);
+		fo = sh_full(s, n->outputs[0]);
+		if (fi->rank < 0 || fi->rank != fo->rank)
+			continue;
+		{
+			int same = 1;
+			for (int i = 0; i < fi->rank; i++)
+				if (fi->dims[i] < 0 || fi->dims[i] != fo->dims[i])
+					same = 0;
+			if (!same)
+				continue;
+		}
+		if (sh_is(n, "Slice") && n->n_inputs > 4 && n->inputs[4]) {
+			const struct sh_fact *st = sh_full(s, n->inputs[4]);
+			int ones = st->nvals >= 0;
+			for (int i = 0; i < st->nvals; i++)
+				if (st->vals[i] != 1)
+					ones = 0;
+			if (!ones)
+				continue;
+		}
+		if (bypass(s->g, n, n->outputs[0], n->inputs[0]) == TPF_OK)
+			(*count)++;
+	}
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------------ norm regions */
+
+static int region_add(struct shard *s, struct sh_region *r)
+{
+	if (s->n_regions == s->cap_regions) {
+		size_t cap = s->cap_regions ? 2 * s->cap_regions : 16;
+		struct sh_region *nr = tpf_realloc(s->regions, cap * sizeof(*nr));
+		if (!nr)
+			return -1;
+		s->regions = nr;
+		s->cap_regions = cap;
+	}
+	s->regions[s->n_regions++] = *r;
+	return 0;
+}
+
+static enum tpf_status find_regions(struct shard *s)
+{
+	const struct tpf_pattern *const *pats = tpf_pass_canonicalize_rmsnorm.patterns;
+	struct tpf_match *m = tpf_malloc(sizeof(*m));
+	struct tpf_node *n;
+
+	if (!m)
+		return TPF_ERR_NOMEM;
+	for (n = s->g->last; n; n = n->prev) {
+		if (n->id >= s->n_nodes0 || s->region_of[n->id] >= 0)
+			continue;
+		for (size_t k = 0; pats && pats[k]; k++) {
+			struct sh_region r = {0};
+			struct tpf_value *x;
+			if (strncmp(pats[k]->name, "decomposed", 10))
+				continue;
+			if (!tpf_pattern_match(pats[k], NULL, n, m, NULL, 0, NULL))
+				continue;
+			x = tpf_match_value(m, "x");
+			if (!x || !m->root->outputs[0])
+				break;
+			{
+				int taken = 0;
+				for (size_t i = 0; i < m->n_nodes; i++)
+					if (s->region_of[m->nodes[i]->id] >= 0)
+						taken = 1;
+				if (taken)
+					break;
+			}
+			r.n_nodes = m->n_nodes;
+			r.nodes = tpf_calloc(m->n_nodes + 1, sizeof(*r.nodes));
+			if (!r.nodes) {
+				tpf_free(m);
+				return TPF_ERR_NOMEM;
+			}
+			memcpy(r.nodes, m->nodes, m->n_nodes * sizeof(*r.nodes));
+			/* a widening Cast that only the region reads belongs to it */
+			if (x->producer && sh_is(x->producer, "Cast") && x->producer->inputs[0]) {
+				int only = 1;
+				for (size_t u = 0; u < x->n_uses; u++) {
+					int in = 0;
+					for (size_t i = 0; i < r.n_nodes; i++)
+						if (r.nodes[i] == x->uses[u].node)
+							in = 1;
+					if (!in)
+						only = 0;
+				}
+				if (only && !tpf_value_is_graph_output(x)) {
+					r.nodes[r.n_nodes++] = x->producer;
+					x = x->producer->inputs[0];
+				}
+			}
+			r.x = x;
+			r.out = m->root->outputs[0];
+			r.first = r.nodes[0];
+			for (size_t i = 0; i < r.n_nodes; i++)
+				if (s->order[r.nodes[i]->id] < s->order[r.first->id])
+					r.first = r.nodes[i];
+			for (size_t i = 0; i < r.n_nodes; i++)
+				s->region_of[r.nodes[i]->id] = (int32_t)s->n_regions;
+			if (region_add(s, &r)) {
+				tpf_free(r.nodes);
+				tpf_free(m);
+				return TPF_ERR_NOMEM;
+			}
+			break;
+		}
+	}
+	tpf_free(m);
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------------ decisions */
+
+static void reason(struct tpf_shard *sh, const struct tpf_node *n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void reason(struct tpf_shard *sh, const struct tpf_node *n, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	tpf_free(sh->reasons[n->id]);
+	sh->reasons[n->id] = tpf_strdup(buf);
+}
+
+/* Sections of a column split: the bounds of the Slices and Splits that
+ * cut the MatMul's output (through a bias Add) along its last axis. */
+static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh_sections *sec,
+			   char *why, size_t whysz)
+{
+	const struct tpf_value *y = mm->outputs[0];
+	const struct sh_fact *fy = sh_full(s, y);
+	int64_t N, bounds[64];
+	int nb = 0, r = fy->rank;
+
+	if (r < 1 || fy->dims[r - 1] <= 0) {
+		snprintf(why, whysz, "its output size is unknown");
+		return -1;
+	}
+	N = fy->dims[r - 1];
+	for (int hop = 0; hop < 2; hop++) {
+		const struct tpf_value *next = NULL;
+		for (size_t u = 0; u < y->n_uses; u++) {
+			const struct tpf_node *c = y->uses[u].node;
+			int ax;
+			if (!c || y->uses[u].index != 0)
+				continue;
+			if (sh_is(c, "Add") && !next && c->outputs[0] &&
+			    sh_full(s, c->outputs[0])->rank == r) {
+				next = c->outputs[0];
+				continue;
+			}
+			if (sh_is(c, "Slice") && c->n_inputs >= 3) {
+				const struct sh_fact *a = c->n_inputs > 3 && c->inputs[3] ? sh_full(s, c->inputs[3]) : NULL;
+				const struct sh_fact *st = sh_full(s, c->inputs[1]), *en = sh_full(s, c->inputs[2]);
+				for (int i = 0; i < st->nvals && en->nvals == st->nvals && nb < 62; i++) {
+					int64_t f, cnt;
+					ax = a && a->nvals == st->nvals ? (int)a->vals[i] : i;
+					if (ax < 0)
+						ax += r;
+					if (ax != r - 1)
+						continue;
+					sh_slice_range(st->vals[i], en->vals[i], 1, N, &f, &cnt);
+					bounds[nb++] = f;
+					bounds[nb++] = f + cnt;
+				}
+			} else if (sh_is(c, "Split")) {
+				int64_t a = tpf_node_attr_int(c, "axis", 0), off = 0;
+				if (a < 0)
+					a += r;
+				if (a != r - 1)
+					continue;
+				for (size_t j = 0; j < c->n_outputs && nb < 63; j++) {
+					const struct sh_fact *fo = sh_full(s, c->outputs[j]);
+					if (fo->rank != r || fo->dims[r - 1] < 0)
+						break;
+					bounds[nb++] = off;
+					off += fo->dims[r - 1];
+					bounds[nb++] = off;
+				}
+			}
+		}
+		if (!next)
+			break;
+		y = next;
+	}
+	/* sort, dedupe, build sections */
+	for (int i = 1; i < nb; i++)
+		for (int j = i; j > 0 && bounds[j - 1] > bounds[j]; j--) {
+			int64_t t = bounds[j];
+			bounds[j] = bounds[j - 1];
+			bounds[j - 1] = t;
+		}
+	memset(sec, 0, sizeof(*sec));
+	{
+		int64_t prev = 0;
+		for (int i = 0; i <= nb; i++) {
+			int64_t b = i < nb ? bounds[i] : N;
+			if (b <= prev || b > N)
+				continue;
+			if (sec->n == SH_MAX_SECT) {
+				snprintf(why, whysz, "its output is cut into too many sections");
+				return -1;
+			}
+			sec->size[sec->n++] = b - prev;
+			prev = b;
+		}
+	}
+	for (int i = 0; i < sec->n; i++)
+		if (sec->size[i] % s->W) {
+			if (sec->n == 1)
+				snprintf(why, whysz, "its output dim %" PRId64 " is not divisible by %d", N, s->W);
+			else
+				snprintf(why, whysz, "section %d of its output (%" PRId64 " wide) is not divisible by %d",
+					 i, sec->size[i], s->W);
+			return -1;
+		}
+	return 0;
+}
+
+static enum tpf_status prop_init(struct tpf_shard *sh, struct sh_prop *p, int final)
+{
+	struct shard *s = &sh->s;
+	memset(p, 0, sizeof(*p));
+	p->s = s;
+	p->final = final;
+	p->sh = tpf_calloc(s->n_values0 + 1, sizeof(*p->sh));
+	p->region_done = tpf_calloc(s->n_regions + 1, 1);
+	if (!p->sh || !p->region_done)
+		return TPF_ERR_NOMEM;
+	for (size_t i = 0; i < s->n_values0; i++)
+		p->sh[i] = (struct sh){SH_R, 0, 0};
+	return TPF_OK;
+}
+
+/* A trial from position `pos`: the committed state before it, the
+ * candidate's decision from it. */
+static void trial_run(struct shard *s, struct sh_prop *com, struct sh_prop *tri,
+		      const uint32_t *gat_c, uint32_t *gat_t, size_t npos, uint32_t pos,
+		      struct tpf_node *root)
+{
+	memcpy(tri->sh, com->sh, s->n_values0 * sizeof(*tri->sh));
+	memcpy(tri->region_done, com->region_done, s->n_regions);
+	if (tri->taint)
+		memset(tri->taint, 0, s->n_values0);
+	memset(gat_t, 0, (npos + 1) * sizeof(*gat_t));
+	memcpy(gat_t, gat_c, pos * sizeof(*gat_t));
+	tri->taint_root = root;
+	sh_prop_run(tri, pos, gat_t);
+}
+
+static size_t total(const uint32_t *g, size_t n)
+{
+	size_t t = 0;
+	for (size_t i = 0; i < n; i++)
+		t += g[i];
+	return t;
+}
+
+static enum tpf_status decide(struct tpf_shard *sh)
+{
+	struct shard *s = &sh->s;
+	struct sh_prop com, tri;
+	uint32_t *gat_c = NULL, *gat_t = NULL;
+	size_t npos = s->g->n_nodes;
+	enum tpf_status st;
+	struct tpf_node *n;
+	uint32_t pos;
+
+	if ((st = prop_init(sh, &com, 0)) || (st = prop_init(sh, &tri, 0)))
+		goto out;
+	gat_c = tpf_calloc(npos + 1, sizeof(*gat_c));
+	gat_t = tpf_calloc(npos + 1, sizeof(*gat_t));
+	tri.taint = tpf_calloc(s->n_values0 + 1, 1);
+	if (!gat_c || !gat_t || !tri.taint) {
+		st = TPF_ERR_NOMEM;
+		goto out;
+	}
+	sh_prop_run(&com, 0, gat_c);
+	for (n = s->g->first, pos = 0; n; n = n->next, pos++) {
+		struct sh_sections sec;
+		char why[256], nb[256];
+		size_t base_total;
+		int si;
+
+		if (!sh_is(n, "MatMul") || !sh_matmul_weight(n, NULL) || n->id >= s->n_nodes0)
+			continue;
+		if (com.sh[n->inputs[0]->id].kind != SH_R)
+			continue; /* follows its input's split */
+		if (column_sections(s, n, &sec, why, sizeof(why))) {
+			s->decision[n->id] = DEC_REPLICATE;
+			reason(sh, n, "%s", why);
+			continue;
+		}
+		if ((si = sh_sect_intern(s, &sec)) < 0) {
+			st = TPF_ERR_NOMEM;
+			goto out;
+		}
+		s->dec_sect[n->id] = (uint16_t)si;
+		base_total = total(gat_c, npos);
+		s->decision[n->id] = DEC_COLUMN;
+		trial_run(s, &com, &tri, gat_c, gat_t, npos, pos, n);
+		if (tri.nomem) {
+			st = TPF_ERR_NOMEM;
+			goto out;
+		}
+		if (total(gat_t, npos) > base_total) {
+			s->decision[n->id] = DEC_REPLICATE;
+			reason(sh, n, "splitting its output meets %s", tri.first_gather_why);
+			continue;
+		}
+		if (tri.rows_reached) {
+			reason(sh, n, "its split reaches row-parallel %s",
+			       sh_node_name(tri.first_row, nb, sizeof(nb)));
+		} else if (tri.outputs_reached) {
+			s->decision[n->id] = DEC_COLUMN_GATHER;
+			reason(sh, n, "its split reaches only graph outputs: its output is gathered");
+			trial_run(s, &com, &tri, gat_c, gat_t, npos, pos, NULL);
+		} else {
+			s->decision[n->id] = DEC_REPLICATE;
+			reason(sh, n, "its split reaches no row-parallel MatMul and no graph output");
+			continue;
+		}
+		memcpy(com.sh, tri.sh, s->n_values0 * sizeof(*com.sh));
+		memcpy(com.region_done, tri.region_done, s->n_regions);
+		memcpy(gat_c, gat_t, npos * sizeof(*gat_c));
+	}
+out:
+	tpf_free(gat_c);
+	tpf_free(gat_t);
+	sh_prop_free(&com);
+	sh_prop_free(&tri);
+	return st;
+}
+
+/* ------------------------------------------------------------------ validation */
+
+/* The rank graph's concrete dims against the plan's. */
+static enum tpf_status validate(struct tpf_shard *sh)
+{
+	struct shard *s = &sh->s;
+	struct sh_eval ev;
+	enum tpf_status st;
+	size_t bad = 0;
+
+	st = sh_eval_run(&ev, s->g, s->ev.opset, &s->ev);
+	if (st) {
+		sh_eval_free(&ev);
+		return st;
+	}
+	for (size_t i = 0; i < s->n_values0 && bad < 8; i++) {
+		struct tpf_value *v = i < s->g->n_values ? s->g->values[i] : NULL;
+		const struct sh_fact *ff, *fl;
+		struct sh x;
+		if (!v || v->kind == TPF_VALUE_INITIALIZER || !v->producer || v->producer->id >= s->n_nodes0)
+			continue;
+		x = sh->fin.sh[i];
+		for (size_t k = 0; k < sh->fin.n_convs; k++) {
+			const struct sh_conv *c = &sh->fin.convs[k];
+			if (c->kind == CONV_OUTPUT && c->node->outputs[c->index] == v)
+				x = c->from;
+		}
+		ff = sh_full(s, v);
+		fl = sh_eval_fact(&ev, v);
+		if (ff->rank < 0 || fl->rank < 0)
+			continue;
+		if (ff->rank != fl->rank) {
+			char nb[256];
+			tpf_diag_add(s->d, TPF_SEV_ERROR, "%s: the rank graph gives '%s' rank %d, the model %d",
+				     tpf_node_describe(v->producer, nb, sizeof(nb)), v->name, fl->rank, ff->rank);
+			bad++;
+			continue;
+		}
+		for (int a = 0; a < ff->rank; a++) {
+			int64_t want = ff->dims[a];
+			if (want < 0 || fl->dims[a] < 0)
+				continue;
+			if (x.kind == SH_S && x.axis == a)
+				want /= s->W;
+			if (fl->dims[a] != want) {
+				char nb[256];
+				tpf_diag_add(s->d, TPF_SEV_ERROR,
+					     "%s: in the rank graph '%s' has dim %d = %" PRId64 ", the split needs %" PRId64,
+					     tpf_node_describe(v->producer, nb, sizeof(nb)), v->name, a, fl->dims[a], want);
+				bad++;
+				break;
+			}
+		}
+	}
+	sh_eval_free(&ev);
+	return bad ? TPF_ERR_UNSUPPORTED : TPF_OK;
+}
+
+/* ------------------------------------------------------------------ explain */
+
+static void shape_str(const struct tpf_tensor *t, char *buf, size_t size)
+{
+	int k = snprintf(buf, size, "[");
+	for (int i = 0; i < t->rank && k > 0 && (size_t)k < size; i++)
+		k += snprintf(buf + k, size - (size_t)k, "%s%" PRId64, i ? "," : "", t->dims[i]);
+	if (k > 0 && (size_t)k < size)
+		snprintf(buf + k, size - (size_t)k, "]");
+}
+
+static void explain(struct tpf_shard *sh, FILE *f)
+{
+	struct shard *s = &sh->s;
+	const struct sh_prop *p = &sh->fin;
+
+	fprintf(f, "shard: world size %d\n", s->W);
+	for (struct tpf_node *n = s->g->first; n; n = n->next) {
+		struct tpf_value *base = NULL;
+		const struct tpf_tensor *w;
+		char nb[256], ds[128], sb[128];
+		struct sh a;
+		if (n->id >= s->n_nodes0 || !sh_is(n, "MatMul") || !(w = sh_matmul_weight(n, &base)))
+			continue;
+		(void)ds;
+		fprintf(f, "%s (weight %s): ", sh_node_name(n, nb, sizeof(nb)),
+			sh->weights[n->id] ? sh->weights[n->id] : base->name);
+		switch (s->decision[n->id]) {
+		case DEC_COLUMN:
+		case DEC_COLUMN_GATHER: {
+			const struct sh_sections *sec = sh_sect(s, s->dec_sect[n->id]);
+			fprintf(f, "column-parallel%s, output dim %" PRId64 " split %d ways",
+				s->decision[n->id] == DEC_COLUMN_GATHER ? " + AllGather" : "",
+				sh->full_n[n->id], s->W);
+			if (sec) {
+				fprintf(f, " section by section [");
+				for (int i = 0; i < sec->n; i++)
+					fprintf(f, "%s%" PRId64, i ? ", " : "", sec->size[i]);
+				fprintf(f, "]");
+			}
+			fprintf(f, ": %s\n", sh->reasons[n->id] ? sh->reasons[n->id] : "");
+			break;
+		}
+		case DEC_REPLICATE:
+			fprintf(f, "replicated: %s\n", sh->reasons[n->id] ? sh->reasons[n->id] : "");
+			break;
+		default:
+			a = p->sh[n->inputs[0]->id];
+			for (size_t k = 0; k < p->n_convs; k++)
+				if (p->convs[k].kind == CONV_INPUT && p->convs[k].node == n && p->convs[k].index == 0)
+					a = p->convs[k].to;
+			if (p->sh[n->outputs[0]->id].kind == SH_P ||
+			    (a.kind == SH_S && a.axis == sh_full(s, n->inputs[0])->rank - 1))
+				fprintf(f, "row-parallel: its input is split on the contraction dim; "
+					   "the partial sums are reduced by an AllReduce\n");
+			else if (a.kind == SH_S)
+				fprintf(f, "follows its input, %s\n", sh_str(s, a, sb, sizeof(sb)));
+			else
+				fprintf(f, "replicated: its input is whole\n");
+		}
+	}
+	for (size_t i = 0; i < s->n_regions; i++)
+		if (p->region_done[i] == 2) {
+			char nb[256];
+			fprintf(f, "norm ending at %s spans the split axis: AllGather -> norm -> this rank's part "
+				   "(the sharded norm form)\n",
+				sh_node_name(s->regions[i].out->producer, nb, sizeof(nb)));
+		}
+	for (size_t i = 0; i < p->n_notes; i++)
+		if (strncmp(p->notes[i].text, "HARD ", 5))
+			fprintf(f, "fallback: %s: its split operand is gathered (replicated)\n", p->notes[i].text);
+	for (size_t i = 0; i < s->g->n_inputs; i++) {
+		struct tpf_value *v = s->g->inputs[i];
+		char sb[128];
+		if (v && v->id < s->n_values0 && v->kind == TPF_VALUE_GRAPH_INPUT &&
+		    v->type.kind == TPF_TYPE_TENSOR && v->n_uses) {
+			for (size_t k = 0; k < p->n_convs; k++)
+				if (p->convs[k].kind == CONV_INPUT && p->convs[k].node->inputs[p->convs[k].index] == v &&
+				    p->convs[k].to.kind == SH_S) {
+					fprintf(f, "input '%s': each rank is given its part, %s\n", v->name,
+						sh_str(s, p->convs[k].to, sb, sizeof(sb)));
+					break;
+				}
+		}
+	}
+	fprintf(f, "summary: %zu column-parallel (%zu gathered), %zu row-parallel, %zu replicated; "
+		   "%zu AllReduce, %zu AllGather, %zu Slice inserted; %zu weights split; %zu fallbacks\n",
+		sh->stats.column, sh->stats.column_gather, sh->stats.row, sh->stats.replicated,
+		sh->stats.allreduce, sh->stats.allgather, sh->stats.slices, sh->stats.weights_split,
+		sh->stats.fallbacks);
+}
+
+/* ------------------------------------------------------------------ API */
+
+static void count_stats(struct tpf_shard *sh)
+{
+	struct shard *s = &sh->s;
+	for (struct tpf_node *n = s->g->first; n; n = n->next) {
+		if (n->id >= s->n_nodes0 || !sh_is(n, "MatMul") || !sh_matmul_weight(n, NULL))
+			continue;
+		switch (s->decision[n->id]) {
+		case DEC_COLUMN:
+			sh->stats.column++;
+			break;
+		case DEC_COLUMN_GATHER:
+			sh->stats.column++;
+			sh->stats.column_gather++;
+			break;
+		case DEC_REPLICATE:
+			sh->stats.replicated++;
+			break;
+		default:
+			if (sh->fin.sh[n->outputs[0]->id].kind == SH_P)
+				sh->stats.row++;
+			else
+				sh->stats.replicated++;
+		}
+	}
+	for (size_t i = 0; i < sh->fin.n_notes; i++)
+		if (strncmp(sh->fin.notes[i].text, "HARD ", 5))
+			sh->stats.fallbacks++;
+	if (sh->rd) {
+		sh->stats.allreduce = sh_rank_count(sh->rd, "allreduce");
+		sh->stats.allgather = sh_rank_count(sh->rd, "allgather");
+		sh->stats.slices = sh_rank_count(sh->rd, "slices");
+		sh->stats.weights_split = sh_rank_count(sh->rd, "weights");
+		sh->stats.inputs_split = sh_rank_count(sh->rd, "inputs");
+		sh->stats.outputs_split = sh_rank_count(sh->rd, "outputs");
+	}
+}
+
+void tpf_shard_free(struct tpf_shard *sh)
+{
+	struct shard *s;
+	if (!sh)
+		return;
+	s = &sh->s;
+	sh_prop_free(&sh->fin);
+	sh_rank_data_free(sh->rd);
+	sh_eval_free(&s->ev);
+	for (size_t i = 0; i < s->n_regions; i++)
+		tpf_free(s->regions[i].nodes);
+	tpf_free(s->regions);
+	tpf_free(s->sects);
+	tpf_free(s->decision);
+	tpf_free(s->dec_sect);
+	tpf_free(s->region_of);
+	tpf_free(s->order);
+	if (sh->reasons)
+		for (size_t i = 0; i < s->n_nodes0; i++)
+			tpf_free(sh->reasons[i]);
+	tpf_free(sh->reasons);
+	if (sh->weights)
+		for (size_t i = 0; i < s->n_nodes0; i++)
+			tpf_free(sh->weights[i]);
+	tpf_free(sh->weights);
+	tpf_free(sh->full_n);
+	tpf_free(sh);
+}
+
+enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_options *o,
+				 struct tpf_shard **out, struct tpf_diag *d)
+{
+	struct tpf_shard *sh;
+	struct shard *s;
+	struct tpf_diag *scratch;
+	enum tpf_status st;
+	size_t dropped = 0, noops = 0;
+
+	*out = NULL;
+	if (!m || !m->graph || !o || o->world_size < 1 || o->world_size > 4096)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "shard: the world size must be between 1 and 4096");
+	if ((st = tpf_model_verify(m, d)))
+		return st;
+	sh = tpf_calloc(1, sizeof(*sh));
+	if (!sh)
+		return TPF_ERR_NOMEM;
+	sh->opt = *o;
+	s = &sh->s;
+	s->m = m;
+	s->g = m->graph;
+	s->W = o->world_size;
+	s->opt = &sh->opt;
+	s->d = d;
+	s->vocab_parallel = o->vocab_parallel_embedding;
+	if ((st = drop_world1_collectives(s, &dropped)))
+		goto fail;
+	sh->stats.collectives_dropped = dropped;
+	if ((st = tpf_graph_toposort(s->g, d)))
+		goto fail;
+	scratch = tpf_diag_create();
+	if (!scratch) {
+		st = TPF_ERR_NOMEM;
+		goto fail;
+	}
+	st = tpf_model_infer_shapes(m, scratch);
+	tpf_diag_free(scratch);
+	if (st == TPF_ERR_NOMEM)
+		goto fail;
+	if ((st = sh_eval_run(&s->ev, s->g, tpf_model_opset(m, ""), NULL)))
+		goto fail;
+	drop_noop_slices(s, &noops);
+	s->n_values0 = s->g->n_values;
+	s->n_nodes0 = s->g->next_node_id;
+	s->decision = tpf_calloc(s->n_nodes0 + 1, 1);
+	s->dec_sect = tpf_calloc(s->n_nodes0 + 1, sizeof(*s->dec_sect));
+	s->region_of = tpf_malloc((s->n_nodes0 + 1) * sizeof(*s->region_of));
+	s->order = tpf_calloc(s->n_nodes0 + 1, sizeof(*s->order));
+	sh->reasons = tpf_calloc(s->n_nodes0 + 1, sizeof(*sh->reasons));
+	sh->weights = tpf_calloc(s->n_nodes0 + 1, sizeof(*sh->weights));
+	sh->full_n = tpf_calloc(s->n_nodes0 + 1, sizeof(*sh->full_n));
+	if (!sh->full_n || !s->decision || !s->dec_sect || !s->region_of || !s->order || !sh->reasons ||
+	    !sh->weights) {
+		st = TPF_ERR_NOMEM;
+		goto fail;
+	}
+	{
+		uint32_t pos = 0;
+		for (size_t i = 0; i <= s->n_nodes0; i++)
+			s->region_of[i] = -1;
+		for (struct tpf_node *n = s->g->first; n; n = n->next)
+			if (n->id < s->n_nodes0)
+				s->order[n->id] = pos++;
+	}
+	if ((st = find_regions(s)))
+		goto fail;
+	for (struct tpf_node *n = s->g->first; n; n = n->next) {
+		struct tpf_value *base = NULL;
+		const struct tpf_tensor *w;
+		char ds[128], buf[600];
+		if (n->id >= s->n_nodes0 || !sh_is(n, "MatMul") || !(w = sh_matmul_weight(n, &base)))
+			continue;
+		shape_str(w, ds, sizeof(ds));
+		snprintf(buf, sizeof(buf), "'%s' %s", base->name, ds);
+		sh->full_n[n->id] = w->rank ? w->dims[w->rank - 1] : 0;
+		if (!(sh->weights[n->id] = tpf_strdup(buf))) {
+			st = TPF_ERR_NOMEM;
+			goto fail;
+		}
+	}
+	if (s->W > 1 && (st = decide(sh)))
+		goto fail;
+	if ((st = prop_init(sh, &sh->fin, 1)))
+		goto fail;
+	if (s->W > 1) {
+		sh_prop_run(&sh->fin, 0, NULL);
+		if (sh->fin.nomem) {
+			st = TPF_ERR_NOMEM;
+			goto fail;
+		}
+		for (size_t i = 0; i < sh->fin.n_notes; i++)
+			if (!strncmp(sh->fin.notes[i].text, "HARD ", 5)) {
+				st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "shard: %s", sh->fin.notes[i].text + 5);
+				goto fail;
+			}
+	}
+	if ((st = sh_rewrite(s, &sh->fin, &sh->rd)))
+		goto fail;
+	{
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%d", s->W);
+		if ((st = tpf_model_set_metadata(m, "tp_world_size", buf)) ||
+		    (st = tpf_model_set_metadata(m, "tp_rank", "0")))
+			goto fail;
+		if (tpf_model_metadata(m, "tp_variant") &&
+		    (st = tpf_model_set_metadata(m, "tp_variant", "rank")))
+			goto fail;
+	}
+	if ((st = tpf_model_verify(m, d)))
+		goto fail;
+	if ((st = tpf_model_infer_shapes(m, d))) {
+		tpf_diag_add(d, TPF_SEV_ERROR, "shard: the rank graph fails shape inference");
+		goto fail;
+	}
+	if (s->W > 1 && (st = validate(sh)))
+		goto fail;
+	count_stats(sh);
+	if (o->explain)
+		explain(sh, o->explain);
+	*out = sh;
+	return TPF_OK;
+fail:
+	tpf_shard_free(sh);
+	return st;
+}
+
+enum tpf_status tpf_shard_rank(struct tpf_shard *sh, int rank, struct tpf_diag *d)
+{
+	if (!sh || rank < 0 || rank >= sh->s.W)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "shard: rank %d is not in [0, %d)", rank,
+				     sh ? sh->s.W : 0);
+	sh_rank_release(sh->rd);
+	return sh_rank_fill(sh->rd, rank, d);
+}
+
+void tpf_shard_get_stats(const struct tpf_shard *sh, struct tpf_shard_stats *st)
+{
+	if (sh && st)
+		*st = sh->stats;
+}
+
+static char *rank_path(const char *pattern, int rank)
+{
+	const char *p = strstr(pattern, "{rank}");
+	size_t len = strlen(pattern) + 32;
+	char *out = tpf_malloc(len);
+	if (!out)
+		return NULL;
+	if (!p)
+		snprintf(out, len, "%s", pattern);
+	else
+		snprintf(out, len, "%.*s%d%s", (int)(p - pattern), pattern, rank, p + 6);
+	return out;
+}
+
+enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
+			       const struct tpf_shard_options *o, size_t external_threshold,
+			       struct tpf_shard_stats *stats, struct tpf_diag *d)
+{
+	struct tpf_model *m = NULL;
+	struct tpf_shard *sh = NULL;
+	enum tpf_status st;
+
+	if (!in || !out_pattern || !o)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "shard: missing argument");
+	if (o->world_size > 1 && !strstr(out_pattern, "{rank}"))
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+				     "shard: the output path '%s' needs {rank} for %d ranks", out_pattern,
+				     o->world_size);
+	if ((st = tpf_model_load_file(in, &(struct tpf_load_options){0}, &m, d)))
+		return st;
+	if ((st = tpf_shard_create(m, o, &sh, d)))
+		goto out;
+	for (int r = 0; r < o->world_size; r++) {
+		char *path = rank_path(out_pattern, r);
+		struct tpf_save_options so = {.external_threshold = external_threshold ? external_threshold : 1024};
+		if (!path) {
+			st = TPF_ERR_NOMEM;
+			break;
+		}
+		if (!strcmp(path, in)) {
+			st = tpf_diag_fail(d, TPF_ERR_INVALID, "shard: the output '%s' is the input", path);
+			tpf_free(path);
+			break;
+		}
+		st = tpf_shard_rank(sh, r, d);
+		if (!st)
+			st = tpf_model_save_file(m, path, &so, d);
+		sh_rank_release(sh->rd);
+		tpf_free(path);
+		if (st)
+			break;
+	}
+	if (stats)
+		tpf_shard_get_stats(sh, stats);
+out:
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	return st;
+}
