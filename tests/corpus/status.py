@@ -285,7 +285,7 @@ def evaluate(folder, man, args, workdir, refused_ops):
 			row["run"] = "verify mismatch (exit 5)"
 		else:
 			row["run"] = "exit %d" % rc
-		row["notes"].append("run: " + msg[:200])
+		row["notes"].append("run: " + msg)
 		return row
 	got = load_tensor(os.path.join(out_dir, "rank0", "output_0.pb")).astype(np.float32)
 	want = load_tensor(os.path.join(folder, man["outputs"][0]["file"])).astype(np.float32)
@@ -406,7 +406,7 @@ def main(argv=None):
 				skipped += 1
 				continue
 			print("%s: %s%s" % (name, "ok" if r["ok"] else "FAIL",
-					    "" if r["ok"] else " (" + "; ".join(r["notes"]) + ")"), flush=True)
+					    "" if r["ok"] else " (" + "; ".join(r["notes"])[:300] + ")"), flush=True)
 			if r["ok"]:
 				passed += 1
 			else:
@@ -423,6 +423,7 @@ def main(argv=None):
 		for note in r.get("notes", []):
 			key = re.sub(r"node '[^']*'", "node '...'", note)
 			key = re.sub(r"[0-9a-f]{16}", "#", key)
+			key = re.sub(r"\(rank 0: #.*", "(...)", key)[:200]
 			groups.setdefault(key, []).append(r["model"])
 	note_lines = ["- %s: %s" % (k, ", ".join(v)) for k, v in groups.items()]
 	print()
