@@ -54,14 +54,11 @@ static void node_error(struct infer_ctx *c, const struct tpf_node *n, const char
 
 static void node_error(struct infer_ctx *c, const struct tpf_node *n, const char *fmt, ...)
 {
-	char desc[256], msg[1024];
 	va_list ap;
 
-	tpf_node_describe(n, desc, sizeof(desc));
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	op_node_verror(c->d, n, NULL, fmt, ap);
 	va_end(ap);
-	tpf_diag_add(c->d, TPF_SEV_ERROR, "%s: %s", desc, msg);
 	c->errors++;
 }
 

@@ -225,14 +225,11 @@ static void node_error(struct verify_ctx *c, const struct graph_state *s, const 
 static void node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
                        const char *fmt, ...)
 {
-	char desc[256], msg[1024];
 	va_list ap;
 
-	tpf_node_describe(n, desc, sizeof(desc));
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	op_node_verror(c->d, n, s ? s->where : NULL, fmt, ap);
 	va_end(ap);
-	tpf_diag_add(c->d, TPF_SEV_ERROR, "%s: %s%s", desc, msg, s ? s->where : "");
 	c->errors++;
 }
 

@@ -127,6 +127,9 @@ int op_def_input_optional(const struct tpf_op_def *d, int64_t opset, size_t i);
 /* ------------------------------------------------------------------ shape helpers */
 
 void op_error(struct tpf_shape_call *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An error "node 'NAME' (OP): MESSAGE" + where (may be NULL) into d. */
+void op_node_verror(struct tpf_diag *d, const struct tpf_node *n, const char *where,
+		    const char *fmt, va_list ap);
 
 /* Input i, or an omitted-operand type when i is past the inputs. */
 const struct tpf_op_type *op_in(const struct tpf_shape_call *c, size_t i);

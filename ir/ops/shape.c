@@ -217,19 +217,26 @@ const char *op_in_name(const struct tpf_shape_call *c, size_t i)
 	return v && v->name ? v->name : "?";
 }
 
-void op_error(struct tpf_shape_call *c, const char *fmt, ...)
+void op_node_verror(struct tpf_diag *d, const struct tpf_node *n, const char *where,
+		    const char *fmt, va_list ap)
 {
 	char desc[256], msg[1024];
+
+	if (!d)
+		return;
+	tpf_node_describe(n, desc, sizeof(desc));
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	tpf_diag_add(d, TPF_SEV_ERROR, "%s: %s%s", desc, msg, where ? where : "");
+}
+
+void op_error(struct tpf_shape_call *c, const char *fmt, ...)
+{
 	va_list ap;
 
 	c->errors++;
-	if (!c->diag)
-		return;
-	tpf_node_describe(c->node, desc, sizeof(desc));
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	op_node_verror(c->diag, c->node, c->where, fmt, ap);
 	va_end(ap);
-	tpf_diag_add(c->diag, TPF_SEV_ERROR, "%s: %s%s", desc, msg, c->where ? c->where : "");
 }
 
 /* ------------------------------------------------------------------ attributes */
