@@ -114,13 +114,15 @@ struct tpf_kernel {
 	size_t (*workspace)(const struct tpf_kernel_call *c);
 };
 
-/* The one kernel table (every backend built in).  NULL when no kernel exists
- * for (backend, op, phase, key dtype). */
+/* The one kernel table: the rows of every backend built in, made from the
+ * one list kernels/kernels.def.  NULL when no kernel exists for (backend,
+ * op, phase, key dtype). */
 const struct tpf_kernel *tpf_kernel_find(enum tpf_backend b, enum tpf_op op,
 					 enum tpf_kernel_phase phase, enum tpf_dtype key);
 /* Any kernel for (backend, op, phase), whatever its dtypes; NULL if none. */
 const struct tpf_kernel *tpf_kernel_find_any(enum tpf_backend b, enum tpf_op op,
 					     enum tpf_kernel_phase phase);
+/* Every row of the table, all backends built in. */
 const struct tpf_kernel *const *tpf_kernel_list(size_t *count);
 
 /* Fills numel and nbytes from dtype, rank and dims; -1 on overflow. */

@@ -47,7 +47,7 @@ mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	"the AllReduce + RMSNorm fusion matches a norm whose gamma has another dtype than its input (the peers' mixed-dtype miscompile)"
 
 mutant kernel-fused-norm-eps kernels/cpu/norm.c \
-	'/^static enum tpf_status tpf_norm_common/,/^}/s|^\(\t*\)j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);$|\1j.eps = 100 * tpf_node_attr_float(c->node, "epsilon", 1e-5f);|' \
+	'/^static enum tpf_status tpf_norm_common/,/^}/s|^\(\t*\)if (!gamma_fits(j.gamma, j.cols))$|\1j.eps *= 100;\n&|' \
 	"kernels-cpu oracle" \
 	"the fused RMSNorm kernels (ai.tpfuse.RMSNorm, AllReduceRMSNorm's post-reduce phase) use 100x the epsilon: outputs off by about 5e-4 relative"
 
@@ -57,7 +57,7 @@ mutant runtime-buffer-reuse runtime/plan.c \
 	"the memory planner lets a step's output share the bytes of an input that the same step still reads"
 
 mutant attention-softcap-refused kernels/cpu/attention.c \
-	's|^\(\t*\)float softcap = tpf_node_attr_float(c->node, "softcap", 0.0f);$|&\n\1if (softcap > 0.0f)\n\1\treturn tpf_kfail(c, TPF_ERR_UNSUPPORTED, "softcap is not supported");|' \
+	's|^\(\t*\)int causal = at.causal;$|&\n\1if (softcap > 0.0f)\n\1\treturn tpf_kfail(c, TPF_ERR_UNSUPPORTED, "softcap is not supported");|' \
 	"onnx-node-tests kernels-cpu" \
 	"the CPU Attention kernel refuses softcap (reported as unsupported)"
 

@@ -31,11 +31,10 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 		return tpf_kfail(c, TPF_ERR_INVALID, "Q/K/V/past shapes disagree");
 	if (y->numel != B * Hq * S * Dv)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only the 4-D output layout is supported");
-	float scale = tpf_node_attr_float(c->node, "scale", 0.0f);
-	if (scale == 0.0f)
-		scale = 1.0f / sqrtf((float)D);
-	int causal = (int)tpf_node_attr_int(c->node, "is_causal", 0);
-	float softcap = tpf_node_attr_float(c->node, "softcap", 0.0f);
+	struct tpf_attention_attrs at;
+	tpf_attention_attrs(c, D, &at);
+	float scale = at.scale, softcap = at.softcap;
+	int causal = at.causal;
 	struct tpf_ktensor full = {0};
 	full.rank = 4;
 	full.dims[0] = B, full.dims[1] = Hq, full.dims[2] = S, full.dims[3] = T;

@@ -4,29 +4,7 @@
 #define TPF_CPU_KERNELS_H
 
 #include "tpf-kernels.h"
-
-/* Adds "node 'NAME' (OP): MESSAGE" to the call's diagnostic, returns st. */
-enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-/* Walks the elements of an output in row-major order, keeping the offsets of
- * up to TPF_BCAST_MAX inputs broadcast to it (numpy rules). */
-#define TPF_BCAST_MAX 4
-struct tpf_bcast {
-	int rank;
-	int n;
-	int64_t dims[TPF_KERNEL_MAX_RANK];
-	int64_t idx[TPF_KERNEL_MAX_RANK];
-	int64_t strides[TPF_BCAST_MAX][TPF_KERNEL_MAX_RANK];
-	int64_t off[TPF_BCAST_MAX];
-};
-/* 0 ok, -1 when an input does not broadcast to out. */
-int tpf_bcast_init(struct tpf_bcast *b, const struct tpf_ktensor *out,
-		   const struct tpf_ktensor *const *ins, int n);
-void tpf_bcast_next(struct tpf_bcast *b);
-
-/* Element size in bytes for byte-addressable dtypes; 0 for sub-byte ones. */
-size_t tpf_elem_size(enum tpf_dtype t);
+#include "kernel-host.h"
 
 #define TPF_CPU_KERNEL(fn) enum tpf_status fn(const struct tpf_kernel_call *c)
 

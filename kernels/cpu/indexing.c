@@ -158,12 +158,6 @@ TPF_CPU_KERNEL(tpf_cpu_gather_nd)
 	return TPF_OK;
 }
 
-static int reduction_mode(const char *red)
-{
-	return !strcmp(red, "none") ? 0 : !strcmp(red, "add") ? 1 : !strcmp(red, "mul") ? 2
-	       : !strcmp(red, "max") ? 3 : !strcmp(red, "min") ? 4 : -1;
-}
-
 TPF_CPU_KERNEL(tpf_cpu_scatter_nd)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1], *up = &c->in[2];
@@ -171,8 +165,8 @@ TPF_CPU_KERNEL(tpf_cpu_scatter_nd)
 	enum tpf_status st = need_bytes(c, x->dtype);
 	if (st)
 		return st;
-	const char *red = tpf_node_attr_string(c->node, "reduction", "none");
-	int mode = reduction_mode(red);
+	const char *red;
+	int mode = tpf_scatter_reduction(c, &red);
 	if (mode < 0)
 		return tpf_kfail(c, TPF_ERR_INVALID, "reduction '%s' is not none, add, mul, max or min", red);
 	if (ix->rank < 1 || up->dtype != x->dtype || y->nbytes != x->nbytes)

@@ -169,17 +169,12 @@ TPF_CPU_KERNEL(tpf_cpu_gemm)
 	struct tpf_ktensor *y = &c->out[0];
 	enum tpf_status st = TPF_OK;
 	double *wa = NULL, *wb = NULL;
-	if (a->rank != 2 || b->rank != 2 || y->rank != 2)
-		return tpf_kfail(c, TPF_ERR_INVALID, "A, B and Y must be 2-D");
-	int ta = (int)tpf_node_attr_int(c->node, "transA", 0);
-	int tb = (int)tpf_node_attr_int(c->node, "transB", 0);
-	double alpha = tpf_node_attr_float(c->node, "alpha", 1.0f);
-	double beta = tpf_node_attr_float(c->node, "beta", 1.0f);
-	int64_t M = ta ? a->dims[1] : a->dims[0], K = ta ? a->dims[0] : a->dims[1];
-	int64_t Kb = tb ? b->dims[1] : b->dims[0], N = tb ? b->dims[0] : b->dims[1];
-	if (K != Kb || y->dims[0] != M || y->dims[1] != N)
-		return tpf_kfail(c, TPF_ERR_INVALID, "shapes do not agree (M=%lld K=%lld/%lld N=%lld)",
-				 (long long)M, (long long)K, (long long)Kb, (long long)N);
+	struct tpf_gemm_attrs g;
+	if ((st = tpf_gemm_attrs(c, &g)))
+		return st;
+	int ta = g.trans_a, tb = g.trans_b;
+	double alpha = g.alpha, beta = g.beta;
+	int64_t M = g.m, K = g.k, N = g.n;
 	struct tpf_bcast it;
 	const struct tpf_ktensor *views[1] = {cc};
 	if (cc && tpf_bcast_init(&it, y, views, 1))

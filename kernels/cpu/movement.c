@@ -33,14 +33,8 @@ TPF_CPU_KERNEL(tpf_cpu_transpose)
 	if (st)
 		return st;
 	int perm[TPF_KERNEL_MAX_RANK];
-	const struct tpf_attr *pa = tpf_node_attr(c->node, "perm");
-	if (pa && pa->n != (size_t)x->rank)
-		return tpf_kfail(c, TPF_ERR_INVALID, "perm has %zu entries for rank %d", pa->n, x->rank);
-	for (int i = 0; i < x->rank; i++) {
-		perm[i] = pa ? tpf_norm_axis(pa->ints[i], x->rank) : x->rank - 1 - i;
-		if (perm[i] < 0)
-			return tpf_kfail(c, TPF_ERR_INVALID, "perm entry out of range");
-	}
+	if ((st = tpf_transpose_perm(c, x->rank, perm)))
+		return st;
 	/* y index -> x offset: stride of x's axis perm[d] */
 	int64_t xs[TPF_KERNEL_MAX_RANK], s = 1;
 	for (int d = x->rank - 1; d >= 0; d--) {
@@ -325,10 +319,9 @@ TPF_CPU_KERNEL(tpf_cpu_scatter_elements)
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
 	if (ax < 0 || ix->rank != x->rank || up->numel != ix->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range or operand shapes disagree");
-	const char *red = tpf_node_attr_string(c->node, "reduction", "none");
-	int mode = strcmp(red, "add") == 0 ? 1 : strcmp(red, "mul") == 0 ? 2 : strcmp(red, "max") == 0 ? 3
-		   : strcmp(red, "min") == 0 ? 4 : 0;
-	if (mode == 0 && strcmp(red, "none") != 0)
+	const char *red;
+	int mode = tpf_scatter_reduction(c, &red);
+	if (mode < 0)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "reduction '%s' not supported", red);
 	size_t es = tpf_elem_size(x->dtype);
 	if (y->data != x->data)

@@ -114,15 +114,15 @@ static enum tpf_status rms_run(const struct tpf_kernel_call *c, const struct rms
 	return TPF_OK;
 }
 
-/* rows/cols for normalization over dims [axis, rank) */
-static int split_axis(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, int64_t axis,
-		      int64_t *rows, int64_t *cols)
+/* rows, cols, epsilon and weight_offset of j from the node (kernel-host.h) */
+static int norm_setup(const struct tpf_kernel_call *c, struct rms_job *j, struct tpf_norm_attrs *a)
 {
-	int ax = tpf_norm_axis(axis, x->rank);
-	if (ax < 0)
+	if (tpf_norm_attrs(c, j->x, a))
 		return -1;
-	*rows = tpf_dims_prod(x->dims, 0, ax);
-	*cols = tpf_dims_prod(x->dims, ax, x->rank);
+	j->rows = a->rows;
+	j->cols = a->cols;
+	j->eps = a->epsilon;
+	j->gamma_offset = a->weight_offset;
 	return 0;
 }
 
@@ -144,8 +144,8 @@ TPF_CPU_KERNEL(tpf_cpu_rms_norm)
 	j.gamma = &c->in[1];
 	j.y = &c->out[0];
 	j.inv_std = opt_out(c, 1);
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols))
+	struct tpf_norm_attrs na;
+	if (norm_setup(c, &j, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
 	if (!gamma_fits(j.gamma, j.cols))
 		return tpf_kfail(c, TPF_ERR_INVALID, "scale does not broadcast over the normalized dims");
@@ -164,8 +164,8 @@ TPF_CPU_KERNEL(tpf_cpu_skip_rms_norm)
 	j.y = &c->out[0];
 	j.inv_std = opt_out(c, 2);
 	j.sum = opt_out(c, 3);
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-12f);
-	if (split_axis(c, j.x, -1, &j.rows, &j.cols))
+	struct tpf_norm_attrs na;
+	if (norm_setup(c, &j, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "input must have rank >= 1");
 	if (j.residual->numel != j.x->numel && j.residual->numel != j.cols)
 		return tpf_kfail(c, TPF_ERR_INVALID, "skip shape does not match input");
@@ -186,8 +186,8 @@ TPF_CPU_KERNEL(tpf_cpu_layer_norm)
 	j.mean_out = opt_out(c, 1);
 	j.inv_std = opt_out(c, 2);
 	j.center = 1;
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols))
+	struct tpf_norm_attrs na;
+	if (norm_setup(c, &j, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
 	if (!gamma_fits(j.gamma, j.cols) || (j.beta && !gamma_fits(j.beta, j.cols)))
 		return tpf_kfail(c, TPF_ERR_INVALID, "scale or bias does not broadcast over the normalized dims");
@@ -204,9 +204,8 @@ static enum tpf_status tpf_norm_common(const struct tpf_kernel_call *c, int allr
 	j.residual = opt_in(c, 2);
 	j.y = &c->out[0];
 	j.sum = opt_out(c, 1);
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
-	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols))
+	struct tpf_norm_attrs na;
+	if (norm_setup(c, &j, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
 	if (!gamma_fits(j.gamma, j.cols))
 		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the normalized size");
@@ -238,7 +237,7 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
 	struct tpf_ktensor norm = {0};
 	if (c->n_in < 3 || c->n_out < 1)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects a, gamma, scale[, residual]");
-	const char *quant = tpf_node_attr_string(c->node, "quant", "fp8");
+	struct tpf_norm_attrs na;
 	struct tpf_ktensor *norm_out = opt_out(c, 3);
 	norm = c->in[0];
 	norm.dtype = norm_out ? norm_out->dtype : c->in[0].dtype;
@@ -253,10 +252,7 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
 	j.residual = opt_in(c, 3);
 	j.y = &norm;
 	j.sum = opt_out(c, 1);
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
-	if (split_axis(c, j.x, tpf_node_attr_int(c->node, "axis", -1), &j.rows, &j.cols) ||
-	    !gamma_fits(j.gamma, j.cols)) {
+	if (norm_setup(c, &j, &na) || !gamma_fits(j.gamma, j.cols)) {
 		st = tpf_kfail(c, TPF_ERR_INVALID, "axis or gamma does not fit x");
 		goto out_free;
 	}
@@ -269,7 +265,7 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
 	struct tpf_kernel_call sub = *c;
 	sub.in = qin;
 	sub.out = qout;
-	if (strcmp(quant, "nvfp4") == 0) {
+	if (na.quant == TPF_NORM_QUANT_NVFP4) {
 		struct tpf_ktensor *ys = opt_out(c, 2);
 		if (!ys) {
 			st = tpf_kfail(c, TPF_ERR_INVALID, "nvfp4 needs the block scale output");
@@ -279,12 +275,12 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
 		sub.n_in = 2;
 		sub.n_out = 2;
 		st = tpf_cpu_fp4_dynamic_quantize(&sub);
-	} else if (strcmp(quant, "fp8") == 0 || strcmp(quant, "nvfp4-block") == 0) {
+	} else if (na.quant == TPF_NORM_QUANT_FP8 || na.quant == TPF_NORM_QUANT_NVFP4_BLOCK) {
 		sub.n_in = 2;
 		sub.n_out = 1;
 		st = tpf_cpu_quantize_linear(&sub);
 	} else {
-		st = tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported", quant);
+		st = tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported", na.quant_name);
 	}
 out_free:
 	tpf_free(norm.data);
@@ -297,25 +293,6 @@ out_free:
  * of squares; the NORMALIZE phase takes the same inputs plus the reduced
  * sums as the last operand and normalizes each shard over the full width
  * with its epsilons[i] (or epsilon). */
-static int64_t sharded_full(const struct tpf_kernel_call *c, size_t i, int64_t local)
-{
-	const struct tpf_attr *a = tpf_node_attr(c->node, "full_dims");
-	if (a && a->kind == TPF_ATTR_INTS && i < a->n)
-		return a->ints[i];
-	int64_t fs = tpf_node_attr_int(c->node, "full_dim", 0);
-	if (fs > 0)
-		return fs;
-	return local * (c->world > 0 ? c->world : 1);
-}
-
-static float sharded_eps(const struct tpf_kernel_call *c, size_t i)
-{
-	const struct tpf_attr *a = tpf_node_attr(c->node, "epsilons");
-	if (a && a->kind == TPF_ATTR_FLOATS && i < a->n)
-		return a->floats[i];
-	return tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-}
-
 TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 {
 	size_t n = c->n_in / 2;
@@ -356,12 +333,12 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 		j.y = &c->out[p];
 		j.cols = j.x->rank ? j.x->dims[j.x->rank - 1] : 1;
 		j.rows = j.cols ? j.x->numel / j.cols : 0;
-		j.eps = sharded_eps(c, p);
+		j.eps = tpf_sharded_epsilon(c, p);
 		j.gamma_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
 		j.ext_sumsq = s->data;
 		j.ext_stride = (int64_t)n;
 		j.ext_col = (int64_t)p;
-		j.full_cols = sharded_full(c, p, j.cols);
+		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
 		if (!gamma_fits(j.gamma, j.cols) || s->numel != j.rows * (int64_t)n)
 			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", p);
 		enum tpf_status st = rms_run(c, &j);

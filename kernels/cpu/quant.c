@@ -7,44 +7,7 @@
 
 #include <math.h>
 
-/* Maps element i of x to its scale element. */
-struct qmap {
-	int mode; /* 0 per tensor, 1 per axis, 2 blocked */
-	int64_t dim, inner, block, sdim;
-};
-
-static int qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
-		     const struct tpf_ktensor *s, struct qmap *m)
-{
-	int64_t block = tpf_node_attr_int(c->node, "block_size", 0);
-	m->mode = 0;
-	if (s->numel == 1 && block <= 0)
-		return 0;
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 1), x->rank);
-	if (ax < 0)
-		return -1;
-	m->dim = x->dims[ax];
-	m->inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	if (block <= 0) {
-		if (s->rank != 1 || s->numel != m->dim)
-			return -1;
-		m->mode = 1;
-		return 0;
-	}
-	if (s->rank != x->rank)
-		return -1;
-	m->mode = 2;
-	m->block = block;
-	m->sdim = s->dims[ax];
-	if (m->sdim != (m->dim + block - 1) / block)
-		return -1;
-	for (int d = 0; d < x->rank; d++)
-		if (d != ax && s->dims[d] != x->dims[d])
-			return -1;
-	return 0;
-}
-
-static int64_t qmap_index(const struct qmap *m, int64_t i)
+static int64_t qmap_index(const struct tpf_qmap *m, int64_t i)
 {
 	if (m->mode == 0)
 		return 0;
@@ -77,8 +40,8 @@ TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
 	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
 	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
 	struct tpf_ktensor *y = &c->out[0];
-	struct qmap m;
-	if (qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
+	struct tpf_qmap m;
+	if (tpf_qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
 		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
 	if (zp && zp->dtype != y->dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "zero point dtype %s differs from output %s",
@@ -115,8 +78,8 @@ TPF_CPU_KERNEL(tpf_cpu_dequantize_linear)
 	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
 	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
 	struct tpf_ktensor *y = &c->out[0];
-	struct qmap m;
-	if (qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
+	struct tpf_qmap m;
+	if (tpf_qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
 		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
 	int integral = tpf_dtype_is_integral(x->dtype);
 	for (int64_t i = 0; i < x->numel; i++) {

@@ -7,41 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fills red[d] = 1 for the reduced axes of a rank-r input; count of axes or -1. */
-static int reduce_axes(const struct tpf_kernel_call *c, int rank, int *red, int *noop)
-{
-	int64_t axes[TPF_KERNEL_MAX_RANK];
-	int n = 0;
-	const struct tpf_attr *aa = tpf_node_attr(c->node, "axes");
-	*noop = 0;
-	if (c->n_in > 1 && c->in[1].data) {
-		n = tpf_kread_ints(&c->in[1], axes, TPF_KERNEL_MAX_RANK);
-		if (n < 0)
-			return -1;
-	} else if (aa) {
-		if (aa->n > TPF_KERNEL_MAX_RANK)
-			return -1;
-		for (size_t i = 0; i < aa->n; i++)
-			axes[i] = aa->ints[i];
-		n = (int)aa->n;
-	}
-	for (int d = 0; d < rank; d++)
-		red[d] = n == 0;
-	if (n == 0 && tpf_node_attr_int(c->node, "noop_with_empty_axes", 0)) {
-		*noop = 1;
-		for (int d = 0; d < rank; d++)
-			red[d] = 0;
-		return 0;
-	}
-	for (int i = 0; i < n; i++) {
-		int ax = tpf_norm_axis(axes[i], rank);
-		if (ax < 0)
-			return -1;
-		red[ax] = 1;
-	}
-	return n;
-}
-
 TPF_CPU_KERNEL(tpf_cpu_reduce)
 {
 	const struct tpf_ktensor *x = &c->in[0];
@@ -49,7 +14,7 @@ TPF_CPU_KERNEL(tpf_cpu_reduce)
 	enum tpf_op op = c->node->op;
 	int red[TPF_KERNEL_MAX_RANK], noop;
 	enum tpf_status st = TPF_OK;
-	if (reduce_axes(c, x->rank, red, &noop) < 0)
+	if (tpf_reduce_axes(c, x->rank, red, &noop) < 0)
 		return tpf_kfail(c, TPF_ERR_INVALID, "bad axes");
 	/* the accumulator as a same-rank view with reduced dims of size 1 */
 	struct tpf_ktensor acc_view = {0};
@@ -131,22 +96,8 @@ TPF_CPU_KERNEL(tpf_cpu_softmax)
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
 	int64_t outer, len, inner;
-	if (c->opset >= 13) {
-		int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), x->rank);
-		if (ax < 0)
-			return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-		outer = tpf_dims_prod(x->dims, 0, ax);
-		len = x->dims[ax];
-		inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	} else {
-		int64_t a = tpf_node_attr_int(c->node, "axis", 1);
-		int ax = a == x->rank ? x->rank : tpf_norm_axis(a, x->rank);
-		if (ax < 0)
-			return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-		outer = tpf_dims_prod(x->dims, 0, ax);
-		len = tpf_dims_prod(x->dims, ax, x->rank);
-		inner = 1;
-	}
+	if (tpf_softmax_view(c, x, &outer, &len, &inner))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
 	int wide = x->dtype == TPF_DTYPE_DOUBLE;
 	double *buf = tpf_calloc(len ? (size_t)len : 1, sizeof(double));
 	if (!buf)

@@ -151,11 +151,11 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 					 tpf_dtype_name(c->in[i].dtype));
 	if (a.T * (int64_t)sizeof(float) > 200 * 1024)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "%lld keys exceed the shared-memory score row", (long long)a.T);
-	a.scale = tpf_node_attr_float(c->node, "scale", 0.0f);
-	if (a.scale == 0.0f)
-		a.scale = 1.0f / sqrtf((float)a.D);
-	a.causal = (int)tpf_node_attr_int(c->node, "is_causal", 0);
-	a.softcap = tpf_node_attr_float(c->node, "softcap", 0.0f);
+	struct tpf_attention_attrs at;
+	tpf_attention_attrs(c, a.D, &at);
+	a.scale = at.scale;
+	a.causal = at.causal;
+	a.softcap = at.softcap;
 	if (mask) {
 		struct tpf_ktensor full;
 		memset(&full, 0, sizeof(full));

@@ -12,9 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
-extern "C" {
-#include "cpu/cpu-kernels.h"
-}
+#include "kernel-host.h"
 
 #include "cuda-kernels.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Private to kernels/cuda: the CUDA kernels behind the kernel table
- * (registered under TPF_BACKEND_CUDA by registry.c).  Every kernel only
+/* Private to kernels/: the CUDA kernels behind the kernel table (their rows
+ * come from kernels/kernels.def through kernels/registry.c).  Every kernel only
  * enqueues work on the call's stream and never synchronizes, so that a plan
  * can be captured into a CUDA graph; operands are device pointers, host
  * copies (tpf_ktensor.host) are read for shape-like operands. */
@@ -72,9 +72,6 @@ TPF_CUDA_KERNEL(tpf_cu_dequantize_linear);
 TPF_CUDA_KERNEL(tpf_cu_fp4_dynamic_quantize);
 /* attention.cu */
 TPF_CUDA_KERNEL(tpf_cu_attention);
-
-/* The CUDA rows of the kernel table (registry.c). */
-const struct tpf_kernel *tpf_cuda_kernel_table(size_t *count);
 
 /* cuBLASLt handle and workspace of the calling thread's current device,
  * created on first use (never during stream capture: the first run of a

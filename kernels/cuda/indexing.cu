@@ -257,12 +257,6 @@ int check_tuples(const struct tpf_ktensor *ix, const int64_t *dims, int k, int64
 	return 0;
 }
 
-int reduction_mode(const char *red)
-{
-	return !strcmp(red, "none") ? 0 : !strcmp(red, "add") ? 1 : !strcmp(red, "mul") ? 2
-	       : !strcmp(red, "max") ? 3 : !strcmp(red, "min") ? 4 : -1;
-}
-
 } // namespace
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_range)
@@ -340,8 +334,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_nd)
 	enum tpf_status st = need_bytes(c, x->dtype);
 	if (st)
 		return st;
-	const char *red = tpf_node_attr_string(c->node, "reduction", "none");
-	int mode = reduction_mode(red);
+	const char *red;
+	int mode = tpf_scatter_reduction(c, &red);
 	if (mode < 0)
 		return tpf_kfail(c, TPF_ERR_INVALID, "reduction '%s' is not none, add, mul, max or min", red);
 	if (mode && !(tpfc_float_ok(x->dtype) || tpfc_int_ok(x->dtype)))

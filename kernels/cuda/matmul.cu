@@ -351,20 +351,16 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gemm)
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
 	const struct tpf_ktensor *cc = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
 	struct tpf_ktensor *y = &c->out[0];
-	if (a->rank != 2 || b->rank != 2 || y->rank != 2)
-		return tpf_kfail(c, TPF_ERR_INVALID, "A, B and Y must be 2-D");
+	struct tpf_gemm_attrs g;
+	enum tpf_status gs = tpf_gemm_attrs(c, &g);
+	if (gs)
+		return gs;
 	if (a->dtype != b->dtype || a->dtype != y->dtype || !gemm_dtype_ok(a->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "Gemm of %s x %s -> %s not supported on cuda",
 				 tpf_dtype_name(a->dtype), tpf_dtype_name(b->dtype), tpf_dtype_name(y->dtype));
-	int ta = (int)tpf_node_attr_int(c->node, "transA", 0);
-	int tb = (int)tpf_node_attr_int(c->node, "transB", 0);
-	double alpha = tpf_node_attr_float(c->node, "alpha", 1.0f);
-	double beta = tpf_node_attr_float(c->node, "beta", 1.0f);
-	int64_t M = ta ? a->dims[1] : a->dims[0], K = ta ? a->dims[0] : a->dims[1];
-	int64_t Kb = tb ? b->dims[1] : b->dims[0], N = tb ? b->dims[0] : b->dims[1];
-	if (K != Kb || y->dims[0] != M || y->dims[1] != N)
-		return tpf_kfail(c, TPF_ERR_INVALID, "shapes do not agree (M=%lld K=%lld/%lld N=%lld)", (long long)M,
-				 (long long)K, (long long)Kb, (long long)N);
+	int ta = g.trans_a, tb = g.trans_b;
+	double alpha = g.alpha, beta = g.beta;
+	int64_t M = g.m, K = g.k, N = g.n;
 	if (y->numel == 0)
 		return TPF_OK;
 	cudaStream_t st = tpfc_stream(c);

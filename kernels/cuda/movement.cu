@@ -332,17 +332,17 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_transpose)
 	enum tpf_status st = need_bytes(c, x->dtype);
 	if (st)
 		return st;
-	const struct tpf_attr *pa = tpf_node_attr(c->node, "perm");
-	if (pa && pa->n != (size_t)x->rank)
-		return tpf_kfail(c, TPF_ERR_INVALID, "perm has %zu entries for rank %d", pa->n, x->rank);
+	int perm[kMaxRank];
+	if ((st = tpf_transpose_perm(c, x->rank, perm)))
+		return st;
 	int64_t xs[kMaxRank], ys[kMaxRank];
 	contiguous_strides(x->dims, x->rank, xs);
 	contiguous_strides(y->dims, y->rank, ys);
 	Strided s = space_of(y);
 	for (int d = 0; d < x->rank; d++) {
-		int p = pa ? tpf_norm_axis(pa->ints[d], x->rank) : x->rank - 1 - d;
-		if (p < 0 || y->dims[d] != x->dims[p])
-			return tpf_kfail(c, TPF_ERR_INVALID, "perm entry out of range or output shape mismatch");
+		int p = perm[d];
+		if (y->dims[d] != x->dims[p])
+			return tpf_kfail(c, TPF_ERR_INVALID, "output shape does not match the perm");
 		s.strides[0][d] = xs[p];
 		s.strides[1][d] = ys[d];
 	}
@@ -640,9 +640,10 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_elements)
 		return st;
 	if (up->numel != c->in[1].numel || up->dtype != x->dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "updates disagree with the indices");
-	const char *red = tpf_node_attr_string(c->node, "reduction", "none");
-	int add = strcmp(red, "add") == 0;
-	if (!add && strcmp(red, "none") != 0)
+	const char *red;
+	int mode = tpf_scatter_reduction(c, &red);
+	int add = mode == TPF_SCATTER_ADD;
+	if (!add && mode != TPF_SCATTER_NONE)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "reduction '%s' not supported on cuda", red);
 	if (y->data != x->data && x->nbytes) {
 		cudaError_t e = cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, tpfc_stream(c));

@@ -172,16 +172,6 @@ const struct tpf_ktensor *opt_in(const struct tpf_kernel_call *c, size_t i)
 	return i < c->n_in && c->in[i].data ? &c->in[i] : NULL;
 }
 
-int split_axis(const struct tpf_ktensor *x, int64_t axis, int64_t *rows, int64_t *cols)
-{
-	int ax = tpf_norm_axis(axis, x->rank);
-	if (ax < 0)
-		return -1;
-	*rows = tpf_dims_prod(x->dims, 0, ax);
-	*cols = tpf_dims_prod(x->dims, ax, x->rank);
-	return 0;
-}
-
 bool fits(const struct tpf_ktensor *g, int64_t cols)
 {
 	return g && g->numel > 0 && cols % g->numel == 0;
@@ -292,11 +282,11 @@ enum tpf_status norm_common(const struct tpf_kernel_call *c)
 	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1];
 	const struct tpf_ktensor *res = opt_in(c, 2);
 	struct tpf_ktensor *y = &c->out[0], *sum = opt_out(c, 1);
-	int64_t rows, cols;
-	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
-	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols))
+	struct tpf_norm_attrs na;
+	if (tpf_norm_attrs(c, x, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	int64_t rows = na.rows, cols = na.cols;
+	float eps = na.epsilon, offset = na.weight_offset;
 	if (!fits(gamma, cols))
 		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the normalized size");
 	if (res && res->numel != x->numel)
@@ -324,10 +314,11 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_rms_norm)
 {
 	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0], *inv = opt_out(c, 1);
-	int64_t rows, cols;
-	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols))
+	struct tpf_norm_attrs na;
+	if (tpf_norm_attrs(c, x, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	int64_t rows = na.rows, cols = na.cols;
+	float eps = na.epsilon;
 	if (!fits(gamma, cols))
 		return tpf_kfail(c, TPF_ERR_INVALID, "scale does not broadcast over the normalized dims");
 	if (!all_float(c))
@@ -353,10 +344,11 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_skip_rms_norm)
 	const struct tpf_ktensor *x = &c->in[0], *res = &c->in[1], *gamma = &c->in[2];
 	const struct tpf_ktensor *bias = opt_in(c, 3);
 	struct tpf_ktensor *y = &c->out[0], *mean = opt_out(c, 1), *inv = opt_out(c, 2), *sum = opt_out(c, 3);
-	int64_t rows, cols;
-	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-12f);
-	if (split_axis(x, -1, &rows, &cols))
+	struct tpf_norm_attrs na;
+	if (tpf_norm_attrs(c, x, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "input must have rank >= 1");
+	int64_t rows = na.rows, cols = na.cols;
+	float eps = na.epsilon;
 	if (res->numel != x->numel && res->numel != cols)
 		return tpf_kfail(c, TPF_ERR_INVALID, "skip shape does not match input");
 	if (!fits(gamma, cols))
@@ -395,9 +387,10 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_layer_norm)
 {
 	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1], *beta = opt_in(c, 2);
 	struct tpf_ktensor *y = &c->out[0], *mean = opt_out(c, 1), *inv = opt_out(c, 2);
-	int64_t rows, cols;
-	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols))
+	struct tpf_norm_attrs na;
+	if (tpf_norm_attrs(c, x, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	int64_t rows = na.rows, cols = na.cols;
 	if (!fits(gamma, cols) || (beta && !fits(beta, cols)))
 		return tpf_kfail(c, TPF_ERR_INVALID, "scale or bias does not broadcast over the normalized dims");
 	if (!all_float(c))
@@ -421,7 +414,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_layer_norm)
 	j.center = 1;
 	j.rows = rows;
 	j.cols = cols;
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+	j.eps = na.epsilon;
 	return launch_rows(c, j);
 }
 
@@ -443,10 +436,10 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects a, gamma, scale[, residual]");
 	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1], *scale = &c->in[2], *res = opt_in(c, 3);
 	struct tpf_ktensor *q = &c->out[0], *sum = opt_out(c, 1), *qb = opt_out(c, 2), *norm = opt_out(c, 3);
-	const char *quant = tpf_node_attr_string(c->node, "quant", "fp8");
-	int64_t rows, cols;
-	if (split_axis(x, tpf_node_attr_int(c->node, "axis", -1), &rows, &cols) || !fits(gamma, cols))
+	struct tpf_norm_attrs na;
+	if (tpf_norm_attrs(c, x, &na) || !fits(gamma, na.cols))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis or gamma does not fit x");
+	int64_t rows = na.rows, cols = na.cols;
 	if (!all_float(c))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
 	RowJob j = job_init(x);
@@ -458,14 +451,14 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 	j.dnorm = norm ? norm->dtype : x->dtype;
 	j.rows = rows;
 	j.cols = cols;
-	j.eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	j.offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	j.eps = na.epsilon;
+	j.offset = na.weight_offset;
 	j.qscale = scale->data;
 	j.dqs = scale->dtype;
 	j.qy = q->data;
 	j.dq = q->dtype;
-	if (strcmp(quant, "nvfp4") == 0) {
-		int64_t block = tpf_node_attr_int(c->node, "block_size", 16);
+	if (na.quant == TPF_NORM_QUANT_NVFP4) {
+		int64_t block = na.block_size;
 		if (!qb || block <= 0 || block % 2 || cols % block || q->dtype != TPF_DTYPE_FLOAT4E2M1 ||
 		    qb->numel * block != x->numel)
 			return tpf_kfail(c, TPF_ERR_INVALID, "nvfp4 needs the block scale output and rows of whole blocks");
@@ -473,12 +466,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 		j.block = block;
 		j.qblock = qb->data;
 		j.dqb = qb->dtype;
-	} else if (strcmp(quant, "fp8") == 0) {
+	} else if (na.quant == TPF_NORM_QUANT_FP8) {
 		if (scale->numel != 1)
 			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "cuda: only a per-tensor fp8 scale is supported");
 		j.quant = 1;
 	} else {
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported on cuda", quant);
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported on cuda", na.quant_name);
 	}
 	return launch_rows(c, j);
 }
@@ -496,10 +489,6 @@ bool sharded_fast(const struct tpf_kernel_call *c, size_t n, struct tpf_cuda_sha
 	a->dtype = dt;
 	a->n = (int)n;
 	a->weight_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
-	const struct tpf_attr *fd = tpf_node_attr(c->node, "full_dims");
-	const struct tpf_attr *ep = tpf_node_attr(c->node, "epsilons");
-	int64_t full = tpf_node_attr_int(c->node, "full_dim", 0);
-	float eps = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
 	for (size_t p = 0; p < n; p++) {
 		const struct tpf_ktensor *x = &c->in[p], *g = &c->in[n + p];
 		int64_t w = x->rank ? x->dims[x->rank - 1] : 1;
@@ -512,10 +501,8 @@ bool sharded_fast(const struct tpf_kernel_call *c, size_t n, struct tpf_cuda_sha
 		a->x[p] = x->data;
 		a->gamma[p] = g->data;
 		a->width[p] = w;
-		a->full_dim[p] = fd && fd->kind == TPF_ATTR_INTS && p < fd->n ? fd->ints[p]
-				 : full > 0 ? full
-					    : w * (c->world > 0 ? c->world : 1);
-		a->epsilon[p] = ep && ep->kind == TPF_ATTR_FLOATS && p < ep->n ? ep->floats[p] : eps;
+		a->full_dim[p] = tpf_sharded_full_dim(c, p, w);
+		a->epsilon[p] = tpf_sharded_epsilon(c, p);
 	}
 	return true;
 }
@@ -590,8 +577,6 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 	}
 	if (fast)
 		return a.rows ? tpf_cuda_sharded_normalize(&a, (const float *)s->data, c->stream, c->diag) : TPF_OK;
-	const struct tpf_attr *fd = tpf_node_attr(c->node, "full_dims");
-	const struct tpf_attr *ep = tpf_node_attr(c->node, "epsilons");
 	for (size_t p = 0; p < n; p++) {
 		const struct tpf_ktensor *x = &c->in[p], *g = &c->in[n + p];
 		RowJob j = job_init(x);
@@ -599,16 +584,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 		job_y(&j, &c->out[p]);
 		j.cols = x->rank ? x->dims[x->rank - 1] : 1;
 		j.rows = j.cols ? x->numel / j.cols : 0;
-		j.eps = ep && ep->kind == TPF_ATTR_FLOATS && p < ep->n ? ep->floats[p]
-									: tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+		j.eps = tpf_sharded_epsilon(c, p);
 		j.offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
 		j.ext = (const float *)s->data;
 		j.ext_stride = (int64_t)n;
 		j.ext_col = (int64_t)p;
-		int64_t full = tpf_node_attr_int(c->node, "full_dim", 0);
-		j.full_cols = fd && fd->kind == TPF_ATTR_INTS && p < fd->n ? fd->ints[p]
-			      : full > 0 ? full
-					 : j.cols * (c->world > 0 ? c->world : 1);
+		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
 		if (!fits(g, j.cols) || s->numel != j.rows * (int64_t)n)
 			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", p);
 		enum tpf_status st = launch_rows(c, j);
@@ -648,8 +629,8 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 	if (x->rank < 1)
 		return decline();
 	int64_t cols = x->dims[x->rank - 1];
-	int64_t ax = tpf_node_attr_int(c->node, "axis", -1);
-	if ((ax < 0 ? ax + x->rank : ax) != x->rank - 1 || !fast_ok(dt, cols) || gamma->dtype != dt ||
+	struct tpf_norm_attrs na;
+	if (tpf_norm_attrs(c, x, &na) || na.axis != x->rank - 1 || !fast_ok(dt, cols) || gamma->dtype != dt ||
 	    gamma->numel != cols || !aligned16(partial) || !aligned16(gamma->data))
 		return decline();
 	if (res && !dt_out_ok(res, dt, x->numel))
@@ -662,8 +643,8 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 	a.x = partial;
 	a.residual = res ? res->data : NULL;
 	a.gamma = gamma->data;
-	a.epsilon = tpf_node_attr_float(c->node, "epsilon", 1e-5f);
-	a.weight_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	a.epsilon = na.epsilon;
+	a.weight_offset = na.weight_offset;
 	const struct tpf_ktensor *sum = opt_out(c, 1);
 	if (sum && !dt_out_ok(sum, dt, x->numel))
 		return decline();
@@ -674,7 +655,7 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 		a.norm_out = c->out[0].data;
 	} else {
 		const struct tpf_ktensor *scale = &c->in[2], *q = &c->out[0], *norm = opt_out(c, 3);
-		if (strcmp(tpf_node_attr_string(c->node, "quant", "fp8"), "fp8") != 0 || opt_out(c, 2) ||
+		if (na.quant != TPF_NORM_QUANT_FP8 || opt_out(c, 2) ||
 		    scale->numel != 1 || !scale->host || !tpfc_float_ok(scale->dtype) ||
 		    q->dtype != TPF_DTYPE_FLOAT8E4M3FN || q->numel != x->numel || !aligned16(q->data))
 			return decline();

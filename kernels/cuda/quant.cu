@@ -14,10 +14,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct QMap {
-	int mode; // 0 per tensor, 1 per axis, 2 blocked
-	int64_t dim, inner, block, sdim;
-};
+// how element i finds its scale element (kernel-host.h)
+typedef struct tpf_qmap QMap;
 
 __device__ __forceinline__ int64_t qmap_index(const QMap &m, int64_t i)
 {
@@ -30,35 +28,13 @@ __device__ __forceinline__ int64_t qmap_index(const QMap &m, int64_t i)
 	return (o * m.sdim + a / m.block) * m.inner + in;
 }
 
+// tpf_qmap_init, and no scale lookups for an empty tensor
 int qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, const struct tpf_ktensor *s, QMap *m)
 {
-	int64_t block = tpf_node_attr_int(c->node, "block_size", 0);
-	memset(m, 0, sizeof(*m));
-	if (s->numel == 1 && block <= 0)
-		return 0;
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 1), x->rank);
-	if (ax < 0)
+	if (tpf_qmap_init(c, x, s, m))
 		return -1;
-	m->dim = x->dims[ax];
-	m->inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	if (m->dim == 0 || m->inner == 0)
-		return 0;
-	if (block <= 0) {
-		if (s->rank != 1 || s->numel != m->dim)
-			return -1;
-		m->mode = 1;
-		return 0;
-	}
-	if (s->rank != x->rank)
-		return -1;
-	m->mode = 2;
-	m->block = block;
-	m->sdim = s->dims[ax];
-	if (m->sdim != (m->dim + block - 1) / block)
-		return -1;
-	for (int d = 0; d < x->rank; d++)
-		if (d != ax && s->dims[d] != x->dims[d])
-			return -1;
+	if (m->mode && (m->dim == 0 || m->inner == 0))
+		m->mode = 0;
 	return 0;
 }
 

@@ -105,38 +105,6 @@ __global__ void reduce_kernel(ReduceArgs p)
 	}
 }
 
-int reduce_axes(const struct tpf_kernel_call *c, int rank, int *red)
-{
-	int64_t axes[TPF_KERNEL_MAX_RANK];
-	int n = 0;
-	const struct tpf_attr *aa = tpf_node_attr(c->node, "axes");
-	if (c->n_in > 1 && c->in[1].data) {
-		n = tpf_kread_ints(&c->in[1], axes, TPF_KERNEL_MAX_RANK);
-		if (n < 0)
-			return -1;
-	} else if (aa) {
-		if (aa->n > TPF_KERNEL_MAX_RANK)
-			return -1;
-		for (size_t i = 0; i < aa->n; i++)
-			axes[i] = aa->ints[i];
-		n = (int)aa->n;
-	}
-	for (int d = 0; d < rank; d++)
-		red[d] = n == 0;
-	if (n == 0 && tpf_node_attr_int(c->node, "noop_with_empty_axes", 0)) {
-		for (int d = 0; d < rank; d++)
-			red[d] = 0;
-		return 0;
-	}
-	for (int i = 0; i < n; i++) {
-		int ax = tpf_norm_axis(axes[i], rank);
-		if (ax < 0)
-			return -1;
-		red[ax] = 1;
-	}
-	return n;
-}
-
 // ------------------------------------------------------------ softmax
 
 __global__ void softmax_kernel(int dx, const void *x, int dy, void *y, int64_t rows, int64_t len, int64_t inner,
@@ -295,7 +263,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_reduce)
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
 	int red[TPF_KERNEL_MAX_RANK];
-	if (reduce_axes(c, x->rank, red) < 0)
+	if (tpf_reduce_axes(c, x->rank, red, NULL) < 0)
 		return tpf_kfail(c, TPF_ERR_INVALID, "bad axes");
 	if (!tpfc_float_ok(x->dtype) && !tpfc_int_ok(x->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
@@ -343,22 +311,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_softmax)
 	int64_t outer, len, inner;
 	if (!tpfc_float_ok(x->dtype) || !tpfc_float_ok(y->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
-	if (c->opset >= 13) {
-		int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), x->rank);
-		if (ax < 0)
-			return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-		outer = tpf_dims_prod(x->dims, 0, ax);
-		len = x->dims[ax];
-		inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	} else {
-		int64_t a = tpf_node_attr_int(c->node, "axis", 1);
-		int ax = a == x->rank ? x->rank : tpf_norm_axis(a, x->rank);
-		if (ax < 0)
-			return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-		outer = tpf_dims_prod(x->dims, 0, ax);
-		len = tpf_dims_prod(x->dims, ax, x->rank);
-		inner = 1;
-	}
+	if (tpf_softmax_view(c, x, &outer, &len, &inner))
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
 	int64_t rows = outer * inner;
 	if (!rows || !len)
 		return TPF_OK;

@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: MIT */
+/* Host-side code both backends share (kernel-host.h): messages,
+ * broadcasting, axes, backend and phase names, and the reading of every
+ * attribute that the CPU and the CUDA kernel of an op both need. */
+#include "kernel-host.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+{
+	char msg[512];
+	char who[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (c->node)
+		tpf_node_describe(c->node, who, sizeof(who));
+	else
+		snprintf(who, sizeof(who), "kernel");
+	tpf_diag_add(c->diag, TPF_SEV_ERROR, "%s: %s", who, msg);
+	return st;
+}
+
+int tpf_bcast_init(struct tpf_bcast *b, const struct tpf_ktensor *out,
+		   const struct tpf_ktensor *const *ins, int n)
+{
+	if (n > TPF_BCAST_MAX || out->rank > TPF_KERNEL_MAX_RANK)
+		return -1;
+	b->rank = out->rank;
+	b->n = n;
+	for (int d = 0; d < out->rank; d++) {
+		b->dims[d] = out->dims[d];
+		b->idx[d] = 0;
+	}
+	for (int k = 0; k < n; k++) {
+		const struct tpf_ktensor *t = ins[k];
+		int64_t stride = 1;
+		b->off[k] = 0;
+		if (t->rank > out->rank)
+			return -1;
+		for (int d = out->rank - 1; d >= 0; d--) {
+			int td = d - (out->rank - t->rank);
+			if (td < 0) {
+				b->strides[k][d] = 0;
+				continue;
+			}
+			int64_t dim = t->dims[td];
+			if (dim == out->dims[d]) {
+				b->strides[k][d] = dim == 1 ? 0 : stride;
+			} else if (dim == 1) {
+				b->strides[k][d] = 0;
+			} else {
+				return -1;
+			}
+			stride *= dim;
+		}
+	}
+	return 0;
+}
+
+void tpf_bcast_next(struct tpf_bcast *b)
+{
+	for (int d = b->rank - 1; d >= 0; d--) {
+		b->idx[d]++;
+		for (int k = 0; k < b->n; k++)
+			b->off[k] += b->strides[k][d];
+		if (b->idx[d] < b->dims[d])
+			return;
+		for (int k = 0; k < b->n; k++)
+			b->off[k] -= b->strides[k][d] * b->dims[d];
+		b->idx[d] = 0;
+	}
+}
+
+int tpf_norm_axis(int64_t axis, int rank)
+{
+	if (axis < 0)
+		axis += rank;
+	if (axis < 0 || axis >= rank)
+		return -1;
+	return (int)axis;
+}
+
+int64_t tpf_dims_prod(const int64_t *dims, int from, int to)
+{
+	int64_t p = 1;
+	for (int i = from; i < to; i++)
+		p *= dims[i];
+	return p;
+}
+
+int tpf_kread_ints(const struct tpf_ktensor *t, int64_t *vals, int max)
+{
+	if (!t || !t->host || !tpf_dtype_is_integral(t->dtype) || t->numel > max)
+		return -1;
+	for (int64_t i = 0; i < t->numel; i++)
+		vals[i] = tpf_elem_load_int(t->dtype, t->host, i);
+	return (int)t->numel;
+}
+
+size_t tpf_elem_size(enum tpf_dtype t)
+{
+	unsigned bits = tpf_dtype_bits(t);
+	return bits >= 8 ? bits / 8 : 0;
+}
+
+int tpf_ktensor_finish(struct tpf_ktensor *t)
+{
+	int64_t n = 1;
+	if (t->rank < 0 || t->rank > TPF_KERNEL_MAX_RANK)
+		return -1;
+	for (int i = 0; i < t->rank; i++) {
+		if (t->dims[i] < 0)
+			return -1;
+		if (t->dims[i] != 0 && n > INT64_MAX / t->dims[i])
+			return -1;
+		n *= t->dims[i];
+	}
+	t->numel = n;
+	if (t->dtype == TPF_DTYPE_STRING || tpf_dtype_storage_bytes(t->dtype, (uint64_t)n, &t->nbytes))
+		return -1;
+	return 0;
+}
+
+const char *tpf_backend_name(enum tpf_backend b)
+{
+	switch (b) {
+	case TPF_BACKEND_CPU:
+		return "cpu";
+	case TPF_BACKEND_CUDA:
+		return "cuda";
+	default:
+		return "?";
+	}
+}
+
+int tpf_backend_from_name(const char *name, enum tpf_backend *out)
+{
+	for (int b = 0; b < TPF_BACKEND_COUNT; b++) {
+		if (strcmp(name, tpf_backend_name((enum tpf_backend)b)) == 0) {
+			*out = (enum tpf_backend)b;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+const char *tpf_kernel_phase_name(enum tpf_kernel_phase p)
+{
+	static const char *const names[TPF_PHASE_COUNT] = {
+		[TPF_PHASE_MAIN] = "main",
+		[TPF_PHASE_POST_REDUCE] = "post-reduce",
+		[TPF_PHASE_SUMSQ] = "sumsq",
+		[TPF_PHASE_NORMALIZE] = "normalize",
+		[TPF_PHASE_GATHER_REORDER] = "gather-reorder",
+		[TPF_PHASE_FP8_GEMM] = "fp8-gemm",
+		[TPF_PHASE_MATMUL_BT] = "matmul-bt",
+	};
+	return (unsigned)p < TPF_PHASE_COUNT ? names[p] : "?";
+}
+
+/* ------------------------------------------------------------ attributes */
+
+int tpf_reduce_axes(const struct tpf_kernel_call *c, int rank, int *red, int *noop)
+{
+	int64_t axes[TPF_KERNEL_MAX_RANK];
+	int n = 0;
+	const struct tpf_attr *aa = tpf_node_attr(c->node, "axes");
+	if (noop)
+		*noop = 0;
+	if (c->n_in > 1 && c->in[1].data) {
+		n = tpf_kread_ints(&c->in[1], axes, TPF_KERNEL_MAX_RANK);
+		if (n < 0)
+			return -1;
+	} else if (aa) {
+		if (aa->kind != TPF_ATTR_INTS || aa->n > TPF_KERNEL_MAX_RANK)
+			return -1;
+		for (size_t i = 0; i < aa->n; i++)
+			axes[i] = aa->ints[i];
+		n = (int)aa->n;
+	}
+	for (int d = 0; d < rank; d++)
+		red[d] = n == 0;
+	if (n == 0 && tpf_node_attr_int(c->node, "noop_with_empty_axes", 0)) {
+		if (noop)
+			*noop = 1;
+		for (int d = 0; d < rank; d++)
+			red[d] = 0;
+		return 0;
+	}
+	for (int i = 0; i < n; i++) {
+		int ax = tpf_norm_axis(axes[i], rank);
+		if (ax < 0)
+			return -1;
+		red[ax] = 1;
+	}
+	return n;
+}
+
+int tpf_softmax_view(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, int64_t *outer,
+		     int64_t *len, int64_t *inner)
+{
+	if (c->opset >= 13) {
+		int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), x->rank);
+		if (ax < 0)
+			return -1;
+		*outer = tpf_dims_prod(x->dims, 0, ax);
+		*len = x->dims[ax];
+		*inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+		return 0;
+	}
+	int64_t a = tpf_node_attr_int(c->node, "axis", 1);
+	int ax = a == x->rank ? x->rank : tpf_norm_axis(a, x->rank);
+	if (ax < 0)
+		return -1;
+	*outer = tpf_dims_prod(x->dims, 0, ax);
+	*len = tpf_dims_prod(x->dims, ax, x->rank);
+	*inner = 1;
+	return 0;
+}
+
+enum tpf_status tpf_transpose_perm(const struct tpf_kernel_call *c, int rank, int *perm)
+{
+	const struct tpf_attr *pa = tpf_node_attr(c->node, "perm");
+	if (pa && (pa->kind != TPF_ATTR_INTS || pa->n != (size_t)rank))
+		return tpf_kfail(c, TPF_ERR_INVALID, "perm has %zu entries for rank %d", pa->n, rank);
+	unsigned seen = 0;
+	for (int i = 0; i < rank; i++) {
+		perm[i] = pa ? tpf_norm_axis(pa->ints[i], rank) : rank - 1 - i;
+		if (perm[i] < 0 || (seen >> perm[i]) & 1)
+			return tpf_kfail(c, TPF_ERR_INVALID, "perm entry out of range or repeated");
+		seen |= 1u << perm[i];
+	}
+	return TPF_OK;
+}
+
+enum tpf_status tpf_gemm_attrs(const struct tpf_kernel_call *c, struct tpf_gemm_attrs *g)
+{
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1], *y = &c->out[0];
+	if (a->rank != 2 || b->rank != 2 || y->rank != 2)
+		return tpf_kfail(c, TPF_ERR_INVALID, "A, B and Y must be 2-D");
+	g->trans_a = tpf_node_attr_int(c->node, "transA", 0) != 0;
+	g->trans_b = tpf_node_attr_int(c->node, "transB", 0) != 0;
+	g->alpha = tpf_node_attr_float(c->node, "alpha", 1.0f);
+	g->beta = tpf_node_attr_float(c->node, "beta", 1.0f);
+	g->m = g->trans_a ? a->dims[1] : a->dims[0];
+	g->k = g->trans_a ? a->dims[0] : a->dims[1];
+	int64_t kb = g->trans_b ? b->dims[1] : b->dims[0];
+	g->n = g->trans_b ? b->dims[0] : b->dims[1];
+	if (g->k != kb || y->dims[0] != g->m || y->dims[1] != g->n)
+		return tpf_kfail(c, TPF_ERR_INVALID, "shapes do not agree (M=%lld K=%lld/%lld N=%lld)",
+				 (long long)g->m, (long long)g->k, (long long)kb, (long long)g->n);
+	return TPF_OK;
+}
+
+void tpf_attention_attrs(const struct tpf_kernel_call *c, int64_t head_dim,
+			 struct tpf_attention_attrs *a)
+{
+	a->scale = tpf_node_attr_float(c->node, "scale", 0.0f);
+	if (a->scale == 0.0f)
+		a->scale = 1.0f / sqrtf((float)head_dim);
+	a->causal = tpf_node_attr_int(c->node, "is_causal", 0) != 0;
+	a->softcap = tpf_node_attr_float(c->node, "softcap", 0.0f);
+}
+
+int tpf_norm_attrs(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+		   struct tpf_norm_attrs *a)
+{
+	enum tpf_op op = c->node->op;
+	int skip = op == TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION;
+	memset(a, 0, sizeof(*a));
+	a->epsilon = tpf_node_attr_float(c->node, "epsilon", skip ? 1e-12f : 1e-5f);
+	a->weight_offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	a->axis = tpf_norm_axis(skip ? -1 : tpf_node_attr_int(c->node, "axis", -1), x->rank);
+	if (op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT) {
+		a->quant_name = tpf_node_attr_string(c->node, "quant", "fp8");
+		a->quant = !strcmp(a->quant_name, "fp8")	   ? TPF_NORM_QUANT_FP8
+			   : !strcmp(a->quant_name, "nvfp4")	   ? TPF_NORM_QUANT_NVFP4
+			   : !strcmp(a->quant_name, "nvfp4-block") ? TPF_NORM_QUANT_NVFP4_BLOCK
+								   : TPF_NORM_QUANT_OTHER;
+		a->block_size = tpf_node_attr_int(c->node, "block_size", 16);
+	}
+	if (a->axis < 0)
+		return -1;
+	a->rows = tpf_dims_prod(x->dims, 0, a->axis);
+	a->cols = tpf_dims_prod(x->dims, a->axis, x->rank);
+	return 0;
+}
+
+int64_t tpf_sharded_full_dim(const struct tpf_kernel_call *c, size_t i, int64_t local)
+{
+	const struct tpf_attr *a = tpf_node_attr(c->node, "full_dims");
+	if (a && a->kind == TPF_ATTR_INTS && i < a->n)
+		return a->ints[i];
+	int64_t fs = tpf_node_attr_int(c->node, "full_dim", 0);
+	if (fs > 0)
+		return fs;
+	return local * (c->world > 0 ? c->world : 1);
+}
+
+float tpf_sharded_epsilon(const struct tpf_kernel_call *c, size_t i)
+{
+	const struct tpf_attr *a = tpf_node_attr(c->node, "epsilons");
+	if (a && a->kind == TPF_ATTR_FLOATS && i < a->n)
+		return a->floats[i];
+	return tpf_node_attr_float(c->node, "epsilon", 1e-5f);
+}
+
+int tpf_qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+		  const struct tpf_ktensor *s, struct tpf_qmap *m)
+{
+	int64_t block = tpf_node_attr_int(c->node, "block_size", 0);
+	memset(m, 0, sizeof(*m));
+	if (s->numel == 1 && block <= 0)
+		return 0;
+	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 1), x->rank);
+	if (ax < 0)
+		return -1;
+	m->dim = x->dims[ax];
+	m->inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	if (block <= 0) {
+		if (s->rank != 1 || s->numel != m->dim)
+			return -1;
+		m->mode = 1;
+		return 0;
+	}
+	if (s->rank != x->rank)
+		return -1;
+	m->mode = 2;
+	m->block = block;
+	m->sdim = s->dims[ax];
+	if (m->sdim != (m->dim + block - 1) / block)
+		return -1;
+	for (int d = 0; d < x->rank; d++)
+		if (d != ax && s->dims[d] != x->dims[d])
+			return -1;
+	return 0;
+}
+
+int tpf_scatter_reduction(const struct tpf_kernel_call *c, const char **name)
+{
+	const char *red = tpf_node_attr_string(c->node, "reduction", "none");
+	if (name)
+		*name = red;
+	return !strcmp(red, "none")  ? TPF_SCATTER_NONE
+	       : !strcmp(red, "add") ? TPF_SCATTER_ADD
+	       : !strcmp(red, "mul") ? TPF_SCATTER_MUL
+	       : !strcmp(red, "max") ? TPF_SCATTER_MAX
+	       : !strcmp(red, "min") ? TPF_SCATTER_MIN
+				     : -1;
+}

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/* Private to kernels/: host-side code that both backends share (host.c):
+ * messages, broadcasting, and the reading of attributes and shape-like
+ * operands, so that the CPU and the CUDA kernel of an op read a node the
+ * same way and refuse the same nodes with the same message.  C, included by
+ * kernels/cpu/cpu-kernels.h and kernels/cuda/cuda-common.cuh. */
+#ifndef TPF_KERNEL_HOST_H
+#define TPF_KERNEL_HOST_H
+
+#include "tpf-kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Adds "node 'NAME' (OP): MESSAGE" to the call's diagnostic, returns st. */
+enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Walks the elements of an output in row-major order, keeping the offsets of
+ * up to TPF_BCAST_MAX inputs broadcast to it (numpy rules). */
+#define TPF_BCAST_MAX 4
+struct tpf_bcast {
+	int rank;
+	int n;
+	int64_t dims[TPF_KERNEL_MAX_RANK];
+	int64_t idx[TPF_KERNEL_MAX_RANK];
+	int64_t strides[TPF_BCAST_MAX][TPF_KERNEL_MAX_RANK];
+	int64_t off[TPF_BCAST_MAX];
+};
+/* 0 ok, -1 when an input does not broadcast to out. */
+int tpf_bcast_init(struct tpf_bcast *b, const struct tpf_ktensor *out,
+		   const struct tpf_ktensor *const *ins, int n);
+void tpf_bcast_next(struct tpf_bcast *b);
+
+/* Element size in bytes for byte-addressable dtypes; 0 for sub-byte ones. */
+size_t tpf_elem_size(enum tpf_dtype t);
+
+
+/* ------------------------------------------------------------ attributes
+ * Each reader takes the call (its node's attributes, its operands) and
+ * returns 0, or -1 when the node or its operands do not fit (the kernel
+ * reports that with its own status); those returning a status have added
+ * the message already. */
+
+/* Reductions (ReduceMean/Sum/Max): red[d] = 1 for each reduced axis of a
+ * rank-`rank` input, from the axes input (opset 18 on) or attribute;
+ * *noop (may be NULL) = 1 when the axes are empty and noop_with_empty_axes
+ * is set (nothing reduced).  The count of axes, or -1 for bad axes. */
+int tpf_reduce_axes(const struct tpf_kernel_call *c, int rank, int *red, int *noop);
+
+/* Softmax over `axis`: x as [outer, len, inner]; from opset 13 len is the
+ * axis' dim, before it every dim from the axis on (inner = 1). */
+int tpf_softmax_view(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, int64_t *outer,
+		     int64_t *len, int64_t *inner);
+
+/* Transpose: perm[d] = the input axis of output axis d (reversed when the
+ * node has no perm).  TPF_ERR_INVALID with a message for a bad perm. */
+enum tpf_status tpf_transpose_perm(const struct tpf_kernel_call *c, int rank, int *perm);
+
+/* Gemm: transA/transB, alpha/beta and the M x K by K x N product they
+ * make of the 2-D operands A and B, checked against the 2-D output.
+ * TPF_ERR_INVALID with a message when they do not agree. */
+struct tpf_gemm_attrs {
+	int trans_a, trans_b;
+	double alpha, beta;
+	int64_t m, k, n;
+};
+enum tpf_status tpf_gemm_attrs(const struct tpf_kernel_call *c, struct tpf_gemm_attrs *g);
+
+/* Attention: the softmax scale (1/sqrt(head_dim) when the attribute is 0 or
+ * absent), is_causal and softcap (0: none). */
+struct tpf_attention_attrs {
+	float scale;
+	int causal;
+	float softcap;
+};
+void tpf_attention_attrs(const struct tpf_kernel_call *c, int64_t head_dim,
+			 struct tpf_attention_attrs *a);
+
+/* Normalizations (RMSNormalization, SimplifiedLayerNormalization in both
+ * domains, SkipSimplifiedLayerNormalization, LayerNormalization and the
+ * ai.tpfuse norms RMSNorm, AllReduceRMSNorm, AllReduceRMSNormQuant): x as
+ * [rows, cols] normalized over the dims from `axis` on (the last dim for
+ * SkipSimplifiedLayerNormalization), epsilon with the op's default (1e-12
+ * for SkipSimplifiedLayerNormalization, else 1e-5), weight_offset (1 for
+ * (1 + gamma) norms, else 0), and AllReduceRMSNormQuant's quantization:
+ * `quant` (fp8, nvfp4, nvfp4-block) and nvfp4's block_size (default 16).
+ * -1 when the axis is out of range for x. */
+enum tpf_norm_quant {
+	TPF_NORM_QUANT_NONE = 0, /* not a quantizing norm */
+	TPF_NORM_QUANT_FP8,
+	TPF_NORM_QUANT_NVFP4,
+	TPF_NORM_QUANT_NVFP4_BLOCK,
+	TPF_NORM_QUANT_OTHER, /* an unknown `quant` value (quant_name says which) */
+};
+struct tpf_norm_attrs {
+	int axis;
+	int64_t rows, cols;
+	float epsilon, weight_offset;
+	enum tpf_norm_quant quant;
+	const char *quant_name;
+	int64_t block_size;
+};
+int tpf_norm_attrs(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+		   struct tpf_norm_attrs *a);
+
+/* ShardedRMSNorm, tensor i of the node: the full width its shard is part
+ * of (full_dims[i], else full_dim, else local * world) and its epsilon
+ * (epsilons[i], else epsilon, default 1e-5). */
+int64_t tpf_sharded_full_dim(const struct tpf_kernel_call *c, size_t i, int64_t local);
+float tpf_sharded_epsilon(const struct tpf_kernel_call *c, size_t i);
+
+/* QuantizeLinear / DequantizeLinear: how element i of x (row-major) finds
+ * its scale (and zero point) element.  mode 0: one scale; 1: per axis
+ * (`axis`, default 1; scale [dim]); 2: blocked (block_size along the axis;
+ * scale of x's shape with ceil(dim / block) on the axis). */
+struct tpf_qmap {
+	int mode;
+	int64_t dim, inner, block, sdim;
+};
+int tpf_qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+		  const struct tpf_ktensor *scale, struct tpf_qmap *m);
+
+/* The `reduction` of ScatterElements and ScatterND (default none):
+ * TPF_SCATTER_NONE .. TPF_SCATTER_MIN, or -1 for another value; *name (may
+ * be NULL) gets the attribute's text for messages. */
+enum { TPF_SCATTER_NONE, TPF_SCATTER_ADD, TPF_SCATTER_MUL, TPF_SCATTER_MAX, TPF_SCATTER_MIN };
+int tpf_scatter_reduction(const struct tpf_kernel_call *c, const char **name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPF_KERNEL_HOST_H */
