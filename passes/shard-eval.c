@@ -786,7 +786,7 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 		c.node = n;
 		c.mode = TPF_SHAPE_CONCRETE;
 		c.opset = e->opset;
-		c.world = 1;
+		c.world = e->world;
 		c.in = types;
 		c.n_in = ni;
 		c.out = types + ni;
@@ -857,9 +857,10 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 }
 
 enum tpf_status sh_eval_run(struct sh_eval *e, struct tpf_graph *g, int64_t opset,
-			    const struct sh_eval *like)
+			    int64_t world, const struct sh_eval *like)
 {
 	memset(e, 0, sizeof(*e));
+	e->world = world;
 	e->g = g;
 	e->n = g->n_values;
 	e->opset = opset;

@@ -55,6 +55,7 @@ struct sh_eval {
 	struct sh_fact *f;     /* by value id */
 	struct tpf_arena *arena;
 	int64_t opset;
+	int64_t world;         /* for the collectives' shape functions */
 	/* symbolic dims bound to numbers */
 	const char **sym_names;
 	int64_t *sym_values;
@@ -66,7 +67,7 @@ struct sh_eval {
  * `like` when given (so that the rank graph binds them as the original
  * did).  TPF_ERR_NOMEM only. */
 enum tpf_status sh_eval_run(struct sh_eval *e, struct tpf_graph *g, int64_t opset,
-			    const struct sh_eval *like);
+			    int64_t world, const struct sh_eval *like);
 void sh_eval_free(struct sh_eval *e);
 /* The facts of v (never NULL; unknown when v is outside the evaluation). */
 const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_value *v);

@@ -192,6 +192,7 @@ struct rw {
 	uint8_t *iface;     /* by value id: graph input split at the interface */
 	struct sh *iface_sh;
 	struct tpf_value **replaced_inits; /* originals that may have become unused */
+	struct sh *raw;     /* by value id: the sharding a value's producer gives */
 	size_t n_replaced, cap_replaced;
 	int used_ms;
 	enum tpf_status st;
@@ -542,6 +543,9 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 			return NULL;
 		}
 		use = p;
+		/* v itself is now this rank's part */
+		if (v->id < w->s->n_values0)
+			w->p->sh[v->id] = (struct sh){SH_S, (int8_t)axis, 0};
 	} else {
 		struct tpf_value *in[8];
 		size_t k = p->n_inputs < 8 ? p->n_inputs : 8;
@@ -1131,7 +1135,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 	w.rd = tpf_calloc(1, sizeof(*w.rd));
 	w.iface = tpf_calloc(s->n_values0 + 1, 1);
 	w.iface_sh = tpf_calloc(s->n_values0 + 1, sizeof(*w.iface_sh));
-	raw = tpf_calloc(s->n_values0 + 1, sizeof(*raw));
+	raw = w.raw = tpf_calloc(s->n_values0 + 1, sizeof(*raw));
 	if (!w.rd || !w.iface || !w.iface_sh || !raw) {
 		tpf_free(w.iface);
 		tpf_free(w.iface_sh);
@@ -1148,26 +1152,6 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 	}
 	decide_interfaces(&w);
 
-	/* 1. types of the original values (before anything is rewired) */
-	for (size_t i = 0; i < s->n_values0; i++) {
-		struct tpf_value *v = s->g->values[i];
-		struct sh x;
-		if (!v || v->kind == TPF_VALUE_INITIALIZER)
-			continue;
-		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w.iface[i] ? w.iface_sh[i] : (struct sh){SH_R, 0, 0})
-						      : raw[i];
-		if (x.kind == SH_S) {
-			set_local_type(&w, v, v, x);
-		} else if (v->producer && shape_from_values(v->producer) &&
-			   v->type.kind == TPF_TYPE_TENSOR) {
-			/* leave static dims that the evaluation confirms */
-			const struct sh_fact *f = sh_full(s, v);
-			if (f->rank == v->type.shape.rank)
-				set_local_type(&w, v, v, (struct sh){SH_R, 0, 0});
-		}
-		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
-			w.rd->inputs_split++;
-	}
 	/* 2. literal elements of shape operands */
 	apply_edits(&w);
 
@@ -1230,7 +1214,28 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		}
 		rename_swap(&w, v, nv);
 	}
-	/* 6. originals nothing reads any more */
+	/* 6. types of the original values (after the conversions, which take
+	 * theirs from the original types) */
+	for (size_t i = 0; i < s->n_values0; i++) {
+		struct tpf_value *v = s->g->values[i];
+		struct sh x;
+		if (!v || v->kind == TPF_VALUE_INITIALIZER)
+			continue;
+		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w.iface[i] ? w.iface_sh[i] : (struct sh){SH_R, 0, 0})
+						      : raw[i];
+		if (x.kind == SH_S) {
+			set_local_type(&w, v, v, x);
+		} else if (v->producer && shape_from_values(v->producer) &&
+			   v->type.kind == TPF_TYPE_TENSOR) {
+			/* leave static dims that the evaluation confirms */
+			const struct sh_fact *f = sh_full(s, v);
+			if (f->rank == v->type.shape.rank)
+				set_local_type(&w, v, v, (struct sh){SH_R, 0, 0});
+		}
+		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
+			w.rd->inputs_split++;
+	}
+	/* 7. originals nothing reads any more */
 	for (size_t i = 0; i < w.n_replaced && !w.st; i++) {
 		struct tpf_value *v = w.replaced_inits[i];
 		if (uses_of(v) || v->is_graph_input)

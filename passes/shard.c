@@ -461,7 +461,7 @@ static enum tpf_status validate(struct tpf_shard *sh)
 	enum tpf_status st;
 	size_t bad = 0;
 
-	st = sh_eval_run(&ev, s->g, s->ev.opset, &s->ev);
+	st = sh_eval_run(&ev, s->g, s->ev.opset, s->W, &s->ev);
 	if (st) {
 		sh_eval_free(&ev);
 		return st;
@@ -708,7 +708,7 @@ enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_opt
 	tpf_diag_free(scratch);
 	if (st == TPF_ERR_NOMEM)
 		goto fail;
-	if ((st = sh_eval_run(&s->ev, s->g, tpf_model_opset(m, ""), NULL)))
+	if ((st = sh_eval_run(&s->ev, s->g, tpf_model_opset(m, ""), 1, NULL)))
 		goto fail;
 	drop_noop_slices(s, &noops);
 	s->n_values0 = s->g->n_values;
