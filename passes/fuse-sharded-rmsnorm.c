@@ -483,7 +483,138 @@ static const struct tpf_pattern pat_split = {
 };
 
 /* Both forms count as "sharded-rmsnorm"; the merge phase adds its own counter. */
-static const struct tpf_pattern *const patterns[] = {&pat_slice, &pat_split, NULL};
+/* -------------------------------------------------- shapes of the gathered norm */
+
+/* Exporters split the normalized tensor with bounds computed from its
+ * shape (TorchScript's torch.split: Shape -> Gather -> Add/Div -> Slice), so
+ * a Shape node reads the full tensor too.  Shape(RMSNorm(g)) is Shape(g),
+ * and Shape(AllGather(x) over the last axis) is Shape(x) * [1, ..., W]:
+ * then only the Slice or Split reads the gathered norm and it fuses. */
+static const char *pred_whole_shape(const struct tpf_node *n, struct tpf_match *m)
+{
+	(void)m;
+	if (tpf_node_attr(n, "start") || tpf_node_attr(n, "end"))
+		return "a Shape with start or end";
+	return NULL;
+}
+
+/* Whether v is read by an RMSNorm (as its input). */
+static int feeds_norm(const struct tpf_value *v)
+{
+	for (size_t i = 0; i < v->n_uses; i++)
+		if (v->uses[i].node->op == TPF_OP_TPF_RMS_NORM && v->uses[i].index == 0)
+			return 1;
+	return 0;
+}
+
+struct shape_facts {
+	int64_t world;
+	int rank;
+};
+
+static const char *check_shape_norm(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct tpf_node *norm = tpf_match_node(m, "norm");
+	struct tpf_value *g = tpf_match_value(m, "g");
+	if (!norm || !g)
+		return "incomplete match";
+	if (!g->producer || g->producer->op != TPF_OP_MS_ALLGATHER)
+		return "the norm's input is not gathered";
+	return NULL;
+}
+
+static enum tpf_status shape_of(struct tpf_rewriter *rw, struct tpf_value *x,
+				const struct tpf_value *like, struct tpf_node **out)
+{
+	*out = tpf_rewriter_create(rw, TPF_OP_SHAPE, &x, 1, 1, NULL);
+	if (!*out)
+		return TPF_ERR_NOMEM;
+	if (like->type.kind != TPF_TYPE_NONE)
+		return tpf_value_copy_type((*out)->outputs[0], &like->type);
+	return TPF_OK;
+}
+
+static enum tpf_status rewrite_shape_norm(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_node *sh;
+	enum tpf_status st = shape_of(rw, tpf_match_value(m, "g"), m->root->outputs[0], &sh);
+	if (st)
+		return st;
+	if ((st = tpf_rewriter_replace(rw, m->root->outputs[0], sh->outputs[0])))
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+static const char *check_shape_gather(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	struct shape_facts *f = (struct shape_facts *)m->facts;
+	struct tpf_node *ag = tpf_match_node(m, "ag");
+	struct tpf_value *x = tpf_match_value(m, "x");
+	if (!ag || !x)
+		return "incomplete match";
+	if (!feeds_norm(ag->outputs[0]))
+		return "the gathered tensor feeds no RMSNorm";
+	f->rank = value_rank(x, ag->outputs[0]);
+	if (f->rank < 1 || f->rank > TPF_MAX_RANK)
+		return "the rank of the gathered tensor is unknown";
+	if (!is_last_axis(tpf_node_attr_int(ag, "axis", 0), f->rank))
+		return "the AllGather is not over the last axis";
+	const struct tpf_attr *gs = tpf_node_attr(ag, "group_size");
+	f->world = gs && gs->kind == TPF_ATTR_INT ? gs->i : pc->world_size;
+	if (f->world <= 0)
+		return "the world size is unknown (no group_size, --world-size or tp_world_size)";
+	return NULL;
+}
+
+static enum tpf_status rewrite_shape_gather(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	const struct shape_facts *f = (const struct shape_facts *)m->facts;
+	struct tpf_value *out = m->root->outputs[0];
+	int64_t k[TPF_MAX_RANK], dim = f->rank;
+	struct tpf_node *sh;
+	enum tpf_status st;
+
+	for (int i = 0; i < f->rank; i++)
+		k[i] = i == f->rank - 1 ? f->world : 1;
+	const char *name = tpf_graph_unique_name(rw->graph, "allgather_shape_factor");
+	struct tpf_value *c = name ? tpf_graph_add_initializer(rw->graph, name, TPF_DTYPE_INT64, 1,
+								&dim, k, (size_t)f->rank * 8)
+				   : NULL;
+	if (!c)
+		return TPF_ERR_NOMEM;
+	if ((st = shape_of(rw, tpf_match_value(m, "x"), out, &sh)))
+		return st;
+	struct tpf_value *in[2] = {sh->outputs[0], c};
+	struct tpf_node *mul = tpf_rewriter_create(rw, TPF_OP_MUL, in, 2, 1, NULL);
+	if (!mul)
+		return TPF_ERR_NOMEM;
+	if ((st = tpf_rewriter_replace(rw, out, mul->outputs[0])))
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+static const struct tpf_pattern pat_shape_norm = {
+    .name = "shape-through-norm",
+    .root = TPF_PAT_OP(SHAPE, "shape", 0, pred_whole_shape,
+                       TPF_PAT_OP(TPF_RMS_NORM, "norm", TPF_PNODE_MULTI_USE, NULL,
+                                  TPF_PAT_ANY("g"), TPF_PAT_ANY("gamma"))),
+    .check = check_shape_norm,
+    .rewrite = rewrite_shape_norm,
+    .explain_min_nodes = 99,
+};
+
+static const struct tpf_pattern pat_shape_gather = {
+    .name = "shape-through-allgather",
+    .root = TPF_PAT_OP(SHAPE, "shape", 0, pred_whole_shape,
+                       TPF_PAT_OP(MS_ALLGATHER, "ag", TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("x"))),
+    .check = check_shape_gather,
+    .rewrite = rewrite_shape_gather,
+    .explain_min_nodes = 99,
+};
+
+static const struct tpf_pattern *const patterns[] = {&pat_shape_norm, &pat_shape_gather,
+                                                     &pat_slice, &pat_split, NULL};
 
 /* ------------------------------------------------------------ Q/K merging */
 
@@ -933,9 +1064,22 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 		*changed = 0;
 	if (!m || !m->graph)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", PASS_NAME);
+	/* A first round takes the Shape readers off the gathered norms; the
+	 * Slices they held back fuse in the second, which alone reports its
+	 * near misses. */
+	FILE *explain = ctx ? ctx->explain : NULL;
+	if (ctx)
+		ctx->explain = NULL;
 	st = tpf_pattern_run(m, &tpf_pass_fuse_sharded_rmsnorm, ctx, &fused, d);
+	if (ctx)
+		ctx->explain = explain;
 	if (st)
 		return st;
+	int again = 0;
+	st = tpf_pattern_run(m, &tpf_pass_fuse_sharded_rmsnorm, ctx, &again, d);
+	if (st)
+		return st;
+	fused |= again;
 	int merged = 0;
 	st = merge_norms(m, ctx, &merged, d);
 	if (changed)
