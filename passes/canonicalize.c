@@ -454,10 +454,22 @@ static enum tpf_status rewrite_norm_casts(struct tpf_rewriter *rw, struct tpf_ma
 {
 	const struct casts_facts *f = (const struct casts_facts *)m->facts;
 	struct tpf_node *norm = tpf_match_node(m, "norm");
-	return emit_norm(rw, m, tpf_match_value(m, "x"), tpf_match_value(m, "gamma"),
-			 m->root->outputs[0], tpf_node_attr_float(norm, "epsilon", 1e-5f),
-			 tpf_node_attr_int(norm, "axis", -1), f->stash,
-			 tpf_node_attr_float(norm, "weight_offset", 0.0f));
+	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
+	struct tpf_value *in[2] = {x, gamma};
+	enum tpf_status st;
+
+	/* emit_norm's steps, with the output type recorded: the norm gives X's
+	 * type, not gamma's, which the record could not tell otherwise */
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_RMS_NORM, in, 2, 1, NULL);
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if ((st = set_norm_attrs(n, tpf_node_attr_float(norm, "epsilon", 1e-5f),
+				 tpf_node_attr_int(norm, "axis", -1), f->stash,
+				 tpf_node_attr_float(norm, "weight_offset", 0.0f))) ||
+	    (st = tpf_node_set_attr_int(n, "output_type", tpf_pattern_dtype(x))) ||
+	    (st = tpf_rewriter_replace(rw, m->root->outputs[0], n->outputs[0])))
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
 }
 
 static const struct tpf_pattern pat_norm_casts = {

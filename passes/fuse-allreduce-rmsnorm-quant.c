@@ -159,6 +159,12 @@ static const char *check_common(struct tpf_match *m, enum quant_kind kind)
 		return tpf_match_reason(m, "the norm is %s, the reduced value %s: the quantizing op "
 					   "normalizes in the reduced value's dtype",
 					tpf_dtype_name(t_norm), tpf_dtype_name(t_in));
+	if (fused && fused->n_inputs > 2 && fused->inputs[2] &&
+	    tpf_pattern_dtype(fused->inputs[2]) != t_in)
+		return tpf_match_reason(m, "the residual is %s, the reduced value %s: the quantizing "
+					   "op sums in the reduced value's dtype",
+					tpf_dtype_name(tpf_pattern_dtype(fused->inputs[2])),
+					tpf_dtype_name(t_in));
 	if (kind == QUANT_FP8) {
 		const struct tpf_tensor *t = tpf_value_constant(scale);
 		if (!t || tpf_tensor_numel(t) != 1)

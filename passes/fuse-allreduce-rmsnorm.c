@@ -56,17 +56,34 @@ static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf
 	if (!tpf_dtype_is_float(t_g))
 		return tpf_match_reason(m, "gamma dtype %s is not a float type", tpf_dtype_name(t_g));
 	enum tpf_dtype t_y = tpf_pattern_dtype(norm->outputs[0]);
-	if (t_y != t_x && t_y != t_g)
-		return tpf_match_reason(m, "the norm gives %s from the reduced %s and gamma %s "
-		                           "(norm_out has the reduced value's or gamma's dtype)",
+	if (tpf_match_node(m, "ar_cast") && !residual)
+		return "a Cast between the AllReduce and the norm without a residual Add";
+	enum tpf_dtype t_s = t_x;
+	if (residual)
+		t_s = tpf_pattern_dtype(residual);
+	if (t_y != t_s && t_y != t_g)
+		return tpf_match_reason(m, "the norm gives %s from the sum %s and gamma %s "
+		                           "(norm_out has the sum's or gamma's dtype)",
 		                        t_y == TPF_DTYPE_UNDEFINED ? "an unknown dtype" : tpf_dtype_name(t_y),
-		                        tpf_dtype_name(t_x), tpf_dtype_name(t_g));
+		                        tpf_dtype_name(t_s), tpf_dtype_name(t_g));
+	/* a widening Cast between the reduction and the residual Add (a float32
+	 * residual stream of a float16 model): the sum has the Cast's type */
+	struct tpf_node *ar_cast = tpf_match_node(m, "ar_cast");
+	enum tpf_dtype t_sum = t_x;
+	if (ar_cast) {
+		t_sum = tpf_pattern_dtype(ar_cast->outputs[0]);
+		if (!((t_x == TPF_DTYPE_FLOAT16 || t_x == TPF_DTYPE_BFLOAT16) &&
+		      t_sum == TPF_DTYPE_FLOAT))
+			return tpf_match_reason(m, "the Cast after the AllReduce goes from %s to %s, "
+			                           "not from float16/bfloat16 to float",
+			                        tpf_dtype_name(t_x), tpf_dtype_name(t_sum));
+	}
 	if (residual) {
 		enum tpf_dtype t_r = tpf_pattern_dtype(residual);
-		if (t_r != t_x)
+		if (t_r != t_sum)
 			return tpf_match_reason(
 			    m, "residual dtype %s differs from the reduced dtype %s",
-			    tpf_dtype_name(t_r), tpf_dtype_name(t_x));
+			    tpf_dtype_name(t_r), tpf_dtype_name(t_sum));
 		if (tpf_pattern_shapes_differ(residual, ar->outputs[0]))
 			return tpf_match_reason(
 			    m,
@@ -100,18 +117,27 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	struct tpf_value *in[3] = {tpf_match_value(m, "a"), tpf_match_value(m, "gamma"), residual};
 	/* the value other users keep reading: the sum, or the bare reduction */
 	struct tpf_value *sum = add ? add->outputs[0] : ar->outputs[0];
-	int need_sum = tpf_value_use_count(sum) > 1;
+	/* with the reduction widened into the residual's type, residual_out is
+	 * always written: the kernels round the sum to its buffer's type */
+	int need_sum = tpf_value_use_count(sum) > 1 || tpf_match_node(m, "ar_cast");
 	enum tpf_status st;
 
 	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_ALLREDUCE_RMS_NORM, in,
 	                                         residual ? 3 : 2, need_sum ? 2 : 1, NULL);
 	if (!f)
 		return TPF_ERR_NOMEM;
-	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset"};
+	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset",
+	                                    "output_type"};
 	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
 		if ((st = copy_attr(f, norm, attrs[i])))
 			return st;
 	if ((st = copy_attr(f, ar, "group_size")))
+		return st;
+	/* a norm given in gamma's type rather than the sum's says so */
+	enum tpf_dtype t_y = tpf_pattern_dtype(norm->outputs[0]);
+	enum tpf_dtype t_sum = tpf_pattern_dtype(residual ? residual : ar->outputs[0]);
+	if (t_y != TPF_DTYPE_UNDEFINED && t_y != t_sum &&
+	    (st = tpf_node_set_attr_int(f, "output_type", t_y)))
 		return st;
 	if ((st = tpf_rewriter_replace(rw, norm->outputs[0], f->outputs[0])))
 		return st;
@@ -124,7 +150,15 @@ static const struct tpf_pattern pat_residual = {
 	.name = "allreduce-residual-rmsnorm",
 	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
 			   TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,
-				      TPF_PAT_OP(MS_ALLREDUCE, "ar", 0, NULL, TPF_PAT_ANY("a")),
+				      &(const struct tpf_pnode){
+					  .kind = TPF_PNODE_OP,
+					  .op = TPF_OP_MS_ALLREDUCE,
+					  .name = "ar",
+					  .flags = TPF_PNODE_OPT_CAST,
+					  .cast_name = "ar_cast",
+					  .operands = (const struct tpf_pnode *const[]){TPF_PAT_ANY("a"),
+											NULL},
+				      },
 				      TPF_PAT_ANY("residual")),
 			   TPF_PAT_ANY("gamma")),
 	.check = check_fusion,

@@ -22,10 +22,29 @@ static const struct op_attr norm_attrs[] = {
 	 .i = TPF_DTYPE_FLOAT},
 	ATTR_FLOAT("weight_offset", 0.0f),
 	ATTR_OF("group_size", TPF_ATTR_INT),
+	{.name = "output_type", .kind = TPF_ATTR_INT, .flags = ATTR_DTYPE},
 	{0},
 };
 
 /* ------------------------------------------------------------------ checks */
+
+/* The norm output's dtype when the attribute output_type names it (the
+ * canonical norm of a float16 model computed in float32 records it, so
+ * that the choice between X's type and gamma's never rests on a declared
+ * type): 1 and *dt set, 0 when absent, -1 reported. */
+static int norm_output_type(struct tpf_shape_call *c, enum tpf_dtype *dt)
+{
+	int64_t v;
+
+	if (!op_attr_given(c, "output_type") || !op_attr_int(c, "output_type", &v))
+		return 0;
+	if (!op_valid_dtype(v) || !tpf_dtype_is_float((enum tpf_dtype)v)) {
+		op_error(c, "attribute 'output_type' = %" PRId64 " is not a float type", v);
+		return -1;
+	}
+	*dt = (enum tpf_dtype)v;
+	return 1;
+}
 
 /* Input gi (a norm weight) broadcasts to the normalized dims of input xi,
  * x.shape[ax:]. */
@@ -124,7 +143,23 @@ static void rms_norm_shape(struct tpf_shape_call *c)
 		return;
 	op_type_shape_of(y, x);
 	/* Y is gamma's type (V), as in RMSNormalization, which it stands for
-	 * one to one: a Y declared with X's type is accepted there, so here */
+	 * one to one: a Y declared with X's type is accepted there, so here;
+	 * output_type, when given, decides */
+	enum tpf_dtype ot;
+	int r2 = norm_output_type(c, &ot);
+	if (r2 < 0)
+		return;
+	if (r2 > 0) {
+		if (ot != x->dtype && ot != op_in(c, 1)->dtype && x->dtype && op_in(c, 1)->dtype) {
+			op_error(c, "attribute 'output_type' names %s; expected X's type %s or gamma's %s",
+				 tpf_dtype_name(ot), tpf_dtype_name(x->dtype),
+				 tpf_dtype_name(op_in(c, 1)->dtype));
+			return;
+		}
+		y->dtype = ot;
+		y->dtype_why = "attribute 'output_type'";
+		return;
+	}
 	if (!op_in(c, 1)->dtype)
 		y->dtype = x->dtype;
 	y->alt_dtype = x->dtype;
@@ -169,21 +204,36 @@ static void allreduce_rms_norm_shape(struct tpf_shape_call *c)
 		return;
 	for (j = 0; j < c->n_out; j++)
 		op_type_shape_of(&c->out[j], op_in(c, 0));
-	/* norm_out has the input's type, or gamma's: the norm of a float32
-	 * residual stream given in float16 weights' type, as RMSNorm allows */
-	if (c->n_out > 0 && op_out(c, 0)) {
-		op_out(c, 0)->dtype = op_in(c, 0)->dtype;
-		op_out(c, 0)->alt_dtype = op_in(c, 1)->dtype;
+	/* the sum has the residual's type R (the reduced value widened to it,
+	 * a float32 residual stream of a float16 model), else the input's;
+	 * norm_out has the sum's type, or gamma's, as RMSNorm allows */
+	enum tpf_dtype sum_t = op_in(c, 2)->present && op_in(c, 2)->dtype ? op_in(c, 2)->dtype
+									  : op_in(c, 0)->dtype;
+	enum tpf_dtype ot;
+	int r2 = norm_output_type(c, &ot);
+	if (r2 < 0)
+		return;
+	if (r2 > 0 && ot != sum_t && ot != op_in(c, 1)->dtype && sum_t && op_in(c, 1)->dtype) {
+		op_error(c, "attribute 'output_type' names %s; expected the sum's type %s or gamma's %s",
+			 tpf_dtype_name(ot), tpf_dtype_name(sum_t), tpf_dtype_name(op_in(c, 1)->dtype));
+		return;
 	}
+	if (c->n_out > 0 && op_out(c, 0)) {
+		op_out(c, 0)->dtype = r2 > 0 ? ot : sum_t;
+		op_out(c, 0)->alt_dtype = r2 > 0 ? ot : op_in(c, 1)->dtype;
+	}
+	if (c->n_out > 1 && op_out(c, 1))
+		op_out(c, 1)->dtype = sum_t;
 }
 
 const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM = {
 	.info = {TPF_DOMAIN, "AllReduceRMSNorm", 2, 3, 1, 2},
 	.since = 1,
 	.traits = TPF_OP_TRAIT_FUSED | TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}, {"gamma", G}, {"residual", T}},
-	.outputs = {{"norm_out", V}, {"residual_out", T}},
-	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V"), [G] = FLOAT_TYPE("G")},
+	.inputs = {{"input", T}, {"gamma", G}, {"residual", S}},
+	.outputs = {{"norm_out", V}, {"residual_out", S}},
+	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V"), [S] = FLOAT_TYPE("R"),
+		  [G] = FLOAT_TYPE("G")},
 	.attrs = norm_attrs,
 	.shape = allreduce_rms_norm_shape,
 };
