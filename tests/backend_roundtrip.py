@@ -21,14 +21,9 @@ import subprocess
 import sys
 import warnings
 
-try:
-    import onnx
-except ImportError:
-    print("onnx is not installed for", sys.executable, "- skipped")
-    sys.exit(77)
+import needs_onnx  # noqa: F401 (first: exits 77, skipped, without onnx)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import onnx  # noqa: E402
 import onnx_compare  # noqa: E402
 
 

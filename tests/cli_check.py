@@ -14,17 +14,12 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import numpy as np
-    import onnx
-    from onnx import TensorProto as T
-    from onnx import helper, numpy_helper
-except ImportError:
-    print("onnx is not installed for", sys.executable, "- skipped")
-    sys.exit(77)
+import needs_onnx  # noqa: F401 (first: exits 77, skipped, without onnx)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 import onnx_compare  # noqa: E402
 
 failures: list[str] = []

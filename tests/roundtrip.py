@@ -18,17 +18,12 @@ import shutil
 import subprocess
 import sys
 
-try:
-    import onnx  # noqa: F401
-except ImportError:
-    print("onnx is not installed for", sys.executable, "- skipped")
-    sys.exit(77)
+from needs_onnx import HERE  # first: exits 77 (skipped) without onnx
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "fixtures"))
 
 import make_fixtures  # noqa: E402
+import onnx  # noqa: E402
 import onnx_compare  # noqa: E402
 
 
