@@ -19,61 +19,15 @@
 #include <cmocka.h>
 
 #include "ops/op-def.h"
+#include "test-util.h"
 #include "tpf-ir.h"
 #include "tpf-passes.h"
 
-#define IN(...) ((struct tpf_value *[]){__VA_ARGS__})
-
 /* ------------------------------------------------------------------ helpers */
 
-static int diag_mentions(const struct tpf_diag *d, const char *needle)
-{
-	for (size_t i = 0; i < d->count; i++)
-		if (d->entries[i].text && strstr(d->entries[i].text, needle))
-			return 1;
-	return 0;
-}
-
-static const char *type_str(const struct tpf_value *v, char *buf, size_t size)
-{
-	const struct tpf_type *t = &v->type;
-	size_t len;
-
-	if (t->kind != TPF_TYPE_TENSOR) {
-		snprintf(buf, size, "none");
-		return buf;
-	}
-	snprintf(buf, size, "%s[", tpf_dtype_name(t->dtype));
-	if (t->shape.rank < 0) {
-		snprintf(buf + strlen(buf), size - strlen(buf), "?]");
-		return buf;
-	}
-	for (int i = 0; i < t->shape.rank; i++) {
-		const struct tpf_dim *d = &t->shape.dims[i];
-
-		len = strlen(buf);
-		if (d->param)
-			snprintf(buf + len, size - len, "%s%s", i ? "," : "", d->param);
-		else if (d->value >= 0)
-			snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)d->value);
-		else
-			snprintf(buf + len, size - len, "%s?", i ? "," : "");
-	}
-	len = strlen(buf);
-	snprintf(buf + len, size - len, "]");
-	return buf;
-}
-
-static void expect_type(const struct tpf_value *v, const char *want)
-{
-	char buf[256];
-
-	type_str(v, buf, sizeof(buf));
-	if (strcmp(buf, want) != 0)
-		fail_msg("value '%s' has type %s, expected %s", v->name, buf, want);
-}
-
-static struct tpf_model *new_model(int64_t opset, const char *world)
+/* A model importing the ONNX domain at `opset`, com.microsoft 1 and tpfuse
+ * 1, with tp_world_size `world` unless NULL. */
+static struct tpf_model *tp_model(int64_t opset, const char *world)
 {
 	struct tpf_model *m = tpf_model_create();
 
@@ -85,36 +39,6 @@ static struct tpf_model *new_model(int64_t opset, const char *world)
 	if (world)
 		assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", world), TPF_OK);
 	return m;
-}
-
-static struct tpf_node *add(struct tpf_graph *g, const char *domain, const char *op,
-                            const char *name, size_t n_in, struct tpf_value *const *in,
-                            size_t n_out)
-{
-	struct tpf_node *n = tpf_graph_add_node(g, domain, op, name, in, n_in, n_out, NULL);
-
-	assert_non_null(n);
-	return n;
-}
-
-static struct tpf_value *input(struct tpf_graph *g, const char *name, enum tpf_dtype dt, int rank,
-                               const char *const *dims)
-{
-	struct tpf_value *v = tpf_graph_add_input_sym(g, name, dt, rank, dims);
-
-	assert_non_null(v);
-	return v;
-}
-
-static struct tpf_value *ints(struct tpf_graph *g, const char *name, size_t count,
-                              const int64_t *vals)
-{
-	int64_t dim = (int64_t)count;
-	struct tpf_value *v =
-	    tpf_graph_add_initializer(g, name, TPF_DTYPE_INT64, 1, &dim, vals, count * 8);
-
-	assert_non_null(v);
-	return v;
 }
 
 static struct tpf_value *weight(struct tpf_graph *g, const char *name, enum tpf_dtype dt,
@@ -162,23 +86,8 @@ static void expect_verify(const struct tpf_model *m, const char *const *needles)
 		assert_int_equal(st, TPF_OK);
 	} else {
 		assert_int_equal(st, TPF_ERR_VERIFY);
-		for (size_t i = 0; needles[i]; i++)
-			if (!diag_mentions(d, needles[i])) {
-				tpf_diag_print(d, stderr);
-				fail_msg("no message mentions '%s'", needles[i]);
-			}
+		expect_mentions(d, needles);
 	}
-	tpf_diag_free(d);
-}
-
-static void expect_infer_ok(struct tpf_model *m)
-{
-	struct tpf_diag *d = tpf_diag_create();
-	enum tpf_status st = tpf_model_infer_shapes(m, d);
-
-	if (st)
-		tpf_diag_print(d, stderr);
-	assert_int_equal(st, TPF_OK);
 	tpf_diag_free(d);
 }
 
@@ -246,13 +155,13 @@ static void test_records_consistent(void **state)
 static void test_one_shape_function(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18, NULL);
+	struct tpf_model *m = tp_model(18, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "64"});
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "64"});
 	struct tpf_node *rs =
-	    add(g, "", "Reshape", "rs", 2, IN(x, ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
+	    add_node(g, "", "Reshape", "rs", 2, IN(x, add_ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
 
-	expect_infer_ok(m);
+	infer_ok(m);
 	expect_type(rs->outputs[0], "f32[B,S,4,16]");
 
 	/* the runtime's view: every dim concrete, the target's values known */
@@ -294,25 +203,25 @@ static void test_one_shape_function(void **state)
 static void test_shape_arithmetic_folds(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(17, NULL);
+	struct tpf_model *m = tp_model(17, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT16, 3, (const char *[]){"batch", "seq", "64"});
-	struct tpf_node *sh = add(g, "", "Shape", "shape", 1, IN(x), 1);
-	struct tpf_value *zero = ints(g, "zero", 1, (int64_t[]){0});
-	struct tpf_value *one = ints(g, "one", 1, (int64_t[]){1});
-	struct tpf_node *b = add(g, "", "Gather", "g0", 2, IN(sh->outputs[0], zero), 1);
-	struct tpf_node *s = add(g, "", "Gather", "g1", 2, IN(sh->outputs[0], one), 1);
-	struct tpf_node *heads = add(g, "", "Constant", "heads", 0, NULL, 1);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT16, 3, (const char *[]){"batch", "seq", "64"});
+	struct tpf_node *sh = add_node(g, "", "Shape", "shape", 1, IN(x), 1);
+	struct tpf_value *zero = add_ints(g, "zero", 1, (int64_t[]){0});
+	struct tpf_value *one = add_ints(g, "one", 1, (int64_t[]){1});
+	struct tpf_node *b = add_node(g, "", "Gather", "g0", 2, IN(sh->outputs[0], zero), 1);
+	struct tpf_node *s = add_node(g, "", "Gather", "g1", 2, IN(sh->outputs[0], one), 1);
+	struct tpf_node *heads = add_node(g, "", "Constant", "heads", 0, NULL, 1);
 	tpf_node_set_attr_ints(heads, "value_ints", (int64_t[]){4, 16}, 2);
-	struct tpf_node *cat = add(g, "", "Concat", "cat", 3,
+	struct tpf_node *cat = add_node(g, "", "Concat", "cat", 3,
 	                           IN(b->outputs[0], s->outputs[0], heads->outputs[0]), 1);
 	tpf_node_set_attr_int(cat, "axis", 0);
-	struct tpf_node *rs = add(g, "", "Reshape", "rs", 2, IN(x, cat->outputs[0]), 1);
-	struct tpf_node *sc = add(g, "", "Shape", "shape2", 1, IN(rs->outputs[0]), 1);
-	struct tpf_node *two = add(g, "", "Mul", "twice", 2, IN(sc->outputs[0], ints(g, "k2", 1, (int64_t[]){2})), 1);
-	struct tpf_node *cos = add(g, "", "ConstantOfShape", "zeros", 1, IN(two->outputs[0]), 1);
+	struct tpf_node *rs = add_node(g, "", "Reshape", "rs", 2, IN(x, cat->outputs[0]), 1);
+	struct tpf_node *sc = add_node(g, "", "Shape", "shape2", 1, IN(rs->outputs[0]), 1);
+	struct tpf_node *two = add_node(g, "", "Mul", "twice", 2, IN(sc->outputs[0], add_ints(g, "k2", 1, (int64_t[]){2})), 1);
+	struct tpf_node *cos = add_node(g, "", "ConstantOfShape", "zeros", 1, IN(two->outputs[0]), 1);
 
-	expect_infer_ok(m);
+	infer_ok(m);
 	expect_type(cat->outputs[0], "i64[4]");
 	expect_type(rs->outputs[0], "f16[batch,seq,4,16]");
 	expect_type(cos->outputs[0], "f32[?,?,8,32]");
@@ -329,15 +238,15 @@ static void test_shape_arithmetic_folds(void **state)
 static void test_exporter_dims_unify(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(17, "2");
+	struct tpf_model *m = tp_model(17, "2");
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"batch", "seq", "64"});
-	struct tpf_value *res = input(g, "res", TPF_DTYPE_FLOAT, 3, (const char *[]){"batch", "seq", "64"});
-	struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"batch", "seq", "64"});
+	struct tpf_value *res = add_input(g, "res", TPF_DTYPE_FLOAT, 3, (const char *[]){"batch", "seq", "64"});
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1);
 	set_type(ar->outputs[0], TPF_DTYPE_FLOAT, 3,
 	         (const char *[]){"AllReduce_output_0_dim_0", "AllReduce_output_0_dim_1", "64"});
-	struct tpf_node *sum = add(g, "", "Add", "residual_add", 2, IN(ar->outputs[0], res), 1);
-	struct tpf_node *norm = add(g, "", "SimplifiedLayerNormalization", "norm", 2,
+	struct tpf_node *sum = add_node(g, "", "Add", "residual_add", 2, IN(ar->outputs[0], res), 1);
+	struct tpf_node *norm = add_node(g, "", "SimplifiedLayerNormalization", "norm", 2,
 	                            IN(sum->outputs[0], weight(g, "gamma", TPF_DTYPE_FLOAT, 64)), 1);
 	assert_int_equal(tpf_graph_add_output(g, norm->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, sum->outputs[0]), TPF_OK);
@@ -345,7 +254,7 @@ static void test_exporter_dims_unify(void **state)
 	/* before inference nothing says the names are one size */
 	assert_int_equal(tpf_value_shapes_equal(ar->outputs[0], x), TPF_ANSWER_UNKNOWN);
 	expect_verify(m, NULL);
-	expect_infer_ok(m);
+	infer_ok(m);
 	assert_int_equal(tpf_value_shapes_equal(ar->outputs[0], x), TPF_ANSWER_YES);
 	assert_int_equal(tpf_value_shapes_equal(ar->outputs[0], res), TPF_ANSWER_YES);
 	expect_type(ar->outputs[0], "f32[AllReduce_output_0_dim_0,AllReduce_output_0_dim_1,64]");
@@ -381,18 +290,18 @@ static void test_exporter_dims_unify(void **state)
 static void test_unify_rules(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18, NULL);
+	struct tpf_model *m = tp_model(18, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *a = input(g, "a", TPF_DTYPE_FLOAT, 2, (const char *[]){"M", "K"});
-	struct tpf_value *b = input(g, "b", TPF_DTYPE_FLOAT, 2, (const char *[]){"K2", "N"});
-	struct tpf_value *c = input(g, "c", TPF_DTYPE_FLOAT, 2, (const char *[]){"M2", "N2"});
-	struct tpf_value *e = input(g, "e", TPF_DTYPE_FLOAT, 2, (const char *[]){"4", "8"});
-	struct tpf_node *mm = add(g, "", "MatMul", "mm", 2, IN(a, b), 1);
-	struct tpf_node *sum = add(g, "", "Add", "sum", 2, IN(mm->outputs[0], c), 1);
-	struct tpf_node *r = add(g, "", "Relu", "r", 1, IN(e), 1);
+	struct tpf_value *a = add_input(g, "a", TPF_DTYPE_FLOAT, 2, (const char *[]){"M", "K"});
+	struct tpf_value *b = add_input(g, "b", TPF_DTYPE_FLOAT, 2, (const char *[]){"K2", "N"});
+	struct tpf_value *c = add_input(g, "c", TPF_DTYPE_FLOAT, 2, (const char *[]){"M2", "N2"});
+	struct tpf_value *e = add_input(g, "e", TPF_DTYPE_FLOAT, 2, (const char *[]){"4", "8"});
+	struct tpf_node *mm = add_node(g, "", "MatMul", "mm", 2, IN(a, b), 1);
+	struct tpf_node *sum = add_node(g, "", "Add", "sum", 2, IN(mm->outputs[0], c), 1);
+	struct tpf_node *r = add_node(g, "", "Relu", "r", 1, IN(e), 1);
 	set_type(r->outputs[0], TPF_DTYPE_FLOAT, 2, (const char *[]){"rows", "8"});
 
-	expect_infer_ok(m);
+	infer_ok(m);
 	const struct tpf_dim *K = &a->type.shape.dims[1], *K2 = &b->type.shape.dims[0];
 	const struct tpf_dim *M = &a->type.shape.dims[0], *M2 = &c->type.shape.dims[0];
 	const struct tpf_dim *N = &b->type.shape.dims[1], *N2 = &c->type.shape.dims[1];
@@ -419,21 +328,21 @@ static void test_unify_rules(void **state)
 static void test_collective_shapes(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18, "4");
+	struct tpf_model *m = tp_model(18, "4");
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
-	struct tpf_value *y = input(g, "y", TPF_DTYPE_BFLOAT16, 1, (const char *[]){"16"});
-	struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 2, IN(x, y), 2);
-	struct tpf_node *ag = add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(x), 1);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *y = add_input(g, "y", TPF_DTYPE_BFLOAT16, 1, (const char *[]){"16"});
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar", 2, IN(x, y), 2);
+	struct tpf_node *ag = add_node(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(x), 1);
 	tpf_node_set_attr_int(ag, "axis", 1);
-	struct tpf_node *ag1 = add(g, TPF_MS_DOMAIN, "AllGather", "ag1", 1, IN(x), 1);
+	struct tpf_node *ag1 = add_node(g, TPF_MS_DOMAIN, "AllGather", "ag1", 1, IN(x), 1);
 	tpf_node_set_attr_int(ag1, "axis", 0);
-	struct tpf_node *a2a = add(g, TPF_MS_DOMAIN, "AllToAll", "a2a", 1, IN(x), 1);
-	struct tpf_node *rsc = add(g, TPF_MS_DOMAIN, "ReduceScatter", "rsc", 1, IN(x), 1);
+	struct tpf_node *a2a = add_node(g, TPF_MS_DOMAIN, "AllToAll", "a2a", 1, IN(x), 1);
+	struct tpf_node *rsc = add_node(g, TPF_MS_DOMAIN, "ReduceScatter", "rsc", 1, IN(x), 1);
 	tpf_node_set_attr_int(rsc, "axis", -1);
 
 	expect_verify(m, NULL);
-	expect_infer_ok(m);
+	infer_ok(m);
 	expect_type(ar->outputs[0], "bf16[T,64]");
 	expect_type(ar->outputs[1], "bf16[16]"); /* output k has input k's shape */
 	expect_type(ag->outputs[0], "bf16[T,256]");
@@ -442,13 +351,13 @@ static void test_collective_shapes(void **state)
 	expect_type(rsc->outputs[0], "bf16[T,16]");
 	tpf_model_free(m);
 
-	m = new_model(18, "4");
+	m = tp_model(18, "4");
 	g = m->graph;
-	x = input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "6"});
-	add(g, TPF_MS_DOMAIN, "AllReduce", "ar2", 2, IN(x, x), 1);
-	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "ReduceScatter", "rs6", 1, IN(x), 1), "axis", 1);
-	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "group_size", 2);
-	add(g, TPF_MS_DOMAIN, "AllToAll", "bad", 1, IN(input(g, "s", TPF_DTYPE_STRING, 1,
+	x = add_input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "6"});
+	add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar2", 2, IN(x, x), 1);
+	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "ReduceScatter", "rs6", 1, IN(x), 1), "axis", 1);
+	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "group_size", 2);
+	add_node(g, TPF_MS_DOMAIN, "AllToAll", "bad", 1, IN(add_input(g, "s", TPF_DTYPE_STRING, 1,
 	                                                       (const char *[]){"4"})), 1);
 	expect_verify(m, (const char *[]){
 	                     "node 'ar2' (com.microsoft::AllReduce): has 2 inputs but 1 outputs",
@@ -468,11 +377,11 @@ static struct tpf_model *arn_model(enum tpf_dtype gamma_t, int64_t gamma_n,
                                    const char *const *res_dims, const char *const *out_dims,
                                    enum tpf_dtype out_t)
 {
-	struct tpf_model *m = new_model(18, "2");
+	struct tpf_model *m = tp_model(18, "2");
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
-	struct tpf_value *r = input(g, "r", TPF_DTYPE_BFLOAT16, 2, res_dims);
-	struct tpf_node *f = add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3,
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *r = add_input(g, "r", TPF_DTYPE_BFLOAT16, 2, res_dims);
+	struct tpf_node *f = add_node(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3,
 	                         IN(x, weight(g, "gamma", gamma_t, gamma_n), r), 2);
 	set_type(f->outputs[0], out_t, 2, out_dims);
 	assert_int_equal(tpf_graph_add_output(g, f->outputs[0]), TPF_OK);
@@ -527,24 +436,24 @@ static void test_fused_norm_rejects(void **state)
 static void test_fused_quant_rejects(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18, "2");
+	struct tpf_model *m = tp_model(18, "2");
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
 	struct tpf_value *gamma = weight(g, "gamma", TPF_DTYPE_BFLOAT16, 64);
 	struct tpf_value *scale = weight(g, "scale", TPF_DTYPE_FLOAT, 1);
 	struct tpf_value *scales = weight(g, "scales", TPF_DTYPE_FLOAT, 4);
-	struct tpf_node *ok = add(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "nv", 2 + 1,
+	struct tpf_node *ok = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "nv", 2 + 1,
 	                          IN(x, gamma, scale), 3);
 	tpf_node_set_attr_string(ok, "quant", "nvfp4");
-	struct tpf_node *q8 = add(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "q8", 3,
+	struct tpf_node *q8 = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "q8", 3,
 	                          IN(x, gamma, scale), 1);
 	set_type(q8->outputs[0], TPF_DTYPE_FLOAT4E2M1, 2, (const char *[]){"T", "64"});
-	struct tpf_node *odd = add(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "odd", 3,
+	struct tpf_node *odd = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "odd", 3,
 	                           IN(x, gamma, scale), 1);
 	tpf_node_set_attr_string(odd, "quant", "int4");
-	struct tpf_node *many = add(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "many", 3,
+	struct tpf_node *many = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "many", 3,
 	                            IN(x, gamma, scales), 1);
-	struct tpf_node *sc8 = add(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "sc8", 3,
+	struct tpf_node *sc8 = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "sc8", 3,
 	                           IN(x, gamma, scale), 3);
 	(void)many;
 	(void)sc8;
@@ -572,34 +481,34 @@ static void test_fused_quant_rejects(void **state)
 static void test_fused_misc_rejects(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18, "2");
+	struct tpf_model *m = tp_model(18, "2");
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *f = input(g, "final", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "64"});
-	struct tpf_value *gate = input(g, "gate", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "1"});
-	struct tpf_value *sh = input(g, "shared", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "64"});
-	struct tpf_value *sh32 = input(g, "sh32", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "32"});
-	struct tpf_value *g3 = input(g, "g3", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "3"});
-	struct tpf_value *fi = input(g, "fi", TPF_DTYPE_INT32, 2, (const char *[]){"T", "64"});
-	struct tpf_node *ok = add(g, TPF_DOMAIN, "SigmoidGateAdd", "ok", 3, IN(f, gate, sh), 1);
-	add(g, TPF_DOMAIN, "SigmoidGateAdd", "shape", 3, IN(f, gate, sh32), 1);
-	add(g, TPF_DOMAIN, "SigmoidGateAdd", "gate", 3, IN(f, g3, sh), 1);
-	add(g, TPF_DOMAIN, "SigmoidGateAdd", "ints", 3, IN(fi, fi, fi), 1);
-	struct tpf_value *xs = input(g, "xs", TPF_DTYPE_FLOAT, 2, (const char *[]){"T", "8"});
-	struct tpf_node *sn = add(g, TPF_DOMAIN, "ShardedRMSNorm", "sharded", 2,
+	struct tpf_value *f = add_input(g, "final", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *gate = add_input(g, "gate", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "1"});
+	struct tpf_value *sh = add_input(g, "shared", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *sh32 = add_input(g, "sh32", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "32"});
+	struct tpf_value *g3 = add_input(g, "g3", TPF_DTYPE_FLOAT16, 2, (const char *[]){"T", "3"});
+	struct tpf_value *fi = add_input(g, "fi", TPF_DTYPE_INT32, 2, (const char *[]){"T", "64"});
+	struct tpf_node *ok = add_node(g, TPF_DOMAIN, "SigmoidGateAdd", "ok", 3, IN(f, gate, sh), 1);
+	add_node(g, TPF_DOMAIN, "SigmoidGateAdd", "shape", 3, IN(f, gate, sh32), 1);
+	add_node(g, TPF_DOMAIN, "SigmoidGateAdd", "gate", 3, IN(f, g3, sh), 1);
+	add_node(g, TPF_DOMAIN, "SigmoidGateAdd", "ints", 3, IN(fi, fi, fi), 1);
+	struct tpf_value *xs = add_input(g, "xs", TPF_DTYPE_FLOAT, 2, (const char *[]){"T", "8"});
+	struct tpf_node *sn = add_node(g, TPF_DOMAIN, "ShardedRMSNorm", "sharded", 2,
 	                          IN(xs, weight(g, "gs", TPF_DTYPE_FLOAT, 8)), 1);
 	tpf_node_set_attr_int(sn, "world_size", 2);
 	tpf_node_set_attr_int(sn, "full_dim", 16);
-	struct tpf_node *sb = add(g, TPF_DOMAIN, "ShardedRMSNorm", "sharded_dim", 2,
+	struct tpf_node *sb = add_node(g, TPF_DOMAIN, "ShardedRMSNorm", "sharded_dim", 2,
 	                          IN(xs, weight(g, "gs2", TPF_DTYPE_FLOAT, 8)), 1);
 	tpf_node_set_attr_int(sb, "world_size", 2);
 	tpf_node_set_attr_int(sb, "full_dim", 32);
-	tpf_node_set_attr_int(add(g, TPF_DOMAIN, "ShardedRMSNorm", "sharded_arity", 3,
+	tpf_node_set_attr_int(add_node(g, TPF_DOMAIN, "ShardedRMSNorm", "sharded_arity", 3,
 	                          IN(xs, xs, xs), 1),
 	                      "world_size", 2);
-	struct tpf_value *x16 = input(g, "x16", TPF_DTYPE_FLOAT, 2, (const char *[]){"2", "8"});
-	struct tpf_node *pk = add(g, TPF_DOMAIN, "Pack", "pack", 1, IN(x16), 1);
+	struct tpf_value *x16 = add_input(g, "x16", TPF_DTYPE_FLOAT, 2, (const char *[]){"2", "8"});
+	struct tpf_node *pk = add_node(g, TPF_DOMAIN, "Pack", "pack", 1, IN(x16), 1);
 	tpf_node_set_attr_ints(pk, "segments", (int64_t[]){0, 0, 0, 8, 0, 8, 8, 9}, 8);
-	struct tpf_node *pk2 = add(g, TPF_DOMAIN, "Pack", "pack2", 1, IN(x16), 1);
+	struct tpf_node *pk2 = add_node(g, TPF_DOMAIN, "Pack", "pack2", 1, IN(x16), 1);
 	tpf_node_set_attr_ints(pk2, "segments", (int64_t[]){0, 8, 0, 8, 0, 0, 8, 8}, 8);
 
 	expect_verify(m, (const char *[]){
@@ -634,18 +543,18 @@ static void test_fused_misc_rejects(void **state)
 static void test_value_dtype(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(23, NULL);
+	struct tpf_model *m = tp_model(23, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
-	struct tpf_node *c = add(g, "", "Cast", "c", 1, IN(x), 1);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_node *c = add_node(g, "", "Cast", "c", 1, IN(x), 1);
 	tpf_node_set_attr_int(c, "to", TPF_DTYPE_FLOAT);
-	struct tpf_node *sq = add(g, "", "Mul", "sq", 2, IN(c->outputs[0], c->outputs[0]), 1);
-	struct tpf_node *gt = add(g, "", "Greater", "gt", 2, IN(sq->outputs[0], c->outputs[0]), 1);
-	struct tpf_node *rn = add(g, "", "RMSNormalization", "rn", 2,
+	struct tpf_node *sq = add_node(g, "", "Mul", "sq", 2, IN(c->outputs[0], c->outputs[0]), 1);
+	struct tpf_node *gt = add_node(g, "", "Greater", "gt", 2, IN(sq->outputs[0], c->outputs[0]), 1);
+	struct tpf_node *rn = add_node(g, "", "RMSNormalization", "rn", 2,
 	                          IN(x, weight(g, "w", TPF_DTYPE_FLOAT, 64)), 1);
-	struct tpf_node *arn = add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 2,
+	struct tpf_node *arn = add_node(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 2,
 	                           IN(x, weight(g, "w2", TPF_DTYPE_BFLOAT16, 64)), 2);
-	struct tpf_node *sh = add(g, "", "Shape", "sh", 1, IN(x), 1);
+	struct tpf_node *sh = add_node(g, "", "Shape", "sh", 1, IN(x), 1);
 	struct tpf_node *u = tpf_graph_add_node(g, "com.example", "Mystery", "u", IN(x), 1, 1, NULL);
 
 	assert_int_equal(tpf_value_dtype(sq->outputs[0]), TPF_DTYPE_FLOAT);
@@ -663,19 +572,19 @@ static void test_value_dtype(void **state)
 static void test_value_ints(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(17, NULL);
+	struct tpf_model *m = tp_model(17, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "64"});
-	struct tpf_node *sh = add(g, "", "Shape", "shape", 1, IN(x), 1);
-	struct tpf_node *last = add(g, "", "Gather", "last", 2,
-	                            IN(sh->outputs[0], ints(g, "two", 1, (int64_t[]){2})), 1);
-	struct tpf_node *start = add(g, "", "Mul", "start", 2,
-	                             IN(last->outputs[0], ints(g, "zero", 1, (int64_t[]){0})), 1);
-	struct tpf_node *cat = add(g, "", "Concat", "bounds", 2,
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "64"});
+	struct tpf_node *sh = add_node(g, "", "Shape", "shape", 1, IN(x), 1);
+	struct tpf_node *last = add_node(g, "", "Gather", "last", 2,
+	                            IN(sh->outputs[0], add_ints(g, "two", 1, (int64_t[]){2})), 1);
+	struct tpf_node *start = add_node(g, "", "Mul", "start", 2,
+	                             IN(last->outputs[0], add_ints(g, "zero", 1, (int64_t[]){0})), 1);
+	struct tpf_node *cat = add_node(g, "", "Concat", "bounds", 2,
 	                           IN(start->outputs[0], last->outputs[0]), 1);
 	tpf_node_set_attr_int(cat, "axis", 0);
-	struct tpf_node *first = add(g, "", "Gather", "first", 2,
-	                             IN(sh->outputs[0], ints(g, "z", 1, (int64_t[]){0})), 1);
+	struct tpf_node *first = add_node(g, "", "Gather", "first", 2,
+	                             IN(sh->outputs[0], add_ints(g, "z", 1, (int64_t[]){0})), 1);
 	int64_t v[4] = {0};
 	size_t n = 0;
 
@@ -695,16 +604,16 @@ static void test_value_ints(void **state)
 static void test_record_attributes(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18, NULL);
+	struct tpf_model *m = tp_model(18, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, (const char *[]){"2", "3"});
-	tpf_node_set_attr_string(add(g, "", "ScatterElements", "sc", 3,
-	                             IN(x, input(g, "i", TPF_DTYPE_INT64, 2, (const char *[]){"2", "3"}), x), 1),
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, (const char *[]){"2", "3"});
+	tpf_node_set_attr_string(add_node(g, "", "ScatterElements", "sc", 3,
+	                             IN(x, add_input(g, "i", TPF_DTYPE_INT64, 2, (const char *[]){"2", "3"}), x), 1),
 	                         "reduction", "sum");
-	tpf_node_set_attr_int(add(g, "", "Split", "sp", 1, IN(x), 2), "num_outputs", 3);
-	tpf_node_set_attr_int(add(g, "", "LayerNormalization", "ln", 2, IN(x, x), 1),
+	tpf_node_set_attr_int(add_node(g, "", "Split", "sp", 1, IN(x), 2), "num_outputs", 3);
+	tpf_node_set_attr_int(add_node(g, "", "LayerNormalization", "ln", 2, IN(x, x), 1),
 	                      "stash_type", 0);
-	struct tpf_node *sx = add(g, "", "Softmax", "sm", 1, IN(x), 1);
+	struct tpf_node *sx = add_node(g, "", "Softmax", "sm", 1, IN(x), 1);
 	tpf_node_set_attr_int(sx, "axis", 2);
 	expect_verify(m, (const char *[]){
 	                     "node 'sc' (ScatterElements): attribute 'reduction' is \"sum\"; "

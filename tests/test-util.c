@@ -92,13 +92,111 @@ char *dump_text(const struct tpf_model *m)
 	return buf;
 }
 
-void verify_ok(const struct tpf_model *m)
+/* st must be TPF_OK; d, printed when it is not, is freed. */
+static void status_ok(enum tpf_status st, struct tpf_diag *d)
 {
-	struct tpf_diag *d = tpf_diag_create();
-	enum tpf_status st = tpf_model_verify(m, d);
-
 	if (st)
 		tpf_diag_print(d, stderr);
 	assert_int_equal(st, TPF_OK);
 	tpf_diag_free(d);
+}
+
+void verify_ok(const struct tpf_model *m)
+{
+	struct tpf_diag *d = tpf_diag_create();
+
+	status_ok(tpf_model_verify(m, d), d);
+}
+
+void infer_ok(struct tpf_model *m)
+{
+	struct tpf_diag *d = tpf_diag_create();
+
+	status_ok(tpf_model_infer_shapes(m, d), d);
+}
+
+struct tpf_node *add_node(struct tpf_graph *g, const char *domain, const char *op,
+                          const char *name, size_t n_in, struct tpf_value *const *in,
+                          size_t n_out)
+{
+	struct tpf_node *n = tpf_graph_add_node(g, domain, op, name, in, n_in, n_out, NULL);
+
+	assert_non_null(n);
+	return n;
+}
+
+struct tpf_value *add_input(struct tpf_graph *g, const char *name, enum tpf_dtype dt, int rank,
+                            const char *const *dims)
+{
+	struct tpf_value *v = tpf_graph_add_input_sym(g, name, dt, rank, dims);
+
+	assert_non_null(v);
+	return v;
+}
+
+struct tpf_value *add_ints(struct tpf_graph *g, const char *name, size_t count,
+                           const int64_t *vals)
+{
+	int64_t dim = (int64_t)count;
+	struct tpf_value *v =
+	    tpf_graph_add_initializer(g, name, TPF_DTYPE_INT64, 1, &dim, vals, count * 8);
+
+	assert_non_null(v);
+	return v;
+}
+
+const char *type_str(const struct tpf_value *v, char *buf, size_t size)
+{
+	const struct tpf_type *t = &v->type;
+	size_t len;
+
+	if (t->kind != TPF_TYPE_TENSOR) {
+		snprintf(buf, size, "none");
+		return buf;
+	}
+	snprintf(buf, size, "%s[", tpf_dtype_name(t->dtype));
+	if (t->shape.rank < 0) {
+		snprintf(buf + strlen(buf), size - strlen(buf), "?]");
+		return buf;
+	}
+	for (int i = 0; i < t->shape.rank; i++) {
+		const struct tpf_dim *d = &t->shape.dims[i];
+
+		len = strlen(buf);
+		if (d->param)
+			snprintf(buf + len, size - len, "%s%s", i ? "," : "", d->param);
+		else if (d->value >= 0)
+			snprintf(buf + len, size - len, "%s%lld", i ? "," : "", (long long)d->value);
+		else
+			snprintf(buf + len, size - len, "%s?", i ? "," : "");
+	}
+	len = strlen(buf);
+	snprintf(buf + len, size - len, "]");
+	return buf;
+}
+
+void expect_type(const struct tpf_value *v, const char *want)
+{
+	char buf[256];
+
+	type_str(v, buf, sizeof(buf));
+	if (strcmp(buf, want) != 0)
+		fail_msg("value '%s' has type %s, expected %s", v->name, buf, want);
+}
+
+int diag_mentions(const struct tpf_diag *d, const char *needle)
+{
+	for (size_t i = 0; i < d->count; i++)
+		if (d->entries[i].text && strstr(d->entries[i].text, needle))
+			return 1;
+	return 0;
+}
+
+void expect_mentions(const struct tpf_diag *d, const char *const *needles)
+{
+	for (size_t i = 0; needles[i]; i++)
+		if (!diag_mentions(d, needles[i])) {
+			tpf_diag_print(d, stderr);
+			fail_msg("no message mentions '%s'", needles[i]);
+		}
 }

@@ -27,9 +27,34 @@ struct tpf_node *find_op_type(const struct tpf_graph *g, const char *op_type);
 /* The node named `name`, or NULL. */
 struct tpf_node *find_node(const struct tpf_graph *g, const char *name);
 
+/* Building graphs: a node (failing the test when it cannot be added), a
+ * graph input with text dims ("B" symbolic, "8" static), an int64 vector
+ * initializer.  IN(a, b) is an operand list. */
+#define IN(...) ((struct tpf_value *[]){__VA_ARGS__})
+struct tpf_node *add_node(struct tpf_graph *g, const char *domain, const char *op,
+                          const char *name, size_t n_in, struct tpf_value *const *in,
+                          size_t n_out);
+struct tpf_value *add_input(struct tpf_graph *g, const char *name, enum tpf_dtype dt, int rank,
+                            const char *const *dims);
+struct tpf_value *add_ints(struct tpf_graph *g, const char *name, size_t count,
+                           const int64_t *vals);
+
+/* A value's type as text: "bf16[B,S,64]", "f32[?]" (unknown rank), "none". */
+const char *type_str(const struct tpf_value *v, char *buf, size_t size);
+/* v's type must read `want`. */
+void expect_type(const struct tpf_value *v, const char *want);
+
+/* Whether some message of d contains `needle`. */
+int diag_mentions(const struct tpf_diag *d, const char *needle);
+/* Each of the NULL-terminated needles must be in some message of d (d is
+ * printed when one is not). */
+void expect_mentions(const struct tpf_diag *d, const char *const *needles);
+
 /* The text dump in a malloc'ed string. */
 char *dump_text(const struct tpf_model *m);
 /* tpf_model_verify must pass (its messages are printed when it does not). */
 void verify_ok(const struct tpf_model *m);
+/* tpf_model_infer_shapes must pass (likewise). */
+void infer_ok(struct tpf_model *m);
 
 #endif /* TPF_TEST_UTIL_H */

@@ -21,64 +21,14 @@
 
 #include <cmocka.h>
 
+#include "test-util.h"
 #include "tpf-ir.h"
 
 /* ------------------------------------------------------------------ helpers */
 
-#define IN(...) ((struct tpf_value *[]){__VA_ARGS__})
-
-static int diag_mentions(const struct tpf_diag *d, const char *needle)
-{
-	for (size_t i = 0; i < d->count; i++)
-		if (d->entries[i].text && strstr(d->entries[i].text, needle))
-			return 1;
-	return 0;
-}
-
-/* "bf16[B,S,64]" */
-static const char *type_str(const struct tpf_value *v, char *buf, size_t size)
-{
-	const struct tpf_type *t = &v->type;
-	size_t len;
-
-	if (t->kind != TPF_TYPE_TENSOR) {
-		snprintf(buf, size, "none");
-		return buf;
-	}
-	snprintf(buf, size, "%s", tpf_dtype_name(t->dtype));
-	len = strlen(buf);
-	if (t->shape.rank < 0) {
-		snprintf(buf + len, size - len, "[?]");
-		return buf;
-	}
-	snprintf(buf + len, size - len, "[");
-	for (int i = 0; i < t->shape.rank; i++) {
-		const struct tpf_dim *d = &t->shape.dims[i];
-
-		len = strlen(buf);
-		if (d->param)
-			snprintf(buf + len, size - len, "%s%s", i ? "," : "", d->param);
-		else if (d->value >= 0)
-			snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
-			         (long long)d->value);
-		else
-			snprintf(buf + len, size - len, "%s?", i ? "," : "");
-	}
-	len = strlen(buf);
-	snprintf(buf + len, size - len, "]");
-	return buf;
-}
-
-static void expect_type(const struct tpf_value *v, const char *want)
-{
-	char buf[256];
-
-	type_str(v, buf, sizeof(buf));
-	if (strcmp(buf, want) != 0)
-		fail_msg("value '%s' has type %s, expected %s", v->name, buf, want);
-}
-
-static struct tpf_model *new_model(int64_t opset)
+/* A model of IR version 10 importing the ONNX domain at `opset` (none when
+ * opset is 0) and com.microsoft 1. */
+static struct tpf_model *ir10_model(int64_t opset)
 {
 	struct tpf_model *m = tpf_model_create();
 
@@ -90,47 +40,13 @@ static struct tpf_model *new_model(int64_t opset)
 	return m;
 }
 
-static struct tpf_node *add(struct tpf_graph *g, const char *domain, const char *op,
-                            const char *name, size_t n_in, struct tpf_value *const *in,
-                            size_t n_out)
-{
-	struct tpf_node *n = tpf_graph_add_node(g, domain, op, name, in, n_in, n_out, NULL);
-
-	assert_non_null(n);
-	return n;
-}
-
-static struct tpf_value *ints(struct tpf_graph *g, const char *name, size_t count,
-                              const int64_t *vals)
-{
-	int64_t dim = (int64_t)count;
-	struct tpf_value *v =
-	    tpf_graph_add_initializer(g, name, TPF_DTYPE_INT64, 1, &dim, vals, count * 8);
-
-	assert_non_null(v);
-	return v;
-}
-
-static struct tpf_value *input(struct tpf_graph *g, const char *name, enum tpf_dtype dt, int rank,
-                               const char *const *dims)
-{
-	struct tpf_value *v = tpf_graph_add_input_sym(g, name, dt, rank, dims);
-
-	assert_non_null(v);
-	return v;
-}
-
 /* Verifies; expects TPF_ERR_VERIFY and a message containing each needle. */
 static void expect_verify_errors(const struct tpf_model *m, const char *const *needles)
 {
 	struct tpf_diag *d = tpf_diag_create();
 
 	assert_int_equal(tpf_model_verify(m, d), TPF_ERR_VERIFY);
-	for (size_t i = 0; needles[i]; i++)
-		if (!diag_mentions(d, needles[i])) {
-			tpf_diag_print(d, stderr);
-			fail_msg("no message mentions '%s'", needles[i]);
-		}
+	expect_mentions(d, needles);
 	tpf_diag_free(d);
 }
 
@@ -139,11 +55,7 @@ static void expect_infer_errors(struct tpf_model *m, const char *const *needles)
 	struct tpf_diag *d = tpf_diag_create();
 
 	assert_int_equal(tpf_model_infer_shapes(m, d), TPF_ERR_VERIFY);
-	for (size_t i = 0; needles[i]; i++)
-		if (!diag_mentions(d, needles[i])) {
-			tpf_diag_print(d, stderr);
-			fail_msg("no message mentions '%s'", needles[i]);
-		}
+	expect_mentions(d, needles);
 	tpf_diag_free(d);
 }
 
@@ -166,51 +78,51 @@ static void expect_ok(struct tpf_model *m)
 static void test_decoder_block(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(23);
+	struct tpf_model *m = ir10_model(23);
 	struct tpf_graph *g = m->graph;
 	const char *xd[] = {"B", "S", "64"};
 	static uint16_t wdata[64 * 32], gdata[64];
 	const int64_t wd[2] = {64, 32}, gd[1] = {64};
 
 	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "2"), TPF_OK);
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_BFLOAT16, 3, xd);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_BFLOAT16, 3, xd);
 	struct tpf_value *gamma =
 	    tpf_graph_add_initializer(g, "gamma", TPF_DTYPE_BFLOAT16, 1, gd, gdata, sizeof(gdata));
 	struct tpf_value *w =
 	    tpf_graph_add_initializer(g, "w", TPF_DTYPE_BFLOAT16, 2, wd, wdata, sizeof(wdata));
-	struct tpf_node *norm = add(g, "", "RMSNormalization", "norm", 2, IN(x, gamma), 1);
+	struct tpf_node *norm = add_node(g, "", "RMSNormalization", "norm", 2, IN(x, gamma), 1);
 	assert_int_equal(tpf_node_set_attr_float(norm, "epsilon", 1e-6f), TPF_OK);
-	struct tpf_node *mm = add(g, "", "MatMul", "q_proj", 2, IN(norm->outputs[0], w), 1);
-	struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(mm->outputs[0]), 1);
+	struct tpf_node *mm = add_node(g, "", "MatMul", "q_proj", 2, IN(norm->outputs[0], w), 1);
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(mm->outputs[0]), 1);
 	struct tpf_node *rs =
-	    add(g, "", "Reshape", "heads", 2,
-	        IN(ar->outputs[0], ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
-	struct tpf_node *tr = add(g, "", "Transpose", "tr", 1, IN(rs->outputs[0]), 1);
+	    add_node(g, "", "Reshape", "heads", 2,
+	        IN(ar->outputs[0], add_ints(g, "shp", 4, (int64_t[]){0, 0, 4, -1})), 1);
+	struct tpf_node *tr = add_node(g, "", "Transpose", "tr", 1, IN(rs->outputs[0]), 1);
 	tpf_node_set_attr_ints(tr, "perm", (int64_t[]){0, 2, 1, 3}, 4);
-	struct tpf_node *tr2 = add(g, "", "Transpose", "tr2", 1, IN(tr->outputs[0]), 1);
+	struct tpf_node *tr2 = add_node(g, "", "Transpose", "tr2", 1, IN(tr->outputs[0]), 1);
 	tpf_node_set_attr_ints(tr2, "perm", (int64_t[]){0, 2, 1, 3}, 4);
 	struct tpf_node *rs2 =
-	    add(g, "", "Reshape", "merge", 2,
-	        IN(tr2->outputs[0], ints(g, "back", 3, (int64_t[]){0, 0, -1})), 1);
-	struct tpf_node *ag = add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(rs2->outputs[0]), 1);
+	    add_node(g, "", "Reshape", "merge", 2,
+	        IN(tr2->outputs[0], add_ints(g, "back", 3, (int64_t[]){0, 0, -1})), 1);
+	struct tpf_node *ag = add_node(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(rs2->outputs[0]), 1);
 	tpf_node_set_attr_int(ag, "axis", -1); /* group size from tp_world_size */
-	struct tpf_node *res = add(g, "", "Add", "res", 2, IN(ag->outputs[0], x), 1);
-	struct tpf_node *split = add(g, "", "Split", "split", 2,
-	                             IN(res->outputs[0], ints(g, "sp", 2, (int64_t[]){16, 48})), 2);
+	struct tpf_node *res = add_node(g, "", "Add", "res", 2, IN(ag->outputs[0], x), 1);
+	struct tpf_node *split = add_node(g, "", "Split", "split", 2,
+	                             IN(res->outputs[0], add_ints(g, "sp", 2, (int64_t[]){16, 48})), 2);
 	tpf_node_set_attr_int(split, "axis", 2);
 	struct tpf_node *cat =
-	    add(g, "", "Concat", "cat", 2, IN(split->outputs[1], split->outputs[0]), 1);
+	    add_node(g, "", "Concat", "cat", 2, IN(split->outputs[1], split->outputs[0]), 1);
 	tpf_node_set_attr_int(cat, "axis", -1);
-	struct tpf_value *axis2 = ints(g, "axis2", 1, (int64_t[]){2});
-	struct tpf_node *sl = add(g, "", "Slice", "tail", 4,
-	                          IN(cat->outputs[0], ints(g, "st", 1, (int64_t[]){-8}),
-	                             ints(g, "en", 1, (int64_t[]){INT64_MAX}), axis2),
+	struct tpf_value *axis2 = add_ints(g, "axis2", 1, (int64_t[]){2});
+	struct tpf_node *sl = add_node(g, "", "Slice", "tail", 4,
+	                          IN(cat->outputs[0], add_ints(g, "st", 1, (int64_t[]){-8}),
+	                             add_ints(g, "en", 1, (int64_t[]){INT64_MAX}), axis2),
 	                          1);
-	struct tpf_node *rm = add(g, "", "ReduceMean", "rm", 2, IN(sl->outputs[0], axis2), 1);
-	struct tpf_node *sq = add(g, "", "Squeeze", "sq", 2, IN(rm->outputs[0], axis2), 1);
-	struct tpf_node *usq = add(g, "", "Unsqueeze", "usq", 2,
-	                           IN(sq->outputs[0], ints(g, "ax0", 1, (int64_t[]){0})), 1);
-	struct tpf_node *cast = add(g, "", "Cast", "cast", 1, IN(usq->outputs[0]), 1);
+	struct tpf_node *rm = add_node(g, "", "ReduceMean", "rm", 2, IN(sl->outputs[0], axis2), 1);
+	struct tpf_node *sq = add_node(g, "", "Squeeze", "sq", 2, IN(rm->outputs[0], axis2), 1);
+	struct tpf_node *usq = add_node(g, "", "Unsqueeze", "usq", 2,
+	                           IN(sq->outputs[0], add_ints(g, "ax0", 1, (int64_t[]){0})), 1);
+	struct tpf_node *cast = add_node(g, "", "Cast", "cast", 1, IN(usq->outputs[0]), 1);
 	tpf_node_set_attr_int(cast, "to", TPF_DTYPE_FLOAT);
 	float half = 0.5f;
 	uint8_t zero = 0;
@@ -222,36 +134,36 @@ static void test_decoder_block(void **state)
 	struct tpf_value *scale_bf =
 	    tpf_graph_add_initializer(g, "scale_bf", TPF_DTYPE_BFLOAT16, 0, NULL, &bf_one, 2);
 	struct tpf_node *q =
-	    add(g, "", "QuantizeLinear", "q", 3, IN(res->outputs[0], scale, zp), 1);
+	    add_node(g, "", "QuantizeLinear", "q", 3, IN(res->outputs[0], scale, zp), 1);
 	struct tpf_node *dq =
-	    add(g, "", "DequantizeLinear", "dq", 2, IN(q->outputs[0], scale_bf), 1);
+	    add_node(g, "", "DequantizeLinear", "dq", 2, IN(q->outputs[0], scale_bf), 1);
 	struct tpf_node *q8 =
-	    add(g, "", "QuantizeLinear", "q8", 2, IN(res->outputs[0], scale_bf), 1);
-	struct tpf_node *skip = add(g, TPF_MS_DOMAIN, "SkipSimplifiedLayerNormalization", "skip", 3,
+	    add_node(g, "", "QuantizeLinear", "q8", 2, IN(res->outputs[0], scale_bf), 1);
+	struct tpf_node *skip = add_node(g, TPF_MS_DOMAIN, "SkipSimplifiedLayerNormalization", "skip", 3,
 	                            IN(dq->outputs[0], x, gamma), 4);
 	struct tpf_node *topk =
-	    add(g, "", "TopK", "topk", 2, IN(skip->outputs[3], ints(g, "k", 1, (int64_t[]){3})), 2);
-	struct tpf_node *shape = add(g, "", "Shape", "shape", 1, IN(x), 1);
-	struct tpf_value *cs = ints(g, "cs", 2, (int64_t[]){2, 5});
-	struct tpf_node *cos = add(g, "", "ConstantOfShape", "cos", 1, IN(cs), 1);
-	struct tpf_node *ex = add(g, "", "Expand", "ex", 2,
-	                          IN(cos->outputs[0], ints(g, "exs", 3, (int64_t[]){3, 1, 5})), 1);
-	struct tpf_node *gat = add(g, "", "Gather", "gat", 2, IN(x, cs), 1);
+	    add_node(g, "", "TopK", "topk", 2, IN(skip->outputs[3], add_ints(g, "k", 1, (int64_t[]){3})), 2);
+	struct tpf_node *shape = add_node(g, "", "Shape", "shape", 1, IN(x), 1);
+	struct tpf_value *cs = add_ints(g, "cs", 2, (int64_t[]){2, 5});
+	struct tpf_node *cos = add_node(g, "", "ConstantOfShape", "cos", 1, IN(cs), 1);
+	struct tpf_node *ex = add_node(g, "", "Expand", "ex", 2,
+	                          IN(cos->outputs[0], add_ints(g, "exs", 3, (int64_t[]){3, 1, 5})), 1);
+	struct tpf_node *gat = add_node(g, "", "Gather", "gat", 2, IN(x, cs), 1);
 	tpf_node_set_attr_int(gat, "axis", 2);
-	struct tpf_node *sg = add(g, "", "Sigmoid", "sg", 1, IN(res->outputs[0]), 1);
-	struct tpf_node *gt = add(g, "", "Greater", "gt", 2, IN(sg->outputs[0], x), 1);
+	struct tpf_node *sg = add_node(g, "", "Sigmoid", "sg", 1, IN(res->outputs[0]), 1);
+	struct tpf_node *gt = add_node(g, "", "Greater", "gt", 2, IN(sg->outputs[0], x), 1);
 	struct tpf_node *wh =
-	    add(g, "", "Where", "wh", 3, IN(gt->outputs[0], sg->outputs[0], x), 1);
-	struct tpf_node *sm = add(g, "", "Softmax", "sm", 1, IN(wh->outputs[0]), 1);
-	struct tpf_node *a2a = add(g, TPF_MS_DOMAIN, "AllToAll", "a2a", 1, IN(sm->outputs[0]), 1);
+	    add_node(g, "", "Where", "wh", 3, IN(gt->outputs[0], sg->outputs[0], x), 1);
+	struct tpf_node *sm = add_node(g, "", "Softmax", "sm", 1, IN(wh->outputs[0]), 1);
+	struct tpf_node *a2a = add_node(g, TPF_MS_DOMAIN, "AllToAll", "a2a", 1, IN(sm->outputs[0]), 1);
 	struct tpf_node *fp4 =
-	    add(g, "trt", "TRT_FP4DynamicQuantize", "fp4", 2, IN(res->outputs[0], scale), 2);
-	struct tpf_node *gm = add(g, "", "Gemm", "gemm", 2, IN(w, w), 1);
+	    add_node(g, "trt", "TRT_FP4DynamicQuantize", "fp4", 2, IN(res->outputs[0], scale), 2);
+	struct tpf_node *gm = add_node(g, "", "Gemm", "gemm", 2, IN(w, w), 1);
 	tpf_node_set_attr_int(gm, "transA", 1);
 	static uint16_t g32data[32];
 	struct tpf_value *g32 = tpf_graph_add_initializer(g, "g32", TPF_DTYPE_BFLOAT16, 1,
 	                                                  (int64_t[]){32}, g32data, sizeof(g32data));
-	struct tpf_node *arn = add(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3,
+	struct tpf_node *arn = add_node(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", 3,
 	                           IN(mm->outputs[0], g32, ar->outputs[0]), 2);
 	assert_int_equal(tpf_graph_add_output(g, a2a->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, topk->outputs[0]), TPF_OK);
@@ -302,32 +214,32 @@ static void test_decoder_block(void **state)
 static void test_infer_more_ops(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(11);
+	struct tpf_model *m = ir10_model(11);
 	struct tpf_graph *g = m->graph;
 	const char *xd[] = {"T", "6"};
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
 
 	/* opset 11: axes and split are attributes */
-	struct tpf_node *usq = add(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
+	struct tpf_node *usq = add_node(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
 	tpf_node_set_attr_ints(usq, "axes", (int64_t[]){0, -1}, 2);
-	struct tpf_node *sq = add(g, "", "Squeeze", "sq", 1, IN(usq->outputs[0]), 1);
+	struct tpf_node *sq = add_node(g, "", "Squeeze", "sq", 1, IN(usq->outputs[0]), 1);
 	tpf_node_set_attr_ints(sq, "axes", (int64_t[]){0}, 1);
-	struct tpf_node *rs = add(g, "", "ReduceSum", "rsum", 1, IN(x), 1);
+	struct tpf_node *rs = add_node(g, "", "ReduceSum", "rsum", 1, IN(x), 1);
 	tpf_node_set_attr_ints(rs, "axes", (int64_t[]){1}, 1);
 	tpf_node_set_attr_int(rs, "keepdims", 0);
-	struct tpf_node *sp = add(g, "", "Split", "sp", 1, IN(x), 3);
+	struct tpf_node *sp = add_node(g, "", "Split", "sp", 1, IN(x), 3);
 	tpf_node_set_attr_int(sp, "axis", 1);
 	struct tpf_node *mv =
-	    add(g, "", "MatMul", "mv", 2,
+	    add_node(g, "", "MatMul", "mv", 2,
 	        IN(x, tpf_graph_add_input(g, "v", TPF_DTYPE_FLOAT, 1, (int64_t[]){6})), 1);
-	struct tpf_node *tr = add(g, "", "Transpose", "tr", 1, IN(x), 1);
+	struct tpf_node *tr = add_node(g, "", "Transpose", "tr", 1, IN(x), 1);
 	struct tpf_node *ln =
-	    add(g, "", "LayerNormalization", "ln", 2,
+	    add_node(g, "", "LayerNormalization", "ln", 2,
 	        IN(x, tpf_graph_add_input(g, "s", TPF_DTYPE_FLOAT, 1, (int64_t[]){6})), 3);
-	struct tpf_node *k = add(g, "", "Constant", "k", 0, NULL, 1);
+	struct tpf_node *k = add_node(g, "", "Constant", "k", 0, NULL, 1);
 	tpf_node_set_attr_ints(k, "value_ints", (int64_t[]){1, 2, 3}, 3);
 	struct tpf_node *ge =
-	    add(g, "", "GatherElements", "ge", 2,
+	    add_node(g, "", "GatherElements", "ge", 2,
 	        IN(x, tpf_graph_add_input(g, "idx", TPF_DTYPE_INT64, 2, (int64_t[]){2, 6})), 1);
 	expect_ok(m);
 	expect_type(usq->outputs[0], "f32[1,T,6,1]");
@@ -349,10 +261,10 @@ static void test_infer_more_ops(void **state)
 static void test_infer_keeps_declared(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, (int64_t[]){4, 8});
-	struct tpf_node *r = add(g, "", "Relu", "r", 1, IN(x), 1);
+	struct tpf_node *r = add_node(g, "", "Relu", "r", 1, IN(x), 1);
 	struct tpf_value *y = r->outputs[0];
 
 	tpf_value_set_type(y, TPF_DTYPE_FLOAT, 2, (int64_t[]){-1, 8});
@@ -370,12 +282,12 @@ static void test_infer_keeps_declared(void **state)
 static void test_cycle(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
-	struct tpf_node *a = add(g, "", "Add", "A", 2, IN(x, x), 1);
-	struct tpf_node *b = add(g, "", "Relu", "B", 1, IN(a->outputs[0]), 1);
-	struct tpf_node *c = add(g, "", "Neg", "C", 1, IN(b->outputs[0]), 1);
+	struct tpf_node *a = add_node(g, "", "Add", "A", 2, IN(x, x), 1);
+	struct tpf_node *b = add_node(g, "", "Relu", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *c = add_node(g, "", "Neg", "C", 1, IN(b->outputs[0]), 1);
 
 	assert_int_equal(tpf_node_set_input(a, 1, c->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, c->outputs[0]), TPF_OK);
@@ -387,11 +299,11 @@ static void test_cycle(void **state)
 static void test_out_of_order(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
-	struct tpf_node *a = add(g, "", "Relu", "A", 1, IN(x), 1);
-	struct tpf_node *b = add(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *a = add_node(g, "", "Relu", "A", 1, IN(x), 1);
+	struct tpf_node *b = add_node(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
 	struct tpf_diag *d = tpf_diag_create();
 
 	tpf_graph_move_node_before(g, b, a);
@@ -409,13 +321,13 @@ static void test_out_of_order(void **state)
 static void test_undefined_input(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 	struct tpf_value *ghost = tpf_graph_new_value(g, "ghost");
 	struct tpf_value *lost = tpf_graph_new_value(g, "lost");
 
-	add(g, "", "Add", "A", 2, IN(x, ghost), 1);
+	add_node(g, "", "Add", "A", 2, IN(x, ghost), 1);
 	assert_int_equal(tpf_graph_add_output(g, lost), TPF_OK);
 	expect_verify_errors(m, (const char *[]){"node 'A' (Add): input 1 'ghost' is not defined",
 	                                         "graph output 0 'lost' is not defined", NULL});
@@ -425,20 +337,20 @@ static void test_undefined_input(void **state)
 static void test_arity_and_attributes(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 
-	add(g, "", "Add", "A", 3, IN(x, x, x), 1);
-	add(g, "", "Cast", "C", 1, IN(x), 1);
-	tpf_node_set_attr_int(add(g, "", "Cast", "C2", 1, IN(x), 1), "to", 99);
-	tpf_node_set_attr_float(add(g, "", "Concat", "cat", 1, IN(x), 1), "axis", 1.0f);
-	tpf_node_set_attr_ints(add(g, "", "Squeeze", "sq", 1, IN(x), 1), "axes", (int64_t[]){0}, 1);
-	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(x), 1), "group_size",
+	add_node(g, "", "Add", "A", 3, IN(x, x, x), 1);
+	add_node(g, "", "Cast", "C", 1, IN(x), 1);
+	tpf_node_set_attr_int(add_node(g, "", "Cast", "C2", 1, IN(x), 1), "to", 99);
+	tpf_node_set_attr_float(add_node(g, "", "Concat", "cat", 1, IN(x), 1), "axis", 1.0f);
+	tpf_node_set_attr_ints(add_node(g, "", "Squeeze", "sq", 1, IN(x), 1), "axes", (int64_t[]){0}, 1);
+	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "AllGather", "ag", 1, IN(x), 1), "group_size",
 	                      0);
-	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "axis", 3);
-	add(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
-	add(g, "", "TopK", "tk", 2, IN(x, ints(g, "k", 1, (int64_t[]){1})), 1);
+	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "axis", 3);
+	add_node(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
+	add_node(g, "", "TopK", "tk", 2, IN(x, add_ints(g, "k", 1, (int64_t[]){1})), 1);
 	expect_verify_errors(
 	    m,
 	    (const char *[]){"node 'A' (Add): has 3 inputs; expected 2",
@@ -457,12 +369,12 @@ static void test_arity_and_attributes(void **state)
 static void test_group_size_vs_world(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 
 	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "4"), TPF_OK);
-	tpf_node_set_attr_int(add(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1), "group_size",
+	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1), "group_size",
 	                      2);
 	expect_verify_errors(m, (const char *[]){"node 'ar' (com.microsoft::AllReduce): attribute "
 	                                         "'group_size' = 2 differs from the model's "
@@ -476,7 +388,7 @@ static void test_group_size_vs_world(void **state)
 static void test_dtype_mismatches(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(23);
+	struct tpf_model *m = ir10_model(23);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
 	struct tpf_value *y = tpf_graph_add_input(g, "y", TPF_DTYPE_BFLOAT16, 2, (int64_t[]){2, 3});
@@ -485,17 +397,17 @@ static void test_dtype_mismatches(void **state)
 	struct tpf_value *zp = tpf_graph_add_input(g, "zp", TPF_DTYPE_INT8, 0, NULL);
 	struct tpf_diag *d = tpf_diag_create();
 
-	add(g, "", "Add", "add", 2, IN(x, y), 1);
-	add(g, "", "MatMul", "mm", 2, IN(x, z), 1);
-	add(g, "", "Where", "wh", 3, IN(x, x, x), 1);
-	add(g, "", "Reshape", "rs", 2, IN(x, gf), 1);
+	add_node(g, "", "Add", "add", 2, IN(x, y), 1);
+	add_node(g, "", "MatMul", "mm", 2, IN(x, z), 1);
+	add_node(g, "", "Where", "wh", 3, IN(x, x, x), 1);
+	add_node(g, "", "Reshape", "rs", 2, IN(x, gf), 1);
 	/* the scale of RMSNormalization may have its own dtype (opset 23) */
-	struct tpf_node *rn = add(g, "", "RMSNormalization", "rn", 2, IN(y, gf), 1);
-	struct tpf_node *q = add(g, "", "QuantizeLinear", "q", 3, IN(x, gf, zp), 1);
+	struct tpf_node *rn = add_node(g, "", "RMSNormalization", "rn", 2, IN(y, gf), 1);
+	struct tpf_node *q = add_node(g, "", "QuantizeLinear", "q", 3, IN(x, gf, zp), 1);
 	tpf_value_set_type(q->outputs[0], TPF_DTYPE_UINT8, 2, (int64_t[]){2, 3});
-	struct tpf_node *q2 = add(g, "", "QuantizeLinear", "q2", 2, IN(x, gf), 1);
+	struct tpf_node *q2 = add_node(g, "", "QuantizeLinear", "q2", 2, IN(x, gf), 1);
 	tpf_node_set_attr_int(q2, "output_dtype", TPF_DTYPE_FLOAT8E4M3FN);
-	struct tpf_node *c = add(g, "", "Cast", "c", 1, IN(x), 1);
+	struct tpf_node *c = add_node(g, "", "Cast", "c", 1, IN(x), 1);
 	tpf_node_set_attr_int(c, "to", TPF_DTYPE_FLOAT16);
 	tpf_value_set_type(c->outputs[0], TPF_DTYPE_BFLOAT16, -1, NULL);
 
@@ -527,22 +439,22 @@ static void test_dtype_mismatches(void **state)
 static void test_infer_contradictions(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	const char *xd[] = {"B", "6"};
-	struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
 	struct tpf_value *y = tpf_graph_add_input(g, "y", TPF_DTYPE_FLOAT, 2, (int64_t[]){2, 4});
 
-	add(g, "", "Add", "badd", 2, IN(x, y), 1);
-	add(g, "", "Reshape", "rs", 2, IN(y, ints(g, "s", 2, (int64_t[]){5, 5})), 1);
-	add(g, "", "Reshape", "rs2", 2, IN(x, ints(g, "s2", 3, (int64_t[]){0, 4, -1})), 1);
+	add_node(g, "", "Add", "badd", 2, IN(x, y), 1);
+	add_node(g, "", "Reshape", "rs", 2, IN(y, add_ints(g, "s", 2, (int64_t[]){5, 5})), 1);
+	add_node(g, "", "Reshape", "rs2", 2, IN(x, add_ints(g, "s2", 3, (int64_t[]){0, 4, -1})), 1);
 	struct tpf_node *ok =
-	    add(g, "", "Reshape", "rs3", 2, IN(x, ints(g, "s3", 3, (int64_t[]){0, 3, -1})), 1);
-	add(g, "", "MatMul", "mm", 2, IN(y, y), 1);
+	    add_node(g, "", "Reshape", "rs3", 2, IN(x, add_ints(g, "s3", 3, (int64_t[]){0, 3, -1})), 1);
+	add_node(g, "", "MatMul", "mm", 2, IN(y, y), 1);
 	struct tpf_node *sp =
-	    add(g, "", "Split", "sp", 2, IN(y, ints(g, "sizes", 2, (int64_t[]){1, 2})), 2);
+	    add_node(g, "", "Split", "sp", 2, IN(y, add_ints(g, "sizes", 2, (int64_t[]){1, 2})), 2);
 	tpf_node_set_attr_int(sp, "axis", 1);
-	add(g, "", "Concat", "cat", 2, IN(x, y), 1);
+	add_node(g, "", "Concat", "cat", 2, IN(x, y), 1);
 	tpf_node_set_attr_int(g->last, "axis", 0);
 	expect_infer_errors(
 	    m, (const char *[]){"node 'badd' (Add): inputs 0 and 1 cannot broadcast",
@@ -564,12 +476,12 @@ static void test_infer_contradictions(void **state)
 static void test_damaged_ir(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
-	struct tpf_node *a = add(g, "", "Relu", "A", 1, IN(x), 1);
-	struct tpf_node *b = add(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
-	struct tpf_node *c = add(g, "", "Abs", "C", 1, IN(x), 1);
+	struct tpf_node *a = add_node(g, "", "Relu", "A", 1, IN(x), 1);
+	struct tpf_node *b = add_node(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *c = add_node(g, "", "Abs", "C", 1, IN(x), 1);
 
 	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
 	a->outputs[0]->n_uses = 0;   /* the use by B is lost */
@@ -585,12 +497,12 @@ static void test_damaged_ir(void **state)
 static void test_model_fields(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(0);
+	struct tpf_model *m = ir10_model(0);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 
 	m->ir_version = 0;
-	add(g, "", "Relu", "r", 1, IN(x), 1);
+	add_node(g, "", "Relu", "r", 1, IN(x), 1);
 	expect_verify_errors(m, (const char *[]){"ir_version is missing",
 	                                         "no opset import for the default domain", NULL});
 	tpf_model_free(m);
@@ -601,11 +513,11 @@ static void test_model_fields(void **state)
 static void test_subgraphs(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 	struct tpf_value *cond = tpf_graph_add_input(g, "c", TPF_DTYPE_BOOL, 0, NULL);
-	struct tpf_node *iff = add(g, "", "If", "if", 1, IN(cond), 1);
+	struct tpf_node *iff = add_node(g, "", "If", "if", 1, IN(cond), 1);
 	struct tpf_graph *then_g = tpf_graph_create(g), *else_g = tpf_graph_create(g);
 	struct tpf_diag *d = tpf_diag_create();
 
@@ -617,11 +529,11 @@ static void test_subgraphs(void **state)
 	struct tpf_value *ox = tpf_graph_new_value(then_g, "x");
 	ox->kind = TPF_VALUE_OUTER;
 	ox->outer = x;
-	struct tpf_node *r = add(then_g, "", "Relu", "inner_relu", 1, IN(ox), 1);
+	struct tpf_node *r = add_node(then_g, "", "Relu", "inner_relu", 1, IN(ox), 1);
 	assert_int_equal(tpf_graph_add_output(then_g, r->outputs[0]), TPF_OK);
 	/* else: reads a name defined nowhere */
 	struct tpf_node *neg =
-	    add(else_g, "", "Neg", "inner_neg", 1, IN(tpf_graph_new_value(else_g, "ghost")), 1);
+	    add_node(else_g, "", "Neg", "inner_neg", 1, IN(tpf_graph_new_value(else_g, "ghost")), 1);
 	assert_int_equal(tpf_graph_add_output(else_g, neg->outputs[0]), TPF_OK);
 	struct tpf_attr at = {.name = "then_branch", .kind = TPF_ATTR_GRAPH, .g = then_g};
 	struct tpf_attr ae = {.name = "else_branch", .kind = TPF_ATTR_GRAPH, .g = else_g};
@@ -661,19 +573,19 @@ static void test_allocation_failure(void **state)
 	int reached_ok = 0;
 
 	for (uint64_t n = 1; n < 2000 && !reached_ok; n++) {
-		struct tpf_model *m = new_model(18);
+		struct tpf_model *m = ir10_model(18);
 		struct tpf_graph *g = m->graph;
 		const char *xd[] = {"T", "8"};
-		struct tpf_value *x = input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+		struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
 		struct tpf_value *cur = x;
 		struct tpf_diag *d = tpf_diag_create();
 		enum tpf_status v, s;
 
 		for (int i = 0; i < 20; i++) {
-			struct tpf_node *a = add(g, "", "Add", NULL, 2, IN(cur, x), 1);
+			struct tpf_node *a = add_node(g, "", "Add", NULL, 2, IN(cur, x), 1);
 			struct tpf_node *r =
-			    add(g, "", "Reshape", NULL, 2,
-			        IN(a->outputs[0], ints(g, NULL, 2, (int64_t[]){0, -1})), 1);
+			    add_node(g, "", "Reshape", NULL, 2,
+			        IN(a->outputs[0], add_ints(g, NULL, 2, (int64_t[]){0, -1})), 1);
 			cur = r->outputs[0];
 		}
 		assert_int_equal(tpf_graph_add_output(g, cur), TPF_OK);
@@ -704,10 +616,10 @@ static double ms_since(const struct timespec *t0)
 static void test_15000_nodes(void **state)
 {
 	(void)state;
-	struct tpf_model *m = new_model(18);
+	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
 	const char *xd[] = {"T", "4096"};
-	struct tpf_value *cur = input(g, "x", TPF_DTYPE_BFLOAT16, 2, xd);
+	struct tpf_value *cur = add_input(g, "x", TPF_DTYPE_BFLOAT16, 2, xd);
 	const int64_t gd[1] = {4096};
 	struct tpf_diag *d = tpf_diag_create();
 	struct timespec t0;
@@ -716,9 +628,9 @@ static void test_15000_nodes(void **state)
 	for (int i = 0; i < 5000; i++) {
 		struct tpf_value *gamma =
 		    tpf_graph_add_initializer(g, NULL, TPF_DTYPE_BFLOAT16, 1, gd, NULL, 0);
-		struct tpf_node *ar = add(g, TPF_MS_DOMAIN, "AllReduce", NULL, 1, IN(cur), 1);
-		struct tpf_node *sum = add(g, "", "Add", NULL, 2, IN(ar->outputs[0], cur), 1);
-		struct tpf_node *rn = add(g, "", "SimplifiedLayerNormalization", NULL, 2,
+		struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", NULL, 1, IN(cur), 1);
+		struct tpf_node *sum = add_node(g, "", "Add", NULL, 2, IN(ar->outputs[0], cur), 1);
+		struct tpf_node *rn = add_node(g, "", "SimplifiedLayerNormalization", NULL, 2,
 		                          IN(sum->outputs[0], gamma), 1);
 		cur = rn->outputs[0];
 	}
