@@ -12,29 +12,28 @@
 
 #include "tpf-ir.h"
 
-/* Dump into a malloc'ed string. */
-static char *dump_text(const struct tpf_model *m, enum tpf_status *st)
+/* The dump `print` writes, in a malloc'ed string; its status in *st. */
+static char *dump_with(enum tpf_status (*print)(const struct tpf_model *, FILE *),
+                       const struct tpf_model *m, enum tpf_status *st)
 {
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 
 	assert_non_null(f);
-	*st = tpf_model_print_text(m, f);
+	*st = print(m, f);
 	fclose(f);
 	return buf;
 }
 
+static char *dump_text(const struct tpf_model *m, enum tpf_status *st)
+{
+	return dump_with(tpf_model_print_text, m, st);
+}
+
 static char *dump_dot(const struct tpf_model *m, enum tpf_status *st)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-
-	assert_non_null(f);
-	*st = tpf_model_print_dot(m, f);
-	fclose(f);
-	return buf;
+	return dump_with(tpf_model_print_dot, m, st);
 }
 
 /* hidden -> AllReduce -> RMSNormalization(gamma) -> output, plus a scalar
