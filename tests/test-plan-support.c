@@ -23,24 +23,6 @@
 #include "runtime-internal.h"
 #include "test-util.h"
 
-static void dump_diag(const struct tpf_diag *d)
-{
-	for (size_t i = 0; i < d->count; i++)
-		print_message("diag: %s\n", d->entries[i].text);
-}
-
-static struct tpf_host_tensor input(const char *name, enum tpf_dtype dt, int rank, const int64_t *dims, void *data)
-{
-	struct tpf_host_tensor t = {0};
-	t.name = name;
-	t.dtype = dt;
-	t.rank = rank;
-	for (int i = 0; i < rank; i++)
-		t.dims[i] = dims[i];
-	t.data = data;
-	return t;
-}
-
 static size_t count_str(const char *s, const char *sub)
 {
 	size_t n = 0;
@@ -137,7 +119,7 @@ static void test_plan_time_listing(void **state)
 	float x[4] = {1, 2, 3, 4};
 	int32_t k[4] = {1, 2, 3, 4};
 	int64_t dims[1] = {4};
-	struct tpf_host_tensor in[2] = {input("x", TPF_DTYPE_FLOAT, 1, dims, x), input("k", TPF_DTYPE_INT32, 1, dims, k)};
+	struct tpf_host_tensor in[2] = {host_tensor("x", TPF_DTYPE_FLOAT, 1, dims, x), host_tensor("k", TPF_DTYPE_INT32, 1, dims, k)};
 	struct tpf_plan *p = NULL;
 	assert_int_equal(tpf_plan_build(m, in, 2, NULL, &p, d), TPF_ERR_UNSUPPORTED);
 	assert_null(p);
@@ -189,7 +171,7 @@ static void run_cache_case(struct tpf_session *s, int64_t T, unsigned seed, stru
 	for (int64_t t = 0; t < T; t++)
 		ids[t] = (t + seed) % 3;
 	int64_t xd[2] = {T, 4}, id[1] = {T};
-	struct tpf_host_tensor in[2] = {input("x", TPF_DTYPE_FLOAT, 2, xd, x), input("ids", TPF_DTYPE_INT64, 1, id, ids)};
+	struct tpf_host_tensor in[2] = {host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, x), host_tensor("ids", TPF_DTYPE_INT64, 1, id, ids)};
 	const struct tpf_host_tensor *out;
 	size_t n_out;
 	enum tpf_status st = tpf_session_run(s, in, 2, &out, &n_out, d);
@@ -272,8 +254,8 @@ static void test_value_dependent_inputs(void **state)
 	int64_t xd[1] = {16}, sd[1] = {2};
 	size_t builds;
 	for (int k = 0; k < 3; k++) {
-		struct tpf_host_tensor in[2] = {input("x", TPF_DTYPE_FLOAT, 1, xd, x),
-						input("shape", TPF_DTYPE_INT64, 1, sd, shapes[k])};
+		struct tpf_host_tensor in[2] = {host_tensor("x", TPF_DTYPE_FLOAT, 1, xd, x),
+						host_tensor("shape", TPF_DTYPE_INT64, 1, sd, shapes[k])};
 		const struct tpf_host_tensor *out;
 		size_t n_out;
 		assert_int_equal(tpf_session_run(s, in, 2, &out, &n_out, d), TPF_OK);
@@ -309,9 +291,9 @@ static void test_float_range_inputs(void **state)
 	float lim[2] = {5, 9.5f};
 	for (int k = 0; k < 2; k++) {
 		float start = 1, delta = 2;
-		struct tpf_host_tensor in[3] = {input("start", TPF_DTYPE_FLOAT, 0, NULL, &start),
-						input("limit", TPF_DTYPE_FLOAT, 0, NULL, &lim[k]),
-						input("delta", TPF_DTYPE_FLOAT, 0, NULL, &delta)};
+		struct tpf_host_tensor in[3] = {host_tensor("start", TPF_DTYPE_FLOAT, 0, NULL, &start),
+						host_tensor("limit", TPF_DTYPE_FLOAT, 0, NULL, &lim[k]),
+						host_tensor("delta", TPF_DTYPE_FLOAT, 0, NULL, &delta)};
 		const struct tpf_host_tensor *out;
 		size_t n_out;
 		enum tpf_status st = tpf_session_run(s, in, 3, &out, &n_out, d);
@@ -359,7 +341,7 @@ static void test_memory_checks(void **state)
 	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
 	float x = 1;
 	int64_t xd[1] = {1};
-	struct tpf_host_tensor in = input("x", TPF_DTYPE_FLOAT, 1, xd, &x);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 1, xd, &x);
 	const struct tpf_host_tensor *out;
 	size_t n_out;
 	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_ERR_NOMEM);

@@ -19,20 +19,7 @@
 #include <cmocka.h>
 
 #include "runtime-internal.h"
-
-static int diag_mentions(const struct tpf_diag *d, const char *needle)
-{
-	for (size_t i = 0; i < d->count; i++)
-		if (d->entries[i].text && strstr(d->entries[i].text, needle))
-			return 1;
-	return 0;
-}
-
-static void dump_diag(const struct tpf_diag *d)
-{
-	for (size_t i = 0; i < d->count; i++)
-		print_message("diag: %s\n", d->entries[i].text);
-}
+#include "test-util.h"
 
 /* A chain x -> Neg -> Reciprocal -> Neg -> Neg -> Reciprocal -> Neg -> ...
  * (n ops, op i is Reciprocal when i % 3 == 1), f32[T, 16] with a symbolic
@@ -89,19 +76,6 @@ static void check_chain_output(const struct tpf_host_tensor *out, int n_ops, con
 	}
 }
 
-static struct tpf_host_tensor make_input(const char *name, enum tpf_dtype dt, int rank,
-					 const int64_t *dims, void *data)
-{
-	struct tpf_host_tensor t = {0};
-	t.name = name;
-	t.dtype = dt;
-	t.rank = rank;
-	for (int i = 0; i < rank; i++)
-		t.dims[i] = dims[i];
-	t.data = data;
-	return t;
-}
-
 static void test_chain_reuse(void **state)
 {
 	struct tpf_model *m = chain_model(8);
@@ -113,7 +87,7 @@ static void test_chain_reuse(void **state)
 	for (int i = 0; i < 32; i++)
 		x2[i] = 3.0f - (float)i * 0.375f;
 	int64_t dims[2] = {4, 16};
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 2, dims, x);
 	struct tpf_plan *p = NULL;
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_OK);
 	struct tpf_plan_stats st;
@@ -149,7 +123,7 @@ static void test_chain_reuse(void **state)
 	assert_ptr_equal(tpf_session_plan(s), p1);
 	check_chain_output(&out[0], 8, x, 4);
 	int64_t dims2[2] = {2, 16};
-	struct tpf_host_tensor in2 = make_input("x", TPF_DTYPE_FLOAT, 2, dims2, x2);
+	struct tpf_host_tensor in2 = host_tensor("x", TPF_DTYPE_FLOAT, 2, dims2, x2);
 	assert_int_equal(tpf_session_run(s, &in2, 1, &out, &n_out, d), TPF_OK);
 	assert_int_equal(n_out, 1);
 	check_chain_output(&out[0], 8, x2, 2);
@@ -167,7 +141,7 @@ static void test_profile_and_replay(void **state)
 	struct tpf_diag *d = tpf_diag_create();
 	float x[4 * 16] = {0};
 	int64_t dims[2] = {4, 16};
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, dims, x);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 2, dims, x);
 	struct tpf_session *s = NULL;
 	struct tpf_session_options so = {.profile = 1};
 	assert_int_equal(tpf_session_create(m, &so, &s, d), TPF_OK);
@@ -248,7 +222,7 @@ static void test_views(void **state)
 	float xv[64];
 	for (int i = 0; i < 64; i++)
 		xv[i] = (float)(i % 9) - 4.0f;
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, xv);
 	struct tpf_plan *p = NULL;
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_OK);
 	struct tpf_plan_stats ps;
@@ -297,7 +271,7 @@ static void test_fused_norm_input_lifetime(void **state)
 	struct tpf_node *f = tpf_graph_add_node(g, TPF_DOMAIN, "AllReduceRMSNorm", "arn", fin, 2, 1, NULL);
 	tpf_graph_add_output(g, f->outputs[0]);
 	static float xv[8 * 256];
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, xv);
 	struct tpf_plan *p = NULL;
 	enum tpf_status st = tpf_plan_build(m, &in, 1, NULL, &p, d);
 	if (st)
@@ -332,21 +306,21 @@ static void test_input_errors(void **state)
 	assert_true(diag_mentions(d, "missing input 'x'"));
 	tpf_diag_clear(d);
 	/* extra */
-	struct tpf_host_tensor two[2] = {make_input("x", TPF_DTYPE_FLOAT, 2, dims, x),
-					 make_input("y", TPF_DTYPE_FLOAT, 2, dims, x)};
+	struct tpf_host_tensor two[2] = {host_tensor("x", TPF_DTYPE_FLOAT, 2, dims, x),
+					 host_tensor("y", TPF_DTYPE_FLOAT, 2, dims, x)};
 	assert_int_equal(tpf_plan_build(m, two, 2, NULL, &p, d), TPF_ERR_INVALID);
 	assert_true(diag_mentions(d, "unexpected input 'y'"));
 	tpf_diag_clear(d);
 	/* dtype, static dim, rank */
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_BFLOAT16, 2, dims, x);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_BFLOAT16, 2, dims, x);
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_INVALID);
 	assert_true(diag_mentions(d, "dtype bf16, the model expects f32"));
 	tpf_diag_clear(d);
-	in = make_input("x", TPF_DTYPE_FLOAT, 2, bad, x);
+	in = host_tensor("x", TPF_DTYPE_FLOAT, 2, bad, x);
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_INVALID);
 	assert_true(diag_mentions(d, "dim 1 is 15, the model expects 16"));
 	tpf_diag_clear(d);
-	in = make_input("x", TPF_DTYPE_FLOAT, 1, dims, x);
+	in = host_tensor("x", TPF_DTYPE_FLOAT, 1, dims, x);
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_INVALID);
 	assert_true(diag_mentions(d, "rank 1, the model expects 2"));
 	tpf_diag_clear(d);
@@ -364,7 +338,7 @@ static void test_unsupported_and_world(void **state)
 	struct tpf_value *v = tpf_graph_add_input(m->graph, "x", TPF_DTYPE_FLOAT, 1, dims);
 	struct tpf_node *n = tpf_graph_add_node(m->graph, "", "Hardmax", "hm", &v, 1, 1, NULL);
 	tpf_graph_add_output(m->graph, n->outputs[0]);
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 1, dims, x);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 1, dims, x);
 	struct tpf_plan *p = NULL;
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_UNSUPPORTED);
 	assert_true(diag_mentions(d, "node 'hm' (Hardmax)"));
@@ -377,7 +351,7 @@ static void test_unsupported_and_world(void **state)
 	n = tpf_graph_add_node(m->graph, "", "Softmax", "sm", &v, 1, 1, NULL);
 	tpf_graph_add_output(m->graph, n->outputs[0]);
 	int64_t xi[4] = {1, 2, 3, 4};
-	in = make_input("x", TPF_DTYPE_INT64, 1, dims, xi);
+	in = host_tensor("x", TPF_DTYPE_INT64, 1, dims, xi);
 	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_ERR_UNSUPPORTED);
 	assert_true(diag_mentions(d, "no cpu kernel for dtype i64"));
 	tpf_diag_clear(d);
@@ -426,7 +400,7 @@ static void test_folding_and_collectives(void **state)
 	for (int i = 0; i < 24; i++)
 		xv[i] = (float)((i * 7) % 11) - 5.0f;
 	int64_t xd[2] = {3, 8};
-	struct tpf_host_tensor in = make_input("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, xv);
 	struct tpf_plan *p = NULL;
 	enum tpf_status st = tpf_plan_build(m, &in, 1, NULL, &p, d);
 	if (st)
@@ -497,12 +471,12 @@ static void test_tensor_pb(void **state)
 	snprintf(path, sizeof(path), "%s/input_0.pb", dir);
 	uint16_t v[6] = {0x3f80, 0x4000, 0xbf80, 0, 0x7fc0, 0x0001};
 	int64_t dims[2] = {2, 3};
-	struct tpf_host_tensor t = make_input("h", TPF_DTYPE_BFLOAT16, 2, dims, v);
+	struct tpf_host_tensor t = host_tensor("h", TPF_DTYPE_BFLOAT16, 2, dims, v);
 	assert_int_equal(tpf_tensor_write_pb(path, &t, d), TPF_OK);
 	snprintf(path, sizeof(path), "%s/input_1.pb", dir);
 	uint8_t f4[2] = {0x21, 0x0f};
 	int64_t d3[1] = {3};
-	t = make_input("q", TPF_DTYPE_FLOAT4E2M1, 1, d3, f4);
+	t = host_tensor("q", TPF_DTYPE_FLOAT4E2M1, 1, d3, f4);
 	assert_int_equal(tpf_tensor_write_pb(path, &t, d), TPF_OK);
 	struct tpf_host_tensor *all = NULL;
 	size_t n = 0;

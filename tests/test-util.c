@@ -200,3 +200,23 @@ void expect_mentions(const struct tpf_diag *d, const char *const *needles)
 			fail_msg("no message mentions '%s'", needles[i]);
 		}
 }
+
+struct tpf_host_tensor host_tensor(const char *name, enum tpf_dtype dt, int rank,
+                                   const int64_t *dims, void *data)
+{
+	struct tpf_host_tensor t = {0};
+
+	t.name = name;
+	t.dtype = dt;
+	t.rank = rank;
+	for (int i = 0; i < rank; i++)
+		t.dims[i] = dims[i];
+	t.data = data;
+	return t;
+}
+
+void dump_diag(const struct tpf_diag *d)
+{
+	for (size_t i = 0; i < d->count; i++)
+		print_message("diag: %s\n", d->entries[i].text);
+}

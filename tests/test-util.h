@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "tpf-passes.h"
+#include "tpf-runtime.h"
 
 /* An empty model importing the ONNX domain at `opset` and com.microsoft 1. */
 struct tpf_model *new_model(int64_t opset);
@@ -49,6 +50,12 @@ int diag_mentions(const struct tpf_diag *d, const char *needle);
 /* Each of the NULL-terminated needles must be in some message of d (d is
  * printed when one is not). */
 void expect_mentions(const struct tpf_diag *d, const char *const *needles);
+
+/* A host tensor over `data` (not copied) for a session's inputs. */
+struct tpf_host_tensor host_tensor(const char *name, enum tpf_dtype dt, int rank,
+                                   const int64_t *dims, void *data);
+/* Each message of d, through cmocka's print_message. */
+void dump_diag(const struct tpf_diag *d);
 
 /* The text dump in a malloc'ed string. */
 char *dump_text(const struct tpf_model *m);
