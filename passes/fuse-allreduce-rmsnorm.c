@@ -216,9 +216,11 @@ static void explain_unfused(const struct tpf_graph *g, FILE *f)
 			continue;
 		}
 		if (!v->n_uses) {
-			fprintf(f, "unfused: %s at %s: no node reads the reduced value (a graph "
-				   "output)\n",
-				PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)));
+			fprintf(f, "unfused: %s at %s: %s\n", PASS_NAME,
+				tpf_node_describe(n, buf, sizeof(buf)),
+				tpf_value_use_count(v) ? "the reduced value is a graph output, no "
+							 "norm reads it"
+						       : "nothing reads the reduced value");
 			continue;
 		}
 		const struct tpf_node *u = v->uses[0].node;

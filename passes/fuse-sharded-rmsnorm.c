@@ -1054,6 +1054,44 @@ out_free:
 
 static const char *const counters[] = {MERGE_COUNTER, NULL};
 
+/* --explain never leaves an AllGather silent: one that feeds a norm has
+ * that pattern's near-miss line (at its Slice or Split), one that feeds
+ * none (a vocab-parallel head's logits) gets a line saying what reads it. */
+static void explain_unfused(const struct tpf_graph *g, FILE *f)
+{
+	char buf[160], ubuf[160];
+
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		if (n->op != TPF_OP_MS_ALLGATHER || !n->n_outputs || !n->outputs[0])
+			continue;
+		const struct tpf_value *v = n->outputs[0];
+		const struct tpf_node *norm = NULL;
+		for (size_t i = 0; i < v->n_uses && !norm; i++)
+			if (v->uses[i].node->op == TPF_OP_TPF_RMS_NORM && v->uses[i].index == 0)
+				norm = v->uses[i].node;
+		if (norm) {
+			fprintf(f, "unfused: %s at %s: the norm %s it feeds did not fuse: the "
+			           "near-miss line at the Slice or Split after the norm says why "
+			           "(without one, nothing takes a part of the norm)\n",
+			        PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
+			        tpf_node_describe(norm, ubuf, sizeof(ubuf)));
+			continue;
+		}
+		if (!v->n_uses) {
+			fprintf(f, "unfused: %s at %s: %s\n", PASS_NAME,
+			        tpf_node_describe(n, buf, sizeof(buf)),
+			        tpf_value_use_count(v) ? "the gathered value is a graph output, no "
+			                                 "RMSNorm reads it"
+			                               : "nothing reads the gathered value");
+			continue;
+		}
+		fprintf(f, "unfused: %s at %s: the gathered value feeds %s (and %zu other uses), not "
+		           "an RMSNorm\n",
+		        PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
+		        tpf_node_describe(v->uses[0].node, ubuf, sizeof(ubuf)), v->n_uses - 1);
+	}
+}
+
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
 {
@@ -1082,6 +1120,8 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 	fused |= again;
 	int merged = 0;
 	st = merge_norms(m, ctx, &merged, d);
+	if (!st && ctx && ctx->explain)
+		explain_unfused(m->graph, ctx->explain);
 	if (changed)
 		*changed = fused || merged;
 	return st;
