@@ -18,13 +18,7 @@
 # peak RSS of full mode then looks smaller than with real weights).
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-build_dir=${BUILD_DIR:-build}
-bench=$build_dir/bench/bench-io
-work=${BENCH_DIR:-.bench/io}
-py=.venv/bin/python
-[ -x "$py" ] || py=python3
-read -r -a layers <<<"${LAYERS:-100 1000}"
+. "$(dirname "${BASH_SOURCE[0]}")/bench-env.sh" bench-io io "100 1000"
 read -r -a hiddens <<<"${HIDDENS:-256 1024}"
 
 if [ ! -x "$bench" ]; then

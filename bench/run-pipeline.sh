@@ -6,13 +6,7 @@
 # linearly with the layer count.
 #   bench/run-pipeline.sh            # LAYERS="100 1000 10000"
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-build_dir=${BUILD_DIR:-build}
-bench=$build_dir/bench/bench-pipeline
-work=${BENCH_DIR:-.bench/pipeline}
-py=.venv/bin/python
-[ -x "$py" ] || py=python3
-read -r -a layers <<<"${LAYERS:-100 1000 10000}"
+. "$(dirname "${BASH_SOURCE[0]}")/bench-env.sh" bench-pipeline pipeline "100 1000 10000"
 [ -x "$bench" ] || { echo "run-pipeline.sh: $bench not built" >&2; exit 1; }
 mkdir -p "$work"
 printf '%7s %8s %8s %10s %10s %8s %8s %10s\n' layers nodes after import_ms pass_ms fused rss_mib us/layer
