@@ -97,28 +97,5 @@ else
 	fi
 fi
 
-python3 - "$all_log" <<'PY'
-import json, sys
-passed = failed = skipped = 0
-names = []
-try:
-    lines = open(sys.argv[1]).read().splitlines()
-except OSError:
-    lines = []
-for line in lines:
-    if not line.strip():
-        continue
-    r = json.loads(line)
-    res = r.get("result", "")
-    if res in ("OK", "EXPECTEDFAIL"):
-        passed += 1
-    elif res == "SKIP":
-        skipped += 1
-    else:
-        failed += 1
-        names.append("%s (%s)" % (r.get("name", "?"), res))
-for n in names:
-    print("failed under sanitizers: " + n)
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-PY
+python3 scripts/test-summary.py "$all_log" "failed under sanitizers: "
 exit $status

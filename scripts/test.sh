@@ -19,23 +19,5 @@ echo "==> meson test (all suites but gpu)"
 status=0
 meson test -C "$build_dir" --no-suite gpu --print-errorlogs "$@" || status=$?
 
-python3 - "$build_dir/meson-logs/testlog.json" <<'PY'
-import json, sys
-passed = failed = skipped = 0
-try:
-    lines = open(sys.argv[1]).read().splitlines()
-except OSError:
-    lines = []
-for line in lines:
-    if not line.strip():
-        continue
-    r = json.loads(line).get("result", "")
-    if r in ("OK", "EXPECTEDFAIL"):
-        passed += 1
-    elif r == "SKIP":
-        skipped += 1
-    else:
-        failed += 1
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-PY
+python3 scripts/test-summary.py "$build_dir/meson-logs/testlog.json"
 exit $status
