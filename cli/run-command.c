@@ -46,8 +46,11 @@ static const char *const run_help =
 	"                        DIR may contain {rank})\n"
 	"  --random-inputs SEED  random inputs from SEED (floats in [-1, 1), integers\n"
 	"                        in [0, 4)); symbolic dims are 1 unless --dim is given\n"
-	"  --dim NAME=VALUE      value of a symbolic input dim for --random-inputs\n"
-	"  --outputs DIR         write DIR/output_N.pb (DIR may contain {rank})\n"
+	"  --dim NAME=VALUE      value of a symbolic input dim: the size of that dim\n"
+	"                        in --random-inputs; with --inputs, an input whose\n"
+	"                        dim NAME has another size is an error\n"
+	"  --outputs DIR         write DIR/output_N.pb (DIR may contain {rank}; under\n"
+	"                        several ranks without {rank}: DIR/rank{R}/output_N.pb)\n"
 	"  --iters N             timed iterations (default 1); prints each one's time\n"
 	"  --warmup N            untimed iterations first (default 0)\n"
 	"  --optimize            run the default pass pipeline (-O2) before running\n"
@@ -66,6 +69,9 @@ static const char *const run_help =
 	"                        fit run as one-shot kernels through peer memory\n"
 	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
 	"  --quiet               print no output summary\n"
+	"\n"
+	"Ops the backend cannot run are all listed in one error (rank 0), before\n"
+	"any input is read or made.\n"
 	"\n"
 	"Exit codes: 0 ok, 1 error (also on every rank when one rank fails),\n"
 	"2 usage, 3 I/O, 4 unsupported, 5 --verify found a mismatch.\n";
@@ -118,6 +124,15 @@ static void print_diag(struct tpf_diag *d)
 		    "%s", e->text);
 	}
 	tpf_diag_clear(d);
+}
+
+/* A refusal of unsupported ops is the same on every rank (one graph
+ * structure): rank 0 prints it, the others only exit. */
+static void print_unsupported(struct tpf_diag *d, enum tpf_status st, const struct tpf_comm *comm)
+{
+	if (st == TPF_ERR_UNSUPPORTED && comm->world > 1 && comm->rank != 0)
+		tpf_diag_clear(d);
+	print_diag(d);
 }
 
 static int exit_of(enum tpf_status st)
@@ -314,6 +329,36 @@ static int is_runtime_input(const struct tpf_value *v)
 	return !v->init;
 }
 
+/* Bytes of the inputs --random-inputs would make (declared shapes, --dim
+ * values for symbolic dims, 1 otherwise); -1 when they overflow. */
+static int random_input_bytes(const struct tpf_model *m, const struct run_opts *o, size_t *total)
+{
+	const struct tpf_graph *g = m->graph;
+	*total = 0;
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		const struct tpf_value *v = g->inputs[i];
+		if (!is_runtime_input(v) || v->type.kind != TPF_TYPE_TENSOR || v->type.shape.rank < 0 ||
+		    v->type.shape.rank > TPF_KERNEL_MAX_RANK)
+			continue;
+		struct tpf_host_tensor t = {.dtype = v->type.dtype, .rank = v->type.shape.rank};
+		for (int k = 0; k < t.rank; k++) {
+			const struct tpf_dim *dim = &v->type.shape.dims[k];
+			int64_t val = dim->value >= 0 && !dim->param ? dim->value : 1;
+			for (int j = 0; dim->param && j < o->n_dims; j++) {
+				size_t len = strlen(dim->param);
+				if (!strncmp(o->dims[j], dim->param, len) && o->dims[j][len] == '=')
+					val = strtoll(o->dims[j] + len + 1, NULL, 10);
+			}
+			t.dims[k] = val < 0 ? 0 : val;
+		}
+		size_t nb;
+		if (tpf_host_tensor_bytes(&t, &nb) || *total + nb < *total)
+			return -1;
+		*total += nb;
+	}
+	return 0;
+}
+
 static enum tpf_status random_inputs(const struct tpf_model *m, const struct run_opts *o,
 				     struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d)
 {
@@ -486,8 +531,16 @@ static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_op
 		tpf_free(dir);
 		return st;
 	}
-	if (o->have_seed)
+	if (o->have_seed) {
+		/* the inputs' size first: a huge declared input is refused at once */
+		size_t bytes;
+		if (random_input_bytes(m, o, &bytes))
+			return tpf_diag_fail(d, TPF_ERR_LIMIT, "the random inputs' size overflows");
+		enum tpf_status st = tpf_memory_check(TPF_BACKEND_CPU, bytes, "the random inputs", d);
+		if (st)
+			return st;
 		return random_inputs(m, o, in, n_in, d);
+	}
 	for (size_t i = 0; i < m->graph->n_inputs; i++)
 		if (is_runtime_input(m->graph->inputs[i]))
 			return tpf_diag_fail(d, TPF_ERR_INVALID,
@@ -495,7 +548,9 @@ static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_op
 	return TPF_OK;
 }
 
-static enum tpf_status write_outputs(const struct run_opts *o, int rank,
+/* DIR/output_N.pb; under several ranks DIR without {rank} becomes
+ * DIR/rank{R}, so no two ranks write one file. */
+static enum tpf_status write_outputs(const struct run_opts *o, int rank, int world,
 				     const struct tpf_host_tensor *outs, size_t n, struct tpf_diag *d)
 {
 	char *dir = subst_rank(o->outputs, rank);
@@ -503,6 +558,17 @@ static enum tpf_status write_outputs(const struct run_opts *o, int rank,
 	enum tpf_status st = TPF_OK;
 	if (!dir)
 		return TPF_ERR_NOMEM;
+	if (world > 1 && !strstr(o->outputs, "{rank}")) {
+		size_t len = strlen(dir) + 32;
+		char *per = tpf_malloc(len);
+		if (!per) {
+			tpf_free(dir);
+			return TPF_ERR_NOMEM;
+		}
+		snprintf(per, len, "%s/rank%d", dir, rank);
+		tpf_free(dir);
+		dir = per;
+	}
 	if (mkdir_p(dir)) {
 		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
 		goto out;
@@ -608,19 +674,33 @@ int tpf_cli_run(int argc, char **argv)
 		st = load_model(path, &o, comm->rank, comm->world, o.optimize || o.verify, &m, d);
 	if (!st && o.verify)
 		st = load_model(path, &o, comm->rank, comm->world, 0, &ref, d);
-	if (!st)
-		st = get_inputs(ref ? ref : m, &o, comm->rank, &in, &n_in, d);
 	print_diag(d);
-	if ((st = tpf_comm_agree(comm, st, "loading the model and inputs", d)))
+	if ((st = tpf_comm_agree(comm, st, "loading the model", d)))
 		goto out;
+	/* sessions before inputs: ops the backend cannot run are named before
+	 * any input is read or made */
 	struct tpf_session_options so = {.backend = o.backend, .comm = comm,
 					 .cuda_graph = o.cuda_graph, .no_oneshot = o.no_oneshot,
 					 .profile = o.profile};
+	so.plan.dims = o.dims;
+	so.plan.n_dims = (size_t)o.n_dims;
 	st = tpf_session_create(m, &so, &s, d);
 	if (!st && ref)
 		st = tpf_session_create(ref, &so, &sref, d);
-	print_diag(d);
+	print_unsupported(d, st, comm);
 	if ((st = tpf_comm_agree(comm, st, "creating the session", d)))
+		goto out;
+	st = get_inputs(ref ? ref : m, &o, comm->rank, &in, &n_in, d);
+	print_diag(d);
+	if ((st = tpf_comm_agree(comm, st, "reading the inputs", d)))
+		goto out;
+	/* plans for these inputs, every rank learning whether any failed */
+	if (sref)
+		st = tpf_session_prepare(sref, in, n_in, d);
+	if (!st)
+		st = tpf_session_prepare(s, in, n_in, d);
+	print_unsupported(d, st, comm);
+	if (st)
 		goto out;
 
 	const struct tpf_host_tensor *outs = NULL;
@@ -663,7 +743,7 @@ int tpf_cli_run(int argc, char **argv)
 		       n_coll == 1 ? "" : "s", n_one);
 	}
 	if (o.outputs)
-		st = write_outputs(&o, comm->rank, outs, n_outs, d);
+		st = write_outputs(&o, comm->rank, comm->world, outs, n_outs, d);
 	if (!o.quiet && comm->rank == 0 && !st)
 		for (size_t i = 0; i < n_outs; i++)
 			summarize(&outs[i], stdout);

@@ -69,8 +69,13 @@ void tpf_unsupported_add(struct tpf_unsupported *u, const struct tpf_node *n, en
 	snprintf(op, sizeof(op), "%s%s%s", n->domain && *n->domain ? n->domain : "",
 		 n->domain && *n->domain ? "::" : "", n->op_type ? n->op_type : "?");
 	u->nodes++;
+	/* a node whose dtype is not known (after a node that has no shapes)
+	 * counts with its op's entry */
 	for (size_t i = 0; i < u->n; i++)
-		if (u->e[i].dt == dt && !strcmp(u->e[i].op, op)) {
+		if (!strcmp(u->e[i].op, op) &&
+		    (u->e[i].dt == dt || dt == TPF_DTYPE_UNDEFINED || u->e[i].dt == TPF_DTYPE_UNDEFINED)) {
+			if (u->e[i].dt == TPF_DTYPE_UNDEFINED)
+				u->e[i].dt = dt;
 			u->e[i].count++;
 			return;
 		}
@@ -183,6 +188,9 @@ static void check_kernel(struct tpf_unsupported *u, enum tpf_backend b, const st
 	tpf_unsupported_add(u, n, dt, why);
 }
 
+static void mark_folding(const struct tpf_graph *g, unsigned char *known, size_t n_ids);
+static int node_folds(const struct tpf_node *n, const unsigned char *known, size_t n_ids);
+
 /* Records the nodes of g that backend b cannot run, from the graph alone
  * (declared and inferred dtypes; nodes whose inputs are all constants run
  * on the host when the plan is built, with the CPU kernels). */
@@ -192,36 +200,20 @@ static enum tpf_status check_graph(const struct tpf_graph *g, enum tpf_backend b
 	unsigned char *known = tpf_calloc(n_ids + 1, 1);
 	if (!known)
 		return TPF_ERR_NOMEM;
-	for (size_t i = 0; i < g->n_initializers; i++) {
-		const struct tpf_value *v = g->initializers[i];
-		if (v->id < n_ids && !v->is_graph_input)
-			known[v->id] = 1;
-	}
-	/* graph order is a topological order for ONNX files; a node whose
-	 * producer comes later simply counts as not foldable */
+	mark_folding(g, known, n_ids);
 	for (const struct tpf_node *n = g->first; n; n = n->next) {
-		int all_known = n->op != TPF_OP_MS_ALLREDUCE && n->op != TPF_OP_MS_ALLGATHER &&
-				n->op != TPF_OP_MS_ALLTOALL && !tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE);
-		for (size_t i = 0; i < n->n_inputs; i++) {
-			const struct tpf_value *v = n->inputs[i];
-			if (v && !(v->id < n_ids && known[v->id]))
-				all_known &= n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE;
-		}
 		if (!runnable_op(n)) {
 			const struct tpf_value *v = n->n_inputs ? n->inputs[0] : NULL;
 			tpf_unsupported_add(u, n, v ? tpf_value_dtype(v) : TPF_DTYPE_UNDEFINED,
-					    n->n_implicit && n->op != TPF_OP_UNKNOWN ? "nodes with subgraphs are not supported by the runtime"
-										    : "not supported by the runtime");
+					    n->n_implicit && n->op != TPF_OP_UNKNOWN
+						    ? "nodes with subgraphs are not supported by the runtime"
+						    : "not supported by the runtime");
 			continue;
 		}
 		enum tpf_kernel_phase ph[2];
 		size_t np = node_phases(n, ph);
 		for (size_t k = 0; k < np; k++)
-			check_kernel(u, all_known ? TPF_BACKEND_CPU : b, n, ph[k]);
-		if (all_known || n->op == TPF_OP_CONSTANT)
-			for (size_t o = 0; o < n->n_outputs; o++)
-				if (n->outputs[o] && n->outputs[o]->id < n_ids)
-					known[n->outputs[o]->id] = 1;
+			check_kernel(u, node_folds(n, known, n_ids) ? TPF_BACKEND_CPU : b, n, ph[k]);
 	}
 	tpf_free(known);
 	return TPF_OK;
@@ -363,13 +355,54 @@ static uint64_t hash_type(uint64_t h, const struct tpf_type *t)
 	return h;
 }
 
-/* Values are identified by position (graph inputs, initializers, node
- * nodes in order), initializers by dtype and shape, not by name: exporters
- * name constants after their values, which differ between ranks (slice
- * offsets), and a rank may keep another output of a Split. */
+/* Values are identified by position (graph inputs, then the nodes that
+ * run as steps, in order), initializers by dtype and shape, not by name:
+ * exporters name constants after their values, which differ between ranks
+ * (slice offsets), and a rank may keep another output of a Split.  Nodes
+ * whose inputs are all constants (and Shape, Size) fold when a plan is
+ * built and are left out, with every reference to their results: the
+ * shape arithmetic of a rank's slice differs between ranks (rank 0 starts
+ * at a constant 0, rank 1 computes its start), the work the ranks run
+ * together does not. */
 static int64_t value_pos(const int64_t *pos, size_t n, const struct tpf_value *v)
 {
 	return v && v->id < n ? pos[v->id] : -1;
+}
+
+/* Marks (known[id] = 1) the values that fold when a plan is built:
+ * initializers that are not graph inputs, Constant outputs, the results of
+ * nodes whose inputs all fold and of Shape and Size; never a collective's.
+ * Graph order is a topological order for ONNX files; a node whose producer
+ * comes later counts as not folding. */
+static void mark_folding(const struct tpf_graph *g, unsigned char *known, size_t n_ids)
+{
+	for (size_t i = 0; i < g->n_initializers; i++) {
+		const struct tpf_value *v = g->initializers[i];
+		if (v->id < n_ids && !v->is_graph_input)
+			known[v->id] = 1;
+	}
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		int all = !tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) && n->op != TPF_OP_UNKNOWN &&
+			  !n->n_implicit;
+		for (size_t i = 0; i < n->n_inputs && all; i++) {
+			const struct tpf_value *v = n->inputs[i];
+			if (v && !(v->id < n_ids && known[v->id]))
+				all = n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE;
+		}
+		if (!all)
+			continue;
+		for (size_t o = 0; o < n->n_outputs; o++)
+			if (n->outputs[o] && n->outputs[o]->id < n_ids)
+				known[n->outputs[o]->id] = 1;
+	}
+}
+
+static int node_folds(const struct tpf_node *n, const unsigned char *known, size_t n_ids)
+{
+	for (size_t o = 0; o < n->n_outputs; o++)
+		if (n->outputs[o])
+			return n->outputs[o]->id < n_ids && known[n->outputs[o]->id];
+	return 0;
 }
 
 uint64_t tpf_graph_structure_hash(const struct tpf_graph *g)
@@ -379,19 +412,25 @@ uint64_t tpf_graph_structure_hash(const struct tpf_graph *g)
 		return h;
 	size_t n = g->n_values;
 	int64_t *pos = tpf_malloc((n + 1) * sizeof(int64_t));
+	unsigned char *known = tpf_calloc(n + 1, 1);
 	int64_t next = 0;
-	if (pos) {
+	if (pos && known) {
 		for (size_t i = 0; i <= n; i++)
 			pos[i] = -1;
+		mark_folding(g, known, n);
 		for (size_t i = 0; i < g->n_inputs; i++)
 			if (g->inputs[i]->id < n)
 				pos[g->inputs[i]->id] = next++;
 		/* all outputs of a node share its position: a rank may keep
 		 * another output of a Split than its peers */
-		for (const struct tpf_node *nd = g->first; nd; nd = nd->next, next++)
+		for (const struct tpf_node *nd = g->first; nd; nd = nd->next) {
+			if (node_folds(nd, known, n))
+				continue;
 			for (size_t i = 0; i < nd->n_outputs; i++)
 				if (nd->outputs[i] && nd->outputs[i]->id < n)
 					pos[nd->outputs[i]->id] = next;
+			next++;
+		}
 	} else {
 		n = 0;
 	}
@@ -400,12 +439,18 @@ uint64_t tpf_graph_structure_hash(const struct tpf_graph *g)
 		h = hash_type(h, &g->inputs[i]->type);
 	}
 	for (const struct tpf_node *nd = g->first; nd; nd = nd->next) {
+		if (n && node_folds(nd, known, n))
+			continue;
 		h = fnv_str(h, nd->domain);
 		h = fnv_str(h, nd->op_type);
 		h = fnv_i64(h, (int64_t)nd->n_inputs);
 		for (size_t i = 0; i < nd->n_inputs; i++) {
 			const struct tpf_value *v = nd->inputs[i];
 			const struct tpf_tensor *t = v && !v->is_graph_input ? v->init : NULL;
+			if (!t && v && v->id < n && known[v->id]) {
+				h = fnv_i64(h, -3); /* computed from constants */
+				continue;
+			}
 			if (!t) {
 				h = fnv_i64(h, value_pos(pos, n, v));
 				continue;
@@ -452,6 +497,7 @@ uint64_t tpf_graph_structure_hash(const struct tpf_graph *g)
 		h = fnv_i64(h, value_pos(pos, n, g->outputs[i]));
 	}
 	tpf_free(pos);
+	tpf_free(known);
 	return h;
 }
 
@@ -577,7 +623,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 			r->host_hint = 1;
 		}
 	}
-	/* symbolic dims bound consistently: the same name, the same value */
+	/* symbolic dims bound consistently: the same name, the same value, and
+	 * the value given for the name, if any */
 	for (size_t i = 0; i < g->n_inputs; i++) {
 		const struct tpf_value *v = g->inputs[i];
 		int a = value_index(p, v);
@@ -587,6 +634,20 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 			const char *sym = v->type.shape.dims[k].param;
 			if (!sym)
 				continue;
+			size_t len = strlen(sym);
+			for (size_t j = 0; j < p->opt.n_dims; j++) {
+				const char *b = p->opt.dims[j];
+				char *end;
+				if (!b || strncmp(b, sym, len) || b[len] != '=')
+					continue;
+				long long want = strtoll(b + len + 1, &end, 10);
+				if (*end || end == b + len + 1)
+					st = tpf_diag_fail(d, TPF_ERR_INVALID, "dim binding '%s' is not NAME=VALUE", b);
+				else if (want != p->values[a].t.dims[k])
+					st = tpf_diag_fail(d, TPF_ERR_INVALID,
+							   "input '%s': dim %d ('%s') is %lld, but %s was given", v->name,
+							   k, sym, (long long)p->values[a].t.dims[k], b);
+			}
 			for (size_t j = 0; j < i; j++) {
 				const struct tpf_value *w = g->inputs[j];
 				int b = value_index(p, w);

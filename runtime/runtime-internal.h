@@ -104,19 +104,4 @@ enum tpf_status tpf_unsupported_report(const struct tpf_unsupported *u, enum tpf
 enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c,
 			     struct tpf_diag *d);
 
-/* Memory a backend can still allocate (host: MemAvailable within the
- * cgroup's limit; CUDA: the current device's free memory); 0 ok, -1 when
- * it cannot be told. */
-int tpf_memory_available(enum tpf_backend b, size_t *out);
-/* TPF_ERR_NOMEM with "WHAT: N needed, only M of host memory available"
- * when need exceeds it; TPF_OK otherwise or when it cannot be told. */
-enum tpf_status tpf_memory_check(enum tpf_backend b, size_t need, const char *what, struct tpf_diag *d);
-/* Every node of m that backend b cannot run, as one error
- * (TPF_ERR_UNSUPPORTED), from the graph alone. */
-enum tpf_status tpf_plan_check_model(const struct tpf_model *m, enum tpf_backend b, struct tpf_diag *d);
-
-/* Plans the session keeps (one per input signature, at most 8) and, in
- * *builds, how many it has built so far. */
-size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
-
 #endif /* TPF_RUNTIME_INTERNAL_H */

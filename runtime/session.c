@@ -1099,11 +1099,12 @@ static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const str
 	return TPF_OK;
 }
 
-enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
-				size_t n_inputs, const struct tpf_host_tensor **outputs,
-				size_t *n_outputs, struct tpf_diag *d)
+enum tpf_status tpf_session_prepare(struct tpf_session *s, const struct tpf_host_tensor *inputs,
+				    size_t n_inputs, struct tpf_diag *d)
 {
 	enum tpf_status st;
+	if (n_inputs && !inputs)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "session: no inputs");
 	uint64_t key = shape_key(inputs, n_inputs);
 	struct bound *hit = NULL;
 	for (size_t i = 0; i < TPF_SESSION_PLANS && !hit; i++)
@@ -1117,6 +1118,16 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 		return st;
 	}
 	s->b->used = ++s->clock;
+	return TPF_OK;
+}
+
+enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
+				size_t n_inputs, const struct tpf_host_tensor **outputs,
+				size_t *n_outputs, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	if ((st = tpf_session_prepare(s, inputs, n_inputs, d)))
+		return st;
 	struct tpf_plan *p = s->b->plan;
 	for (size_t i = 0; i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];

@@ -105,8 +105,11 @@ static void bind_input(const struct tpf_kernel_call *c, size_t i, struct tpf_op_
 	n = tpf_kread_ints(&c->in[i], vals, TPF_MAX_VALUES);
 	if (n < 0)
 		return;
+	/* INT64_MIN marks a value that is not known (OP_VALUE_UNKNOWN); a real
+	 * one (dynamo writes Slice starts of INT64_MIN for "from the first")
+	 * binds as INT64_MIN + 1, which every rule clamps alike */
 	for (k = 0; k < n; k++)
-		t->values[k] = (struct tpf_dim){vals[k], NULL, NULL};
+		t->values[k] = (struct tpf_dim){vals[k] == INT64_MIN ? INT64_MIN + 1 : vals[k], NULL, NULL};
 	t->n_values = n;
 }
 
@@ -165,6 +168,12 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 			break;
 		}
 		c->out[i].dtype = t->dtype;
+		/* an output that may have either of two dtypes (a canonical norm of
+		 * a float32 gamma: the input's or gamma's) has the one the graph
+		 * declares */
+		if (t->alt_dtype != TPF_DTYPE_UNDEFINED && n->outputs[i] &&
+		    n->outputs[i]->type.kind == TPF_TYPE_TENSOR && n->outputs[i]->type.dtype == t->alt_dtype)
+			c->out[i].dtype = t->alt_dtype;
 		c->out[i].rank = t->rank;
 		for (k = 0; k < t->rank; k++)
 			c->out[i].dims[k] = t->dims[k].value;

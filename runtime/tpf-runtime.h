@@ -169,11 +169,17 @@ struct tpf_plan_options {
 	 * on the codes (the weight transposed once, here) and skip the
 	 * dequantizations; set this (or TPF_FP8_GEMM=0) to dequantize instead. */
 	int no_fp8_gemm;
+	/* Values of symbolic input dims ("NAME=VALUE", `tpfuse run --dim`): an
+	 * input whose dim NAME has another size is an error naming both. */
+	const char *const *dims;
+	size_t n_dims;
 };
 
 /* Binds the graph to concrete inputs (by name, every graph input without a
- * default must be given) and lowers it.  Unsupported ops, dtypes, missing
- * or extra inputs and shape errors are reported naming the node/input. */
+ * default must be given) and lowers it.  Missing or extra inputs and shape
+ * errors are reported naming the node or input.  Ops, dtypes and forms the
+ * backend cannot run are all listed in one error (TPF_ERR_UNSUPPORTED):
+ * each (op, dtype) once with its node count and first node. */
 enum tpf_status tpf_plan_build(const struct tpf_model *m, const struct tpf_host_tensor *inputs,
 			       size_t n_inputs, const struct tpf_plan_options *o,
 			       struct tpf_plan **out, struct tpf_diag *d);
@@ -191,8 +197,25 @@ struct tpf_plan_stats {
 };
 void tpf_plan_get_stats(const struct tpf_plan *p, struct tpf_plan_stats *st);
 
+/* The same listing as tpf_plan_build's, from the graph alone (declared and
+ * inferred dtypes; nodes whose inputs are all constants are checked against
+ * the CPU kernels, which fold them when a plan is built): TPF_OK or one
+ * TPF_ERR_UNSUPPORTED error.  Sessions call it when they are created. */
+enum tpf_status tpf_plan_check_model(const struct tpf_model *m, enum tpf_backend b, struct tpf_diag *d);
+
+/* Memory a backend can still allocate: host memory (MemAvailable, within
+ * the cgroup's limit) for the CPU, the current device's free memory for
+ * CUDA.  0 ok, -1 when it cannot be told. */
+int tpf_memory_available(enum tpf_backend b, size_t *out);
+/* TPF_ERR_NOMEM with "WHAT: 16.0 GiB needed, only 7.5 GiB of host memory
+ * available" when `need` bytes exceed it; TPF_OK otherwise (or when the
+ * amount cannot be told). */
+enum tpf_status tpf_memory_check(enum tpf_backend b, size_t need, const char *what, struct tpf_diag *d);
+
 /* Structural hash of a graph (ops, attributes, wiring, initializer dtypes
- * and shapes; not weight values), identical on every rank of a TP model. */
+ * and shapes; not weight values, nor the shape arithmetic that folds when a
+ * plan is built, which exporters write differently per rank), identical on
+ * every rank of a TP model. */
 uint64_t tpf_graph_structure_hash(const struct tpf_graph *g);
 
 /* ------------------------------------------------------------ sessions */
@@ -218,11 +241,23 @@ struct tpf_session_options {
 	struct tpf_plan_options plan; /* backend/rank/world are filled in */
 };
 
+/* Checks the model against the communicator (world size metadata, the
+ * same graph structure on every rank) and lists every op the backend
+ * cannot run (tpf_plan_check_model): before any input exists. */
 enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_session_options *o,
 				   struct tpf_session **out, struct tpf_diag *d);
 void tpf_session_free(struct tpf_session *s);
-/* Runs once.  Outputs (graph output order, host memory owned by the
- * session) stay valid until the next run or free. */
+/* A session keeps a plan per input signature (names, dtypes, dims; at most
+ * 8, the least recently used goes): prefill and decode shapes alternate
+ * without rebuilding.  Inputs whose values decide a shape (a Reshape
+ * target given as an input, Range bounds) key their plan by those values
+ * too; inputs that only carry data (token ids, masks) never do.
+ * tpf_session_prepare finds or builds the plan for these inputs without
+ * running it (every rank learns whether any rank failed); tpf_session_run
+ * prepares, runs once and returns the outputs (graph output order, host
+ * memory owned by the session), valid until the next run or free. */
+enum tpf_status tpf_session_prepare(struct tpf_session *s, const struct tpf_host_tensor *inputs,
+				    size_t n_inputs, struct tpf_diag *d);
 enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_tensor *inputs,
 				size_t n_inputs, const struct tpf_host_tensor **outputs,
 				size_t *n_outputs, struct tpf_diag *d);
@@ -242,6 +277,9 @@ const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
 /* Collective steps of the current plan and how many of them run through
  * peer memory (one-shot kernels) instead of the communicator. */
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot);
+/* Plans the session keeps now and, in *builds (may be NULL), how many it
+ * has built so far. */
+size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
 
 /* ------------------------------------------------------------ --verify
  * The comparison of `tpfuse run --verify`: the optimized graph's outputs
