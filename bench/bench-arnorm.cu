@@ -63,32 +63,14 @@ static size_t count_diff_u8(const void *da, const void *db, size_t n)
 
 int main(int argc, char **argv)
 {
-	MPI_Init(&argc, &argv);
-	int rank, world;
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &world);
-	const char *json_path = NULL;
-	for (int i = 1; i < argc; i++)
-		if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
-			json_path = argv[++i];
-	g_diag = tpf_diag_create();
+	struct bench_env env;
 
-	int ndev = 0;
-	CK(cudaGetDeviceCount(&ndev));
-	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-	int local = lr ? atoi(lr) : rank;
-	CK(cudaSetDevice(local % ndev));
-	cudaDeviceProp prop;
-	CK(cudaGetDeviceProperties(&prop, local % ndev));
-
-	ncclUniqueId id;
-	if (rank == 0)
-		NK(ncclGetUniqueId(&id));
-	MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-	ncclComm_t comm;
-	NK(ncclCommInitRank(&comm, world, id, rank));
-	cudaStream_t s;
-	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	bench_start(&argc, &argv, &env);
+	const int rank = env.rank, world = env.world;
+	const char *json_path = env.json_path;
+	const cudaDeviceProp &prop = env.prop;
+	ncclComm_t comm = env.comm;
+	cudaStream_t s = env.s;
 
 	const int hiddens[] = {4096, 8192};
 	const int tokens[] = {1, 8, 32, 128, 512, 2048};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Shared by the GPU benchmarks (bench-arnorm.cu, bench-fusions.cu): error
-// checks, the MPI exchange for peer-memory set-up, and the timing method
+// checks, the start (MPI, --json, GPU, NCCL, stream), the MPI exchange for
+// peer-memory set-up, and the timing method
 // (20 calls captured in one CUDA graph, best of 10 replays, slowest rank).
 #ifndef TPF_BENCH_COMMON_CUH
 #define TPF_BENCH_COMMON_CUH
@@ -10,25 +11,22 @@
 #include <nccl.h>
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tpf-cuda.h"
 
-#define CK(x)                                                                                      \
+/* Aborts the MPI job when call `x`'s result is not `good`, with `text` of it. */
+#define BENCH_CHECK(type, x, good, text)                                                           \
 	do {                                                                                       \
-		cudaError_t e_ = (x);                                                              \
-		if (e_ != cudaSuccess) {                                                           \
-			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+		type e_ = (x);                                                                     \
+		if (e_ != good) {                                                                  \
+			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, text(e_));              \
 			MPI_Abort(MPI_COMM_WORLD, 1);                                              \
 		}                                                                                  \
 	} while (0)
-#define NK(x)                                                                                      \
-	do {                                                                                       \
-		ncclResult_t r_ = (x);                                                             \
-		if (r_ != ncclSuccess) {                                                           \
-			fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, ncclGetErrorString(r_)); \
-			MPI_Abort(MPI_COMM_WORLD, 1);                                              \
-		}                                                                                  \
-	} while (0)
+#define CK(x) BENCH_CHECK(cudaError_t, x, cudaSuccess, cudaGetErrorString)
+#define NK(x) BENCH_CHECK(ncclResult_t, x, ncclSuccess, ncclGetErrorString)
 
 static struct tpf_diag *g_diag;
 static void ok(enum tpf_status st)
@@ -37,6 +35,43 @@ static void ok(enum tpf_status st)
 		tpf_diag_print(g_diag, stderr);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
+}
+
+/* What every benchmark starts with: MPI, --json PATH, g_diag, the rank's
+ * GPU (OMPI_COMM_WORLD_LOCAL_RANK modulo the GPUs), an NCCL communicator
+ * over all ranks and a non-blocking stream. */
+struct bench_env {
+	int rank, world;
+	const char *json_path;
+	cudaDeviceProp prop;
+	ncclComm_t comm;
+	cudaStream_t s;
+};
+
+static void bench_start(int *argc, char ***argv, struct bench_env *e)
+{
+	MPI_Init(argc, argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &e->world);
+	e->json_path = NULL;
+	for (int i = 1; i < *argc; i++)
+		if (strcmp((*argv)[i], "--json") == 0 && i + 1 < *argc)
+			e->json_path = (*argv)[++i];
+	g_diag = tpf_diag_create();
+
+	int ndev = 0;
+	CK(cudaGetDeviceCount(&ndev));
+	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	int local = lr ? atoi(lr) : e->rank;
+	CK(cudaSetDevice(local % ndev));
+	CK(cudaGetDeviceProperties(&e->prop, local % ndev));
+
+	ncclUniqueId id;
+	if (e->rank == 0)
+		NK(ncclGetUniqueId(&id));
+	MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+	NK(ncclCommInitRank(&e->comm, e->world, id, e->rank));
+	CK(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking));
 }
 
 static int mpi_allgather(void *ctx, const void *send, void *recv, size_t bytes)

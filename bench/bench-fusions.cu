@@ -117,30 +117,16 @@ static void nccl_alltoall(const void *send, void *recv, size_t count_per_rank, n
 
 int main(int argc, char **argv)
 {
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+	struct bench_env env;
+
+	bench_start(&argc, &argv, &env);
+	g_rank = env.rank;
+	g_world = env.world;
 	const int rank = g_rank, W = g_world;
-	const char *json_path = NULL;
-	for (int i = 1; i < argc; i++)
-		if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
-			json_path = argv[++i];
-	g_diag = tpf_diag_create();
-	int ndev = 0;
-	CK(cudaGetDeviceCount(&ndev));
-	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-	int local = lr ? atoi(lr) : rank;
-	CK(cudaSetDevice(local % ndev));
-	cudaDeviceProp prop;
-	CK(cudaGetDeviceProperties(&prop, local % ndev));
-	ncclUniqueId id;
-	if (rank == 0)
-		NK(ncclGetUniqueId(&id));
-	MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-	ncclComm_t comm;
-	NK(ncclCommInitRank(&comm, W, id, rank));
-	cudaStream_t s;
-	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	const char *json_path = env.json_path;
+	const cudaDeviceProp &prop = env.prop;
+	ncclComm_t comm = env.comm;
+	cudaStream_t s = env.s;
 	struct tpf_cuda_exchange ex = {mpi_allgather, NULL};
 	FILE *jf = (rank == 0 && json_path) ? fopen(json_path, "w") : NULL;
 	if (jf)
