@@ -4,6 +4,9 @@
 #      (examples/tpmodels.py: one ONNX file per rank + the unsharded model)
 #   2. `tpfuse optimize` on rank 0 with --dump-before/--dump-after/--stats
 #   3. shows the statistics and the diff of the two dumps
+#   4. runs both ranks under `mpirun -np 2` with `tpfuse run --optimize
+#      --verify`: each rank runs the unfused and the fused graph on the
+#      example's inputs and compares every output
 # Everything it writes goes to out/demo/ (or $DEMO_OUT).
 set -euo pipefail
 
@@ -42,3 +45,22 @@ echo
 echo "==> rank 0: $(count_nodes "$model") nodes before, $(count_nodes "$out/dense.rank0.opt.onnx") after"
 echo "    optimized model: $out/dense.rank0.opt.onnx (open it in Netron, or 'tpfuse dump' it)"
 "$tpfuse" check "$out/dense.rank0.opt.onnx"
+
+# Open MPI refuses root without these, and 2 ranks may exceed the cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+echo
+echo "==> both ranks, fused against unfused: mpirun -np 2 tpfuse run --optimize --verify"
+echo "    mpirun --oversubscribe -np 2 $tpfuse run '$out/models/dense.rank{rank}.onnx' --inputs '$out/models/dense_data/rank{rank}' --optimize --verify --quiet"
+status=0
+mpirun --allow-run-as-root --oversubscribe -np 2 "$tpfuse" run "$out/models/dense.rank{rank}.onnx" \
+	--inputs "$out/models/dense_data/rank{rank}" --optimize --verify --quiet >"$out/verify.txt" 2>&1 || status=$?
+sort "$out/verify.txt"
+checked=$(grep -c '^verify: .*: ok \[rank' "$out/verify.txt" || true)
+echo
+if [ "$status" -eq 0 ] && [ "$checked" -gt 0 ]; then
+	echo "==> ok: on both ranks the fused graph's outputs match the unfused graph's ($checked outputs checked, $out/verify.txt)"
+else
+	echo "==> FAILED: the fused graph's outputs do not match the unfused graph's (tpfuse run exit $status, $out/verify.txt)"
+	exit 1
+fi
