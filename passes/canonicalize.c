@@ -505,3 +505,149 @@ const struct tpf_pass tpf_pass_canonicalize_rmsnorm = {
 	.run = run,
 	.patterns = patterns,
 };
+
+/* ================================================= canonicalize-allgather
+ *
+ * A last-axis all-gather as TorchScript exports it from a custom op that
+ * gathers on axis 0:
+ *
+ *   Unsqueeze(x, [0]) -> AllGather(axis = 0) -> Transpose(perm = [1, ..., r-1, 0, r])
+ *       -> Reshape([d0, ..., d(r-2), W * d(r-1)])
+ *       => AllGather(x, axis = -1)
+ *
+ * (x of rank r; the Transpose puts the W gathered copies next to the last
+ * axis, the Reshape merges them into it).  The fusions then see one
+ * AllGather on the last axis. */
+
+struct gather_facts {
+	int64_t world;
+};
+
+static int unsqueeze_axes(const struct tpf_node *n, int64_t *axes, size_t max, size_t *count)
+{
+	const struct tpf_attr *a = tpf_node_attr(n, "axes");
+	if (n->n_inputs > 1 && n->inputs[1])
+		return tpf_pattern_const_ints(n->inputs[1], axes, max, count);
+	if (!a || a->kind != TPF_ATTR_INTS || a->n > max)
+		return -1;
+	memcpy(axes, a->ints, a->n * sizeof(*axes));
+	*count = a->n;
+	return 0;
+}
+
+static const char *check_gather(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	struct gather_facts *f = (struct gather_facts *)m->facts;
+	struct tpf_node *unsq = tpf_match_node(m, "unsq"), *ag = tpf_match_node(m, "ag");
+	struct tpf_node *tr = tpf_match_node(m, "tr");
+	struct tpf_value *x = tpf_match_value(m, "x"), *shape = tpf_match_value(m, "shape");
+	int64_t axes[TPF_MAX_RANK + 1], target[TPF_MAX_RANK + 1];
+	size_t n_axes = 0, n_target = 0;
+
+	if (!unsq || !ag || !tr || !x || !shape)
+		return "incomplete match";
+	if (unsqueeze_axes(unsq, axes, TPF_MAX_RANK, &n_axes) || n_axes != 1 || axes[0] != 0)
+		return "the Unsqueeze does not insert axis 0 alone";
+	if (tpf_node_attr_int(ag, "axis", 0) != 0)
+		return "the AllGather is not over the inserted axis 0";
+	int r = tpf_pattern_rank(x);
+	if (r < 1 || r >= TPF_MAX_RANK)
+		return "the rank of the gathered input is unknown";
+	const struct tpf_attr *gs = tpf_node_attr(ag, "group_size");
+	f->world = gs && gs->kind == TPF_ATTR_INT ? gs->i : pc->world_size;
+	if (f->world <= 0)
+		return "the world size is unknown (no group_size, --world-size or tp_world_size)";
+	const struct tpf_attr *perm = tpf_node_attr(tr, "perm");
+	if (!perm || perm->kind != TPF_ATTR_INTS || perm->n != (size_t)r + 1)
+		return "the Transpose has no perm of the gathered rank";
+	for (int i = 0; i <= r; i++) {
+		int64_t want = i < r - 1 ? i + 1 : i == r - 1 ? 0 : r;
+		if (perm->ints[i] != want)
+			return tpf_match_reason(m, "the Transpose's perm[%d] is %lld, expected %lld "
+						   "(the gathered copies next to the last axis)",
+						i, (long long)perm->ints[i], (long long)want);
+	}
+	if (tpf_pattern_const_ints(shape, target, TPF_MAX_RANK + 1, &n_target))
+		return "the Reshape's shape is not known at compile time";
+	if (n_target != (size_t)r)
+		return tpf_match_reason(m, "the Reshape gives rank %zu, not the input's %d", n_target,
+					r);
+	int allowzero = (int)tpf_node_attr_int(m->root, "allowzero", 0);
+	int64_t last = -2;
+	if (tpf_pattern_last_dim(x, &last) && !__builtin_mul_overflow(last, f->world, &last)) {
+	} else {
+		last = -2;
+	}
+	int minus = 0;
+	for (int i = 0; i < r; i++) {
+		int64_t t = target[i];
+		const struct tpf_dim *xd =
+		    x->type.kind == TPF_TYPE_TENSOR ? &x->type.shape.dims[i] : NULL;
+		if (t == -1) {
+			minus++;
+			continue;
+		}
+		if (i < r - 1) {
+			if (t == 0 && !allowzero)
+				continue;
+			if (xd && !xd->param && xd->value == t)
+				continue;
+			return tpf_match_reason(m, "the Reshape's dim %d is %lld, not the input's", i,
+						(long long)t);
+		}
+		if (t != last)
+			return tpf_match_reason(m, "the Reshape's last dim is %lld, not %lld x the "
+						   "input's last",
+						(long long)t, (long long)f->world);
+	}
+	if (minus > 1)
+		return "the Reshape has more than one -1";
+	if (minus == 1 && target[r - 1] != -1 && last < 0)
+		return "the Reshape's sizes cannot be proven to merge the copies into the last axis";
+	return NULL;
+}
+
+static enum tpf_status rewrite_gather(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	const struct gather_facts *f = (const struct gather_facts *)m->facts;
+	struct tpf_value *x = tpf_match_value(m, "x");
+	enum tpf_status st;
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_MS_ALLGATHER, &x, 1, 1, NULL);
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if ((st = tpf_node_set_attr_int(n, "axis", -1)) ||
+	    (st = tpf_node_set_attr_int(n, "group_size", f->world)) ||
+	    (st = tpf_rewriter_replace(rw, m->root->outputs[0], n->outputs[0])))
+		return st;
+	return tpf_rewriter_erase_dead(rw, m);
+}
+
+static const struct tpf_pattern pat_gather_last = {
+	.name = "allgather-last-axis",
+	.root = TPF_PAT_OP(
+	    RESHAPE, "reshape", 0, NULL,
+	    TPF_PAT_OP(TRANSPOSE, "tr", 0, NULL,
+		       TPF_PAT_OP(MS_ALLGATHER, "ag", 0, NULL,
+				  TPF_PAT_OP(UNSQUEEZE, "unsq", TPF_PNODE_EXTRA_INPUTS, NULL,
+					     TPF_PAT_ANY("x")))),
+	    TPF_PAT_ANY("shape")),
+	.check = check_gather,
+	.rewrite = rewrite_gather,
+	.explain_min_nodes = 3,
+};
+
+static const struct tpf_pattern *const gather_patterns[] = {&pat_gather_last, NULL};
+
+static enum tpf_status run_gather(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+				  struct tpf_diag *d)
+{
+	return tpf_pattern_run(m, &tpf_pass_canonicalize_allgather, ctx, changed, d);
+}
+
+const struct tpf_pass tpf_pass_canonicalize_allgather = {
+	.name = "canonicalize-allgather",
+	.summary = "Unsqueeze(0) -> AllGather(axis 0) -> Transpose -> Reshape into one AllGather "
+		   "on the last axis",
+	.run = run_gather,
+	.patterns = gather_patterns,
+};

@@ -56,6 +56,7 @@ static const char *const cleanup_pipeline[] = {
 static const char *const default_pipeline[] = {
 	"cleanup",
 	"canonicalize-rmsnorm",
+	"canonicalize-allgather",
 	"fuse-allreduce-rmsnorm",
 	"fuse-allreduce-rmsnorm-quant",
 	"fuse-sharded-rmsnorm",
