@@ -97,6 +97,10 @@ struct sh {
 	uint8_t kind;
 	int8_t axis;   /* SH_S */
 	uint16_t sect; /* SH_S: index in the section table; 0 = one section */
+	/* SH_S: 0 or 1, or the axis is a merge [outer, rest] of an outer axis
+	 * and the split one: rank r holds block r of `rest` in every row (a
+	 * [batch*seq*heads, head_dim] view of a head split) */
+	int64_t outer;
 };
 
 struct sh_sections {
@@ -164,7 +168,8 @@ struct sh_prop {
 	char first_gather_why[640];
 	/* trial bookkeeping: values derived from the candidate */
 	uint8_t *taint;
-	struct tpf_node *taint_root; /* the candidate whose outputs are tainted */
+	uint8_t *taint_roots; /* by node id: candidates whose outputs are tainted */
+	const struct tpf_value *blame; /* the value whose conversion made the first gather */
 	size_t rows_reached, outputs_reached;
 	struct tpf_node *first_row;
 	/* final mode */

@@ -38,15 +38,28 @@ static const struct sh SH_P_ = {SH_P, 0, 0};
 
 static struct sh mk_s(int axis, int sect)
 {
-	struct sh x = {SH_S, (int8_t)axis, (uint16_t)sect};
+	struct sh x = {SH_S, (int8_t)axis, (uint16_t)sect, 0};
 	return x;
+}
+
+/* x on another axis (sections and outer factor kept) */
+static struct sh on_axis(struct sh x, int axis)
+{
+	x.axis = (int8_t)axis;
+	return x;
+}
+
+static int64_t outer_of(struct sh x)
+{
+	return x.kind == SH_S && x.outer > 1 ? x.outer : 1;
 }
 
 static int sh_eq(struct sh a, struct sh b)
 {
 	if (a.kind != b.kind)
 		return 0;
-	return a.kind != SH_S || (a.axis == b.axis && a.sect == b.sect);
+	return a.kind != SH_S ||
+	       (a.axis == b.axis && a.sect == b.sect && outer_of(a) == outer_of(b));
 }
 
 const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v)
@@ -102,7 +115,9 @@ const char *sh_str(const struct shard *s, struct sh x, char *buf, size_t size)
 		break;
 	case SH_S: {
 		const struct sh_sections *sec = sh_sect(s, x.sect);
-		int k = snprintf(buf, size, "split on axis %d", x.axis);
+		int k = x.outer > 1 ? snprintf(buf, size, "split on axis %d within rows of %" PRId64,
+					       x.axis, x.outer)
+				    : snprintf(buf, size, "split on axis %d", x.axis);
 		if (sec && k > 0 && (size_t)k < size) {
 			k += snprintf(buf + k, size - (size_t)k, " by sections [");
 			for (int i = 0; i < sec->n && k > 0 && (size_t)k < size; i++)
@@ -375,6 +390,7 @@ static void rule_broadcast(struct nctx *c)
 	int target = -1, tsect = 0;
 	int64_t tdim = -1;
 	size_t np = 0, nother = 0;
+	struct sh tsh = {0};
 
 	if (ro < 0)
 		return rule_default(c);
@@ -413,6 +429,7 @@ static void rule_broadcast(struct nctx *c)
 			target = c->in[i].axis + ro - r;
 			tsect = c->in[i].sect;
 			tdim = vdim(c, v, c->in[i].axis);
+			tsh = on_axis(c->in[i], target);
 			break;
 		}
 	}
@@ -433,7 +450,7 @@ static void rule_broadcast(struct nctx *c)
 		}
 		ia = target - (ro - r);
 		d = ia >= 0 ? vdim(c, v, ia) : 1;
-		if (c->in[i].kind == SH_S && c->in[i].axis == ia && c->in[i].sect == tsect)
+		if (c->in[i].kind == SH_S && sh_eq(c->in[i], on_axis(tsh, ia)))
 			continue;
 		if (d == 1) {
 			if (c->in[i].kind == SH_S) {
@@ -442,7 +459,7 @@ static void rule_broadcast(struct nctx *c)
 			}
 			continue;
 		}
-		if (d == tdim && can_split(c, v, ia, tsect, tdim)) {
+		if (d == tdim && outer_of(tsh) == 1 && can_split(c, v, ia, tsect, tdim)) {
 			c->want[i] = mk_s(ia, tsect);
 			if (c->in[i].kind == SH_S)
 				whyf(c, "operand '%s' is split on another axis", v->name);
@@ -452,7 +469,7 @@ static void rule_broadcast(struct nctx *c)
 		     v->name, d, tdim);
 		return all_whole(c);
 	}
-	c->out[0] = c->raw[0] = mk_s(target, tsect);
+	c->out[0] = c->raw[0] = tsh;
 }
 
 /* Axis attribute (or default) normalized to rank r; -1 when out of range. */
@@ -488,7 +505,7 @@ static void rule_along_axis(struct nctx *c, int axis, int keepdims)
 		if (!keepdims && a > axis)
 			a--;
 		for (size_t j = 0; j < c->no; j++)
-			c->out[j] = c->raw[j] = mk_s(a, c->in[0].sect);
+			c->out[j] = c->raw[j] = on_axis(c->in[0], a);
 	}
 }
 
@@ -555,7 +572,7 @@ static void rule_reduce(struct nctx *c)
 			shift++;
 	}
 	if (hit) {
-		if (sum && c->in[0].sect == 0) {
+		if (sum && c->in[0].sect == 0 && outer_of(c->in[0]) == 1) {
 			/* a sum over the split axis: each rank sums its part */
 			c->out[0] = c->raw[0] = SH_P_;
 			return;
@@ -563,7 +580,7 @@ static void rule_reduce(struct nctx *c)
 		whyf(c, "%s reduces over the split axis %d", c->n->op_type, a);
 		return all_whole(c);
 	}
-	c->out[0] = c->raw[0] = mk_s(keep ? a : a - shift, c->in[0].sect);
+	c->out[0] = c->raw[0] = on_axis(c->in[0], keep ? a : a - shift);
 }
 
 /* Norms over axes [axis, rank): a split before them passes through; a
@@ -593,7 +610,8 @@ static void rule_norm(struct nctx *c, int n_data)
 		for (int i = 1; i < n_data; i++) {
 			const struct tpf_value *v = c->n->inputs[i];
 			if (v && !sh_eq(c->in[i], x)) {
-				if (can_split(c, v, x.axis, x.sect, vdim(c, c->n->inputs[0], x.axis)))
+				if (outer_of(x) == 1 &&
+				    can_split(c, v, x.axis, x.sect, vdim(c, c->n->inputs[0], x.axis)))
 					c->want[i] = x;
 				else
 					return rule_default(c);
@@ -606,8 +624,8 @@ static void rule_norm(struct nctx *c, int n_data)
 			c->out[j] = c->raw[j] = x;
 		return;
 	}
-	if (c->in[0].sect) {
-		whyf(c, "the norm spans an axis split by sections");
+	if (c->in[0].sect || outer_of(c->in[0]) > 1) {
+		whyf(c, "the norm spans an axis split by sections or within rows");
 		return all_whole(c);
 	}
 	/* gather, normalize whole, take this rank's part again */
@@ -676,6 +694,16 @@ static void rule_matmul(struct nctx *c)
 		reduce_partials(c);
 	a = c->in[0];
 	b = c->in[1];
+	if (outer_of(a) > 1 || outer_of(b) > 1) {
+		/* rows of a merged axis: only as batch rows against a broadcast B */
+		if (a.kind == SH_S && a.axis < ra - 1 && b.kind == SH_R &&
+		    (rb == 2 || a.axis < ra - rb)) {
+			c->out[0] = c->raw[0] = on_axis(a, a.axis + ro - ra);
+			return;
+		}
+		whyf(c, "a split within rows meets a MatMul");
+		return all_whole(c);
+	}
 	if (a.kind == SH_R && b.kind == SH_R) {
 		if (dec == DEC_COLUMN || dec == DEC_COLUMN_GATHER) {
 			int sect = c->s->dec_sect[c->n->id];
@@ -766,13 +794,17 @@ static void rule_matmul(struct nctx *c)
 
 /* --- movement -------------------------------------------------------------- */
 
-/* Maps split axis a of dims `din` through a reshape to dims `dout`; the
- * output axis, or -1.  Sections are mapped into *osect. */
-static int reshape_axis(struct shard *s, const int64_t *din, int rin, int a, int sect,
-			const int64_t *dout, int rout, int *osect)
+/* Maps split x (axis a of dims `din`) through a reshape to dims `dout`:
+ * the output axis (-1: the split does not survive), its sections and outer
+ * factor.  The input is seen as TO rows (the dims before a, times x's
+ * outer factor) of SP elements each, every row split in W blocks; the
+ * output axis is the one where TO rows end, possibly inside it (an outer
+ * factor), and its remaining extent must split W ways. */
+static int reshape_axis(struct shard *s, const int64_t *din, int rin, struct sh x,
+			const int64_t *dout, int rout, int *osect, int64_t *oouter)
 {
-	int64_t pre_in = 1, pre = 1, inner_in = 1, inner_out = 1;
-	int b = -1;
+	int64_t O = outer_of(x), TO = 1, SP = 1, pre = 1, inner_out = 1, Ob = 1;
+	int a = x.axis, b = -1;
 
 	for (int i = 0; i < rin; i++)
 		if (din[i] < 0)
@@ -780,36 +812,45 @@ static int reshape_axis(struct shard *s, const int64_t *din, int rin, int a, int
 	for (int i = 0; i < rout; i++)
 		if (dout[i] < 0)
 			return -1;
+	if (din[a] % O)
+		return -1;
 	for (int i = 0; i < a; i++)
-		pre_in *= din[i];
+		TO *= din[i];
+	TO *= O;
+	SP = din[a] / O;
 	for (int i = a + 1; i < rin; i++)
-		inner_in *= din[i];
+		SP *= din[i];
 	for (int i = 0; i < rout; i++) {
-		if (pre == pre_in && dout[i] != 1) {
+		if (pre == TO && dout[i] == 1)
+			continue;
+		if (pre <= TO && TO < pre * dout[i]) {
+			if (TO % pre)
+				return -1;
+			Ob = TO / pre;
+			if (dout[i] % Ob)
+				return -1;
 			b = i;
 			break;
 		}
-		if (pre > pre_in)
-			return -1;
 		pre *= dout[i];
 	}
-	if (b < 0 || dout[b] % s->W)
+	if (b < 0 || (dout[b] / Ob) % s->W)
 		return -1;
 	for (int i = b + 1; i < rout; i++)
 		inner_out *= dout[i];
-	if (din[a] * inner_in != dout[b] * inner_out && din[a] * inner_in > dout[b] * inner_out) {
-		/* the output axis is finer than the input one: rank blocks must
-		 * still be whole output rows */
-		if ((din[a] * inner_in / s->W) % inner_out)
-			return -1;
-	}
-	if (!sect) {
+	if ((dout[b] / Ob) * inner_out != SP)
+		return -1;
+	*oouter = Ob > 1 ? Ob : 0;
+	if (!x.sect) {
 		*osect = 0;
 		return b;
 	}
+	if (O > 1 || Ob > 1)
+		return -1;
 	{
-		const struct sh_sections *si = sh_sect(s, sect);
+		const struct sh_sections *si = sh_sect(s, x.sect);
 		struct sh_sections so = {.n = si->n};
+		int64_t inner_in = SP / din[a];
 		for (int i = 0; i < si->n; i++) {
 			int64_t span = si->size[i] * inner_in;
 			if (span % inner_out || (span / inner_out) % s->W)
@@ -828,6 +869,7 @@ static void rule_reshape(struct nctx *c)
 	int64_t loc[SH_MAX_VALS], ldin[TPF_MAX_RANK];
 	int allowzero = (int)tpf_node_attr_int(c->n, "allowzero", 0);
 	int b = -1, osect = 0, nl;
+	int64_t oouter = 0;
 
 	if (!sv || fx->rank < 0 || fo->rank < 0)
 		return rule_default(c);
@@ -843,8 +885,8 @@ static void rule_reshape(struct nctx *c)
 		return rule_unary(c, 1);
 	}
 	if (c->in[0].kind == SH_S) {
-		b = reshape_axis(c->s, fx->dims, fx->rank, c->in[0].axis, c->in[0].sect, fo->dims,
-				 fo->rank, &osect);
+		b = reshape_axis(c->s, fx->dims, fx->rank, c->in[0], fo->dims, fo->rank, &osect,
+				 &oouter);
 		if (b < 0) {
 			whyf(c, "the split axis %d does not survive the reshape", c->in[0].axis);
 			return all_whole(c);
@@ -878,25 +920,34 @@ static void rule_reshape(struct nctx *c)
 		whyf(c, "element %d of its target shape cannot be made %" PRId64, j, want);
 		return all_whole(c);
 	}
-	c->out[0] = c->raw[0] = c->in[0].kind == SH_S ? mk_s(b, osect) : c->in[0];
+	if (c->in[0].kind == SH_S) {
+		struct sh o = mk_s(b, osect);
+		o.outer = oouter;
+		c->out[0] = c->raw[0] = o;
+	} else {
+		c->out[0] = c->raw[0] = c->in[0];
+	}
 }
 
 static void rule_flatten(struct nctx *c)
 {
 	const struct sh_fact *fx = full(c, c->n->inputs[0]), *fo = full(c, c->n->outputs[0]);
 	int b, os = 0;
+	int64_t oo = 0;
+	struct sh o;
 
 	if (c->in[0].kind != SH_S)
 		return rule_unary(c, 1);
 	if (fx->rank < 0 || fo->rank < 0)
 		return rule_default(c);
-	b = reshape_axis(c->s, fx->dims, fx->rank, c->in[0].axis, c->in[0].sect, fo->dims, fo->rank,
-			 &os);
+	b = reshape_axis(c->s, fx->dims, fx->rank, c->in[0], fo->dims, fo->rank, &os, &oo);
 	if (b < 0) {
 		whyf(c, "the split axis does not survive the flatten");
 		return all_whole(c);
 	}
-	c->out[0] = c->raw[0] = mk_s(b, os);
+	o = mk_s(b, os);
+	o.outer = oo;
+	c->out[0] = c->raw[0] = o;
 }
 
 static void rule_transpose(struct nctx *c)
@@ -911,7 +962,7 @@ static void rule_transpose(struct nctx *c)
 	for (int i = 0; i < r; i++) {
 		int64_t src = pa && pa->n == (size_t)r ? pa->ints[i] : r - 1 - i;
 		if (src == c->in[0].axis) {
-			c->out[0] = c->raw[0] = mk_s(i, c->in[0].sect);
+			c->out[0] = c->raw[0] = on_axis(c->in[0], i);
 			return;
 		}
 	}
@@ -937,7 +988,7 @@ static void rule_unsqueeze(struct nctx *c, int squeeze)
 			if (axes[i] < a)
 				shift++;
 		}
-		c->out[0] = c->raw[0] = mk_s(a - shift, c->in[0].sect);
+		c->out[0] = c->raw[0] = on_axis(c->in[0], a - shift);
 	} else {
 		/* the input axes keep their order among the output's others */
 		int in_axis = 0;
@@ -949,7 +1000,7 @@ static void rule_unsqueeze(struct nctx *c, int squeeze)
 			if (inserted)
 				continue;
 			if (in_axis == a) {
-				c->out[0] = c->raw[0] = mk_s(o, c->in[0].sect);
+				c->out[0] = c->raw[0] = on_axis(c->in[0], o);
 				return;
 			}
 			in_axis++;
@@ -1122,6 +1173,8 @@ static void rule_slice(struct nctx *c)
 			c->out[0] = c->raw[0] = c->in[0];
 			return;
 		}
+		if (outer_of(c->in[0]) > 1)
+			goto across;
 		{
 			int64_t F = fx->dims[a], first, cnt, lf, lc, off = 0, W = c->s->W;
 			const struct sh_sections *sec = sh_sect(c->s, c->in[0].sect);
@@ -1211,6 +1264,10 @@ static void rule_split(struct nctx *c)
 		for (size_t j = 0; j < c->no; j++)
 			c->out[j] = c->raw[j] = c->in[0];
 		return;
+	}
+	if (outer_of(c->in[0]) > 1) {
+		whyf(c, "its pieces cut a split within rows");
+		return all_whole(c);
 	}
 	if (k > 256 || fx->dims[a] < 0)
 		return rule_default(c);
@@ -1307,6 +1364,21 @@ static void rule_concat(struct nctx *c)
 	}
 	if (target != ca) {
 		int64_t d = -1;
+		struct sh first = {0};
+		for (size_t i = 0; i < c->ni; i++)
+			if (c->n->inputs[i] && c->in[i].kind == SH_S) {
+				first = c->in[i];
+				break;
+			}
+		if (outer_of(first) > 1) {
+			for (size_t i = 0; i < c->ni; i++)
+				if (c->n->inputs[i] && !sh_eq(c->in[i], first)) {
+					whyf(c, "a split within rows meets another operand");
+					return all_whole(c);
+				}
+			c->out[0] = c->raw[0] = first;
+			return;
+		}
 		for (size_t i = 0; i < c->ni; i++)
 			if (c->n->inputs[i] && c->in[i].kind == SH_S) {
 				d = vdim(c, c->n->inputs[i], target);
@@ -1326,6 +1398,11 @@ static void rule_concat(struct nctx *c)
 		return;
 	}
 	/* concatenation along the split axis: the operands are sections */
+	for (size_t i = 0; i < c->ni; i++)
+		if (c->n->inputs[i] && outer_of(c->in[i]) > 1) {
+			whyf(c, "a split within rows meets a concatenation along it");
+			return all_whole(c);
+		}
 	{
 		struct sh_sections out = {0};
 		for (size_t i = 0; i < c->ni; i++) {
@@ -1384,11 +1461,11 @@ static void rule_gather(struct nctx *c)
 			whyf(c, "Gather picks along the split axis %d", a);
 			return all_whole(c);
 		}
-		c->out[0] = c->raw[0] = mk_s(a < g ? a : a - 1 + ri, c->in[0].sect);
+		c->out[0] = c->raw[0] = on_axis(c->in[0], a < g ? a : a - 1 + ri);
 		return;
 	}
 	if (c->in[1].kind == SH_S) {
-		c->out[0] = c->raw[0] = mk_s(g + c->in[1].axis, c->in[1].sect);
+		c->out[0] = c->raw[0] = on_axis(c->in[1], g + c->in[1].axis);
 		return;
 	}
 	c->out[0] = c->raw[0] = SH_R_;
@@ -1410,6 +1487,279 @@ static int is_embedding(const struct nctx *c)
 	return t && t->rank == 2 && t->dims[0] % c->s->W == 0 &&
 	       tpf_node_attr_int(c->n, "axis", 0) == 0 && c->in[0].kind == SH_R &&
 	       c->in[1].kind == SH_R && tpf_dtype_is_float(t->dtype);
+}
+
+
+/* Gemm: Y = alpha * A' B' + beta * C, A' and B' 2-D, transposed by
+ * transA / transB. */
+static void rule_gemm(struct nctx *c)
+{
+	struct tpf_value *A = c->n->inputs[0], *B = c->n->inputs[1];
+	struct tpf_value *C = c->ni > 2 ? c->n->inputs[2] : NULL;
+	int ta = (int)tpf_node_attr_int(c->n, "transA", 0), tb = (int)tpf_node_attr_int(c->n, "transB", 0);
+	int ak = ta ? 0 : 1, am = ta ? 1 : 0, bk = tb ? 1 : 0, bn = tb ? 0 : 1;
+	int dec = c->s->decision[c->n->id];
+	struct sh a, b;
+
+	if (frank(c, A) != 2 || frank(c, B) != 2 || c->no != 1)
+		return rule_default(c);
+	reduce_partials(c);
+	if (C && c->in[2].kind != SH_R)
+		c->want[2] = SH_R_;
+	a = c->in[0];
+	b = c->in[1];
+	if (a.kind == SH_R && b.kind == SH_R) {
+		if (dec == DEC_COLUMN || dec == DEC_COLUMN_GATHER) {
+			int sect = c->s->dec_sect[c->n->id];
+			int64_t N = vdim(c, B, bn);
+			c->want[1] = mk_s(bn, sect);
+			if (C && frank(c, C) >= 1 && vdim(c, C, frank(c, C) - 1) == N) {
+				if (!can_split(c, C, frank(c, C) - 1, sect, N))
+					return rule_default(c);
+				c->want[2] = mk_s(frank(c, C) - 1, sect);
+			}
+			c->raw[0] = mk_s(1, sect);
+			c->out[0] = dec == DEC_COLUMN_GATHER ? SH_R_ : c->raw[0];
+			return;
+		}
+		c->out[0] = c->raw[0] = SH_R_;
+		return;
+	}
+	if (a.kind == SH_S && a.axis == ak) {
+		if (C) {
+			whyf(c, "a row-parallel Gemm would add its bias on every rank");
+			return all_whole(c);
+		}
+		if (!(b.kind == SH_S && b.axis == bk && b.sect == a.sect)) {
+			if (!can_split(c, B, bk, a.sect, vdim(c, A, ak))) {
+				whyf(c, "its weight's contraction dim cannot be split like its input");
+				return all_whole(c);
+			}
+			c->want[1] = mk_s(bk, a.sect);
+		}
+		c->out[0] = c->raw[0] = SH_P_;
+		if (c->p->taint && c->p->taint[A->id]) {
+			c->p->rows_reached++;
+			if (!c->p->first_row)
+				c->p->first_row = c->n;
+		}
+		return;
+	}
+	if (a.kind == SH_S && a.axis == am && b.kind == SH_R) {
+		if (C && frank(c, C) == 2 && vdim(c, C, 0) > 1) {
+			if (!can_split(c, C, 0, a.sect, vdim(c, A, am)))
+				return rule_default(c);
+			c->want[2] = mk_s(0, a.sect);
+		}
+		c->out[0] = c->raw[0] = mk_s(0, a.sect);
+		return;
+	}
+	if (a.kind == SH_R && b.kind == SH_S && b.axis == bn) {
+		if (C && frank(c, C) >= 1 && vdim(c, C, frank(c, C) - 1) > 1) {
+			if (!can_split(c, C, frank(c, C) - 1, b.sect, vdim(c, B, bn)))
+				return rule_default(c);
+			c->want[2] = mk_s(frank(c, C) - 1, b.sect);
+		}
+		c->out[0] = c->raw[0] = mk_s(1, b.sect);
+		return;
+	}
+	rule_default(c);
+}
+
+/* Conv with the channels split: groups of channels stay whole on a rank
+ * (depthwise convolutions, whose groups are single channels), the weight
+ * and bias follow, `group` becomes the rank's count. */
+static void rule_conv(struct nctx *c)
+{
+	struct tpf_value *X = c->n->inputs[0], *Wt = c->n->inputs[1];
+	struct tpf_value *Bi = c->ni > 2 ? c->n->inputs[2] : NULL;
+	int64_t group = tpf_node_attr_int(c->n, "group", 1), C, M, cpg, mpc;
+	const struct sh_sections *sec;
+	struct sh_sections one, wsec = {0};
+	int64_t W = c->s->W, off = 0;
+
+	reduce_partials(c);
+	for (size_t i = 1; i < c->ni; i++)
+		if (c->n->inputs[i] && c->in[i].kind != SH_R)
+			return rule_default(c);
+	if (c->in[0].kind != SH_S) {
+		c->out[0] = c->raw[0] = SH_R_;
+		return;
+	}
+	if (c->in[0].axis != 1) {
+		if (c->in[0].axis == 0) { /* batch */
+			c->out[0] = c->raw[0] = c->in[0];
+			return;
+		}
+		whyf(c, "Conv slides over the split axis %d", c->in[0].axis);
+		return all_whole(c);
+	}
+	C = vdim(c, X, 1);
+	M = vdim(c, Wt, 0);
+	if (C <= 0 || M <= 0 || group <= 0 || C % group || M % group || group % W) {
+		whyf(c, "its %" PRId64 " groups cannot be split %" PRId64 " ways", group, W);
+		return all_whole(c);
+	}
+	cpg = C / group;
+	mpc = M / C ? M / C : 0;
+	sec = sh_sect(c->s, c->in[0].sect);
+	if (!sec) {
+		one.n = 1;
+		one.size[0] = C;
+		sec = &one;
+	}
+	wsec.n = sec->n;
+	for (int j = 0; j < sec->n; j++) {
+		if (off % cpg || (sec->size[j] / W) % cpg || (M * sec->size[j]) % C) {
+			whyf(c, "its channel groups straddle the split");
+			return all_whole(c);
+		}
+		wsec.size[j] = M * sec->size[j] / C;
+		off += sec->size[j];
+	}
+	(void)mpc;
+	{
+		int ws = sh_sect_intern(c->s, &wsec);
+		if (ws < 0 || !can_split(c, Wt, 0, ws, M))
+			return rule_default(c);
+		c->want[1] = mk_s(0, ws);
+		if (Bi) {
+			if (!can_split(c, Bi, 0, ws, M))
+				return rule_default(c);
+			c->want[2] = mk_s(0, ws);
+		}
+		add_edit(c, -1, "group", -1, group / W);
+		c->out[0] = c->raw[0] = mk_s(1, ws);
+	}
+}
+
+/* Pad: no padding along the split axis. */
+static void rule_pad(struct nctx *c)
+{
+	int r = frank(c, c->n->inputs[0]), a;
+	int64_t pads[2 * TPF_MAX_RANK], axes[TPF_MAX_RANK];
+	int np = -1, na = -1;
+
+	if (c->in[0].kind != SH_S)
+		return c->in[0].kind == SH_P ? (reduce_partials(c), rule_pad(c)) : rule_unary(c, 0);
+	for (size_t i = 1; i < c->ni; i++)
+		if (c->n->inputs[i] && c->in[i].kind != SH_R)
+			return rule_default(c);
+	a = c->in[0].axis;
+	if (c->ni > 1 && c->n->inputs[1]) {
+		const struct sh_fact *f = full(c, c->n->inputs[1]);
+		if (f->nvals < 0 || f->nvals > 2 * TPF_MAX_RANK)
+			return rule_default(c);
+		memcpy(pads, f->vals, (size_t)f->nvals * sizeof(int64_t));
+		np = f->nvals;
+	} else {
+		const struct tpf_attr *pa = tpf_node_attr(c->n, "pads");
+		if (!pa || pa->n > 2 * TPF_MAX_RANK)
+			return rule_default(c);
+		memcpy(pads, pa->ints, pa->n * sizeof(int64_t));
+		np = (int)pa->n;
+	}
+	if (c->ni > 3 && c->n->inputs[3]) {
+		const struct sh_fact *f = full(c, c->n->inputs[3]);
+		if (f->nvals < 0 || 2 * f->nvals != np)
+			return rule_default(c);
+		for (int i = 0; i < f->nvals; i++)
+			axes[i] = f->vals[i] < 0 ? f->vals[i] + r : f->vals[i];
+		na = f->nvals;
+	} else {
+		if (np != 2 * r)
+			return rule_default(c);
+		for (int i = 0; i < r; i++)
+			axes[i] = i;
+		na = r;
+	}
+	for (int i = 0; i < na; i++)
+		if (axes[i] == a && (pads[i] || pads[i + na])) {
+			whyf(c, "Pad pads the split axis %d", a);
+			return all_whole(c);
+		}
+	c->out[0] = c->raw[0] = c->in[0];
+}
+
+/* ScatterND: the index tuples address the leading k axes; a split after
+ * them passes through, the updates split alike. */
+static void rule_scatter_nd(struct nctx *c)
+{
+	struct tpf_value *D = c->n->inputs[0], *I = c->n->inputs[1], *U = c->n->inputs[2];
+	int rd = frank(c, D), ri = frank(c, I), ru = frank(c, U);
+	int64_t k = ri > 0 ? vdim(c, I, ri - 1) : -1;
+	int a = -1, sect = 0, ua;
+
+	reduce_partials(c);
+	if (rd < 0 || ri < 1 || ru < 0 || k < 0 || c->in[1].kind != SH_R)
+		return rule_default(c);
+	if (c->in[0].kind == SH_S) {
+		a = c->in[0].axis;
+		sect = c->in[0].sect;
+	} else if (c->in[2].kind == SH_S) {
+		a = c->in[2].axis - (ri - 1) + (int)k;
+		sect = c->in[2].sect;
+	} else {
+		c->out[0] = c->raw[0] = SH_R_;
+		return;
+	}
+	if (a < k || a >= rd) {
+		whyf(c, "ScatterND indexes the split axis");
+		return all_whole(c);
+	}
+	ua = (ri - 1) + (a - (int)k);
+	if (!sh_eq(c->in[0], mk_s(a, sect))) {
+		if (!can_split(c, D, a, sect, vdim(c, D, a)))
+			return rule_default(c);
+		c->want[0] = mk_s(a, sect);
+	}
+	if (!sh_eq(c->in[2], mk_s(ua, sect))) {
+		if (!can_split(c, U, ua, sect, vdim(c, D, a)))
+			return rule_default(c);
+		c->want[2] = mk_s(ua, sect);
+	}
+	c->out[0] = c->raw[0] = mk_s(a, sect);
+}
+
+/* ScatterElements / GatherElements: along `axis`; a split elsewhere passes
+ * when indices (and updates) have the data's size there. */
+static void rule_elements(struct nctx *c, int scatter)
+{
+	struct tpf_value *D = c->n->inputs[0];
+	int r = frank(c, D), ax = r >= 0 ? axis_attr(c->n, "axis", 0, r) : -1;
+	int a = -1, sect = 0;
+
+	reduce_partials(c);
+	if (ax < 0)
+		return rule_default(c);
+	for (size_t i = 0; i < c->ni; i++)
+		if (c->n->inputs[i] && c->in[i].kind == SH_S) {
+			a = c->in[i].axis;
+			sect = c->in[i].sect;
+			break;
+		}
+	if (a < 0) {
+		c->out[0] = c->raw[0] = SH_R_;
+		return;
+	}
+	if (a == ax) {
+		whyf(c, "%s works along the split axis %d", c->n->op_type, a);
+		return all_whole(c);
+	}
+	for (size_t i = 0; i < c->ni; i++) {
+		struct tpf_value *v = c->n->inputs[i];
+		if (!v || sh_eq(c->in[i], mk_s(a, sect)))
+			continue;
+		if (!scatter && i == 0 && vdim(c, v, a) == vdim(c, c->n->outputs[0], a) &&
+		    !can_split(c, v, a, sect, vdim(c, c->n->inputs[1], a)))
+			return rule_default(c);
+		if (!can_split(c, v, a, sect, vdim(c, scatter ? D : c->n->inputs[1], a))) {
+			whyf(c, "operand '%s' is not as large as the data along the split axis", v->name);
+			return all_whole(c);
+		}
+		c->want[i] = mk_s(a, sect);
+	}
+	c->out[0] = c->raw[0] = mk_s(a, sect);
 }
 
 static int per_tensor(const struct tpf_node *n)
@@ -1451,16 +1801,35 @@ static void dispatch(struct nctx *c)
 	}
 	if (!any_kind(c, SH_S) && !any_kind(c, SH_P) && !sh_is(n, "Reshape") &&
 	    !sh_is(n, "Expand") && !sh_is(n, "ConstantOfShape") && !is_embedding(c) &&
-	    !(sh_is(n, "MatMul") && c->s->decision[n->id] >= DEC_COLUMN)) {
+	    !((sh_is(n, "MatMul") || sh_is(n, "Gemm")) && c->s->decision[n->id] >= DEC_COLUMN)) {
 		for (size_t j = 0; j < c->no; j++)
 			c->out[j] = c->raw[j] = SH_R_;
 		return;
 	}
 	if (is_embedding(c))
 		return rule_embedding(c);
+	for (size_t i = 0; i < c->ni; i++)
+		if (n->inputs[i] && outer_of(c->in[i]) > 1 &&
+		    (sh_is(n, "Expand") || sh_is(n, "Gemm") || sh_is(n, "Conv") || sh_is(n, "ScatterND") ||
+		     sh_is(n, "ScatterElements") || sh_is(n, "GatherElements") || sh_is(n, "Pad"))) {
+			whyf(c, "%s does not take a split within rows", op);
+			return all_whole(c);
+		}
 	if (onnx) {
 		if (!strcmp(op, "MatMul"))
 			return rule_matmul(c);
+		if (!strcmp(op, "Gemm"))
+			return rule_gemm(c);
+		if (!strcmp(op, "Conv"))
+			return rule_conv(c);
+		if (!strcmp(op, "Pad"))
+			return rule_pad(c);
+		if (!strcmp(op, "ScatterND"))
+			return rule_scatter_nd(c);
+		if (!strcmp(op, "ScatterElements"))
+			return rule_elements(c, 1);
+		if (!strcmp(op, "GatherElements"))
+			return rule_elements(c, 0);
 		if (!strcmp(op, "Identity") || !strcmp(op, "Neg"))
 			return rule_unary(c, 1);
 		if (!strcmp(op, "Dropout"))
@@ -1645,6 +2014,32 @@ static int region_step(struct sh_prop *p, struct tpf_node *n, size_t *gathers)
 	return 1;
 }
 
+/* Slicing v is a cost when v is computed (not a constant, not a weight
+ * behind a Cast or DequantizeLinear, not a graph input) and more than one
+ * op reads it. */
+static int costly_slice(const struct sh_prop *p, const struct tpf_value *v)
+{
+	const struct tpf_value *x = v;
+	for (int hop = 0; x && hop < 4; hop++) {
+		const struct tpf_node *q = x->producer;
+		if (tpf_value_constant(x) || x->kind != TPF_VALUE_NODE_OUTPUT)
+			return 0;
+		if (!q || !q->n_inputs || !(sh_is(q, "Cast") || sh_is(q, "Identity") ||
+					     sh_is(q, "Transpose") || sh_is(q, "DequantizeLinear")))
+			break;
+		x = q->inputs[0];
+	}
+	(void)p;
+	{
+		/* readers of its data (Shape and Size read only its dims) */
+		size_t readers = tpf_value_is_graph_output(v) ? 1 : 0;
+		for (size_t i = 0; i < v->n_uses; i++)
+			if (!sh_is(v->uses[i].node, "Shape") && !sh_is(v->uses[i].node, "Size"))
+				readers++;
+		return readers > 1;
+	}
+}
+
 static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n, size_t *gathers)
 {
 	struct nctx c;
@@ -1676,7 +2071,7 @@ static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n,
 		    p->taint[n->inputs[i]->id])
 			tainted = 1;
 	}
-	if (p->taint && n == p->taint_root)
+	if (p->taint && p->taint_roots && n->id < p->s->n_nodes0 && p->taint_roots[n->id])
 		tainted = 1;
 	for (size_t j = 0; j < no; j++)
 		c.out[j] = c.raw[j] = SH_R_;
@@ -1695,6 +2090,19 @@ static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n,
 		struct sh from = in_sh(p, n->inputs[i]), to = c.want[i];
 		if (!n->inputs[i] || sh_eq(from, to))
 			continue;
+		if (from.kind == SH_R && to.kind == SH_S && costly_slice(p, n->inputs[i])) {
+			/* a replicated activation other ops read whole: the split
+			 * spreads into what stays replicated (a residual stream) */
+			(*gathers)++;
+			if (!p->first_gather) {
+				char nb[200];
+				p->first_gather = n;
+				snprintf(p->first_gather_why, sizeof(p->first_gather_why),
+					 "%s: it would slice '%s', which other ops read whole",
+					 sh_node_name(n, nb, sizeof(nb)), n->inputs[i]->name);
+				p->blame = n->inputs[i];
+			}
+		}
 		if (from.kind == SH_S && !c.gather_ok[i]) {
 			(*gathers)++;
 			if (!p->first_gather) {
@@ -1752,6 +2160,7 @@ void sh_prop_run(struct sh_prop *p, uint32_t from, uint32_t *gather_at)
 	uint32_t pos = 0;
 
 	p->gathers = 0;
+	p->blame = NULL;
 	p->first_gather = NULL;
 	p->first_gather_why[0] = 0;
 	p->rows_reached = p->outputs_reached = 0;
@@ -1789,6 +2198,7 @@ void sh_prop_free(struct sh_prop *p)
 		return;
 	tpf_free(p->sh);
 	tpf_free(p->taint);
+	tpf_free(p->taint_roots);
 	tpf_free(p->convs);
 	tpf_free(p->edits);
 	for (size_t i = 0; i < p->n_notes; i++)

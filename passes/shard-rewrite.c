@@ -200,7 +200,9 @@ struct rw {
 
 static int sh_same(struct sh a, struct sh b)
 {
-	return a.kind == b.kind && (a.kind != SH_S || (a.axis == b.axis && a.sect == b.sect));
+	return a.kind == b.kind &&
+	       (a.kind != SH_S || (a.axis == b.axis && a.sect == b.sect &&
+				   (a.outer > 1 ? a.outer : 1) == (b.outer > 1 ? b.outer : 1)));
 }
 
 static const struct sh_sections *sections_of(const struct shard *s, struct sh x, int64_t dim,
@@ -632,6 +634,14 @@ static struct tpf_value *convert(struct rw *w, struct tpf_value *v, struct sh fr
 
 	if (sh_same(from, to))
 		return v;
+	if ((from.kind == SH_S && from.outer > 1) || (to.kind == SH_S && to.outer > 1)) {
+		char nb[256];
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED,
+				      "%s: value '%s' is split within rows and cannot be gathered or sliced",
+				      v->producer ? tpf_node_describe(v->producer, nb, sizeof(nb)) : "input",
+				      v->name);
+		return NULL;
+	}
 	if ((c = cache_get(w, v, to)))
 		return c;
 	if (to.kind == SH_R) {
@@ -845,6 +855,11 @@ static void apply_attr_edit(struct rw *w, const struct sh_elem_edit *e)
 {
 	const struct tpf_attr *a = tpf_node_attr(e->node, e->attr);
 	int64_t vals[256];
+	if (e->elem < 0) { /* an int attribute */
+		if (tpf_node_set_attr_int(e->node, e->attr, e->value))
+			w->st = TPF_ERR_NOMEM;
+		return;
+	}
 	if (!a || a->kind != TPF_ATTR_INTS || a->n > 256 || e->elem >= (int)a->n) {
 		w->st = tpf_diag_fail(w->d, TPF_ERR_INVALID, "attribute '%s' cannot be edited", e->attr);
 		return;

@@ -41,6 +41,12 @@ struct tpf_shard {
 	struct tpf_shard_options opt;
 };
 
+/* A MatMul or Gemm: the ops whose constant weights are split. */
+static int is_mm(const struct tpf_node *n)
+{
+	return sh_is(n, "MatMul") || sh_is(n, "Gemm");
+}
+
 /* ------------------------------------------------------------------ preparation */
 
 static int is_collective(const struct tpf_node *n)
@@ -352,18 +358,19 @@ static enum tpf_status prop_init(struct tpf_shard *sh, struct sh_prop *p, int fi
 }
 
 /* A trial from position `pos`: the committed state before it, the
- * candidate's decision from it. */
+ * decisions of `group` from it. */
 static void trial_run(struct shard *s, struct sh_prop *com, struct sh_prop *tri,
 		      const uint32_t *gat_c, uint32_t *gat_t, size_t npos, uint32_t pos,
-		      struct tpf_node *root)
+		      struct tpf_node *const *group, size_t ng, int taint)
 {
 	memcpy(tri->sh, com->sh, s->n_values0 * sizeof(*tri->sh));
 	memcpy(tri->region_done, com->region_done, s->n_regions);
-	if (tri->taint)
-		memset(tri->taint, 0, s->n_values0);
+	memset(tri->taint, 0, s->n_values0);
+	memset(tri->taint_roots, 0, s->n_nodes0);
+	for (size_t i = 0; taint && i < ng; i++)
+		tri->taint_roots[group[i]->id] = 1;
 	memset(gat_t, 0, (npos + 1) * sizeof(*gat_t));
 	memcpy(gat_t, gat_c, pos * sizeof(*gat_t));
-	tri->taint_root = root;
 	sh_prop_run(tri, pos, gat_t);
 }
 
@@ -373,6 +380,45 @@ static size_t total(const uint32_t *g, size_t n)
 	for (size_t i = 0; i < n; i++)
 		t += g[i];
 	return t;
+}
+
+/* Whether n is a column candidate: a MatMul or Gemm with a constant weight
+ * whose input is whole. */
+static int candidate(const struct shard *s, const struct sh_prop *com, const struct tpf_node *n)
+{
+	return n->id < s->n_nodes0 && is_mm(n) && sh_matmul_weight(n, NULL) &&
+	       com->sh[n->inputs[0]->id].kind == SH_R;
+}
+
+/* The undecided candidates that v is computed from (nearest first, at
+ * most `max`), for a joint trial. */
+static size_t upstream_candidates(const struct shard *s, const struct sh_prop *com,
+				  const struct tpf_value *v, struct tpf_node **out, size_t max)
+{
+	const struct tpf_value *stack[256];
+	size_t sp = 0, n = 0, seen = 0;
+
+	stack[sp++] = v;
+	while (sp && n < max && seen < 4096) {
+		const struct tpf_value *x = stack[--sp];
+		struct tpf_node *p = x ? x->producer : NULL;
+		seen++;
+		if (!p || tpf_value_constant(x))
+			continue;
+		if (candidate(s, com, p) && s->decision[p->id] != DEC_COLUMN &&
+		    s->decision[p->id] != DEC_COLUMN_GATHER) {
+			size_t k;
+			for (k = 0; k < n && out[k] != p; k++)
+				;
+			if (k == n)
+				out[n++] = p;
+			continue;
+		}
+		for (size_t i = 0; i < p->n_inputs && sp < 256; i++)
+			if (p->inputs[i] && !tpf_value_constant(p->inputs[i]))
+				stack[sp++] = p->inputs[i];
+	}
+	return n;
 }
 
 static enum tpf_status decide(struct tpf_shard *sh)
@@ -390,59 +436,105 @@ static enum tpf_status decide(struct tpf_shard *sh)
 	gat_c = tpf_calloc(npos + 1, sizeof(*gat_c));
 	gat_t = tpf_calloc(npos + 1, sizeof(*gat_t));
 	tri.taint = tpf_calloc(s->n_values0 + 1, 1);
-	if (!gat_c || !gat_t || !tri.taint) {
+	tri.taint_roots = tpf_calloc(s->n_nodes0 + 1, 1);
+	if (!gat_c || !gat_t || !tri.taint || !tri.taint_roots) {
 		st = TPF_ERR_NOMEM;
 		goto out;
 	}
 	sh_prop_run(&com, 0, gat_c);
 	for (n = s->g->first, pos = 0; n; n = n->next, pos++) {
-		struct sh_sections sec;
+		struct tpf_node *group[8];
+		uint8_t before[8];
+		size_t ng = 1, base_total;
+		uint32_t gpos = pos;
 		char why[256], nb[256];
-		size_t base_total;
-		int si;
+		int ok = 0;
 
-		if (!sh_is(n, "MatMul") || !sh_matmul_weight(n, NULL) || n->id >= s->n_nodes0)
-			continue;
-		if (com.sh[n->inputs[0]->id].kind != SH_R)
-			continue; /* follows its input's split */
-		if (column_sections(s, n, &sec, why, sizeof(why))) {
-			s->decision[n->id] = DEC_REPLICATE;
-			reason(sh, n, "%s", why);
-			continue;
-		}
-		if ((si = sh_sect_intern(s, &sec)) < 0) {
-			st = TPF_ERR_NOMEM;
-			goto out;
-		}
-		s->dec_sect[n->id] = (uint16_t)si;
+		if (!candidate(s, &com, n) || s->decision[n->id] != DEC_NONE)
+			continue; /* not a candidate, or decided (with a group) */
+		group[0] = n;
+		before[0] = s->decision[n->id];
 		base_total = total(gat_c, npos);
-		s->decision[n->id] = DEC_COLUMN;
-		trial_run(s, &com, &tri, gat_c, gat_t, npos, pos, n);
-		if (tri.nomem) {
-			st = TPF_ERR_NOMEM;
-			goto out;
+		for (int round = 0; round < 4; round++) {
+			int bad = 0;
+			for (size_t k = 0; k < ng; k++) {
+				struct tpf_node *m = group[k];
+				struct sh_sections sec;
+				int si;
+				if (column_sections(s, m, &sec, why, sizeof(why))) {
+					if (m == n) {
+						s->decision[n->id] = DEC_REPLICATE;
+						reason(sh, n, "%s", why);
+					}
+					bad = 1;
+					break;
+				}
+				if ((si = sh_sect_intern(s, &sec)) < 0) {
+					st = TPF_ERR_NOMEM;
+					goto out;
+				}
+				s->dec_sect[m->id] = (uint16_t)si;
+				s->decision[m->id] = DEC_COLUMN;
+				if (s->order[m->id] < gpos)
+					gpos = s->order[m->id];
+			}
+			if (bad)
+				break;
+			trial_run(s, &com, &tri, gat_c, gat_t, npos, gpos, group, ng, 1);
+			if (tri.nomem) {
+				st = TPF_ERR_NOMEM;
+				goto out;
+			}
+			if (total(gat_t, npos) <= base_total) {
+				ok = 1;
+				break;
+			}
+			/* a slice of what another replicated candidate computes: try them together */
+			{
+				struct tpf_node *more[8];
+				size_t k = tri.blame ? upstream_candidates(s, &com, tri.blame, more, 8 - ng) : 0;
+				if (!k)
+					break;
+				for (size_t j = 0; j < k && ng < 8; j++) {
+					before[ng] = s->decision[more[j]->id];
+					group[ng++] = more[j];
+				}
+			}
 		}
-		if (total(gat_t, npos) > base_total) {
-			s->decision[n->id] = DEC_REPLICATE;
+		if (s->decision[n->id] == DEC_REPLICATE)
+			goto undo;
+		if (!ok) {
 			reason(sh, n, "splitting its output meets %s", tri.first_gather_why);
-			continue;
+			goto undo;
 		}
 		if (tri.rows_reached) {
-			reason(sh, n, "its split reaches row-parallel %s",
-			       sh_node_name(tri.first_row, nb, sizeof(nb)));
-		} else if (tri.outputs_reached) {
+			snprintf(why, sizeof(why), "its split reaches row-parallel %s",
+				 sh_node_name(tri.first_row, nb, sizeof(nb)));
+			for (size_t k = 0; k < ng; k++) {
+				if (k)
+					reason(sh, group[k], "split together with %s; %s",
+					       sh_node_name(n, nb, sizeof(nb)), why);
+				else
+					reason(sh, n, "%s", why);
+			}
+		} else if (tri.outputs_reached && ng == 1) {
 			s->decision[n->id] = DEC_COLUMN_GATHER;
 			reason(sh, n, "its split reaches only graph outputs: its output is gathered");
-			trial_run(s, &com, &tri, gat_c, gat_t, npos, pos, NULL);
+			trial_run(s, &com, &tri, gat_c, gat_t, npos, gpos, group, ng, 0);
 		} else {
-			s->decision[n->id] = DEC_REPLICATE;
 			reason(sh, n, "its split reaches no row-parallel MatMul and no graph output");
-			continue;
+			goto undo;
 		}
 		memcpy(com.sh, tri.sh, s->n_values0 * sizeof(*com.sh));
 		memcpy(com.region_done, tri.region_done, s->n_regions);
 		memcpy(gat_c, gat_t, npos * sizeof(*gat_c));
+		continue;
+undo:
+		s->decision[n->id] = DEC_REPLICATE;
+		for (size_t k = 1; k < ng; k++)
+			s->decision[group[k]->id] = before[k];
 	}
+	/* the ones a group took or left, and those never reached as candidates */
 out:
 	tpf_free(gat_c);
 	tpf_free(gat_t);
@@ -531,7 +623,7 @@ static void explain(struct tpf_shard *sh, FILE *f)
 		const struct tpf_tensor *w;
 		char nb[256], ds[128], sb[128];
 		struct sh a;
-		if (n->id >= s->n_nodes0 || !sh_is(n, "MatMul") || !(w = sh_matmul_weight(n, &base)))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_matmul_weight(n, &base)))
 			continue;
 		(void)ds;
 		fprintf(f, "%s (weight %s): ", sh_node_name(n, nb, sizeof(nb)),
@@ -607,7 +699,7 @@ static void count_stats(struct tpf_shard *sh)
 {
 	struct shard *s = &sh->s;
 	for (struct tpf_node *n = s->g->first; n; n = n->next) {
-		if (n->id >= s->n_nodes0 || !sh_is(n, "MatMul") || !sh_matmul_weight(n, NULL))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !sh_matmul_weight(n, NULL))
 			continue;
 		switch (s->decision[n->id]) {
 		case DEC_COLUMN:
@@ -739,7 +831,7 @@ enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_opt
 		struct tpf_value *base = NULL;
 		const struct tpf_tensor *w;
 		char ds[128], buf[600];
-		if (n->id >= s->n_nodes0 || !sh_is(n, "MatMul") || !(w = sh_matmul_weight(n, &base)))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_matmul_weight(n, &base)))
 			continue;
 		shape_str(w, ds, sizeof(ds));
 		snprintf(buf, sizeof(buf), "'%s' %s", base->name, ds);
