@@ -353,3 +353,127 @@ int tpf_scatter_reduction(const struct tpf_kernel_call *c, const char **name)
 	       : !strcmp(red, "min") ? TPF_SCATTER_MIN
 				     : -1;
 }
+
+/* ------------------------------------------------------------ Conv, Pad */
+
+int tpf_conv_resolve(const struct tpf_kernel_call *c, struct tpf_conv_geom *g)
+{
+	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1];
+	const struct tpf_ktensor *y = &c->out[0];
+	memset(g, 0, sizeof(*g));
+	if (x->rank < 3 || x->rank > TPF_KERNEL_MAX_RANK || w->rank != x->rank || y->rank != x->rank)
+		return -1;
+	g->sp = x->rank - 2;
+	g->group = tpf_node_attr_int(c->node, "group", 1);
+	g->n = x->dims[0];
+	g->c = x->dims[1];
+	g->m = w->dims[0];
+	if (g->group < 1 || g->m % g->group || w->dims[1] * g->group != g->c || y->dims[1] != g->m ||
+	    y->dims[0] != g->n)
+		return -1;
+	const char *auto_pad = tpf_node_attr_string(c->node, "auto_pad", "NOTSET");
+	const struct tpf_attr *ks = tpf_node_attr(c->node, "kernel_shape");
+	const struct tpf_attr *pads = tpf_node_attr(c->node, "pads");
+	const struct tpf_attr *st = tpf_node_attr(c->node, "strides");
+	const struct tpf_attr *dl = tpf_node_attr(c->node, "dilations");
+	if ((ks && ks->n != (size_t)g->sp) || (pads && pads->n != 2 * (size_t)g->sp) ||
+	    (st && st->n != (size_t)g->sp) || (dl && dl->n != (size_t)g->sp))
+		return -1;
+	for (int i = 0; i < g->sp; i++) {
+		g->in[i] = x->dims[2 + i];
+		g->k[i] = w->dims[2 + i];
+		if (ks && ks->ints[i] != g->k[i])
+			return -1;
+		g->stride[i] = st ? st->ints[i] : 1;
+		g->dil[i] = dl ? dl->ints[i] : 1;
+		g->out[i] = y->dims[2 + i];
+		if (g->stride[i] < 1 || g->dil[i] < 1 || g->k[i] < 1)
+			return -1;
+		int64_t span = g->dil[i] * (g->k[i] - 1) + 1;
+		if (!strcmp(auto_pad, "SAME_UPPER") || !strcmp(auto_pad, "SAME_LOWER")) {
+			int64_t o = (g->in[i] + g->stride[i] - 1) / g->stride[i];
+			int64_t total = (o - 1) * g->stride[i] + span - g->in[i];
+			total = total < 0 ? 0 : total;
+			g->pad[i] = !strcmp(auto_pad, "SAME_UPPER") ? total / 2 : total - total / 2;
+		} else if (!strcmp(auto_pad, "VALID")) {
+			g->pad[i] = 0;
+		} else {
+			g->pad[i] = pads ? pads->ints[i] : 0;
+		}
+		if (g->pad[i] < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int tpf_pad_resolve(const struct tpf_kernel_call *c, int64_t *begin, int *mode)
+{
+	const struct tpf_ktensor *x = &c->in[0], *y = &c->out[0];
+	int64_t pads[2 * TPF_KERNEL_MAX_RANK], axes[TPF_KERNEL_MAX_RANK];
+	int np, na = x->rank;
+	const char *m = tpf_node_attr_string(c->node, "mode", "constant");
+	*mode = !strcmp(m, "constant") ? 0 : !strcmp(m, "edge") ? 1 : !strcmp(m, "reflect") ? 2
+		: !strcmp(m, "wrap") ? 3 : -1;
+	if (*mode < 0 || y->rank != x->rank)
+		return -1;
+	const struct tpf_attr *pa = tpf_node_attr(c->node, "pads");
+	if (pa && c->n_in < 2) {
+		if (pa->n > 2 * TPF_KERNEL_MAX_RANK)
+			return -1;
+		np = (int)pa->n;
+		for (int i = 0; i < np; i++)
+			pads[i] = pa->ints[i];
+	} else {
+		np = c->n_in > 1 ? tpf_kread_ints(&c->in[1], pads, 2 * TPF_KERNEL_MAX_RANK) : -1;
+	}
+	for (int i = 0; i < na; i++)
+		axes[i] = i;
+	if (c->n_in > 3 && c->in[3].rank >= 0 && (c->in[3].host || c->in[3].data)) {
+		na = tpf_kread_ints(&c->in[3], axes, TPF_KERNEL_MAX_RANK);
+		if (na < 0)
+			return -1;
+	}
+	if (np < 0 || np != 2 * na)
+		return -1;
+	for (int d = 0; d < x->rank; d++)
+		begin[d] = 0;
+	for (int i = 0; i < na; i++) {
+		int a = tpf_norm_axis(axes[i], x->rank);
+		if (a < 0)
+			return -1;
+		begin[a] = pads[i];
+		if (x->dims[a] + pads[i] + pads[na + i] != y->dims[a])
+			return -1;
+	}
+	for (int d = 0; d < x->rank; d++)
+		if (y->dims[d] && !x->dims[d] && *mode)
+			return -1; /* edge, reflect, wrap of an empty axis */
+	return 0;
+}
+
+/* The source index along one axis for output index o (-1: the constant). */
+int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode)
+{
+	int64_t i = o - begin;
+	if (i >= 0 && i < n)
+		return i;
+	switch (mode) {
+	case 1:
+		return i < 0 ? 0 : n - 1;
+	case 2:
+		if (n == 1)
+			return 0;
+		{
+			int64_t period = 2 * (n - 1);
+			i %= period;
+			if (i < 0)
+				i += period;
+			return i < n ? i : period - i;
+		}
+	case 3:
+		i %= n;
+		return i < 0 ? i + n : i;
+	default:
+		return -1;
+	}
+}

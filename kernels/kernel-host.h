@@ -128,6 +128,27 @@ int tpf_qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
 enum { TPF_SCATTER_NONE, TPF_SCATTER_ADD, TPF_SCATTER_MUL, TPF_SCATTER_MAX, TPF_SCATTER_MIN };
 int tpf_scatter_reduction(const struct tpf_kernel_call *c, const char **name);
 
+/* Conv (in[0] X [N, C, D...], in[1] W [M, C/group, K...], out[0] Y): the
+ * geometry, pads resolved (auto_pad included) and checked against Y's
+ * shape.  0 ok, -1 when the operands, attributes and Y disagree. */
+struct tpf_conv_geom {
+	int sp;                          /* spatial dims */
+	int64_t n, c, m, group;
+	int64_t in[TPF_KERNEL_MAX_RANK], k[TPF_KERNEL_MAX_RANK], out[TPF_KERNEL_MAX_RANK];
+	int64_t pad[TPF_KERNEL_MAX_RANK]; /* leading pad per spatial dim */
+	int64_t stride[TPF_KERNEL_MAX_RANK], dil[TPF_KERNEL_MAX_RANK];
+};
+int tpf_conv_resolve(const struct tpf_kernel_call *c, struct tpf_conv_geom *g);
+
+/* Pad: the leading pad of every axis of in[0] (negative: cropped), from the
+ * `pads` attribute (before opset 11) or input (with `axes` from opset 18),
+ * checked against the output's shape; *mode 0 constant, 1 edge, 2 reflect,
+ * 3 wrap.  0 ok, -1 when they disagree. */
+int tpf_pad_resolve(const struct tpf_kernel_call *c, int64_t *begin, int *mode);
+/* The input index along one axis of n elements for output index o with
+ * leading pad `begin`; -1 for the constant. */
+int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode);
+
 #ifdef __cplusplus
 }
 #endif

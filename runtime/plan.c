@@ -1260,6 +1260,8 @@ static int kernel_reads_host(enum tpf_op op, size_t i)
 	case TPF_OP_TOPK:
 	case TPF_OP_CUMSUM:
 		return i >= 1;
+	case TPF_OP_PAD:
+		return i == 1 || i == 3; /* pads and axes */
 	default:
 		return 0;
 	}

@@ -7,7 +7,9 @@
  * IsNaN/IsInf, Clip, Floor/Ceil/Log/Softplus, Range (int64, float, empty,
  * negative delta), Flatten, GatherND (batch_dims), ScatterND (every
  * reduction, repeated indices), OneHot (negative and out-of-range
- * indices), Tile, Trilu, CumSum (exclusive, reverse), Size; and the errors
+ * indices), Tile, Trilu, CumSum (exclusive, reverse), Size, Conv (grouped
+ * 1-D with pads and bias, strided 2-D), Pad (every mode, negative pads,
+ * axes); and the errors
  * for bad operands (a message naming the node, never a crash).
  */
 #include <math.h>
@@ -539,6 +541,94 @@ static void test_cumsum_size(void **state)
 	release(in, 2);
 }
 
+static void test_conv(void **state)
+{
+	(void)state;
+	/* depthwise causal conv1d as hybrid decoders write it: 2 channels,
+	 * kernel 3, pads 2 on both sides, group 2, a bias */
+	struct tpf_node *n = mknode("Conv", 3);
+	tpf_node_set_attr_int(n, "group", 2);
+	int64_t pads[] = {2, 2}, ks[] = {3};
+	tpf_node_set_attr_ints(n, "pads", pads, 2);
+	tpf_node_set_attr_ints(n, "kernel_shape", ks, 1);
+	int64_t dx[] = {1, 2, 4}, dw[] = {2, 1, 3}, db[] = {2}, dy[] = {1, 2, 6};
+	struct tpf_ktensor in[3] = {ten(TPF_DTYPE_FLOAT, 3, dx, (double[]){1, 2, 3, 4, 10, 20, 30, 40}),
+				    ten(TPF_DTYPE_FLOAT, 3, dw, (double[]){1, 0.5, 0.25, -1, 0, 1}),
+				    ten(TPF_DTYPE_FLOAT, 1, db, (double[]){0, 100})};
+	struct tpf_ktensor y = out(TPF_DTYPE_FLOAT, 3, dy);
+	assert_int_equal(run(n, in, 3, &y), TPF_OK);
+	/* y[c][t] = sum_k w[c][k] * x[c][t - 2 + k] (+ b[c]) */
+	expect(&y, (double[]){0.25, 1.0, 2.75, 4.5, 5, 4, 100 + 10, 100 + 20, 100 + 30 - 10, 100 + 40 - 20, 100 - 30,
+			      100 - 40});
+	release(&y, 1);
+	/* 2-D, stride 2, dilation 1, no pads, 2 input channels in one group */
+	struct tpf_node *n2 = mknode("Conv", 2);
+	int64_t st[] = {2, 2};
+	tpf_node_set_attr_ints(n2, "strides", st, 2);
+	int64_t dx2[] = {1, 2, 3, 3}, dw2[] = {1, 2, 2, 2}, dy2[] = {1, 1, 1, 1};
+	double xv[18], wv[8];
+	for (int i = 0; i < 18; i++)
+		xv[i] = i + 1;
+	for (int i = 0; i < 8; i++)
+		wv[i] = i % 2 ? -1 : 1;
+	struct tpf_ktensor in2[2] = {ten(TPF_DTYPE_DOUBLE, 4, dx2, xv), ten(TPF_DTYPE_DOUBLE, 4, dw2, wv)};
+	y = out(TPF_DTYPE_DOUBLE, 4, dy2);
+	assert_int_equal(run(n2, in2, 2, &y), TPF_OK);
+	/* channel 0: 1 - 2 + 4 - 5 = -2; channel 1: 10 - 11 + 13 - 14 = -2 */
+	expect(&y, (double[]){-4});
+	release(&y, 1);
+	/* channels that do not match the weight: an error, not a crash */
+	y = out(TPF_DTYPE_FLOAT, 3, dy);
+	tpf_node_set_attr_int(n, "group", 1);
+	assert_int_equal(run(n, in, 3, &y), TPF_ERR_INVALID);
+	expect_error("disagree");
+	release(&y, 1);
+	release(in, 3);
+	release(in2, 2);
+}
+
+static void test_pad(void **state)
+{
+	(void)state;
+	int64_t dx[] = {2, 3};
+	const double x[] = {1, 2, 3, 4, 5, 6};
+	const char *modes[] = {"constant", "edge", "reflect", "wrap"};
+	/* pads: 0 rows, then 1 column before and 2 after */
+	const double want[4][12] = {
+		{9, 1, 2, 3, 9, 9, 9, 4, 5, 6, 9, 9},
+		{1, 1, 2, 3, 3, 3, 4, 4, 5, 6, 6, 6},
+		{2, 1, 2, 3, 2, 1, 5, 4, 5, 6, 5, 4},
+		{3, 1, 2, 3, 1, 2, 6, 4, 5, 6, 4, 5},
+	};
+	for (int m = 0; m < 4; m++) {
+		struct tpf_node *n = mknode("Pad", 3);
+		tpf_node_set_attr_string(n, "mode", modes[m]);
+		int64_t dp[] = {4}, dy[] = {2, 6};
+		struct tpf_ktensor in[3] = {ten(TPF_DTYPE_INT32, 2, dx, x), ten(TPF_DTYPE_INT64, 1, dp, (double[]){0, 1, 0, 2}),
+					    scalar(TPF_DTYPE_INT32, 9)};
+		struct tpf_ktensor y = out(TPF_DTYPE_INT32, 2, dy);
+		assert_int_equal(run(n, in, 3, &y), TPF_OK);
+		expect(&y, want[m]);
+		release(in, 3);
+		release(&y, 1);
+	}
+	/* negative pads crop; axes select the padded axes (opset 18) */
+	struct tpf_node *n = mknode("Pad", 4);
+	int64_t dp[] = {2}, da[] = {1}, dy[] = {2, 1};
+	struct tpf_ktensor in[4] = {ten(TPF_DTYPE_FLOAT, 2, dx, x), ten(TPF_DTYPE_INT64, 1, dp, (double[]){-1, -1}),
+				    {.rank = -1}, ten(TPF_DTYPE_INT64, 1, da, (double[]){-1})};
+	struct tpf_ktensor y = out(TPF_DTYPE_FLOAT, 2, dy);
+	assert_int_equal(run(n, in, 4, &y), TPF_OK);
+	expect(&y, (double[]){2, 5});
+	/* pads that do not give the output's shape */
+	tpf_elem_store_int(TPF_DTYPE_INT64, in[1].data, 0, 0);
+	assert_int_equal(run(n, in, 4, &y), TPF_ERR_INVALID);
+	expect_error("do not agree");
+	release(&y, 1);
+	release(&in[0], 2);
+	release(&in[3], 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -548,6 +638,7 @@ int main(void)
 		cmocka_unit_test(test_flatten_copy), cmocka_unit_test(test_gather_nd),
 		cmocka_unit_test(test_scatter_nd),  cmocka_unit_test(test_one_hot),
 		cmocka_unit_test(test_tile_trilu),  cmocka_unit_test(test_cumsum_size),
+		cmocka_unit_test(test_conv),        cmocka_unit_test(test_pad),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -59,6 +59,9 @@ TPF_CPU_KERNEL(tpf_cpu_tile);
 TPF_CPU_KERNEL(tpf_cpu_trilu);
 TPF_CPU_KERNEL(tpf_cpu_cumsum);
 TPF_CPU_KERNEL(tpf_cpu_size);
+/* spatial.c */
+TPF_CPU_KERNEL(tpf_cpu_conv);
+TPF_CPU_KERNEL(tpf_cpu_pad);
 /* quant.c */
 TPF_CPU_KERNEL(tpf_cpu_quantize_linear);
 TPF_CPU_KERNEL(tpf_cpu_dequantize_linear);

@@ -66,6 +66,9 @@ TPF_CUDA_KERNEL(tpf_cu_tile);
 TPF_CUDA_KERNEL(tpf_cu_trilu);
 TPF_CUDA_KERNEL(tpf_cu_cumsum);
 TPF_CUDA_KERNEL(tpf_cu_size);
+/* spatial.cu */
+TPF_CUDA_KERNEL(tpf_cu_conv);
+TPF_CUDA_KERNEL(tpf_cu_pad);
 /* quant.cu */
 TPF_CUDA_KERNEL(tpf_cu_quantize_linear);
 TPF_CUDA_KERNEL(tpf_cu_dequantize_linear);

@@ -917,10 +917,10 @@ static void movement(void)
 	free_tensors(uin, 1);
 }
 
-/* Mask, guard and lookup ops of real exports (kernels/cuda/indexing.cu and
- * the elementwise additions): logic and order comparisons, Mod, IsNaN /
- * IsInf, Clip, Floor/Ceil/Log/Softplus, Range, Flatten, GatherND,
- * ScatterND, OneHot, Tile, Trilu, CumSum, Size. */
+/* Mask, guard and lookup ops of real exports (kernels/cuda/indexing.cu,
+ * spatial.cu and the elementwise additions): logic and order comparisons,
+ * Mod, IsNaN / IsInf, Clip, Floor/Ceil/Log/Softplus, Range, Flatten,
+ * GatherND, ScatterND, OneHot, Tile, Trilu, CumSum, Size, Pad, Conv. */
 static void indexing(void)
 {
 	const char *logic[] = {"And", "Or", "Xor"};
@@ -1107,7 +1107,41 @@ static void indexing(void)
 		struct tpf_node *sz = node("", "Size", 1, 1);
 		struct tpf_ktensor z1[1] = {x};
 		CHECK("Size", sz, z1, 1, 1);
+		/* Pad: every mode, pads before and after, a crop */
+		const char *modes[] = {"constant", "edge", "reflect", "wrap"};
+		for (int m = 0; m < 4; m++) {
+			char lab[96];
+			struct tpf_node *pd = node("", "Pad", 3, 1);
+			tpf_node_set_attr_string(pd, "mode", modes[m]);
+			struct tpf_ktensor cv = T(dt, 0);
+			tpf_elem_store(dt, cv.data, 0, 1, 1);
+			struct tpf_ktensor p1[3] = {x, ints(TPF_DTYPE_INT64, 6, (int64_t[]){1, 0, 2, 0, 3, -1}), cv};
+			snprintf(lab, sizeof(lab), "Pad %s [1,0,2 | 0,3,-1]", modes[m]);
+			CHECK(lab, pd, p1, 1, 1);
+			free(p1[1].data);
+			free(cv.data);
+		}
 		free_tensors(&x, 1);
+	}
+	/* Conv: the depthwise causal conv1d of linear attention layers, a
+	 * grouped 2-D conv with strides, dilations and SAME_UPPER pads */
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		struct tpf_node *cv = node("", "Conv", 3, 1);
+		tpf_node_set_attr_int(cv, "group", 16);
+		tpf_node_set_attr_ints(cv, "pads", (int64_t[]){3, 3}, 2);
+		tpf_node_set_attr_ints(cv, "kernel_shape", (int64_t[]){4}, 1);
+		struct tpf_ktensor c1[3] = {R(dt, 3, 2, 16, 9), R(dt, 3, 16, 1, 4), R(dt, 1, 16)};
+		CHECK("Conv depthwise 1-D, pads 3 (causal conv)", cv, c1, 1, 2);
+		free_tensors(c1, 3);
+		struct tpf_node *c2n = node("", "Conv", 2, 1);
+		tpf_node_set_attr_int(c2n, "group", 2);
+		tpf_node_set_attr_string(c2n, "auto_pad", "SAME_UPPER");
+		tpf_node_set_attr_ints(c2n, "strides", (int64_t[]){2, 1}, 2);
+		tpf_node_set_attr_ints(c2n, "dilations", (int64_t[]){1, 2}, 2);
+		struct tpf_ktensor c2[2] = {R(dt, 4, 1, 4, 7, 8), R(dt, 4, 6, 2, 3, 3)};
+		CHECK("Conv 2-D group 2, strides, dilations, SAME_UPPER", c2n, c2, 1, 4);
+		free_tensors(c2, 2);
 	}
 }
 
