@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test suite that needs no GPU:
-# unit, onnx, mpi and conformance.  Extra arguments go to `meson test`.
+# unit, onnx, mpi, corpus and conformance.  Extra arguments go to `meson test`.
 # The last line reads "N passed, N failed, N skipped".
 set -euo pipefail
 
