@@ -249,46 +249,33 @@ static float bf16_to_float(uint16_t b)
 	return v;
 }
 
-static float e4m3fn_to_float(uint8_t b)
+/* An 8-bit float of `eb` exponent bits, `mb` mantissa bits and exponent
+ * bias `bias`, with subnormals; the callers handle their NaN encodings. */
+static float f8_to_float(uint8_t b, int eb, int mb, int bias)
 {
-	int sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
+	int sign = b >> 7, exp = (b >> mb) & ((1 << eb) - 1), man = b & ((1 << mb) - 1);
 	float v;
 
-	if ((b & 0x7f) == 0x7f)
-		return NAN;
 	if (exp == 0)
-		v = ldexpf((float)man, -9);
+		v = ldexpf((float)man, 1 - bias - mb);
 	else
-		v = ldexpf((float)(man | 8), exp - 10);
+		v = ldexpf((float)(man | (1 << mb)), exp - bias - mb);
 	return sign ? -v : v;
+}
+
+static float e4m3fn_to_float(uint8_t b)
+{
+	return (b & 0x7f) == 0x7f ? NAN : f8_to_float(b, 4, 3, 7);
 }
 
 static float e4m3fnuz_to_float(uint8_t b)
 {
-	int sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
-	float v;
-
-	if (b == 0x80)
-		return NAN;
-	if (exp == 0)
-		v = ldexpf((float)man, -10);
-	else
-		v = ldexpf((float)(man | 8), exp - 11);
-	return sign ? -v : v;
+	return b == 0x80 ? NAN : f8_to_float(b, 4, 3, 8);
 }
 
 static float e5m2fnuz_to_float(uint8_t b)
 {
-	int sign = b >> 7, exp = (b >> 2) & 0x1f, man = b & 3;
-	float v;
-
-	if (b == 0x80)
-		return NAN;
-	if (exp == 0)
-		v = ldexpf((float)man, -17);
-	else
-		v = ldexpf((float)(man | 4), exp - 18);
-	return sign ? -v : v;
+	return b == 0x80 ? NAN : f8_to_float(b, 5, 2, 16);
 }
 
 static float e2m1_to_float(unsigned nib)
@@ -297,6 +284,15 @@ static float e2m1_to_float(unsigned nib)
 
 	return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
 }
+
+/* In format_element: the integer of type `ctype` at p, printed with `fmt` as `as`. */
+#define FORMAT_INT(ctype, fmt, as)                                                                 \
+	do {                                                                                       \
+		ctype v_;                                                                          \
+		memcpy(&v_, p, sizeof(v_));                                                        \
+		snprintf(buf, size, fmt, (as)v_);                                                  \
+		return 0;                                                                          \
+	} while (0)
 
 /* Formats element i of a packed little-endian tensor.  0 ok, -1 if the
  * dtype has no printed form or the data is too short. */
@@ -374,42 +370,18 @@ static int format_element(char *buf, size_t size, enum tpf_dtype dt, const uint8
 	case TPF_DTYPE_INT8:
 		snprintf(buf, size, "%d", (int)(int8_t)p[0]);
 		return 0;
-	case TPF_DTYPE_UINT16: {
-		uint16_t v;
-		memcpy(&v, p, 2);
-		snprintf(buf, size, "%u", (unsigned)v);
-		return 0;
-	}
-	case TPF_DTYPE_INT16: {
-		int16_t v;
-		memcpy(&v, p, 2);
-		snprintf(buf, size, "%d", (int)v);
-		return 0;
-	}
-	case TPF_DTYPE_UINT32: {
-		uint32_t v;
-		memcpy(&v, p, 4);
-		snprintf(buf, size, "%" PRIu32, v);
-		return 0;
-	}
-	case TPF_DTYPE_INT32: {
-		int32_t v;
-		memcpy(&v, p, 4);
-		snprintf(buf, size, "%" PRId32, v);
-		return 0;
-	}
-	case TPF_DTYPE_UINT64: {
-		uint64_t v;
-		memcpy(&v, p, 8);
-		snprintf(buf, size, "%" PRIu64, v);
-		return 0;
-	}
-	case TPF_DTYPE_INT64: {
-		int64_t v;
-		memcpy(&v, p, 8);
-		snprintf(buf, size, "%" PRId64, v);
-		return 0;
-	}
+	case TPF_DTYPE_UINT16:
+		FORMAT_INT(uint16_t, "%u", unsigned);
+	case TPF_DTYPE_INT16:
+		FORMAT_INT(int16_t, "%d", int);
+	case TPF_DTYPE_UINT32:
+		FORMAT_INT(uint32_t, "%" PRIu32, uint32_t);
+	case TPF_DTYPE_INT32:
+		FORMAT_INT(int32_t, "%" PRId32, int32_t);
+	case TPF_DTYPE_UINT64:
+		FORMAT_INT(uint64_t, "%" PRIu64, uint64_t);
+	case TPF_DTYPE_INT64:
+		FORMAT_INT(int64_t, "%" PRId64, int64_t);
 	default:
 		return -1;
 	}
@@ -903,32 +875,51 @@ enum tpf_status tpf_graph_print_text(const struct tpf_graph *g, FILE *f)
 	return ferror(f) ? TPF_ERR_IO : TPF_OK;
 }
 
+/* The order in which to print n items: an insertion sort of their indexes
+ * in which item a goes after item b when after(ctx, a, b).  tpf_calloc'ed;
+ * NULL when out of memory. */
+static size_t *print_order(size_t n, int (*after)(const void *ctx, size_t a, size_t b),
+			   const void *ctx)
+{
+	size_t *idx = tpf_calloc(n, sizeof(*idx)), i, j;
+
+	if (!idx)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		for (j = i; j > 0 && after(ctx, idx[j - 1], i); j--)
+			idx[j] = idx[j - 1];
+		idx[j] = i;
+	}
+	return idx;
+}
+
+struct pairs {
+	const char *const *keys, *const *vals;
+};
+
+/* By key, then by value when there are values. */
+static int pair_after(const void *ctx, size_t a, size_t b)
+{
+	const struct pairs *p = ctx;
+	int c = strcmp(p->keys[a] ? p->keys[a] : "", p->keys[b] ? p->keys[b] : "");
+
+	return !(c < 0 || (c == 0 && p->vals &&
+			   strcmp(p->vals[a] ? p->vals[a] : "", p->vals[b] ? p->vals[b] : "") <= 0));
+}
+
 /* Prints key/value pairs sorted by key (ties by value), one line each. */
 static enum tpf_status print_sorted_pairs(FILE *f, const char *label, size_t n,
 					  const char *const *keys, const char *const *vals,
 					  int depth)
 {
-	size_t *idx, i, j;
+	struct pairs p = {keys, vals};
+	size_t *idx, i;
 
 	if (!n || !keys)
 		return TPF_OK;
-	idx = tpf_calloc(n, sizeof(*idx));
+	idx = print_order(n, pair_after, &p);
 	if (!idx)
 		return TPF_ERR_NOMEM;
-	for (i = 0; i < n; i++) {
-		for (j = i; j > 0; j--) {
-			const char *a = keys[idx[j - 1]] ? keys[idx[j - 1]] : "";
-			const char *b = keys[i] ? keys[i] : "";
-			int c = strcmp(a, b);
-
-			if (c < 0 || (c == 0 && vals &&
-				      strcmp(vals[idx[j - 1]] ? vals[idx[j - 1]] : "",
-					     vals[i] ? vals[i] : "") <= 0))
-				break;
-			idx[j] = idx[j - 1];
-		}
-		idx[j] = i;
-	}
 	for (i = 0; i < n; i++) {
 		indent(f, depth);
 		fprintf(f, "%s ", label);
@@ -943,26 +934,25 @@ static enum tpf_status print_sorted_pairs(FILE *f, const char *label, size_t n,
 	return TPF_OK;
 }
 
+/* By domain, then by version. */
+static int opset_after(const void *ctx, size_t a, size_t b)
+{
+	const struct tpf_opset *x = (const struct tpf_opset *)ctx + a;
+	const struct tpf_opset *y = (const struct tpf_opset *)ctx + b;
+	int c = strcmp(x->domain ? x->domain : "", y->domain ? y->domain : "");
+
+	return !(c < 0 || (c == 0 && x->version <= y->version));
+}
+
 static enum tpf_status print_opsets(FILE *f, const struct tpf_opset *ops, size_t n, int depth)
 {
-	size_t *idx, i, j;
+	size_t *idx, i;
 
 	if (!n || !ops)
 		return TPF_OK;
-	idx = tpf_calloc(n, sizeof(*idx));
+	idx = print_order(n, opset_after, ops);
 	if (!idx)
 		return TPF_ERR_NOMEM;
-	for (i = 0; i < n; i++) {
-		for (j = i; j > 0; j--) {
-			const struct tpf_opset *a = &ops[idx[j - 1]], *b = &ops[i];
-			int c = strcmp(a->domain ? a->domain : "", b->domain ? b->domain : "");
-
-			if (c < 0 || (c == 0 && a->version <= b->version))
-				break;
-			idx[j] = idx[j - 1];
-		}
-		idx[j] = i;
-	}
 	for (i = 0; i < n; i++) {
 		indent(f, depth);
 		fputs("opset ", f);
