@@ -367,3 +367,111 @@ const struct tpf_pass tpf_pass_remove_noop_cast = {
 	.run = cast_run,
 	.counters = cast_counters,
 };
+
+/* ---------------------------------------------------------- fold-constants */
+
+/* Shape arithmetic that the op records compute at compile time (Shape of
+ * static dims, Gather, Unsqueeze, Concat, Add, Mul, ... of them:
+ * tpf_value_ints) and Constant nodes become initializers; dce then drops
+ * the nodes left without users.  Only values nothing captures by name and
+ * that are no graph outputs are replaced, so the interface stays; only the
+ * main graph (a function body holds no initializers). */
+#define FOLD_MAX 64
+
+static int foldable_output(const struct tpf_value *v)
+{
+	return v && v->n_uses && !tpf_value_is_graph_output(v) && !has_capture_use(v);
+}
+
+static enum tpf_status fold_value(struct tpf_graph *g, struct tpf_value *v,
+				  const struct tpf_tensor *t, int64_t *count)
+{
+	char base[200];
+	snprintf(base, sizeof(base), "%s", v->name && *v->name ? v->name : "folded");
+	const char *name = tpf_graph_unique_name(g, base);
+	if (!name)
+		return TPF_ERR_NOMEM;
+	struct tpf_value *c = tpf_graph_add_initializer(g, name, t->dtype, t->rank, t->dims,
+							t->data, t->nbytes);
+	if (!c)
+		return TPF_ERR_NOMEM;
+	enum tpf_status st = tpf_value_replace_uses(v, c);
+	if (!st)
+		(*count)++;
+	return st;
+}
+
+static enum tpf_status fold_graph(struct tpf_graph *g, struct tpf_pass_context *ctx,
+				  int64_t *count, struct tpf_diag *d)
+{
+	(void)ctx;
+	(void)d;
+	int64_t vals[FOLD_MAX], dims[1];
+	size_t n;
+	enum tpf_status st;
+
+	for (struct tpf_node *node = g->first; node; node = node->next) {
+		if (node->n_outputs != 1 || !foldable_output(node->outputs[0]))
+			continue;
+		struct tpf_value *y = node->outputs[0];
+		if (node->op == TPF_OP_CONSTANT) {
+			const struct tpf_tensor *t = tpf_value_constant(y);
+			if (t && t->dtype != TPF_DTYPE_STRING && t->data &&
+			    (st = fold_value(g, y, t, count)))
+				return st;
+			continue;
+		}
+		if (tpf_op_has_trait(node->op, TPF_OP_TRAIT_COLLECTIVE) ||
+		    tpf_op_has_trait(node->op, TPF_OP_TRAIT_CONTROL_FLOW) ||
+		    node->op == TPF_OP_UNKNOWN)
+			continue;
+		enum tpf_dtype dt = tpf_value_dtype(y);
+		if ((dt != TPF_DTYPE_INT64 && dt != TPF_DTYPE_INT32) ||
+		    y->type.kind != TPF_TYPE_TENSOR || y->type.shape.rank < 0 ||
+		    y->type.shape.rank > 1)
+			continue;
+		if (tpf_value_ints(y, vals, FOLD_MAX, &n))
+			continue;
+		if (y->type.shape.rank == 1 && (y->type.shape.dims[0].param ||
+						y->type.shape.dims[0].value != (int64_t)n))
+			continue;
+		if (y->type.shape.rank == 0 && n != 1)
+			continue;
+		unsigned char bytes[FOLD_MAX * 8];
+		for (size_t i = 0; i < n; i++) {
+			if (dt == TPF_DTYPE_INT64) {
+				memcpy(bytes + 8 * i, &vals[i], 8);
+			} else {
+				int32_t w = (int32_t)vals[i];
+				memcpy(bytes + 4 * i, &w, 4);
+			}
+		}
+		dims[0] = (int64_t)n;
+		struct tpf_tensor t = {.dtype = dt, .rank = y->type.shape.rank, .dims = dims,
+				       .data = bytes, .nbytes = n * (dt == TPF_DTYPE_INT64 ? 8 : 4)};
+		if ((st = fold_value(g, y, &t, count)))
+			return st;
+	}
+	return TPF_OK;
+}
+
+static enum tpf_status fold_run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+				struct tpf_diag *d)
+{
+	int64_t count = 0;
+	/* the main graph only: a function body holds no initializers */
+	enum tpf_status st = m && m->graph ? fold_graph(m->graph, ctx, &count, d) : TPF_OK;
+
+	tpf_pass_stats_add(ctx->stats, "fold-constants", "values-folded", count);
+	*changed = count != 0;
+	return st;
+}
+
+static const char *const fold_counters[] = {"values-folded", NULL};
+
+const struct tpf_pass tpf_pass_fold_constants = {
+	.name = "fold-constants",
+	.summary = "shape arithmetic known at compile time and Constant nodes into initializers",
+	.run = fold_run,
+	.counters = fold_counters,
+};

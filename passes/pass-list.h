@@ -18,6 +18,7 @@
 TPF_PASS(dce)
 TPF_PASS(remove_identity)
 TPF_PASS(remove_noop_cast)
+TPF_PASS(fold_constants)
 TPF_PASS(coalesce_alltoall)
 TPF_PASS(canonicalize_rmsnorm)
 TPF_PASS(canonicalize_allgather)

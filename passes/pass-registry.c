@@ -55,6 +55,7 @@ static const char *const cleanup_pipeline[] = {
 
 static const char *const default_pipeline[] = {
 	"cleanup",
+	"fold-constants",
 	"canonicalize-rmsnorm",
 	"canonicalize-allgather",
 	"fuse-allreduce-rmsnorm",
