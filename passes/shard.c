@@ -424,7 +424,7 @@ static size_t upstream_candidates(const struct shard *s, const struct sh_prop *c
 static enum tpf_status decide(struct tpf_shard *sh)
 {
 	struct shard *s = &sh->s;
-	struct sh_prop com, tri;
+	struct sh_prop com = {0}, tri = {0};
 	uint32_t *gat_c = NULL, *gat_t = NULL;
 	size_t npos = s->g->n_nodes;
 	enum tpf_status st;
@@ -878,6 +878,10 @@ enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_opt
 	if (s->W > 1 && (st = validate(sh)))
 		goto fail;
 	count_stats(sh);
+	if (s->W > 1 && !sh->stats.column && !sh->stats.row)
+		tpf_diag_add(d, TPF_SEV_WARNING,
+			     "shard: no weight was split: every rank computes the whole model "
+			     "(--explain says why)");
 	if (o->explain)
 		explain(sh, o->explain);
 	*out = sh;

@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: MIT */
+/* tpf_shard on small hand-built graphs: the splits it chooses, the
+ * collectives it inserts, each rank's weight slices, literal head counts
+ * rewritten, the LM head's gather, the vocab-parallel embedding, what it
+ * refuses (a model already tensor-parallel) and what it leaves replicated
+ * (a dim not divisible by W, a split meeting an op without a rule), and
+ * allocation failures.  The example families and the export corpus are
+ * covered end to end, with runs under mpirun, by tests/shard/shard_check.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pattern.h"
+#include "test-util.h"
+
+enum { T = 2, D = 4, F = 8 };
+
+/* A float weight [r, c] whose element (i, j) is 100 * i + j. */
+static struct tpf_value *weight(struct tpf_graph *g, const char *name, int64_t r, int64_t c)
+{
+	int64_t dims[2] = {r, c};
+	float *v = malloc((size_t)(r * c) * sizeof(float));
+	struct tpf_value *w;
+
+	assert_non_null(v);
+	for (int64_t i = 0; i < r; i++)
+		for (int64_t j = 0; j < c; j++)
+			v[i * c + j] = (float)(100 * i + j);
+	w = tpf_graph_add_initializer(g, name, TPF_DTYPE_FLOAT, 2, dims, v,
+				      (size_t)(r * c) * sizeof(float));
+	free(v);
+	assert_non_null(w);
+	return w;
+}
+
+static float elem(const struct tpf_model *m, const char *name, int64_t i, int64_t j)
+{
+	struct tpf_value *v = tpf_graph_find_value(m->graph, name);
+	const struct tpf_tensor *t;
+	float x;
+
+	assert_non_null(v);
+	t = v->init;
+	assert_non_null(t);
+	assert_non_null(t->data);
+	memcpy(&x, (const char *)t->data + (size_t)(i * t->dims[1] + j) * sizeof(float), sizeof(x));
+	return x;
+}
+
+/* x [T, D] -> MatMul(up [D, F]) -> Relu -> MatMul(down [F, D]) -> y: an
+ * MLP, its up projection column-parallel, its down row-parallel. */
+static struct tpf_model *mlp(void)
+{
+	struct tpf_model *m = new_model(17);
+	struct tpf_graph *g = m->graph;
+	const char *dims[2] = {"2", "4"};
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, dims);
+	struct tpf_value *up = weight(g, "up.weight", D, F), *down = weight(g, "down.weight", F, D);
+	struct tpf_node *a = add_node(g, "", "MatMul", "up", 2, IN(x, up), 1);
+	struct tpf_node *r = add_node(g, "", "Relu", "act", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *b = add_node(g, "", "MatMul", "down", 2, IN(r->outputs[0], down), 1);
+
+	assert_int_equal(tpf_value_rename(b->outputs[0], "y"), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
+	return m;
+}
+
+static char *explain_text(struct tpf_model *m, int world, int vocab, enum tpf_status *st,
+			  struct tpf_shard **out, struct tpf_diag *d)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	struct tpf_shard_options o = {.world_size = world, .vocab_parallel_embedding = vocab,
+				      .explain = f};
+
+	assert_non_null(f);
+	*st = tpf_shard_create(m, &o, out, d);
+	fclose(f);
+	return buf;
+}
+
+static void test_mlp_column_row(void **state)
+{
+	struct tpf_model *m = mlp();
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	struct tpf_shard_stats st;
+	enum tpf_status s;
+	char *ex = explain_text(m, 2, 0, &s, &sh, d);
+
+	(void)state;
+	if (s)
+		dump_diag(d);
+	assert_int_equal(s, TPF_OK);
+	assert_non_null(strstr(ex, "MatMul 'up' (weight 'up.weight' [4,8]): column-parallel"));
+	assert_non_null(strstr(ex, "MatMul 'down' (weight 'down.weight' [8,4]): row-parallel"));
+	tpf_shard_get_stats(sh, &st);
+	assert_int_equal(st.column, 1);
+	assert_int_equal(st.row, 1);
+	assert_int_equal(st.allreduce, 1);
+	assert_int_equal(st.allgather, 0);
+	assert_int_equal(st.weights_split, 2);
+	assert_int_equal(count_op(m->graph, TPF_OP_MS_ALLREDUCE), 1);
+	/* the AllReduce gives the graph output, which keeps its name */
+	assert_int_equal(m->graph->outputs[0]->producer->op, TPF_OP_MS_ALLREDUCE);
+	assert_string_equal(m->graph->outputs[0]->name, "y");
+	expect_type(tpf_graph_find_value(m->graph, "up.weight"), "f32[4,4]");
+	expect_type(tpf_graph_find_value(m->graph, "down.weight"), "f32[4,4]");
+	verify_ok(m);
+	/* each rank's slices: columns of up, rows of down */
+	for (int r = 0; r < 2; r++) {
+		assert_int_equal(tpf_shard_rank(sh, r, d), TPF_OK);
+		assert_true(elem(m, "up.weight", 1, 0) == (float)(100 + 4 * r));
+		assert_true(elem(m, "up.weight", 3, 3) == (float)(300 + 4 * r + 3));
+		assert_true(elem(m, "down.weight", 0, 2) == (float)(100 * 4 * r + 2));
+		assert_true(elem(m, "down.weight", 3, 1) == (float)(100 * (4 * r + 3) + 1));
+		assert_string_equal(tpf_model_metadata(m, "tp_rank"), r ? "1" : "0");
+		assert_string_equal(tpf_model_metadata(m, "tp_world_size"), "2");
+	}
+	assert_int_equal(tpf_shard_rank(sh, 2, d), TPF_ERR_INVALID);
+	free(ex);
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* Attention-like: q = x Wq [T, 8] -> Reshape [T, 2 heads, 4] -> Softmax
+ * over the head dim -> Reshape [T, 8] -> Wo.  The literal head count 2
+ * becomes 1 on each rank, the merged size 8 becomes 4. */
+static void test_head_counts_rewritten(void **state)
+{
+	struct tpf_model *m = new_model(17);
+	struct tpf_graph *g = m->graph;
+	const char *dims[2] = {"2", "4"};
+	int64_t heads[3] = {T, 2, 4}, merged[2] = {T, 8};
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, dims);
+	struct tpf_value *wq = weight(g, "q.weight", D, F), *wo = weight(g, "o.weight", F, D);
+	struct tpf_value *sh1 = add_ints(g, "heads_shape", 3, heads);
+	struct tpf_value *sh2 = add_ints(g, "merged_shape", 2, merged);
+	struct tpf_node *q = add_node(g, "", "MatMul", "q", 2, IN(x, wq), 1);
+	struct tpf_node *r1 = add_node(g, "", "Reshape", "split_heads", 2, IN(q->outputs[0], sh1), 1);
+	struct tpf_node *sm = add_node(g, "", "Softmax", "softmax", 1, IN(r1->outputs[0]), 1);
+	struct tpf_node *r2 = add_node(g, "", "Reshape", "merge_heads", 2, IN(sm->outputs[0], sh2), 1);
+	struct tpf_node *o = add_node(g, "", "MatMul", "o", 2, IN(r2->outputs[0], wo), 1);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	enum tpf_status s;
+	size_t k;
+	int64_t v[3];
+
+	(void)state;
+	assert_int_equal(tpf_node_set_attr_int(sm->outputs[0]->producer, "axis", -1), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, o->outputs[0]), TPF_OK);
+	s = tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d);
+	if (s)
+		dump_diag(d);
+	assert_int_equal(s, TPF_OK);
+	assert_int_equal(tpf_pattern_const_ints(r1->inputs[1], v, 3, &k), 0);
+	assert_int_equal(k, 3);
+	assert_true(v[0] == T && v[1] == 1 && v[2] == 4);
+	assert_int_equal(tpf_pattern_const_ints(r2->inputs[1], v, 3, &k), 0);
+	assert_true(k == 2 && v[0] == T && v[1] == 4);
+	expect_type(r1->outputs[0], "f32[2,1,4]");
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
+	verify_ok(m);
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* W = 3 does not divide the MLP's 8: both projections stay replicated
+ * and --explain says why. */
+static void test_not_divisible(void **state)
+{
+	struct tpf_model *m = mlp();
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	struct tpf_shard_stats st;
+	enum tpf_status s;
+	char *ex = explain_text(m, 3, 0, &s, &sh, d);
+
+	(void)state;
+	assert_int_equal(s, TPF_OK);
+	assert_non_null(strstr(ex, "MatMul 'up' (weight 'up.weight' [4,8]): replicated: its output dim 8 is "
+				   "not divisible by 3"));
+	tpf_shard_get_stats(sh, &st);
+	assert_int_equal(st.column, 0);
+	assert_int_equal(st.replicated, 2);
+	assert_int_equal(count_op(m->graph, TPF_OP_MS_ALLREDUCE), 0);
+	assert_true(diag_mentions(d, "no weight was split"));
+	free(ex);
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* The split of `up` would meet an op tpfuse has no sharding rule for: it
+ * stays replicated, and --explain names the op. */
+static void test_no_rule(void **state)
+{
+	struct tpf_model *m = new_model(17);
+	struct tpf_graph *g = m->graph;
+	const char *dims[2] = {"2", "4"};
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, dims);
+	struct tpf_value *up = weight(g, "up.weight", D, F), *down = weight(g, "down.weight", F, D);
+	struct tpf_node *a = add_node(g, "", "MatMul", "up", 2, IN(x, up), 1);
+	struct tpf_node *c = add_node(g, "custom.domain", "Mystery", "mystery", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *b = add_node(g, "", "MatMul", "down", 2, IN(c->outputs[0], down), 1);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	enum tpf_status s;
+	char *ex;
+
+	(void)state;
+	assert_int_equal(tpf_value_copy_type(c->outputs[0], &a->outputs[0]->type), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
+	ex = explain_text(m, 2, 0, &s, &sh, d);
+	assert_int_equal(s, TPF_OK);
+	assert_non_null(strstr(ex, "MatMul 'up' (weight 'up.weight' [4,8]): replicated: splitting its "
+				   "output meets Mystery 'mystery': Mystery has no sharding rule"));
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
+	free(ex);
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* An LM head: its split reaches only the graph output, so it is gathered
+ * right after the MatMul (axis -1, group_size W). */
+static void test_lm_head_gathered(void **state)
+{
+	struct tpf_model *m = new_model(17);
+	struct tpf_graph *g = m->graph;
+	const char *dims[3] = {"B", "S", "4"};
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, dims);
+	struct tpf_value *w = weight(g, "lm_head.weight", D, F);
+	struct tpf_node *a = add_node(g, "", "MatMul", "lm_head", 2, IN(x, w), 1);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	struct tpf_node *ag;
+	enum tpf_status s;
+	char *ex;
+
+	(void)state;
+	assert_int_equal(tpf_value_rename(a->outputs[0], "logits"), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, a->outputs[0]), TPF_OK);
+	ex = explain_text(m, 4, 0, &s, &sh, d);
+	assert_int_equal(s, TPF_OK);
+	assert_non_null(strstr(ex, "column-parallel + AllGather"));
+	ag = find_op(g, TPF_OP_MS_ALLGATHER);
+	assert_non_null(ag);
+	assert_int_equal(tpf_node_attr_int(ag, "axis", 0), -1);
+	assert_int_equal(tpf_node_attr_int(ag, "group_size", 0), 4);
+	assert_string_equal(g->outputs[0]->name, "logits");
+	assert_ptr_equal(g->outputs[0]->producer, ag);
+	expect_type(a->outputs[0], "f32[B,S,2]");
+	expect_type(g->outputs[0], "f32[B,S,8]");
+	free(ex);
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* Embedding split over the vocabulary: each rank looks up its rows of the
+ * table (ids shifted, out-of-range ids masked to 0) and the partial
+ * lookups are summed by an AllReduce. */
+static void test_vocab_parallel(void **state)
+{
+	struct tpf_model *m = new_model(17);
+	struct tpf_graph *g = m->graph;
+	const char *dims[2] = {"B", "S"};
+	struct tpf_value *ids = add_input(g, "ids", TPF_DTYPE_INT64, 2, dims);
+	struct tpf_value *e = weight(g, "embed.weight", F, D);
+	struct tpf_node *n = add_node(g, "", "Gather", "embed", 2, IN(e, ids), 1);
+	struct tpf_node *r = add_node(g, "", "Relu", "act", 1, IN(n->outputs[0]), 1);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	enum tpf_status s;
+	char *ex;
+
+	(void)state;
+	assert_int_equal(tpf_graph_add_output(g, r->outputs[0]), TPF_OK);
+	ex = explain_text(m, 2, 1, &s, &sh, d);
+	if (s)
+		dump_diag(d);
+	assert_int_equal(s, TPF_OK);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
+	assert_int_equal(count_op(g, TPF_OP_WHERE), 1);
+	expect_type(tpf_graph_find_value(g, "embed.weight"), "f32[4,4]");
+	assert_int_equal(tpf_shard_rank(sh, 1, d), TPF_OK);
+	assert_true(elem(m, "embed.weight", 0, 1) == 401.0f);
+	verify_ok(m);
+	free(ex);
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* The collectives of a world-size-1 export are identities: they go, and
+ * the split puts its own back. */
+static void test_world1_collectives(void **state)
+{
+	struct tpf_model *m = mlp();
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *y = g->outputs[0];
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "old_allreduce", 1, IN(y), 1);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	struct tpf_shard_stats st;
+	enum tpf_status s;
+
+	(void)state;
+	assert_int_equal(tpf_graph_set_output(g, 0, ar->outputs[0]), TPF_OK);
+	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "1"), TPF_OK);
+	s = tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d);
+	assert_int_equal(s, TPF_OK);
+	tpf_shard_get_stats(sh, &st);
+	assert_int_equal(st.collectives_dropped, 1);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
+	assert_null(find_node(g, "old_allreduce"));
+	tpf_shard_free(sh);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* A model that is already tensor-parallel is refused, naming the node. */
+static void test_already_parallel(void **state)
+{
+	struct tpf_model *m = mlp();
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "rank_allreduce", 1,
+				       IN(g->outputs[0]), 1);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_shard *sh = NULL;
+	const char *want[] = {"node 'rank_allreduce'", "already tensor-parallel", NULL};
+
+	(void)state;
+	assert_int_equal(tpf_graph_set_output(g, 0, ar->outputs[0]), TPF_OK);
+	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "2"), TPF_OK);
+	assert_int_equal(tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d),
+			 TPF_ERR_UNSUPPORTED);
+	assert_null(sh);
+	expect_mentions(d, want);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
+/* Every allocation of the sharder may fail: an error status, never a
+ * crash, nothing left that cannot be freed. */
+static void test_alloc_failures(void **state)
+{
+	(void)state;
+	for (uint64_t n = 1; n < 200000; n++) {
+		struct tpf_model *m = mlp();
+		struct tpf_diag *d = tpf_diag_create();
+		struct tpf_shard *sh = NULL;
+		enum tpf_status s;
+		uint64_t made;
+		size_t dropped = d->dropped;
+
+		tpf_alloc_fail_after(n);
+		s = tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d);
+		if (!s)
+			s = tpf_shard_rank(sh, 1, d);
+		made = tpf_alloc_count();
+		tpf_alloc_fail_after(0);
+		tpf_shard_free(sh);
+		tpf_model_free(m);
+		if (made < n) {
+			assert_int_equal(s, TPF_OK);
+			tpf_diag_free(d);
+			return;
+		}
+		if (s == TPF_OK && d->dropped == dropped)
+			fail_msg("allocation %llu failed and tpf_shard reported success",
+				 (unsigned long long)n);
+		tpf_diag_free(d);
+	}
+	fail_msg("tpf_shard made more than 200000 allocations");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_mlp_column_row),
+		cmocka_unit_test(test_head_counts_rewritten),
+		cmocka_unit_test(test_not_divisible),
+		cmocka_unit_test(test_no_rule),
+		cmocka_unit_test(test_lm_head_gathered),
+		cmocka_unit_test(test_vocab_parallel),
+		cmocka_unit_test(test_world1_collectives),
+		cmocka_unit_test(test_already_parallel),
+		cmocka_unit_test(test_alloc_failures),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
