@@ -1475,7 +1475,8 @@ static void rule_gather(struct nctx *c)
 static void rule_embedding(struct nctx *c)
 {
 	c->want[0] = mk_s(0, 0);
-	c->out[0] = c->raw[0] = SH_P_;
+	c->raw[0] = SH_P_;
+	c->out[0] = SH_R_; /* reduced right after the masked lookup, as Megatron does */
 }
 
 static int is_embedding(const struct nctx *c)

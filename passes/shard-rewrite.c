@@ -570,9 +570,10 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 }
 
 /* R -> S(axis, sections) of a computed value: a Slice per section. */
-static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct sh to)
+static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct sh to,
+				     const struct tpf_value *like)
 {
-	const struct sh_fact *f = sh_full(w->s, v);
+	const struct sh_fact *f = sh_full(w->s, like);
 	struct sh_sections one;
 	const struct sh_sections *sec;
 	struct tpf_value *parts[SH_MAX_SECT];
@@ -606,7 +607,7 @@ static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct s
 			struct sh_sections s1 = {.n = 1, .size = {sec->size[j]}};
 			(void)s1;
 			struct sh x = {SH_S, (int8_t)to.axis, 0};
-			set_local_type(w, parts[j], v, x);
+			set_local_type(w, parts[j], like, x);
 			if (sec->n > 1 && parts[j]->type.kind == TPF_TYPE_TENSOR &&
 			    parts[j]->type.shape.rank > to.axis)
 				parts[j]->type.shape.dims[to.axis] = (struct tpf_dim){part, NULL, NULL};
@@ -623,7 +624,7 @@ static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct s
 			w->st = TPF_ERR_NOMEM;
 			return NULL;
 		}
-		set_local_type(w, cat->outputs[0], v, to);
+		set_local_type(w, cat->outputs[0], like, to);
 		return cat->outputs[0];
 	}
 }
@@ -674,7 +675,7 @@ static struct tpf_value *convert(struct rw *w, struct tpf_value *v, struct sh fr
 				return wv;
 			}
 		}
-		c = local_slice(w, src, to);
+		c = local_slice(w, src, to, v);
 		if (c)
 			cache_put(w, v, to, c);
 		return c;
@@ -933,6 +934,8 @@ static void apply_edits(struct rw *w)
 	tpf_free(gr);
 }
 
+static void redirect(struct rw *w, struct tpf_value *u, struct tpf_value *c);
+
 /* ------------------------------------------------------------------ vocab-parallel embedding */
 
 static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *table_local)
@@ -1004,9 +1007,10 @@ static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *ta
 		if (!(k = insert(w, after, "", "Mul", node_name(w, n->name, "vocab_masked"), in, 2, 1)))
 			return;
 	}
-	/* users of the lookup read the masked one */
+	/* users of the lookup read the masked one, summed over the ranks */
 	{
 		struct tpf_value *masked = k->outputs[0];
+		struct tpf_node *mul = k;
 		const char *name = g->name;
 		for (size_t u = g->n_uses; u-- > 0;) {
 			struct tpf_use us = g->uses[u];
@@ -1025,6 +1029,16 @@ static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *ta
 		(void)name;
 		if (g->type.kind == TPF_TYPE_TENSOR && tpf_value_copy_type(masked, &g->type))
 			w->st = TPF_ERR_NOMEM;
+		{
+			struct tpf_node *ar = insert(w, mul->next, TPF_MS_DOMAIN, "AllReduce",
+						     node_name(w, n->name, "AllReduce"), &masked, 1, 1);
+			if (!ar)
+				return;
+			w->rd->allreduce++;
+			if (g->type.kind == TPF_TYPE_TENSOR && tpf_value_copy_type(ar->outputs[0], &g->type))
+				w->st = TPF_ERR_NOMEM;
+			redirect(w, masked, ar->outputs[0]);
+		}
 	}
 }
 
@@ -1180,7 +1194,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		if (!v)
 			continue;
 		if (c->to.kind == SH_S && c->from.kind == SH_R && sh_is(c->node, "Gather") &&
-		    c->index == 0 && p->sh[c->node->outputs[0]->id].kind == SH_P) {
+		    c->index == 0 && w.raw[c->node->outputs[0]->id].kind == SH_P) {
 			nv = convert(&w, v, c->from, c->to);
 			if (nv)
 				embed_rewrite(&w, c->node, nv);
@@ -1198,6 +1212,8 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		struct tpf_value *u, *nv;
 		if (c->kind != CONV_OUTPUT)
 			continue;
+		if (sh_is(c->node, "Gather") && c->from.kind == SH_P)
+			continue; /* a vocab-parallel lookup, reduced by embed_rewrite */
 		u = c->node->outputs[c->index];
 		if (!u)
 			continue;
