@@ -602,6 +602,22 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 		make_call(s, k, &call, d);
 		return st->kernel->run(&call);
 	}
+	default:
+		break;
+	}
+	if (c->world == 1 && s->dev->kind != TPF_BACKEND_CPU) {
+		/* one rank on a device: every collective is a copy, made on the
+		 * device by the backend's copy kernel (the one-rank communicator
+		 * copies host memory) */
+		const struct tpf_kernel *cp = tpf_kernel_find(s->dev->kind, TPF_OP_IDENTITY, TPF_PHASE_MAIN, in[0].dtype);
+		struct tpf_kernel_call call = {.node = st->node, .opset = p->opset, .in = in, .n_in = 1, .out = out,
+					       .n_out = 1, .stream = s->dev->stream, .rank = 0, .world = 1, .diag = d};
+		if (!cp)
+			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "%s: no %s copy kernel for a one-rank collective",
+					     tpf_node_describe(st->node, who, sizeof(who)), tpf_backend_name(s->dev->kind));
+		return cp->run(&call);
+	}
+	switch (st->kind) {
 	case RT_STEP_ALLREDUCE:
 		rc = c->ops->allreduce_sum(c, in[0].data, out[0].data, (size_t)in[0].numel, in[0].dtype,
 					   s->dev->stream, d);
