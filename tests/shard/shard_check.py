@@ -57,6 +57,7 @@ MPI_ENV = {
 	"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 	"OMPI_MCA_rmaps_base_oversubscribe": "1",
 	"OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+	"NCCL_NVLS_ENABLE": "0",  # NVLink multicast stays off (shared GPUs)
 }
 
 
