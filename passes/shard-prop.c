@@ -834,8 +834,12 @@ static int reshape_axis(struct shard *s, const int64_t *din, int rin, struct sh 
 		}
 		pre *= dout[i];
 	}
-	if (b < 0 || (dout[b] / Ob) % s->W)
+	if (b < 0)
 		return -1;
+	if ((dout[b] / Ob) % s->W) {
+		*oouter = dout[b] / Ob; /* for the message: the size that does not divide */
+		return -2;
+	}
 	for (int i = b + 1; i < rout; i++)
 		inner_out *= dout[i];
 	if ((dout[b] / Ob) * inner_out != SP)
@@ -887,6 +891,11 @@ static void rule_reshape(struct nctx *c)
 	if (c->in[0].kind == SH_S) {
 		b = reshape_axis(c->s, fx->dims, fx->rank, c->in[0], fo->dims, fo->rank, &osect,
 				 &oouter);
+		if (b == -2) {
+			whyf(c, "the split axis becomes a dim of %" PRId64 " (heads?), not divisible by %d",
+			     oouter, c->s->W);
+			return all_whole(c);
+		}
 		if (b < 0) {
 			whyf(c, "the split axis %d does not survive the reshape", c->in[0].axis);
 			return all_whole(c);
