@@ -512,8 +512,10 @@ static void elementwise(void)
 		struct tpf_ktensor g2[3] = {R(dt, 2, 8, 64), R(dt, 2, 8, 64), R(dt, 2, 8, 64)};
 		CHECK("SigmoidGateAdd gate [8,64] (fused kernel)", gate, g2, 1, 2);
 		free_tensors(g2, 3);
-		struct tpf_ktensor g3[3] = {R(dt, 2, 8, 6), R(dt, 1, 6), R(dt, 2, 8, 6)};
-		CHECK("SigmoidGateAdd gate [6] (broadcast kernel)", gate, g3, 1, 2);
+		/* the record requires the gate to have final's rank and leading dims
+		 * (a rank-1 [H] gate is refused); H = 6 takes the unvectorized kernel */
+		struct tpf_ktensor g3[3] = {R(dt, 2, 8, 6), R(dt, 2, 8, 1), R(dt, 2, 8, 6)};
+		CHECK("SigmoidGateAdd gate [8,1], H 6 (scalar kernel)", gate, g3, 1, 2);
 		free_tensors(g3, 3);
 	}
 	/* integers and bools */
@@ -767,15 +769,24 @@ static void norms(void)
 		struct tpf_ktensor l1[3] = {R(dt, 2, 6, 96), R(dt, 1, 96), R(dt, 1, 96)};
 		CHECK("LayerNormalization + mean, inv_std", ln, l1, 3, 2);
 		free_tensors(l1, 3);
+		/* ai.tpfuse.RMSNorm is (X, gamma) -> Y (ir/ops/tpfuse.c); the residual
+		 * form of the same kernel body is AllReduceRMSNorm's post-reduce phase */
 		for (int v = 0; v < 2; v++) {
-			struct tpf_node *tn = node("ai.tpfuse", "RMSNorm", 3, 2);
+			struct tpf_node *tn = node("ai.tpfuse", "RMSNorm", 2, 1);
 			tpf_node_set_attr_float(tn, "epsilon", 1e-6f);
 			tpf_node_set_attr_float(tn, "weight_offset", 1.0f);
 			int64_t h = v ? 72 : 256;
-			struct tpf_ktensor t1[3] = {R(dt, 2, 4, h), R(dt, 1, h), R(dt, 2, 4, h)};
-			CHECK(v ? "ai.tpfuse.RMSNorm residual, (1+gamma), generic" : "ai.tpfuse.RMSNorm residual, (1+gamma), fused",
-			      tn, t1, 2, 2);
-			free_tensors(t1, 3);
+			struct tpf_ktensor t1[2] = {R(dt, 2, 4, h), R(dt, 1, h)};
+			CHECK(v ? "ai.tpfuse.RMSNorm (1+gamma), generic" : "ai.tpfuse.RMSNorm (1+gamma), fused", tn, t1, 1, 2);
+			free_tensors(t1, 2);
+			struct tpf_node *rn = node("ai.tpfuse", "AllReduceRMSNorm", 3, 2);
+			tpf_node_set_attr_float(rn, "epsilon", 1e-6f);
+			tpf_node_set_attr_float(rn, "weight_offset", 1.0f);
+			struct tpf_ktensor t2[3] = {R(dt, 2, 4, h), R(dt, 1, h), R(dt, 2, 4, h)};
+			check(v ? "AllReduceRMSNorm post-reduce residual, (1+gamma), generic"
+				: "AllReduceRMSNorm post-reduce residual, (1+gamma), fused",
+			      rn, TPF_PHASE_POST_REDUCE, t2, 3, (struct tpf_ktensor[]){t2[0], t2[0]}, 2, 2);
+			free_tensors(t2, 3);
 		}
 		struct tpf_node *ar = node("ai.tpfuse", "AllReduceRMSNorm", 3, 2);
 		struct tpf_ktensor r1[3] = {R(dt, 2, 3, 128), R(dt, 1, 128), R(dt, 2, 3, 128)};
@@ -1149,7 +1160,8 @@ static void quant(void)
 {
 	for (int d = 0; d < NFL; d++) {
 		enum tpf_dtype dt = FL[d];
-		struct tpf_node *q = node("", "QuantizeLinear", 2, 1);
+		/* three operands: the zero point's dtype gives the output's */
+		struct tpf_node *q = node("", "QuantizeLinear", 3, 1);
 		struct tpf_ktensor qz8 = T(TPF_DTYPE_FLOAT8E4M3FN, 0);
 		struct tpf_ktensor a[3] = {R(dt, 2, 8, 64), scalar_f(dt, 0.01), qz8};
 		CHECK("QuantizeLinear per tensor -> fp8 e4m3 (saturating)", q, a, 1, 1);
