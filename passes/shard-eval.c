@@ -59,6 +59,13 @@ static int is_int_dtype(enum tpf_dtype t)
 
 static const struct sh_fact unknown_fact = {.rank = -1, .nvals = -1};
 
+/* memcpy of r dims that tolerates r <= 0 with a NULL source */
+static void copy_dims(int64_t *dst, const int64_t *src, int r)
+{
+	if (r > 0 && src)
+		memcpy(dst, src, (size_t)r * sizeof(int64_t));
+}
+
 const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_value *v)
 {
 	if (!v || v->graph != e->g || v->id >= e->n)
@@ -630,7 +637,7 @@ static int seed_value(struct sh_eval *e, struct tpf_value *v)
 	r = declared_dims(e, v, dims, 1);
 	if (r < 0 && v->init) {
 		r = v->init->rank;
-		memcpy(dims, v->init->dims, (size_t)(r > 0 ? r : 0) * sizeof(int64_t));
+		copy_dims(dims, v->init->dims, r);
 	}
 	return set_fact(e, &e->f[v->id], value_dtype(v), r, dims, -1, NULL);
 }
@@ -677,7 +684,7 @@ static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fa
 	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
 		return -1;
 	if (j == 0 && in_list(unary_names, op) && in[0] && in[0]->rank >= 0 && n->n_inputs >= 1) {
-		memcpy(dims, in[0]->dims, (size_t)in[0]->rank * 8);
+		copy_dims(dims, in[0]->dims, in[0]->rank);
 		return in[0]->rank;
 	}
 	if (j == 0 && in_list(broadcast_names, op)) {
@@ -735,7 +742,7 @@ static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fa
 	}
 	if (j == 0 && (!strcmp(op, "ScatterND") || !strcmp(op, "ScatterElements")) && in[0] &&
 	    in[0]->rank >= 0) {
-		memcpy(dims, in[0]->dims, (size_t)in[0]->rank * 8);
+		copy_dims(dims, in[0]->dims, in[0]->rank);
 		return in[0]->rank;
 	}
 	return -1;
@@ -814,7 +821,7 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 		dr = declared_dims(e, v, decl, 0);
 		if (r < 0 && dr >= 0) {
 			r = dr;
-			memcpy(dims, decl, (size_t)r * 8);
+			copy_dims(dims, decl, r);
 		} else if (r >= 0 && dr == r) {
 			for (int k = 0; k < r; k++)
 				if (dims[k] < 0)
@@ -825,7 +832,7 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 			const struct tpf_tensor *ct = tpf_value_constant(v);
 			if (ct) {
 				r = ct->rank;
-				memcpy(dims, ct->dims, (size_t)(r > 0 ? r : 0) * 8);
+				copy_dims(dims, ct->dims, r);
 				dt = ct->dtype;
 				nv = tensor_ints(ct, vals);
 			}

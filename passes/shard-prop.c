@@ -241,7 +241,8 @@ static int local_dims(const struct sh_prop *p, const struct tpf_value *v, int64_
 
 	if (f->rank < 0)
 		return -1;
-	memcpy(dims, f->dims, (size_t)f->rank * sizeof(int64_t));
+	if (f->rank > 0)
+		memcpy(dims, f->dims, (size_t)f->rank * sizeof(int64_t));
 	if (x.kind == SH_S && x.axis < f->rank && dims[x.axis] > 0)
 		dims[x.axis] /= p->s->W;
 	return f->rank;
@@ -1976,7 +1977,7 @@ static int scratch_fit(struct scratch *sc, size_t ni, size_t no)
 	tpf_free(sc->buf);
 	tpf_free(sc->ok);
 	sc->buf = tpf_calloc(need, sizeof(*sc->buf));
-	sc->ok = tpf_calloc(ni + 1, 1);
+	sc->ok = tpf_calloc(need, 1); /* >= ni + 1 for every node that fits `need` */
 	sc->cap = sc->buf && sc->ok ? need : 0;
 	return sc->cap ? 0 : -1;
 }

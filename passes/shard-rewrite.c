@@ -249,7 +249,8 @@ static void set_local_type(struct rw *w, struct tpf_value *dst, const struct tpf
 		r = t.shape.rank;
 		if (r > TPF_MAX_RANK)
 			return;
-		memcpy(dims, t.shape.dims, (size_t)r * sizeof(*dims));
+		if (r > 0)
+			memcpy(dims, t.shape.dims, (size_t)r * sizeof(*dims));
 	} else {
 		f = sh_full(w->s, src);
 		memset(&t, 0, sizeof(t));
