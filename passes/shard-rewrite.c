@@ -239,7 +239,7 @@ static void set_local_type(struct rw *w, struct tpf_value *dst, const struct tpf
 {
 	const struct sh_fact *f;
 	struct tpf_type t;
-	struct tpf_dim dims[TPF_MAX_RANK];
+	struct tpf_dim dims[TPF_MAX_RANK] = {{0}};
 	int r;
 
 	if (!dst)
