@@ -66,6 +66,49 @@ static enum tpf_status emit_norm(struct tpf_rewriter *rw, struct tpf_match *m, s
 
 /* ------------------------------------------------- RMSNormalization (opset 23) */
 
+/* The canonical norm's gamma must broadcast into x's normalized dims
+ * (x.shape[axis:]); a gamma that widens the output (x [8,8,1] with gamma [8])
+ * is left to the original op, which states its own result. */
+static const char *check_gamma_covers(struct tpf_match *m, size_t gamma_index)
+{
+	const struct tpf_node *r = m->root;
+	const struct tpf_value *x = r->inputs[0];
+	const struct tpf_value *g = r->n_inputs > gamma_index ? r->inputs[gamma_index] : NULL;
+	if (!x || !g)
+		return "the input or gamma is missing";
+	int xr = tpf_pattern_rank(x), gr = tpf_pattern_rank(g);
+	if (xr < 0 || gr < 0)
+		return NULL; /* unknown ranks: the op's own rule decides at run time */
+	int64_t axis = tpf_node_attr_int(r, "axis", -1);
+	if (axis < 0)
+		axis += xr;
+	if (axis < 0 || axis >= xr)
+		return tpf_match_reason(m, "axis %lld is outside the input's rank %d",
+					(long long)tpf_node_attr_int(r, "axis", -1), xr);
+	int nr = xr - (int)axis;
+	if (gr > nr)
+		return tpf_match_reason(m, "gamma '%s' has rank %d, more than the %d normalized dims",
+					g->name, gr, nr);
+	for (int i = 0; i < gr; i++) {
+		const struct tpf_dim *gd = &g->type.shape.dims[gr - 1 - i];
+		const struct tpf_dim *xd = &x->type.shape.dims[xr - 1 - i];
+		if (gd->param || xd->param || gd->value < 0 || xd->value < 0)
+			continue;
+		if (gd->value != 1 && gd->value != xd->value)
+			return tpf_match_reason(m, "gamma '%s' dim %d is %lld, which does not broadcast "
+						   "to the input's %lld",
+						g->name, gr - 1 - i, (long long)gd->value,
+						(long long)xd->value);
+	}
+	return NULL;
+}
+
+static const char *check_rms_normalization(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	return check_gamma_covers(m, 1);
+}
+
 static enum tpf_status rewrite_rms_normalization(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_node *r = m->root;
@@ -77,6 +120,7 @@ static enum tpf_status rewrite_rms_normalization(struct tpf_rewriter *rw, struct
 static const struct tpf_pattern pat_rms_normalization = {
 	.name = "rms-normalization",
 	.root = TPF_PAT_OP(RMS_NORMALIZATION, "norm", 0, NULL, TPF_PAT_ANY("x"), TPF_PAT_ANY("gamma")),
+	.check = check_rms_normalization,
 	.rewrite = rewrite_rms_normalization,
 };
 
@@ -87,7 +131,7 @@ static const char *check_simplified(const struct tpf_pattern_context *pc, struct
 	(void)pc;
 	if (output_used(m->root, 1))
 		return "the inv_std_var output is used";
-	return NULL;
+	return check_gamma_covers(m, 1);
 }
 
 static const struct tpf_pattern pat_simplified = {
@@ -115,7 +159,7 @@ static const char *check_skip(const struct tpf_pattern_context *pc, struct tpf_m
 		return "the mean or inv_std_var output is used";
 	if (tpf_pattern_shapes_differ(m->root->inputs[0], m->root->inputs[1]))
 		return "input and skip shapes differ (broadcast skip)";
-	return NULL;
+	return check_gamma_covers(m, 2);
 }
 
 static enum tpf_status rewrite_skip(struct tpf_rewriter *rw, struct tpf_match *m)
