@@ -59,7 +59,7 @@
 #define MAX_STRINGS ((size_t)1 << 20)
 #define MAX_LABEL UINT32_MAX
 /* marks a value whose name is only its label; cleared at the end */
-#define PLACEHOLDER_MARK 0x50484c44u
+#define LABEL_ONLY_MARK 0x50484c44u
 
 /* ------------------------------------------------------------------ labels */
 
@@ -1384,7 +1384,7 @@ static int free_name(struct parser *ps, struct tpf_graph *g, const char *name, c
 
 	if (!holder)
 		return 0;
-	if (holder->mark != PLACEHOLDER_MARK)
+	if (holder->mark != LABEL_ONLY_MARK)
 		return FAIL(ps, at, "two values are named \"%s\"", name);
 	const char *fresh = tpf_graph_unique_name(g, holder->name);
 	if (!fresh || tpf_value_rename(holder, fresh))
@@ -1567,7 +1567,7 @@ static int parse_output(struct parser *ps, struct scope *sc)
 		struct tpf_value *root = v;
 		for (int hops = 0; root->kind == TPF_VALUE_OUTER && root->outer && hops <= MAX_DEPTH; hops++)
 			root = root->outer;
-		if (root->mark != PLACEHOLDER_MARK)
+		if (root->mark != LABEL_ONLY_MARK)
 			return FAIL(ps, name_at, "the output is named \"%s\", but its value is \"%s\"", name,
 				    v->name);
 		if (rename_value(ps, root, name, name_at))
@@ -1947,7 +1947,7 @@ static int parse_node(struct parser *ps, struct scope *sc)
 		if (n_types)
 			v->type = types[k++];
 		if (i != named)
-			v->mark = PLACEHOLDER_MARK;
+			v->mark = LABEL_ONLY_MARK;
 		if (define_label(ps, sc, &outs[i], v))
 			goto out;
 	}
