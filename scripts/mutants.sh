@@ -42,9 +42,9 @@ mutant verifier-mixed-dtypes ir/verify.c \
 	"the verifier accepts inputs of different dtypes where an op needs one dtype"
 
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
-	's|^\(\t*\)if (t_x != t_g)$|\1if (t_x != t_g \&\& 0)|' \
+	's|^\(\t*\)if (t_y != t_s \&\& t_y != t_g)$|\1if (t_y != t_s \&\& t_y != t_g \&\& 0)|' \
 	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \
-	"the AllReduce + RMSNorm fusion matches a norm whose gamma has another dtype than its input (the peers' mixed-dtype miscompile)"
+	"the AllReduce + RMSNorm fusion matches a norm whose output dtype is neither the sum's nor gamma's (the peers' mixed-dtype miscompile)"
 
 mutant kernel-fused-norm-eps kernels/cpu/norm.c \
 	'/^static enum tpf_status tpf_norm_common/,/^}/s|^\(\t*\)if (!gamma_fits(j.gamma, j.cols))$|\1j.eps *= 100;\n&|' \
