@@ -62,6 +62,7 @@ static const char *const default_pipeline[] = {
 	"fuse-allreduce-rmsnorm-quant",
 	"fuse-sharded-rmsnorm",
 	"fuse-sigmoid-gate",
+	"merge-parallel-matmuls",
 	"coalesce-alltoall",
 	"dce",
 	NULL,
