@@ -27,6 +27,7 @@ TPF_PASS(fuse_allreduce_rmsnorm_quant)
 TPF_PASS(fuse_sharded_rmsnorm)
 TPF_PASS(fuse_sigmoid_gate)
 TPF_PASS(merge_parallel_matmuls)
+TPF_PASS(fuse_swiglu)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

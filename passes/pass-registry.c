@@ -63,6 +63,7 @@ static const char *const default_pipeline[] = {
 	"fuse-sharded-rmsnorm",
 	"fuse-sigmoid-gate",
 	"merge-parallel-matmuls",
+	"fuse-swiglu",
 	"coalesce-alltoall",
 	"dce",
 	NULL,

@@ -637,3 +637,184 @@ const struct tpf_op_def tpf_op_def_TPF_UNPACK = {
 	},
 	.shape = unpack_shape,
 };
+
+/* ------------------------------------------------------------------ GatedActivation */
+
+static const char *const gated_activations[] = {"silu", "gelu", "gelu_tanh", NULL};
+
+/* Y = act(gate) * up: two inputs of one shape, or (packed = 1) one input
+ * [..., 2N] whose halves are gate and up, giving [..., N]. */
+static void gated_activation_shape(struct tpf_shape_call *c)
+{
+	const struct tpf_op_type *x = op_in(c, 0);
+	struct tpf_op_type *y = op_out(c, 0);
+	int64_t packed = 0;
+	char a[256];
+
+	op_attr_int(c, "packed", &packed);
+	if (packed != 0 && packed != 1) {
+		op_error(c, "attribute 'packed' = %" PRId64 "; expected 0 or 1", packed);
+		return;
+	}
+	if (packed) {
+		if (c->n_in != 1) {
+			op_error(c, "packed = 1 takes one input [..., 2N]; got %zu inputs", c->n_in);
+			return;
+		}
+		if (x->rank == 0) {
+			op_error(c, "input 0 '%s' is a scalar; packed = 1 splits its last dim",
+				 op_in_name(c, 0));
+			return;
+		}
+		if (x->rank > 0) {
+			const struct tpf_dim *l = &x->dims[x->rank - 1];
+			if (dim_is_static(l) && l->value % 2) {
+				op_error(c, "input 0 '%s' %s: packed = 1 needs an even last dim",
+					 op_in_name(c, 0), op_type_str(x, a, sizeof(a)));
+				return;
+			}
+		}
+		if (!y)
+			return;
+		op_type_shape_of(y, x);
+		if (x->rank > 0) {
+			const struct tpf_dim *l = &x->dims[x->rank - 1];
+			y->dims[x->rank - 1] = dim_is_static(l) ? dim_of(l->value / 2) : dim_unknown();
+		}
+		return;
+	}
+	if (c->n_in != 2) {
+		op_error(c, "packed = 0 takes two inputs (gate, up); got %zu", c->n_in);
+		return;
+	}
+	if (check_same_shape(c, 1, 0, "up"))
+		return;
+	if (y)
+		op_type_shape_of(y, x);
+}
+
+const struct tpf_op_def tpf_op_def_TPF_GATED_ACTIVATION = {
+	.info = {TPF_DOMAIN, "GatedActivation", 1, 2, 1, 1},
+	.since = 1,
+	.traits = TPF_OP_TRAIT_FUSED,
+	.inputs = {{"gate", T}, {"up", T}},
+	.outputs = {{"Y", T}},
+	.types = {[T] = FLOAT_TYPE("T")},
+	.attrs = (const struct op_attr[]){
+		{.name = "activation", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "silu",
+		 .allowed = gated_activations},
+		ATTR_INT("packed", 0),
+		{0},
+	},
+	.shape = gated_activation_shape,
+};
+
+/* ------------------------------------------------------------------ RotaryEmbedding
+ * ONNX RotaryEmbedding (opset 23): X [batch, heads, seq, head] or [batch,
+ * seq, hidden] (num_heads given); cos_cache / sin_cache [max_pos, rot/2]
+ * with position_ids [batch, seq], else [batch, seq, rot/2]. */
+
+static void rotary_embedding_shape(struct tpf_shape_call *c)
+{
+	const struct tpf_op_type *x = op_in(c, 0), *cc = op_in(c, 1), *sc = op_in(c, 2);
+	const struct tpf_op_type *pos = op_in(c, 3);
+	struct tpf_op_type *y = op_out(c, 0);
+	int64_t heads = 0, rot = 0, inter = 0, head = -1;
+	int has_pos = op_in_present(c, 3) && pos->present;
+	char a[256], b[256];
+
+	op_attr_int(c, "num_heads", &heads);
+	op_attr_int(c, "rotary_embedding_dim", &rot);
+	op_attr_int(c, "interleaved", &inter);
+	if (inter != 0 && inter != 1) {
+		op_error(c, "attribute 'interleaved' = %" PRId64 "; expected 0 or 1", inter);
+		return;
+	}
+	if (heads < 0 || rot < 0) {
+		op_error(c, "attributes 'num_heads' = %" PRId64 " and 'rotary_embedding_dim' = %" PRId64
+			 " may not be negative", heads, rot);
+		return;
+	}
+	if (x->rank >= 0 && x->rank != 3 && x->rank != 4) {
+		op_error(c, "input 0 '%s' %s: expected [batch, heads, seq, head] or [batch, seq, hidden]",
+			 op_in_name(c, 0), op_type_str(x, a, sizeof(a)));
+		return;
+	}
+	if (x->rank == 3) {
+		if (heads <= 0) {
+			op_error(c, "input 0 '%s' is 3-D [batch, seq, hidden]; attribute 'num_heads' is "
+				 "required", op_in_name(c, 0));
+			return;
+		}
+		if (dim_is_static(&x->dims[2])) {
+			if (x->dims[2].value % heads) {
+				op_error(c, "hidden size %" PRId64 " of input 0 '%s' does not divide by "
+					 "num_heads %" PRId64, x->dims[2].value, op_in_name(c, 0), heads);
+				return;
+			}
+			head = x->dims[2].value / heads;
+		}
+	} else if (x->rank == 4 && dim_is_static(&x->dims[3])) {
+		head = x->dims[3].value;
+	}
+	if (rot && (rot % 2 || (head >= 0 && rot > head))) {
+		op_error(c, "attribute 'rotary_embedding_dim' = %" PRId64 " must be even and at most "
+			 "the head size %" PRId64, rot, head);
+		return;
+	}
+	if (!rot && head >= 0 && head % 2) {
+		op_error(c, "head size %" PRId64 " is odd; the rotation takes pairs", head);
+		return;
+	}
+	int want_rank = has_pos ? 2 : 3;
+	for (int i = 1; i <= 2; i++) {
+		const struct tpf_op_type *t = i == 1 ? cc : sc;
+		if (t->rank >= 0 && t->rank != want_rank) {
+			op_error(c, "input %d '%s' %s: expected rank %d (%s)", i, op_in_name(c, (size_t)i),
+				 op_type_str(t, a, sizeof(a)), want_rank,
+				 has_pos ? "[max_position, rotary_dim/2] with position_ids"
+					 : "[batch, seq, rotary_dim/2] without position_ids");
+			return;
+		}
+		int64_t half = rot ? rot / 2 : (head >= 0 ? head / 2 : -1);
+		if (t->rank > 0 && half >= 0 && dim_is_static(&t->dims[t->rank - 1]) &&
+		    t->dims[t->rank - 1].value != half) {
+			op_error(c, "input %d '%s' %s: the last dim must be rotary_dim/2 = %" PRId64, i,
+				 op_in_name(c, (size_t)i), op_type_str(t, a, sizeof(a)), half);
+			return;
+		}
+	}
+	if (cc->rank >= 0 && sc->rank >= 0) {
+		int bad = cc->rank != sc->rank;
+		for (int i = 0; !bad && i < cc->rank; i++)
+			bad = op_dims_equal(c, &cc->dims[i], &sc->dims[i]) == TPF_ANSWER_NO;
+		if (bad) {
+			op_error(c, "cos_cache '%s' %s and sin_cache '%s' %s differ", op_in_name(c, 1),
+				 op_type_str(cc, a, sizeof(a)), op_in_name(c, 2), op_type_str(sc, b, sizeof(b)));
+			return;
+		}
+	}
+	if (has_pos && pos->rank >= 0 && pos->rank != 2) {
+		op_error(c, "position_ids '%s' %s: expected [batch, seq]", op_in_name(c, 3),
+			 op_type_str(pos, a, sizeof(a)));
+		return;
+	}
+	if (y)
+		op_type_shape_of(y, x);
+}
+
+const struct tpf_op_def tpf_op_def_ROTARY_EMBEDDING = {
+	.info = {"", "RotaryEmbedding", 3, 4, 1, 1},
+	.since = 23,
+	.inputs = {{"X", T}, {"cos_cache", T}, {"sin_cache", T}, {"position_ids", V, OPND_OPTIONAL}},
+	.outputs = {{"Y", T}},
+	.types = {[T] = {"T", DT(FLOAT) | DT(FLOAT16) | DT(BFLOAT16), "float, float16 or bfloat16"},
+		  [V] = {"M", DT(INT64), "int64"}},
+	.attrs = (const struct op_attr[]){
+		ATTR_INT("interleaved", 0),
+		ATTR_INT("rotary_embedding_dim", 0),
+		ATTR_INT("num_heads", 0),
+		{0},
+	},
+	.shape = rotary_embedding_shape,
+};

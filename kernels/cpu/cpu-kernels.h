@@ -68,5 +68,8 @@ TPF_CPU_KERNEL(tpf_cpu_dequantize_linear);
 TPF_CPU_KERNEL(tpf_cpu_fp4_dynamic_quantize);
 /* attention.c */
 TPF_CPU_KERNEL(tpf_cpu_attention);
+/* fused-decode.c */
+TPF_CPU_KERNEL(tpf_cpu_gated_activation);
+TPF_CPU_KERNEL(tpf_cpu_rotary_embedding);
 
 #endif /* TPF_CPU_KERNELS_H */

@@ -81,6 +81,10 @@ TPF_CUDA_KERNEL(tpf_cu_attention);
  * plan is eager).  Released by tpf_cuda_kernels_release. */
 void tpf_cuda_kernels_release(void);
 
+/* fused-decode.cu */
+TPF_CUDA_KERNEL(tpf_cu_gated_activation);
+TPF_CUDA_KERNEL(tpf_cu_rotary_embedding);
+
 #ifdef __cplusplus
 }
 #endif
