@@ -712,6 +712,15 @@ void tpf_op_type_unknown(struct tpf_op_type *t);
  * TPF_ERR_NOMEM. */
 enum tpf_status tpf_op_infer(struct tpf_shape_call *c);
 
+/* ONNX's index rules, shared by the shape functions, the kernels and the
+ * passes.  Slice of an extent d: the count of data[start:end:step] (step
+ * != 0; negative bounds count from the end, then clamp as the spec says)
+ * and, in *first, the index it starts at. */
+int64_t tpf_slice_span(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first);
+/* Range's element count ceil((limit - start) / delta): 0 for an empty
+ * range, -1 when delta is 0 or the count passes INT64_MAX. */
+int64_t tpf_range_count(int64_t start, int64_t limit, int64_t delta);
+
 /* ------------------------------------------------------------------ dumps */
 
 /* Deterministic text dump: values numbered %0, %1, ... in order of first

@@ -84,47 +84,17 @@ static int tensor_ints(const struct tpf_tensor *t, int64_t *out)
 	esz = tpf_dtype_bits(t->dtype) / 8;
 	if (!esz || (n && (!t->data || t->nbytes < (size_t)n * esz)))
 		return -1;
+	int is_signed = t->dtype == TPF_DTYPE_INT8 || t->dtype == TPF_DTYPE_INT16 ||
+			t->dtype == TPF_DTYPE_INT32 || t->dtype == TPF_DTYPE_INT64;
 	for (int64_t i = 0; i < n; i++) {
+		/* little-endian, as ONNX stores tensors; signed types sign-extend */
 		const unsigned char *p = (const unsigned char *)t->data + i * esz;
-		switch (t->dtype) {
-		case TPF_DTYPE_INT64:
-		case TPF_DTYPE_UINT64: {
-			int64_t x;
-			memcpy(&x, p, 8);
-			out[i] = x;
-			break;
-		}
-		case TPF_DTYPE_INT32: {
-			int32_t x;
-			memcpy(&x, p, 4);
-			out[i] = x;
-			break;
-		}
-		case TPF_DTYPE_UINT32: {
-			uint32_t x;
-			memcpy(&x, p, 4);
-			out[i] = x;
-			break;
-		}
-		case TPF_DTYPE_INT16: {
-			int16_t x;
-			memcpy(&x, p, 2);
-			out[i] = x;
-			break;
-		}
-		case TPF_DTYPE_UINT16: {
-			uint16_t x;
-			memcpy(&x, p, 2);
-			out[i] = x;
-			break;
-		}
-		case TPF_DTYPE_INT8:
-			out[i] = (int8_t)*p;
-			break;
-		default:
-			out[i] = *p;
-			break;
-		}
+		uint64_t x = 0;
+		for (size_t k = 0; k < esz; k++)
+			x |= (uint64_t)p[k] << (8 * k);
+		if (is_signed && esz < 8 && (x >> (8 * esz - 1)) & 1)
+			x |= ~UINT64_C(0) << (8 * esz);
+		out[i] = (int64_t)x;
 	}
 	return (int)n;
 }
@@ -290,21 +260,7 @@ static int slice_params(const struct tpf_node *n, const struct sh_fact *const *i
 void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t *first,
 		    int64_t *count)
 {
-	if (start < 0)
-		start += d;
-	if (end < 0)
-		end += d;
-	if (step > 0) {
-		start = start < 0 ? 0 : start > d ? d : start;
-		end = end < 0 ? 0 : end > d ? d : end;
-		*first = start;
-		*count = end > start ? (end - start + step - 1) / step : 0;
-	} else {
-		start = start < 0 ? -1 : start > d - 1 ? d - 1 : start;
-		end = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
-		*first = start;
-		*count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
-	}
+	*count = tpf_slice_span(d, start, end, step, first);
 }
 
 int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
@@ -322,23 +278,16 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 		return -1;
 	if (!strcmp(op, "Shape")) {
 		const struct sh_fact *x = in[0];
-		int64_t s, e;
+		int64_t s;
 		if (!x || x->rank < 0)
 			return -1;
-		s = attr_i(n, "start", 0);
-		e = attr_i(n, "end", x->rank);
-		if (s < 0)
-			s += x->rank;
-		if (e < 0)
-			e += x->rank;
-		s = s < 0 ? 0 : s > x->rank ? x->rank : s;
-		e = e < 0 ? 0 : e > x->rank ? x->rank : e;
-		if (e - s != on)
+		/* dims [start, end) clamped as a Slice of the rank */
+		if (tpf_slice_span(x->rank, attr_i(n, "start", 0), attr_i(n, "end", x->rank), 1, &s) != on)
 			return -1;
-		for (int64_t i = s; i < e; i++) {
-			if (x->dims[i] < 0)
+		for (int64_t i = 0; i < on; i++) {
+			if (x->dims[s + i] < 0)
 				return -1;
-			vals[i - s] = x->dims[i];
+			vals[i] = x->dims[s + i];
 		}
 		return (int)on;
 	}

@@ -13,64 +13,43 @@
 
 enum { T = 1, T1, B };
 
-#define FLOATS_EXPECTED "a float type (float16, bfloat16, float, double)"
 #define SIGNED_EXPECTED "a float or signed integer type"
-#define NUMERIC_EXPECTED "a numeric type"
 
 /* One input X, one output Y of X's type and shape. */
 #define UNARY_OP(id, op_type, since_opset, dtypes, expected)                                       \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
-		.info = {"", op_type, 1, 1, 1, 1},                                                 \
-		.since = since_opset,                                                              \
-		.traits = TPF_OP_TRAIT_UNARY,                                                      \
-		.inputs = {{"X", T}},                                                              \
-		.outputs = {{"Y", T}},                                                             \
-		.types = {[T] = {"T", dtypes, expected}},                                          \
+		OP_UNARY(op_type, since_opset, "X", "Y", {"T", dtypes, expected}),                 \
 	}
 
-UNARY_OP(ABS, "Abs", 1, DT_NUMERIC, NUMERIC_EXPECTED);
+UNARY_OP(ABS, "Abs", 1, DT_NUMERIC, "a numeric type");
 UNARY_OP(NEG, "Neg", 1, DT_FLOATS | DT_SIGNED_INTS, SIGNED_EXPECTED);
 UNARY_OP(RELU, "Relu", 1, DT_FLOATS | DT_SIGNED_INTS, SIGNED_EXPECTED);
-UNARY_OP(ERF, "Erf", 9, DT_NUMERIC, NUMERIC_EXPECTED);
-UNARY_OP(COS, "Cos", 7, DT_FLOATS, FLOATS_EXPECTED);
-UNARY_OP(SIN, "Sin", 7, DT_FLOATS, FLOATS_EXPECTED);
-UNARY_OP(EXP, "Exp", 1, DT_FLOATS, FLOATS_EXPECTED);
-UNARY_OP(SQRT, "Sqrt", 1, DT_FLOATS, FLOATS_EXPECTED);
-UNARY_OP(TANH, "Tanh", 1, DT_FLOATS, FLOATS_EXPECTED);
-UNARY_OP(SIGMOID, "Sigmoid", 1, DT_FLOATS, FLOATS_EXPECTED);
-UNARY_OP(RECIPROCAL, "Reciprocal", 1, DT_FLOATS, FLOATS_EXPECTED);
+UNARY_OP(ERF, "Erf", 9, DT_NUMERIC, "a numeric type");
+UNARY_OP(COS, "Cos", 7, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+UNARY_OP(SIN, "Sin", 7, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+UNARY_OP(EXP, "Exp", 1, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+UNARY_OP(SQRT, "Sqrt", 1, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+UNARY_OP(TANH, "Tanh", 1, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+UNARY_OP(SIGMOID, "Sigmoid", 1, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
+UNARY_OP(RECIPROCAL, "Reciprocal", 1, DT_FLOATS, "a float type (float16, bfloat16, float, double)");
 
 const struct tpf_op_def tpf_op_def_NOT = {
-	.info = {"", "Not", 1, 1, 1, 1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_UNARY,
-	.inputs = {{"X", B}},
-	.outputs = {{"Y", B}},
-	.types = {[B] = {"T", DT(BOOL), "bool"}},
+	OP_UNARY("Not", 1, "X", "Y", TYPE_BOOL("T")),
 };
 
 /* Shape and values pass through. */
 static void identity_shape(struct tpf_shape_call *c)
 {
-	const struct tpf_op_type *x = op_in(c, 0);
 	struct tpf_op_type *y = op_out(c, 0);
-	int i;
 
 	if (!y)
 		return;
-	op_type_shape_of(y, x);
-	y->n_values = x->n_values;
-	for (i = 0; i < x->n_values; i++)
-		y->values[i] = x->values[i];
+	op_type_shape_of(y, op_in(c, 0));
+	op_type_copy_values(y, op_in(c, 0));
 }
 
 const struct tpf_op_def tpf_op_def_IDENTITY = {
-	.info = {"", "Identity", 1, 1, 1, 1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_UNARY,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = {"V", DT_ALL, "a tensor type"}},
+	OP_UNARY("Identity", 1, "input", "output", TYPE_ANY("V")),
 	.shape = identity_shape,
 };
 
@@ -143,12 +122,7 @@ static void arith_shape(struct tpf_shape_call *c)
 
 #define BINARY_OP(id, op_type)                                                                     \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
-		.info = {"", op_type, 2, 2, 1, 1},                                                 \
-		.since = 1,                                                                        \
-		.traits = TPF_OP_TRAIT_BROADCAST,                                                  \
-		.inputs = {{"A", T}, {"B", T}},                                                    \
-		.outputs = {{"C", T}},                                                             \
-		.types = {[T] = {"T", DT_NUMERIC, NUMERIC_EXPECTED}},                              \
+		OP_BINARY(op_type, 1, TYPE_NUMERIC("T")),                                          \
 		.shape = arith_shape,                                                              \
 	}
 
@@ -163,8 +137,7 @@ const struct tpf_op_def tpf_op_def_POW = {
 	.traits = TPF_OP_TRAIT_BROADCAST,
 	.inputs = {{"X", T}, {"Y", T1}},
 	.outputs = {{"Z", T}},
-	.types = {[T] = {"T", DT_NUMERIC, NUMERIC_EXPECTED},
-		  [T1] = {"T1", DT_NUMERIC, NUMERIC_EXPECTED}},
+	.types = {[T] = TYPE_NUMERIC("T"), [T1] = TYPE_NUMERIC("T1")},
 };
 
 #define VARIADIC_OP(id, op_type)                                                                   \
@@ -174,7 +147,7 @@ const struct tpf_op_def tpf_op_def_POW = {
 		.traits = TPF_OP_TRAIT_BROADCAST,                                                  \
 		.inputs = {{"data_0", T}},                                                         \
 		.outputs = {{"result", T}},                                                        \
-		.types = {[T] = {"T", DT_NUMERIC, NUMERIC_EXPECTED}},                              \
+		.types = {[T] = TYPE_NUMERIC("T")},                                                \
 	}
 
 VARIADIC_OP(MAX, "Max");
@@ -182,17 +155,12 @@ VARIADIC_OP(MIN, "Min");
 
 #define COMPARISON_OP(id, op_type, dtypes, expected)                                               \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
-		.info = {"", op_type, 2, 2, 1, 1},                                                 \
-		.since = 1,                                                                        \
-		.traits = TPF_OP_TRAIT_BROADCAST | TPF_OP_TRAIT_COMPARISON,                        \
-		.inputs = {{"A", T}, {"B", T}},                                                    \
-		.outputs = {{"C", B}},                                                             \
-		.types = {[T] = {"T", dtypes, expected}, [B] = {"T1", DT(BOOL), "bool"}},          \
+		OP_COMPARE(op_type, 1, "T1", {"T", dtypes, expected}),                             \
 	}
 
 COMPARISON_OP(EQUAL, "Equal", DT_NUMERIC | DT(BOOL) | DT(STRING), "a numeric, bool or string type");
-COMPARISON_OP(GREATER, "Greater", DT_NUMERIC, NUMERIC_EXPECTED);
-COMPARISON_OP(LESS, "Less", DT_NUMERIC, NUMERIC_EXPECTED);
+COMPARISON_OP(GREATER, "Greater", DT_NUMERIC, "a numeric type");
+COMPARISON_OP(LESS, "Less", DT_NUMERIC, "a numeric type");
 
 const struct tpf_op_def tpf_op_def_WHERE = {
 	.info = {"", "Where", 3, 3, 1, 1},
@@ -200,7 +168,7 @@ const struct tpf_op_def tpf_op_def_WHERE = {
 	.traits = TPF_OP_TRAIT_BROADCAST,
 	.inputs = {{"condition", B}, {"X", T}, {"Y", T}},
 	.outputs = {{"output", T}},
-	.types = {[T] = {"T", DT_ALL, "a tensor type"}, [B] = {"B", DT(BOOL), "bool"}},
+	.types = {[T] = TYPE_ANY("T"), [B] = TYPE_BOOL("B")},
 };
 
 /* ------------------------------------------------------------------ Cast */
@@ -210,7 +178,6 @@ static void cast_shape(struct tpf_shape_call *c)
 	const struct tpf_op_type *x = op_in(c, 0);
 	struct tpf_op_type *y = op_out(c, 0);
 	int64_t to;
-	int i;
 
 	if (!y)
 		return;
@@ -221,11 +188,8 @@ static void cast_shape(struct tpf_shape_call *c)
 	}
 	/* integer values stay what they are between integer types */
 	if ((y->dtype == TPF_DTYPE_INT64 || y->dtype == TPF_DTYPE_INT32) &&
-	    (x->dtype == TPF_DTYPE_INT64 || x->dtype == TPF_DTYPE_INT32 || !x->dtype)) {
-		y->n_values = x->n_values;
-		for (i = 0; i < x->n_values; i++)
-			y->values[i] = x->values[i];
-	}
+	    (x->dtype == TPF_DTYPE_INT64 || x->dtype == TPF_DTYPE_INT32 || !x->dtype))
+		op_type_copy_values(y, x);
 }
 
 const struct tpf_op_def tpf_op_def_CAST = {
@@ -234,7 +198,7 @@ const struct tpf_op_def tpf_op_def_CAST = {
 	.traits = TPF_OP_TRAIT_UNARY,
 	.inputs = {{"input", T1}},
 	.outputs = {{"output", T}},
-	.types = {[T1] = {"T1", DT_ALL, "a tensor type"}, [T] = {"T2", DT_ALL, "a tensor type"}},
+	.types = {[T1] = TYPE_ANY("T1"), [T] = TYPE_ANY("T2")},
 	.attrs = (const struct op_attr[]){
 		{.name = "to", .kind = TPF_ATTR_INT, .flags = ATTR_REQUIRED | ATTR_DTYPE},
 		{.name = "saturate", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT, .i = 1, .since = 19},

@@ -11,20 +11,16 @@
 
 enum { T = 1, I64, IND, T3 };
 
-#define ANY_TYPE {"T", DT_ALL, "a tensor type"}
-#define INT64_TYPE {"tensor(int64)", DT(INT64), "int64"}
-#define NUMERIC_EXPECTED "a numeric type"
 
 /* ------------------------------------------------------------------ Range */
 
-/* ceil((limit - start) / delta), 0 when negative; -1 on a zero delta or
- * overflow. */
-static int64_t range_count(int64_t s, int64_t l, int64_t d)
+int64_t tpf_range_count(int64_t s, int64_t l, int64_t d)
 {
 	uint64_t span, step, n;
 
 	if (d == 0)
 		return -1;
+	/* in unsigned arithmetic: no overflow for any int64 */
 	if (d > 0) {
 		if (l <= s)
 			return 0;
@@ -60,7 +56,7 @@ static void range_shape(struct tpf_shape_call *c)
 		if (op_static_values(t, &v[k], 1) != 1)
 			return;
 	}
-	n = range_count(v[0], v[1], v[2]);
+	n = tpf_range_count(v[0], v[1], v[2]);
 	if (n < 0) {
 		if (v[2] == 0)
 			op_error(c, "delta is 0");
@@ -141,11 +137,7 @@ static void flatten_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_FLATTEN = {
-	.info = {"", "Flatten", 1, 1, 1, 1},
-	.since = 1,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE},
+	OP_DATA("Flatten", 1, 1, 1, "input", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", 1), {0}},
 	.shape = flatten_shape,
 };
@@ -190,11 +182,7 @@ static void gather_nd_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_GATHER_ND = {
-	.info = {"", "GatherND", 2, 2, 1, 1},
-	.since = 11,
-	.inputs = {{"data", T}, {"indices", I64}},
-	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	OP_WITH_INT64("GatherND", 11, 2, "data", "indices", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("batch_dims", 0), {0}},
 	.shape = gather_nd_shape,
 };
@@ -231,7 +219,7 @@ const struct tpf_op_def tpf_op_def_SCATTER_ND = {
 	.since = 11,
 	.inputs = {{"data", T}, {"indices", I64}, {"updates", T}},
 	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){
 		{.name = "reduction", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "none",
 		 .since = 16, .allowed = scatter_nd_reductions},
@@ -287,9 +275,7 @@ const struct tpf_op_def tpf_op_def_ONE_HOT = {
 	.since = 9,
 	.inputs = {{"indices", T}, {"depth", IND}, {"values", T3}},
 	.outputs = {{"output", T3}},
-	.types = {[T] = {"T1", DT_NUMERIC, NUMERIC_EXPECTED},
-		  [IND] = {"T2", DT_NUMERIC, NUMERIC_EXPECTED},
-		  [T3] = {"T3", DT_ALL, "a tensor type"}},
+	.types = {[T] = TYPE_NUMERIC("T1"), [IND] = TYPE_NUMERIC("T2"), [T3] = TYPE_ANY("T3")},
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", -1), {0}},
 	.shape = one_hot_shape,
 };
@@ -335,11 +321,7 @@ static void tile_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_TILE = {
-	.info = {"", "Tile", 2, 2, 1, 1},
-	.since = 6,
-	.inputs = {{"input", T}, {"repeats", I64}},
-	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	OP_WITH_INT64("Tile", 6, 2, "input", "repeats", "output"),
 	.shape = tile_shape,
 };
 
@@ -369,7 +351,7 @@ const struct tpf_op_def tpf_op_def_TRILU = {
 	.since = 14,
 	.inputs = {{"input", T}, {"k", I64, OPND_OPTIONAL}},
 	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){ATTR_INT("upper", 1), {0}},
 	.shape = trilu_shape,
 };
@@ -397,8 +379,8 @@ const struct tpf_op_def tpf_op_def_CUMSUM = {
 	.since = 11,
 	.inputs = {{"x", T}, {"axis", IND}},
 	.outputs = {{"y", T}},
-	.types = {[T] = {"T", DT_NUMERIC, NUMERIC_EXPECTED},
-		  [IND] = {"T2", DT_INDEX, "int32 or int64"}},
+	.types = {[T] = TYPE_NUMERIC("T"),
+		  [IND] = TYPE_INDEX("T2")},
 	.attrs = (const struct op_attr[]){ATTR_INT("exclusive", 0), ATTR_INT("reverse", 0), {0}},
 	.shape = cumsum_shape,
 };
@@ -428,6 +410,6 @@ const struct tpf_op_def tpf_op_def_SIZE = {
 	.since = 1,
 	.inputs = {{"data", T}},
 	.outputs = {{"size", I64}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.shape = size_shape,
 };

@@ -18,18 +18,6 @@
 
 enum { T = 1, I64, IND, T2 };
 
-#define ANY_TYPE {"T", DT_ALL, "a tensor type"}
-#define INT64_TYPE {"tensor(int64)", DT(INT64), "int64"}
-#define INDEX_TYPE {"Tind", DT_INDEX, "int32 or int64"}
-
-static void copy_values(struct tpf_op_type *y, const struct tpf_op_type *x)
-{
-	int i;
-
-	y->n_values = x->n_values;
-	for (i = 0; i < x->n_values; i++)
-		y->values[i] = x->values[i];
-}
 
 /* Values of an operand known as a list (what a shape, axes or sizes input
  * holds): the count, or -1 when unknown or longer than max. */
@@ -170,15 +158,11 @@ static void reshape_shape(struct tpf_shape_call *c)
 	}
 	reshape_resolve(c, data, out, neg);
 	if (out->rank >= 0 && data->n_values >= 0 && out->rank <= 1)
-		copy_values(out, data);
+		op_type_copy_values(out, data);
 }
 
 const struct tpf_op_def tpf_op_def_RESHAPE = {
-	.info = {"", "Reshape", 2, 2, 1, 1},
-	.since = 5,
-	.inputs = {{"data", T}, {"shape", I64}},
-	.outputs = {{"reshaped", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	OP_WITH_INT64("Reshape", 5, 2, "data", "shape", "reshaped"),
 	.attrs = (const struct op_attr[]){ATTR_INT("allowzero", 0), {0}},
 	.shape = reshape_shape,
 };
@@ -231,19 +215,14 @@ static void transpose_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_TRANSPOSE = {
-	.info = {"", "Transpose", 1, 1, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}},
-	.outputs = {{"transposed", T}},
-	.types = {[T] = ANY_TYPE},
+	OP_DATA("Transpose", 1, 1, 1, "data", "transposed"),
 	.attrs = (const struct op_attr[]){ATTR_OF("perm", TPF_ATTR_INTS), {0}},
 	.shape = transpose_shape,
 };
 
 /* ------------------------------------------------------------------ Slice */
 
-/* Length of data[start:end:step] for a static extent d (ONNX clamping). */
-static int64_t slice_len(int64_t d, int64_t start, int64_t end, int64_t step)
+int64_t tpf_slice_span(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first)
 {
 	if (start < 0)
 		start += d;
@@ -252,13 +231,14 @@ static int64_t slice_len(int64_t d, int64_t start, int64_t end, int64_t step)
 	if (step > 0) {
 		start = start < 0 ? 0 : start > d ? d : start;
 		end = end < 0 ? 0 : end > d ? d : end;
+		*first = start;
 		return end > start ? (end - start - 1) / step + 1 : 0;
 	}
-	if (d == 0)
-		return 0;
+	/* backwards: start in [0, d - 1], end in [-1, d - 1] */
 	start = start < 0 ? 0 : start > d - 1 ? d - 1 : start;
 	end = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
-	if (start <= end)
+	*first = start;
+	if (d == 0 || start <= end)
 		return 0;
 	if (step == INT64_MIN)
 		return 1;
@@ -337,7 +317,7 @@ static void slice_shape(struct tpf_shape_call *c)
 		return;
 	}
 	for (i = 0; i < na; i++) {
-		int64_t step = nst >= 0 ? steps[i] : 1;
+		int64_t step = nst >= 0 ? steps[i] : 1, first;
 		struct tpf_dim *d = &out->dims[axes[i]];
 
 		if (step == 0) {
@@ -346,7 +326,7 @@ static void slice_shape(struct tpf_shape_call *c)
 			return;
 		}
 		if (dim_is_static(d)) {
-			*d = dim_of(slice_len(d->value, starts[i], ends[i], step));
+			*d = dim_of(tpf_slice_span(d->value, starts[i], ends[i], step, &first));
 		} else if ((step == 1 && starts[i] == 0 && ends[i] >= INT32_MAX) ||
 			   (step == -1 && (starts[i] == -1 || starts[i] >= INT32_MAX) &&
 			    ends[i] <= -(int64_t)INT32_MAX)) {
@@ -374,7 +354,7 @@ const struct tpf_op_def tpf_op_def_SLICE = {
 	.since = 1,
 	.inputs = {{"data", T}, {"starts", IND}, {"ends", IND}, {"axes", IND}, {"steps", IND}},
 	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [IND] = INDEX_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [IND] = TYPE_INDEX("Tind")},
 	.attrs = (const struct op_attr[]){
 		{.name = "starts", .kind = TPF_ATTR_INTS, .until = 10, .required_before = 10},
 		{.name = "ends", .kind = TPF_ATTR_INTS, .until = 10, .required_before = 10},
@@ -505,7 +485,7 @@ const struct tpf_op_def tpf_op_def_SPLIT = {
 	.since = 1,
 	.inputs = {{"input", T}, {"split", I64}},
 	.outputs = {{"outputs", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){
 		ATTR_INT("axis", 0),
 		{.name = "split", .kind = TPF_ATTR_INTS, .until = 13},
@@ -610,11 +590,7 @@ static void concat_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_CONCAT = {
-	.info = {"", "Concat", 1, -1, 1, 1},
-	.since = 1,
-	.inputs = {{"inputs", T}},
-	.outputs = {{"concat_result", T}},
-	.types = {[T] = ANY_TYPE},
+	OP_DATA("Concat", 1, 1, -1, "inputs", "concat_result"),
 	.attrs = (const struct op_attr[]){
 		{.name = "axis", .kind = TPF_ATTR_INT, .flags = ATTR_REQUIRED}, {0}},
 	.shape = concat_shape,
@@ -656,11 +632,7 @@ static void gather_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_GATHER = {
-	.info = {"", "Gather", 2, 2, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}, {"indices", IND}},
-	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [IND] = INDEX_TYPE},
+	OP_WITH_INDEX("Gather", 1, "data", "indices", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", 0), {0}},
 	.shape = gather_shape,
 };
@@ -682,11 +654,7 @@ static void gather_elements_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_GATHER_ELEMENTS = {
-	.info = {"", "GatherElements", 2, 2, 1, 1},
-	.since = 11,
-	.inputs = {{"data", T}, {"indices", IND}},
-	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [IND] = INDEX_TYPE},
+	OP_WITH_INDEX("GatherElements", 11, "data", "indices", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", 0), {0}},
 	.shape = gather_elements_shape,
 };
@@ -699,7 +667,7 @@ const struct tpf_op_def tpf_op_def_SCATTER_ELEMENTS = {
 	.traits = TPF_OP_TRAIT_UNARY, /* the output has the data's shape */
 	.inputs = {{"data", T}, {"indices", IND}, {"updates", T}},
 	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [IND] = INDEX_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [IND] = TYPE_INDEX("Tind")},
 	.attrs = (const struct op_attr[]){
 		ATTR_INT("axis", 0),
 		{.name = "reduction", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "none",
@@ -764,15 +732,11 @@ static void squeeze_shape(struct tpf_shape_call *c)
 		if (!drop[i])
 			out->dims[out->rank++] = in->dims[i];
 	if (out->rank <= 1)
-		copy_values(out, in);
+		op_type_copy_values(out, in);
 }
 
 const struct tpf_op_def tpf_op_def_SQUEEZE = {
-	.info = {"", "Squeeze", 1, 2, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}, {"axes", I64}},
-	.outputs = {{"squeezed", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	OP_WITH_INT64("Squeeze", 1, 1, "data", "axes", "squeezed"),
 	.attrs = (const struct op_attr[]){
 		{.name = "axes", .kind = TPF_ATTR_INTS, .until = 13}, {0}},
 	.forms = {{13, 1, 1}},
@@ -811,15 +775,11 @@ static void unsqueeze_shape(struct tpf_shape_call *c)
 	for (i = 0; i < out->rank; i++)
 		out->dims[i] = ins[i] ? dim_of(1) : in->dims[src++];
 	if (out->rank <= 1)
-		copy_values(out, in);
+		op_type_copy_values(out, in);
 }
 
 const struct tpf_op_def tpf_op_def_UNSQUEEZE = {
-	.info = {"", "Unsqueeze", 1, 2, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}, {"axes", I64}},
-	.outputs = {{"expanded", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	OP_WITH_INT64("Unsqueeze", 1, 1, "data", "axes", "expanded"),
 	.attrs = (const struct op_attr[]){
 		{.name = "axes", .kind = TPF_ATTR_INTS, .until = 13, .required_before = 13}, {0}},
 	.forms = {{13, 1, 1}, {INT64_MAX, 2, 2}},
@@ -864,11 +824,7 @@ static void expand_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_EXPAND = {
-	.info = {"", "Expand", 2, 2, 1, 1},
-	.since = 8,
-	.inputs = {{"input", T}, {"shape", I64}},
-	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	OP_WITH_INT64("Expand", 8, 2, "input", "shape", "output"),
 	.shape = expand_shape,
 };
 
@@ -878,7 +834,7 @@ static void shape_shape(struct tpf_shape_call *c)
 {
 	const struct tpf_op_type *in = op_in(c, 0);
 	struct tpf_op_type *out = op_out(c, 0);
-	int64_t start = 0, end;
+	int64_t start = 0, end, n;
 	int i;
 
 	if (!out)
@@ -889,19 +845,17 @@ static void shape_shape(struct tpf_shape_call *c)
 	end = in->rank;
 	op_attr_int(c, "start", &start);
 	op_attr_int(c, "end", &end);
-	if (start < 0)
-		start += in->rank;
-	if (end < 0)
-		end += in->rank;
-	start = start < 0 ? 0 : start > in->rank ? in->rank : start;
-	end = end < 0 ? 0 : end > in->rank ? in->rank : end;
-	out->dims[0] = dim_of(end > start ? end - start : 0);
+	/* dims [start, end) clamped as a Slice of the rank */
+	n = tpf_slice_span(in->rank, start, end, 1, &start);
+	out->dims[0] = dim_of(n);
 	/* the values are the input's dims */
-	if (end - start <= TPF_MAX_VALUES) {
-		out->n_values = 0;
-		for (i = (int)start; i < end; i++)
-			out->values[out->n_values++] =
-			    in->dims[i].param || in->dims[i].value >= 0 ? in->dims[i] : value_unknown();
+	if (n <= TPF_MAX_VALUES) {
+		for (i = 0; i < n; i++) {
+			const struct tpf_dim *d = &in->dims[start + i];
+
+			out->values[i] = d->param || d->value >= 0 ? *d : value_unknown();
+		}
+		out->n_values = (int)n;
 	}
 }
 
@@ -910,7 +864,7 @@ const struct tpf_op_def tpf_op_def_SHAPE = {
 	.since = 1,
 	.inputs = {{"data", T}},
 	.outputs = {{"shape", I64}},
-	.types = {[T] = ANY_TYPE, [I64] = INT64_TYPE},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){
 		{.name = "start", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT, .since = 15},
 		{.name = "end", .kind = TPF_ATTR_INT, .since = 15},
@@ -965,7 +919,7 @@ const struct tpf_op_def tpf_op_def_CONSTANT_OF_SHAPE = {
 	.since = 9,
 	.inputs = {{"input", I64}},
 	.outputs = {{"output", T2}},
-	.types = {[I64] = INT64_TYPE, [T2] = {"T2", DT_ALL, "a tensor type"}},
+	.types = {[I64] = TYPE_INT64, [T2] = {"T2", DT_ALL, "a tensor type"}},
 	.attrs = (const struct op_attr[]){ATTR_OF("value", TPF_ATTR_TENSOR), {0}},
 	.shape = constant_of_shape_shape,
 };
@@ -1041,7 +995,7 @@ static void constant_shape(struct tpf_shape_call *c)
 
 		op_type_from_value(n->outputs[0], &t);
 		if (t.n_values >= 0)
-			copy_values(out, &t);
+			op_type_copy_values(out, &t);
 	}
 }
 
@@ -1049,7 +1003,7 @@ const struct tpf_op_def tpf_op_def_CONSTANT = {
 	.info = {"", "Constant", 0, 0, 1, 1},
 	.since = 1,
 	.outputs = {{"output", T}},
-	.types = {[T] = ANY_TYPE},
+	.types = {[T] = TYPE_ANY("T")},
 	.attrs = (const struct op_attr[]){
 		ATTR_OF("value", TPF_ATTR_TENSOR),
 		ATTR_OF("value_float", TPF_ATTR_FLOAT),

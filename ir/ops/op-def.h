@@ -91,6 +91,14 @@ struct op_attr {
 #define ATTR_STRING(nm, dflt) {.name = (nm), .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = (dflt)}
 #define ATTR_OF(nm, k) {.name = (nm), .kind = (k)}
 
+/* Type constraints that many records share: `nm` as the spec names it. */
+#define TYPE_ANY(nm) {(nm), DT_ALL, "a tensor type"}
+#define TYPE_FLOATS(nm) {(nm), DT_FLOATS, "a float type (float16, bfloat16, float, double)"}
+#define TYPE_NUMERIC(nm) {(nm), DT_NUMERIC, "a numeric type"}
+#define TYPE_BOOL(nm) {(nm), DT(BOOL), "bool"}
+#define TYPE_INDEX(nm) {(nm), DT_INDEX, "int32 or int64"}
+#define TYPE_INT64 {"tensor(int64)", DT(INT64), "int64"}
+
 /* The input count before opset `before` (forms that moved an attribute to
  * an input), and inputs that may be omitted then (bit i: input i). */
 struct op_form {
@@ -110,6 +118,44 @@ struct tpf_op_def {
 	struct op_form forms[2];                     /* by increasing `before`; 0 ends */
 	void (*shape)(struct tpf_shape_call *c);
 };
+
+/* Families of ONNX-domain records (fields to start a record with), where
+ * every member has the same operands and constraints:
+ * - OP_UNARY: input `in` and output `out` of constraint 1 (`rule`), the
+ *   UNARY trait (the output has the input's type and shape);
+ * - OP_BINARY: inputs A and B and output C of constraint 1, broadcast;
+ * - OP_COMPARE: inputs A and B of constraint 1, broadcast, and a bool
+ *   output C (constraint 2, named `out_name`).
+ * - OP_DATA: min_in..max_in inputs named `in` and one output `out`, all of
+ *   any type (constraint 1, "T");
+ * - OP_WITH_INT64 / OP_WITH_INDEX: `data` (constraint 1, any type) and an
+ *   operand `operand` (constraint 2: int64, or "Tind" int32/int64) in, one
+ *   output `out` of the data's type.
+ * The rule of constraint 1 comes last. */
+#define OP_UNARY(op_type, since_opset, in, out, ... /* rule */)                                     \
+	.info = {"", op_type, 1, 1, 1, 1}, .since = (since_opset), .traits = TPF_OP_TRAIT_UNARY,   \
+	.inputs = {{in, 1}}, .outputs = {{out, 1}}, .types = {[1] = __VA_ARGS__}
+#define OP_BINARY(op_type, since_opset, ... /* rule */)                                            \
+	.info = {"", op_type, 2, 2, 1, 1}, .since = (since_opset),                                 \
+	.traits = TPF_OP_TRAIT_BROADCAST, .inputs = {{"A", 1}, {"B", 1}}, .outputs = {{"C", 1}},   \
+	.types = {[1] = __VA_ARGS__}
+#define OP_COMPARE(op_type, since_opset, out_name, ... /* rule */)                                 \
+	.info = {"", op_type, 2, 2, 1, 1}, .since = (since_opset),                                 \
+	.traits = TPF_OP_TRAIT_BROADCAST | TPF_OP_TRAIT_COMPARISON,                                \
+	.inputs = {{"A", 1}, {"B", 1}}, .outputs = {{"C", 2}},                                     \
+	.types = {[1] = __VA_ARGS__, [2] = TYPE_BOOL(out_name)}
+
+#define OP_DATA(op_type, since_opset, min_in, max_in, in, out)                                     \
+	.info = {"", op_type, min_in, max_in, 1, 1}, .since = (since_opset),                       \
+	.inputs = {{in, 1}}, .outputs = {{out, 1}}, .types = {[1] = TYPE_ANY("T")}
+#define OP_WITH_INT64(op_type, since_opset, min_in, data, operand, out)                            \
+	.info = {"", op_type, min_in, 2, 1, 1}, .since = (since_opset),                            \
+	.inputs = {{data, 1}, {operand, 2}}, .outputs = {{out, 1}},                                \
+	.types = {[1] = TYPE_ANY("T"), [2] = TYPE_INT64}
+#define OP_WITH_INDEX(op_type, since_opset, data, operand, out)                                    \
+	.info = {"", op_type, 2, 2, 1, 1}, .since = (since_opset),                                 \
+	.inputs = {{data, 1}, {operand, 2}}, .outputs = {{out, 1}},                                \
+	.types = {[1] = TYPE_ANY("T"), [2] = TYPE_INDEX("Tind")}
 
 /* The record of op (UNKNOWN's for out-of-range values). */
 const struct tpf_op_def *op_def(enum tpf_op op);
@@ -190,6 +236,8 @@ void op_dims_unify(struct tpf_shape_call *c, const struct tpf_dim *a, const stru
 void op_type_set_rank(struct tpf_op_type *t, int rank);
 /* t gets x's shape (dims, no values) and `dtype`. */
 void op_type_shape_of(struct tpf_op_type *t, const struct tpf_op_type *x);
+/* t gets x's values (the elements of a small integer tensor). */
+void op_type_copy_values(struct tpf_op_type *t, const struct tpf_op_type *x);
 /* Numpy broadcasting of inputs idx[0..k) into out's shape; -1 (reported)
  * when two dims cannot broadcast.  Symbolic dims that meet unify. */
 int op_broadcast(struct tpf_shape_call *c, const size_t *idx, size_t k, struct tpf_op_type *out);

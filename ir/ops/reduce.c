@@ -74,7 +74,7 @@ static void reduce_shape(struct tpf_shape_call *c)
 		.since = 1,                                                                        \
 		.inputs = {{"data", T}, {"axes", I64}},                                            \
 		.outputs = {{"reduced", T}},                                                       \
-		.types = {[T] = {"T", dtypes, expected}, [I64] = {"tensor(int64)", DT(INT64), "int64"}}, \
+		.types = {[T] = {"T", dtypes, expected}, [I64] = TYPE_INT64},                      \
 		.attrs = (const struct op_attr[]){                                                 \
 			{.name = "axes", .kind = TPF_ATTR_INTS, .until = axes_input_since},        \
 			ATTR_INT("keepdims", 1),                                                   \
@@ -95,8 +95,7 @@ const struct tpf_op_def tpf_op_def_ARGMAX = {
 	.since = 1,
 	.inputs = {{"data", T}},
 	.outputs = {{"reduced", I64}},
-	.types = {[T] = {"T", DT_NUMERIC, "a numeric type"},
-		  [I64] = {"tensor(int64)", DT(INT64), "int64"}},
+	.types = {[T] = TYPE_NUMERIC("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){
 		ATTR_INT("axis", 0),
 		ATTR_INT("keepdims", 1),
@@ -117,12 +116,7 @@ static void softmax_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_SOFTMAX = {
-	.info = {"", "Softmax", 1, 1, 1, 1},
-	.since = 1,
-	.traits = TPF_OP_TRAIT_UNARY,
-	.inputs = {{"input", T}},
-	.outputs = {{"output", T}},
-	.types = {[T] = {"T", DT_FLOATS, "a float type (float16, bfloat16, float, double)"}},
+	OP_UNARY("Softmax", 1, "input", "output", TYPE_FLOATS("T")),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", -1), {0}},
 	.shape = softmax_shape,
 };
@@ -166,8 +160,7 @@ const struct tpf_op_def tpf_op_def_TOPK = {
 	.since = 1,
 	.inputs = {{"X", T}, {"K", I64}},
 	.outputs = {{"Values", T}, {"Indices", I64}},
-	.types = {[T] = {"T", DT_NUMERIC, "a numeric type"},
-		  [I64] = {"tensor(int64)", DT(INT64), "int64"}},
+	.types = {[T] = TYPE_NUMERIC("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){
 		ATTR_INT("axis", -1),
 		{.name = "largest", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT, .i = 1, .since = 11},

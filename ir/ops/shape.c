@@ -43,6 +43,13 @@ void op_type_shape_of(struct tpf_op_type *t, const struct tpf_op_type *x)
 		memcpy(t->dims, x->dims, (size_t)x->rank * sizeof(*t->dims));
 }
 
+void op_type_copy_values(struct tpf_op_type *t, const struct tpf_op_type *x)
+{
+	t->n_values = x->n_values;
+	if (x->n_values > 0)
+		memcpy(t->values, x->values, (size_t)x->n_values * sizeof(*t->values));
+}
+
 int op_valid_dtype(int64_t v)
 {
 	return v > 0 && v < TPF_DTYPE_COUNT && tpf_dtype_is_valid((int)v) &&

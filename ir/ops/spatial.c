@@ -12,7 +12,6 @@
 
 enum { T = 1, I64 };
 
-#define FLOATS_EXPECTED "a float type (float16, bfloat16, float, double)"
 
 /* ------------------------------------------------------------------ Conv */
 
@@ -119,7 +118,7 @@ const struct tpf_op_def tpf_op_def_CONV = {
 	.since = 1,
 	.inputs = {{"X", T}, {"W", T}, {"B", T, OPND_OPTIONAL}},
 	.outputs = {{"Y", T}},
-	.types = {[T] = {"T", DT_FLOATS, FLOATS_EXPECTED}},
+	.types = {[T] = TYPE_FLOATS("T")},
 	.attrs = (const struct op_attr[]){
 		{.name = "auto_pad", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "NOTSET",
 		 .allowed = auto_pads},
@@ -198,7 +197,7 @@ const struct tpf_op_def tpf_op_def_PAD = {
 	.since = 1,
 	.inputs = {{"data", T}, {"pads", I64}, {"constant_value", T, OPND_OPTIONAL}, {"axes", 0, OPND_OPTIONAL}},
 	.outputs = {{"output", T}},
-	.types = {[T] = {"T", DT_ALL, "a tensor type"}, [I64] = {"tensor(int64)", DT(INT64), "int64"}},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){
 		{.name = "mode", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "constant",
 		 .allowed = pad_modes},

@@ -6,155 +6,10 @@
  * float32 arithmetic for + - * / and sqrt and is more accurate otherwise;
  * integer types compute in int64. */
 #include "cpu-kernels.h"
+#include "elementwise-ops.h"
 
 #include <math.h>
 #include <string.h>
-
-static int is_compare(enum tpf_op op)
-{
-	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS ||
-	       op == TPF_OP_GREATER_OR_EQUAL || op == TPF_OP_LESS_OR_EQUAL;
-}
-
-static int is_logic(enum tpf_op op)
-{
-	return op == TPF_OP_AND || op == TPF_OP_OR || op == TPF_OP_XOR;
-}
-
-/* Mod of floats: C's fmod (fmod = 1), or the divisor's sign as numpy's
- * mod has it (fmod = 0): -3 mod inf is inf, 0 mod -2 is -0. */
-static double mod_f(double a, double b, int fmod_c)
-{
-	double m = fmod(a, b);
-	if (fmod_c || b == 0 || isnan(m))
-		return m;
-	if (m != 0) {
-		if ((b < 0) != (m < 0))
-			m += b;
-		return m;
-	}
-	return copysign(0.0, b);
-}
-
-/* Mod of integers: truncated (fmod = 1) or floored (fmod = 0, the
- * divisor's sign); a zero divisor gives 0. */
-static int64_t mod_i(int64_t a, int64_t b, int fmod_c)
-{
-	if (b == 0 || (b == -1 && a == INT64_MIN))
-		return 0;
-	int64_t m = a % b;
-	if (!fmod_c && m != 0 && ((m < 0) != (b < 0)))
-		m += b;
-	return m;
-}
-
-static double binop_f(enum tpf_op op, double a, double b, int fmod_c)
-{
-	switch (op) {
-	case TPF_OP_MOD:
-		return mod_f(a, b, fmod_c);
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	case TPF_OP_ADD:
-		return a + b;
-	case TPF_OP_SUB:
-		return a - b;
-	case TPF_OP_MUL:
-		return a * b;
-	case TPF_OP_DIV:
-		return a / b;
-	case TPF_OP_POW:
-		return pow(a, b);
-	case TPF_OP_MAX:
-		return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-	case TPF_OP_MIN:
-		return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	default:
-		return NAN;
-	}
-}
-
-static int64_t binop_i(enum tpf_op op, int64_t a, int64_t b, int fmod_c)
-{
-	switch (op) {
-	case TPF_OP_MOD:
-		return mod_i(a, b, fmod_c);
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	case TPF_OP_AND:
-		return a && b;
-	case TPF_OP_OR:
-		return a || b;
-	case TPF_OP_XOR:
-		return !a != !b;
-	case TPF_OP_ADD:
-		return (int64_t)((uint64_t)a + (uint64_t)b);
-	case TPF_OP_SUB:
-		return (int64_t)((uint64_t)a - (uint64_t)b);
-	case TPF_OP_MUL:
-		return (int64_t)((uint64_t)a * (uint64_t)b);
-	case TPF_OP_DIV:
-		if (b == 0 || (b == -1 && a == INT64_MIN))
-			return 0;
-		return a / b;
-	case TPF_OP_MAX:
-		return a > b ? a : b;
-	case TPF_OP_MIN:
-		return a < b ? a : b;
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	default:
-		return 0;
-	}
-}
-
-/* uint64 operands: unsigned arithmetic, comparisons and Mod (values past
- * INT64_MAX would change sign in int64). */
-static uint64_t binop_u(enum tpf_op op, uint64_t a, uint64_t b)
-{
-	switch (op) {
-	case TPF_OP_ADD:
-		return a + b;
-	case TPF_OP_SUB:
-		return a - b;
-	case TPF_OP_MUL:
-		return a * b;
-	case TPF_OP_DIV:
-		return b ? a / b : 0;
-	case TPF_OP_MOD:
-		return b ? a % b : 0;
-	case TPF_OP_MAX:
-		return a > b ? a : b;
-	case TPF_OP_MIN:
-		return a < b ? a : b;
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	default:
-		return 0;
-	}
-}
 
 /* y = a OP b with broadcasting; y may alias a when shapes are equal.
  * fmod_c: Mod's fmod attribute. */
@@ -184,16 +39,16 @@ static enum tpf_status binary(const struct tpf_kernel_call *c, enum tpf_op op,
 	int u64 = a->dtype == TPF_DTYPE_UINT64 && b->dtype == TPF_DTYPE_UINT64 && op != TPF_OP_POW;
 	for (int64_t i = 0; i < y->numel; i++, tpf_bcast_next(&it)) {
 		if (u64) {
-			uint64_t r = binop_u(op, ((const uint64_t *)a->data)[it.off[0]],
-					     ((const uint64_t *)b->data)[it.off[1]]);
+			uint64_t r = tpf_binop_u(op, ((const uint64_t *)a->data)[it.off[0]],
+						 ((const uint64_t *)b->data)[it.off[1]]);
 			tpf_elem_store_int(y->dtype, y->data, i, (int64_t)r);
 		} else if (integral) {
-			int64_t r = binop_i(op, tpf_elem_load_int(a->dtype, a->data, it.off[0]),
-					    tpf_elem_load_int(b->dtype, b->data, it.off[1]), fmod_c);
+			int64_t r = tpf_binop_i(op, tpf_elem_load_int(a->dtype, a->data, it.off[0]),
+						tpf_elem_load_int(b->dtype, b->data, it.off[1]), fmod_c);
 			tpf_elem_store_int(y->dtype, y->data, i, r);
 		} else {
-			double r = binop_f(op, tpf_elem_load(a->dtype, a->data, it.off[0]),
-					   tpf_elem_load(b->dtype, b->data, it.off[1]), fmod_c);
+			double r = tpf_binop_d(op, tpf_elem_load(a->dtype, a->data, it.off[0]),
+					       tpf_elem_load(b->dtype, b->data, it.off[1]), fmod_c);
 			if (pow_int)
 				r = nearbyint(r);
 			tpf_elem_store(y->dtype, y->data, i, r, 1);
@@ -204,27 +59,17 @@ static enum tpf_status binary(const struct tpf_kernel_call *c, enum tpf_op op,
 
 TPF_CPU_KERNEL(tpf_cpu_binary)
 {
-	enum tpf_op op = c->node->op;
-	if (c->n_in != 2 || c->n_out != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects 2 inputs and 1 output");
-	if (!is_compare(op) && op != TPF_OP_POW && c->in[0].dtype != c->in[1].dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID, "operand dtypes differ (%s, %s)",
-				 tpf_dtype_name(c->in[0].dtype), tpf_dtype_name(c->in[1].dtype));
-	if (is_logic(op) && c->in[0].dtype != TPF_DTYPE_BOOL)
-		return tpf_kfail(c, TPF_ERR_INVALID, "operands must be bool, not %s",
-				 tpf_dtype_name(c->in[0].dtype));
-	if ((is_compare(op) || is_logic(op)) && c->out[0].dtype != TPF_DTYPE_BOOL)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output must be bool, not %s",
-				 tpf_dtype_name(c->out[0].dtype));
-	int fmod_c = op == TPF_OP_MOD ? tpf_node_attr_int(c->node, "fmod", 0) != 0 : 0;
-	return binary(c, op, &c->in[0], &c->in[1], &c->out[0], fmod_c);
+	int fmod_c = 0;
+	enum tpf_status st = tpf_binary_check(c, &fmod_c);
+	return st ? st : binary(c, c->node->op, &c->in[0], &c->in[1], &c->out[0], fmod_c);
 }
 
 TPF_CPU_KERNEL(tpf_cpu_variadic)
 {
 	struct tpf_ktensor *y = &c->out[0];
-	if (c->n_in < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects at least one input");
+	enum tpf_status st = tpf_variadic_check(c);
+	if (st)
+		return st;
 	/* y = broadcast(in[0]), then y = y OP in[k] */
 	const struct tpf_ktensor *ins[1] = {&c->in[0]};
 	struct tpf_bcast it;
@@ -239,56 +84,9 @@ TPF_CPU_KERNEL(tpf_cpu_variadic)
 			tpf_elem_store(y->dtype, y->data, i,
 				       tpf_elem_load(c->in[0].dtype, c->in[0].data, it.off[0]), 1);
 	}
-	for (size_t k = 1; k < c->n_in; k++) {
-		if (c->in[k].dtype != y->dtype)
-			return tpf_kfail(c, TPF_ERR_INVALID, "operand %zu has dtype %s, expected %s", k,
-					 tpf_dtype_name(c->in[k].dtype), tpf_dtype_name(y->dtype));
-		enum tpf_status st = binary(c, c->node->op, y, &c->in[k], y, 0);
-		if (st)
-			return st;
-	}
-	return TPF_OK;
-}
-
-static double unop_f(enum tpf_op op, double x)
-{
-	switch (op) {
-	case TPF_OP_SIGMOID:
-		return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
-	case TPF_OP_RELU:
-		return x > 0 ? x : (isnan(x) ? x : 0.0);
-	case TPF_OP_SQRT:
-		return sqrt(x);
-	case TPF_OP_RECIPROCAL:
-		return 1.0 / x;
-	case TPF_OP_NEG:
-		return -x;
-	case TPF_OP_EXP:
-		return exp(x);
-	case TPF_OP_TANH:
-		return tanh(x);
-	case TPF_OP_ERF:
-		return erf(x);
-	case TPF_OP_ABS:
-		return fabs(x);
-	case TPF_OP_SIN:
-		return sin(x);
-	case TPF_OP_COS:
-		return cos(x);
-	case TPF_OP_NOT:
-		return x == 0;
-	case TPF_OP_FLOOR:
-		return floor(x);
-	case TPF_OP_CEIL:
-		return ceil(x);
-	case TPF_OP_LOG:
-		return log(x);
-	case TPF_OP_SOFTPLUS:
-		/* log(1 + e^x) without overflow */
-		return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
-	default:
-		return NAN;
-	}
+	for (size_t k = 1; k < c->n_in && !st; k++)
+		st = binary(c, c->node->op, y, &c->in[k], y, 0);
+	return st;
 }
 
 /* IsNaN / IsInf: a bool output of a float input. */
@@ -307,10 +105,8 @@ static enum tpf_status float_class(const struct tpf_kernel_call *c, const struct
 		pos = tpf_node_attr_int(c->node, "detect_positive", 1) != 0;
 	}
 	uint8_t *py = y->data;
-	for (int64_t i = 0; i < x->numel; i++) {
-		double v = tpf_elem_load(x->dtype, x->data, i);
-		py[i] = op == TPF_OP_IS_NAN ? isnan(v) != 0 : isinf(v) && (v > 0 ? pos : neg);
-	}
+	for (int64_t i = 0; i < x->numel; i++)
+		py[i] = (uint8_t)tpf_float_class(op, tpf_elem_load(x->dtype, x->data, i), neg, pos);
 	return TPF_OK;
 }
 
@@ -319,32 +115,25 @@ TPF_CPU_KERNEL(tpf_cpu_unary)
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
 	enum tpf_op op = c->node->op;
-	if (x->numel != y->numel)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
+	enum tpf_status st = tpf_unary_check(c);
+	if (st)
+		return st;
 	if (op == TPF_OP_IS_NAN || op == TPF_OP_IS_INF)
 		return float_class(c, x, y);
 	int integral = tpf_dtype_is_integral(x->dtype);
-	if (integral && op != TPF_OP_ABS && op != TPF_OP_NEG && op != TPF_OP_NOT && op != TPF_OP_RELU)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "integer dtype %s not supported",
-				 tpf_dtype_name(x->dtype));
 	if (x->dtype == TPF_DTYPE_FLOAT && y->dtype == TPF_DTYPE_FLOAT && op == TPF_OP_SIGMOID) {
 		const float *px = x->data;
 		float *py = y->data;
 		for (int64_t i = 0; i < x->numel; i++)
-			py[i] = (float)unop_f(op, px[i]);
+			py[i] = (float)tpf_unop_d(op, px[i]);
 		return TPF_OK;
 	}
 	for (int64_t i = 0; i < x->numel; i++) {
-		if (integral) {
-			int64_t v = tpf_elem_load_int(x->dtype, x->data, i);
-			int64_t r = op == TPF_OP_ABS ? (v < 0 ? -v : v)
-				    : op == TPF_OP_NEG ? -v
-				    : op == TPF_OP_NOT ? v == 0
-						       : (v > 0 ? v : 0);
-			tpf_elem_store_int(y->dtype, y->data, i, r);
-		} else {
-			tpf_elem_store(y->dtype, y->data, i, unop_f(op, tpf_elem_load(x->dtype, x->data, i)), 1);
-		}
+		if (integral)
+			tpf_elem_store_int(y->dtype, y->data, i,
+					   tpf_unop_i(op, tpf_elem_load_int(x->dtype, x->data, i)));
+		else
+			tpf_elem_store(y->dtype, y->data, i, tpf_unop_d(op, tpf_elem_load(x->dtype, x->data, i)), 1);
 	}
 	return TPF_OK;
 }
@@ -354,66 +143,30 @@ TPF_CPU_KERNEL(tpf_cpu_unary)
  * NaN stays NaN. */
 TPF_CPU_KERNEL(tpf_cpu_clip)
 {
+	struct tpf_clip_bounds b;
+	enum tpf_status st = tpf_clip_check(c, &b);
+	if (st)
+		return st;
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	int has_lo = 0, has_hi = 0;
-	double lo = 0, hi = 0;
-	int64_t ilo = 0, ihi = 0;
+	int has_lo = b.has_lo || b.bound[0], has_hi = b.has_hi || b.bound[1];
+	double lo = b.bound[0] ? tpf_elem_load(x->dtype, b.bound[0]->data, 0) : b.lo;
+	double hi = b.bound[1] ? tpf_elem_load(x->dtype, b.bound[1]->data, 0) : b.hi;
+	int64_t ilo = b.bound[0] ? tpf_elem_load_int(x->dtype, b.bound[0]->data, 0) : 0;
+	int64_t ihi = b.bound[1] ? tpf_elem_load_int(x->dtype, b.bound[1]->data, 0) : 0;
 	int integral = tpf_dtype_is_integral(x->dtype);
-	if (x->numel != y->numel || x->dtype != y->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
-	for (size_t k = 1; k < 3; k++) {
-		const struct tpf_ktensor *b = k < c->n_in ? &c->in[k] : NULL;
-		if (!b || !b->data || b->rank < 0)
-			continue;
-		if (b->numel != 1 || b->dtype != x->dtype)
-			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of the input's dtype",
-					 k == 1 ? "min" : "max");
-		if (k == 1) {
-			has_lo = 1;
-			lo = tpf_elem_load(b->dtype, b->data, 0);
-			ilo = tpf_elem_load_int(b->dtype, b->data, 0);
-		} else {
-			has_hi = 1;
-			hi = tpf_elem_load(b->dtype, b->data, 0);
-			ihi = tpf_elem_load_int(b->dtype, b->data, 0);
-		}
-	}
-	if (c->n_in == 1) {
-		const struct tpf_attr *a = tpf_node_attr(c->node, "min"), *b = tpf_node_attr(c->node, "max");
-		if (a && a->kind == TPF_ATTR_FLOAT) {
-			has_lo = 1;
-			lo = a->f;
-		}
-		if (b && b->kind == TPF_ATTR_FLOAT) {
-			has_hi = 1;
-			hi = b->f;
-		}
-		if ((has_lo || has_hi) && integral)
-			return tpf_kfail(c, TPF_ERR_INVALID, "float bounds for an integer input");
-	}
-	int u64 = x->dtype == TPF_DTYPE_UINT64;
 	for (int64_t i = 0; i < x->numel; i++) {
-		if (u64) {
+		if (x->dtype == TPF_DTYPE_UINT64) {
 			uint64_t v = ((const uint64_t *)x->data)[i];
-			if (has_lo && v < (uint64_t)ilo)
-				v = (uint64_t)ilo;
-			if (has_hi && v > (uint64_t)ihi)
-				v = (uint64_t)ihi;
+			TPF_CLAMP(v, has_lo, (uint64_t)ilo, has_hi, (uint64_t)ihi);
 			((uint64_t *)y->data)[i] = v;
 		} else if (integral) {
 			int64_t v = tpf_elem_load_int(x->dtype, x->data, i);
-			if (has_lo && v < ilo)
-				v = ilo;
-			if (has_hi && v > ihi)
-				v = ihi;
+			TPF_CLAMP(v, has_lo, ilo, has_hi, ihi);
 			tpf_elem_store_int(y->dtype, y->data, i, v);
 		} else {
 			double v = tpf_elem_load(x->dtype, x->data, i);
-			if (has_lo && v < lo)
-				v = lo;
-			if (has_hi && v > hi)
-				v = hi;
+			TPF_CLAMP(v, has_lo, lo, has_hi, hi);
 			tpf_elem_store(y->dtype, y->data, i, v, 1);
 		}
 	}

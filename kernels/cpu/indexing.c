@@ -42,23 +42,7 @@ int64_t tpf_range_length(enum tpf_dtype dt, const void *start, const void *limit
 	if (tpf_dtype_is_integral(dt)) {
 		int64_t s = tpf_elem_load_int(dt, start, 0), l = tpf_elem_load_int(dt, limit, 0);
 		int64_t d = tpf_elem_load_int(dt, delta, 0);
-		uint64_t span, step, n;
-		if (d == 0)
-			return -1;
-		/* ceil((l - s) / d) in unsigned arithmetic: no overflow for any int64 */
-		if (d > 0) {
-			if (l <= s)
-				return 0;
-			span = (uint64_t)l - (uint64_t)s;
-			step = (uint64_t)d;
-		} else {
-			if (l >= s)
-				return 0;
-			span = (uint64_t)s - (uint64_t)l;
-			step = (uint64_t)(-(d + 1)) + 1;
-		}
-		n = span / step + (span % step != 0);
-		return n > (uint64_t)INT64_MAX ? -1 : (int64_t)n;
+		return tpf_range_count(s, l, d);
 	}
 	double s = tpf_elem_load(dt, start, 0), l = tpf_elem_load(dt, limit, 0);
 	double d = tpf_elem_load(dt, delta, 0);

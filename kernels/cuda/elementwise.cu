@@ -5,6 +5,7 @@
 // bf16/fp16/fp32/fp8 compute in float32 and round once; DOUBLE in double;
 // integer types in int64 (as the CPU reference kernels do).
 #include "cuda-common.cuh"
+#include "elementwise-ops.h"
 #include "tpf-cuda.h"
 
 #include <string.h>
@@ -17,163 +18,16 @@ constexpr int kThreads = 256;
 
 enum Mode { kFloat = 0, kDouble = 1, kInt = 2, kPowInt = 3, kU64 = 4 };
 
-// Mod as the CPU reference computes it (in double): C's fmod, or with the
-// divisor's sign (numpy) when fmod_c is 0.
-__device__ __forceinline__ double mod_d(double a, double b, int fmod_c)
+// float32 in float: division rounded as IEEE divides, x^2 (the RMSNorm
+// idiom) exactly; the rest (+ - *, comparisons, Max/Min) in double, which
+// rounds to the same float.
+__device__ __forceinline__ float binop_f(int op, float a, float b)
 {
-	double m = fmod(a, b);
-	if (fmod_c || b == 0 || isnan(m))
-		return m;
-	if (m != 0)
-		return (b < 0) != (m < 0) ? m + b : m;
-	return copysign(0.0, b);
-}
-
-__device__ __forceinline__ int64_t mod_i(int64_t a, int64_t b, int fmod_c)
-{
-	if (b == 0 || (b == -1 && a == INT64_MIN))
-		return 0;
-	int64_t m = a % b;
-	if (!fmod_c && m != 0 && ((m < 0) != (b < 0)))
-		m += b;
-	return m;
-}
-
-__device__ __forceinline__ uint64_t binop_u(int op, uint64_t a, uint64_t b)
-{
-	switch (op) {
-	case TPF_OP_ADD:
-		return a + b;
-	case TPF_OP_SUB:
-		return a - b;
-	case TPF_OP_MUL:
-		return a * b;
-	case TPF_OP_DIV:
-		return b ? a / b : 0;
-	case TPF_OP_MOD:
-		return b ? a % b : 0;
-	case TPF_OP_MAX:
-		return a > b ? a : b;
-	case TPF_OP_MIN:
-		return a < b ? a : b;
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	default:
-		return 0;
-	}
-}
-
-template <typename A> __device__ __forceinline__ A binop(int op, A a, A b)
-{
-	switch (op) {
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	case TPF_OP_ADD:
-		return a + b;
-	case TPF_OP_SUB:
-		return a - b;
-	case TPF_OP_MUL:
-		return a * b;
-	case TPF_OP_DIV:
-		return a / b;
-	case TPF_OP_POW:
-		return pow(a, b);
-	case TPF_OP_MAX:
-		return isnan(a) || isnan(b) ? (A)NAN : (a > b ? a : b);
-	case TPF_OP_MIN:
-		return isnan(a) || isnan(b) ? (A)NAN : (a < b ? a : b);
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	default:
-		return (A)NAN;
-	}
-}
-
-__device__ __forceinline__ float binop(int op, float a, float b)
-{
-	switch (op) {
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	case TPF_OP_ADD:
-		return a + b;
-	case TPF_OP_SUB:
-		return a - b;
-	case TPF_OP_MUL:
-		return a * b;
-	case TPF_OP_DIV:
+	if (op == TPF_OP_DIV)
 		return __fdiv_rn(a, b);
-	case TPF_OP_POW:
-		// x^2, the RMSNorm idiom, exactly
+	if (op == TPF_OP_POW)
 		return b == 2.0f ? a * a : powf(a, b);
-	case TPF_OP_MAX:
-		return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
-	case TPF_OP_MIN:
-		return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	default:
-		return NAN;
-	}
-}
-
-__device__ __forceinline__ int64_t binop_i(int op, int64_t a, int64_t b, int fmod_c)
-{
-	switch (op) {
-	case TPF_OP_MOD:
-		return mod_i(a, b, fmod_c);
-	case TPF_OP_GREATER_OR_EQUAL:
-		return a >= b;
-	case TPF_OP_LESS_OR_EQUAL:
-		return a <= b;
-	case TPF_OP_AND:
-		return a && b;
-	case TPF_OP_OR:
-		return a || b;
-	case TPF_OP_XOR:
-		return !a != !b;
-	case TPF_OP_ADD:
-		return (int64_t)((uint64_t)a + (uint64_t)b);
-	case TPF_OP_SUB:
-		return (int64_t)((uint64_t)a - (uint64_t)b);
-	case TPF_OP_MUL:
-		return (int64_t)((uint64_t)a * (uint64_t)b);
-	case TPF_OP_DIV:
-		if (b == 0 || (b == -1 && a == INT64_MIN))
-			return 0;
-		return a / b;
-	case TPF_OP_MAX:
-		return a > b ? a : b;
-	case TPF_OP_MIN:
-		return a < b ? a : b;
-	case TPF_OP_EQUAL:
-		return a == b;
-	case TPF_OP_GREATER:
-		return a > b;
-	case TPF_OP_LESS:
-		return a < b;
-	default:
-		return 0;
-	}
+	return (float)tpf_binop_d(op, a, b, 0);
 }
 
 struct BinArgs {
@@ -189,22 +43,20 @@ template <typename I> __global__ void binary_kernel(BinArgs p, I n, Strided s)
 		offsets<I>(s, i, off);
 		switch (p.mode) {
 		case kFloat:
-			st_f(p.dy, p.y, i, binop(p.op, ld_f(p.da, p.a, off[0]), ld_f(p.db, p.b, off[1])));
+			st_f(p.dy, p.y, i, binop_f(p.op, ld_f(p.da, p.a, off[0]), ld_f(p.db, p.b, off[1])));
 			break;
 		case kDouble:
-			if (p.op == TPF_OP_MOD)
-				st_d(p.dy, p.y, i, mod_d(ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1]), p.fmod_c));
-			else
-				st_d(p.dy, p.y, i,
-				     binop<double>(p.op, ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1])));
+			st_d(p.dy, p.y, i,
+			     tpf_binop_d(p.op, ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1]), p.fmod_c));
 			break;
 		case kInt:
 			st_i(p.dy, p.y, i,
-			     binop_i(p.op, ld_i(p.da, p.a, off[0]), ld_i(p.db, p.b, off[1]), p.fmod_c));
+			     tpf_binop_i(p.op, ld_i(p.da, p.a, off[0]), ld_i(p.db, p.b, off[1]), p.fmod_c));
 			break;
 		case kU64:
 			st_i(p.dy, p.y, i,
-			     (int64_t)binop_u(p.op, ((const uint64_t *)p.a)[off[0]], ((const uint64_t *)p.b)[off[1]]));
+			     (int64_t)tpf_binop_u(p.op, ((const uint64_t *)p.a)[off[0]],
+						  ((const uint64_t *)p.b)[off[1]]));
 			break;
 		default:
 			st_d(p.dy, p.y, i, rint(pow(ld_d(p.da, p.a, off[0]), ld_d(p.db, p.b, off[1]))));
@@ -232,18 +84,7 @@ template <typename T>
 __global__ void binary_flat_kernel(int op, const T *a, int64_t sa, const T *b, int64_t sb, T *y, int64_t n)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		y[i] = Cvt<T>::out(binop(op, Cvt<T>::in(a[i * sa]), Cvt<T>::in(b[i * sb])));
-}
-
-bool is_compare(int op)
-{
-	return op == TPF_OP_EQUAL || op == TPF_OP_GREATER || op == TPF_OP_LESS || op == TPF_OP_GREATER_OR_EQUAL ||
-	       op == TPF_OP_LESS_OR_EQUAL;
-}
-
-bool is_logic(int op)
-{
-	return op == TPF_OP_AND || op == TPF_OP_OR || op == TPF_OP_XOR;
+		y[i] = Cvt<T>::out(binop_f(op, Cvt<T>::in(a[i * sa]), Cvt<T>::in(b[i * sb])));
 }
 
 int operand_ok(enum tpf_dtype t)
@@ -290,26 +131,17 @@ enum tpf_status launch_binary(const struct tpf_kernel_call *c, int op, const str
 			break;
 		}
 	}
-	BinArgs p;
-	p.op = op;
-	p.da = a->dtype;
-	p.db = b->dtype;
-	p.dy = y->dtype;
-	p.a = a->data;
-	p.b = b->data;
-	p.y = y->data;
-	p.fmod_c = fmod_c;
+	int mode = kFloat;
 	if (op == TPF_OP_POW && tpf_dtype_is_integral(a->dtype))
-		p.mode = kPowInt;
+		mode = kPowInt;
 	else if (a->dtype == TPF_DTYPE_UINT64 && b->dtype == TPF_DTYPE_UINT64)
-		p.mode = kU64;
+		mode = kU64;
 	else if (tpf_dtype_is_integral(a->dtype))
-		p.mode = kInt;
+		mode = kInt;
 	else if (a->dtype == TPF_DTYPE_DOUBLE || b->dtype == TPF_DTYPE_DOUBLE || y->dtype == TPF_DTYPE_DOUBLE ||
 		 op == TPF_OP_MOD)
-		p.mode = kDouble;
-	else
-		p.mode = kFloat;
+		mode = kDouble;
+	BinArgs p = {op, mode, a->dtype, b->dtype, y->dtype, fmod_c, a->data, b->data, y->data};
 	unsigned g = tpfc_blocks(y->numel, kThreads);
 	if (y->numel < INT32_MAX)
 		binary_kernel<int32_t><<<g, kThreads, 0, st>>>(p, (int32_t)y->numel, s);
@@ -319,46 +151,6 @@ enum tpf_status launch_binary(const struct tpf_kernel_call *c, int op, const str
 }
 
 // ------------------------------------------------------------ unary
-
-template <typename A> __device__ __forceinline__ A unop(int op, A x)
-{
-	switch (op) {
-	case TPF_OP_SIGMOID:
-		return x >= 0 ? (A)1 / ((A)1 + exp(-x)) : exp(x) / ((A)1 + exp(x));
-	case TPF_OP_RELU:
-		return x > 0 ? x : (isnan(x) ? x : (A)0);
-	case TPF_OP_SQRT:
-		return sqrt(x);
-	case TPF_OP_RECIPROCAL:
-		return (A)1 / x;
-	case TPF_OP_NEG:
-		return -x;
-	case TPF_OP_EXP:
-		return exp(x);
-	case TPF_OP_TANH:
-		return tanh(x);
-	case TPF_OP_ERF:
-		return erf(x);
-	case TPF_OP_ABS:
-		return fabs(x);
-	case TPF_OP_SIN:
-		return sin(x);
-	case TPF_OP_COS:
-		return cos(x);
-	case TPF_OP_NOT:
-		return x == 0;
-	case TPF_OP_FLOOR:
-		return floor(x);
-	case TPF_OP_CEIL:
-		return ceil(x);
-	case TPF_OP_LOG:
-		return log(x);
-	case TPF_OP_SOFTPLUS:
-		return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
-	default:
-		return (A)NAN;
-	}
-}
 
 // The CPU reference computes these in double: so does the GPU, for the
 // same roundings.
@@ -370,7 +162,7 @@ __device__ __forceinline__ bool unop_in_double(int op)
 __device__ __forceinline__ float unop_f(int op, float x)
 {
 	if (unop_in_double(op))
-		return (float)unop<double>(op, (double)x);
+		return (float)tpf_unop_d(op, (double)x);
 	switch (op) {
 	case TPF_OP_SIGMOID:
 		return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
@@ -388,33 +180,20 @@ __device__ __forceinline__ float unop_f(int op, float x)
 		return sinf(x);
 	case TPF_OP_COS:
 		return cosf(x);
-	default:
-		return unop<float>(op, x);
+	default: /* Relu, Neg, Abs, Not, Floor, Ceil: exact in double */
+		return (float)tpf_unop_d(op, (double)x);
 	}
-}
-
-// IsNaN / IsInf (aux: bit 0 detect_negative, bit 1 detect_positive).
-__device__ __forceinline__ bool float_class(int op, double v, int aux)
-{
-	if (op == TPF_OP_IS_NAN)
-		return isnan(v);
-	return isinf(v) && (v > 0 ? (aux & 2) : (aux & 1));
 }
 
 __global__ void unary_kernel(int op, int mode, int dx, const void *x, int dy, void *y, int64_t n, int aux)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
 		if (op == TPF_OP_IS_NAN || op == TPF_OP_IS_INF) {
-			((uint8_t *)y)[i] = float_class(op, ld_d(dx, x, i), aux);
+			((uint8_t *)y)[i] = (uint8_t)tpf_float_class(op, ld_d(dx, x, i), aux & 1, (aux & 2) != 0);
 		} else if (mode == kInt) {
-			int64_t v = ld_i(dx, x, i);
-			int64_t r = op == TPF_OP_ABS   ? (v < 0 ? -v : v)
-				    : op == TPF_OP_NEG ? -v
-				    : op == TPF_OP_NOT ? v == 0
-						       : (v > 0 ? v : 0);
-			st_i(dy, y, i, r);
+			st_i(dy, y, i, tpf_unop_i(op, ld_i(dx, x, i)));
 		} else if (mode == kDouble) {
-			st_d(dy, y, i, unop<double>(op, ld_d(dx, x, i)));
+			st_d(dy, y, i, tpf_unop_d(op, ld_d(dx, x, i)));
 		} else {
 			st_f(dy, y, i, unop_f(op, ld_f(dx, x, i)));
 		}
@@ -431,21 +210,7 @@ template <typename I> __global__ void where_kernel(int dc, const void *cond, con
 		offsets<I>(s, i, off);
 		bool pick = ld_i(dc, cond, off[0]) != 0;
 		const char *src = pick ? (const char *)a : (const char *)b;
-		I o = pick ? off[1] : off[2];
-		switch (es) {
-		case 1:
-			((uint8_t *)y)[i] = ((const uint8_t *)src)[o];
-			break;
-		case 2:
-			((uint16_t *)y)[i] = ((const uint16_t *)src)[o];
-			break;
-		case 4:
-			((uint32_t *)y)[i] = ((const uint32_t *)src)[o];
-			break;
-		default:
-			((uint64_t *)y)[i] = ((const uint64_t *)src)[o];
-			break;
-		}
+		tpf_copy_elem(y, i, src, pick ? off[1] : off[2], es);
 	}
 }
 
@@ -493,24 +258,15 @@ __global__ void clip_kernel(int mode, int dt, const void *x, void *y, const void
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
 		if (mode == kU64) {
 			uint64_t v = ((const uint64_t *)x)[i];
-			if (lo && v < *(const uint64_t *)lo)
-				v = *(const uint64_t *)lo;
-			if (hi && v > *(const uint64_t *)hi)
-				v = *(const uint64_t *)hi;
+			TPF_CLAMP(v, lo, *(const uint64_t *)lo, hi, *(const uint64_t *)hi);
 			((uint64_t *)y)[i] = v;
 		} else if (mode == kInt) {
 			int64_t v = ld_i(dt, x, i);
-			if (lo && v < ld_i(dt, lo, 0))
-				v = ld_i(dt, lo, 0);
-			if (hi && v > ld_i(dt, hi, 0))
-				v = ld_i(dt, hi, 0);
+			TPF_CLAMP(v, lo, ld_i(dt, lo, 0), hi, ld_i(dt, hi, 0));
 			st_i(dt, y, i, v);
 		} else {
 			double v = ld_d(dt, x, i);
-			if (lo && v < ld_d(dt, lo, 0))
-				v = ld_d(dt, lo, 0);
-			if (hi && v > ld_d(dt, hi, 0))
-				v = ld_d(dt, hi, 0);
+			TPF_CLAMP(v, lo, ld_d(dt, lo, 0), hi, ld_d(dt, hi, 0));
 			st_d(dt, y, i, v);
 		}
 	}
@@ -522,10 +278,7 @@ __global__ void clip_attr_kernel(int dt, const void *x, void *y, int has_lo, dou
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
 		double v = ld_d(dt, x, i);
-		if (has_lo && v < lo)
-			v = lo;
-		if (has_hi && v > hi)
-			v = hi;
+		TPF_CLAMP(v, has_lo, lo, has_hi, hi);
 		st_d(dt, y, i, v);
 	}
 }
@@ -536,68 +289,45 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_clip)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	const void *b[2] = {NULL, NULL};
-	if (x->numel != y->numel || x->dtype != y->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
+	struct tpf_clip_bounds b;
+	enum tpf_status st = tpf_clip_check(c, &b);
+	if (st)
+		return st;
 	if (!operand_ok(x->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
-	for (size_t k = 1; k < 3 && k < c->n_in; k++) {
-		const struct tpf_ktensor *t = &c->in[k];
-		if (!t->data || t->rank < 0)
-			continue;
-		if (t->numel != 1 || t->dtype != x->dtype)
-			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of the input's dtype",
-					 k == 1 ? "min" : "max");
-		b[k - 1] = t->data;
-	}
 	if (!x->numel)
 		return TPF_OK;
 	unsigned g = tpfc_blocks(x->numel, kThreads);
 	if (c->n_in == 1) {
-		const struct tpf_attr *lo = tpf_node_attr(c->node, "min"), *hi = tpf_node_attr(c->node, "max");
-		int has_lo = lo && lo->kind == TPF_ATTR_FLOAT, has_hi = hi && hi->kind == TPF_ATTR_FLOAT;
-		if ((has_lo || has_hi) && tpf_dtype_is_integral(x->dtype))
-			return tpf_kfail(c, TPF_ERR_INVALID, "float bounds for an integer input");
-		clip_attr_kernel<<<g, kThreads, 0, tpfc_stream(c)>>>(x->dtype, x->data, y->data, has_lo,
-								     has_lo ? lo->f : 0.0, has_hi, has_hi ? hi->f : 0.0,
-								     x->numel);
+		clip_attr_kernel<<<g, kThreads, 0, tpfc_stream(c)>>>(x->dtype, x->data, y->data, b.has_lo, b.lo,
+								     b.has_hi, b.hi, x->numel);
 		return tpfc_launched(c, "clip");
 	}
 	int mode = x->dtype == TPF_DTYPE_UINT64 ? kU64 : tpf_dtype_is_integral(x->dtype) ? kInt : kDouble;
-	clip_kernel<<<g, kThreads, 0, tpfc_stream(c)>>>(mode, x->dtype, x->data, y->data, b[0], b[1], x->numel);
+	clip_kernel<<<g, kThreads, 0, tpfc_stream(c)>>>(mode, x->dtype, x->data, y->data,
+							b.bound[0] ? b.bound[0]->data : NULL,
+							b.bound[1] ? b.bound[1]->data : NULL, x->numel);
 	return tpfc_launched(c, "clip");
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_binary)
 {
-	int op = c->node->op;
-	if (c->n_in != 2 || c->n_out != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects 2 inputs and 1 output");
-	if (!is_compare(op) && op != TPF_OP_POW && c->in[0].dtype != c->in[1].dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID, "operand dtypes differ (%s, %s)", tpf_dtype_name(c->in[0].dtype),
-				 tpf_dtype_name(c->in[1].dtype));
-	if (is_logic(op) && c->in[0].dtype != TPF_DTYPE_BOOL)
-		return tpf_kfail(c, TPF_ERR_INVALID, "operands must be bool, not %s", tpf_dtype_name(c->in[0].dtype));
-	if ((is_compare(op) || is_logic(op)) && c->out[0].dtype != TPF_DTYPE_BOOL)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output must be bool, not %s", tpf_dtype_name(c->out[0].dtype));
-	int fmod_c = op == TPF_OP_MOD ? tpf_node_attr_int(c->node, "fmod", 0) != 0 : 0;
-	return launch_binary(c, op, &c->in[0], &c->in[1], &c->out[0], fmod_c);
+	int fmod_c = 0;
+	enum tpf_status st = tpf_binary_check(c, &fmod_c);
+	return st ? st : launch_binary(c, c->node->op, &c->in[0], &c->in[1], &c->out[0], fmod_c);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_variadic)
 {
 	struct tpf_ktensor *y = &c->out[0];
-	if (c->n_in < 1 || c->n_out != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects at least one input");
-	for (size_t k = 1; k < c->n_in; k++)
-		if (c->in[k].dtype != y->dtype)
-			return tpf_kfail(c, TPF_ERR_INVALID, "operand %zu has dtype %s, expected %s", k,
-					 tpf_dtype_name(c->in[k].dtype), tpf_dtype_name(y->dtype));
+	enum tpf_status st = tpf_variadic_check(c);
+	if (st)
+		return st;
 	if (c->n_in == 1) {
 		// y = broadcast(in[0]): max(x, x) is x, NaN included
 		return launch_binary(c, c->node->op, &c->in[0], &c->in[0], y);
 	}
-	enum tpf_status st = launch_binary(c, c->node->op, &c->in[0], &c->in[1], y);
+	st = launch_binary(c, c->node->op, &c->in[0], &c->in[1], y);
 	for (size_t k = 2; k < c->n_in && !st; k++)
 		st = launch_binary(c, c->node->op, y, &c->in[k], y);
 	return st;
@@ -608,14 +338,13 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_unary)
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
 	int op = c->node->op;
-	if (x->numel != y->numel)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
+	enum tpf_status st = tpf_unary_check(c);
+	if (st)
+		return st;
 	int integral = tpf_dtype_is_integral(x->dtype);
 	bool classify = op == TPF_OP_IS_NAN || op == TPF_OP_IS_INF;
 	if (classify && (integral || y->dtype != TPF_DTYPE_BOOL))
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects a float input and a bool output");
-	if (integral && op != TPF_OP_ABS && op != TPF_OP_NEG && op != TPF_OP_NOT && op != TPF_OP_RELU)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "integer dtype %s not supported", tpf_dtype_name(x->dtype));
 	if (!operand_ok(x->dtype) || !operand_ok(y->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
 	if (!x->numel)

@@ -7,6 +7,7 @@
 // Trilu's k) are read there; every launch parameter travels by value, so
 // the steps can be captured into a CUDA graph.
 #include "cuda-common.cuh"
+#include "elementwise-ops.h"
 
 #include <string.h>
 
@@ -22,25 +23,6 @@ enum tpf_status need_bytes(const struct tpf_kernel_call *c, enum tpf_dtype t)
 	if (!es || es > 8)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported (sub-byte or wide)", tpf_dtype_name(t));
 	return TPF_OK;
-}
-
-// Element copies of es bytes.
-__device__ __forceinline__ void copy_elem(void *dst, int64_t di, const void *src, int64_t si, int es)
-{
-	switch (es) {
-	case 1:
-		((uint8_t *)dst)[di] = ((const uint8_t *)src)[si];
-		break;
-	case 2:
-		((uint16_t *)dst)[di] = ((const uint16_t *)src)[si];
-		break;
-	case 4:
-		((uint32_t *)dst)[di] = ((const uint32_t *)src)[si];
-		break;
-	default:
-		((uint64_t *)dst)[di] = ((const uint64_t *)src)[si];
-		break;
-	}
 }
 
 __device__ __forceinline__ void zero_elem(void *dst, int64_t di, int es)
@@ -109,7 +91,7 @@ __global__ void gather_nd_kernel(NdArgs a, const void *x, void *y, int es, int64
 		int64_t t = i / a.slice, e = i - t * a.slice;
 		int64_t bt = a.per_batch ? t / a.per_batch : 0;
 		int64_t off = nd_slice(a, t) + bt * a.batch_span;
-		copy_elem(y, i, x, off * a.slice + e, es);
+		tpf_copy_elem(y, i, x, off * a.slice + e, es);
 	}
 }
 
@@ -124,7 +106,7 @@ __global__ void scatter_nd_kernel(NdArgs a, int dt, int mode, const void *up, vo
 		for (int64_t t = 0; t < a.tuples; t++) {
 			int64_t o = nd_slice(a, t) * a.slice + e, u = t * a.slice + e;
 			if (mode == 0) {
-				copy_elem(y, o, up, u, es);
+				tpf_copy_elem(y, o, up, u, es);
 			} else if (integral) {
 				int64_t p = ld_i(dt, y, o), v = ld_i(dt, up, u);
 				int64_t r = mode == 1 ? (int64_t)((uint64_t)p + (uint64_t)v)
@@ -154,7 +136,7 @@ __global__ void one_hot_kernel(int di, const void *ix, const void *vals, void *y
 		int64_t k = isnan(v) ? -1 - depth : (int64_t)(v < -9.0e18 ? -9.0e18 : v > 9.0e18 ? 9.0e18 : v);
 		if (k < 0)
 			k += depth;
-		copy_elem(y, i, vals, k == d ? 1 : 0, es);
+		tpf_copy_elem(y, i, vals, k == d ? 1 : 0, es);
 	}
 }
 
@@ -173,7 +155,7 @@ __global__ void tile_kernel(TileArgs a, const void *x, void *y, int es, int64_t 
 			off += (id % a.xdims[d]) * mul;
 			mul *= a.xdims[d];
 		}
-		copy_elem(y, i, x, off, es);
+		tpf_copy_elem(y, i, x, off, es);
 	}
 }
 
@@ -185,7 +167,7 @@ __global__ void trilu_kernel(const void *x, void *y, int es, int dk, const void 
 		int64_t col = i % cols, row = (i / cols) % rows;
 		bool keep = upper ? col - row >= k : col - row <= k;
 		if (keep)
-			copy_elem(y, i, x, i, es);
+			tpf_copy_elem(y, i, x, i, es);
 		else
 			zero_elem(y, i, es);
 	}

@@ -5,6 +5,7 @@
 // device when it is an input).  Geometry and pads come from the host code
 // both backends share (kernel-host.h).
 #include "cuda-common.cuh"
+#include "elementwise-ops.h"
 
 #include <string.h>
 
@@ -108,24 +109,6 @@ __device__ __forceinline__ int64_t pad_src(int64_t o, int64_t begin, int64_t n, 
 	}
 }
 
-__device__ __forceinline__ void copy_elem(void *dst, int64_t di, const void *src, int64_t si, int es)
-{
-	switch (es) {
-	case 1:
-		((uint8_t *)dst)[di] = ((const uint8_t *)src)[si];
-		break;
-	case 2:
-		((uint16_t *)dst)[di] = ((const uint16_t *)src)[si];
-		break;
-	case 4:
-		((uint32_t *)dst)[di] = ((const uint32_t *)src)[si];
-		break;
-	default:
-		((uint64_t *)dst)[di] = ((const uint64_t *)src)[si];
-		break;
-	}
-}
-
 __global__ void pad_kernel(PadArgs a, const void *x, const void *cval, void *y, int64_t n)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -141,11 +124,11 @@ __global__ void pad_kernel(PadArgs a, const void *x, const void *cval, void *y, 
 			mul *= a.xdims[d];
 		}
 		if (inside)
-			copy_elem(y, i, x, src, a.es);
+			tpf_copy_elem(y, i, x, src, a.es);
 		else if (cval)
-			copy_elem(y, i, cval, 0, a.es);
+			tpf_copy_elem(y, i, cval, 0, a.es);
 		else
-			copy_elem(y, i, &a.cbits, 0, a.es);
+			tpf_copy_elem(y, i, &a.cbits, 0, a.es);
 	}
 }
 
