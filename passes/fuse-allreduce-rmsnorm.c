@@ -14,6 +14,19 @@
  * final norm.  Whoever used the Add (the next residual) gets residual_out.
  * Runs on canonical RMSNorm nodes: run canonicalize-rmsnorm first.
  *
+ * Mixture-of-experts blocks add the shared expert's output to the reduced
+ * routed experts' output before the residual:
+ *
+ *   Add(Add(AllReduce(a), shared), residual) -> RMSNorm(., gamma)
+ *       => s = Add(shared, residual); AllReduceRMSNorm(a, gamma, s)
+ *
+ * (the shared output is folded into the residual before the fused op; with
+ * a sigmoid gate, shared is Mul(Sigmoid(g), e), and fuse-sigmoid-gate then
+ * makes the new Add a SigmoidGateAdd).  A shared expert reduced on its own,
+ * Add(AllReduce(a), AllReduce(b)), first becomes AllReduce(Add(a, b)): one
+ * reduction of the summed partial sums, vLLM's order, which the patterns
+ * above then fuse.
+ *
  * Refused: norm input and gamma (or residual) dtypes that differ, a norm
  * over another axis than the last, a residual that broadcasts, and (with a
  * residual) an AllReduce output with users besides the Add: the fused op
@@ -24,6 +37,15 @@
 #include "pattern.h"
 
 #define PASS_NAME "fuse-allreduce-rmsnorm"
+
+/* Why two AllReduce nodes may not be merged into one: another group. */
+static const char *allreduces_differ(const struct tpf_node *a, const struct tpf_node *b)
+{
+	int64_t ga = tpf_node_attr_int(a, "group_size", -1), gb = tpf_node_attr_int(b, "group_size", -1);
+	if (ga != gb)
+		return "the two AllReduce nodes have different group_size attributes";
+	return NULL;
+}
 
 static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
@@ -78,6 +100,27 @@ static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf
 			                           "not from float16/bfloat16 to float",
 			                        tpf_dtype_name(t_x), tpf_dtype_name(t_sum));
 	}
+	struct tpf_value *shared = tpf_match_value(m, "shared");
+	if (shared) {
+		/* an AllReduce of its own merges with this one first */
+		struct tpf_node *sp = shared->producer;
+		if (sp && sp->op == TPF_OP_MS_ALLREDUCE && tpf_value_use_count(shared) == 1 &&
+		    !allreduces_differ(ar, sp))
+			return "the shared addend is an AllReduce of its own: the two reductions "
+			       "merge into one first";
+		enum tpf_dtype t_sh = tpf_pattern_dtype(shared);
+		if (t_sh != t_sum)
+			return tpf_match_reason(m, "the shared addend '%s' is %s, the sum %s",
+			                        shared->name,
+			                        t_sh == TPF_DTYPE_UNDEFINED ? "of unknown dtype"
+			                                                    : tpf_dtype_name(t_sh),
+			                        tpf_dtype_name(t_sum));
+		if (tpf_pattern_shapes_differ(shared, ar->outputs[0]))
+			return tpf_match_reason(m,
+			                        "the shared addend '%s' and the reduced value have "
+			                        "different shapes (broadcast add)",
+			                        shared->name);
+	}
 	if (residual) {
 		enum tpf_dtype t_r = tpf_pattern_dtype(residual);
 		if (t_r != t_sum)
@@ -121,6 +164,20 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	 * always written: the kernels round the sum to its buffer's type */
 	int need_sum = tpf_value_use_count(sum) > 1 || tpf_match_node(m, "ar_cast");
 	enum tpf_status st;
+
+	/* MoE: the shared expert's output joins the residual before the fused
+	 * op, which adds it to the reduced routed output */
+	struct tpf_value *shared = tpf_match_value(m, "shared");
+	if (shared) {
+		struct tpf_value *sin[2] = {shared, residual};
+		struct tpf_node *sa = tpf_rewriter_create(rw, TPF_OP_ADD, sin, 2, 1, NULL);
+		if (!sa)
+			return TPF_ERR_NOMEM;
+		if (residual->type.kind != TPF_TYPE_NONE &&
+		    (st = tpf_value_copy_type(sa->outputs[0], &residual->type)))
+			return st;
+		in[2] = sa->outputs[0];
+	}
 
 	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_ALLREDUCE_RMS_NORM, in,
 	                                         residual ? 3 : 2, need_sum ? 2 : 1, NULL);
@@ -166,6 +223,85 @@ static const struct tpf_pattern pat_residual = {
 	.explain_min_nodes = 2,
 };
 
+/* The ar node of the residual patterns: an AllReduce, maybe widened by a
+ * Cast ("ar_cast"). */
+#define AR_OPT_CAST                                                                                \
+	(&(const struct tpf_pnode){                                                                \
+	    .kind = TPF_PNODE_OP,                                                                  \
+	    .op = TPF_OP_MS_ALLREDUCE,                                                             \
+	    .name = "ar",                                                                          \
+	    .flags = TPF_PNODE_OPT_CAST,                                                           \
+	    .cast_name = "ar_cast",                                                                \
+	    .operands = (const struct tpf_pnode *const[]){TPF_PAT_ANY("a"), NULL},                 \
+	})
+
+static const struct tpf_pattern pat_shared = {
+	.name = "allreduce-shared-residual-rmsnorm",
+	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
+			   TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,
+				      TPF_PAT_OP(ADD, "add_shared", TPF_PNODE_COMMUTE, NULL,
+						 AR_OPT_CAST, TPF_PAT_ANY("shared")),
+				      TPF_PAT_ANY("residual")),
+			   TPF_PAT_ANY("gamma")),
+	.check = check_fusion,
+	.rewrite = rewrite_fusion,
+	.explain_min_nodes = 4,
+};
+
+/* Add(AllReduce(a), AllReduce(b)) => AllReduce(Add(a, b)): the shared
+ * expert's reduction merged into the routed experts' (one exchange). */
+static const char *check_merge(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct tpf_node *a1 = tpf_match_node(m, "ar1"), *a2 = tpf_match_node(m, "ar2");
+	struct tpf_value *x = tpf_match_value(m, "x"), *y = tpf_match_value(m, "y");
+	if (!a1 || !a2 || !x || !y)
+		return "incomplete match";
+	const char *why = allreduces_differ(a1, a2);
+	if (why)
+		return why;
+	enum tpf_dtype tx = tpf_pattern_dtype(x), ty = tpf_pattern_dtype(y);
+	if (tx == TPF_DTYPE_UNDEFINED || tx != ty)
+		return tpf_match_reason(m, "the partial sums have dtypes %s and %s",
+		                        tpf_dtype_name(tx), tpf_dtype_name(ty));
+	return NULL;
+}
+
+static enum tpf_status rewrite_merge(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_node *a1 = tpf_match_node(m, "ar1");
+	struct tpf_value *out = m->root->outputs[0];
+	struct tpf_value *in[2] = {tpf_match_value(m, "x"), tpf_match_value(m, "y")};
+	enum tpf_status st;
+
+	struct tpf_node *sum = tpf_rewriter_create(rw, TPF_OP_ADD, in, 2, 1, NULL);
+	if (!sum)
+		return TPF_ERR_NOMEM;
+	if (out->type.kind != TPF_TYPE_NONE &&
+	    (st = tpf_value_copy_type(sum->outputs[0], &out->type)))
+		return st;
+	struct tpf_node *ar = tpf_rewriter_create(rw, TPF_OP_MS_ALLREDUCE, sum->outputs, 1, 1, NULL);
+	if (!ar)
+		return TPF_ERR_NOMEM;
+	if ((st = copy_attr(ar, a1, "group_size")))
+		return st;
+	if ((st = tpf_rewriter_replace(rw, out, ar->outputs[0])))
+		return st;
+	if ((st = tpf_rewriter_erase_dead(rw, m)))
+		return st;
+	/* the norm after the residual Add roots the fusion: look at it again */
+	return tpf_rewriter_revisit_users(rw, ar->outputs[0]);
+}
+
+static const struct tpf_pattern pat_merge = {
+	.name = "allreduce-add-allreduce",
+	.root = TPF_PAT_OP(ADD, "sum", 0, NULL, TPF_PAT_OP(MS_ALLREDUCE, "ar1", 0, NULL, TPF_PAT_ANY("x")),
+			   TPF_PAT_OP(MS_ALLREDUCE, "ar2", 0, NULL, TPF_PAT_ANY("y"))),
+	.check = check_merge,
+	.rewrite = rewrite_merge,
+	.explain_min_nodes = 3,
+};
+
 static const struct tpf_pattern pat_plain = {
 	.name = "allreduce-rmsnorm",
 	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
@@ -177,23 +313,29 @@ static const struct tpf_pattern pat_plain = {
 };
 
 /* The pass's counters are these patterns' names. */
-static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_plain, NULL};
+static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_shared, &pat_plain,
+							&pat_merge, NULL};
 
-/* Whether v reaches a norm the patterns root at: RMSNorm(v) or
- * RMSNorm(Add(v, .)). */
-static const struct tpf_node *norm_after(const struct tpf_value *v)
+/* Whether v reaches a norm the patterns root at: RMSNorm(v), RMSNorm(Add(v,
+ * .)) or RMSNorm(Add(Add(v, shared), .)). */
+static const struct tpf_node *norm_after_depth(const struct tpf_value *v, int adds)
 {
 	for (size_t i = 0; i < v->n_uses; i++) {
 		const struct tpf_node *u = v->uses[i].node;
 		if (u->op == TPF_OP_TPF_RMS_NORM && v->uses[i].index == 0)
 			return u;
-		if (u->op == TPF_OP_ADD && u->n_outputs && u->outputs[0])
-			for (size_t j = 0; j < u->outputs[0]->n_uses; j++)
-				if (u->outputs[0]->uses[j].node->op == TPF_OP_TPF_RMS_NORM &&
-				    u->outputs[0]->uses[j].index == 0)
-					return u->outputs[0]->uses[j].node;
+		if (adds > 0 && u->op == TPF_OP_ADD && u->n_outputs && u->outputs[0]) {
+			const struct tpf_node *n = norm_after_depth(u->outputs[0], adds - 1);
+			if (n)
+				return n;
+		}
 	}
 	return NULL;
+}
+
+static const struct tpf_node *norm_after(const struct tpf_value *v)
+{
+	return norm_after_depth(v, 2);
 }
 
 /* --explain never leaves an AllReduce silent: one that no norm follows

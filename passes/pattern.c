@@ -641,6 +641,17 @@ enum tpf_status tpf_rewriter_erase(struct tpf_rewriter *rw, struct tpf_node *n)
 	return TPF_OK;
 }
 
+enum tpf_status tpf_rewriter_revisit_users(struct tpf_rewriter *rw, const struct tpf_value *v)
+{
+	for (size_t i = 0; v && i < v->n_uses; i++) {
+		const struct tpf_node *u = v->uses[i].node;
+		for (size_t k = 0; k < u->n_outputs; k++)
+			if (push_users(rw->worklist, u->outputs[k]))
+				return rw_nomem(rw, "worklist");
+	}
+	return TPF_OK;
+}
+
 static int node_dead(const struct tpf_node *n)
 {
 	for (size_t i = 0; i < n->n_outputs; i++)

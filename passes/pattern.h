@@ -184,6 +184,10 @@ struct tpf_node *tpf_rewriter_create(struct tpf_rewriter *rw, enum tpf_op op,
 /* Every use of `from` now uses `to`; `to` takes from's type when it has none. */
 enum tpf_status tpf_rewriter_replace(struct tpf_rewriter *rw, struct tpf_value *from,
 				     struct tpf_value *to);
+/* Puts the users of v's users back on the worklist: a rewrite deeper in a
+ * pattern that a consumer two steps down roots (a norm after an Add) lets
+ * that consumer's pattern match again. */
+enum tpf_status tpf_rewriter_revisit_users(struct tpf_rewriter *rw, const struct tpf_value *v);
 /* Erases a node whose outputs have no uses left. */
 enum tpf_status tpf_rewriter_erase(struct tpf_rewriter *rw, struct tpf_node *n);
 /* Erases `n` when none of its outputs is used (no-op otherwise). */

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fused graphs against the unfused ones, on 2 MPI ranks with the CPU
+ * backend: each case is a small rank graph (text dump), run as written
+ * and again after a pipeline of passes, on inputs that differ per rank;
+ * every output must agree within float32 rounding (1e-5 of max(|want|, 1)),
+ * the fusion must have happened (the fused op is there, the collectives it
+ * replaces are not), and the same comparison must reject the fused output
+ * scaled by 1.01.  Started alone, it re-launches itself under
+ * `mpirun -np 2`.
+ *
+ * Cases: the mixture-of-experts spellings of fuse-allreduce-rmsnorm (a
+ * shared expert added after the routed experts' reduction, reduced on its
+ * own, gated before or after the reduction), and the sharded norm fused
+ * without knowing the rank (fuse-sharded-rmsnorm records the part the
+ * Slice takes): the part equal to this rank's shard (the one-float
+ * exchange), another rank's part, and a part that straddles two shards.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tpf-passes.h"
+#include "tpf-runtime.h"
+
+static int failures, rank = -1;
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "rank %d: check failed at line %d: %s\n", rank, __LINE__, #cond); \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+#define T 4 /* tokens */
+
+struct fcase {
+	const char *name;
+	const char *passes;
+	/* the graph's text for this rank (snprintf'ed into buf) */
+	void (*text)(char *buf, size_t size, int rank, int world);
+	const char *fused_op;  /* op_type that must be in the fused graph */
+	const char *gone_op;   /* op_type that must not be (NULL: none) */
+	int pass_rank;         /* tell the passes this rank (else -1: unknown) */
+};
+
+/* ------------------------------------------------------------------ MoE graphs */
+
+#define HEADER "ir_version 10\nopset \"\" 23\nopset \"com.microsoft\" 1\ngraph \"\" {\n"
+#define W8 "[1.5, 0.5, -1.0, 2.0, 0.25, 1.0, -0.5, 0.75]"
+
+static void moe_shared(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,8] \"routed_partial\"\n"
+			"  input %%1: f32[4,8] \"residual\"\n"
+			"  input %%2: f32[4,8] \"shared\"\n"
+			"  init %%3: f32[8] \"w\" = " W8 "\n"
+			"  %%4 = com.microsoft.AllReduce(%%0) : f32[4,8]  # ar\n"
+			"  %%5 = Add(%%4, %%2) : f32[4,8]  # moe_out\n"
+			"  %%6 = Add(%%1, %%5) : f32[4,8]  # add\n"
+			"  %%7 = RMSNormalization(%%6, %%3) : f32[4,8]  # norm\n"
+			"  %%8 = Add(%%6, %%7) : f32[4,8]  # next\n"
+			"  output %%8: f32[4,8] \"y\"\n"
+			"  output %%7: f32[4,8] \"normed\"\n}\n");
+}
+
+static void moe_gated_replicated(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,8] \"routed_partial\"\n"
+			"  input %%1: f32[4,8] \"residual\"\n"
+			"  input %%2: f32[4,8] \"shared\"\n"
+			"  input %%3: f32[4,1] \"gate\"\n"
+			"  init %%4: f32[8] \"w\" = " W8 "\n"
+			"  %%5 = com.microsoft.AllReduce(%%0) : f32[4,8]  # ar\n"
+			"  %%6 = Sigmoid(%%3) : f32[4,1]  # sig\n"
+			"  %%7 = Mul(%%6, %%2) : f32[4,8]  # gated\n"
+			"  %%8 = Add(%%5, %%7) : f32[4,8]  # moe_out\n"
+			"  %%9 = Add(%%8, %%1) : f32[4,8]  # add\n"
+			"  %%10 = RMSNormalization(%%9, %%4) : f32[4,8]  # norm\n"
+			"  %%11 = Add(%%9, %%10) : f32[4,8]  # next\n"
+			"  output %%11: f32[4,8] \"y\"\n}\n");
+}
+
+/* vLLM's order: one AllReduce of routed + sigmoid(gate) * shared */
+static void moe_gated_partial(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,8] \"routed_partial\"\n"
+			"  input %%1: f32[4,8] \"residual\"\n"
+			"  input %%2: f32[4,8] \"shared_partial\"\n"
+			"  input %%3: f32[4,1] \"gate\"\n"
+			"  init %%4: f32[8] \"w\" = " W8 "\n"
+			"  %%5 = Sigmoid(%%3) : f32[4,1]  # sig\n"
+			"  %%6 = Mul(%%2, %%5) : f32[4,8]  # gated\n"
+			"  %%7 = Add(%%0, %%6) : f32[4,8]  # moe_partial\n"
+			"  %%8 = com.microsoft.AllReduce(%%7) : f32[4,8]  # ar\n"
+			"  %%9 = Add(%%1, %%8) : f32[4,8]  # add\n"
+			"  %%10 = RMSNormalization(%%9, %%4) : f32[4,8]  # norm\n"
+			"  %%11 = Add(%%9, %%10) : f32[4,8]  # next\n"
+			"  output %%11: f32[4,8] \"y\"\n}\n");
+}
+
+/* the shared expert reduced on its own: two AllReduce nodes become one */
+static void moe_two_reductions(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,8] \"routed_partial\"\n"
+			"  input %%1: f32[4,8] \"residual\"\n"
+			"  input %%2: f32[4,8] \"shared_partial\"\n"
+			"  input %%3: f32[4,1] \"gate\"\n"
+			"  init %%4: f32[8] \"w\" = " W8 "\n"
+			"  %%5 = com.microsoft.AllReduce(%%0) : f32[4,8]  # ar\n"
+			"  %%6 = Sigmoid(%%3) : f32[4,1]  # sig\n"
+			"  %%7 = Mul(%%2, %%6) : f32[4,8]  # gated\n"
+			"  %%8 = com.microsoft.AllReduce(%%7) : f32[4,8]  # ar_shared\n"
+			"  %%9 = Add(%%5, %%8) : f32[4,8]  # moe_out\n"
+			"  %%10 = Add(%%1, %%9) : f32[4,8]  # add\n"
+			"  %%11 = RMSNormalization(%%10, %%4) : f32[4,8]  # norm\n"
+			"  %%12 = Add(%%10, %%11) : f32[4,8]  # next\n"
+			"  output %%12: f32[4,8] \"y\"\n}\n");
+}
+
+#define MOE_PASSES "canonicalize-rmsnorm,fuse-allreduce-rmsnorm,fuse-sigmoid-gate"
+
+static const struct fcase cases[] = {
+	{"moe-shared-after-reduction", MOE_PASSES, moe_shared, "AllReduceRMSNorm", "AllReduce", -1},
+	{"moe-gated-shared-after-reduction", MOE_PASSES, moe_gated_replicated, "SigmoidGateAdd",
+	 "AllReduce", -1},
+	{"moe-gated-partial-sums", MOE_PASSES, moe_gated_partial, "SigmoidGateAdd", "AllReduce", -1},
+	{"moe-two-reductions", MOE_PASSES, moe_two_reductions, "AllReduceRMSNorm", "AllReduce", -1},
+};
+
+/* ------------------------------------------------------------------ harness */
+
+static size_t count_ops(const struct tpf_graph *g, const char *op_type)
+{
+	size_t k = 0;
+	for (const struct tpf_node *n = g->first; n; n = n->next)
+		k += strcmp(n->op_type, op_type) == 0;
+	return k;
+}
+
+/* Deterministic inputs that differ per rank and per input. */
+static void fill(float *x, size_t n, int r, size_t which)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)sin(0.37 * (double)i + 1.3 * r + 0.7 * (double)which) *
+		       (1.0f + 0.25f * (float)which);
+}
+
+struct outputs {
+	size_t n;
+	float *data[8];
+	size_t numel[8];
+};
+
+static int run_model(const struct tpf_model *m, struct tpf_comm *c, struct outputs *o,
+		     struct tpf_diag *d)
+{
+	const struct tpf_graph *g = m->graph;
+	struct tpf_host_tensor in[8];
+	float *bufs[8] = {0};
+	size_t n_in = 0;
+	int rc = -1;
+
+	for (size_t i = 0; i < g->n_inputs && i < 8; i++) {
+		const struct tpf_value *v = g->inputs[i];
+		if (v->kind == TPF_VALUE_INITIALIZER)
+			continue;
+		const struct tpf_shape *s = &v->type.shape;
+		size_t numel = 1;
+		memset(&in[n_in], 0, sizeof(in[n_in]));
+		in[n_in].name = v->name;
+		in[n_in].dtype = TPF_DTYPE_FLOAT;
+		in[n_in].rank = s->rank;
+		for (int k = 0; k < s->rank; k++) {
+			in[n_in].dims[k] = s->dims[k].value;
+			numel *= (size_t)s->dims[k].value;
+		}
+		bufs[n_in] = malloc(numel * sizeof(float));
+		fill(bufs[n_in], numel, rank, i);
+		in[n_in].data = bufs[n_in];
+		n_in++;
+	}
+	struct tpf_session *s = NULL;
+	const struct tpf_host_tensor *out = NULL;
+	size_t n_out = 0;
+	if (tpf_session_create(m, &(struct tpf_session_options){.comm = c}, &s, d) ||
+	    tpf_session_run(s, in, n_in, &out, &n_out, d))
+		goto done;
+	o->n = n_out < 8 ? n_out : 8;
+	for (size_t i = 0; i < o->n; i++) {
+		size_t bytes = 0;
+		tpf_host_tensor_bytes(&out[i], &bytes);
+		o->numel[i] = bytes / sizeof(float);
+		o->data[i] = malloc(bytes ? bytes : 1);
+		memcpy(o->data[i], out[i].data, bytes);
+	}
+	rc = 0;
+done:
+	tpf_session_free(s);
+	for (size_t i = 0; i < n_in; i++)
+		free(bufs[i]);
+	return rc;
+}
+
+static void outputs_free(struct outputs *o)
+{
+	for (size_t i = 0; i < o->n; i++)
+		free(o->data[i]);
+	memset(o, 0, sizeof(*o));
+}
+
+/* Largest |got - want| / max(|want|, 1) over an output, times `scale` on got. */
+static double max_err(const float *got, const float *want, size_t n, double scale)
+{
+	double e = 0;
+	for (size_t i = 0; i < n; i++) {
+		double w = want[i], err = fabs(got[i] * scale - w) / (fabs(w) > 1 ? fabs(w) : 1);
+		if (!(err <= e))
+			e = err;
+	}
+	return e;
+}
+
+static void run_case(const struct fcase *fc, struct tpf_comm *c, int world)
+{
+	char *text = malloc(1 << 16);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *m = NULL;
+	struct outputs want = {0}, got = {0};
+
+	fc->text(text, 1 << 16, rank, world);
+	if (tpf_model_parse_text(text, strlen(text), fc->name, &m, d)) {
+		tpf_diag_print(d, stderr);
+		CHECK(!"the case parses");
+		goto out;
+	}
+	if (run_model(m, c, &want, d)) {
+		tpf_diag_print(d, stderr);
+		CHECK(!"the unfused graph runs");
+		goto out;
+	}
+	struct tpf_pipeline_options po = {.passes = fc->passes, .verify_each = 1};
+	po.ctx.rank = fc->pass_rank;
+	po.ctx.world_size = fc->pass_rank >= 0 ? world : 0;
+	if (tpf_pipeline_run(m, &po, d)) {
+		tpf_diag_print(d, stderr);
+		CHECK(!"the pipeline runs");
+		goto out;
+	}
+	if (!count_ops(m->graph, fc->fused_op) || (fc->gone_op && count_ops(m->graph, fc->gone_op))) {
+		fprintf(stderr, "rank %d: %s: %s missing or %s left after %s\n", rank, fc->name,
+			fc->fused_op, fc->gone_op ? fc->gone_op : "-", fc->passes);
+		failures++;
+		goto out;
+	}
+	if (run_model(m, c, &got, d)) {
+		tpf_diag_print(d, stderr);
+		CHECK(!"the fused graph runs");
+		goto out;
+	}
+	CHECK(got.n == want.n);
+	for (size_t i = 0; i < got.n && i < want.n; i++) {
+		CHECK(got.numel[i] == want.numel[i]);
+		if (got.numel[i] != want.numel[i])
+			continue;
+		double e = max_err(got.data[i], want.data[i], got.numel[i], 1.0);
+		double e_bad = max_err(got.data[i], want.data[i], got.numel[i], 1.01);
+		if (!(e <= 1e-5) || !(e_bad > 1e-5)) {
+			fprintf(stderr, "rank %d: %s: output %zu: error %.3g (scaled by 1.01: %.3g)\n",
+				rank, fc->name, i, e, e_bad);
+			failures++;
+		}
+	}
+	printf("rank %d: %s: ok\n", rank, fc->name);
+out:
+	outputs_free(&want);
+	outputs_free(&got);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+	free(text);
+}
+
+int main(int argc, char **argv)
+{
+	if (!tpf_comm_launched_by_mpi()) {
+		char *args[] = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", argv[0], NULL};
+		execvp("mpirun", args);
+		printf("mpirun not found: skipped\n");
+		return 77;
+	}
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_comm *c = NULL;
+	if (tpf_comm_create_mpi(&(struct tpf_comm_options){.timeout_s = 60}, &c, d)) {
+		tpf_diag_print(d, stderr);
+		return 1;
+	}
+	rank = c->rank;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		run_case(&cases[i], c, c->world);
+	tpf_comm_free(c);
+	tpf_diag_free(d);
+	return failures ? 1 : 0;
+}
