@@ -64,6 +64,7 @@ static const char *const default_pipeline[] = {
 	"fuse-sigmoid-gate",
 	"merge-parallel-matmuls",
 	"fuse-swiglu",
+	"fuse-rotary-embedding",
 	"coalesce-alltoall",
 	"dce",
 	NULL,

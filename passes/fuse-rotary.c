@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuse-rotary-embedding: the rotate-half rotary embedding exporters write
+ * (Hugging Face's apply_rotary_pos_emb) becomes ONNX RotaryEmbedding
+ * (opset 23, docs/ops.md):
+ *
+ *   rot = Concat(Neg(Slice(x, h:)), Slice(x, :h))           (last axis, h = D/2)
+ *   y   = Add(Mul(x, cos), Mul(rot, sin))                    (any operand order)
+ *       => RotaryEmbedding(x, cos_cache, sin_cache)
+ *
+ * and partial rotary, where only the first rotary_dim dims of the head turn:
+ *
+ *   y = Concat(<the above on Slice(X, :r)>, Slice(X, r:))
+ *       => RotaryEmbedding(X, ...) {rotary_embedding_dim = r}
+ *
+ * x is [batch, heads, seq, head] (RotaryEmbedding's 4-D layout); cos and
+ * sin broadcast as [b, 1, seq, D]: Unsqueeze(c, axes = [1]) of a
+ * [b, seq, D] value, or constants.  RotaryEmbedding wants half-width caches
+ * [batch, seq, D/2], and a rotate-half cos has equal halves, which the pass
+ * proves: either the cache is Cos(Concat(f, f)) (and sin Sin(Concat(f, f))
+ * of the same f; an attention scaling Mul by 1 is looked through), whose
+ * first half is Cos(f), or it is a constant whose halves are equal bit for
+ * bit, whose first half becomes a new initializer.  Where the cache's batch
+ * is 1 and x's is not provably 1, the caches are expanded to x's batch
+ * (Shape, Concat, Expand; shared by every site when a graph input has x's
+ * batch), as
+ * RotaryEmbedding's schema and ONNX Runtime require.
+ *
+ * h is a constant equal to D/2 (D static), or the exporter's computed
+ * D / 2 (Div(Gather(Shape(x), 3), 2)).  RotaryEmbedding is an opset-23 op:
+ * a model of a lower default-domain opset is raised to 23 when it still
+ * verifies there (otherwise the pass leaves it alone and says why).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "pattern.h"
+
+#define PASS_NAME "fuse-rotary-embedding"
+
+/* What check found for the rewrite. */
+struct rope_facts {
+	struct tpf_value *x;        /* the input of RotaryEmbedding (X for partial) */
+	int64_t rot;                /* 0: the whole head */
+	struct tpf_value *f;        /* Cos(Concat(f, f)) form, else NULL */
+	struct tpf_value *cos_c;    /* constant form: the full-width constants */
+	struct tpf_value *sin_c;
+	struct tpf_node *x_slice;   /* partial: Slice(X, :r) and Slice(X, r:) */
+	struct tpf_node *pass_slice;
+};
+
+/* ------------------------------------------------------------ reading Slices */
+
+struct slice_par {
+	int64_t start, end, axis, step;
+	struct tpf_value *start_v, *end_v; /* when given as inputs */
+};
+
+static int one_int(struct tpf_value *v, int64_t *out)
+{
+	int64_t b[2];
+	size_t n = 0;
+	if (!v || tpf_pattern_const_ints(v, b, 2, &n) || n != 1)
+		return -1;
+	*out = b[0];
+	return 0;
+}
+
+/* One-axis Slice: its parameters (start/end may stay unknown: -1 from
+ * one_int, the values are then kept in start_v / end_v). */
+static int slice_params(const struct tpf_node *s, struct slice_par *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->step = 1;
+	p->start = p->end = INT64_MIN;
+	if (s->n_inputs >= 3) {
+		p->start_v = s->inputs[1];
+		p->end_v = s->inputs[2];
+		one_int(p->start_v, &p->start);
+		one_int(p->end_v, &p->end);
+		if (s->n_inputs > 3 && s->inputs[3]) {
+			if (one_int(s->inputs[3], &p->axis))
+				return -1;
+		} else {
+			p->axis = 0;
+		}
+		if (s->n_inputs > 4 && s->inputs[4] && one_int(s->inputs[4], &p->step))
+			return -1;
+		return 0;
+	}
+	const struct tpf_attr *st = tpf_node_attr(s, "starts"), *en = tpf_node_attr(s, "ends"),
+	                      *ax = tpf_node_attr(s, "axes");
+	if (!st || !en || st->kind != TPF_ATTR_INTS || en->kind != TPF_ATTR_INTS || st->n != 1 ||
+	    en->n != 1)
+		return -1;
+	p->start = st->ints[0];
+	p->end = en->ints[0];
+	if (ax && (ax->kind != TPF_ATTR_INTS || ax->n != 1))
+		return -1;
+	p->axis = ax ? ax->ints[0] : 0;
+	return 0;
+}
+
+/* v is the exporter's computed half of x's last dim:
+ * [Unsqueeze(]Div(Gather(Shape(x), last), 2)[)] */
+static int is_half_of_last(struct tpf_value *v, const struct tpf_value *x)
+{
+	struct tpf_node *n = v ? v->producer : NULL;
+	int64_t k;
+	if (n && (n->op == TPF_OP_UNSQUEEZE || n->op == TPF_OP_RESHAPE))
+		n = n->inputs[0] ? n->inputs[0]->producer : NULL;
+	if (!n || n->op != TPF_OP_DIV || n->n_inputs != 2 || one_int(n->inputs[1], &k) || k != 2)
+		return 0;
+	n = n->inputs[0] ? n->inputs[0]->producer : NULL;
+	if (!n || n->op != TPF_OP_GATHER || tpf_node_attr_int(n, "axis", 0) != 0 ||
+	    one_int(n->inputs[1], &k))
+		return 0;
+	int r = tpf_pattern_rank(x);
+	if (!(k == -1 || (r > 0 && k == r - 1)))
+		return 0;
+	n = n->inputs[0] ? n->inputs[0]->producer : NULL;
+	return n && n->op == TPF_OP_SHAPE && n->inputs[0] == x && !tpf_node_attr(n, "start") &&
+	       !tpf_node_attr(n, "end");
+}
+
+static int last_axis(int64_t axis, const struct tpf_value *x)
+{
+	int r = tpf_pattern_rank(x);
+	return axis == -1 || (r > 0 && axis == r - 1);
+}
+
+/* ------------------------------------------------------------ cos / sin */
+
+/* Looks through an Unsqueeze at axis 1 and a Mul by the constant 1; *unsq
+ * set when the Unsqueeze was there. */
+static struct tpf_value *cache_source(struct tpf_value *c, int *unsq)
+{
+	struct tpf_node *n = c->producer;
+	int64_t ax;
+	double one;
+
+	*unsq = 0;
+	if (n && n->op == TPF_OP_UNSQUEEZE) {
+		const struct tpf_attr *a = tpf_node_attr(n, "axes");
+		if (a && a->kind == TPF_ATTR_INTS && a->n == 1)
+			ax = a->ints[0];
+		else if (n->n_inputs < 2 || one_int(n->inputs[1], &ax))
+			return NULL;
+		if (ax != 1)
+			return NULL;
+		*unsq = 1;
+		c = n->inputs[0];
+		n = c->producer;
+	}
+	if (n && n->op == TPF_OP_MUL && n->n_inputs == 2) {
+		for (int i = 0; i < 2; i++)
+			if (!tpf_pattern_const_scalar(n->inputs[i], &one) && one == 1.0)
+				return n->inputs[1 - i];
+	}
+	return c;
+}
+
+/* c = Cos|Sin(Concat(f, f) along the last axis): f, else NULL. */
+static struct tpf_value *trig_of_twice(struct tpf_value *c, enum tpf_op op)
+{
+	struct tpf_node *n = c ? c->producer : NULL;
+	if (!n || n->op != op || !n->inputs[0])
+		return NULL;
+	struct tpf_node *cat = n->inputs[0]->producer;
+	if (!cat || cat->op != TPF_OP_CONCAT || cat->n_inputs != 2 || cat->inputs[0] != cat->inputs[1])
+		return NULL;
+	if (!last_axis(tpf_node_attr_int(cat, "axis", 0), cat->inputs[0]))
+		return NULL;
+	return cat->inputs[0];
+}
+
+/* A float constant whose last dim is 2 * half and whose two halves are
+ * equal bit for bit. */
+static const char *const_halves_equal(const struct tpf_value *v, int64_t half)
+{
+	const struct tpf_tensor *t = tpf_value_constant(v);
+	if (!t || !t->data || t->rank < 1)
+		return "is neither Cos/Sin(Concat(f, f)) nor a constant";
+	if (t->dims[t->rank - 1] != 2 * half)
+		return "is a constant whose last dim is not the head size";
+	size_t esz = tpf_dtype_bits(t->dtype) / 8;
+	int64_t rows = tpf_tensor_numel(t) / (2 * half);
+	const unsigned char *p = t->data;
+	if (!esz || tpf_dtype_bits(t->dtype) % 8)
+		return "is a constant of a sub-byte dtype";
+	for (int64_t r = 0; r < rows; r++)
+		if (memcmp(p + (size_t)(2 * r * half) * esz, p + (size_t)((2 * r + 1) * half) * esz,
+		           (size_t)half * esz))
+			return "is a constant whose two halves differ (not a rotate-half cache)";
+	return NULL;
+}
+
+/* ------------------------------------------------------------ check */
+
+static const char *check_core(struct tpf_match *m, struct rope_facts *f)
+{
+	struct tpf_value *x = tpf_match_value(m, "x"), *cos = tpf_match_value(m, "cos"),
+	                 *sin = tpf_match_value(m, "sin");
+	struct tpf_node *hi = tpf_match_node(m, "hi"), *lo = tpf_match_node(m, "lo");
+	struct tpf_node *cat = tpf_match_node(m, "rot");
+	struct slice_par ph, pl;
+	int64_t d = -1;
+
+	if (!x || !cos || !sin || !hi || !lo || !cat)
+		return "incomplete match";
+	if (cat->n_inputs != 2 || !last_axis(tpf_node_attr_int(cat, "axis", 0), x))
+		return "the rotate-half Concat is not along the last axis";
+	if (slice_params(hi, &ph) || slice_params(lo, &pl))
+		return "a rotate-half Slice has parameters that are not constant";
+	if (!last_axis(ph.axis, x) || !last_axis(pl.axis, x))
+		return "a rotate-half Slice is not along the last axis";
+	if (ph.step != 1 || pl.step != 1)
+		return "a rotate-half Slice has a step other than 1";
+	int r = tpf_pattern_rank(x);
+	if (r >= 0 && r != 4)
+		return tpf_match_reason(m, "x '%s' has rank %d; RotaryEmbedding takes [batch, heads, "
+		                        "seq, head]", x->name, r);
+	tpf_pattern_last_dim(x, &d);
+	/* lo = x[:h], hi = x[h:] */
+	if (pl.start != 0)
+		return "the second half of rotate_half does not start at 0";
+	int structural = pl.end == INT64_MIN && is_half_of_last(pl.end_v, x) && ph.start == INT64_MIN &&
+	                 is_half_of_last(ph.start_v, x);
+	int64_t h = pl.end;
+	if (!structural) {
+		if (h == INT64_MIN || ph.start != h)
+			return "the rotate-half split point is neither a constant nor D / 2 of x";
+		if (d < 0)
+			return tpf_match_reason(m, "x '%s' has no static head size to check the split "
+			                        "point %" PRId64 " against",
+			                        x->name, h);
+		if (2 * h != d)
+			return tpf_match_reason(m, "the split point %" PRId64 " is not half the head size "
+			                        "%" PRId64,
+			                        h, d);
+	}
+	if (ph.end != INT64_MIN && d >= 0 ? ph.end < d : (ph.end == INT64_MIN || ph.end < INT32_MAX))
+		return "the first half of rotate_half does not run to the end of the head";
+	/* the caches */
+	int uc, us;
+	struct tpf_value *cs = cache_source(cos, &uc), *ss = cache_source(sin, &us);
+	if (!cs || !ss || uc != us)
+		return "cos and sin are not broadcast the same way (Unsqueeze at axis 1 of [b, seq, D])";
+	struct tpf_value *fc = trig_of_twice(cs, TPF_OP_COS), *fs = trig_of_twice(ss, TPF_OP_SIN);
+	if (fc || fs) {
+		if (fc != fs)
+			return "cos and sin are not Cos and Sin of one Concat(f, f)";
+		if (!uc)
+			return "the Cos/Sin caches are not unsqueezed at the heads axis";
+		if (tpf_pattern_rank(fc) >= 0 && tpf_pattern_rank(fc) != 3)
+			return tpf_match_reason(m, "the angles '%s' have rank %d; expected [b, seq, D/2]",
+			                        fc->name, tpf_pattern_rank(fc));
+		f->f = fc;
+	} else {
+		if (d < 0)
+			return "constant caches need a static head size";
+		const char *why = const_halves_equal(cs, d / 2);
+		if (!why)
+			why = const_halves_equal(ss, d / 2);
+		if (why)
+			return tpf_match_reason(m, "the cos/sin cache %s", why);
+		const struct tpf_tensor *tc = tpf_value_constant(cs), *ts = tpf_value_constant(ss);
+		int rk = tc->rank + (uc ? 1 : 0);
+		if (tc->rank != ts->rank || tc->dtype != ts->dtype ||
+		    memcmp(tc->dims, ts->dims, (size_t)tc->rank * sizeof(int64_t)))
+			return "the cos and sin constants differ in shape or dtype";
+		/* [.., seq, D] broadcast as [b, 1, seq, D] */
+		int64_t one_ax = uc ? 1 : (tc->rank >= 3 ? tc->dims[tc->rank - 3] : 1);
+		if (rk > 4 || one_ax != 1 || (rk == 4 && !uc && tc->dims[1] != 1))
+			return "the constant caches do not broadcast as [b, 1, seq, D]";
+		f->cos_c = cs;
+		f->sin_c = ss;
+	}
+	enum tpf_dtype tx = tpf_pattern_dtype(x), tcos = tpf_pattern_dtype(cos),
+	               tsin = tpf_pattern_dtype(sin), ty = tpf_pattern_dtype(m->root->outputs[0]);
+	if (tx == TPF_DTYPE_UNDEFINED || tcos == TPF_DTYPE_UNDEFINED)
+		return "the dtype of x or cos is unknown";
+	if (tx != tcos || tx != tsin || (ty != TPF_DTYPE_UNDEFINED && ty != tx))
+		return tpf_match_reason(m, "mixed dtypes: x %s, cos %s, sin %s", tpf_dtype_name(tx),
+		                        tpf_dtype_name(tcos), tpf_dtype_name(tsin));
+	if (tx != TPF_DTYPE_FLOAT && tx != TPF_DTYPE_FLOAT16 && tx != TPF_DTYPE_BFLOAT16)
+		return tpf_match_reason(m, "dtype %s: RotaryEmbedding takes float, float16 or bfloat16",
+		                        tpf_dtype_name(tx));
+	f->x = x;
+	return NULL;
+}
+
+static const char *check_full(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	return check_core(m, (struct rope_facts *)m->facts);
+}
+
+/* Concat(rope(Slice(X, :r)), Slice(X, r:)) */
+static const char *check_partial(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct rope_facts *f = (struct rope_facts *)m->facts;
+	struct tpf_value *x = tpf_match_value(m, "x"), *pass = tpf_match_value(m, "pass");
+	struct slice_par a, b;
+	const char *why;
+
+	if (!x || !pass || !x->producer || !pass->producer)
+		return "the rotated and passed parts are not Slices of one input";
+	struct tpf_node *sa = x->producer, *sb = pass->producer;
+	if (sa->op != TPF_OP_SLICE || sb->op != TPF_OP_SLICE || sa->inputs[0] != sb->inputs[0])
+		return "the rotated and passed parts are not Slices of one input";
+	struct tpf_value *X = sa->inputs[0];
+	if (!last_axis(tpf_node_attr_int(m->root, "axis", 0), X))
+		return "the partial-rotary Concat is not along the last axis";
+	if (slice_params(sa, &a) || slice_params(sb, &b) || a.start != 0 || a.end == INT64_MIN ||
+	    b.start != a.end || !last_axis(a.axis, X) || !last_axis(b.axis, X) || a.step != 1 ||
+	    b.step != 1)
+		return "the partial-rotary Slices are not X[..., :r] and X[..., r:] with constant r";
+	int64_t d = -1;
+	tpf_pattern_last_dim(X, &d);
+	if (b.end == INT64_MIN || (d >= 0 ? b.end < d : b.end < INT32_MAX))
+		return "the passed part does not run to the end of the head";
+	if ((why = check_core(m, f)))
+		return why;
+	if (d >= 0 && (a.end <= 0 || a.end > d || a.end % 2))
+		return tpf_match_reason(m, "rotary dim %" PRId64 " of head %" PRId64, a.end, d);
+	if (d < 0)
+		return "partial rotary needs a static head size";
+	f->x = X;
+	f->rot = a.end == d ? 0 : a.end;
+	f->x_slice = sa;
+	f->pass_slice = sb;
+	return NULL;
+}
+
+/* ------------------------------------------------------------ rewrite */
+
+static struct tpf_node *find_user(const struct tpf_value *v, enum tpf_op op, int index)
+{
+	for (size_t u = 0; u < v->n_uses; u++) {
+		struct tpf_node *n = v->uses[u].node;
+		if (n && !n->erased && n->op == op && v->uses[u].index == index &&
+		    n->origin_pass && !strcmp(n->origin_pass, PASS_NAME))
+			return n;
+	}
+	return NULL;
+}
+
+/* Cos(f) or Sin(f), made once. */
+static struct tpf_value *trig_half(struct tpf_rewriter *rw, struct tpf_value *f, enum tpf_op op)
+{
+	struct tpf_node *n = find_user(f, op, 0);
+	if (n)
+		return n->outputs[0];
+	n = tpf_rewriter_create(rw, op, &f, 1, 1, NULL);
+	if (!n || tpf_value_copy_type(n->outputs[0], &f->type))
+		return NULL;
+	return n->outputs[0];
+}
+
+/* The first half of a constant cache as a [b, seq, D/2] initializer. */
+static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c)
+{
+	const struct tpf_tensor *t = tpf_value_constant(c);
+	int64_t d = t->dims[t->rank - 1], half = d / 2;
+	int64_t rows = tpf_tensor_numel(t) / d;
+	size_t esz = tpf_dtype_bits(t->dtype) / 8;
+	int64_t seq = t->rank >= 2 ? t->dims[t->rank - 2] : 1;
+	int64_t dims[3] = {seq ? rows / seq : 0, seq, half};
+	unsigned char *buf = tpf_malloc((size_t)(rows * half) * esz + 1);
+	if (!buf)
+		return NULL;
+	for (int64_t r = 0; r < rows; r++)
+		memcpy(buf + (size_t)(r * half) * esz, (const unsigned char *)t->data + (size_t)(r * d) * esz,
+		       (size_t)half * esz);
+	char base[160];
+	snprintf(base, sizeof(base), "%s.half", c->name);
+	const char *nm = tpf_graph_unique_name(rw->graph, base);
+	struct tpf_value *v = nm ? tpf_graph_add_initializer(rw->graph, nm, t->dtype, 3, dims, buf,
+	                                                     (size_t)(rows * half) * esz)
+	                         : NULL;
+	tpf_free(buf);
+	return v;
+}
+
+/* [batch, 1, 1] of v: Concat(Shape(v){start 0, end 1}, [1, 1]), made once
+ * for v. */
+static struct tpf_value *batch_shape(struct tpf_rewriter *rw, struct tpf_value *v)
+{
+	for (size_t u = 0; u < v->n_uses; u++) {
+		struct tpf_node *sh = v->uses[u].node;
+		if (!sh || sh->erased || sh->op != TPF_OP_SHAPE || !sh->origin_pass ||
+		    strcmp(sh->origin_pass, PASS_NAME))
+			continue;
+		struct tpf_value *o = sh->outputs[0];
+		for (size_t k = 0; k < o->n_uses; k++)
+			if (o->uses[k].node && !o->uses[k].node->erased &&
+			    o->uses[k].node->op == TPF_OP_CONCAT && o->uses[k].index == 0)
+				return o->uses[k].node->outputs[0];
+	}
+	struct tpf_node *sh = tpf_rewriter_create(rw, TPF_OP_SHAPE, &v, 1, 1, NULL);
+	if (!sh || tpf_node_set_attr_int(sh, "start", 0) || tpf_node_set_attr_int(sh, "end", 1))
+		return NULL;
+	int64_t n1 = 1, ones[2] = {1, 1}, n2 = 2, n3 = 3;
+	tpf_value_set_type(sh->outputs[0], TPF_DTYPE_INT64, 1, &n1);
+	const char *nm = tpf_graph_unique_name(rw->graph, "rotary_cache_ones");
+	struct tpf_value *c11 =
+	    nm ? tpf_graph_add_initializer(rw->graph, nm, TPF_DTYPE_INT64, 1, &n2, ones, sizeof(ones))
+	       : NULL;
+	if (!c11)
+		return NULL;
+	struct tpf_value *cat_in[2] = {sh->outputs[0], c11};
+	struct tpf_node *cat = tpf_rewriter_create(rw, TPF_OP_CONCAT, cat_in, 2, 1, NULL);
+	if (!cat || tpf_node_set_attr_int(cat, "axis", 0))
+		return NULL;
+	tpf_value_set_type(cat->outputs[0], TPF_DTYPE_INT64, 1, &n3);
+	return cat->outputs[0];
+}
+
+/* cache [1, seq, D/2] expanded to x's batch when that is not provably 1
+ * (reusing an expansion of the same cache for a batch dim equal to x's). */
+static struct tpf_value *batch_expand(struct tpf_rewriter *rw, struct tpf_value *cache,
+                                      struct tpf_value *x)
+{
+	const struct tpf_type *ct = &cache->type, *xt = &x->type;
+	const struct tpf_dim one = {1, NULL, NULL};
+	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == 3 && xt->kind == TPF_TYPE_TENSOR &&
+	    xt->shape.rank >= 1) {
+		if (tpf_graph_dims_equal(rw->graph, &ct->shape.dims[0], &xt->shape.dims[0]) ==
+		    TPF_ANSWER_YES)
+			return cache;
+	}
+	if (xt->kind == TPF_TYPE_TENSOR && xt->shape.rank >= 1 &&
+	    tpf_graph_dims_equal(rw->graph, &xt->shape.dims[0], &one) == TPF_ANSWER_YES)
+		return cache;
+	/* The batch comes from a graph input of x's batch when there is one
+	 * (every site of the graph can share that expansion), else from x. */
+	struct tpf_value *bsrc = x;
+	for (size_t i = 0; i < rw->graph->n_inputs && xt->kind == TPF_TYPE_TENSOR &&
+	                   xt->shape.rank >= 1; i++) {
+		struct tpf_value *in = rw->graph->inputs[i];
+		if (in->type.kind == TPF_TYPE_TENSOR && in->type.shape.rank >= 1 &&
+		    tpf_graph_dims_equal(rw->graph, &in->type.shape.dims[0], &xt->shape.dims[0]) ==
+		        TPF_ANSWER_YES) {
+			bsrc = in;
+			break;
+		}
+	}
+	/* an expansion of this cache made from the same batch source */
+	for (size_t u = 0; u < cache->n_uses; u++) {
+		struct tpf_node *e = cache->uses[u].node;
+		if (!e || e->erased || e->op != TPF_OP_EXPAND || cache->uses[u].index != 0 ||
+		    !e->origin_pass || strcmp(e->origin_pass, PASS_NAME))
+			continue;
+		struct tpf_node *cat = e->inputs[1]->producer;
+		struct tpf_node *sh = cat && cat->n_inputs ? cat->inputs[0]->producer : NULL;
+		if (sh && sh->op == TPF_OP_SHAPE && sh->inputs[0] == bsrc)
+			return e->outputs[0];
+	}
+	struct tpf_value *shp = batch_shape(rw, bsrc);
+	if (!shp)
+		return NULL;
+	struct tpf_value *e_in[2] = {cache, shp};
+	struct tpf_node *e = tpf_rewriter_create(rw, TPF_OP_EXPAND, e_in, 2, 1, NULL);
+	if (!e)
+		return NULL;
+	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == 3 && xt->kind == TPF_TYPE_TENSOR &&
+	    xt->shape.rank >= 1) {
+		if (tpf_value_copy_type(e->outputs[0], ct))
+			return NULL;
+		e->outputs[0]->type.shape.dims[0] = xt->shape.dims[0];
+	}
+	return e->outputs[0];
+}
+
+static enum tpf_status erase_chain(struct tpf_rewriter *rw, struct tpf_value *v, int depth)
+{
+	struct tpf_node *n = v ? v->producer : NULL;
+	enum tpf_status st;
+	if (!n || depth > 4 || tpf_value_use_count(v))
+		return TPF_OK;
+	struct tpf_value *ins[4] = {0};
+	size_t k = n->n_inputs < 4 ? n->n_inputs : 4;
+	for (size_t i = 0; i < k; i++)
+		ins[i] = n->inputs[i];
+	if ((st = tpf_rewriter_erase_if_dead(rw, n)))
+		return st;
+	for (size_t i = 0; i < k; i++)
+		if (ins[i] && ins[i]->producer && (st = erase_chain(rw, ins[i], depth + 1)))
+			return st;
+	return TPF_OK;
+}
+
+static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct rope_facts *f = (struct rope_facts *)m->facts;
+	struct tpf_value *out = m->root->outputs[0];
+	struct tpf_value *cos = tpf_match_value(m, "cos"), *sin = tpf_match_value(m, "sin");
+	struct tpf_value *ch, *sh;
+	enum tpf_status st;
+
+	if (f->f) {
+		ch = trig_half(rw, f->f, TPF_OP_COS);
+		sh = ch ? trig_half(rw, f->f, TPF_OP_SIN) : NULL;
+	} else {
+		ch = const_half(rw, f->cos_c);
+		sh = ch ? const_half(rw, f->sin_c) : NULL;
+	}
+	if (!ch || !sh)
+		return TPF_ERR_NOMEM;
+	ch = batch_expand(rw, ch, f->x);
+	sh = ch ? batch_expand(rw, sh, f->x) : NULL;
+	if (!ch || !sh)
+		return TPF_ERR_NOMEM;
+	struct tpf_value *in[3] = {f->x, ch, sh};
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_ROTARY_EMBEDDING, in, 3, 1, NULL);
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if (f->rot && (st = tpf_node_set_attr_int(n, "rotary_embedding_dim", f->rot)))
+		return st;
+	if ((st = tpf_value_copy_type(n->outputs[0],
+	                              out->type.kind != TPF_TYPE_NONE ? &out->type : &f->x->type)))
+		return st;
+	if ((st = tpf_rewriter_replace(rw, out, n->outputs[0])))
+		return st;
+	if ((st = tpf_rewriter_erase_dead(rw, m)))
+		return st;
+	if (f->x_slice && (st = tpf_rewriter_erase_if_dead(rw, f->x_slice)))
+		return st;
+	if (f->pass_slice && (st = tpf_rewriter_erase_if_dead(rw, f->pass_slice)))
+		return st;
+	/* the full-width caches once no site reads them */
+	if ((st = erase_chain(rw, cos, 0)))
+		return st;
+	return erase_chain(rw, sin, 0);
+}
+
+/* ------------------------------------------------------------ patterns */
+
+#define ROPE_CORE                                                                                  \
+	TPF_PAT_OP(                                                                                \
+	    ADD, "add", TPF_PNODE_COMMUTE, NULL,                                                   \
+	    TPF_PAT_OP(MUL, "mul_cos", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x"),                  \
+	               TPF_PAT_ANY("cos")),                                                        \
+	    TPF_PAT_OP(MUL, "mul_sin", TPF_PNODE_COMMUTE, NULL,                                    \
+	               TPF_PAT_OP(CONCAT, "rot", 0, NULL,                                          \
+	                          TPF_PAT_OP(NEG, "neg", 0, NULL,                                  \
+	                                     TPF_PAT_OP(SLICE, "hi", TPF_PNODE_EXTRA_INPUTS, NULL, \
+	                                                TPF_PAT_ANY("x"))),                        \
+	                          TPF_PAT_OP(SLICE, "lo", TPF_PNODE_EXTRA_INPUTS, NULL,            \
+	                                     TPF_PAT_ANY("x"))),                                   \
+	               TPF_PAT_ANY("sin")))
+
+static const struct tpf_pattern pat_partial = {
+    .name = "rotate-half-partial",
+    .root = TPF_PAT_OP(CONCAT, "out", 0, NULL, ROPE_CORE, TPF_PAT_ANY("pass")),
+    .check = check_partial,
+    .rewrite = rewrite_rope,
+    .explain_min_nodes = 5,
+};
+
+static const struct tpf_pattern pat_full = {
+    .name = "rotate-half",
+    .root = ROPE_CORE,
+    .check = check_full,
+    .rewrite = rewrite_rope,
+    .explain_min_nodes = 4,
+};
+
+static const struct tpf_pattern *const patterns[] = {&pat_partial, &pat_full, NULL};
+
+static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+                           struct tpf_diag *d)
+{
+	int64_t opset = tpf_model_opset(m, "");
+	enum tpf_status st;
+
+	*changed = 0;
+	if (opset < 0)
+		opset = tpf_model_opset(m, "ai.onnx");
+	if (opset >= 0 && opset < 23) {
+		/* RotaryEmbedding needs opset 23: raise the model's, if it still
+		 * verifies there */
+		struct tpf_diag *vd = tpf_diag_create();
+		if (!vd)
+			return TPF_ERR_NOMEM;
+		if ((st = tpf_model_set_opset(m, "", 23))) {
+			tpf_diag_free(vd);
+			return st;
+		}
+		enum tpf_status vs = tpf_model_verify(m, vd);
+		if (vs != TPF_OK) {
+			if (ctx && ctx->explain) {
+				fprintf(ctx->explain,
+				        "near-miss: %s: the model's opset %" PRId64
+				        " cannot be raised to 23 (RotaryEmbedding): ",
+				        PASS_NAME, opset);
+				tpf_diag_print(vd, ctx->explain);
+			}
+			tpf_diag_free(vd);
+			return tpf_model_set_opset(m, "", opset);
+		}
+		tpf_diag_free(vd);
+	}
+	st = tpf_pattern_run(m, &tpf_pass_fuse_rotary_embedding, ctx, changed, d);
+	if (st == TPF_OK && !*changed && opset >= 0 && opset < 23)
+		st = tpf_model_set_opset(m, "", opset);
+	return st;
+}
+
+const struct tpf_pass tpf_pass_fuse_rotary_embedding = {
+    .name = PASS_NAME,
+    .summary = "rotate-half rotary embeddings (full or partial) into ONNX RotaryEmbedding",
+    .run = run,
+    .patterns = patterns,
+};
