@@ -145,6 +145,17 @@ static const char *check_common(struct tpf_match *m)
 static const char *check_silu(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
 	(void)pc;
+	/* the inner product may have other users in the match structure
+	 * (MULTI_USE); checked here so that --explain reports it */
+	static const char *const inner[] = {"silu", "sig_up", "gate_up"};
+	for (size_t i = 0; i < sizeof(inner) / sizeof(inner[0]); i++) {
+		struct tpf_node *n = tpf_match_node(m, inner[i]);
+		size_t uses = n ? tpf_value_use_count(n->outputs[0]) : 1;
+		if (uses != 1)
+			return tpf_match_reason(m, "'%s' (%s) has %zu uses: it is needed besides the "
+			                        "gated product",
+			                        n->outputs[0]->name, inner[i], uses);
+	}
 	return check_common(m);
 }
 
@@ -200,7 +211,7 @@ static enum tpf_status rewrite_gelu(struct tpf_rewriter *rw, struct tpf_match *m
 static const struct tpf_pattern pat_silu = {
     .name = "swiglu",
     .root = TPF_PAT_OP(MUL, "prod", TPF_PNODE_COMMUTE, NULL,
-                       TPF_PAT_OP(MUL, "silu", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("gate"), SIG),
+                       TPF_PAT_OP(MUL, "silu", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("gate"), SIG),
                        TPF_PAT_ANY("up")),
     .check = check_silu,
     .rewrite = rewrite_silu,
@@ -211,7 +222,7 @@ static const struct tpf_pattern pat_silu = {
 static const struct tpf_pattern pat_silu_gate_last = {
     .name = "swiglu",
     .root = TPF_PAT_OP(MUL, "prod", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("gate"),
-                       TPF_PAT_OP(MUL, "sig_up", TPF_PNODE_COMMUTE, NULL, SIG,
+                       TPF_PAT_OP(MUL, "sig_up", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL, SIG,
                                   TPF_PAT_ANY("up"))),
     .check = check_silu,
     .rewrite = rewrite_silu,
@@ -222,7 +233,7 @@ static const struct tpf_pattern pat_silu_gate_last = {
 static const struct tpf_pattern pat_silu_sigmoid_last = {
     .name = "swiglu",
     .root = TPF_PAT_OP(MUL, "prod", TPF_PNODE_COMMUTE, NULL, SIG,
-                       TPF_PAT_OP(MUL, "gate_up", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("gate"),
+                       TPF_PAT_OP(MUL, "gate_up", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("gate"),
                                   TPF_PAT_ANY("up"))),
     .check = check_silu,
     .rewrite = rewrite_silu,

@@ -112,8 +112,8 @@ static int weight_of(struct cand *c)
 	}
 	if (tpf_value_use_count(w) != 1) {
 		snprintf(c->buf, sizeof(c->buf),
-		         "the weight '%s' is also read by %zu other node(s); a merged copy would "
-		         "stream it twice",
+		         "the weight '%s' has %zu other use(s); a merged copy would stream it "
+		         "twice",
 		         w->name, tpf_value_use_count(w) - 1);
 		return (c->why = c->buf), 0;
 	}
