@@ -22,6 +22,7 @@
 
 #include "run-command.h"
 #include "shard-command.h"
+#include "tune-command.h"
 #include "tpf-ir.h"
 #include "tpf-passes.h"
 #include "tpf-runtime.h"
@@ -56,6 +57,7 @@ static const char *const main_help =
 	"  plan      lower a model and print its schedule, buffers, kernels, peak memory\n"
 	"  run       execute a model (one process per rank: mpirun -np N tpfuse run ...)\n"
 	"  shard     split a single-device model into tensor-parallel rank models\n"
+	"  tune      measure the collective paths on this machine's GPUs (under mpirun)\n"
 	"\n"
 	"Options:\n"
 	"  -h, --help     show this help (`tpfuse COMMAND --help` for a command)\n"
@@ -901,6 +903,8 @@ int main(int argc, char **argv)
 				return tpf_cli_plan(2, sub);
 			if (strcmp(argv[2], "shard") == 0)
 				return tpf_cli_shard(2, sub);
+			if (strcmp(argv[2], "tune") == 0)
+				return tpf_cli_tune(2, sub);
 			return usage_error(NULL, "unknown command '%s'", argv[2]);
 		}
 		fputs(main_help, stdout);
@@ -925,6 +929,8 @@ int main(int argc, char **argv)
 		return tpf_cli_plan(argc - 1, argv + 1);
 	if (strcmp(cmd, "shard") == 0)
 		return tpf_cli_shard(argc - 1, argv + 1);
+	if (strcmp(cmd, "tune") == 0)
+		return tpf_cli_tune(argc - 1, argv + 1);
 	if (cmd[0] == '-')
 		return usage_error(NULL, "unknown option '%s'", cmd);
 	return usage_error(NULL, "unknown command '%s'", cmd);

@@ -185,6 +185,9 @@ struct tpf_session {
 	struct tpf_cuda_arnorm *os_sharded;               /* sharded-norm exchange */
 	int os_failed;                                    /* set-up failed once: NCCL only */
 #endif
+	/* the strategy table: options', TPF_STRATEGY_TABLE's (owned) or built-in */
+	const struct tpf_strategy_table *strategy;
+	struct tpf_strategy_table *strategy_owned;
 };
 
 #ifdef TPF_HAVE_CUDA
@@ -195,7 +198,9 @@ enum oneshot_mode {
 	OS_NONE,      /* as planned */
 	OS_ARNORM,    /* this all-reduce and the next step (post-reduce): one kernel */
 	OS_ALLREDUCE, /* a bare all-reduce through peer memory */
-	OS_SHARDED    /* sum of squares, all-reduce, normalize: one kernel */
+	OS_SHARDED,   /* sum of squares, all-reduce, normalize: one kernel */
+	OS_MODE_MASK = 0x0f,
+	OS_TWOSHOT = 0x10 /* with OS_ARNORM or OS_ALLREDUCE: the two-shot kernel */
 };
 
 /* Frees the current slot's plan and everything bound to it. */
@@ -528,6 +533,19 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 	}
 	if ((st = tpf_device_create(s->opt.backend, s->comm->local_rank, &s->dev, d)))
 		goto out_fail;
+	s->strategy = s->opt.strategy;
+	if (!s->strategy) {
+		const char *tab = getenv("TPF_STRATEGY_TABLE");
+		if (tab && *tab) {
+			if ((st = tpf_strategy_load(tab, &s->strategy_owned, d))) {
+				tpf_diag_add(d, TPF_SEV_ERROR, "(the file TPF_STRATEGY_TABLE names)");
+				goto out_fail;
+			}
+			s->strategy = s->strategy_owned;
+		} else {
+			s->strategy = tpf_strategy_builtin();
+		}
+	}
 	if ((st = check_model_world(m, s->comm, d)))
 		goto out_fail;
 	if (!s->opt.no_structure_check &&
@@ -561,6 +579,7 @@ void tpf_session_free(struct tpf_session *s)
 	tpf_device_free(s->dev);
 	if (s->owns_comm)
 		tpf_comm_free(s->comm);
+	tpf_strategy_free(s->strategy_owned);
 	tpf_free(s);
 }
 
@@ -692,7 +711,10 @@ static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm
 	tpf_cuda_arnorm_free(*slot);
 	*slot = NULL;
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
-	return tpf_cuda_arnorm_create(s->comm->rank, s->comm->world, dt, elems, &ex, slot, d);
+	enum tpf_status st = tpf_cuda_arnorm_create(s->comm->rank, s->comm->world, dt, elems, &ex, slot, d);
+	if (!st)
+		tpf_cuda_arnorm_set_timeout(*slot, s->comm->timeout_s);
+	return st;
 }
 
 /* Decides each step's mode for a new plan and sizes the contexts.  A set-up
@@ -719,40 +741,59 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		struct tpf_cuda_oneshot_need nd = {0};
 		struct tpf_kernel_call a, b;
 		int mode = OS_NONE;
+		enum tpf_coll_kind kind = TPF_COLL_ALLREDUCE;
 		if (st->kind == RT_STEP_ALLREDUCE && nx && nx->node == st->node &&
 		    nx->phase == TPF_PHASE_POST_REDUCE) {
 			make_call(s, k + 1, &a, NULL);
-			if (!tpf_cuda_oneshot_arnorm(NULL, &a, s->b->kin[k][0].data, &nd))
+			if (!tpf_cuda_oneshot_arnorm(NULL, &a, s->b->kin[k][0].data, TPF_CUDA_AR_ONESHOT, &nd)) {
 				mode = OS_ARNORM;
+				kind = a.node->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT ? TPF_COLL_ARNORM_FP8
+											: TPF_COLL_ARNORM;
+			}
 		} else if (st->kind == RT_STEP_ALLREDUCE && st->node->op == TPF_OP_MS_ALLREDUCE) {
-			if (!tpf_cuda_oneshot_allreduce(NULL, &s->b->kin[k][0], &s->b->kout[k][0], NULL, NULL, &nd))
+			if (!tpf_cuda_oneshot_allreduce(NULL, &s->b->kin[k][0], &s->b->kout[k][0], TPF_CUDA_AR_ONESHOT,
+							NULL, NULL, &nd)) {
 				mode = OS_ALLREDUCE;
+				kind = TPF_COLL_ALLREDUCE;
+			}
 		} else if (st->kind == RT_STEP_KERNEL && st->phase == TPF_PHASE_SUMSQ && k + 2 < p->n_steps &&
 			   nx->kind == RT_STEP_ALLREDUCE && nx->node == st->node && p->steps[k + 2].node == st->node &&
 			   p->steps[k + 2].phase == TPF_PHASE_NORMALIZE) {
 			make_call(s, k, &a, NULL);
 			make_call(s, k + 2, &b, NULL);
-			if (!tpf_cuda_oneshot_sharded(NULL, &a, &b, &nd))
+			if (!tpf_cuda_oneshot_sharded(NULL, &a, &b, &nd)) {
 				mode = OS_SHARDED;
+				kind = TPF_COLL_SHARDED;
+			}
 		}
 		size_t bytes;
 		if (!wanted || mode == OS_NONE || tpf_dtype_storage_bytes(nd.dtype, nd.elems, &bytes) || bytes > limit)
 			continue;
+		/* the strategy table decides between NCCL, one-shot and two-shot */
+		enum tpf_coll_path path = tpf_strategy_choose(s->strategy, s->comm->world, kind, nd.hidden,
+							      nd.hidden ? (int64_t)nd.elems / nd.hidden : 0,
+							      (tpf_dtype_bits(nd.dtype) + 7) / 8);
+		if (path == TPF_PATH_NCCL)
+			continue;
+		if (path == TPF_PATH_TWOSHOT && mode != OS_SHARDED)
+			mode |= OS_TWOSHOT;
 		s->b->oneshot[k] = (unsigned char)mode;
-		if (mode == OS_SHARDED)
+		if ((mode & OS_MODE_MASK) == OS_SHARDED)
 			need_sharded = nd.elems > need_sharded ? nd.elems : need_sharded;
 		else if (nd.elems > need[nd.dtype])
 			need[nd.dtype] = nd.elems;
 	}
-	/* The ranks must choose alike (TPF_ONESHOT, TPF_ONESHOT_MAX_BYTES and
-	 * no_oneshot are per process): one rank in a one-shot kernel and
-	 * another in NCCL would wait for each other forever. */
+	/* The ranks must choose alike (TPF_ONESHOT, TPF_ONESHOT_MAX_BYTES,
+	 * no_oneshot and the strategy table are per process): one rank in a
+	 * one-shot kernel and another in NCCL would wait for each other
+	 * forever. */
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; k < p->n_steps; k++)
 		h = (h ^ s->b->oneshot[k]) * UINT64_C(0x100000001b3);
 	enum tpf_status cs = tpf_comm_check_same(s->comm, h,
-						 "the one-shot collectives chosen (TPF_ONESHOT, "
-						 "TPF_ONESHOT_MAX_BYTES and --no-oneshot must agree)",
+						 "the peer-memory collectives chosen (TPF_ONESHOT, "
+						 "TPF_ONESHOT_MAX_BYTES, --no-oneshot and the strategy "
+						 "table must agree)",
 						 d);
 	if (cs)
 		return cs;
@@ -781,6 +822,16 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 	return TPF_OK;
 }
 
+/* After the device is synchronized: whether a peer-memory wait gave up. */
+static enum tpf_status oneshot_check(struct tpf_session *s, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	for (int t = 0; t < TPF_DTYPE_COUNT; t++)
+		if (s->os_ctx[t] && (st = tpf_cuda_arnorm_check(s->os_ctx[t], d)))
+			return st;
+	return s->os_sharded ? tpf_cuda_arnorm_check(s->os_sharded, d) : TPF_OK;
+}
+
 /* Runs the one-shot form of the steps from k; *used: how many steps it covered. */
 static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used, struct tpf_diag *d)
 {
@@ -788,15 +839,16 @@ static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used
 	struct tpf_ktensor *in = s->b->kin[k];
 	enum tpf_status st = TPF_OK;
 	char who[256];
-	switch (s->b->oneshot[k]) {
+	enum tpf_cuda_ar_path path = s->b->oneshot[k] & OS_TWOSHOT ? TPF_CUDA_AR_TWOSHOT : TPF_CUDA_AR_ONESHOT;
+	switch (s->b->oneshot[k] & OS_MODE_MASK) {
 	case OS_ARNORM:
 		make_call(s, k + 1, &a, d);
-		st = tpf_cuda_oneshot_arnorm(s->os_ctx[in[0].dtype], &a, in[0].data, NULL);
+		st = tpf_cuda_oneshot_arnorm(s->os_ctx[in[0].dtype], &a, in[0].data, path, NULL);
 		*used = 2;
 		break;
 	case OS_ALLREDUCE:
-		st = tpf_cuda_oneshot_allreduce(s->os_ctx[in[0].dtype], &in[0], &s->b->kout[k][0], s->dev->stream, d,
-						NULL);
+		st = tpf_cuda_oneshot_allreduce(s->os_ctx[in[0].dtype], &in[0], &s->b->kout[k][0], path,
+						s->dev->stream, d, NULL);
 		*used = 1;
 		break;
 	case OS_SHARDED:
@@ -874,9 +926,10 @@ static void step_label(const struct tpf_session *s, size_t k, char *buf, size_t 
 	const struct rt_step *st = &s->b->plan->steps[k];
 	static const char *const coll[] = {"kernel", "allreduce", "allgather", "alltoall"};
 #ifdef TPF_HAVE_CUDA
-	static const char *const os[] = {"", "oneshot.allreduce-rmsnorm", "oneshot.allreduce", "oneshot.sharded-rmsnorm"};
+	static const char *const os[] = {"", "allreduce-rmsnorm", "allreduce", "sharded-rmsnorm"};
 	if (s->b->oneshot && k < s->b->n_oneshot && s->b->oneshot[k]) {
-		snprintf(buf, size, "%s", os[s->b->oneshot[k]]);
+		snprintf(buf, size, "%s.%s", s->b->oneshot[k] & OS_TWOSHOT ? "twoshot" : "oneshot",
+			 os[s->b->oneshot[k] & OS_MODE_MASK]);
 		return;
 	}
 #endif
@@ -960,7 +1013,12 @@ enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)
 
 enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d)
 {
-	return s->dev->sync(s->dev, d);
+	enum tpf_status st = s->dev->sync(s->dev, d);
+#ifdef TPF_HAVE_CUDA
+	if (!st)
+		st = oneshot_check(s, d);
+#endif
+	return st;
 }
 
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot)
@@ -1173,6 +1231,10 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 	}
 	if ((st = s->dev->sync(s->dev, d)))
 		return st;
+#ifdef TPF_HAVE_CUDA
+	if ((st = oneshot_check(s, d)))
+		return st;
+#endif
 	profile_collect(s);
 	*outputs = s->b->outs;
 	*n_outputs = s->b->n_outs;

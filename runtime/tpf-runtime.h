@@ -222,6 +222,60 @@ uint64_t tpf_graph_structure_hash(const struct tpf_graph *g);
 
 struct tpf_session;
 
+/* ------------------------------------------------------------ collective strategies
+ * Which path runs each all-reduce on the CUDA backend with NCCL: NCCL (with
+ * the fused op's post kernel), one-shot or two-shot through peer memory.
+ * Chosen per (world size, fused op, hidden size, tokens) from a table
+ * measured by `tpfuse tune` (runtime/strategy.c has the file format). */
+enum tpf_coll_kind {
+	TPF_COLL_ALLREDUCE,     /* a bare all-reduce */
+	TPF_COLL_ARNORM,        /* all-reduce + residual + RMSNorm */
+	TPF_COLL_ARNORM_FP8,    /* the same emitting FP8 */
+	TPF_COLL_SHARDED,       /* a sharded RMSNorm's exchange */
+	TPF_COLL_KINDS
+};
+enum tpf_coll_path { TPF_PATH_NCCL, TPF_PATH_ONESHOT, TPF_PATH_TWOSHOT };
+struct tpf_strategy_row {
+	int world;
+	enum tpf_coll_kind kind;
+	int64_t hidden;
+	int64_t max_tokens; /* -1: any */
+	enum tpf_coll_path path;
+};
+struct tpf_strategy_table {
+	struct tpf_strategy_row *rows;
+	size_t n;
+	char source[256]; /* file name, or "built-in" */
+};
+const char *tpf_coll_kind_name(enum tpf_coll_kind k);
+const char *tpf_coll_path_name(enum tpf_coll_path p);
+/* The table compiled in (measured on 2x H100; never freed). */
+const struct tpf_strategy_table *tpf_strategy_builtin(void);
+enum tpf_status tpf_strategy_parse(const char *text, const char *source, struct tpf_strategy_table **out,
+				   struct tpf_diag *d);
+enum tpf_status tpf_strategy_load(const char *path, struct tpf_strategy_table **out, struct tpf_diag *d);
+void tpf_strategy_free(struct tpf_strategy_table *t);
+void tpf_strategy_print(const struct tpf_strategy_table *t, FILE *f);
+/* The path for one call (t NULL: the built-in table). */
+enum tpf_coll_path tpf_strategy_choose(const struct tpf_strategy_table *t, int world, enum tpf_coll_kind kind,
+				       int64_t hidden, int64_t tokens, size_t elem_bytes);
+
+/* Measures every path of every kind but the sharded norm's (bfloat16,
+ * CUDA graphs) on an NCCL communicator's GPUs over hidden sizes x token
+ * counts and returns the table of the fastest (`tpfuse tune`).  Rank 0
+ * writes one comment line per measurement to log (NULL: none).  Every
+ * rank must call it with the same options.  Needs CUDA, NCCL and MPI. */
+struct tpf_tune_options {
+	const int64_t *hiddens;
+	size_t n_hiddens;
+	const int64_t *tokens; /* ascending */
+	size_t n_tokens;
+	int replays;           /* graph launches per time (default 10) */
+	FILE *log;
+};
+enum tpf_status tpf_tune_collectives(struct tpf_comm *comm, const struct tpf_tune_options *o,
+				     struct tpf_strategy_table **out, struct tpf_diag *d);
+
 struct tpf_session_options {
 	enum tpf_backend backend;
 	struct tpf_comm *comm; /* NULL: a self communicator owned by the session */
@@ -232,9 +286,13 @@ struct tpf_session_options {
 	int cuda_graph;
 	/* CUDA backend with NCCL and several ranks: all-reduces (bare and fused
 	 * into a norm) and the sharded norms' exchange run through peer memory
-	 * in one kernel each when they fit (64 MiB per call, or
-	 * TPF_ONESHOT_MAX_BYTES); set this (or TPF_ONESHOT=0) to keep NCCL. */
+	 * in one kernel each (one-shot or two-shot) where the strategy table
+	 * says it pays and they fit (64 MiB per call, or TPF_ONESHOT_MAX_BYTES);
+	 * set this (or TPF_ONESHOT=0) to keep NCCL for all of them. */
 	int no_oneshot;
+	/* The strategy table (borrowed; NULL: the one TPF_STRATEGY_TABLE names,
+	 * else the built-in one).  Every rank must use the same. */
+	const struct tpf_strategy_table *strategy;
 	/* Time every step of eager runs (device time, from marks in the
 	 * device's queue; not with cuda_graph); see tpf_session_profile_print. */
 	int profile;

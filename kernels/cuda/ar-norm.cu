@@ -240,21 +240,139 @@ template <typename T> __global__ void quant_fp8_kernel(const T *x, uint8_t *out,
 // ---------------------------------------------------------------- one-shot
 
 struct ArState {
-	unsigned iter;               // calls completed
-	unsigned done;               // blocks finished in the current call
-	unsigned long long bytes[3]; // bytes per slot written by the call that used buffer b
+	unsigned iter;                   // calls completed
+	unsigned done;                   // blocks finished in the current call
+	unsigned timed_out;              // a wait gave up (sticky: later waits give up at once)
+	unsigned pad;
+	unsigned long long red_bytes[3]; // bytes per source slot written by the call that used buffer b
+	unsigned long long gat_bytes[3]; // bytes of the gather slot written by that call
 };
 
+// Buffer b of a rank's receive area: world source slots, then one gather slot.
 struct ArParams {
 	char *peer[kMaxWorld]; // receive area of each rank, as mapped here
 	int rank, world;
-	size_t slot_bytes;     // one source rank's slot in one buffer
+	size_t slot_bytes;     // one slot of one buffer
 	ArState *state;
+	unsigned long long timeout_ns; // a wait gives up after this long
 	const void *x;
 	int64_t rows;
 	NormOut o;
+
+	__device__ size_t slot(int b, int q) const { return ((size_t)b * (world + 1) + q) * slot_bytes; }
 };
 
+__device__ inline unsigned long long now_ns()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+// Waits until the 16 bytes at src hold no placeholder.  Gives up (false,
+// v zeroed) after p.timeout_ns, or at once after any earlier wait of this
+// context gave up, so that a rank whose peer never arrives ends its kernel
+// and the host reports it instead of hanging.
+template <typename T> __device__ inline bool wait16(const uint4 *src, uint4 &v, const ArParams &p)
+{
+	v = load_volatile(src);
+	if (!has_placeholder<T>(v))
+		return true;
+	const unsigned long long t0 = now_ns();
+	for (unsigned spins = 1;; spins++) {
+		v = load_volatile(src);
+		if (!has_placeholder<T>(v))
+			return true;
+		if ((spins & 255u) == 0) {
+			if (*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) ||
+			    now_ns() - t0 > p.timeout_ns) {
+				atomicExch(&p.state->timed_out, 1u);
+				v = make_uint4(0, 0, 0, 0);
+				return false;
+			}
+		}
+	}
+}
+
+// The start of every peer-memory kernel: with programmatic dependent
+// launch the grid may start before the previous kernel of the stream has
+// finished; nothing is read or written before that kernel's results are
+// visible.  Returns the call counter.
+__device__ inline unsigned call_start(const ArParams &p, unsigned *s_iter)
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	if (threadIdx.x == 0)
+		*s_iter = *reinterpret_cast<volatile unsigned *>(&p.state->iter);
+	__syncthreads();
+	return *s_iter;
+}
+
+// The end of every peer-memory kernel: resets what the previous call wrote
+// into this rank's buffers (no rank writes that buffer again before every
+// rank has finished the next call), and the last block to finish records
+// what this call wrote and advances the counter.  `word` is the
+// placeholder, `red`/`gat` this call's bytes per source slot and of the
+// gather slot (whole 16-byte units).
+__device__ inline void call_end(const ArParams &p, unsigned iter, uint32_t word, unsigned long long red,
+				unsigned long long gat)
+{
+	const int b = (int)(iter % 3), pb = (b + 2) % 3;
+	char *own = p.peer[p.rank];
+	const uint4 fill = make_uint4(word, word, word, word);
+	const size_t per_slot = (size_t)(p.state->red_bytes[pb] / 16), gather = (size_t)(p.state->gat_bytes[pb] / 16);
+	const size_t total = per_slot * p.world + gather;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+		size_t q = i < per_slot * p.world ? i / per_slot : (size_t)p.world;
+		size_t j = q < (size_t)p.world ? i % per_slot : i - per_slot * p.world;
+		reinterpret_cast<uint4 *>(own + p.slot(pb, (int)q))[j] = fill;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence();
+		unsigned finished = atomicAdd(&p.state->done, 1u);
+		if (finished == gridDim.x - 1) {
+			p.state->red_bytes[b] = red;
+			p.state->gat_bytes[b] = gat;
+			p.state->done = 0;
+			__threadfence();
+			atomicExch(&p.state->iter, iter + 1);
+		}
+	}
+}
+
+// Sums slot q = 0..world-1 of row `lrow` (in rank order, the same on every
+// rank, so that every rank's result is bit-identical) into acc, rounded to T.
+template <typename T>
+__device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8])
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
+	const char *own = p.peer[p.rank];
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		int c = threadIdx.x + k * blockDim.x;
+		if (c >= chunks)
+			continue;
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			acc[k][i] = 0.f;
+		for (int q = 0; q < p.world; q++) {
+			uint4 v;
+			wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, q) + lrow * row_bytes + (size_t)c * 16), v, p);
+			float f[8];
+			unpack<T>(v, f);
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				acc[k][i] += f[i];
+		}
+#pragma unroll
+		for (int i = 0; i < N; i++)
+			acc[k][i] = round_to<T>(acc[k][i]); // the all-reduce result is a T tensor
+	}
+}
+
+// One-shot: every rank stores its rows into slot `rank` of every rank's
+// buffer, then reduces all rows itself.
 template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_oneshot_kernel(ArParams p)
 {
 	__shared__ float scratch[33];
@@ -262,83 +380,108 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_ones
 	constexpr int N = Elem<T>::kPerChunk;
 	const int chunks = (int)(p.o.hidden / N);
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	if (threadIdx.x == 0)
-		s_iter = *reinterpret_cast<volatile unsigned *>(&p.state->iter);
-	__syncthreads();
-	const unsigned iter = s_iter;
+	const unsigned iter = call_start(p, &s_iter);
 	const int b = (int)(iter % 3);
-	char *own = p.peer[p.rank];
 
+	// 1. push this rank's rows into slot `rank` of buffer b of every rank
+	//    (all of them first: a block waits for the peers' rows only after
+	//    its own are on their way, so the waits overlap)
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-		// 1. push this rank's row into slot `rank` of buffer b of every rank
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
 			int c = threadIdx.x + k * blockDim.x;
 			if (c >= chunks)
 				continue;
 			uint4 v = scrub<T>(reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]);
-			size_t off = ((size_t)b * p.world + p.rank) * p.slot_bytes + row * row_bytes + (size_t)c * 16;
+			size_t off = p.slot(b, p.rank) + row * row_bytes + (size_t)c * 16;
 			for (int q = 0; q < p.world; q++)
 				store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off), v);
 		}
+	}
+	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
 		// 2. wait for every rank's row in our buffer b, sum in float
+		float acc[kMaxChunksPerThread][8];
+		sum_slots<T>(p, b, row, chunks, acc);
+		// 3. residual, norm, quantization in registers
+		finish_row<T>(acc, row, chunks, p.o, scratch);
+	}
+	call_end(p, iter, placeholder_word<T>(), (unsigned long long)p.rows * row_bytes, 0);
+}
+
+// Two-shot: rank q owns rows [q*per, (q+1)*per).  1. every rank stores each
+// row into slot `rank` of the owner's buffer (a reduce-scatter); 2. each
+// owner sums its rows, stores the rounded sums into the gather slot of every
+// rank's buffer (an all-gather) and finishes them; 3. every rank finishes
+// the rows it does not own from its gather slot.  Each rank moves
+// 2 x (world-1)/world of the tensor instead of (world-1) times it; the
+// residual add, norm and quantization run on every rank from the same
+// summed rows, so the outputs are the same everywhere.  No wait depends on
+// a later phase, and the grid is resident as a whole, so it cannot deadlock.
+template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twoshot_kernel(ArParams p)
+{
+	__shared__ float scratch[33];
+	__shared__ unsigned s_iter;
+	constexpr int N = Elem<T>::kPerChunk;
+	const int chunks = (int)(p.o.hidden / N);
+	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
+	const unsigned iter = call_start(p, &s_iter);
+	const int b = (int)(iter % 3);
+	const int64_t per = (p.rows + p.world - 1) / p.world;
+	const int64_t mine0 = (int64_t)p.rank * per;
+	const int64_t mine1 = mine0 + per < p.rows ? mine0 + per : p.rows;
+	const int64_t n_mine = mine1 > mine0 ? mine1 - mine0 : 0;
+
+	// 1. scatter: row r to its owner's slot `rank`, at the owner's local row
+	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+		const int owner = (int)(row / per);
+		const size_t off = p.slot(b, p.rank) + (row - owner * per) * row_bytes;
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c < chunks)
+				store_volatile(reinterpret_cast<uint4 *>(p.peer[owner] + off + (size_t)c * 16),
+					       scrub<T>(reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]));
+		}
+	}
+	// 2. reduce the owned rows, gather them to every rank, finish them
+	for (int64_t j = blockIdx.x; j < n_mine; j += gridDim.x) {
+		const int64_t row = mine0 + j;
+		float acc[kMaxChunksPerThread][8];
+		sum_slots<T>(p, b, j, chunks, acc);
+		const size_t off = p.slot(b, p.world) + row * row_bytes;
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
+				continue;
+			// the owner finishes from what it sends (-0.0 scrubbed too), so
+			// that every rank's outputs are bit-identical
+			uint4 v = scrub<T>(pack<T>(acc[k]));
+			unpack<T>(v, acc[k]);
+			for (int q = 0; q < p.world; q++)
+				if (q != p.rank)
+					store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off + (size_t)c * 16), v);
+		}
+		finish_row<T>(acc, row, chunks, p.o, scratch);
+	}
+	// 3. the other ranks' rows from the gather slot
+	const char *own = p.peer[p.rank];
+	for (int64_t j = blockIdx.x; j < p.rows - n_mine; j += gridDim.x) {
+		const int64_t row = j < mine0 ? j : j + n_mine;
 		float acc[kMaxChunksPerThread][8];
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
 			int c = threadIdx.x + k * blockDim.x;
 			if (c >= chunks)
 				continue;
-#pragma unroll
-			for (int i = 0; i < 8; i++)
-				acc[k][i] = 0.f;
-			for (int q = 0; q < p.world; q++) {
-				size_t off = ((size_t)b * p.world + q) * p.slot_bytes + row * row_bytes + (size_t)c * 16;
-				const uint4 *src = reinterpret_cast<const uint4 *>(own + off);
-				uint4 v;
-				do {
-					v = load_volatile(src);
-				} while (has_placeholder<T>(v));
-				float f[8];
-				unpack<T>(v, f);
-#pragma unroll
-				for (int i = 0; i < N; i++)
-					acc[k][i] += f[i];
-			}
-#pragma unroll
-			for (int i = 0; i < N; i++)
-				acc[k][i] = round_to<T>(acc[k][i]); // the all-reduce result is a T tensor
+			uint4 v;
+			wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, p.world) + row * row_bytes + (size_t)c * 16), v, p);
+			unpack<T>(v, acc[k]);
 		}
-		// 3. residual, norm, quantization in registers
 		finish_row<T>(acc, row, chunks, p.o, scratch);
 	}
-
-	// 4. reset the buffer the previous call used; no rank writes it again
-	//    before every rank has finished the next call.
-	const int pb = (b + 2) % 3;
-	const unsigned long long prev = p.state->bytes[pb];
-	if (prev) {
-		const uint32_t w = placeholder_word<T>();
-		const uint4 fill = make_uint4(w, w, w, w);
-		const size_t per_slot = (size_t)(prev / 16);
-		const size_t total = per_slot * p.world;
-		for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-		     i += (size_t)gridDim.x * blockDim.x) {
-			size_t q = i / per_slot, j = i % per_slot;
-			reinterpret_cast<uint4 *>(own + ((size_t)pb * p.world + q) * p.slot_bytes)[j] = fill;
-		}
-	}
-	// 5. the last block to finish advances the call counter
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		__threadfence_system();
-		unsigned finished = atomicAdd(&p.state->done, 1u);
-		if (finished == gridDim.x - 1) {
-			p.state->bytes[b] = (unsigned long long)p.rows * row_bytes;
-			p.state->done = 0;
-			__threadfence_system();
-			atomicExch(&p.state->iter, iter + 1);
-		}
-	}
+	call_end(p, iter, placeholder_word<T>(), (unsigned long long)per * row_bytes,
+		 (unsigned long long)p.rows * row_bytes);
 }
 
 template <typename T> __global__ void fill_placeholder_kernel(uint4 *p, size_t n)
@@ -519,7 +662,32 @@ struct tpf_cuda_arnorm {
 	char *peer[kMaxWorld];       // every rank's receive area mapped here
 	ArState *state;
 	int max_grid;                // blocks that are surely resident together
+	unsigned long long timeout_ns;
+	bool pdl;                    // programmatic dependent launch
 };
+
+namespace {
+
+// Launches a peer-memory kernel; with pdl, as a programmatic dependent of
+// the stream's previous kernel (its launch overlaps that kernel's end; the
+// kernel's griddepcontrol.wait keeps the data dependency).
+template <typename... Args>
+cudaError_t launch_peer(const struct tpf_cuda_arnorm *c, void (*kernel)(Args...), int grid, int threads,
+			cudaStream_t s, Args... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = dim3((unsigned)grid);
+	cfg.blockDim = dim3((unsigned)threads);
+	cfg.stream = s;
+	cudaLaunchAttribute attr[1];
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = attr;
+	cfg.numAttrs = c->pdl ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+} // namespace
 
 extern "C" void tpf_cuda_arnorm_free(struct tpf_cuda_arnorm *c)
 {
@@ -553,7 +721,9 @@ namespace {
 enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHandle_t *mine, struct tpf_diag *d)
 {
 	c->slot_bytes = (c->max_elems * (size_t)es + 255) / 256 * 256;
-	cudaError_t e = cudaMalloc((void **)&c->local, 3 * (size_t)c->world * c->slot_bytes);
+	// 3 buffers of world source slots and one gather slot (two-shot)
+	const size_t area = 3 * ((size_t)c->world + 1) * c->slot_bytes;
+	cudaError_t e = cudaMalloc((void **)&c->local, area);
 	if (e != cudaSuccess)
 		return cuda_fail(d, "one-shot all-reduce buffers", e);
 	e = cudaMalloc((void **)&c->state, sizeof(ArState));
@@ -561,7 +731,7 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHand
 		e = cudaMemset(c->state, 0, sizeof(ArState));
 	if (e != cudaSuccess)
 		return cuda_fail(d, "one-shot all-reduce state", e);
-	size_t n = 3 * (size_t)c->world * c->slot_bytes / 16;
+	size_t n = area / 16;
 	if (c->dtype == TPF_DTYPE_FLOAT)
 		fill_placeholder_kernel<float><<<1024, 256>>>((uint4 *)c->local, n);
 	else
@@ -575,11 +745,16 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHand
 	int dev = 0, sms = 0, per_sm = 0;
 	cudaGetDevice(&dev);
 	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-	// The kernel at its largest block size; smaller blocks only fit more.
-	if (c->dtype == TPF_DTYPE_FLOAT)
-		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<float>, kMaxThreads, 0);
-	else
-		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, arnorm_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+	// The kernels at their largest block size; smaller blocks only fit more.
+	int a1 = 0, a2 = 0;
+	if (c->dtype == TPF_DTYPE_FLOAT) {
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a1, arnorm_oneshot_kernel<float>, kMaxThreads, 0);
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a2, arnorm_twoshot_kernel<float>, kMaxThreads, 0);
+	} else {
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a1, arnorm_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a2, arnorm_twoshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+	}
+	per_sm = a1 < a2 ? a1 : a2;
 	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
 	return TPF_OK;
 }
@@ -612,6 +787,9 @@ extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_
 		c->world = world;
 		c->dtype = dtype;
 		c->max_elems = max_elems;
+		c->timeout_ns = 60ull * 1000000000ull;
+		const char *pdl = getenv("TPF_PDL");
+		c->pdl = !(pdl && !strcmp(pdl, "0"));
 		st = arnorm_prepare(c, es, &mine.handle, d);
 	}
 	mine.ok = st == TPF_OK;
@@ -679,22 +857,45 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 	p.x = a->x;
 	p.rows = a->rows;
 	p.o = norm_out_of(a);
+	p.timeout_ns = c->timeout_ns;
 	int threads = row_threads(chunks);
 	int grid = (int)(a->rows < c->max_grid ? a->rows : c->max_grid);
 	cudaStream_t s = (cudaStream_t)stream;
+	const bool two = a->path == TPF_CUDA_AR_TWOSHOT && c->world > 1;
+	cudaError_t e;
 	switch (a->dtype) {
 	case TPF_DTYPE_FLOAT:
-		arnorm_oneshot_kernel<float><<<grid, threads, 0, s>>>(p);
+		e = launch_peer(c, two ? arnorm_twoshot_kernel<float> : arnorm_oneshot_kernel<float>, grid, threads, s, p);
 		break;
 	case TPF_DTYPE_FLOAT16:
-		arnorm_oneshot_kernel<__half><<<grid, threads, 0, s>>>(p);
+		e = launch_peer(c, two ? arnorm_twoshot_kernel<__half> : arnorm_oneshot_kernel<__half>, grid, threads, s, p);
 		break;
 	default:
-		arnorm_oneshot_kernel<__nv_bfloat16><<<grid, threads, 0, s>>>(p);
+		e = launch_peer(c, two ? arnorm_twoshot_kernel<__nv_bfloat16> : arnorm_oneshot_kernel<__nv_bfloat16>, grid,
+				threads, s, p);
 		break;
 	}
-	cudaError_t e = cudaGetLastError();
-	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "one-shot all-reduce launch", e);
+	return e == cudaSuccess ? TPF_OK : cuda_fail(d, two ? "two-shot all-reduce launch" : "one-shot all-reduce launch", e);
+}
+
+extern "C" void tpf_cuda_arnorm_set_timeout(struct tpf_cuda_arnorm *c, double seconds)
+{
+	c->timeout_ns = seconds > 0 ? (unsigned long long)(seconds * 1e9) : 60ull * 1000000000ull;
+}
+
+extern "C" enum tpf_status tpf_cuda_arnorm_check(struct tpf_cuda_arnorm *c, struct tpf_diag *d)
+{
+	unsigned timed_out = 0;
+	cudaError_t e = cudaMemcpy(&timed_out, &c->state->timed_out, sizeof(timed_out), cudaMemcpyDeviceToHost);
+	if (e != cudaSuccess)
+		return cuda_fail(d, "reading the peer-memory collectives' state", e);
+	if (timed_out)
+		return tpf_diag_fail(d, TPF_ERR_RUNTIME,
+				     "rank %d: a peer-memory collective waited more than %.0f s for another rank's "
+				     "data (did every rank reach the same collective?); this communicator's peer-memory "
+				     "collectives are unusable from here on",
+				     c->rank, (double)c->timeout_ns / 1e9);
+	return TPF_OK;
 }
 
 // ---------------------------------------------------------------- sharded RMSNorm
@@ -777,10 +978,7 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 	__shared__ float scratch[33];
 	__shared__ float totals[TPF_CUDA_SHARDED_MAX];
 	__shared__ unsigned s_iter;
-	if (threadIdx.x == 0)
-		s_iter = *reinterpret_cast<volatile unsigned *>(&ar.state->iter);
-	__syncthreads();
-	const unsigned iter = s_iter;
+	const unsigned iter = call_start(ar, &s_iter);
 	const int b = (int)(iter % 3);
 	char *own = ar.peer[ar.rank];
 	const size_t row_bytes = (size_t)p.n * sizeof(float);
@@ -791,7 +989,7 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 				uint32_t bits = __float_as_uint(s);
 				if (bits == 0x80000000u)
 					bits = 0;
-				size_t off = ((size_t)b * ar.world + ar.rank) * ar.slot_bytes + row * row_bytes + i * 4;
+				size_t off = ar.slot(b, ar.rank) + row * row_bytes + i * 4;
 				for (int q = 0; q < ar.world; q++)
 					asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(ar.peer[q] + off), "r"(bits)
 						     : "memory");
@@ -800,11 +998,21 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 		if (threadIdx.x < p.n) {
 			float t = 0.f;
 			for (int q = 0; q < ar.world; q++) {
-				const char *src = own + ((size_t)b * ar.world + q) * ar.slot_bytes + row * row_bytes + threadIdx.x * 4;
+				const char *src = own + ar.slot(b, q) + row * row_bytes + threadIdx.x * 4;
 				uint32_t bits;
-				do {
-					asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
-				} while (bits == 0x80000000u);
+				asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
+				if (bits == 0x80000000u) {
+					const unsigned long long t0 = now_ns();
+					for (unsigned spins = 1; bits == 0x80000000u; spins++) {
+						asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
+						if ((spins & 255u) == 0 && bits == 0x80000000u &&
+						    (*reinterpret_cast<volatile unsigned *>(&ar.state->timed_out) ||
+						     now_ns() - t0 > ar.timeout_ns)) {
+							atomicExch(&ar.state->timed_out, 1u);
+							bits = 0;
+						}
+					}
+				}
 				t += __uint_as_float(bits);
 			}
 			totals[threadIdx.x] = t;
@@ -814,29 +1022,8 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 			row_normalize<T>(p, i, row, totals[i]);
 		__syncthreads();
 	}
-	const int pb = (b + 2) % 3;
-	const unsigned long long prev = ar.state->bytes[pb];
-	if (prev) {
-		const size_t per_slot = (size_t)(prev / 4);
-		const size_t total = per_slot * ar.world;
-		for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-		     i += (size_t)gridDim.x * blockDim.x) {
-			size_t q = i / per_slot, j = i % per_slot;
-			reinterpret_cast<uint32_t *>(own + ((size_t)pb * ar.world + q) * ar.slot_bytes)[j] = 0x80000000u;
-		}
-	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		__threadfence_system();
-		unsigned finished = atomicAdd(&ar.state->done, 1u);
-		if (finished == gridDim.x - 1) {
-			// whole 16-byte units, so that the reset covers what was written
-			ar.state->bytes[b] = ((unsigned long long)p.rows * row_bytes + 15) / 16 * 16;
-			ar.state->done = 0;
-			__threadfence_system();
-			atomicExch(&ar.state->iter, iter + 1);
-		}
-	}
+	// whole 16-byte units, so that the reset covers what was written
+	call_end(ar, iter, 0x80000000u, ((unsigned long long)p.rows * row_bytes + 15) / 16 * 16, 0);
 }
 
 enum tpf_status sharded_params(const struct tpf_cuda_sharded_args *a, ShardedParams *p, int *threads,
@@ -943,8 +1130,20 @@ extern "C" enum tpf_status tpf_cuda_sharded_rmsnorm_run(struct tpf_cuda_arnorm *
 	ar.world = c->world;
 	ar.slot_bytes = c->slot_bytes;
 	ar.state = c->state;
+	ar.timeout_ns = c->timeout_ns;
 	int grid = (int)(a->rows < c->max_grid ? a->rows : c->max_grid);
-	TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_oneshot_kernel, grid, threads, (cudaStream_t)stream, p, ar);
-	cudaError_t e = cudaGetLastError();
+	cudaStream_t s = (cudaStream_t)stream;
+	cudaError_t e;
+	switch (a->dtype) {
+	case TPF_DTYPE_FLOAT:
+		e = launch_peer(c, sharded_oneshot_kernel<float>, grid, threads, s, p, ar);
+		break;
+	case TPF_DTYPE_FLOAT16:
+		e = launch_peer(c, sharded_oneshot_kernel<__half>, grid, threads, s, p, ar);
+		break;
+	default:
+		e = launch_peer(c, sharded_oneshot_kernel<__nv_bfloat16>, grid, threads, s, p, ar);
+		break;
+	}
 	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "sharded norm launch", e);
 }

@@ -619,7 +619,8 @@ bool dt_out_ok(const struct tpf_ktensor *t, enum tpf_dtype dt, int64_t numel)
 } // namespace
 
 extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *c,
-						   const void *partial, struct tpf_cuda_oneshot_need *need)
+						   const void *partial, enum tpf_cuda_ar_path path,
+						   struct tpf_cuda_oneshot_need *need)
 {
 	bool quant = c->node->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT;
 	if (c->n_in < (quant ? 3u : 2u) || c->n_out < 1)
@@ -645,6 +646,7 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 	a.gamma = gamma->data;
 	a.epsilon = na.epsilon;
 	a.weight_offset = na.weight_offset;
+	a.path = path;
 	const struct tpf_ktensor *sum = opt_out(c, 1);
 	if (sum && !dt_out_ok(sum, dt, x->numel))
 		return decline();
@@ -671,14 +673,15 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 	if (!ctx) {
 		need->dtype = dt;
 		need->elems = (size_t)x->numel;
+		need->hidden = cols;
 		return TPF_OK;
 	}
 	return tpf_cuda_arnorm_run(ctx, &a, c->stream, c->diag);
 }
 
 extern "C" enum tpf_status tpf_cuda_oneshot_allreduce(struct tpf_cuda_arnorm *ctx, const struct tpf_ktensor *x,
-						      struct tpf_ktensor *y, void *stream, struct tpf_diag *d,
-						      struct tpf_cuda_oneshot_need *need)
+						      struct tpf_ktensor *y, enum tpf_cuda_ar_path path, void *stream,
+						      struct tpf_diag *d, struct tpf_cuda_oneshot_need *need)
 {
 	enum tpf_dtype dt = x->dtype;
 	if (!vec_dtype(dt) || x->numel <= 0 || !dt_out_ok(y, dt, x->numel) || !aligned16(x->data))
@@ -696,6 +699,7 @@ extern "C" enum tpf_status tpf_cuda_oneshot_allreduce(struct tpf_cuda_arnorm *ct
 	if (!ctx) {
 		need->dtype = dt;
 		need->elems = (size_t)x->numel;
+		need->hidden = x->rank ? x->dims[x->rank - 1] : x->numel;
 		return TPF_OK;
 	}
 	struct tpf_cuda_norm_args a;
@@ -705,6 +709,7 @@ extern "C" enum tpf_status tpf_cuda_oneshot_allreduce(struct tpf_cuda_arnorm *ct
 	a.hidden = w;
 	a.x = x->data;
 	a.residual_out = y->data;
+	a.path = path;
 	return tpf_cuda_arnorm_run(ctx, &a, stream, d);
 }
 
@@ -724,6 +729,7 @@ extern "C" enum tpf_status tpf_cuda_oneshot_sharded(struct tpf_cuda_arnorm *ctx,
 	if (!ctx) {
 		need->dtype = TPF_DTYPE_FLOAT;
 		need->elems = (size_t)a.rows * n;
+		need->hidden = (int64_t)n;
 		return TPF_OK;
 	}
 	return tpf_cuda_sharded_rmsnorm_run(ctx, &a, norm->stream, norm->diag);

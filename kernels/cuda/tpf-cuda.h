@@ -17,6 +17,13 @@
 extern "C" {
 #endif
 
+/* How a peer-memory all-reduce moves the data (every rank must pass the
+ * same): one-shot stores each rank's whole tensor into every peer and
+ * every rank sums all of it (least latency: small tensors); two-shot
+ * scatters rows to their owners, which sum them and gather the sums back
+ * (2 x (world-1)/world of the tensor per rank: large tensors). */
+enum tpf_cuda_ar_path { TPF_CUDA_AR_ONESHOT = 0, TPF_CUDA_AR_TWOSHOT = 1 };
+
 /* Output side of one norm: any of the pointers may be NULL. */
 struct tpf_cuda_norm_args {
 	enum tpf_dtype dtype;
@@ -30,6 +37,7 @@ struct tpf_cuda_norm_args {
 	void *residual_out;   /* [rows, hidden]: x + residual, or NULL */
 	void *fp8_out;        /* [rows, hidden] FLOAT8E4M3FN of norm / fp8_scale, or NULL */
 	float fp8_scale;
+	enum tpf_cuda_ar_path path; /* tpf_cuda_arnorm_run only */
 };
 
 /* residual_out = x + residual; norm_out = rmsnorm(residual_out) * (gamma + offset);
@@ -69,9 +77,16 @@ enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_dtype dtype
 				       struct tpf_cuda_arnorm **out, struct tpf_diag *d);
 void tpf_cuda_arnorm_free(struct tpf_cuda_arnorm *c);
 size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c);
-/* a->x is this rank's partial sum; every output is the same on all ranks. */
+/* a->x is this rank's partial sum; every output is the same on all ranks
+ * (bit for bit: every rank sums the ranks' rows in rank order), by
+ * a->path. */
 enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const struct tpf_cuda_norm_args *a,
 				    void *stream, struct tpf_diag *d);
+/* A wait for a peer's data gives up after this long (default 60 s). */
+void tpf_cuda_arnorm_set_timeout(struct tpf_cuda_arnorm *c, double seconds);
+/* After the stream is synchronized: an error when a wait gave up (a rank
+ * did not reach the same collective).  The context stays unusable. */
+enum tpf_status tpf_cuda_arnorm_check(struct tpf_cuda_arnorm *c, struct tpf_diag *d);
 
 
 /* ------------------------------------------------ sharded RMSNorm
@@ -116,16 +131,18 @@ struct tpf_ktensor;
 struct tpf_cuda_oneshot_need {
 	enum tpf_dtype dtype;
 	size_t elems;
+	int64_t hidden; /* the row width (elems / hidden: the tokens) */
 };
 /* AllReduceRMSNorm, AllReduceRMSNormQuant (fp8, one known scale): `post`
  * is the post-reduce call, `partial` this rank's unreduced input (the shape
  * of post->in[0]).  Context of the input's dtype. */
 enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *post,
-					const void *partial, struct tpf_cuda_oneshot_need *need);
+					const void *partial, enum tpf_cuda_ar_path path,
+					struct tpf_cuda_oneshot_need *need);
 /* A bare sum over ranks of x into y (y may be x). */
 enum tpf_status tpf_cuda_oneshot_allreduce(struct tpf_cuda_arnorm *ctx, const struct tpf_ktensor *x,
-					   struct tpf_ktensor *y, void *stream, struct tpf_diag *d,
-					   struct tpf_cuda_oneshot_need *need);
+					   struct tpf_ktensor *y, enum tpf_cuda_ar_path path, void *stream,
+					   struct tpf_diag *d, struct tpf_cuda_oneshot_need *need);
 /* ShardedRMSNorm: the sum-of-squares call and the normalize call of one
  * node.  A FLOAT context of its own (not shared with the calls above). */
 enum tpf_status tpf_cuda_oneshot_sharded(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *sumsq,

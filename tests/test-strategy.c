@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Collective strategy tables (runtime/strategy.c): the text format, its
+ * errors (line numbers, what was expected), the choice of a path by world
+ * size, kind, nearest hidden size and token count (scaled to bytes), the
+ * FP8 kind's fallback to the plain fused kind, the size rule without rows,
+ * and the built-in table's sanity (every kind and hidden it measures has an
+ * unbounded row, and one-shot wins at one token).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test-util.h"
+#include "tpf-runtime.h"
+
+static const char table[] =
+	"# world kind hidden max_tokens path\n"
+	"2 allreduce-rmsnorm 4096 128 oneshot   # decode\n"
+	"2 allreduce-rmsnorm 4096 1024 twoshot\n"
+	"2 allreduce-rmsnorm 4096 inf nccl\n"
+	"\n"
+	"2 allreduce-rmsnorm 8192 16 oneshot\n"
+	"2 allreduce-rmsnorm 8192 inf twoshot\n"
+	"4 allreduce-rmsnorm 4096 8 oneshot\n"
+	"4 allreduce-rmsnorm 4096 inf nccl\n"
+	"2 allreduce 4096 2 nccl\n"
+	"2 allreduce 4096 inf oneshot\n";
+
+static struct tpf_strategy_table *parse_ok(const char *text)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_strategy_table *t = NULL;
+	assert_int_equal(tpf_strategy_parse(text, "t.txt", &t, d), TPF_OK);
+	assert_non_null(t);
+	tpf_diag_free(d);
+	return t;
+}
+
+static void test_parse_and_choose(void **state)
+{
+	(void)state;
+	struct tpf_strategy_table *t = parse_ok(table);
+	assert_int_equal(t->n, 9);
+	assert_int_equal(t->rows[0].world, 2);
+	assert_int_equal(t->rows[0].kind, TPF_COLL_ARNORM);
+	assert_int_equal(t->rows[0].hidden, 4096);
+	assert_int_equal(t->rows[0].max_tokens, 128);
+	assert_int_equal(t->rows[0].path, TPF_PATH_ONESHOT);
+	assert_int_equal(t->rows[2].max_tokens, -1);
+
+	/* by tokens, at the measured hidden size */
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 4096, 128, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 4096, 129, 2), TPF_PATH_TWOSHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 4096, 1024, 2), TPF_PATH_TWOSHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 4096, 1025, 2), TPF_PATH_NCCL);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 4096, 1 << 20, 2), TPF_PATH_NCCL);
+	/* the nearest hidden size: 6000 is nearer 8192 than 4096 in log scale
+	 * (25 tokens of 6000 are 18.3 of 8192) */
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 16, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 17, 2), TPF_PATH_TWOSHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 6000, 25, 2), TPF_PATH_TWOSHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 6000, 10, 2), TPF_PATH_ONESHOT);
+	/* tokens scale with the bytes: 2048 wide, 256 tokens = 128 tokens at 4096 */
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 2048, 256, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 2048, 258, 2), TPF_PATH_TWOSHOT);
+	/* the world size selects its rows */
+	assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ARNORM, 4096, 8, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ARNORM, 4096, 9, 2), TPF_PATH_NCCL);
+	/* the FP8 kind falls back to the plain fused kind's rows */
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM_FP8, 4096, 500, 1), TPF_PATH_TWOSHOT);
+	/* a kind of its own */
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 4096, 1, 2), TPF_PATH_NCCL);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 4096, 3, 2), TPF_PATH_ONESHOT);
+	/* no rows: the size rule (one-shot small, two-shot to 64 MiB, NCCL beyond) */
+	assert_int_equal(tpf_strategy_choose(t, 8, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(t, 8, TPF_COLL_ARNORM, 4096, 1024, 2), TPF_PATH_TWOSHOT);
+	assert_int_equal(tpf_strategy_choose(t, 8, TPF_COLL_ARNORM, 8192, 8192, 2), TPF_PATH_NCCL);
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_SHARDED, 2, 1, 4), TPF_PATH_ONESHOT);
+	/* nonsense sizes never pick a peer path */
+	assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 0, 1, 2), TPF_PATH_NCCL);
+
+	/* printing gives the same table back */
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	tpf_strategy_print(t, f);
+	fclose(f);
+	struct tpf_strategy_table *u = parse_ok(buf);
+	assert_int_equal(u->n, t->n);
+	for (size_t i = 0; i < t->n; i++) {
+		assert_int_equal(u->rows[i].world, t->rows[i].world);
+		assert_int_equal(u->rows[i].kind, t->rows[i].kind);
+		assert_int_equal(u->rows[i].hidden, t->rows[i].hidden);
+		assert_int_equal(u->rows[i].max_tokens, t->rows[i].max_tokens);
+		assert_int_equal(u->rows[i].path, t->rows[i].path);
+	}
+	free(buf);
+	tpf_strategy_free(u);
+	tpf_strategy_free(t);
+}
+
+static void expect_error(const char *text, const char *needle)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_strategy_table *t = NULL;
+	assert_int_equal(tpf_strategy_parse(text, "bad.txt", &t, d), TPF_ERR_INVALID);
+	assert_null(t);
+	assert_true(d->count > 0);
+	if (!strstr(d->entries[0].text, needle))
+		fail_msg("message '%s' lacks '%s'", d->entries[0].text, needle);
+	tpf_diag_free(d);
+}
+
+static void test_errors(void **state)
+{
+	(void)state;
+	expect_error("2 allreduce-rmsnorm 4096 128\n", "bad.txt:1: expected 'WORLD KIND HIDDEN MAX_TOKENS PATH'");
+	expect_error("# c\n2 allreduce-norm 4096 128 oneshot\n", "bad.txt:2:");
+	expect_error("2 allreduce 4096 128 fastest\n", "PATH: nccl, oneshot, twoshot");
+	expect_error("0 allreduce 4096 128 nccl\n", "bad.txt:1:");
+	expect_error("2 allreduce -4096 128 nccl\n", "bad.txt:1:");
+	expect_error("2 allreduce 4096 12x nccl\n", "bad.txt:1:");
+	expect_error("2 allreduce 4096 inf nccl extra\n", "bad.txt:1:");
+
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_strategy_table *t = NULL;
+	assert_int_equal(tpf_strategy_load("/nonexistent/table.txt", &t, d), TPF_ERR_IO);
+	assert_non_null(strstr(d->entries[0].text, "/nonexistent/table.txt"));
+	tpf_diag_free(d);
+}
+
+static void test_builtin(void **state)
+{
+	(void)state;
+	const struct tpf_strategy_table *b = tpf_strategy_builtin();
+	assert_true(b->n > 0);
+	for (size_t i = 0; i < b->n; i++) {
+		const struct tpf_strategy_row *r = &b->rows[i];
+		assert_true(r->world >= 2 && r->hidden > 0);
+		int unbounded = 0;
+		for (size_t j = 0; j < b->n; j++)
+			unbounded |= b->rows[j].world == r->world && b->rows[j].kind == r->kind &&
+				     b->rows[j].hidden == r->hidden && b->rows[j].max_tokens < 0;
+		if (!unbounded)
+			fail_msg("built-in row %zu (world %d %s %lld) has no unbounded row", i, r->world,
+				 tpf_coll_kind_name(r->kind), (long long)r->hidden);
+	}
+	/* one token of a fused norm goes through peer memory on two ranks */
+	assert_int_not_equal(tpf_strategy_choose(b, 2, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_NCCL);
+	assert_int_not_equal(tpf_strategy_choose(NULL, 2, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_NCCL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_and_choose),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_builtin),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
