@@ -3,24 +3,38 @@
  * CPU reference kernels of the decode fusions: ai.tpfuse.GatedActivation
  * (SiLU / GELU gate times up, docs/ops.md) and ONNX RotaryEmbedding
  * (opset 23; the rotate-half and interleaved forms, partial rotary,
- * caches indexed by position_ids or given per token).  Both compute in
- * float and round once into the output dtype.
+ * caches indexed by position_ids or given per token).  GatedActivation
+ * rounds to T where the decomposed chain does (SiLU: the sigmoid, gate *
+ * sigmoid, the product; GELU: the activation, the product); RotaryEmbedding rounds each product and
+ * each sum to T, as the ONNX reference computes in T.  Arithmetic in
+ * double, rounded to T at those steps, as the unfused CPU kernels do.
  */
 #include <math.h>
 
 #include "cpu-kernels.h"
 #include "fused-decode-host.h"
 
-static float gated_act(enum tpf_gated_act a, float g)
+/* v rounded to dtype t, as a kernel storing it in t would. */
+static double to_t(enum tpf_dtype t, double v)
+{
+	unsigned char tmp[8];
+
+	tpf_elem_store(t, tmp, 0, v, 1);
+	return tpf_elem_load(t, tmp, 0);
+}
+
+/* act(g) as the decomposed chains compute it in dtype t: silu rounds the
+ * sigmoid and the product; the GELU forms round the activation once. */
+static double gated_act(enum tpf_gated_act a, enum tpf_dtype t, double g)
 {
 	switch (a) {
 	case TPF_GATED_GELU:
-		return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
+		return to_t(t, 0.5 * g * (1.0 + erf(g * 0.70710678118654752)));
 	case TPF_GATED_GELU_TANH:
-		return 0.5f * g * (1.0f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g)));
+		return to_t(t, 0.5 * g * (1.0 + tanh(0.79788456080286536 * (g + 0.044715 * g * g * g))));
 	case TPF_GATED_SILU:
 	default:
-		return g / (1.0f + expf(-g));
+		return to_t(t, g * to_t(t, 1.0 / (1.0 + exp(-g))));
 	}
 }
 
@@ -35,9 +49,10 @@ TPF_CPU_KERNEL(tpf_cpu_gated_activation)
 	int64_t up_off = g.packed ? g.n : 0;
 	for (int64_t r = 0; r < g.rows; r++)
 		for (int64_t j = 0; j < g.n; j++) {
-			float gv = (float)tpf_elem_load(x->dtype, x->data, r * g.stride + j);
-			float uv = (float)tpf_elem_load(u->dtype, u->data, r * g.stride + up_off + j);
-			tpf_elem_store(y->dtype, y->data, r * g.n + j, gated_act(g.act, gv) * uv, 1);
+			double gv = tpf_elem_load(x->dtype, x->data, r * g.stride + j);
+			double uv = tpf_elem_load(u->dtype, u->data, r * g.stride + up_off + j);
+			double a = gated_act(g.act, y->dtype, gv);
+			tpf_elem_store(y->dtype, y->data, r * g.n + j, a * uv, 1);
 		}
 	return TPF_OK;
 }
@@ -69,14 +84,16 @@ TPF_CPU_KERNEL(tpf_cpu_rotary_embedding)
 			for (int64_t h = 0; h < g.heads; h++) {
 				int64_t base = b * g.sb + s * g.ss + h * g.sh;
 				for (int64_t i = 0; i < half; i++) {
-					float cs = (float)tpf_elem_load(dt, cc->data, row * half + i);
-					float sn = (float)tpf_elem_load(dt, sc->data, row * half + i);
+					double cs = tpf_elem_load(dt, cc->data, row * half + i);
+					double sn = tpf_elem_load(dt, sc->data, row * half + i);
 					int64_t i1 = g.interleaved ? 2 * i : i;
 					int64_t i2 = g.interleaved ? 2 * i + 1 : i + half;
-					float x1 = (float)tpf_elem_load(dt, x->data, base + i1);
-					float x2 = (float)tpf_elem_load(dt, x->data, base + i2);
-					tpf_elem_store(dt, y->data, base + i1, cs * x1 - sn * x2, 1);
-					tpf_elem_store(dt, y->data, base + i2, sn * x1 + cs * x2, 1);
+					double x1 = tpf_elem_load(dt, x->data, base + i1);
+					double x2 = tpf_elem_load(dt, x->data, base + i2);
+					tpf_elem_store(dt, y->data, base + i1,
+						       to_t(dt, cs * x1) - to_t(dt, sn * x2), 1);
+					tpf_elem_store(dt, y->data, base + i2,
+						       to_t(dt, sn * x1) + to_t(dt, cs * x2), 1);
 				}
 				for (int64_t d = g.rot; d < g.head; d++)
 					tpf_elem_store(dt, y->data, base + d,

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // CUDA kernels of the decode fusions: ai.tpfuse.GatedActivation (the SiLU
 // or GELU gate times up of a gated MLP, two inputs or one packed [.., 2N])
-// and ONNX RotaryEmbedding (opset 23).  Both compute in float and round
-// once, as the CPU reference (kernels/cpu/fused-decode.c) does; operands
-// are read through fused-decode-host.h on both backends.
+// and ONNX RotaryEmbedding (opset 23).  They round where the CPU reference
+// (kernels/cpu/fused-decode.c) rounds: the activation to T before the
+// product, each rotary product and sum to T.  Operands are read through
+// fused-decode-host.h on both backends.
 #include "cuda-common.cuh"
 #include "fused-decode-host.h"
 
@@ -25,13 +26,22 @@ template <> struct Elem<__nv_bfloat16> {
 	__device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
 };
 
-template <int A> __device__ __forceinline__ float act(float g)
+// v rounded to T (the CPU reference's to_t): each step of the unfused
+// chain rounds to T.
+template <typename T> __device__ __forceinline__ float round_t(float v)
+{
+	return Elem<T>::load(Elem<T>::store(v));
+}
+
+// act(g) rounded to T where the decomposed chain rounds: SiLU the sigmoid
+// and gate * sigmoid, GELU the activation.
+template <typename T, int A> __device__ __forceinline__ float act(float g)
 {
 	if (A == TPF_GATED_GELU)
-		return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
+		return round_t<T>(0.5f * g * (1.0f + erff(g * 0.70710678118654752f)));
 	if (A == TPF_GATED_GELU_TANH)
-		return 0.5f * g * (1.0f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g)));
-	return g / (1.0f + __expf(-g));
+		return round_t<T>(0.5f * g * (1.0f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g))));
+	return round_t<T>(g * round_t<T>(1.0f / (1.0f + expf(-g))));
 }
 
 // Vectorized: 16-byte chunks of gate, up and Y (n and both base pointers a
@@ -53,7 +63,7 @@ __global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows,
 		T *o = reinterpret_cast<T *>(&ou);
 #pragma unroll
 		for (int k = 0; k < N; k++)
-			o[k] = Elem<T>::store(act<A>(Elem<T>::load(g[k])) * Elem<T>::load(u[k]));
+			o[k] = Elem<T>::store(act<T, A>(Elem<T>::load(g[k])) * Elem<T>::load(u[k]));
 		*reinterpret_cast<uint4 *>(y + r * n + c0) = ou;
 	}
 }
@@ -65,7 +75,8 @@ __global__ void gated_scalar_kernel(const T *gate, const T *up, T *y, int64_t ro
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / n, j = i % n;
-		y[i] = Elem<T>::store(act<A>(Elem<T>::load(gate[r * stride + j])) * Elem<T>::load(up[r * stride + j]));
+		y[i] = Elem<T>::store(act<T, A>(Elem<T>::load(gate[r * stride + j])) *
+				      Elem<T>::load(up[r * stride + j]));
 	}
 }
 
@@ -140,8 +151,8 @@ __global__ void rotary_kernel(const T *x, const T *cosc, const T *sinc, const in
 		}
 		const float c = Elem<T>::load(cosc[row * half + k]), sn = Elem<T>::load(sinc[row * half + k]);
 		const float x1 = Elem<T>::load(x[base + i1]), x2 = Elem<T>::load(x[base + i2]);
-		y[base + i1] = Elem<T>::store(c * x1 - sn * x2);
-		y[base + i2] = Elem<T>::store(sn * x1 + c * x2);
+		y[base + i1] = Elem<T>::store(round_t<T>(c * x1) - round_t<T>(sn * x2));
+		y[base + i2] = Elem<T>::store(round_t<T>(sn * x1) + round_t<T>(c * x2));
 	}
 }
 
