@@ -201,46 +201,60 @@ static int is_binop(const char *op)
 	return 0;
 }
 
-/* Slice parameters of node n (opset >= 10 inputs, else attributes). */
-static int slice_params(const struct tpf_node *n, const struct sh_fact *const *in, int rank,
-			int64_t *st, int64_t *en, int64_t *stp, int *ax_of, int *count)
+/* Optional input i of n: its k values, else 0, 1, ... (iota) or all 1s;
+ * -1 when given with another count or not known. */
+static int opt_list(const struct tpf_node *n, const struct sh_fact *const *in, size_t i, int k,
+		    int iota, int64_t *out)
 {
-	int64_t s[MAXR], e[MAXR], a[MAXR], p[MAXR];
+	if (n->n_inputs > i && n->inputs[i]) {
+		if (!in[i] || in[i]->nvals != k)
+			return -1;
+		memcpy(out, in[i]->vals, (size_t)k * 8);
+		return 0;
+	}
+	for (int j = 0; j < k; j++)
+		out[j] = iota ? j : 1;
+	return 0;
+}
+
+/* An INTS attribute of at most max entries: the count, or -1. */
+static int attr_list(const struct tpf_node *n, const char *name, int64_t *out, int max)
+{
+	const struct tpf_attr *a = tpf_node_attr(n, name);
+
+	if (!a || a->kind != TPF_ATTR_INTS || a->n > (size_t)max)
+		return -1;
+	if (a->n)
+		memcpy(out, a->ints, a->n * sizeof(*out));
+	return (int)a->n;
+}
+
+int sh_slice_params(const struct tpf_node *n, const struct sh_fact *const *in, int rank, int max,
+		    int64_t *st, int64_t *en, int64_t *stp, int *ax_of, int *count)
+{
+	int64_t s[TPF_MAX_RANK], e[TPF_MAX_RANK], a[TPF_MAX_RANK], p[TPF_MAX_RANK];
 	int k;
 
+	if (max > TPF_MAX_RANK)
+		max = TPF_MAX_RANK;
 	if (n->n_inputs >= 3) {
 		if (!in[1] || !in[2] || in[1]->nvals < 0 || in[2]->nvals != in[1]->nvals ||
-		    in[1]->nvals > MAXR)
+		    in[1]->nvals > max)
 			return -1;
 		k = in[1]->nvals;
 		memcpy(s, in[1]->vals, (size_t)k * 8);
 		memcpy(e, in[2]->vals, (size_t)k * 8);
-		if (n->n_inputs > 3 && n->inputs[3]) {
-			if (!in[3] || in[3]->nvals != k)
-				return -1;
-			memcpy(a, in[3]->vals, (size_t)k * 8);
-		} else {
-			for (int i = 0; i < k; i++)
-				a[i] = i;
-		}
-		if (n->n_inputs > 4 && n->inputs[4]) {
-			if (!in[4] || in[4]->nvals != k)
-				return -1;
-			memcpy(p, in[4]->vals, (size_t)k * 8);
-		} else {
-			for (int i = 0; i < k; i++)
-				p[i] = 1;
-		}
-	} else {
-		const struct tpf_attr *as = tpf_node_attr(n, "starts"), *ae = tpf_node_attr(n, "ends"),
-				      *aa = tpf_node_attr(n, "axes");
-		if (!as || !ae || as->n != ae->n || as->n > MAXR)
+		if (opt_list(n, in, 3, k, 1, a) || opt_list(n, in, 4, k, 0, p))
 			return -1;
-		k = (int)as->n;
+	} else {
+		k = attr_list(n, "starts", s, max);
+		if (k < 0 || attr_list(n, "ends", e, max) != k)
+			return -1;
+		/* axes of another count are ignored: 0, 1, ... */
+		int na = attr_list(n, "axes", a, max);
 		for (int i = 0; i < k; i++) {
-			s[i] = as->ints[i];
-			e[i] = ae->ints[i];
-			a[i] = aa && aa->n == as->n ? aa->ints[i] : i;
+			if (na != k)
+				a[i] = i;
 			p[i] = 1;
 		}
 	}
@@ -394,7 +408,7 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 		int64_t st[MAXR], en[MAXR], sp[MAXR], first[MAXR], step[MAXR];
 		int ax[MAXR], k;
 		if (!fact_ok(x) || x->rank != of->rank ||
-		    slice_params(n, in, x->rank, st, en, sp, ax, &k))
+		    sh_slice_params(n, in, x->rank, MAXR, st, en, sp, ax, &k))
 			return -1;
 		for (int i = 0; i < x->rank; i++) {
 			first[i] = 0;

@@ -84,6 +84,12 @@ int64_t sh_numel(const struct sh_fact *f);
  * the first index and the element count. */
 void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t *first,
 		    int64_t *count);
+/* Slice's parameters (inputs from opset 10, else attributes; `in`: the
+ * facts of the node's inputs) for data of rank `rank`: per sliced axis i,
+ * ax_of[i] (normalized), st, en and stp; at most max axes.  0, or -1 when
+ * not known or invalid (a zero step). */
+int sh_slice_params(const struct tpf_node *n, const struct sh_fact *const *in, int rank, int max,
+		    int64_t *st, int64_t *en, int64_t *stp, int *ax_of, int *count);
 /* Elementwise ops by name (the ONNX domain): one operand, or numpy
  * broadcasting over all operands. */
 int sh_is_unary_name(const char *op);

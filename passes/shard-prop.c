@@ -67,6 +67,26 @@ const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v)
 	return sh_eval_fact(&s->ev, v);
 }
 
+/* Room for one more entry in the array *arrp (any element pointer) of n
+ * used and *cap allocated entries of `size` bytes; the first allocation
+ * holds `first`.  0, or -1 when out of memory (the array stays). */
+static int reserve(void *arrp, size_t n, size_t *cap, size_t size, size_t first)
+{
+	void *arr, *grown;
+	size_t nc;
+
+	if (n < *cap)
+		return 0;
+	nc = *cap ? 2 * *cap : first;
+	memcpy(&arr, arrp, sizeof(arr));
+	grown = tpf_realloc(arr, nc * size);
+	if (!grown)
+		return -1;
+	memcpy(arrp, &grown, sizeof(grown));
+	*cap = nc;
+	return 0;
+}
+
 int sh_sect_intern(struct shard *s, const struct sh_sections *sec)
 {
 	if (sec->n <= 1)
@@ -75,16 +95,10 @@ int sh_sect_intern(struct shard *s, const struct sh_sections *sec)
 		if (s->sects[i].n == sec->n &&
 		    !memcmp(s->sects[i].size, sec->size, (size_t)sec->n * sizeof(int64_t)))
 			return (int)i;
-	if (s->n_sects == s->cap_sects) {
-		size_t cap = s->cap_sects ? 2 * s->cap_sects : 8;
-		struct sh_sections *ns = tpf_realloc(s->sects, cap * sizeof(*ns));
-		if (!ns)
-			return -1;
-		s->sects = ns;
-		s->cap_sects = cap;
-		if (!s->n_sects)
-			s->n_sects = 1;
-	}
+	if (reserve(&s->sects, s->n_sects, &s->cap_sects, sizeof(*s->sects), 8))
+		return -1;
+	if (!s->n_sects)
+		s->n_sects = 1; /* entry 0: unsectioned */
 	if (s->n_sects >= 65535)
 		return -1;
 	s->sects[s->n_sects] = *sec;
@@ -331,15 +345,9 @@ static void add_edit(struct nctx *c, int index, const char *attr, int elem, int6
 	struct sh_prop *p = c->p;
 	if (!p->final)
 		return;
-	if (p->n_edits == p->cap_edits) {
-		size_t cap = p->cap_edits ? 2 * p->cap_edits : 32;
-		struct sh_elem_edit *ne = tpf_realloc(p->edits, cap * sizeof(*ne));
-		if (!ne) {
-			p->nomem = 1;
-			return;
-		}
-		p->edits = ne;
-		p->cap_edits = cap;
+	if (reserve(&p->edits, p->n_edits, &p->cap_edits, sizeof(*p->edits), 32)) {
+		p->nomem = 1;
+		return;
 	}
 	p->edits[p->n_edits++] = (struct sh_elem_edit){c->n, index, attr, elem, value};
 }
@@ -681,6 +689,30 @@ const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_v
 	return NULL;
 }
 
+/* The output is partial sums over the contraction (SH_P); a product of
+ * a tainted A counts as reaching the rows. */
+static void out_partial_rows(struct nctx *c, const struct tpf_value *A)
+{
+	c->out[0] = c->raw[0] = SH_P_;
+	if (c->p->taint && c->p->taint[A->id]) {
+		c->p->rows_reached++;
+		if (!c->p->first_row)
+			c->p->first_row = c->n;
+	}
+}
+
+/* The axis of the first input split along an axis (its section in
+ * *sect), or -1 when none is. */
+static int first_split(const struct nctx *c, int *sect)
+{
+	for (size_t i = 0; i < c->ni; i++)
+		if (c->n->inputs[i] && c->in[i].kind == SH_S) {
+			*sect = c->in[i].sect;
+			return c->in[i].axis;
+		}
+	return -1;
+}
+
 static void rule_matmul(struct nctx *c)
 {
 	struct tpf_value *A = c->n->inputs[0], *B = c->n->inputs[1];
@@ -726,13 +758,7 @@ static void rule_matmul(struct nctx *c)
 			}
 			c->want[1] = mk_s(rb - 2, a.sect);
 		}
-		c->out[0] = c->raw[0] = SH_P_;
-		if (c->p->taint && c->p->taint[A->id]) {
-			c->p->rows_reached++;
-			if (!c->p->first_row)
-				c->p->first_row = c->n;
-		}
-		return;
+		return out_partial_rows(c, A);
 	}
 	if (a.kind == SH_S && a.axis == ra - 2) {
 		/* rows of A split */
@@ -1116,42 +1142,12 @@ static void rule_slice(struct nctx *c)
 			return rule_default(c);
 	a = c->in[0].axis;
 	/* the parameters, original */
-	if (opset_inputs) {
-		const struct sh_fact *fst = full(c, c->n->inputs[1]), *fen = full(c, c->n->inputs[2]);
-		const struct sh_fact *fax = c->ni > 3 && c->n->inputs[3] ? full(c, c->n->inputs[3]) : NULL;
-		const struct sh_fact *fsp = c->ni > 4 && c->n->inputs[4] ? full(c, c->n->inputs[4]) : NULL;
-		k = fst->nvals;
-		if (k < 0 || k > TPF_MAX_RANK || fen->nvals != k || (fax && fax->nvals != k) ||
-		    (fsp && fsp->nvals != k))
+	{
+		const struct sh_fact *in[5] = {fx, NULL, NULL, NULL, NULL};
+		for (size_t i = 1; i < c->ni && i < 5; i++)
+			in[i] = c->n->inputs[i] ? full(c, c->n->inputs[i]) : NULL;
+		if (sh_slice_params(c->n, in, r, TPF_MAX_RANK, st, en, sp, ax, &k))
 			goto unknown;
-		for (int i = 0; i < k; i++) {
-			int64_t q = fax ? fax->vals[i] : i;
-			if (q < 0)
-				q += r;
-			if (q < 0 || q >= r)
-				goto unknown;
-			ax[i] = (int)q;
-			st[i] = fst->vals[i];
-			en[i] = fen->vals[i];
-			sp[i] = fsp ? fsp->vals[i] : 1;
-		}
-	} else {
-		const struct tpf_attr *as = tpf_node_attr(c->n, "starts"), *ae = tpf_node_attr(c->n, "ends"),
-				      *aa = tpf_node_attr(c->n, "axes");
-		if (!as || !ae || as->n != ae->n || as->n > TPF_MAX_RANK)
-			goto unknown;
-		k = (int)as->n;
-		for (int i = 0; i < k; i++) {
-			int64_t q = aa && aa->n == as->n ? aa->ints[i] : i;
-			if (q < 0)
-				q += r;
-			if (q < 0 || q >= r)
-				goto unknown;
-			ax[i] = (int)q;
-			st[i] = as->ints[i];
-			en[i] = ae->ints[i];
-			sp[i] = 1;
-		}
 	}
 	for (int i = 0; i < k; i++)
 		if (ax[i] == a)
@@ -1362,12 +1358,7 @@ static void rule_concat(struct nctx *c)
 		}
 		reduce_partials(c);
 	}
-	for (size_t i = 0; i < c->ni; i++)
-		if (c->n->inputs[i] && c->in[i].kind == SH_S) {
-			target = c->in[i].axis;
-			tsect = c->in[i].sect;
-			break;
-		}
+	target = first_split(c, &tsect);
 	if (target < 0) {
 		c->out[0] = c->raw[0] = SH_R_;
 		return;
@@ -1548,13 +1539,7 @@ static void rule_gemm(struct nctx *c)
 			}
 			c->want[1] = mk_s(bk, a.sect);
 		}
-		c->out[0] = c->raw[0] = SH_P_;
-		if (c->p->taint && c->p->taint[A->id]) {
-			c->p->rows_reached++;
-			if (!c->p->first_row)
-				c->p->first_row = c->n;
-		}
-		return;
+		return out_partial_rows(c, A);
 	}
 	if (a.kind == SH_S && a.axis == am && b.kind == SH_R) {
 		if (C && frank(c, C) == 2 && vdim(c, C, 0) > 1) {
@@ -1743,12 +1728,7 @@ static void rule_elements(struct nctx *c, int scatter)
 	reduce_partials(c);
 	if (ax < 0)
 		return rule_default(c);
-	for (size_t i = 0; i < c->ni; i++)
-		if (c->n->inputs[i] && c->in[i].kind == SH_S) {
-			a = c->in[i].axis;
-			sect = c->in[i].sect;
-			break;
-		}
+	a = first_split(c, &sect);
 	if (a < 0) {
 		c->out[0] = c->raw[0] = SH_R_;
 		return;
@@ -1793,6 +1773,65 @@ static int per_tensor(const struct tpf_node *n)
 	return 1;
 }
 
+/* Ops whose rule is one function of the node (rule), or of the node and
+ * an int (rule_arg with arg). */
+struct op_rule {
+	const char *op;
+	void (*rule)(struct nctx *c);
+	void (*rule_arg)(struct nctx *c, int arg);
+	int arg;
+};
+
+static const struct op_rule onnx_rules[] = {
+	{"MatMul", rule_matmul, NULL, 0},
+	{"Gemm", rule_gemm, NULL, 0},
+	{"Conv", rule_conv, NULL, 0},
+	{"Pad", rule_pad, NULL, 0},
+	{"ScatterND", rule_scatter_nd, NULL, 0},
+	{"ScatterElements", NULL, rule_elements, 1},
+	{"GatherElements", NULL, rule_elements, 0},
+	{"Identity", NULL, rule_unary, 1},
+	{"Neg", NULL, rule_unary, 1},
+	{"Dropout", NULL, rule_unary, 0},
+	{"RMSNormalization", NULL, rule_norm, 1},
+	{"SimplifiedLayerNormalization", NULL, rule_norm, 1},
+	{"LayerNormalization", NULL, rule_norm, 1},
+	{"Reshape", rule_reshape, NULL, 0},
+	{"Flatten", rule_flatten, NULL, 0},
+	{"Transpose", rule_transpose, NULL, 0},
+	{"Unsqueeze", NULL, rule_unsqueeze, 0},
+	{"Squeeze", NULL, rule_unsqueeze, 1},
+	{"Expand", rule_expand, NULL, 0},
+	{"ConstantOfShape", rule_constant_of_shape, NULL, 0},
+	{"Slice", rule_slice, NULL, 0},
+	{"Split", rule_split, NULL, 0},
+	{"Concat", rule_concat, NULL, 0},
+	{"Gather", rule_gather, NULL, 0},
+	{NULL, NULL, NULL, 0},
+};
+
+static const struct op_rule ms_rules[] = {
+	{"SkipSimplifiedLayerNormalization", NULL, rule_norm, 2},
+	{"SkipLayerNormalization", NULL, rule_norm, 2},
+	{"SimplifiedLayerNormalization", NULL, rule_norm, 1},
+	{NULL, NULL, NULL, 0},
+};
+
+/* Runs op's rule from table t: 1, or 0 when t has none. */
+static int apply_rule(const struct op_rule *t, struct nctx *c, const char *op)
+{
+	for (; t->op; t++) {
+		if (strcmp(t->op, op))
+			continue;
+		if (t->rule)
+			t->rule(c);
+		else
+			t->rule_arg(c, t->arg);
+		return 1;
+	}
+	return 0;
+}
+
 static void dispatch(struct nctx *c)
 {
 	struct tpf_node *n = c->n;
@@ -1827,24 +1866,8 @@ static void dispatch(struct nctx *c)
 			return all_whole(c);
 		}
 	if (onnx) {
-		if (!strcmp(op, "MatMul"))
-			return rule_matmul(c);
-		if (!strcmp(op, "Gemm"))
-			return rule_gemm(c);
-		if (!strcmp(op, "Conv"))
-			return rule_conv(c);
-		if (!strcmp(op, "Pad"))
-			return rule_pad(c);
-		if (!strcmp(op, "ScatterND"))
-			return rule_scatter_nd(c);
-		if (!strcmp(op, "ScatterElements"))
-			return rule_elements(c, 1);
-		if (!strcmp(op, "GatherElements"))
-			return rule_elements(c, 0);
-		if (!strcmp(op, "Identity") || !strcmp(op, "Neg"))
-			return rule_unary(c, 1);
-		if (!strcmp(op, "Dropout"))
-			return rule_unary(c, 0);
+		if (apply_rule(onnx_rules, c, op))
+			return;
 		if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax") || !strcmp(op, "Hardmax"))
 			return rule_along_axis(c, r0 >= 0 ? axis_attr(n, "axis", -1, r0) : -1, 1);
 		if (!strcmp(op, "TopK"))
@@ -1872,31 +1895,6 @@ static void dispatch(struct nctx *c)
 		}
 		if (!strncmp(op, "Reduce", 6))
 			return rule_reduce(c);
-		if (!strcmp(op, "RMSNormalization") || !strcmp(op, "SimplifiedLayerNormalization") ||
-		    !strcmp(op, "LayerNormalization"))
-			return rule_norm(c, 1);
-		if (!strcmp(op, "Reshape"))
-			return rule_reshape(c);
-		if (!strcmp(op, "Flatten"))
-			return rule_flatten(c);
-		if (!strcmp(op, "Transpose"))
-			return rule_transpose(c);
-		if (!strcmp(op, "Unsqueeze"))
-			return rule_unsqueeze(c, 0);
-		if (!strcmp(op, "Squeeze"))
-			return rule_unsqueeze(c, 1);
-		if (!strcmp(op, "Expand"))
-			return rule_expand(c);
-		if (!strcmp(op, "ConstantOfShape"))
-			return rule_constant_of_shape(c);
-		if (!strcmp(op, "Slice"))
-			return rule_slice(c);
-		if (!strcmp(op, "Split"))
-			return rule_split(c);
-		if (!strcmp(op, "Concat"))
-			return rule_concat(c);
-		if (!strcmp(op, "Gather"))
-			return rule_gather(c);
 		if ((!strcmp(op, "QuantizeLinear") || !strcmp(op, "DequantizeLinear")) && per_tensor(n))
 			return rule_unary(c, 0);
 		if (sh_is_broadcast_name(op))
@@ -1912,12 +1910,9 @@ static void dispatch(struct nctx *c)
 		return rule_default(c);
 	}
 	if (ms) {
-		if (!strcmp(op, "SkipSimplifiedLayerNormalization") ||
-		    !strcmp(op, "SkipLayerNormalization"))
-			return rule_norm(c, 2);
-		if (!strcmp(op, "SimplifiedLayerNormalization"))
-			return rule_norm(c, 1);
-		return rule_default(c);
+		if (!apply_rule(ms_rules, c, op))
+			rule_default(c);
+		return;
 	}
 	if (n->domain && !strcmp(n->domain, TPF_DOMAIN) && !strcmp(op, "RMSNorm"))
 		return rule_norm(c, 1);
@@ -1931,15 +1926,9 @@ static void record_conv(struct sh_prop *p, enum sh_conv_kind kind, struct tpf_no
 {
 	if (!p->final)
 		return;
-	if (p->n_convs == p->cap_convs) {
-		size_t cap = p->cap_convs ? 2 * p->cap_convs : 64;
-		struct sh_conv *nc = tpf_realloc(p->convs, cap * sizeof(*nc));
-		if (!nc) {
-			p->nomem = 1;
-			return;
-		}
-		p->convs = nc;
-		p->cap_convs = cap;
+	if (reserve(&p->convs, p->n_convs, &p->cap_convs, sizeof(*p->convs), 64)) {
+		p->nomem = 1;
+		return;
 	}
 	p->convs[p->n_convs++] = (struct sh_conv){kind, n, index, from, to};
 }
@@ -1948,15 +1937,9 @@ static void add_note(struct sh_prop *p, struct tpf_node *n, const char *text)
 {
 	if (!p->final)
 		return;
-	if (p->n_notes == p->cap_notes) {
-		size_t cap = p->cap_notes ? 2 * p->cap_notes : 16;
-		struct sh_note *nn = tpf_realloc(p->notes, cap * sizeof(*nn));
-		if (!nn) {
-			p->nomem = 1;
-			return;
-		}
-		p->notes = nn;
-		p->cap_notes = cap;
+	if (reserve(&p->notes, p->n_notes, &p->cap_notes, sizeof(*p->notes), 16)) {
+		p->nomem = 1;
+		return;
 	}
 	p->notes[p->n_notes].node = n;
 	p->notes[p->n_notes].text = tpf_strdup(text);
@@ -2207,14 +2190,10 @@ void sh_prop_free(struct sh_prop *p)
 {
 	if (!p)
 		return;
-	tpf_free(p->sh);
-	tpf_free(p->taint);
-	tpf_free(p->taint_roots);
-	tpf_free(p->convs);
-	tpf_free(p->edits);
+	void *arrays[] = {p->notes, p->sh, p->taint, p->taint_roots, p->convs, p->edits, p->region_done};
 	for (size_t i = 0; i < p->n_notes; i++)
 		tpf_free(p->notes[i].text);
-	tpf_free(p->notes);
-	tpf_free(p->region_done);
+	for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)
+		tpf_free(arrays[i]);
 	memset(p, 0, sizeof(*p));
 }

@@ -406,10 +406,6 @@ static void size_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_SIZE = {
-	.info = {"", "Size", 1, 1, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}},
-	.outputs = {{"size", I64}},
-	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
+	OP_TO_INT64("Size", 1, "size", TYPE_ANY("T")),
 	.shape = size_shape,
 };

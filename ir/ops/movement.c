@@ -104,6 +104,25 @@ static void reshape_resolve(struct tpf_shape_call *c, const struct tpf_op_type *
 	}
 }
 
+/* An output shape given as an operand (Reshape's shape, ConstantOfShape's
+ * input): out gets its rank and *vals its values; the count, or -1 when
+ * the values are not known (out then has the rank, when the operand's
+ * length is known). */
+static int shape_operand(const struct tpf_op_type *shp, struct tpf_op_type *out,
+			 const struct tpf_dim **vals)
+{
+	int k = value_list(shp, vals, TPF_MAX_RANK);
+
+	if (k < 0) {
+		if (shp->rank == 1 && dim_is_static(&shp->dims[0]) &&
+		    shp->dims[0].value <= TPF_MAX_RANK)
+			op_type_set_rank(out, (int)shp->dims[0].value);
+		return -1;
+	}
+	out->rank = k;
+	return k;
+}
+
 static void reshape_shape(struct tpf_shape_call *c)
 {
 	const struct tpf_op_type *data = op_in(c, 0), *shp = op_in(c, 1);
@@ -115,14 +134,9 @@ static void reshape_shape(struct tpf_shape_call *c)
 	if (!out)
 		return;
 	op_attr_int(c, "allowzero", &allowzero);
-	cnt = value_list(shp, &vals, TPF_MAX_RANK);
-	if (cnt < 0) {
-		if (shp->rank == 1 && dim_is_static(&shp->dims[0]) &&
-		    shp->dims[0].value <= TPF_MAX_RANK)
-			op_type_set_rank(out, (int)shp->dims[0].value);
+	cnt = shape_operand(shp, out, &vals);
+	if (cnt < 0)
 		return;
-	}
-	out->rank = cnt;
 	for (i = 0; i < cnt; i++) {
 		const struct tpf_dim *v = &vals[i];
 
@@ -266,7 +280,6 @@ static void slice_shape(struct tpf_shape_call *c)
 	int64_t starts[TPF_MAX_RANK], ends[TPF_MAX_RANK], axes[TPF_MAX_RANK], steps[TPF_MAX_RANK];
 	int from_attrs = (c->opset > 0 && c->opset < 10) || op_attr_given(c, "starts");
 	int ns, ne, na, nst, i;
-	uint8_t used[TPF_MAX_RANK];
 
 	if (!out || in->rank < 0)
 		return;
@@ -287,22 +300,9 @@ static void slice_shape(struct tpf_shape_call *c)
 		op_type_set_rank(out, in->rank);
 		return;
 	}
-	memset(used, 0, sizeof(used));
-	for (i = 0; i < na; i++) {
-		int64_t ax;
-
-		if (op_norm_axis(axes[i], in->rank, &ax)) {
-			op_error(c, "axis %" PRId64 " is out of range for rank %d", axes[i], in->rank);
-			out->rank = -1;
-			return;
-		}
-		if (used[ax]) {
-			op_error(c, "axis %" PRId64 " is sliced twice", ax);
-			out->rank = -1;
-			return;
-		}
-		used[ax] = 1;
-		axes[i] = ax;
+	if (op_norm_axes(c, axes, na, in->rank, "is sliced twice")) {
+		out->rank = -1;
+		return;
 	}
 	if (ns < 0 || ne < 0 || nst == -1) {
 		for (i = 0; i < na; i++)
@@ -709,16 +709,10 @@ static void squeeze_shape(struct tpf_shape_call *c)
 			drop[i] = in->dims[i].value == 1;
 		}
 	} else {
+		if (op_norm_axes(c, axes, k, in->rank, "is given twice"))
+			return;
 		for (i = 0; i < k; i++) {
-			if (op_norm_axis(axes[i], in->rank, &ax)) {
-				op_error(c, "axis %" PRId64 " is out of range for rank %d", axes[i],
-					 in->rank);
-				return;
-			}
-			if (drop[ax]) {
-				op_error(c, "axis %" PRId64 " is given twice", ax);
-				return;
-			}
+			ax = axes[i];
 			if (dim_is_static(&in->dims[ax]) && in->dims[ax].value != 1) {
 				op_error(c, "cannot squeeze axis %" PRId64 " of extent %" PRId64, ax,
 					 in->dims[ax].value);
@@ -860,11 +854,7 @@ static void shape_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_SHAPE = {
-	.info = {"", "Shape", 1, 1, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}},
-	.outputs = {{"shape", I64}},
-	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
+	OP_TO_INT64("Shape", 1, "shape", TYPE_ANY("T")),
 	.attrs = (const struct op_attr[]){
 		{.name = "start", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT, .since = 15},
 		{.name = "end", .kind = TPF_ATTR_INT, .since = 15},
@@ -892,14 +882,7 @@ static void constant_of_shape_shape(struct tpf_shape_call *c)
 			op_error(c, "attribute 'value' must hold exactly one element");
 		out->dtype = a->t->dtype;
 	}
-	k = value_list(shp, &vals, TPF_MAX_RANK);
-	if (k < 0) {
-		if (shp->rank == 1 && dim_is_static(&shp->dims[0]) &&
-		    shp->dims[0].value <= TPF_MAX_RANK)
-			op_type_set_rank(out, (int)shp->dims[0].value);
-		return;
-	}
-	out->rank = k;
+	k = shape_operand(shp, out, &vals);
 	for (i = 0; i < k; i++) {
 		if (vals[i].value == OP_VALUE_UNKNOWN) {
 			out->dims[i] = dim_unknown();
@@ -924,26 +907,40 @@ const struct tpf_op_def tpf_op_def_CONSTANT_OF_SHAPE = {
 	.shape = constant_of_shape_shape,
 };
 
-static int count_constant_values(const struct tpf_node *n)
-{
-	static const char *const names[] = {"value",         "value_float", "value_floats",
-					    "value_int",     "value_ints",  "value_string",
-					    "value_strings", "sparse_value"};
-	size_t i;
-	int count = 0;
+static const struct op_attr constant_attrs[] = {
+	ATTR_OF("value", TPF_ATTR_TENSOR),
+	ATTR_OF("value_float", TPF_ATTR_FLOAT),
+	ATTR_OF("value_floats", TPF_ATTR_FLOATS),
+	ATTR_OF("value_int", TPF_ATTR_INT),
+	ATTR_OF("value_ints", TPF_ATTR_INTS),
+	ATTR_OF("value_string", TPF_ATTR_STRING),
+	ATTR_OF("value_strings", TPF_ATTR_STRINGS),
+	ATTR_OF("sparse_value", TPF_ATTR_SPARSE_TENSOR),
+	{0},
+};
 
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		count += tpf_node_attr(n, names[i]) != NULL;
-	return count;
+/* The first of `names` (NULL-terminated) that the node has. */
+static const struct tpf_attr *first_attr(const struct tpf_node *n, const char *const *names)
+{
+	const struct tpf_attr *a = NULL;
+
+	for (; *names && !a; names++)
+		a = tpf_node_attr(n, *names);
+	return a;
 }
 
 static void constant_shape(struct tpf_shape_call *c)
 {
+	static const char *const scalars[] = {"value_float", "value_int", "value_string", NULL};
+	static const char *const lists[] = {"value_floats", "value_ints", "value_strings", NULL};
 	const struct tpf_node *n = c->node;
 	struct tpf_op_type *out = op_out(c, 0);
+	const struct op_attr *d;
 	const struct tpf_attr *a;
-	int count = count_constant_values(n), i, any_ref = 0;
+	int count = 0, i, any_ref = 0;
 
+	for (d = constant_attrs; d->name; d++)
+		count += tpf_node_attr(n, d->name) != NULL;
 	for (i = 0; i < (int)n->n_attrs; i++)
 		any_ref |= n->attrs[i].ref_attr_name != NULL;
 	if (count != 1 && !any_ref && c->mode != TPF_SHAPE_CONCRETE)
@@ -961,31 +958,25 @@ static void constant_shape(struct tpf_shape_call *c)
 		out->rank = a->t->rank;
 		for (i = 0; i < out->rank; i++)
 			out->dims[i] = dim_of(a->t->dims[i]);
-	} else if (((a = tpf_node_attr(n, "value_float")) || (a = tpf_node_attr(n, "value_int")) ||
-		    (a = tpf_node_attr(n, "value_string"))) &&
-		   !a->ref_attr_name) {
-		out->dtype = a->kind == TPF_ATTR_FLOAT ? TPF_DTYPE_FLOAT
-			     : a->kind == TPF_ATTR_INT ? TPF_DTYPE_INT64
-						       : TPF_DTYPE_STRING;
-		out->rank = 0;
-		if (a->kind == TPF_ATTR_INT) {
-			out->n_values = 1;
-			out->values[0] = dim_of(0);
-			out->values[0].value = a->i;
-		}
-	} else if (((a = tpf_node_attr(n, "value_floats")) || (a = tpf_node_attr(n, "value_ints")) ||
-		    (a = tpf_node_attr(n, "value_strings"))) &&
-		   !a->ref_attr_name) {
-		out->dtype = a->kind == TPF_ATTR_FLOATS ? TPF_DTYPE_FLOAT
-			     : a->kind == TPF_ATTR_INTS ? TPF_DTYPE_INT64
-							: TPF_DTYPE_STRING;
-		out->rank = 1;
-		out->dims[0] = dim_of((int64_t)a->n);
-		if (a->kind == TPF_ATTR_INTS && a->n <= TPF_MAX_VALUES && (a->ints || !a->n)) {
-			out->n_values = (int)a->n;
-			for (i = 0; i < (int)a->n; i++) {
+	} else if (((a = first_attr(n, scalars)) && !a->ref_attr_name) ||
+		   ((a = first_attr(n, lists)) && !a->ref_attr_name)) {
+		/* a scalar, or a list of its elements */
+		int list = a->kind == TPF_ATTR_FLOATS || a->kind == TPF_ATTR_INTS ||
+			   a->kind == TPF_ATTR_STRINGS;
+		int64_t len = list ? (int64_t)a->n : 1;
+		const int64_t *ints = a->kind == TPF_ATTR_INT ? &a->i : a->ints;
+
+		out->dtype = a->kind == TPF_ATTR_FLOAT || a->kind == TPF_ATTR_FLOATS ? TPF_DTYPE_FLOAT
+			     : a->kind == TPF_ATTR_INT || a->kind == TPF_ATTR_INTS   ? TPF_DTYPE_INT64
+										     : TPF_DTYPE_STRING;
+		out->rank = list;
+		if (list)
+			out->dims[0] = dim_of(len);
+		if (out->dtype == TPF_DTYPE_INT64 && len <= TPF_MAX_VALUES && (ints || !len)) {
+			out->n_values = (int)len;
+			for (i = 0; i < len; i++) {
 				out->values[i] = dim_of(0);
-				out->values[i].value = a->ints[i];
+				out->values[i].value = ints[i];
 			}
 		}
 	}
@@ -1004,16 +995,6 @@ const struct tpf_op_def tpf_op_def_CONSTANT = {
 	.since = 1,
 	.outputs = {{"output", T}},
 	.types = {[T] = TYPE_ANY("T")},
-	.attrs = (const struct op_attr[]){
-		ATTR_OF("value", TPF_ATTR_TENSOR),
-		ATTR_OF("value_float", TPF_ATTR_FLOAT),
-		ATTR_OF("value_floats", TPF_ATTR_FLOATS),
-		ATTR_OF("value_int", TPF_ATTR_INT),
-		ATTR_OF("value_ints", TPF_ATTR_INTS),
-		ATTR_OF("value_string", TPF_ATTR_STRING),
-		ATTR_OF("value_strings", TPF_ATTR_STRINGS),
-		ATTR_OF("sparse_value", TPF_ATTR_SPARSE_TENSOR),
-		{0},
-	},
+	.attrs = constant_attrs,
 	.shape = constant_shape,
 };

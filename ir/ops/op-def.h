@@ -131,6 +131,8 @@ struct tpf_op_def {
  * - OP_WITH_INT64 / OP_WITH_INDEX: `data` (constraint 1, any type) and an
  *   operand `operand` (constraint 2: int64, or "Tind" int32/int64) in, one
  *   output `out` of the data's type.
+ * - OP_TO_INT64: one input `data` (constraint 1) and an int64 output
+ *   `out` (constraint 2).
  * The rule of constraint 1 comes last. */
 #define OP_UNARY(op_type, since_opset, in, out, ... /* rule */)                                     \
 	.info = {"", op_type, 1, 1, 1, 1}, .since = (since_opset), .traits = TPF_OP_TRAIT_UNARY,   \
@@ -156,6 +158,9 @@ struct tpf_op_def {
 	.info = {"", op_type, 2, 2, 1, 1}, .since = (since_opset),                                 \
 	.inputs = {{data, 1}, {operand, 2}}, .outputs = {{out, 1}},                                \
 	.types = {[1] = TYPE_ANY("T"), [2] = TYPE_INDEX("Tind")}
+#define OP_TO_INT64(op_type, since_opset, out, ... /* rule */)                                     \
+	.info = {"", op_type, 1, 1, 1, 1}, .since = (since_opset), .inputs = {{"data", 1}},       \
+	.outputs = {{out, 2}}, .types = {[1] = __VA_ARGS__, [2] = TYPE_INT64}
 
 /* The record of op (UNKNOWN's for out-of-range values). */
 const struct tpf_op_def *op_def(enum tpf_op op);
@@ -253,6 +258,10 @@ int op_norm_axis(int64_t axis, int rank, int64_t *out);
  * `rank`: 1 and *out set, 0 when the axis or rank is unknown, -1 when out of
  * range (reported as "attribute 'axis' = 3 is out of range for rank 1"). */
 int op_attr_axis(struct tpf_shape_call *c, const char *attr, int rank, int64_t *out);
+/* Normalizes axes[0..n) of a rank-`rank` tensor in place: 0, or -1 when
+ * one is out of range ("axis 3 is out of range for rank 2") or, with
+ * `twice` (may be NULL), given twice ("axis 1 <twice>"), reported. */
+int op_norm_axes(struct tpf_shape_call *c, int64_t *axes, int n, int rank, const char *twice);
 /* Static values of an integer operand: the count (<= max), or -1 when not
  * every value is known and static (symbolic or OP_VALUE_UNKNOWN). */
 int op_static_values(const struct tpf_op_type *t, int64_t *out, int max);

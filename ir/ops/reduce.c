@@ -91,11 +91,7 @@ REDUCE_OP(REDUCE_MEAN, "ReduceMean", DT_NUMERIC, "a numeric type", 18);
 REDUCE_OP(REDUCE_SUM, "ReduceSum", DT_NUMERIC, "a numeric type", 13);
 
 const struct tpf_op_def tpf_op_def_ARGMAX = {
-	.info = {"", "ArgMax", 1, 1, 1, 1},
-	.since = 1,
-	.inputs = {{"data", T}},
-	.outputs = {{"reduced", I64}},
-	.types = {[T] = TYPE_NUMERIC("T"), [I64] = TYPE_INT64},
+	OP_TO_INT64("ArgMax", 1, "reduced", TYPE_NUMERIC("T")),
 	.attrs = (const struct op_attr[]){
 		ATTR_INT("axis", 0),
 		ATTR_INT("keepdims", 1),

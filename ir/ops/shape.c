@@ -337,6 +337,28 @@ int op_attr_axis(struct tpf_shape_call *c, const char *attr, int rank, int64_t *
 	return 1;
 }
 
+int op_norm_axes(struct tpf_shape_call *c, int64_t *axes, int n, int rank, const char *twice)
+{
+	char seen[TPF_MAX_RANK] = {0};
+	int i;
+
+	for (i = 0; i < n; i++) {
+		int64_t ax;
+
+		if (op_norm_axis(axes[i], rank, &ax)) {
+			op_error(c, "axis %" PRId64 " is out of range for rank %d", axes[i], rank);
+			return -1;
+		}
+		if (twice && seen[ax]) {
+			op_error(c, "axis %" PRId64 " %s", ax, twice);
+			return -1;
+		}
+		seen[ax] = 1;
+		axes[i] = ax;
+	}
+	return 0;
+}
+
 int op_static_values(const struct tpf_op_type *t, int64_t *out, int max)
 {
 	int i;

@@ -140,7 +140,7 @@ static void pad_shape(struct tpf_shape_call *c)
 {
 	const struct tpf_op_type *x = op_in(c, 0);
 	struct tpf_op_type *y = op_out(c, 0);
-	int64_t pads[2 * TPF_MAX_RANK], axes[TPF_MAX_RANK], ax;
+	int64_t pads[2 * TPF_MAX_RANK], axes[TPF_MAX_RANK];
 	int np, na, i;
 
 	if (!y || x->rank < 0)
@@ -167,14 +167,13 @@ static void pad_shape(struct tpf_shape_call *c)
 	}
 	for (i = 0; i < x->rank; i++)
 		y->dims[i] = x->dims[i];
+	if (op_norm_axes(c, axes, na, x->rank, NULL)) {
+		y->rank = -1;
+		return;
+	}
 	for (i = 0; i < na; i++) {
-		int64_t d;
+		int64_t d, ax = axes[i];
 
-		if (op_norm_axis(axes[i], x->rank, &ax)) {
-			op_error(c, "axis %" PRId64 " is out of range for rank %d", axes[i], x->rank);
-			y->rank = -1;
-			return;
-		}
 		if (pads[i] == 0 && pads[na + i] == 0)
 			continue;
 		if (!dim_is_static(&x->dims[ax])) {
