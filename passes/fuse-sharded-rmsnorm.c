@@ -14,11 +14,15 @@
  * an initializer cut here at compile time (docs/ops.md).  It moves 4 bytes
  * per token instead of gathering the activation.
  *
- * The pass only fuses when it can prove that the kept part is this rank's:
- * rank and world size come from the pattern context (the pass context's
- * --rank/--world-size, else the model's metadata_props "tp_rank" /
- * "tp_world_size"); when they are unknown, when the slice is another rank's part, or when the AllGather's
- * group_size is not the world size, nothing fuses and --explain says why.
+ * When the rank is known (the pass context's --rank/--world-size, else the
+ * model's metadata_props "tp_rank" / "tp_world_size") and the slice keeps
+ * this rank's part, that is the form above.  Otherwise (the rank unknown,
+ * or another part) the fused op takes the full gamma and records the part,
+ * part_starts/part_ends = [start, end): when it runs, a rank whose part is
+ * its own shard takes the one-float exchange, any other computes gather +
+ * norm + slice (docs/ops.md).  The world size comes from the run, else the
+ * AllGather's group_size, else the gathered and local last dims; an
+ * AllGather group_size other than the world size is refused.
  * Also refused: a gather or norm over another axis, a gamma that is not a
  * constant, input and gamma dtypes that differ, and a gathered or
  * normalized tensor with other users (the full tensor is needed there).
@@ -51,6 +55,10 @@
 /* What the check found, for the rewrite (lives in match->facts). */
 struct shard_facts {
 	int64_t world, rank, full_dim, local_dim;
+	/* the part form: [start, end) of the gathered dim, when the rank is
+	 * unknown or the part is not this rank's */
+	int part;
+	int64_t start, end;
 	struct tpf_value *out; /* the value that becomes the fused output */
 };
 
@@ -139,16 +147,22 @@ static const char *check_common(const struct tpf_pattern_context *pc, struct tpf
 		                        "the gathered tensor '%s' has %zu uses: the full tensor "
 		                        "is needed elsewhere",
 		                        ag->outputs[0]->name, uses);
-	if (pc->world_size <= 0 || pc->rank < 0)
-		return "the rank or world size is unknown (give --rank and --world-size, or "
-		       "metadata_props tp_rank and tp_world_size): cannot prove the slice is this "
-		       "rank's part";
-	if (pc->rank >= pc->world_size)
-		return "the rank is not below the world size";
-	f->world = pc->world_size;
-	f->rank = pc->rank;
-
+	/* the world size: the run's, else the AllGather's group_size, else the
+	 * ratio of the gathered and the local dims; the rank may stay unknown
+	 * (the fused op then records the part and decides when it runs) */
 	const struct tpf_attr *gs = tpf_node_attr(ag, "group_size");
+	f->world = pc->world_size;
+	if (f->world <= 0 && gs && gs->kind == TPF_ATTR_INT && gs->i > 0)
+		f->world = gs->i;
+	if (f->world <= 0) {
+		int64_t Dg = last_dim(ag->outputs[0]), dl = last_dim(x);
+		if (Dg > 0 && dl > 0 && Dg % dl == 0)
+			f->world = Dg / dl;
+	}
+	if (f->world <= 0)
+		return "the world size is unknown (give --world-size, metadata_props "
+		       "tp_world_size, an AllGather group_size or static last dims)";
+	f->rank = pc->world_size > 0 && pc->rank >= 0 && pc->rank < f->world ? pc->rank : -1;
 	if (gs && gs->kind == TPF_ATTR_INT && gs->i != f->world)
 		return tpf_match_reason(
 		    m, "the AllGather's group_size %lld is not the world size %lld",
@@ -207,20 +221,20 @@ static const char *check_common(const struct tpf_pattern_context *pc, struct tpf
 	return NULL;
 }
 
-static const char *part_reason(struct tpf_match *m, const struct shard_facts *f, const char *what,
-                               int64_t start, int64_t end)
+/* The part [start, end) the slice keeps: this rank's shard (the plain
+ * form, gamma sliced now), or anything else (the part form: the fused op
+ * records the part and, when it runs, takes the one-float exchange if the
+ * part is that rank's shard and computes gather + norm + slice if not). */
+static const char *take_part(struct tpf_match *m, struct shard_facts *f, const char *what,
+                             int64_t start, int64_t end)
 {
-	int64_t d = f->local_dim;
-	if (end - start == d && start % d == 0)
-		return tpf_match_reason(m,
-		                        "%s takes [%lld, %lld), the part of rank %lld; this is "
-		                        "rank %lld of %lld",
-		                        what, (long long)start, (long long)end,
-		                        (long long)(start / d), (long long)f->rank,
-		                        (long long)f->world);
-	return tpf_match_reason(m, "%s takes [%lld, %lld), not one rank's part (%lld of %lld each)",
-	                        what, (long long)start, (long long)end, (long long)d,
-	                        (long long)f->full_dim);
+	if (end <= start)
+		return tpf_match_reason(m, "%s takes [%lld, %lld): nothing", what, (long long)start,
+		                        (long long)end);
+	f->start = start;
+	f->end = end;
+	f->part = !(f->rank >= 0 && start == f->rank * f->local_dim && end - start == f->local_dim);
+	return NULL;
 }
 
 /* Clamps a Slice bound as ONNX does, for a dim of size `dim`. */
@@ -315,8 +329,8 @@ static const char *check_slice(const struct tpf_pattern_context *pc, struct tpf_
 	}
 	if (!found)
 		return "the slice does not cut the last axis";
-	if (start != f->rank * f->local_dim || end != (f->rank + 1) * f->local_dim)
-		return part_reason(m, f, "the slice", start, end);
+	if ((r = take_part(m, f, "the slice", start, end)))
+		return r;
 	f->out = s->outputs[0];
 	return NULL;
 }
@@ -383,8 +397,8 @@ static const char *check_split(const struct tpf_pattern_context *pc, struct tpf_
 	}
 	if (used == n)
 		return "no output of the Split is used";
-	if (start != f->rank * f->local_dim || sizes[used] != f->local_dim)
-		return part_reason(m, f, "the used Split output", start, start + sizes[used]);
+	if ((r = take_part(m, f, "the used Split output", start, start + sizes[used])))
+		return r;
 	f->out = s->outputs[used];
 	return NULL;
 }
@@ -429,7 +443,8 @@ static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match
 	enum tpf_status st;
 	char buf[160];
 
-	struct tpf_value *shard = gamma_shard(rw->graph, tpf_match_value(m, "gamma"), f);
+	struct tpf_value *shard = f->part ? tpf_match_value(m, "gamma")
+	                                  : gamma_shard(rw->graph, tpf_match_value(m, "gamma"), f);
 	if (!shard)
 		return tpf_diag_fail(rw->diag, TPF_ERR_NOMEM, "%s: %s: out of memory (gamma shard)",
 		                     tpf_node_describe(m->root, buf, sizeof(buf)), PASS_NAME);
@@ -446,9 +461,14 @@ static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match
 	    (st = tpf_node_set_attr_float(n, "weight_offset",
 	                                  tpf_node_attr_float(norm, "weight_offset", 0.0f))))
 		return st;
+	if (f->part && ((st = tpf_node_set_attr_ints(n, "part_starts", &f->start, 1)) ||
+	                (st = tpf_node_set_attr_ints(n, "part_ends", &f->end, 1))))
+		return st;
 	/* the result has the local input's type */
-	const struct tpf_type *t = f->out->type.kind != TPF_TYPE_NONE ? &f->out->type : &x->type;
-	if (t->kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], t)))
+	const struct tpf_type *t = f->out->type.kind != TPF_TYPE_NONE ? &f->out->type
+	                           : f->part                           ? NULL
+	                                                               : &x->type;
+	if (t && t->kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], t)))
 		return st;
 	if ((st = tpf_rewriter_replace(rw, f->out, n->outputs[0])))
 		return st;
@@ -662,6 +682,9 @@ static int compatible(const struct tpf_node *a, const struct tpf_node *b)
 		if (!dims_equal(&xa->type.shape.dims[i], &xb->type.shape.dims[i]))
 			return 0;
 	enum tpf_dtype ta = tpf_pattern_dtype(xa);
+	/* part forms merge with part forms only (their weights are whole) */
+	if (!tpf_node_attr(a, "part_starts") != !tpf_node_attr(b, "part_starts"))
+		return 0;
 	return ta != TPF_DTYPE_UNDEFINED && ta == tpf_pattern_dtype(xb) &&
 	       tpf_node_attr_int(a, "world_size", -1) == tpf_node_attr_int(b, "world_size", -1) &&
 	       tpf_node_attr_int(a, "stash_type", 1) == tpf_node_attr_int(b, "stash_type", 1) &&
@@ -839,7 +862,8 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 	size_t total = 0, o = 0;
 	struct tpf_value **ins = NULL, **olds = NULL;
 	float *eps = NULL;
-	int64_t *dims = NULL;
+	int64_t *dims = NULL, *pst = NULL, *pen = NULL;
+	int parts = tpf_node_attr(group[0], "part_starts") != NULL;
 	const char **names = NULL;
 	enum tpf_status st = TPF_ERR_NOMEM;
 	char name[256], buf[160];
@@ -851,7 +875,9 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 	eps = tpf_calloc(total, sizeof(*eps));
 	dims = tpf_calloc(total, sizeof(*dims));
 	names = tpf_calloc(total, sizeof(*names));
-	if (!ins || !olds || !eps || !dims || !names)
+	pst = tpf_calloc(total, sizeof(*pst));
+	pen = tpf_calloc(total, sizeof(*pen));
+	if (!ins || !olds || !eps || !dims || !names || !pst || !pen)
 		goto out_free;
 	for (size_t i = 0; i < k; i++) {
 		const struct tpf_node *n = group[i];
@@ -861,6 +887,20 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 			olds[o] = n->outputs[j];
 			eps[o] = node_eps(n, j);
 			dims[o] = node_full_dim(n, j);
+			if (parts) {
+				const struct tpf_attr *as = tpf_node_attr(n, "part_starts"),
+				                      *ae = tpf_node_attr(n, "part_ends");
+				if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS ||
+				    as->n != n->n_outputs || ae->n != n->n_outputs) {
+					st = tpf_diag_fail(d, TPF_ERR_INVALID,
+					                   "%s: %s: part_starts/part_ends do not have one "
+					                   "entry per output",
+					                   tpf_node_describe(n, buf, sizeof(buf)), PASS_NAME);
+					goto out_free;
+				}
+				pst[o] = as->ints[j];
+				pen[o] = ae->ints[j];
+			}
 		}
 	}
 
@@ -882,6 +922,9 @@ static enum tpf_status merge_group(struct merge_state *s, struct tpf_node *const
 	                                tpf_node_attr_int(group[0], "stash_type", 1))) ||
 	    (st = tpf_node_set_attr_float(m, "weight_offset",
 	                                  tpf_node_attr_float(group[0], "weight_offset", 0.0f))))
+		goto out_free;
+	if (parts && ((st = tpf_node_set_attr_ints(m, "part_starts", pst, total)) ||
+	              (st = tpf_node_set_attr_ints(m, "part_ends", pen, total))))
 		goto out_free;
 	for (o = 0; o < total; o++) {
 		if (olds[o]->type.kind != TPF_TYPE_NONE &&
@@ -917,6 +960,8 @@ out_free:
 	tpf_free(eps);
 	tpf_free(dims);
 	tpf_free(names);
+	tpf_free(pst);
+	tpf_free(pen);
 	return st;
 }
 

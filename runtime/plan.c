@@ -778,6 +778,16 @@ out_free:
 
 /* ------------------------------------------------------------ lowering */
 
+/* ShardedRMSNorm's part form: whether tensor i's part [start, end) is this
+ * rank's shard of width d (the kernels apply the same rule). */
+static int sharded_part_own(const struct tpf_node *n, size_t i, int64_t d, int64_t rank)
+{
+	const struct tpf_attr *as = tpf_node_attr(n, "part_starts"), *ae = tpf_node_attr(n, "part_ends");
+	if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS || i >= as->n || i >= ae->n)
+		return 0;
+	return as->ints[i] == rank * d && ae->ints[i] - as->ints[i] == d;
+}
+
 static int is_collective(enum tpf_op op)
 {
 	return op == TPF_OP_MS_ALLREDUCE || op == TPF_OP_MS_ALLGATHER || op == TPF_OP_MS_ALLTOALL ||
@@ -1116,18 +1126,51 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		const struct rt_value *x = &p->values[ins[0]];
 		int64_t cols = x->t.rank ? x->t.dims[x->t.rank - 1] : 1;
 		int64_t dims[2] = {cols ? x->t.numel / cols : 0, (int64_t)(n_in / 2)};
-		int part = add_temp(p, n, "sumsq", TPF_DTYPE_FLOAT, 2, dims);
+		/* the part form (docs/ops.md) exchanges one more float, the ranks
+		 * whose parts are their own shards; the others gather below */
+		int parts = tpf_node_attr(n, "part_starts") != NULL, own = 1;
+		int64_t flat = dims[0] * dims[1] + 1;
+		for (size_t i = 0; parts && i < n_in / 2; i++) {
+			const struct rt_value *xi = &p->values[ins[i]];
+			int64_t d = xi->t.rank ? xi->t.dims[xi->t.rank - 1] : 1;
+			int64_t rk = p->opt.rank > 0 ? p->opt.rank : 0;
+			own &= sharded_part_own(n, i, d, rk);
+		}
+		int part = parts ? add_temp(p, n, "sumsq", TPF_DTYPE_FLOAT, 1, &flat)
+				 : add_temp(p, n, "sumsq", TPF_DTYPE_FLOAT, 2, dims);
 		if (part < 0)
 			return TPF_ERR_NOMEM;
 		if (!(k = pick_kernel(p, b, n, TPF_PHASE_SUMSQ, ins, n_in, &part, 1, d)))
 			return TPF_ERR_UNSUPPORTED;
 		if (plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_SUMSQ, ins, n_in, &part, 1) < 0)
 			return TPF_ERR_NOMEM;
-		int sum = add_temp(p, n, "sumsq.reduced", TPF_DTYPE_FLOAT, 2, dims);
+		int sum = parts ? add_temp(p, n, "sumsq.reduced", TPF_DTYPE_FLOAT, 1, &flat)
+				: add_temp(p, n, "sumsq.reduced", TPF_DTYPE_FLOAT, 2, dims);
 		if (sum < 0)
 			return TPF_ERR_NOMEM;
 		if (plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, &part, 1, &sum, 1) < 0)
 			return TPF_ERR_NOMEM;
+		if (!own) {
+			/* another part: gather each input (rank after rank), then
+			 * normalize the part from the gathered values */
+			for (size_t i = 0; i < n_in / 2; i++) {
+				int64_t all = p->values[ins[i]].t.numel * (p->opt.world > 0 ? p->opt.world : 1);
+				int g = add_temp(p, n, "gathered", p->values[ins[i]].t.dtype, 1, &all);
+				if (g < 0)
+					return TPF_ERR_NOMEM;
+				if (plan_add_step(p, RT_STEP_ALLGATHER, n, NULL, TPF_PHASE_MAIN, &ins[i], 1, &g, 1) < 0)
+					return TPF_ERR_NOMEM;
+				tmp_ins[i] = g;
+			}
+			memcpy(tmp_ins + n_in / 2, ins + n_in / 2, (n_in / 2) * sizeof(int));
+			tmp_ins[n_in] = sum;
+			if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, tmp_ins, n_in + 1, outs, n_out, d)))
+				return TPF_ERR_UNSUPPORTED;
+			return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, tmp_ins, n_in + 1, outs,
+					     n_out) < 0
+				       ? TPF_ERR_NOMEM
+				       : TPF_OK;
+		}
 		memcpy(tmp_ins, ins, n_in * sizeof(int));
 		tmp_ins[n_in] = sum;
 		if (!(k = pick_kernel(p, b, n, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs, n_out, d)))

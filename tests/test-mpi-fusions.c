@@ -44,7 +44,7 @@ struct fcase {
 	void (*text)(char *buf, size_t size, int rank, int world);
 	const char *fused_op;  /* op_type that must be in the fused graph */
 	const char *gone_op;   /* op_type that must not be (NULL: none) */
-	int pass_rank;         /* tell the passes this rank (else -1: unknown) */
+	int rank_known;        /* the passes are told this rank (else it is unknown) */
 };
 
 /* ------------------------------------------------------------------ MoE graphs */
@@ -129,14 +129,96 @@ static void moe_two_reductions(char *buf, size_t size, int r, int w)
 			"  output %%12: f32[4,8] \"y\"\n}\n");
 }
 
+/* ------------------------------------------------------------------ sharded norms */
+
+#define G8 "[0.5, 1.5, -0.25, 2.0, 1.0, 0.75, -1.25, 3.0]"
+
+/* AllGather -> RMSNorm -> Slice [start, end) of the gathered 8 (x [4, 4]). */
+static void sharded_slice(char *buf, size_t size, int64_t start, int64_t end)
+{
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,4] \"x\"\n"
+			"  init %%1: f32[8] \"gamma\" = " G8 "\n"
+			"  init %%2: i64[1] \"starts\" = [%lld]\n"
+			"  init %%3: i64[1] \"ends\" = [%lld]\n"
+			"  init %%4: i64[1] \"axes\" = [-1]\n"
+			"  %%5 = com.microsoft.AllGather(%%0) {axis=-1, group_size=2} : f32[4,8]  # ag\n"
+			"  %%6 = RMSNormalization(%%5, %%1) {epsilon=1e-06} : f32[4,8]  # norm\n"
+			"  %%7 = Slice(%%6, %%2, %%3, %%4) : f32[4,%lld]  # slice\n"
+			"  output %%7: f32[4,%lld] \"y\"\n}\n",
+		 (long long)start, (long long)end, (long long)(end - start), (long long)(end - start));
+}
+
+static void sharded_own(char *buf, size_t size, int r, int w)
+{
+	(void)w;
+	sharded_slice(buf, size, 4 * r, 4 * r + 4);
+}
+
+static void sharded_other(char *buf, size_t size, int r, int w)
+{
+	sharded_slice(buf, size, 4 * ((r + 1) % w), 4 * ((r + 1) % w) + 4);
+}
+
+static void sharded_straddle(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	sharded_slice(buf, size, 2, 7);
+}
+
+/* Q (full 8, Slice) and K (full 4, Split) of one layer; `own`: each rank
+ * keeps its own parts, else the other rank's. */
+static void sharded_qk(char *buf, size_t size, int r, int w, int own)
+{
+	int q = own ? r : (r + 1) % w;
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,6] \"h\"\n"
+			"  init %%1: i64[2] \"qk_sizes\" = [4, 2]\n"
+			"  init %%2: f32[8] \"q_gamma\" = " G8 "\n"
+			"  init %%3: i64[1] \"q_starts\" = [%d]\n"
+			"  init %%4: i64[1] \"q_ends\" = [%d]\n"
+			"  init %%5: i64[1] \"q_axes\" = [-1]\n"
+			"  init %%6: f32[4] \"k_gamma\" = [2.0, -1.0, 0.5, 1.25]\n"
+			"  %%7, %%8 = Split(%%0, %%1) {axis=1} : (f32[4,4], f32[4,2])  # qk_split\n"
+			"  %%9 = com.microsoft.AllGather(%%7) {axis=-1, group_size=2} : f32[4,8]  # q_ag\n"
+			"  %%10 = RMSNormalization(%%9, %%2) {epsilon=1e-06} : f32[4,8]  # q_norm\n"
+			"  %%11 = Slice(%%10, %%3, %%4, %%5) : f32[4,4]  # q_slice\n"
+			"  %%12 = com.microsoft.AllGather(%%8) {axis=-1, group_size=2} : f32[4,4]  # k_ag\n"
+			"  %%13 = RMSNormalization(%%12, %%6) {epsilon=1e-06} : f32[4,4]  # k_norm\n"
+			"  %%14, %%15 = Split(%%13) {axis=-1, num_outputs=2} : (f32[4,2], f32[4,2])  # k_split\n"
+			"  output %%11: f32[4,4] \"yq\"\n"
+			"  output %%%d: f32[4,2] \"yk\"\n}\n",
+		 4 * q, 4 * q + 4, q ? 15 : 14);
+}
+
+static void sharded_qk_own(char *buf, size_t size, int r, int w)
+{
+	sharded_qk(buf, size, r, w, 1);
+}
+
+static void sharded_qk_other(char *buf, size_t size, int r, int w)
+{
+	sharded_qk(buf, size, r, w, 0);
+}
+
+#define SHARDED_PASSES "canonicalize-rmsnorm,fuse-sharded-rmsnorm"
+
 #define MOE_PASSES "canonicalize-rmsnorm,fuse-allreduce-rmsnorm,fuse-sigmoid-gate"
 
 static const struct fcase cases[] = {
-	{"moe-shared-after-reduction", MOE_PASSES, moe_shared, "AllReduceRMSNorm", "AllReduce", -1},
+	{"moe-shared-after-reduction", MOE_PASSES, moe_shared, "AllReduceRMSNorm", "AllReduce", 0},
 	{"moe-gated-shared-after-reduction", MOE_PASSES, moe_gated_replicated, "SigmoidGateAdd",
-	 "AllReduce", -1},
-	{"moe-gated-partial-sums", MOE_PASSES, moe_gated_partial, "SigmoidGateAdd", "AllReduce", -1},
-	{"moe-two-reductions", MOE_PASSES, moe_two_reductions, "AllReduceRMSNorm", "AllReduce", -1},
+	 "AllReduce", 0},
+	{"moe-gated-partial-sums", MOE_PASSES, moe_gated_partial, "SigmoidGateAdd", "AllReduce", 0},
+	{"moe-two-reductions", MOE_PASSES, moe_two_reductions, "AllReduceRMSNorm", "AllReduce", 0},
+	/* the rank unknown to the passes: the part form */
+	{"sharded-own-part", SHARDED_PASSES, sharded_own, "ShardedRMSNorm", "AllGather", 0},
+	{"sharded-other-part", SHARDED_PASSES, sharded_other, "ShardedRMSNorm", "AllGather", 0},
+	{"sharded-straddling-part", SHARDED_PASSES, sharded_straddle, "ShardedRMSNorm", "AllGather", 0},
+	{"sharded-qk-own-parts", SHARDED_PASSES, sharded_qk_own, "ShardedRMSNorm", "AllGather", 0},
+	{"sharded-qk-other-parts", SHARDED_PASSES, sharded_qk_other, "ShardedRMSNorm", "AllGather", 0},
+	/* the rank known: own part, gamma sliced at compile time */
+	{"sharded-own-part-rank-known", SHARDED_PASSES, sharded_own, "ShardedRMSNorm", "AllGather", 1},
 };
 
 /* ------------------------------------------------------------------ harness */
@@ -251,8 +333,8 @@ static void run_case(const struct fcase *fc, struct tpf_comm *c, int world)
 		goto out;
 	}
 	struct tpf_pipeline_options po = {.passes = fc->passes, .verify_each = 1};
-	po.ctx.rank = fc->pass_rank;
-	po.ctx.world_size = fc->pass_rank >= 0 ? world : 0;
+	po.ctx.rank = fc->rank_known ? rank : -1;
+	po.ctx.world_size = fc->rank_known ? world : 0;
 	if (tpf_pipeline_run(m, &po, d)) {
 		tpf_diag_print(d, stderr);
 		CHECK(!"the pipeline runs");

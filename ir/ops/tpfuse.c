@@ -386,6 +386,29 @@ static void sharded_rms_norm_shape(struct tpf_shape_call *c)
 		for (i = 1; i < (size_t)n_dims; i++)
 			dims[i] = dims[0];
 	}
+	/* the part form: which part [start, end) of the gathered dim each
+	 * output holds; the weights are then the full ones */
+	int64_t pstart[TPF_MAX_VALUES], pend[TPF_MAX_VALUES];
+	int parts = op_attr_given(c, "part_starts") || op_attr_given(c, "part_ends");
+	if (parts) {
+		int ns = op_attr_ints(c, "part_starts", pstart, TPF_MAX_VALUES);
+		int ne = op_attr_ints(c, "part_ends", pend, TPF_MAX_VALUES);
+		if (ns < 0 || ne < 0 || (size_t)ns != n || (size_t)ne != n) {
+			op_error(c, "attributes 'part_starts' and 'part_ends' need %zu entries each "
+				 "(one per tensor), got %d and %d", n, ns, ne);
+			return;
+		}
+		if (n_dims < 0 || (size_t)n_dims != n) {
+			op_error(c, "attributes 'part_starts'/'part_ends' need 'full_dim' or 'full_dims'");
+			return;
+		}
+		for (i = 0; i < n; i++)
+			if (pstart[i] < 0 || pend[i] <= pstart[i] || pend[i] > dims[i]) {
+				op_error(c, "part %zu is [%" PRId64 ", %" PRId64 "); expected 0 <= start < "
+					 "end <= %" PRId64 " (the full dim)", i, pstart[i], pend[i], dims[i]);
+				return;
+			}
+	}
 	if (op_attr_given(c, "epsilons")) {
 		const struct tpf_attr *e = tpf_node_attr(c->node, "epsilons");
 
@@ -405,7 +428,20 @@ static void sharded_rms_norm_shape(struct tpf_shape_call *c)
 		}
 		if (x->rank < 0)
 			continue;
-		if (check_gamma(c, i, n + i, x->rank - 1))
+		if (parts) {
+			/* a full weight: it broadcasts to [D_i] */
+			const struct tpf_op_type *g = op_in(c, n + i);
+			char a[256];
+			for (k = 1; g->rank >= 0 && k <= g->rank; k++) {
+				const struct tpf_dim *gd = &g->dims[g->rank - k];
+				if (!dim_is_static(gd) || gd->value == 1 || (k == 1 && gd->value == dims[i]))
+					continue;
+				op_error(c, "weight %zu '%s' %s is not the full weight [%" PRId64 "] of "
+					 "the part form", n + i, op_in_name(c, n + i),
+					 op_type_str(g, a, sizeof(a)), dims[i]);
+				return;
+			}
+		} else if (check_gamma(c, i, n + i, x->rank - 1))
 			return;
 		/* the tensors share their leading (token) dims */
 		if (i && x0->rank >= 0) {
@@ -434,6 +470,8 @@ static void sharded_rms_norm_shape(struct tpf_shape_call *c)
 			return;
 		}
 		op_type_shape_of(&c->out[i], x);
+		if (parts)
+			c->out[i].dims[x->rank - 1] = dim_of(pend[i] - pstart[i]);
 	}
 }
 
@@ -453,6 +491,8 @@ const struct tpf_op_def tpf_op_def_TPF_SHARDED_RMS_NORM = {
 		{.name = "stash_type", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT | ATTR_DTYPE,
 		 .i = TPF_DTYPE_FLOAT},
 		ATTR_FLOAT("weight_offset", 0.0f),
+		ATTR_OF("part_starts", TPF_ATTR_INTS),
+		ATTR_OF("part_ends", TPF_ATTR_INTS),
 		{0},
 	},
 	.shape = sharded_rms_norm_shape,

@@ -35,6 +35,7 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_post);
 TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post);
 TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq);
 TPF_CPU_KERNEL(tpf_cpu_sharded_normalize);
+TPF_CPU_KERNEL(tpf_cpu_sharded_gathered);
 /* movement.c */
 TPF_CPU_KERNEL(tpf_cpu_copy);
 TPF_CPU_KERNEL(tpf_cpu_transpose);

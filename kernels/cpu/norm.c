@@ -24,6 +24,7 @@ struct rms_job {
 	 * (float32 [rows * stride], this problem at column `col`) over full_cols. */
 	const float *ext_sumsq;
 	int64_t ext_stride, ext_col, full_cols;
+	int64_t gamma_start; /* ShardedRMSNorm's part form: gamma is the full weight */
 	/* Quantized output: y is quantized with scale (per tensor) into qy */
 	const struct tpf_ktensor *qscale;
 	struct tpf_ktensor *qy;
@@ -93,7 +94,8 @@ static enum tpf_status rms_run(const struct tpf_kernel_call *c, const struct rms
 		for (int64_t k = 0; k < j->cols; k++) {
 			float g = j->gamma_offset;
 			if (j->gamma)
-				g += (float)tpf_elem_load(j->gamma->dtype, j->gamma->data, k % j->gamma->numel);
+				g += (float)tpf_elem_load(j->gamma->dtype, j->gamma->data,
+							  (j->gamma_start + k) % j->gamma->numel);
 			float v = (row[k] - mean) * inv * g;
 			if (j->beta)
 				v += (float)tpf_elem_load(j->beta->dtype, j->beta->data, k % j->beta->numel);
@@ -292,11 +294,46 @@ out_free:
  * full_dim) elements.  The SUMSQ phase writes float32 [rows, n] partial sums
  * of squares; the NORMALIZE phase takes the same inputs plus the reduced
  * sums as the last operand and normalizes each shard over the full width
- * with its epsilons[i] (or epsilon). */
+ * with its epsilons[i] (or epsilon).
+ *
+ * The part form (part_starts/part_ends, gamma_i the full weight): the sum
+ * buffer has one more float, 1 on a rank whose parts are all its own
+ * shards (so the reduced value is the count of such ranks).  Such a rank
+ * normalizes its shard (NORMALIZE, with gamma_i from its start); a rank
+ * whose part is another's gathers the inputs and computes the part from
+ * them (MAIN).  NORMALIZE fails when not every rank took its own part: the
+ * ranks' graphs disagree. */
+
+/* The part [*start, *end) of tensor i in the part form; 0 when there is one. */
+static int sharded_part(const struct tpf_kernel_call *c, size_t i, int64_t *start, int64_t *end)
+{
+	const struct tpf_attr *as = tpf_node_attr(c->node, "part_starts");
+	const struct tpf_attr *ae = tpf_node_attr(c->node, "part_ends");
+	if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS || i >= as->n ||
+	    i >= ae->n)
+		return -1;
+	*start = as->ints[i];
+	*end = ae->ints[i];
+	return 0;
+}
+
+/* Whether every part is this rank's shard (d_i wide), as the plan decides. */
+static int sharded_parts_own(const struct tpf_kernel_call *c, size_t n)
+{
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p];
+		int64_t d = x->rank ? x->dims[x->rank - 1] : 1, s, e;
+		if (sharded_part(c, p, &s, &e) || s != (int64_t)c->rank * d || e - s != d)
+			return 0;
+	}
+	return 1;
+}
+
 TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 {
 	size_t n = c->n_in / 2;
 	struct tpf_ktensor *s = &c->out[0];
+	int parts = tpf_node_attr(c->node, "part_starts") != NULL;
 	if (n == 0 || c->n_in % 2 || s->dtype != TPF_DTYPE_FLOAT)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects n inputs, n gammas and a float32 sum buffer");
 	int64_t rows = -1;
@@ -306,7 +343,7 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 		if (rows >= 0 && r != rows)
 			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
 		rows = r;
-		if (s->numel != rows * (int64_t)n)
+		if (s->numel != rows * (int64_t)n + parts)
 			return tpf_kfail(c, TPF_ERR_INVALID, "sum buffer has the wrong size");
 		for (int64_t i = 0; i < rows; i++) {
 			float ss = 0;
@@ -317,6 +354,8 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 			((float *)s->data)[i * (int64_t)n + (int64_t)p] = ss;
 		}
 	}
+	if (parts)
+		((float *)s->data)[s->numel - 1] = sharded_parts_own(c, n) ? 1.0f : 0.0f;
 	return TPF_OK;
 }
 
@@ -324,10 +363,25 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 {
 	size_t n = (c->n_in - 1) / 2;
 	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
+	int parts = tpf_node_attr(c->node, "part_starts") != NULL;
 	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects n inputs, n gammas and the reduced sums");
+	if (parts) {
+		int world = c->world > 0 ? c->world : 1;
+		float own = s->numel ? ((const float *)s->data)[s->numel - 1] : 0;
+		if (!sharded_parts_own(c, n))
+			return tpf_kfail(c, TPF_ERR_INVALID, "rank %d's parts are not its own shards; the "
+				         "part form's other path gathers them", c->rank);
+		if (own != (float)world)
+			return tpf_kfail(c, TPF_ERR_INVALID,
+					 "the ranks disagree about the parts: %d of %d take their own "
+					 "shard (each rank's graph must keep its own part, or every rank "
+					 "another's)",
+					 (int)own, world);
+	}
 	for (size_t p = 0; p < n; p++) {
 		struct rms_job j = {0};
+		int64_t start = 0, end = 0;
 		j.x = &c->in[p];
 		j.gamma = &c->in[n + p];
 		j.y = &c->out[p];
@@ -339,11 +393,68 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 		j.ext_stride = (int64_t)n;
 		j.ext_col = (int64_t)p;
 		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
-		if (!gamma_fits(j.gamma, j.cols) || s->numel != j.rows * (int64_t)n)
-			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", p);
+		if (parts && !sharded_part(c, p, &start, &end)) {
+			j.gamma_start = start;
+			if (j.gamma->numel != j.full_cols)
+				return tpf_kfail(c, TPF_ERR_INVALID, "weight %zu has %lld elements; the part "
+					         "form takes the full weight of %lld", n + p,
+					         (long long)j.gamma->numel, (long long)j.full_cols);
+		} else if (!gamma_fits(j.gamma, j.cols)) {
+			return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not fit input %zu", p);
+		}
+		if (s->numel != j.rows * (int64_t)n + parts)
+			return tpf_kfail(c, TPF_ERR_INVALID, "the sums do not fit input %zu", p);
 		enum tpf_status st = rms_run(c, &j);
 		if (st)
 			return st;
+	}
+	return TPF_OK;
+}
+
+/* The part form on a rank whose part is not its own shard: inputs are the
+ * gathered x_i (float32 or the activation type, [W, rows, d_i] rank after
+ * rank), the full gamma_i and the reduced sums; y_i[t, :] is the part
+ * [start_i, end_i) of RMSNorm over the full width. */
+TPF_CPU_KERNEL(tpf_cpu_sharded_gathered)
+{
+	size_t n = (c->n_in - 1) / 2;
+	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
+	int world = c->world > 0 ? c->world : 1;
+	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects n gathered inputs, n gammas and the reduced sums");
+	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *g = &c->in[p], *gamma = &c->in[n + p];
+		struct tpf_ktensor *y = &c->out[p];
+		int64_t start, end;
+		if (sharded_part(c, p, &start, &end))
+			return tpf_kfail(c, TPF_ERR_INVALID, "no part_starts/part_ends entry for tensor %zu", p);
+		int64_t w = end - start;
+		int64_t rows = w > 0 ? y->numel / w : 0;
+		int64_t d = rows > 0 ? g->numel / ((int64_t)world * rows) : 0;
+		int64_t full = d * world;
+		float eps = tpf_sharded_epsilon(c, p);
+		if (w <= 0 || start < 0 || end > full || g->numel != (int64_t)world * rows * d ||
+		    gamma->numel != full || s->numel != rows * (int64_t)n + 1)
+			return tpf_kfail(c, TPF_ERR_INVALID,
+					 "part [%lld, %lld) of tensor %zu does not fit its gathered input "
+					 "(%lld elements), weight (%lld) or sums",
+					 (long long)start, (long long)end, p, (long long)g->numel,
+					 (long long)gamma->numel);
+		if (tpf_sharded_full_dim(c, p, d) != full)
+			return tpf_kfail(c, TPF_ERR_INVALID, "tensor %zu: the gathered width %lld is not the "
+					 "full dim %lld", p, (long long)full,
+					 (long long)tpf_sharded_full_dim(c, p, d));
+		for (int64_t t = 0; t < rows; t++) {
+			float ss = ((const float *)s->data)[t * (int64_t)n + (int64_t)p];
+			float inv = 1.0f / sqrtf(ss / (float)full + eps);
+			for (int64_t k = 0; k < w; k++) {
+				int64_t col = start + k, src = (col / d) * rows * d + t * d + col % d;
+				float v = (float)tpf_elem_load(g->dtype, g->data, src);
+				float gm = offset + (float)tpf_elem_load(gamma->dtype, gamma->data, col);
+				tpf_elem_store(y->dtype, y->data, t * w + k, v * inv * gm, 1);
+			}
+		}
 	}
 	return TPF_OK;
 }

@@ -42,6 +42,7 @@ TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_post);
 TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post);
 TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq);
 TPF_CUDA_KERNEL(tpf_cu_sharded_normalize);
+TPF_CUDA_KERNEL(tpf_cu_sharded_gathered);
 /* movement.cu */
 TPF_CUDA_KERNEL(tpf_cu_copy);
 TPF_CUDA_KERNEL(tpf_cu_transpose);

@@ -478,6 +478,49 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 
 namespace {
 
+// ShardedRMSNorm's part form (docs/ops.md): the part [*start, *end) of
+// tensor i; false when the node has no part attributes.
+bool sharded_part(const struct tpf_kernel_call *c, size_t i, int64_t *start, int64_t *end)
+{
+	const struct tpf_attr *as = tpf_node_attr(c->node, "part_starts");
+	const struct tpf_attr *ae = tpf_node_attr(c->node, "part_ends");
+	if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS || i >= as->n || i >= ae->n)
+		return false;
+	*start = as->ints[i];
+	*end = ae->ints[i];
+	return true;
+}
+
+// Whether every part is this rank's shard (the plan's rule).
+bool sharded_parts_own(const struct tpf_kernel_call *c, size_t n)
+{
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p];
+		int64_t d = x->rank ? x->dims[x->rank - 1] : 1, s, e;
+		if (!sharded_part(c, p, &s, &e) || s != (int64_t)c->rank * d || e - s != d)
+			return false;
+	}
+	return true;
+}
+
+// The weight a rank normalizes its shard with: gamma_i, or in the part form
+// the full weight from the part's start.  false when it does not fit.
+bool sharded_gamma(const struct tpf_kernel_call *c, size_t p, size_t n, int64_t w, const void **data,
+		   int64_t *numel)
+{
+	const struct tpf_ktensor *g = &c->in[n + p];
+	int64_t s, e;
+	*data = g->data;
+	*numel = g->numel;
+	if (!sharded_part(c, p, &s, &e))
+		return fits(g, w);
+	if (g->numel != tpf_sharded_full_dim(c, p, w) || e - s != w || s < 0 || e > g->numel)
+		return false;
+	*data = (const char *)g->data + s * (int64_t)tpf_elem_size(g->dtype);
+	*numel = w;
+	return true;
+}
+
 bool sharded_fast(const struct tpf_kernel_call *c, size_t n, struct tpf_cuda_sharded_args *a)
 {
 	memset(a, 0, sizeof(*a));
@@ -493,13 +536,17 @@ bool sharded_fast(const struct tpf_kernel_call *c, size_t n, struct tpf_cuda_sha
 		const struct tpf_ktensor *x = &c->in[p], *g = &c->in[n + p];
 		int64_t w = x->rank ? x->dims[x->rank - 1] : 1;
 		int64_t rows = w ? x->numel / w : 0;
+		const void *gd;
+		int64_t gn;
 		if (p == 0)
 			a->rows = rows;
-		if (x->dtype != dt || g->dtype != dt || g->numel != w || rows != a->rows || !fast_ok(dt, w) ||
-		    !aligned16(x->data) || !aligned16(g->data))
+		if (!sharded_gamma(c, p, n, w, &gd, &gn))
+			return false;
+		if (x->dtype != dt || g->dtype != dt || gn != w || rows != a->rows || !fast_ok(dt, w) ||
+		    !aligned16(x->data) || !aligned16(gd))
 			return false;
 		a->x[p] = x->data;
-		a->gamma[p] = g->data;
+		a->gamma[p] = gd;
 		a->width[p] = w;
 		a->full_dim[p] = tpf_sharded_full_dim(c, p, w);
 		a->epsilon[p] = tpf_sharded_epsilon(c, p);
@@ -522,6 +569,27 @@ __global__ void sumsq_kernel(int dx, const void *x, float *s, int64_t rows, int6
 	}
 }
 
+__global__ void set_float_kernel(float *p, float v)
+{
+	*p = v;
+}
+
+// The part form on a rank whose part is another's: g is x gathered rank
+// after rank ([W, rows, d]), s the reduced sums; y gets [start, start + w).
+__global__ void sharded_gathered_kernel(int dg, const void *g, int dgam, const void *gamma, int dy, void *y,
+					const float *s, int64_t rows, int64_t d, int64_t full, int64_t start,
+					int64_t w, int64_t n, int64_t p, float eps, float offset)
+{
+	for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+		float inv = 1.0f / sqrtf(s[r * n + p] / (float)full + eps);
+		for (int64_t k = threadIdx.x; k < w; k += blockDim.x) {
+			int64_t col = start + k, src = (col / d) * rows * d + r * d + col % d;
+			float v = ld_f(dg, g, src) * inv * (offset + ld_f(dgam, gamma, col));
+			st_f(dy, y, r * w + k, v);
+		}
+	}
+}
+
 } // namespace
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
@@ -540,8 +608,17 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
 			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
 		rows = r;
 	}
-	if (s->numel != rows * (int64_t)n)
+	int64_t parts = tpf_node_attr(c->node, "part_starts") != NULL;
+	if (s->numel != rows * (int64_t)n + parts)
 		return tpf_kfail(c, TPF_ERR_INVALID, "sum buffer has the wrong size");
+	if (parts) {
+		// one more float: 1 on a rank whose parts are its own shards
+		set_float_kernel<<<1, 1, 0, tpfc_stream(c)>>>((float *)s->data + rows * (int64_t)n,
+							     sharded_parts_own(c, n) ? 1.0f : 0.0f);
+		enum tpf_status st = tpfc_launched(c, "sumsq flag");
+		if (st)
+			return st;
+	}
 	if (rows == 0)
 		return TPF_OK;
 	struct tpf_cuda_sharded_args a;
@@ -575,12 +652,26 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 			fast = false;
 		a.out[p] = c->out[p].data;
 	}
+	int64_t parts = tpf_node_attr(c->node, "part_starts") != NULL;
+	// the part form comes here only on a rank whose parts are its own (the
+	// plan's rule); the count of such ranks in the sums' last float is not
+	// read back here (it would wait for the device), the CPU kernel checks it
+	if (parts && !sharded_parts_own(c, n))
+		return tpf_kfail(c, TPF_ERR_INVALID, "rank %d's parts are not its own shards; the part "
+			         "form's other path gathers them", c->rank);
 	if (fast)
 		return a.rows ? tpf_cuda_sharded_normalize(&a, (const float *)s->data, c->stream, c->diag) : TPF_OK;
 	for (size_t p = 0; p < n; p++) {
 		const struct tpf_ktensor *x = &c->in[p], *g = &c->in[n + p];
+		int64_t w = x->rank ? x->dims[x->rank - 1] : 1;
+		const void *gd;
+		int64_t gn;
+		if (!sharded_gamma(c, p, n, w, &gd, &gn))
+			return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not fit input %zu", p);
 		RowJob j = job_init(x);
 		job_gamma(&j, g);
+		j.gamma = gd;
+		j.g_numel = gn;
 		job_y(&j, &c->out[p]);
 		j.cols = x->rank ? x->dims[x->rank - 1] : 1;
 		j.rows = j.cols ? x->numel / j.cols : 0;
@@ -590,9 +681,47 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 		j.ext_stride = (int64_t)n;
 		j.ext_col = (int64_t)p;
 		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
-		if (!fits(g, j.cols) || s->numel != j.rows * (int64_t)n)
-			return tpf_kfail(c, TPF_ERR_INVALID, "gamma or sums do not fit input %zu", p);
+		if (s->numel != j.rows * (int64_t)n + parts)
+			return tpf_kfail(c, TPF_ERR_INVALID, "the sums do not fit input %zu", p);
 		enum tpf_status st = launch_rows(c, j);
+		if (st)
+			return st;
+	}
+	return TPF_OK;
+}
+
+// The part form on a rank whose part is not its own: gathered inputs, full
+// weights, the reduced sums (kernels/cpu/norm.c, tpf_cpu_sharded_gathered).
+extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_gathered)
+{
+	size_t n = (c->n_in - 1) / 2;
+	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
+	int world = c->world > 0 ? c->world : 1;
+	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects n gathered inputs, n gammas and the reduced sums");
+	if (!all_float(c))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(c->in[0].dtype));
+	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *g = &c->in[p], *gamma = &c->in[n + p];
+		struct tpf_ktensor *y = &c->out[p];
+		int64_t start, end;
+		if (!sharded_part(c, p, &start, &end))
+			return tpf_kfail(c, TPF_ERR_INVALID, "no part_starts/part_ends entry for tensor %zu", p);
+		int64_t w = end - start, rows = w > 0 ? y->numel / w : 0;
+		int64_t d = rows > 0 ? g->numel / ((int64_t)world * rows) : 0, full = d * world;
+		if (w <= 0 || start < 0 || end > full || g->numel != (int64_t)world * rows * d || gamma->numel != full ||
+		    s->numel != rows * (int64_t)n + 1 || tpf_sharded_full_dim(c, p, d) != full)
+			return tpf_kfail(c, TPF_ERR_INVALID,
+					 "part [%lld, %lld) of tensor %zu does not fit its gathered input, weight or sums",
+					 (long long)start, (long long)end, p);
+		if (rows == 0)
+			continue;
+		unsigned blocks = (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
+		sharded_gathered_kernel<<<blocks, w >= 512 ? 256 : 64, 0, tpfc_stream(c)>>>(
+		    g->dtype, g->data, gamma->dtype, gamma->data, y->dtype, y->data, (const float *)s->data, rows, d,
+		    full, start, w, (int64_t)n, (int64_t)p, tpf_sharded_epsilon(c, p), offset);
+		enum tpf_status st = tpfc_launched(c, "sharded gathered norm");
 		if (st)
 			return st;
 	}
