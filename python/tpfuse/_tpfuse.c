@@ -270,47 +270,52 @@ static PyObject *diag_list(const struct tpf_diag *d)
 	return list;
 }
 
-static const char *status_key(enum tpf_status st)
+/* Each status: its key (an exception's .status) and its exception type. */
+struct status_info {
+	enum tpf_status st;
+	const char *key;
+	PyObject **type;
+};
+
+static const struct status_info statuses[] = {
+	{TPF_OK, "ok", &Error},
+	{TPF_ERR_INVALID, "invalid", &ModelError},
+	{TPF_ERR_NOMEM, "nomem", &Error},
+	{TPF_ERR_IO, "io", &FileError},
+	{TPF_ERR_PARSE, "parse", &ModelError},
+	{TPF_ERR_UNSUPPORTED, "unsupported", &UnsupportedError},
+	{TPF_ERR_VERIFY, "verify", &ModelError},
+	{TPF_ERR_LIMIT, "limit", &ModelError},
+	{TPF_ERR_RUNTIME, "runtime", &Error},
+};
+
+static const struct status_info *status_info(enum tpf_status st)
 {
-	switch (st) {
-	case TPF_OK:
-		return "ok";
-	case TPF_ERR_INVALID:
-		return "invalid";
-	case TPF_ERR_NOMEM:
-		return "nomem";
-	case TPF_ERR_IO:
-		return "io";
-	case TPF_ERR_PARSE:
-		return "parse";
-	case TPF_ERR_UNSUPPORTED:
-		return "unsupported";
-	case TPF_ERR_VERIFY:
-		return "verify";
-	case TPF_ERR_LIMIT:
-		return "limit";
-	case TPF_ERR_RUNTIME:
-		return "runtime";
-	default:
-		return "unknown";
-	}
+	static const struct status_info unknown = {TPF_OK, "unknown", &Error};
+	size_t i;
+
+	for (i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+		if (statuses[i].st == st)
+			return &statuses[i];
+	return &unknown;
 }
 
-static PyObject *exception_for(enum tpf_status st)
+/* Runs work(job) without the GIL and under the library lock, with a fresh
+ * diagnostic in *d (the caller frees it).  -1 (MemoryError raised) when
+ * there is no memory for the diagnostic. */
+static int run_job(void (*work)(void *), void *job, struct tpf_diag **d)
 {
-	switch (st) {
-	case TPF_ERR_IO:
-		return FileError;
-	case TPF_ERR_UNSUPPORTED:
-		return UnsupportedError;
-	case TPF_ERR_INVALID:
-	case TPF_ERR_PARSE:
-	case TPF_ERR_VERIFY:
-	case TPF_ERR_LIMIT:
-		return ModelError;
-	default:
-		return Error;
+	*d = tpf_diag_create();
+	if (!*d) {
+		PyErr_NoMemory();
+		return -1;
 	}
+	Py_BEGIN_ALLOW_THREADS
+	PyThread_acquire_lock(lib_lock, WAIT_LOCK);
+	work(job);
+	PyThread_release_lock(lib_lock);
+	Py_END_ALLOW_THREADS
+	return 0;
 }
 
 /* Raises the exception of `st` with the message "WHAT: FIRST ERROR" (and a
@@ -319,7 +324,7 @@ static PyObject *raise_status(enum tpf_status st, const char *what, const struct
 {
 	const char *first = NULL;
 	size_t i, errors = 0;
-	PyObject *type = exception_for(st), *msg, *exc, *diags, *key;
+	PyObject *type = *status_info(st)->type, *msg, *exc, *diags, *key;
 
 	if (st == TPF_OK)
 		st = TPF_ERR_VERIFY; /* errors reported without a failing status */
@@ -344,7 +349,7 @@ static PyObject *raise_status(enum tpf_status st, const char *what, const struct
 	if (!exc)
 		return NULL;
 	diags = diag_list(d);
-	key = PyUnicode_FromString(status_key(st));
+	key = PyUnicode_FromString(status_info(st)->key);
 	if (!diags || !key || PyObject_SetAttrString(exc, "diagnostics", diags) < 0 ||
 	    PyObject_SetAttrString(exc, "status", key) < 0) {
 		Py_XDECREF(diags);
@@ -589,8 +594,9 @@ struct optimize_job {
 };
 
 /* Everything the command's `optimize` does, without the GIL. */
-static void optimize_work(struct optimize_job *j)
+static void optimize_work(void *job)
 {
+	struct optimize_job *j = job;
 	struct tpf_pipeline_options po = {0};
 	struct tpf_pass_stats *stats = tpf_pass_stats_create();
 	struct tpf_model *m = NULL;
@@ -739,17 +745,8 @@ static PyObject *py_optimize(PyObject *self, PyObject *args, PyObject *kwargs)
 	j.explain = explain;
 	j.verify_each = verify_each;
 	j.external_threshold = (size_t)threshold;
-	j.d = tpf_diag_create();
-	if (!j.d) {
-		PyErr_NoMemory();
+	if (run_job(optimize_work, &j, &j.d) < 0)
 		goto out;
-	}
-
-	Py_BEGIN_ALLOW_THREADS
-	PyThread_acquire_lock(lib_lock, WAIT_LOCK);
-	optimize_work(&j);
-	PyThread_release_lock(lib_lock);
-	Py_END_ALLOW_THREADS
 
 	if (j.st) {
 		raise_status(j.st, j.what, j.d);
@@ -790,8 +787,9 @@ struct check_job {
 	struct tpf_diag *d;
 };
 
-static void check_work(struct check_job *j)
+static void check_work(void *job)
 {
+	struct check_job *j = job;
 	struct tpf_model *m = NULL;
 
 	j->load_st = source_load(j->src, &m, j->d);
@@ -825,17 +823,8 @@ static PyObject *py_check(PyObject *self, PyObject *args, PyObject *kwargs)
 	if (source_init(&src, model, base_dir) < 0)
 		return NULL;
 	j.src = &src;
-	j.d = tpf_diag_create();
-	if (!j.d) {
-		PyErr_NoMemory();
+	if (run_job(check_work, &j, &j.d) < 0)
 		goto out;
-	}
-
-	Py_BEGIN_ALLOW_THREADS
-	PyThread_acquire_lock(lib_lock, WAIT_LOCK);
-	check_work(&j);
-	PyThread_release_lock(lib_lock);
-	Py_END_ALLOW_THREADS
 
 	if (j.load_st == TPF_ERR_IO || j.load_st == TPF_ERR_NOMEM)
 		raise_status(j.load_st, "cannot load the model", j.d);
@@ -861,8 +850,9 @@ struct dump_job {
 	struct capture out;
 };
 
-static void dump_work(struct dump_job *j)
+static void dump_work(void *job)
 {
+	struct dump_job *j = job;
 	struct tpf_model *m = NULL;
 
 	j->what = "cannot load the model";
@@ -920,17 +910,8 @@ static PyObject *py_dump(PyObject *self, PyObject *args, PyObject *kwargs)
 	if (source_init(&src, model, base_dir) < 0)
 		return NULL;
 	j.src = &src;
-	j.d = tpf_diag_create();
-	if (!j.d) {
-		PyErr_NoMemory();
+	if (run_job(dump_work, &j, &j.d) < 0)
 		goto out;
-	}
-
-	Py_BEGIN_ALLOW_THREADS
-	PyThread_acquire_lock(lib_lock, WAIT_LOCK);
-	dump_work(&j);
-	PyThread_release_lock(lib_lock);
-	Py_END_ALLOW_THREADS
 
 	if (j.st)
 		raise_status(j.st, j.what, j.d);
@@ -1041,15 +1022,35 @@ static PyObject *new_error(const char *name, const char *doc, PyObject *bases)
 	return type;
 }
 
-static int add_error(PyObject *m, const char *attr, PyObject **slot, const char *name,
-		     const char *doc, PyObject *bases)
+/* tpfuse's exceptions: Error, and its subclasses, which also derive from
+ * a builtin exception where std_base names one. */
+struct error_def {
+	const char *attr, *name, *doc;
+	PyObject **slot;
+	PyObject **std_base;
+};
+
+static const struct error_def errors[] = {
+	{"Error", "tpfuse.Error",
+	 "A tpfuse library call failed.  .status names the failure ('parse', "
+	 "'verify', 'io', ...); .diagnostics lists every message.",
+	 &Error, NULL},
+	{"ModelError", "tpfuse.ModelError", "The model is malformed, invalid or over a limit.",
+	 &ModelError, &PyExc_ValueError},
+	{"FileError", "tpfuse.FileError", "A file could not be read or written.", &FileError,
+	 &PyExc_OSError},
+	{"UnsupportedError", "tpfuse.UnsupportedError", "A valid model that tpfuse does not handle.",
+	 &UnsupportedError, NULL},
+};
+
+static int add_error(PyObject *m, const struct error_def *e, PyObject *bases)
 {
-	*slot = new_error(name, doc, bases);
-	if (!*slot)
+	*e->slot = new_error(e->name, e->doc, bases);
+	if (!*e->slot)
 		return -1;
-	Py_INCREF(*slot);
-	if (PyModule_AddObject(m, attr, *slot) < 0) {
-		Py_DECREF(*slot);
+	Py_INCREF(*e->slot);
+	if (PyModule_AddObject(m, e->attr, *e->slot) < 0) {
+		Py_DECREF(*e->slot);
 		return -1;
 	}
 	return 0;
@@ -1057,7 +1058,8 @@ static int add_error(PyObject *m, const char *attr, PyObject **slot, const char 
 
 PyMODINIT_FUNC PyInit__tpfuse(void)
 {
-	PyObject *m, *bases;
+	PyObject *m;
+	size_t i;
 
 	if (!lib_lock) {
 		lib_lock = PyThread_allocate_lock();
@@ -1079,28 +1081,16 @@ PyMODINIT_FUNC PyInit__tpfuse(void)
 		Py_DECREF(DiagnosticType);
 		goto fail;
 	}
-	if (add_error(m, "Error", &Error, "tpfuse.Error",
-		      "A tpfuse library call failed.  .status names the failure ('parse', "
-		      "'verify', 'io', ...); .diagnostics lists every message.",
-		      NULL) < 0)
-		goto fail;
-	bases = PyTuple_Pack(2, Error, PyExc_ValueError);
-	if (!bases || add_error(m, "ModelError", &ModelError, "tpfuse.ModelError",
-				"The model is malformed, invalid or over a limit.", bases) < 0) {
-		Py_XDECREF(bases);
-		goto fail;
+	for (i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		const struct error_def *e = &errors[i];
+		PyObject *bases = !i ? NULL : e->std_base ? PyTuple_Pack(2, Error, *e->std_base) : Error;
+		int rc = i && !bases ? -1 : add_error(m, e, bases);
+
+		if (e->std_base)
+			Py_XDECREF(bases);
+		if (rc < 0)
+			goto fail;
 	}
-	Py_DECREF(bases);
-	bases = PyTuple_Pack(2, Error, PyExc_OSError);
-	if (!bases || add_error(m, "FileError", &FileError, "tpfuse.FileError",
-				"A file could not be read or written.", bases) < 0) {
-		Py_XDECREF(bases);
-		goto fail;
-	}
-	Py_DECREF(bases);
-	if (add_error(m, "UnsupportedError", &UnsupportedError, "tpfuse.UnsupportedError",
-		      "A valid model that tpfuse does not handle.", Error) < 0)
-		goto fail;
 	return m;
 fail:
 	Py_DECREF(m);
