@@ -23,6 +23,7 @@ enum tpf_gated_act { TPF_GATED_SILU = 0, TPF_GATED_GELU = 1, TPF_GATED_GELU_TANH
 struct tpf_gated_geom {
 	enum tpf_gated_act act;
 	int packed;
+	int cube_as_product; /* gelu_tanh: x^3 as x * (x * x), the square rounded */
 	int64_t rows, n, stride;
 };
 
@@ -42,6 +43,7 @@ static inline int tpf_gated_geom(const struct tpf_kernel_call *c, struct tpf_gat
 		return -1;
 	}
 	g->packed = (int)tpf_node_attr_int(c->node, "packed", 0);
+	g->cube_as_product = tpf_node_attr_int(c->node, "cube_as_product", 0) != 0;
 	if (c->n_out != 1 || (g->packed ? c->n_in != 1 : c->n_in != 2)) {
 		tpf_kfail(c, TPF_ERR_INVALID, "expects %s and one output",
 			  g->packed ? "one packed input [..., 2N]" : "gate and up");

@@ -18,8 +18,8 @@
  * [b, seq, D] value, or constants.  RotaryEmbedding wants half-width caches
  * [batch, seq, D/2], and a rotate-half cos has equal halves, which the pass
  * proves: either the cache is Cos(Concat(f, f)) (and sin Sin(Concat(f, f))
- * of the same f; an attention scaling Mul by 1 is looked through), whose
- * first half is Cos(f), or it is a constant whose halves are equal bit for
+ * of the same f; an attention scaling Mul by 1 and a Cast to the model's
+ * dtype are looked through), whose first half is Cos(f) (Cast alike), or it is a constant whose halves are equal bit for
  * bit, whose first half becomes a new initializer.  Where the cache's batch
  * is 1 and x's is not provably 1, the caches are expanded to x's batch
  * (Shape, Concat, Expand; shared by every site when a graph input has x's
@@ -43,6 +43,7 @@ struct rope_facts {
 	struct tpf_value *x;        /* the input of RotaryEmbedding (X for partial) */
 	int64_t rot;                /* 0: the whole head */
 	struct tpf_value *f;        /* Cos(Concat(f, f)) form, else NULL */
+	int64_t cast_to;            /* ... cast to this dtype (0: no Cast) */
 	struct tpf_value *cos_c;    /* constant form: the full-width constants */
 	struct tpf_value *sin_c;
 	struct tpf_node *x_slice;   /* partial: Slice(X, :r) and Slice(X, r:) */
@@ -133,13 +134,28 @@ static int last_axis(int64_t axis, const struct tpf_value *x)
 
 /* Looks through an Unsqueeze at axis 1 and a Mul by the constant 1; *unsq
  * set when the Unsqueeze was there. */
-static struct tpf_value *cache_source(struct tpf_value *c, int *unsq)
+static struct tpf_value *scaled_by_one(struct tpf_value *c)
+{
+	struct tpf_node *n = c ? c->producer : NULL;
+	double one;
+
+	if (n && n->op == TPF_OP_MUL && n->n_inputs == 2)
+		for (int i = 0; i < 2; i++)
+			if (!tpf_pattern_const_scalar(n->inputs[i], &one) && one == 1.0)
+				return n->inputs[1 - i];
+	return c;
+}
+
+/* Looks through an Unsqueeze at axis 1, a Mul by the constant 1 and a
+ * Cast (*cast_to: its dtype, else 0); *unsq set when the Unsqueeze was
+ * there. */
+static struct tpf_value *cache_source(struct tpf_value *c, int *unsq, int64_t *cast_to)
 {
 	struct tpf_node *n = c->producer;
 	int64_t ax;
-	double one;
 
 	*unsq = 0;
+	*cast_to = 0;
 	if (n && n->op == TPF_OP_UNSQUEEZE) {
 		const struct tpf_attr *a = tpf_node_attr(n, "axes");
 		if (a && a->kind == TPF_ATTR_INTS && a->n == 1)
@@ -152,10 +168,11 @@ static struct tpf_value *cache_source(struct tpf_value *c, int *unsq)
 		c = n->inputs[0];
 		n = c->producer;
 	}
-	if (n && n->op == TPF_OP_MUL && n->n_inputs == 2) {
-		for (int i = 0; i < 2; i++)
-			if (!tpf_pattern_const_scalar(n->inputs[i], &one) && one == 1.0)
-				return n->inputs[1 - i];
+	c = scaled_by_one(c);
+	n = c->producer;
+	if (n && n->op == TPF_OP_CAST && n->inputs[0]) {
+		*cast_to = tpf_node_attr_int(n, "to", 0);
+		c = scaled_by_one(n->inputs[0]);
 	}
 	return c;
 }
@@ -243,8 +260,9 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 		return "the first half of rotate_half does not run to the end of the head";
 	/* the caches */
 	int uc, us;
-	struct tpf_value *cs = cache_source(cos, &uc), *ss = cache_source(sin, &us);
-	if (!cs || !ss || uc != us)
+	int64_t cc, sc;
+	struct tpf_value *cs = cache_source(cos, &uc, &cc), *ss = cache_source(sin, &us, &sc);
+	if (!cs || !ss || uc != us || cc != sc)
 		return "cos and sin are not broadcast the same way (Unsqueeze at axis 1 of [b, seq, D])";
 	struct tpf_value *fc = trig_of_twice(cs, TPF_OP_COS), *fs = trig_of_twice(ss, TPF_OP_SIN);
 	if (fc || fs) {
@@ -256,7 +274,10 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 			return tpf_match_reason(m, "the angles '%s' have rank %d; expected [b, seq, D/2]",
 			                        fc->name, tpf_pattern_rank(fc));
 		f->f = fc;
+		f->cast_to = cc;
 	} else {
+		if (cc)
+			return "constant caches behind a Cast";
 		if (d < 0)
 			return "constant caches need a static head size";
 		const char *why = const_halves_equal(cs, d / 2);
@@ -356,6 +377,23 @@ static struct tpf_value *trig_half(struct tpf_rewriter *rw, struct tpf_value *f,
 	n = tpf_rewriter_create(rw, op, &f, 1, 1, NULL);
 	if (!n || tpf_value_copy_type(n->outputs[0], &f->type))
 		return NULL;
+	return n->outputs[0];
+}
+
+/* Cast(v, to), made once. */
+static struct tpf_value *cast_of(struct tpf_rewriter *rw, struct tpf_value *v, int64_t to)
+{
+	struct tpf_node *n;
+	for (size_t u = 0; u < v->n_uses; u++) {
+		n = v->uses[u].node;
+		if (n && !n->erased && n->op == TPF_OP_CAST && n->origin_pass &&
+		    !strcmp(n->origin_pass, PASS_NAME) && tpf_node_attr_int(n, "to", 0) == to)
+			return n->outputs[0];
+	}
+	n = tpf_rewriter_create(rw, TPF_OP_CAST, &v, 1, 1, NULL);
+	if (!n || tpf_node_set_attr_int(n, "to", to) || tpf_value_copy_type(n->outputs[0], &v->type))
+		return NULL;
+	n->outputs[0]->type.dtype = (enum tpf_dtype)to;
 	return n->outputs[0];
 }
 
@@ -503,6 +541,10 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 	if (f->f) {
 		ch = trig_half(rw, f->f, TPF_OP_COS);
 		sh = ch ? trig_half(rw, f->f, TPF_OP_SIN) : NULL;
+		if (f->cast_to && ch && sh) {
+			ch = cast_of(rw, ch, f->cast_to);
+			sh = ch ? cast_of(rw, sh, f->cast_to) : NULL;
+		}
 	} else {
 		ch = const_half(rw, f->cos_c);
 		sh = ch ? const_half(rw, f->sin_c) : NULL;

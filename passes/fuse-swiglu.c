@@ -32,9 +32,12 @@ struct swiglu_facts {
 	struct tpf_node *split; /* packed form: the Split of gate and up */
 };
 
-static int near(double v, double want)
+/* Equal up to the constant's own precision (a bfloat16 sqrt(2/pi) is
+ * 0.796875). */
+static int near(double v, double want, enum tpf_dtype t)
 {
-	return fabs(v - want) <= 1e-3 * fabs(want);
+	double tol = t == TPF_DTYPE_BFLOAT16 ? 4e-3 : 1e-3;
+	return fabs(v - want) <= tol * fabs(want);
 }
 
 /* The constant bound to `name` is `want` (when bound). */
@@ -47,7 +50,7 @@ static const char *check_const(struct tpf_match *m, const char *name, double wan
 		return NULL;
 	if (tpf_pattern_const_scalar(v, &x))
 		return tpf_match_reason(m, "constant '%s' of the activation is not a scalar", v->name);
-	if (!near(x, want))
+	if (!near(x, want, tpf_pattern_dtype(v)))
 		return tpf_match_reason(m, "constant '%s' is %g where the activation has %g", v->name,
 		                        x, want);
 	return NULL;
@@ -176,6 +179,11 @@ static enum tpf_status rewrite(struct tpf_rewriter *rw, struct tpf_match *m, con
 	if ((st = tpf_node_set_attr_string(n, "activation", act)))
 		return st;
 	if (sp && (st = tpf_node_set_attr_int(n, "packed", 1)))
+		return st;
+	/* x^3 written as x * (x * x): the kernel rounds the square as the
+	 * chain did */
+	struct tpf_node *cube = tpf_match_node(m, "cube");
+	if (cube && cube->op == TPF_OP_MUL && (st = tpf_node_set_attr_int(n, "cube_as_product", 1)))
 		return st;
 	if (out->type.kind != TPF_TYPE_NONE)
 		st = tpf_value_copy_type(n->outputs[0], &out->type);

@@ -744,6 +744,7 @@ const struct tpf_op_def tpf_op_def_TPF_GATED_ACTIVATION = {
 		{.name = "activation", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "silu",
 		 .allowed = gated_activations},
 		ATTR_INT("packed", 0),
+		ATTR_INT("cube_as_product", 0),
 		{0},
 	},
 	.shape = gated_activation_shape,

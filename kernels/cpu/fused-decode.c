@@ -25,13 +25,28 @@ static double to_t(enum tpf_dtype t, double v)
 
 /* act(g) as the decomposed chains compute it in dtype t: silu rounds the
  * sigmoid and the product; the GELU forms round the activation once. */
-static double gated_act(enum tpf_gated_act a, enum tpf_dtype t, double g)
+/* act(g) in dtype t, rounded at every step of the decomposed chain that
+ * exporters write (constants in t too), so that a fused float16/bfloat16
+ * graph computes what the unfused one did:
+ *   silu       g * Sigmoid(g)
+ *   gelu_tanh  g * (0.5 * (1 + Tanh(c1 * (g + c2 * g^3))))   (g^3 rounded
+ *              once, or as g * (g * g) with cube_as_product)
+ *   gelu       (g * (1 + Erf(g / sqrt(2)))) * 0.5
+ * (the products by 0.5 are exact, so their place does not matter). */
+static double gated_act(const struct tpf_gated_geom *gm, enum tpf_dtype t, double g)
 {
+	enum tpf_gated_act a = gm->act;
+	double c;
+
 	switch (a) {
 	case TPF_GATED_GELU:
-		return to_t(t, 0.5 * g * (1.0 + erf(g * 0.70710678118654752)));
+		c = to_t(t, erf(to_t(t, g / to_t(t, 1.4142135623730951))));
+		return to_t(t, to_t(t, g * to_t(t, 1.0 + c)) * 0.5);
 	case TPF_GATED_GELU_TANH:
-		return to_t(t, 0.5 * g * (1.0 + tanh(0.79788456080286536 * (g + 0.044715 * g * g * g))));
+		c = gm->cube_as_product ? to_t(t, g * to_t(t, g * g)) : to_t(t, g * g * g);
+		c = to_t(t, g + to_t(t, to_t(t, 0.044715) * c));
+		c = to_t(t, tanh(to_t(t, to_t(t, 0.79788456080286536) * c)));
+		return to_t(t, g * to_t(t, 0.5 * to_t(t, 1.0 + c)));
 	case TPF_GATED_SILU:
 	default:
 		return to_t(t, g * to_t(t, 1.0 / (1.0 + exp(-g))));
@@ -51,7 +66,7 @@ TPF_CPU_KERNEL(tpf_cpu_gated_activation)
 		for (int64_t j = 0; j < g.n; j++) {
 			double gv = tpf_elem_load(x->dtype, x->data, r * g.stride + j);
 			double uv = tpf_elem_load(u->dtype, u->data, r * g.stride + up_off + j);
-			double a = gated_act(g.act, y->dtype, gv);
+			double a = gated_act(&g, y->dtype, gv);
 			tpf_elem_store(y->dtype, y->data, r * g.n + j, a * uv, 1);
 		}
 	return TPF_OK;

@@ -33,14 +33,20 @@ template <typename T> __device__ __forceinline__ float round_t(float v)
 	return Elem<T>::load(Elem<T>::store(v));
 }
 
-// act(g) rounded to T where the decomposed chain rounds: SiLU the sigmoid
-// and gate * sigmoid, GELU the activation.
-template <typename T, int A> __device__ __forceinline__ float act(float g)
+// act(g) rounded to T at every step of the decomposed chain, as the CPU
+// reference (gated_act) computes it.
+template <typename T, int A> __device__ __forceinline__ float act(float g, bool cube_as_product)
 {
-	if (A == TPF_GATED_GELU)
-		return round_t<T>(0.5f * g * (1.0f + erff(g * 0.70710678118654752f)));
-	if (A == TPF_GATED_GELU_TANH)
-		return round_t<T>(0.5f * g * (1.0f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g))));
+	if (A == TPF_GATED_GELU) {
+		const float e = round_t<T>(erff(round_t<T>(g / round_t<T>(1.4142135623730951f))));
+		return round_t<T>(round_t<T>(g * round_t<T>(1.0f + e)) * 0.5f);
+	}
+	if (A == TPF_GATED_GELU_TANH) {
+		float c = cube_as_product ? round_t<T>(g * round_t<T>(g * g)) : round_t<T>(g * g * g);
+		c = round_t<T>(g + round_t<T>(round_t<T>(0.044715f) * c));
+		c = round_t<T>(tanhf(round_t<T>(round_t<T>(0.79788456080286536f) * c)));
+		return round_t<T>(g * round_t<T>(0.5f * round_t<T>(1.0f + c)));
+	}
 	return round_t<T>(g * round_t<T>(1.0f / (1.0f + expf(-g))));
 }
 
@@ -48,7 +54,8 @@ template <typename T, int A> __device__ __forceinline__ float act(float g)
 // multiple of the chunk).  Row r's gate starts at gate + r * stride, its
 // up at up + r * stride.
 template <typename T, int A>
-__global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows, int64_t n, int64_t stride)
+__global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows, int64_t n, int64_t stride,
+				 bool cube)
 {
 	constexpr int N = 16 / sizeof(T);
 	const int64_t cpr = n / N, total = rows * cpr;
@@ -63,25 +70,26 @@ __global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows,
 		T *o = reinterpret_cast<T *>(&ou);
 #pragma unroll
 		for (int k = 0; k < N; k++)
-			o[k] = Elem<T>::store(act<T, A>(Elem<T>::load(g[k])) * Elem<T>::load(u[k]));
+			o[k] = Elem<T>::store(act<T, A>(Elem<T>::load(g[k]), cube) * Elem<T>::load(u[k]));
 		*reinterpret_cast<uint4 *>(y + r * n + c0) = ou;
 	}
 }
 
 template <typename T, int A>
-__global__ void gated_scalar_kernel(const T *gate, const T *up, T *y, int64_t rows, int64_t n, int64_t stride)
+__global__ void gated_scalar_kernel(const T *gate, const T *up, T *y, int64_t rows, int64_t n, int64_t stride,
+				    bool cube)
 {
 	const int64_t total = rows * n;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / n, j = i % n;
-		y[i] = Elem<T>::store(act<T, A>(Elem<T>::load(gate[r * stride + j])) *
+		y[i] = Elem<T>::store(act<T, A>(Elem<T>::load(gate[r * stride + j]), cube) *
 				      Elem<T>::load(up[r * stride + j]));
 	}
 }
 
 template <typename T, int A>
-void launch_gated(const void *gate, const void *up, void *y, int64_t rows, int64_t n, int64_t stride,
+void launch_gated(const void *gate, const void *up, void *y, int64_t rows, int64_t n, int64_t stride, bool cube,
 		  cudaStream_t st)
 {
 	constexpr int N = 16 / sizeof(T);
@@ -89,25 +97,25 @@ void launch_gated(const void *gate, const void *up, void *y, int64_t rows, int64
 			 (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) % 16) == 0;
 	if (vec)
 		gated_vec_kernel<T, A><<<tpfc_blocks(rows * n / N, kThreads), kThreads, 0, st>>>(
-			(const T *)gate, (const T *)up, (T *)y, rows, n, stride);
+			(const T *)gate, (const T *)up, (T *)y, rows, n, stride, cube);
 	else
 		gated_scalar_kernel<T, A><<<tpfc_blocks(rows * n, kThreads), kThreads, 0, st>>>(
-			(const T *)gate, (const T *)up, (T *)y, rows, n, stride);
+			(const T *)gate, (const T *)up, (T *)y, rows, n, stride, cube);
 }
 
 template <typename T>
 void launch_gated_act(enum tpf_gated_act a, const void *gate, const void *up, void *y, int64_t rows, int64_t n,
-		      int64_t stride, cudaStream_t st)
+		      int64_t stride, bool cube, cudaStream_t st)
 {
 	switch (a) {
 	case TPF_GATED_GELU:
-		launch_gated<T, TPF_GATED_GELU>(gate, up, y, rows, n, stride, st);
+		launch_gated<T, TPF_GATED_GELU>(gate, up, y, rows, n, stride, cube, st);
 		break;
 	case TPF_GATED_GELU_TANH:
-		launch_gated<T, TPF_GATED_GELU_TANH>(gate, up, y, rows, n, stride, st);
+		launch_gated<T, TPF_GATED_GELU_TANH>(gate, up, y, rows, n, stride, cube, st);
 		break;
 	default:
-		launch_gated<T, TPF_GATED_SILU>(gate, up, y, rows, n, stride, st);
+		launch_gated<T, TPF_GATED_SILU>(gate, up, y, rows, n, stride, cube, st);
 		break;
 	}
 }
@@ -182,13 +190,13 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gated_activation)
 	cudaStream_t st = tpfc_stream(c);
 	switch (y->dtype) {
 	case TPF_DTYPE_FLOAT:
-		launch_gated_act<float>(g.act, gate, up, y->data, g.rows, g.n, g.stride, st);
+		launch_gated_act<float>(g.act, gate, up, y->data, g.rows, g.n, g.stride, g.cube_as_product != 0, st);
 		break;
 	case TPF_DTYPE_FLOAT16:
-		launch_gated_act<__half>(g.act, gate, up, y->data, g.rows, g.n, g.stride, st);
+		launch_gated_act<__half>(g.act, gate, up, y->data, g.rows, g.n, g.stride, g.cube_as_product != 0, st);
 		break;
 	case TPF_DTYPE_BFLOAT16:
-		launch_gated_act<__nv_bfloat16>(g.act, gate, up, y->data, g.rows, g.n, g.stride, st);
+		launch_gated_act<__nv_bfloat16>(g.act, gate, up, y->data, g.rows, g.n, g.stride, g.cube_as_product != 0, st);
 		break;
 	default:
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(y->dtype));
