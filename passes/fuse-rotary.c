@@ -380,6 +380,21 @@ static struct tpf_value *trig_half(struct tpf_rewriter *rw, struct tpf_value *f,
 	return n->outputs[0];
 }
 
+/* Gives a created node the name "<name>_<suffix>": the rewriter names
+ * every node it creates at one root "<root>/<Op>", and the cos and sin
+ * chains make two of each. */
+static int suffix_name(struct tpf_rewriter *rw, struct tpf_node *n, const char *suffix)
+{
+	char buf[256];
+
+	snprintf(buf, sizeof(buf), "%s_%s", n->name ? n->name : "", suffix);
+	const char *nm = tpf_arena_strdup(rw->graph->arena, buf);
+	if (!nm)
+		return -1;
+	n->name = nm;
+	return 0;
+}
+
 /* Cast(v, to), made once. */
 static struct tpf_value *cast_of(struct tpf_rewriter *rw, struct tpf_value *v, int64_t to)
 {
@@ -391,7 +406,8 @@ static struct tpf_value *cast_of(struct tpf_rewriter *rw, struct tpf_value *v, i
 			return n->outputs[0];
 	}
 	n = tpf_rewriter_create(rw, TPF_OP_CAST, &v, 1, 1, NULL);
-	if (!n || tpf_node_set_attr_int(n, "to", to) || tpf_value_copy_type(n->outputs[0], &v->type))
+	if (!n || tpf_node_set_attr_int(n, "to", to) || tpf_value_copy_type(n->outputs[0], &v->type) ||
+	    suffix_name(rw, n, v->producer && v->producer->op == TPF_OP_SIN ? "sin" : "cos"))
 		return NULL;
 	n->outputs[0]->type.dtype = (enum tpf_dtype)to;
 	return n->outputs[0];
@@ -459,7 +475,7 @@ static struct tpf_value *batch_shape(struct tpf_rewriter *rw, struct tpf_value *
 /* cache [1, seq, D/2] expanded to x's batch when that is not provably 1
  * (reusing an expansion of the same cache for a batch dim equal to x's). */
 static struct tpf_value *batch_expand(struct tpf_rewriter *rw, struct tpf_value *cache,
-                                      struct tpf_value *x)
+                                      struct tpf_value *x, const char *which)
 {
 	const struct tpf_type *ct = &cache->type, *xt = &x->type;
 	const struct tpf_dim one = {1, NULL, NULL};
@@ -501,7 +517,7 @@ static struct tpf_value *batch_expand(struct tpf_rewriter *rw, struct tpf_value 
 		return NULL;
 	struct tpf_value *e_in[2] = {cache, shp};
 	struct tpf_node *e = tpf_rewriter_create(rw, TPF_OP_EXPAND, e_in, 2, 1, NULL);
-	if (!e)
+	if (!e || suffix_name(rw, e, which))
 		return NULL;
 	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == 3 && xt->kind == TPF_TYPE_TENSOR &&
 	    xt->shape.rank >= 1) {
@@ -551,8 +567,8 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 	}
 	if (!ch || !sh)
 		return TPF_ERR_NOMEM;
-	ch = batch_expand(rw, ch, f->x);
-	sh = ch ? batch_expand(rw, sh, f->x) : NULL;
+	ch = batch_expand(rw, ch, f->x, "cos");
+	sh = ch ? batch_expand(rw, sh, f->x, "sin") : NULL;
 	if (!ch || !sh)
 		return TPF_ERR_NOMEM;
 	struct tpf_value *in[3] = {f->x, ch, sh};
