@@ -225,6 +225,19 @@ static int finish(struct matcher *mt)
 	const struct tpf_pattern *p = m->pattern;
 	char buf[160];
 
+	/* in a function body an attribute may name the caller's: its value is
+	 * not known here, so no check could read it */
+	for (size_t i = 0; i < m->n_nodes; i++) {
+		const struct tpf_node *n = m->nodes[i];
+		for (size_t k = 0; k < n->n_attrs; k++)
+			if (n->attrs[k].ref_attr_name) {
+				fail_at(mt, NULL, (int)m->n_nodes + 1,
+				        "%s: attribute '%s' refers to the calling node's '%s'",
+				        node_label(n, buf, sizeof(buf)), n->attrs[k].name,
+				        n->attrs[k].ref_attr_name);
+				return 0;
+			}
+	}
 	for (size_t i = 0; i < m->n_nodes; i++) {
 		const struct tpf_pnode *q = mt->pat_of[i];
 		const char *r = q && q->pred ? q->pred(m->nodes[i], m) : NULL;
@@ -961,32 +974,23 @@ static void report_near_misses(struct tpf_graph *g, const struct tpf_pattern_con
 	}
 }
 
-enum tpf_status tpf_pattern_run(struct tpf_model *model, const struct tpf_pass *pass,
-				struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d)
+/* One graph to a fixed point: the main graph, a subgraph or a function
+ * body.  *any: whether a rewrite happened; *created: whether it created
+ * nodes (which need the ai.tpfuse opset). */
+static enum tpf_status run_graph(struct tpf_graph *g, const struct tpf_pass *pass,
+				 struct tpf_pass_context *ctx, const struct tpf_pattern_context *pcp,
+				 struct tpf_match *m, FILE *trace, int *any_out, int *created,
+				 struct tpf_diag *d)
 {
 	static const struct tpf_pattern *const none[] = {NULL};
-	struct tpf_graph *g = model ? model->graph : NULL;
-	const char *pass_name = pass && pass->name ? pass->name : "?";
+	const char *pass_name = pcp->pass_name;
 	const struct tpf_pattern *const *patterns = pass && pass->patterns ? pass->patterns : none;
-	struct tpf_pattern_context pc;
+	struct tpf_pattern_context pc = *pcp;
 	struct tpf_worklist wl = {0};
 	struct tpf_rewriter rw = {0};
-	struct tpf_match *m = NULL;
 	enum tpf_status st = TPF_OK;
 	int any = 0;
 	char why[512], buf[160];
-
-	if (changed)
-		*changed = 0;
-	if (!g)
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", pass_name);
-	tpf_pattern_context_init(&pc, model, pass_name, ctx);
-	FILE *trace = tpf_pattern_debug_enabled(ctx, pass_name)
-	                  ? (ctx && ctx->explain ? ctx->explain : stderr)
-	                  : NULL;
-	m = tpf_malloc(sizeof(*m));
-	if (!m)
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", pass_name);
 
 	size_t initial = 0;
 	for (struct tpf_node *n = g->first; n; n = n->next, initial++) {
@@ -1061,13 +1065,6 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const struct tpf_pass *
 		}
 	}
 	if (any) {
-		/* nodes of the project's own domain need its opset import */
-		if (rw.n_created && tpf_model_opset(model, TPF_DOMAIN) < 0 &&
-		    tpf_model_set_opset(model, TPF_DOMAIN, 1)) {
-			st = tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory (opset import)",
-			                   pass_name);
-			goto out;
-		}
 		st = tpf_graph_toposort(g, d);
 		if (st)
 			goto out;
@@ -1076,11 +1073,101 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const struct tpf_pass *
 		report_near_misses(g, &pc, patterns, m, ctx->explain);
 
 out:
-	if (changed)
-		*changed = any;
+	*any_out |= any;
+	*created |= rw.n_created > 0;
 	rw.anchor = NULL;
 	tpf_free(rw.renames);
 	worklist_free(&wl);
+	return st;
+}
+
+#define MAX_SUBGRAPH_DEPTH 64
+
+/* g, then the subgraphs of its nodes (If/Loop/Scan bodies), depth first. */
+static enum tpf_status run_nested(struct tpf_graph *g, const struct tpf_pass *pass,
+				  struct tpf_pass_context *ctx, const struct tpf_pattern_context *pc,
+				  struct tpf_match *m, FILE *trace, int *any, int *created, int depth,
+				  struct tpf_diag *d)
+{
+	if (depth > MAX_SUBGRAPH_DEPTH)
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "%s: subgraphs nested deeper than %d",
+		                     pc->pass_name, MAX_SUBGRAPH_DEPTH);
+	enum tpf_status st = run_graph(g, pass, ctx, pc, m, trace, any, created, d);
+	for (struct tpf_node *n = g->first; !st && n; n = n->next) {
+		for (size_t i = 0; !st && i < n->n_attrs; i++) {
+			const struct tpf_attr *a = &n->attrs[i];
+			if (a->kind == TPF_ATTR_GRAPH && a->g)
+				st = run_nested(a->g, pass, ctx, pc, m, trace, any, created, depth + 1, d);
+			else if (a->kind == TPF_ATTR_GRAPHS && a->graphs)
+				for (size_t k = 0; !st && k < a->n; k++)
+					if (a->graphs[k])
+						st = run_nested(a->graphs[k], pass, ctx, pc, m, trace, any,
+						                created, depth + 1, d);
+		}
+	}
+	return st;
+}
+
+/* A function body that now holds ai.tpfuse nodes imports the domain too
+ * (a function lists its own opsets). */
+static enum tpf_status function_import(struct tpf_model *model, struct tpf_function *fn)
+{
+	for (size_t i = 0; i < fn->n_opsets; i++)
+		if (fn->opsets[i].domain && strcmp(fn->opsets[i].domain, TPF_DOMAIN) == 0)
+			return TPF_OK;
+	struct tpf_opset *o = tpf_arena_alloc(model->arena, (fn->n_opsets + 1) * sizeof(*o));
+	if (!o)
+		return TPF_ERR_NOMEM;
+	if (fn->n_opsets)
+		memcpy(o, fn->opsets, fn->n_opsets * sizeof(*o));
+	o[fn->n_opsets].domain = TPF_DOMAIN;
+	o[fn->n_opsets].version = 1;
+	fn->opsets = o;
+	fn->n_opsets++;
+	return TPF_OK;
+}
+
+enum tpf_status tpf_pattern_run(struct tpf_model *model, const struct tpf_pass *pass,
+				struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d)
+{
+	struct tpf_graph *g = model ? model->graph : NULL;
+	const char *pass_name = pass && pass->name ? pass->name : "?";
+	struct tpf_pattern_context pc;
+	enum tpf_status st = TPF_OK;
+	int any = 0, created = 0;
+
+	if (changed)
+		*changed = 0;
+	if (!g)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: no graph", pass_name);
+	tpf_pattern_context_init(&pc, model, pass_name, ctx);
+	FILE *trace = tpf_pattern_debug_enabled(ctx, pass_name)
+	                  ? (ctx && ctx->explain ? ctx->explain : stderr)
+	                  : NULL;
+	struct tpf_match *m = tpf_malloc(sizeof(*m));
+	if (!m)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", pass_name);
+
+	/* the main graph and its subgraphs, then each model-local function's
+	 * body and its subgraphs */
+	st = run_nested(g, pass, ctx, &pc, m, trace, &any, &created, 0, d);
+	for (size_t i = 0; !st && i < model->n_functions && model->functions; i++) {
+		struct tpf_function *fn = &model->functions[i];
+		int fn_created = 0;
+		if (!fn->body)
+			continue;
+		st = run_nested(fn->body, pass, ctx, &pc, m, trace, &any, &fn_created, 0, d);
+		if (!st && fn_created && function_import(model, fn))
+			st = tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory (opset import)",
+			                   pass_name);
+		created |= fn_created;
+	}
+	/* nodes of the project's own domain need its opset import */
+	if (!st && created && tpf_model_opset(model, TPF_DOMAIN) < 0 &&
+	    tpf_model_set_opset(model, TPF_DOMAIN, 1))
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory (opset import)", pass_name);
+	if (changed)
+		*changed = any;
 	tpf_free(m);
 	return st;
 }
