@@ -450,6 +450,64 @@ static const enum tpf_dtype FL[] = {TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT16, TPF_DTYP
 
 /* ------------------------------------------------------------------ cases */
 
+/* ai.tpfuse.GatedActivation (kernels/cuda/fused-decode.cu): every
+ * activation, two inputs and packed, vectorized widths and not; ONNX
+ * RotaryEmbedding: caches per token and by position ids, partial,
+ * interleaved, 3-D input. */
+static void decode_fusions(enum tpf_dtype dt)
+{
+	const char *acts[] = {"silu", "gelu", "gelu_tanh", "gelu_tanh"};
+	for (int a = 0; a < 4; a++) {
+		char lab[128];
+		struct tpf_node *n = node("ai.tpfuse", "GatedActivation", 2, 1);
+		tpf_node_set_attr_string(n, "activation", acts[a]);
+		if (a == 3)
+			tpf_node_set_attr_int(n, "cube_as_product", 1);
+		struct tpf_ktensor v[2] = {R(dt, 2, 4, 64), R(dt, 2, 4, 64)};
+		snprintf(lab, sizeof(lab), "GatedActivation %s%s [4,64] (vectorized)", acts[a],
+			 a == 3 ? " cube_as_product" : "");
+		CHECK(lab, n, v, 1, 4);
+		free_tensors(v, 2);
+		struct tpf_ktensor sc[2] = {R(dt, 2, 3, 6), R(dt, 2, 3, 6)};
+		snprintf(lab, sizeof(lab), "GatedActivation %s [3,6] (scalar kernel)", acts[a]);
+		CHECK(lab, n, sc, 1, 4);
+		free_tensors(sc, 2);
+		struct tpf_node *p = node("ai.tpfuse", "GatedActivation", 1, 1);
+		tpf_node_set_attr_string(p, "activation", acts[a]);
+		tpf_node_set_attr_int(p, "packed", 1);
+		struct tpf_ktensor pk[1] = {R(dt, 3, 2, 3, 128)};
+		snprintf(lab, sizeof(lab), "GatedActivation %s packed [2,3,128]", acts[a]);
+		CHECK(lab, p, pk, 1, 4);
+		free_tensors(pk, 1);
+		struct tpf_ktensor ps[1] = {R(dt, 2, 5, 10)};
+		snprintf(lab, sizeof(lab), "GatedActivation %s packed [5,10] (scalar kernel)", acts[a]);
+		CHECK(lab, p, ps, 1, 4);
+		free_tensors(ps, 1);
+	}
+	/* RotaryEmbedding: X [B, H, S, D] = [2, 3, 4, 8] */
+	struct tpf_node *r = node("", "RotaryEmbedding", 3, 1);
+	struct tpf_ktensor r1[3] = {R(dt, 4, 2, 3, 4, 8), R(dt, 3, 2, 4, 4), R(dt, 3, 2, 4, 4)};
+	CHECK("RotaryEmbedding caches [2,4,4]", r, r1, 1, 2);
+	free_tensors(r1, 3);
+	struct tpf_ktensor r2[3] = {R(dt, 4, 2, 3, 4, 8), R(dt, 3, 1, 4, 4), R(dt, 3, 1, 4, 4)};
+	CHECK("RotaryEmbedding caches of batch 1", r, r2, 1, 2);
+	free_tensors(r2, 3);
+	struct tpf_node *rp = node("", "RotaryEmbedding", 4, 1);
+	tpf_node_set_attr_int(rp, "rotary_embedding_dim", 4);
+	tpf_node_set_attr_int(rp, "interleaved", 1);
+	struct tpf_ktensor r3[4] = {R(dt, 4, 2, 3, 4, 8), R(dt, 2, 16, 2), R(dt, 2, 16, 2),
+				    T(TPF_DTYPE_INT64, 2, 2, 4)};
+	for (int64_t i = 0; i < 8; i++)
+		tpf_elem_store_int(TPF_DTYPE_INT64, r3[3].data, i, (i * 5 + 3) % 16);
+	CHECK("RotaryEmbedding position_ids, rotary_dim 4, interleaved", rp, r3, 1, 2);
+	free_tensors(r3, 4);
+	struct tpf_node *r3d = node("", "RotaryEmbedding", 3, 1);
+	tpf_node_set_attr_int(r3d, "num_heads", 2);
+	struct tpf_ktensor r4[3] = {R(dt, 3, 2, 5, 12), R(dt, 3, 2, 5, 3), R(dt, 3, 2, 5, 3)};
+	CHECK("RotaryEmbedding 3-D [2,5,12], 2 heads", r3d, r4, 1, 2);
+	free_tensors(r4, 3);
+}
+
 static void elementwise(void)
 {
 	const char *bin[] = {"Add", "Sub", "Mul", "Div"};
@@ -517,6 +575,7 @@ static void elementwise(void)
 		struct tpf_ktensor g3[3] = {R(dt, 2, 8, 6), R(dt, 2, 8, 1), R(dt, 2, 8, 6)};
 		CHECK("SigmoidGateAdd gate [8,1], H 6 (scalar kernel)", gate, g3, 1, 2);
 		free_tensors(g3, 3);
+		decode_fusions(dt);
 	}
 	/* integers and bools */
 	struct tpf_node *add = node("", "Add", 2, 1), *div = node("", "Div", 2, 1);
