@@ -536,6 +536,75 @@ static void test_fused_misc_rejects(void **state)
 	tpf_model_free(m);
 }
 
+/* GatedActivation and RotaryEmbedding (the decode fusions): shapes, and
+ * what the verifier rejects, naming the node. */
+static void test_decode_fusion_ops(void **state)
+{
+	(void)state;
+	struct tpf_model *m = tp_model(23, NULL);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *gt = add_input(g, "g", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *up = add_input(g, "u", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "64"});
+	struct tpf_value *u32 = add_input(g, "u32", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "32"});
+	struct tpf_value *gu = add_input(g, "gu", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "128"});
+	struct tpf_value *odd = add_input(g, "odd", TPF_DTYPE_BFLOAT16, 2, (const char *[]){"T", "7"});
+	struct tpf_node *ga = add_node(g, TPF_DOMAIN, "GatedActivation", "ga", 2, IN(gt, up), 1);
+	struct tpf_node *gp = add_node(g, TPF_DOMAIN, "GatedActivation", "gp", 1, IN(gu), 1);
+	tpf_node_set_attr_int(gp, "packed", 1);
+	tpf_node_set_attr_string(gp, "activation", "gelu_tanh");
+	add_node(g, TPF_DOMAIN, "GatedActivation", "ga_shape", 2, IN(gt, u32), 1);
+	tpf_node_set_attr_int(add_node(g, TPF_DOMAIN, "GatedActivation", "ga_odd", 1, IN(odd), 1),
+	                      "packed", 1);
+	tpf_node_set_attr_string(add_node(g, TPF_DOMAIN, "GatedActivation", "ga_act", 2, IN(gt, up), 1),
+	                         "activation", "relu");
+	tpf_node_set_attr_int(add_node(g, TPF_DOMAIN, "GatedActivation", "ga_two", 2, IN(gt, up), 1),
+	                      "packed", 1);
+
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 4, (const char *[]){"B", "4", "S", "16"});
+	struct tpf_value *c3 = add_input(g, "c3", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "8"});
+	struct tpf_value *c2 = add_input(g, "c2", TPF_DTYPE_FLOAT, 2, (const char *[]){"64", "8"});
+	struct tpf_value *c6 = add_input(g, "c6", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "6"});
+	struct tpf_value *pos = add_input(g, "pos", TPF_DTYPE_INT64, 2, (const char *[]){"B", "S"});
+	struct tpf_value *x3 = add_input(g, "x3", TPF_DTYPE_FLOAT, 3, (const char *[]){"B", "S", "64"});
+	struct tpf_node *re = add_node(g, "", "RotaryEmbedding", "rope", 3, IN(x, c3, c3), 1);
+	struct tpf_node *rp = add_node(g, "", "RotaryEmbedding", "rope_pos", 4, IN(x, c2, c2, pos), 1);
+	add_node(g, "", "RotaryEmbedding", "rope_rank", 3, IN(x, c2, c2), 1);
+	add_node(g, "", "RotaryEmbedding", "rope_half", 3, IN(x, c6, c6), 1);
+	add_node(g, "", "RotaryEmbedding", "rope_3d", 3, IN(x3, c3, c3), 1);
+	tpf_node_set_attr_int(add_node(g, "", "RotaryEmbedding", "rope_dim", 3, IN(x, c3, c3), 1),
+	                      "rotary_embedding_dim", 7);
+
+	expect_verify(m, (const char *[]){
+	                     "node 'ga_shape' (ai.tpfuse::GatedActivation): up 1 'u32' is bf16[T,32] "
+	                     "but input 0 'g' is bf16[T,64]; expected the same shape",
+	                     "node 'ga_odd' (ai.tpfuse::GatedActivation): input 0 'odd' bf16[T,7]: "
+	                     "packed = 1 needs an even last dim",
+	                     "node 'ga_act' (ai.tpfuse::GatedActivation)",
+	                     "node 'ga_two' (ai.tpfuse::GatedActivation): packed = 1 takes one input",
+	                     "node 'rope_rank' (RotaryEmbedding): input 1 'c2' f32[64,8]: expected rank 3",
+	                     "node 'rope_half' (RotaryEmbedding): input 1 'c6' f32[B,S,6]: the last dim "
+	                     "must be rotary_dim/2 = 8",
+	                     "node 'rope_3d' (RotaryEmbedding): input 0 'x3' is 3-D [batch, seq, hidden]; "
+	                     "attribute 'num_heads' is required",
+	                     "node 'rope_dim' (RotaryEmbedding): attribute 'rotary_embedding_dim' = 7 "
+	                     "must be even",
+	                     NULL});
+	struct tpf_diag *d = tpf_diag_create();
+	tpf_model_verify(m, d);
+	assert_false(diag_mentions(d, "'ga'"));
+	assert_false(diag_mentions(d, "'gp'"));
+	assert_false(diag_mentions(d, "'rope'"));
+	assert_false(diag_mentions(d, "'rope_pos'"));
+	tpf_diag_clear(d);
+	tpf_model_infer_shapes(m, d);
+	expect_type(ga->outputs[0], "bf16[T,64]");
+	expect_type(gp->outputs[0], "bf16[T,64]");
+	expect_type(re->outputs[0], "f32[B,4,S,16]");
+	expect_type(rp->outputs[0], "f32[B,4,S,16]");
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
 /* ------------------------------------------------------------------ dtype questions */
 
 /* tpf_value_dtype follows producers through their records: the passes ask
@@ -639,6 +708,7 @@ int main(void)
 	    cmocka_unit_test(test_fused_norm_rejects),
 	    cmocka_unit_test(test_fused_quant_rejects),
 	    cmocka_unit_test(test_fused_misc_rejects),
+	    cmocka_unit_test(test_decode_fusion_ops),
 	    cmocka_unit_test(test_value_dtype),
 	    cmocka_unit_test(test_value_ints),
 	    cmocka_unit_test(test_record_attributes),
