@@ -318,11 +318,20 @@ static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_shared,
 
 /* Whether v reaches a norm the patterns root at: RMSNorm(v), RMSNorm(Add(v,
  * .)) or RMSNorm(Add(Add(v, shared), .)). */
+/* A norm spelling canonicalize-rmsnorm turns into the canonical one (left
+ * as it was: its near-miss line says why). */
+static int is_norm_form(enum tpf_op op)
+{
+	return op == TPF_OP_RMS_NORMALIZATION || op == TPF_OP_SIMPLIFIED_LAYER_NORMALIZATION ||
+	       op == TPF_OP_MS_SIMPLIFIED_LAYER_NORMALIZATION ||
+	       op == TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION;
+}
+
 static const struct tpf_node *norm_after_depth(const struct tpf_value *v, int adds)
 {
 	for (size_t i = 0; i < v->n_uses; i++) {
 		const struct tpf_node *u = v->uses[i].node;
-		if (u->op == TPF_OP_TPF_RMS_NORM && v->uses[i].index == 0)
+		if ((u->op == TPF_OP_TPF_RMS_NORM || is_norm_form(u->op)) && v->uses[i].index == 0)
 			return u;
 		if (adds > 0 && u->op == TPF_OP_ADD && u->n_outputs && u->outputs[0]) {
 			const struct tpf_node *n = norm_after_depth(u->outputs[0], adds - 1);
@@ -341,8 +350,9 @@ static const struct tpf_node *norm_after(const struct tpf_value *v)
 /* --explain never leaves an AllReduce silent: one that no norm follows
  * (the patterns had no root to start from) gets a line naming what reads
  * it instead; one that a norm follows has that norm's near-miss line. */
-static void explain_unfused(const struct tpf_graph *g, FILE *f)
+static void explain_unfused(const struct tpf_graph *g, void *arg)
 {
+	FILE *f = arg;
 	char buf[160], ubuf[160];
 
 	for (const struct tpf_node *n = g->first; n; n = n->next) {
@@ -350,6 +360,13 @@ static void explain_unfused(const struct tpf_graph *g, FILE *f)
 			continue;
 		const struct tpf_value *v = n->outputs[0];
 		const struct tpf_node *norm = norm_after(v);
+		if (norm && norm->op != TPF_OP_TPF_RMS_NORM) {
+			fprintf(f, "unfused: %s at %s: the norm %s after it is not canonical "
+				   "(canonicalize-rmsnorm's near-miss line says why)\n",
+				PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
+				tpf_node_describe(norm, ubuf, sizeof(ubuf)));
+			continue;
+		}
 		if (norm) {
 			fprintf(f, "unfused: %s at %s: the norm %s after it did not match (its near-miss "
 				   "line says why)\n",
@@ -378,7 +395,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 {
 	enum tpf_status st = tpf_pattern_run(m, &tpf_pass_fuse_allreduce_rmsnorm, ctx, changed, d);
 	if (!st && ctx && ctx->explain && m && m->graph)
-		explain_unfused(m->graph, ctx->explain);
+		tpf_pattern_each_graph(m, explain_unfused, ctx->explain);
 	return st;
 }
 

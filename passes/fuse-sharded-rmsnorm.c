@@ -1102,8 +1102,9 @@ static const char *const counters[] = {MERGE_COUNTER, NULL};
 /* --explain never leaves an AllGather silent: one that feeds a norm has
  * that pattern's near-miss line (at its Slice or Split), one that feeds
  * none (a vocab-parallel head's logits) gets a line saying what reads it. */
-static void explain_unfused(const struct tpf_graph *g, FILE *f)
+static void explain_unfused(const struct tpf_graph *g, void *arg)
 {
+	FILE *f = arg;
 	char buf[160], ubuf[160];
 
 	for (const struct tpf_node *n = g->first; n; n = n->next) {
@@ -1166,7 +1167,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 	int merged = 0;
 	st = merge_norms(m, ctx, &merged, d);
 	if (!st && ctx && ctx->explain)
-		explain_unfused(m->graph, ctx->explain);
+		tpf_pattern_each_graph(m, explain_unfused, ctx->explain);
 	if (changed)
 		*changed = fused || merged;
 	return st;

@@ -1108,6 +1108,33 @@ static enum tpf_status run_nested(struct tpf_graph *g, const struct tpf_pass *pa
 	return st;
 }
 
+static void each_nested(const struct tpf_graph *g, void (*fn)(const struct tpf_graph *, void *),
+			void *arg, int depth)
+{
+	if (!g || depth > MAX_SUBGRAPH_DEPTH)
+		return;
+	fn(g, arg);
+	for (const struct tpf_node *n = g->first; n; n = n->next)
+		for (size_t i = 0; i < n->n_attrs; i++) {
+			const struct tpf_attr *a = &n->attrs[i];
+			if (a->kind == TPF_ATTR_GRAPH)
+				each_nested(a->g, fn, arg, depth + 1);
+			else if (a->kind == TPF_ATTR_GRAPHS && a->graphs)
+				for (size_t k = 0; k < a->n; k++)
+					each_nested(a->graphs[k], fn, arg, depth + 1);
+		}
+}
+
+void tpf_pattern_each_graph(const struct tpf_model *m, void (*fn)(const struct tpf_graph *, void *),
+			    void *arg)
+{
+	if (!m)
+		return;
+	each_nested(m->graph, fn, arg, 0);
+	for (size_t i = 0; i < m->n_functions && m->functions; i++)
+		each_nested(m->functions[i].body, fn, arg, 0);
+}
+
 /* A function body that now holds ai.tpfuse nodes imports the domain too
  * (a function lists its own opsets). */
 static enum tpf_status function_import(struct tpf_model *model, struct tpf_function *fn)

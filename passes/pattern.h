@@ -239,6 +239,11 @@ int tpf_pattern_last_dim(const struct tpf_value *v, int64_t *dim);
  * symbolic, that the IR cannot prove equal: tpf_value_shapes_equal); dims
  * that are wholly unknown do not count. */
 int tpf_pattern_shapes_differ(const struct tpf_value *a, const struct tpf_value *b);
+/* Calls fn on the main graph, every nested subgraph (If/Loop/Scan bodies)
+ * and every model-local function body with its subgraphs: the graphs the
+ * driver rewrites (for --explain reports that walk them all). */
+void tpf_pattern_each_graph(const struct tpf_model *m, void (*fn)(const struct tpf_graph *, void *),
+			    void *arg);
 /* Whether pass `name` is named in a TPF_DEBUG-style list ("all", "a,b"). */
 int tpf_pattern_debug_enabled(const struct tpf_pass_context *ctx, const char *name);
 
