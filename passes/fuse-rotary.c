@@ -20,7 +20,10 @@
  * proves: either the cache is Cos(Concat(f, f)) (and sin Sin(Concat(f, f))
  * of the same f; an attention scaling Mul by 1 and a Cast to the model's
  * dtype are looked through), whose first half is Cos(f) (Cast alike), or it is a constant whose halves are equal bit for
- * bit, whose first half becomes a new initializer.  Where the cache's batch
+ * bit, whose first half becomes a new initializer, or it is such a constant
+ * table [max_position, D] gathered at position ids (Gather(table, ids),
+ * older exports), which becomes RotaryEmbedding's position_ids form with
+ * the table's first half.  Where the cache's batch
  * is 1 and x's is not provably 1, the caches are expanded to x's batch
  * (Shape, Concat, Expand; shared by every site when a graph input has x's
  * batch), as
@@ -46,6 +49,7 @@ struct rope_facts {
 	int64_t cast_to;            /* ... cast to this dtype (0: no Cast) */
 	struct tpf_value *cos_c;    /* constant form: the full-width constants */
 	struct tpf_value *sin_c;
+	struct tpf_value *pos;      /* gathered form: the caches [P, D] read at these positions */
 	struct tpf_node *x_slice;   /* partial: Slice(X, :r) and Slice(X, r:) */
 	struct tpf_node *pass_slice;
 };
@@ -275,6 +279,34 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 			                        fc->name, tpf_pattern_rank(fc));
 		f->f = fc;
 		f->cast_to = cc;
+	} else if (cs->producer && cs->producer->op == TPF_OP_GATHER) {
+		/* Gather(table [P, D], position_ids [b, seq]) of constant tables */
+		struct tpf_node *gc = cs->producer, *gs = ss->producer;
+		if (!gs || gs->op != TPF_OP_GATHER || gc->inputs[1] != gs->inputs[1])
+			return "cos and sin are not gathered at the same positions";
+		if (tpf_node_attr_int(gc, "axis", 0) != 0 || tpf_node_attr_int(gs, "axis", 0) != 0)
+			return "the caches are gathered along another axis than the positions";
+		if (!uc || cc)
+			return "gathered caches must be unsqueezed at the heads axis, without a Cast";
+		if (d < 0)
+			return "gathered caches need a static head size";
+		struct tpf_value *pos = gc->inputs[1];
+		if (tpf_pattern_dtype(pos) != TPF_DTYPE_INT64 ||
+		    (tpf_pattern_rank(pos) >= 0 && tpf_pattern_rank(pos) != 2))
+			return "the position ids are not int64 [batch, seq]";
+		const char *why = const_halves_equal(gc->inputs[0], d / 2);
+		if (!why)
+			why = const_halves_equal(gs->inputs[0], d / 2);
+		if (why)
+			return tpf_match_reason(m, "the gathered cos/sin table %s", why);
+		const struct tpf_tensor *tc = tpf_value_constant(gc->inputs[0]),
+		                        *ts = tpf_value_constant(gs->inputs[0]);
+		if (tc->rank != 2 || ts->rank != 2 || tc->dtype != ts->dtype ||
+		    tc->dims[0] != ts->dims[0])
+			return "the gathered cos/sin tables are not both [max_position, D]";
+		f->cos_c = gc->inputs[0];
+		f->sin_c = gs->inputs[0];
+		f->pos = pos;
 	} else {
 		if (cc)
 			return "constant caches behind a Cast";
@@ -413,8 +445,9 @@ static struct tpf_value *cast_of(struct tpf_rewriter *rw, struct tpf_value *v, i
 	return n->outputs[0];
 }
 
-/* The first half of a constant cache as a [b, seq, D/2] initializer. */
-static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c)
+/* The first half of a constant cache as a [b, seq, D/2] initializer (a
+ * position table: [P, D/2]). */
+static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c, int table)
 {
 	const struct tpf_tensor *t = tpf_value_constant(c);
 	int64_t d = t->dims[t->rank - 1], half = d / 2;
@@ -431,16 +464,18 @@ static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c
 	char base[160];
 	snprintf(base, sizeof(base), "%s.half", c->name);
 	const char *nm = tpf_graph_unique_name(rw->graph, base);
-	struct tpf_value *v = nm ? tpf_graph_add_initializer(rw->graph, nm, t->dtype, 3, dims, buf,
+	int64_t tdims[2] = {rows, half};
+	struct tpf_value *v = nm ? tpf_graph_add_initializer(rw->graph, nm, t->dtype, table ? 2 : 3,
+	                                                     table ? tdims : dims, buf,
 	                                                     (size_t)(rows * half) * esz)
 	                         : NULL;
 	tpf_free(buf);
 	return v;
 }
 
-/* [batch, 1, 1] of v: Concat(Shape(v){start 0, end 1}, [1, 1]), made once
- * for v. */
-static struct tpf_value *batch_shape(struct tpf_rewriter *rw, struct tpf_value *v)
+/* [batch, 1, ..] (n_ones 1s) of v: Concat(Shape(v){start 0, end 1}, [1, ..]),
+ * made once for v and n_ones. */
+static struct tpf_value *batch_shape(struct tpf_rewriter *rw, struct tpf_value *v, int64_t n_ones)
 {
 	for (size_t u = 0; u < v->n_uses; u++) {
 		struct tpf_node *sh = v->uses[u].node;
@@ -448,20 +483,24 @@ static struct tpf_value *batch_shape(struct tpf_rewriter *rw, struct tpf_value *
 		    strcmp(sh->origin_pass, PASS_NAME))
 			continue;
 		struct tpf_value *o = sh->outputs[0];
-		for (size_t k = 0; k < o->n_uses; k++)
-			if (o->uses[k].node && !o->uses[k].node->erased &&
-			    o->uses[k].node->op == TPF_OP_CONCAT && o->uses[k].index == 0)
-				return o->uses[k].node->outputs[0];
+		for (size_t k = 0; k < o->n_uses; k++) {
+			struct tpf_node *cat = o->uses[k].node;
+			const struct tpf_tensor *ones;
+			if (cat && !cat->erased && cat->op == TPF_OP_CONCAT && o->uses[k].index == 0 &&
+			    cat->n_inputs == 2 && (ones = tpf_value_constant(cat->inputs[1])) &&
+			    ones->rank == 1 && ones->dims[0] == n_ones)
+				return cat->outputs[0];
+		}
 	}
 	struct tpf_node *sh = tpf_rewriter_create(rw, TPF_OP_SHAPE, &v, 1, 1, NULL);
 	if (!sh || tpf_node_set_attr_int(sh, "start", 0) || tpf_node_set_attr_int(sh, "end", 1))
 		return NULL;
-	int64_t n1 = 1, ones[2] = {1, 1}, n2 = 2, n3 = 3;
+	int64_t n1 = 1, ones[2] = {1, 1}, n3 = n_ones + 1;
 	tpf_value_set_type(sh->outputs[0], TPF_DTYPE_INT64, 1, &n1);
 	const char *nm = tpf_graph_unique_name(rw->graph, "rotary_cache_ones");
-	struct tpf_value *c11 =
-	    nm ? tpf_graph_add_initializer(rw->graph, nm, TPF_DTYPE_INT64, 1, &n2, ones, sizeof(ones))
-	       : NULL;
+	struct tpf_value *c11 = nm ? tpf_graph_add_initializer(rw->graph, nm, TPF_DTYPE_INT64, 1, &n_ones,
+	                                                       ones, (size_t)n_ones * sizeof(int64_t))
+	                           : NULL;
 	if (!c11)
 		return NULL;
 	struct tpf_value *cat_in[2] = {sh->outputs[0], c11};
@@ -472,14 +511,14 @@ static struct tpf_value *batch_shape(struct tpf_rewriter *rw, struct tpf_value *
 	return cat->outputs[0];
 }
 
-/* cache [1, seq, D/2] expanded to x's batch when that is not provably 1
+/* cache [1, seq, D/2] (crank 3; position ids [1, seq]: crank 2) expanded to x's batch when that is not provably 1
  * (reusing an expansion of the same cache for a batch dim equal to x's). */
 static struct tpf_value *batch_expand(struct tpf_rewriter *rw, struct tpf_value *cache,
-                                      struct tpf_value *x, const char *which)
+                                      struct tpf_value *x, const char *which, int crank)
 {
 	const struct tpf_type *ct = &cache->type, *xt = &x->type;
 	const struct tpf_dim one = {1, NULL, NULL};
-	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == 3 && xt->kind == TPF_TYPE_TENSOR &&
+	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == crank && xt->kind == TPF_TYPE_TENSOR &&
 	    xt->shape.rank >= 1) {
 		if (tpf_graph_dims_equal(rw->graph, &ct->shape.dims[0], &xt->shape.dims[0]) ==
 		    TPF_ANSWER_YES)
@@ -512,14 +551,14 @@ static struct tpf_value *batch_expand(struct tpf_rewriter *rw, struct tpf_value 
 		if (sh && sh->op == TPF_OP_SHAPE && sh->inputs[0] == bsrc)
 			return e->outputs[0];
 	}
-	struct tpf_value *shp = batch_shape(rw, bsrc);
+	struct tpf_value *shp = batch_shape(rw, bsrc, crank - 1);
 	if (!shp)
 		return NULL;
 	struct tpf_value *e_in[2] = {cache, shp};
 	struct tpf_node *e = tpf_rewriter_create(rw, TPF_OP_EXPAND, e_in, 2, 1, NULL);
 	if (!e || suffix_name(rw, e, which))
 		return NULL;
-	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == 3 && xt->kind == TPF_TYPE_TENSOR &&
+	if (ct->kind == TPF_TYPE_TENSOR && ct->shape.rank == crank && xt->kind == TPF_TYPE_TENSOR &&
 	    xt->shape.rank >= 1) {
 		if (tpf_value_copy_type(e->outputs[0], ct))
 			return NULL;
@@ -562,17 +601,23 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 			sh = ch ? cast_of(rw, sh, f->cast_to) : NULL;
 		}
 	} else {
-		ch = const_half(rw, f->cos_c);
-		sh = ch ? const_half(rw, f->sin_c) : NULL;
+		ch = const_half(rw, f->cos_c, f->pos != NULL);
+		sh = ch ? const_half(rw, f->sin_c, f->pos != NULL) : NULL;
 	}
 	if (!ch || !sh)
 		return TPF_ERR_NOMEM;
-	ch = batch_expand(rw, ch, f->x, "cos");
-	sh = ch ? batch_expand(rw, sh, f->x, "sin") : NULL;
-	if (!ch || !sh)
+	struct tpf_value *pos = NULL;
+	if (f->pos) {
+		pos = batch_expand(rw, f->pos, f->x, "positions", 2);
+	} else {
+		ch = batch_expand(rw, ch, f->x, "cos", 3);
+		sh = ch ? batch_expand(rw, sh, f->x, "sin", 3) : NULL;
+	}
+	if (!ch || !sh || (f->pos && !pos))
 		return TPF_ERR_NOMEM;
-	struct tpf_value *in[3] = {f->x, ch, sh};
-	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_ROTARY_EMBEDDING, in, 3, 1, NULL);
+	struct tpf_value *in[4] = {f->x, ch, sh, pos};
+	struct tpf_node *n =
+	    tpf_rewriter_create(rw, TPF_OP_ROTARY_EMBEDDING, in, pos ? 4 : 3, 1, NULL);
 	if (!n)
 		return TPF_ERR_NOMEM;
 	if (f->rot && (st = tpf_node_set_attr_int(n, "rotary_embedding_dim", f->rot)))

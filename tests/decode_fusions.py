@@ -191,6 +191,28 @@ def partial_block(dt):
     return finish(b, [("q", [B, H, S, D])], [("q_rot", out, [B, H, S, D])], 23)
 
 
+def gather_block(dt):
+    """Older exports: cos/sin tables [P, D] (buffers) gathered at position ids
+    [1, seq] (batch 1: expanded to the input's batch), unsqueezed at the heads axis."""
+    b = Builder(dt)
+    P = 16
+    ang = np.arange(P)[:, None] * (10000.0 ** (-np.arange(D // 2) / (D // 2)))[None, :]
+    emb = np.concatenate([ang, ang], axis=-1)
+    ct, st = b.init(np.cos(emb), prefix="cos_cached"), b.init(np.sin(emb), prefix="sin_cached")
+    cos = b.op("Unsqueeze", [b.op("Gather", [ct, "position_ids"], axis=0), b.ints([1])])
+    sin = b.op("Unsqueeze", [b.op("Gather", [st, "position_ids"], axis=0), b.ints([1])])
+    y = b.rope("q", cos, sin, False)
+    g = helper.make_graph(
+        b.nodes + [helper.make_node("Identity", [y], ["q_rot"], name="out")], "block",
+        [helper.make_tensor_value_info("q", dt, [B, H, S, D]),
+         helper.make_tensor_value_info("position_ids", T.INT64, [1, S])],
+        [helper.make_tensor_value_info("q_rot", dt, [B, H, S, D])], initializer=b.inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    return m
+
+
 def finish(b, ins, outs, opset):
     nodes = list(b.nodes)
     for nm, v, _ in outs:
@@ -265,6 +287,8 @@ def main():
                                                 "gelu": "geglu"}[act]): 1}))
         cases.append(("partial-" + dn, partial_block(dt),
                       {("fuse-rotary-embedding", "rotate-half-partial"): 1}))
+        cases.append(("gathered-" + dn, gather_block(dt),
+                      {("fuse-rotary-embedding", "rotate-half"): 1}))
 
     for name, model, want in cases:
         path = os.path.join(work, name + ".onnx")
@@ -288,9 +312,14 @@ def main():
             # standard ONNX ops only: ONNX Runtime runs the rewritten model
             rc, _, text = stats_of(path, "merge-parallel-matmuls,fuse-rotary-embedding")
             std = path + ".opt.onnx"
-            feeds = {i.name: np.random.default_rng(3).standard_normal(
-                [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-                for i in model.graph.input}
+            rng = np.random.default_rng(3)
+            feeds = {}
+            for i in model.graph.input:
+                shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+                if i.type.tensor_type.elem_type == T.INT64:
+                    feeds[i.name] = rng.integers(0, 16, shape).astype(np.int64)
+                else:
+                    feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
             try:
                 err_max = ort_equal(path, std, feeds)
                 expect(err_max <= 1e-5, "%s: ONNX Runtime, original vs rewritten: max error %.2g"
