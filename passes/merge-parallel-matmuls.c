@@ -12,10 +12,11 @@
  * weight is a new initializer computed at compile time; the old ones go.
  *
  * Not a tree pattern: it groups the MatMul readers of each value.  A
- * MatMul joins a group when its weight is a 2-D initializer [K, N] (or the
- * per-tensor DequantizeLinear of one) that nothing else reads; the group
- * is the set of such readers with the same weight dtype and K (and, for
- * FP8, the same scale and zero point).  Only whole groups of two or more
+ * MatMul joins a group when its weight is an initializer [..., K, N] (a
+ * batched expert weight [E, K, N] too; or the per-tensor DequantizeLinear
+ * of a 2-D one) that nothing else reads; the group is the set of such
+ * readers with the same weight dtype, K and batch dims (and, for FP8, the
+ * same scale and zero point).  Only whole groups of two or more
  * merge.  A weight another node also reads is left alone: the merged
  * copy would stream the same bytes twice (the merged GEMM would read more
  * than the separate ones did).  Decisions depend only on structure, dtypes
@@ -105,9 +106,9 @@ static int weight_of(struct cand *c)
 		         w ? w->name : "");
 		return (c->why = c->buf), 0;
 	}
-	if (w->init->rank != 2) {
-		snprintf(c->buf, sizeof(c->buf), "the weight '%s' has rank %d, not 2", w->name,
-		         w->init->rank);
+	if (w->init->rank < 2 || (c->dq && w->init->rank != 2)) {
+		snprintf(c->buf, sizeof(c->buf), "the weight '%s' has rank %d, not %s", w->name,
+		         w->init->rank, c->dq ? "2 (an FP8 GEMM's)" : "2 or more");
 		return (c->why = c->buf), 0;
 	}
 	if (tpf_value_use_count(w) != 1) {
@@ -129,15 +130,23 @@ static int weight_of(struct cand *c)
 	c->w = w;
 	c->t = w->init;
 	c->dt = w->init->dtype;
-	c->k = w->init->dims[0];
-	c->n = w->init->dims[1];
+	/* [..., K, N]: the merged weight concatenates each of its numel / N
+	 * rows */
+	c->n = w->init->dims[w->init->rank - 1];
+	c->k = c->n ? tpf_tensor_numel(w->init) / c->n : 0;
+	if (!c->n || c->k <= 0)
+		return (c->why = "the weight is empty"), 0;
 	return 1;
 }
 
 static int same_group(const struct cand *a, const struct cand *b)
 {
-	if ((a->dq != NULL) != (b->dq != NULL) || a->dt != b->dt || a->k != b->k)
+	if ((a->dq != NULL) != (b->dq != NULL) || a->dt != b->dt || a->k != b->k ||
+	    a->t->rank != b->t->rank)
 		return 0;
+	for (int i = 0; i + 1 < a->t->rank; i++)
+		if (a->t->dims[i] != b->t->dims[i])
+			return 0;
 	if (a->dq && (a->scale != b->scale || a->zero != b->zero || a->zero_dt != b->zero_dt ||
 	              tpf_node_attr_int(a->dq, "axis", 1) != tpf_node_attr_int(b->dq, "axis", 1)))
 		return 0;
@@ -161,7 +170,11 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 			total += cs[i].n;
 			k++;
 		}
-	int64_t K = first->k, dims[2] = {K, total};
+	int64_t K = first->k, dims[TPF_MAX_RANK];
+	int rank = first->t->rank;
+	for (int i = 0; i + 1 < rank; i++)
+		dims[i] = first->t->dims[i];
+	dims[rank - 1] = total;
 	size_t row = (size_t)total * esz;
 	unsigned char *buf = tpf_malloc((size_t)K * row > 0 ? (size_t)K * row : 1);
 	int64_t *sizes = tpf_calloc(k, sizeof(int64_t));
@@ -185,7 +198,7 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 	char base[160];
 	snprintf(base, sizeof(base), "%s.merged", first->w->name);
 	const char *wname = tpf_graph_unique_name(g, base);
-	struct tpf_value *wv = wname ? tpf_graph_add_initializer(g, wname, first->dt, 2, dims, buf,
+	struct tpf_value *wv = wname ? tpf_graph_add_initializer(g, wname, first->dt, rank, dims, buf,
 	                                                         (size_t)K * row)
 	                             : NULL;
 	if (!wv)
@@ -207,7 +220,7 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 		dq->origin_pass = PASS_NAME;
 		dq->origin_pattern = "fp8-weights";
 		enum tpf_dtype odt = tpf_pattern_dtype(first->dq->outputs[0]);
-		tpf_value_set_type(dq->outputs[0], odt, 2, dims);
+		tpf_value_set_type(dq->outputs[0], odt, rank, dims);
 		rhs = dq->outputs[0];
 	}
 	struct tpf_value *mm_in[2] = {first->mm->inputs[0], rhs};
@@ -359,9 +372,10 @@ static enum tpf_status merge_readers(struct tpf_graph *g, int64_t opset, struct 
 		if (!cs[i].why) {
 			snprintf(cs[i].buf, sizeof(cs[i].buf),
 			         "no sibling MatMul of '%s' has a weight of the same dtype, K%s "
-			         "(weight %s [%" PRId64 ", %" PRId64 "])",
-			         x->name, cs[i].dq ? ", FP8 scale and zero point" : "",
-			         tpf_dtype_name(cs[i].dt), cs[i].k, cs[i].n);
+			         "(weight %s [%s%" PRId64 ", %" PRId64 "])",
+			         x->name, cs[i].dq ? ", FP8 scale and zero point" : " and batch dims",
+			         tpf_dtype_name(cs[i].dt), cs[i].t->rank > 2 ? "..., " : "",
+			         cs[i].t->dims[cs[i].t->rank - 2], cs[i].n);
 			cs[i].why = cs[i].buf;
 		}
 		explain(ctx, cs[i].mm, cs[i].why);
