@@ -17,6 +17,7 @@
 // ulp per addition); the norm within the unfused one's rounding.
 // TPF_PDL=0 launches the peer kernels without programmatic dependent launch.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -74,6 +75,42 @@ static uint64_t hash_dev(const void *d, size_t bytes)
 	for (size_t i = 0; i < bytes; i++)
 		x = (x ^ h[i]) * 0x100000001b3ull;
 	return x;
+}
+
+static unsigned host_e2m1(float v)
+{
+	if (v != v)
+		return 8;
+	unsigned s = signbit(v) ? 8u : 0u;
+	float a = fabsf(v);
+	unsigned c = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.f ? 6 : 7;
+	return s | c;
+}
+
+// NVFP4 codes and block scales that do not follow from the kernel's own
+// norm output (bf16): docs/ops.md's formula computed on the host.
+static size_t check_fp4(const void *dnorm, const void *dq, const void *dsc, size_t n, float global)
+{
+	std::vector<__nv_bfloat16> y(n);
+	std::vector<unsigned char> q(n / 2), sc(n / 16);
+	CK(cudaMemcpy(y.data(), dnorm, n * 2, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(q.data(), dq, n / 2, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(sc.data(), dsc, n / 16, cudaMemcpyDeviceToHost));
+	size_t bad = 0;
+	for (size_t b = 0; b < n / 16; b++) {
+		float amax = 0;
+		for (int i = 0; i < 16; i++)
+			amax = fmaxf(amax, fabsf(__bfloat162float(y[b * 16 + i])));
+		__nv_fp8_storage_t s8 = __nv_cvt_float_to_fp8(amax / 6.0f / global, __NV_SATFINITE, __NV_E4M3);
+		float sb = __half2float(__half(__nv_cvt_fp8_to_halfraw(s8, __NV_E4M3))) * global;
+		bad += sc[b] != (unsigned char)s8;
+		for (int i = 0; i < 16; i += 2) {
+			float v0 = __bfloat162float(y[b * 16 + i]), v1 = __bfloat162float(y[b * 16 + i + 1]);
+			unsigned code = host_e2m1(sb != 0 ? v0 / sb : 0.f) | (host_e2m1(sb != 0 ? v1 / sb : 0.f) << 4);
+			bad += q[(b * 16 + i) / 2] != code;
+		}
+	}
+	return bad;
 }
 
 static size_t count_diff_u8(const void *da, const void *db, size_t n)
@@ -197,6 +234,21 @@ int main(int argc, char **argv)
 			run_twoshot_fp8();
 			CK(cudaStreamSynchronize(s));
 			two_same &= count_diff_u8(q2, q3, n) == 0;
+			// NVFP4 through both paths: codes and scales as docs/ops.md
+			// computes them from the norm the same kernel wrote
+			struct tpf_cuda_norm_args one4 = one, two4 = two;
+			one4.fp4_out = two4.fp4_out = q3;
+			one4.fp4_scales = two4.fp4_scales = q1;
+			one4.fp4_global = two4.fp4_global = 0.02f;
+			one4.norm_out = two4.norm_out = norm3;
+			size_t fp4_bad = 0;
+			for (int pth = 0; pth < 2; pth++) {
+				CK(cudaMemset(q3, 0xff, n / 2));
+				ok(tpf_cuda_arnorm_run(ar, pth ? &two4 : &one4, s, g_diag));
+				CK(cudaStreamSynchronize(s));
+				fp4_bad += check_fp4(norm3, q3, q1, n, 0.02f);
+			}
+			two_same &= fp4_bad == 0;
 			uint64_t hsh[2] = {hash_dev(sum2, n * 2), hash_dev(norm2, n * 2)};
 			std::vector<uint64_t> all(2 * (size_t)world);
 			MPI_Allgather(hsh, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD);
@@ -226,8 +278,8 @@ int main(int argc, char **argv)
 				       t_unf, t_an, t_one, t_two, t_unf8, t_one8, t_two8, t_unf / fmin(t_one, t_two),
 				       t_unf8 / fmin(t_one8, t_two8), any_bad ? "  MISMATCH" : "");
 				printf("       max|norm diff| %.3g, max|sum diff| %.3g (bound %.3g), fp8 codes differing %zu/%zu, "
-				       "two-shot %s one-shot, ranks %s\n",
-				       dn, ds, sum_bound, dq, n, two_same ? "==" : "!=", ranks_same ? "identical" : "DIFFER");
+				       "nvfp4 codes/scales off %zu, two-shot %s one-shot, ranks %s\n",
+				       dn, ds, sum_bound, dq, n, fp4_bad, two_same ? "==" : "!=", ranks_same ? "identical" : "DIFFER");
 				fflush(stdout);
 			}
 			if (jf) {

@@ -4,7 +4,9 @@
  * op's post kernel, one-shot, two-shot through peer memory) over hidden
  * sizes and token counts, and makes a strategy table of the fastest
  * (runtime/strategy.c).  Each time: 20 calls captured in one CUDA graph,
- * the best of `replays` launches, the slowest rank's. */
+ * the best of `replays` launches, the slowest rank's.  Going up the token
+ * counts, a path keeps its place while it is within 3% of the fastest, so
+ * every chosen path is within 3% of the fastest measured one. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "cuda/tpf-cuda.h"
 
 #define CALLS_PER_GRAPH 20
+#define TPF_TUNE_MARGIN 0.03
 
 struct tune {
 	struct tpf_comm *comm;
@@ -257,6 +260,12 @@ enum tpf_status tpf_tune_collectives(struct tpf_comm *comm, const struct tpf_tun
 					best = TPF_PATH_ONESHOT, best_t = t_one;
 				if (t_two < best_t)
 					best = TPF_PATH_TWOSHOT, best_t = t_two;
+				/* the path of the smaller sizes holds while it is within
+				 * TPF_TUNE_MARGIN of the fastest: measurement noise does not
+				 * make the table flip back and forth */
+				double held = run_path == TPF_PATH_NCCL ? t_post : run_path == TPF_PATH_ONESHOT ? t_one : t_two;
+				if (have_run && held <= best_t * (1.0 + TPF_TUNE_MARGIN))
+					best = run_path;
 				if (o->log && comm->rank == 0)
 					fprintf(o->log, "# %-22s %6lld %6lld %9.2f %9.2f %9.2f %9.2f  %s\n",
 						tpf_coll_kind_name(kinds[ki]), (long long)H, (long long)T, t_nccl, t_post,

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cuda-common.cuh"
 #include "tpf-cuda.h"
 
 namespace {
@@ -140,9 +141,61 @@ struct NormOut {
 	const void *residual;
 	const void *gamma;
 	void *norm_out, *residual_out, *fp8_out;
-	float eps, weight_offset, fp8_scale;
+	void *fp4_out, *fp4_scales; // NVFP4: packed e2m1 pairs, one E4M3 scale per 16
+	float eps, weight_offset, fp8_scale, fp4_global;
 	int64_t hidden;
 };
+
+// NVFP4 output of one row (docs/ops.md, AllReduceRMSNormQuant "nvfp4"):
+// per block of 16 along the row, the E4M3 scale amax / 6 / global and the
+// e2m1 codes of norm / (scale * global), the norm rounded to T first.  A
+// block spans 16 / N neighbouring chunks, held by neighbouring lanes: their
+// maxima meet through shuffles (every lane of the warp takes part).
+template <typename T>
+__device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o, float inv)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const int64_t base = row * o.hidden;
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		const int c = threadIdx.x + k * blockDim.x;
+		const bool live = c < chunks;
+		float v[8], amax = 0.f;
+		if (live) {
+			float g[8];
+			unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
+#pragma unroll
+			for (int i = 0; i < N; i++) {
+				v[i] = round_to<T>(acc[k][i] * inv * (g[i] + o.weight_offset));
+				amax = fmaxf(amax, fabsf(v[i]));
+			}
+		}
+		if (k * (int)blockDim.x >= chunks)
+			break; // uniform over the block: no lane has a chunk here
+#pragma unroll
+		for (int m = 1; m < 16 / N; m <<= 1)
+			amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+		if (!live)
+			continue;
+		const __nv_fp8_storage_t s8 = __nv_cvt_float_to_fp8(amax / 6.0f / o.fp4_global, __NV_SATFINITE, __NV_E4M3);
+		const float sb = __half2float(__half(__nv_cvt_fp8_to_halfraw(s8, __NV_E4M3))) * o.fp4_global;
+		const int64_t e0 = base + (int64_t)c * N;
+		if (c % (16 / N) == 0)
+			reinterpret_cast<uint8_t *>(o.fp4_scales)[e0 / 16] = (uint8_t)s8;
+		uint32_t packed = 0;
+#pragma unroll
+		for (int i = 0; i < N; i += 2) {
+			unsigned lo = tpfc::f_to_e2m1(sb != 0 ? v[i] / sb : 0.f);
+			unsigned hi = tpfc::f_to_e2m1(sb != 0 ? v[i + 1] / sb : 0.f);
+			packed |= (lo | (hi << 4)) << (4 * i);
+		}
+		uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp4_out) + e0 / 2;
+		if (N == 8)
+			*reinterpret_cast<uint32_t *>(dst) = packed;
+		else
+			*reinterpret_cast<uint16_t *>(dst) = (uint16_t)packed;
+	}
+}
 
 // Finishes one row held in registers: acc holds x (already rounded to T).
 template <typename T>
@@ -201,6 +254,8 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 				*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
 		}
 	}
+	if (o.fp4_out)
+		finish_fp4<T>(acc, row, chunks, o, inv);
 }
 
 // Local residual add + norm: one block per row (grid-stride).
@@ -245,7 +300,8 @@ struct ArState {
 	unsigned timed_out;              // a wait gave up (sticky: later waits give up at once)
 	unsigned pad;
 	unsigned long long red_bytes[3]; // bytes per source slot written by the call that used buffer b
-	unsigned long long gat_bytes[3]; // bytes of the gather slot written by that call
+	unsigned long long gat_bytes[3]; // bytes of the gather slot written by that call,
+	unsigned long long gat_skip[3][2]; // but for this byte range (the rows it owned)
 };
 
 // Buffer b of a rank's receive area: world source slots, then one gather slot.
@@ -314,17 +370,23 @@ __device__ inline unsigned call_start(const ArParams &p, unsigned *s_iter)
 // placeholder, `red`/`gat` this call's bytes per source slot and of the
 // gather slot (whole 16-byte units).
 __device__ inline void call_end(const ArParams &p, unsigned iter, uint32_t word, unsigned long long red,
-				unsigned long long gat)
+				unsigned long long gat, unsigned long long skip0 = 0, unsigned long long skip1 = 0)
 {
 	const int b = (int)(iter % 3), pb = (b + 2) % 3;
 	char *own = p.peer[p.rank];
 	const uint4 fill = make_uint4(word, word, word, word);
-	const size_t per_slot = (size_t)(p.state->red_bytes[pb] / 16), gather = (size_t)(p.state->gat_bytes[pb] / 16);
+	const size_t per_slot = (size_t)(p.state->red_bytes[pb] / 16);
+	const size_t s0 = (size_t)(p.state->gat_skip[pb][0] / 16), s1 = (size_t)(p.state->gat_skip[pb][1] / 16);
+	const size_t gather = (size_t)(p.state->gat_bytes[pb] / 16) - (s1 - s0);
 	const size_t total = per_slot * p.world + gather;
+	uint4 *gslot = reinterpret_cast<uint4 *>(own + p.slot(pb, p.world));
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-		size_t q = i < per_slot * p.world ? i / per_slot : (size_t)p.world;
-		size_t j = q < (size_t)p.world ? i % per_slot : i - per_slot * p.world;
-		reinterpret_cast<uint4 *>(own + p.slot(pb, (int)q))[j] = fill;
+		if (i < per_slot * p.world) {
+			reinterpret_cast<uint4 *>(own + p.slot(pb, (int)(i / per_slot)))[i % per_slot] = fill;
+		} else {
+			size_t j = i - per_slot * p.world;
+			gslot[j < s0 ? j : j + (s1 - s0)] = fill;
+		}
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
@@ -333,6 +395,8 @@ __device__ inline void call_end(const ArParams &p, unsigned iter, uint32_t word,
 		if (finished == gridDim.x - 1) {
 			p.state->red_bytes[b] = red;
 			p.state->gat_bytes[b] = gat;
+			p.state->gat_skip[b][0] = skip0;
+			p.state->gat_skip[b][1] = skip1;
 			p.state->done = 0;
 			__threadfence();
 			atomicExch(&p.state->iter, iter + 1);
@@ -342,33 +406,55 @@ __device__ inline void call_end(const ArParams &p, unsigned iter, uint32_t word,
 
 // Sums slot q = 0..world-1 of row `lrow` (in rank order, the same on every
 // rank, so that every rank's result is bit-identical) into acc, rounded to T.
+// The loads of two slots and all of a thread's chunks are issued before any
+// of them is checked, so that their latencies overlap.
 template <typename T>
 __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8])
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	const char *own = p.peer[p.rank];
+	const char *own = p.peer[p.rank] + lrow * row_bytes;
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
-		int c = threadIdx.x + k * blockDim.x;
-		if (c >= chunks)
-			continue;
+	for (int k = 0; k < kMaxChunksPerThread; k++)
 #pragma unroll
 		for (int i = 0; i < 8; i++)
 			acc[k][i] = 0.f;
-		for (int q = 0; q < p.world; q++) {
-			uint4 v;
-			wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, q) + lrow * row_bytes + (size_t)c * 16), v, p);
-			float f[8];
-			unpack<T>(v, f);
+	for (int q0 = 0; q0 < p.world; q0 += 2) {
+		uint4 v[kMaxChunksPerThread][2];
 #pragma unroll
-			for (int i = 0; i < N; i++)
-				acc[k][i] += f[i];
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
+				continue;
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				if (q0 + h < p.world)
+					v[k][h] = load_volatile(reinterpret_cast<const uint4 *>(own + p.slot(b, q0 + h) + (size_t)c * 16));
 		}
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
+				continue;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (q0 + h >= p.world)
+					continue;
+				if (has_placeholder<T>(v[k][h]))
+					wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, q0 + h) + (size_t)c * 16), v[k][h], p);
+				float f[8];
+				unpack<T>(v[k][h], f);
+#pragma unroll
+				for (int i = 0; i < N; i++)
+					acc[k][i] += f[i];
+			}
+		}
+	}
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++)
 #pragma unroll
 		for (int i = 0; i < N; i++)
 			acc[k][i] = round_to<T>(acc[k][i]); // the all-reduce result is a T tensor
-	}
 }
 
 // One-shot: every rank stores its rows into slot `rank` of every rank's
@@ -481,7 +567,8 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 		finish_row<T>(acc, row, chunks, p.o, scratch);
 	}
 	call_end(p, iter, placeholder_word<T>(), (unsigned long long)per * row_bytes,
-		 (unsigned long long)p.rows * row_bytes);
+		 (unsigned long long)p.rows * row_bytes, (unsigned long long)mine0 * row_bytes,
+		 (unsigned long long)(mine0 + n_mine) * row_bytes);
 }
 
 template <typename T> __global__ void fill_placeholder_kernel(uint4 *p, size_t n)
@@ -531,6 +618,11 @@ enum tpf_status check_norm_args(const struct tpf_cuda_norm_args *a, struct tpf_d
 	if (c > (int64_t)kMaxThreads * kMaxChunksPerThread)
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda norm: hidden size %lld is too large (at most %d)",
 				     (long long)a->hidden, kMaxThreads * kMaxChunksPerThread * 16 / es);
+	if (a->fp4_out && (a->hidden % 16 || !a->fp4_scales || !a->gamma || !(a->fp4_global > 0)))
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				     "cuda norm: NVFP4 needs a hidden size that is a multiple of 16 (not %lld), block "
+				     "scales, gamma and a positive global scale",
+				     (long long)a->hidden);
 	*chunks = (int)c;
 	return TPF_OK;
 }
@@ -546,6 +638,9 @@ NormOut norm_out_of(const struct tpf_cuda_norm_args *a)
 	o.eps = a->epsilon;
 	o.weight_offset = a->weight_offset;
 	o.fp8_scale = a->fp8_scale;
+	o.fp4_out = a->fp4_out;
+	o.fp4_scales = a->fp4_scales;
+	o.fp4_global = a->fp4_global;
 	o.hidden = a->hidden;
 	return o;
 }

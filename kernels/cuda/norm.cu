@@ -785,18 +785,27 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 			return decline();
 		a.norm_out = c->out[0].data;
 	} else {
-		const struct tpf_ktensor *scale = &c->in[2], *q = &c->out[0], *norm = opt_out(c, 3);
-		if (na.quant != TPF_NORM_QUANT_FP8 || opt_out(c, 2) ||
-		    scale->numel != 1 || !scale->host || !tpfc_float_ok(scale->dtype) ||
-		    q->dtype != TPF_DTYPE_FLOAT8E4M3FN || q->numel != x->numel || !aligned16(q->data))
+		const struct tpf_ktensor *scale = &c->in[2], *q = &c->out[0], *qb = opt_out(c, 2), *norm = opt_out(c, 3);
+		if (scale->numel != 1 || !scale->host || !tpfc_float_ok(scale->dtype) || q->numel != x->numel ||
+		    !aligned16(q->data))
 			return decline();
 		if (norm && !dt_out_ok(norm, dt, x->numel))
 			return decline();
 		double s = tpf_elem_load(scale->dtype, scale->host, 0);
 		if (!(s > 0) || s > 3.0e38)
 			return decline();
-		a.fp8_out = q->data;
-		a.fp8_scale = (float)s;
+		if (na.quant == TPF_NORM_QUANT_FP8 && !qb && q->dtype == TPF_DTYPE_FLOAT8E4M3FN) {
+			a.fp8_out = q->data;
+			a.fp8_scale = (float)s;
+		} else if (na.quant == TPF_NORM_QUANT_NVFP4 && na.block_size == 16 && cols % 16 == 0 && qb &&
+			   q->dtype == TPF_DTYPE_FLOAT4E2M1 && qb->dtype == TPF_DTYPE_FLOAT8E4M3FN &&
+			   qb->numel * 16 == x->numel) {
+			a.fp4_out = q->data;
+			a.fp4_scales = qb->data;
+			a.fp4_global = (float)s;
+		} else {
+			return decline();
+		}
 		a.norm_out = norm ? norm->data : NULL;
 	}
 	if (!ctx) {

@@ -37,6 +37,11 @@ struct tpf_cuda_norm_args {
 	void *residual_out;   /* [rows, hidden]: x + residual, or NULL */
 	void *fp8_out;        /* [rows, hidden] FLOAT8E4M3FN of norm / fp8_scale, or NULL */
 	float fp8_scale;
+	/* NVFP4 (hidden a multiple of 16): fp4_out [rows, hidden] FLOAT4E2M1
+	 * (two per byte, low nibble first), fp4_scales [rows, hidden/16]
+	 * FLOAT8E4M3FN block scales of norm / fp4_global (docs/ops.md) */
+	void *fp4_out, *fp4_scales;
+	float fp4_global;
 	enum tpf_cuda_ar_path path; /* tpf_cuda_arnorm_run only */
 };
 

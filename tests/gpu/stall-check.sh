@@ -13,18 +13,22 @@
 #     finish within 8 s" or the communicator's "timed out after 8 s") and
 #     the test's "PASS: stalled allreduce failed after" line, and the
 #     stalled rank reported that it skipped the allreduce.
+# With MODE --stall-peer the skipped call is a peer-memory all-reduce
+# (one-shot and two-shot kernels): the message is the kernels' own ("waited
+# more than 3 s") and the timeout is theirs.
 # Exit 77 (skipped) when the program skips (no GPU, fewer than 2 GPUs).
 #
-# Usage: stall-check.sh TEST_GPU_NCCL [DEADLINE_S]
+# Usage: stall-check.sh TEST_GPU_NCCL [DEADLINE_S [MODE]]
 set -u
-exe=${1:?usage: stall-check.sh TEST_GPU_NCCL [DEADLINE_S]}
+exe=${1:?usage: stall-check.sh TEST_GPU_NCCL [DEADLINE_S [MODE]]}
 deadline=${2:-45}
+mode=${3:---stall}
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 t0=$(date +%s.%N)
 timeout --kill-after=10 "$deadline" mpirun --allow-run-as-root --oversubscribe -np 2 \
-	-x NCCL_NVLS_ENABLE=0 "$exe" --stall >"$log" 2>&1
+	-x NCCL_NVLS_ENABLE=0 "$exe" "$mode" >"$log" 2>&1
 rc=$?
 elapsed=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 cat "$log"
@@ -43,9 +47,17 @@ if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 elif [ "$rc" != 3 ]; then
 	bad "exit status $rc; the abort after an in-time error exits 3"
 fi
-grep -q "skipping an allreduce" "$log" || bad "the stalled rank never reported skipping the allreduce"
-grep -Eq "did not finish within 8 s|timed out after 8 s" "$log" ||
-	bad "no timeout message (\"did not finish within 8 s\" or \"timed out after 8 s\")"
-grep -q "PASS: stalled allreduce failed after" "$log" || bad "the waiting rank did not report an in-time failure"
+if [ "$mode" = --stall-peer ]; then
+	grep -q "skipping a peer-memory all-reduce" "$log" || bad "the stalled rank never reported skipping the call"
+	grep -q "waited more than 3 s for another rank's data" "$log" ||
+		bad "no timeout message (\"waited more than 3 s for another rank's data\")"
+	grep -q "PASS: stalled peer-memory all-reduce failed after" "$log" ||
+		bad "the waiting rank did not report an in-time failure"
+else
+	grep -q "skipping an allreduce" "$log" || bad "the stalled rank never reported skipping the allreduce"
+	grep -Eq "did not finish within 8 s|timed out after 8 s" "$log" ||
+		bad "no timeout message (\"did not finish within 8 s\" or \"timed out after 8 s\")"
+	grep -q "PASS: stalled allreduce failed after" "$log" || bad "the waiting rank did not report an in-time failure"
+fi
 [ "$fail" = 0 ] && echo "PASS: the stalled allreduce ended the job by its timeout in $elapsed s"
 exit "$fail"

@@ -13,6 +13,11 @@
  * it and requires exit 3, the timeout's message, and an end well before
  * the stalled rank would wake up.
  *
+ * With --stall-peer: the same for the peer-memory kernels (the one-shot
+ * and two-shot all-reduce + RMSNorm): the last rank skips the call; the
+ * waiting rank's kernel gives up after its 3 s timeout instead of spinning
+ * forever, and tpf_cuda_arnorm_check names what happened.
+ *
  * Exit 0 passed, 1 failed, 77 no GPU or fewer GPUs than ranks (skipped).
  */
 #include <math.h>
@@ -23,6 +28,7 @@
 #include <unistd.h>
 
 #include "tpf-cuda-runtime.h"
+#include "cuda/tpf-cuda.h"
 
 static int fails;
 static int RANK;
@@ -55,9 +61,72 @@ static enum tpf_status body(void *p, struct tpf_diag *d)
 	return x->c->ops->allreduce_sum(x->c, x->buf, x->buf, x->n, TPF_DTYPE_FLOAT, x->dev->stream, d);
 }
 
+static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
+{
+	struct tpf_comm *c = ctx;
+	return c->ops->allgather(c, send, recv, bytes, NULL, NULL) != TPF_OK;
+}
+
+/* --stall-peer: one rank skips a peer-memory call (one-shot, then
+ * two-shot); the other's waits must give up within the 3 s timeout. */
+static int stall_peer(struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
+{
+	enum { ROWS = 64, H = 4096 };
+	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
+	struct tpf_cuda_arnorm *ar = NULL;
+	enum tpf_status st = tpf_cuda_arnorm_create(c->rank, c->world, TPF_DTYPE_BFLOAT16, ROWS * H, &ex, &ar, d);
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	tpf_cuda_arnorm_set_timeout(ar, 3);
+	struct tpf_cuda_norm_args a;
+	memset(&a, 0, sizeof(a));
+	a.dtype = TPF_DTYPE_BFLOAT16;
+	a.rows = ROWS;
+	a.hidden = H;
+	a.x = dev->alloc(dev, ROWS * H * 2);
+	a.gamma = dev->alloc(dev, H * 2);
+	a.norm_out = dev->alloc(dev, ROWS * H * 2);
+	a.epsilon = 1e-6f;
+	/* one call together first: the kernels work when every rank comes */
+	st = tpf_cuda_arnorm_run(ar, &a, dev->stream, d);
+	st = st ? st : dev->sync(dev, d);
+	st = st ? st : tpf_cuda_arnorm_check(ar, d);
+	expect(st == TPF_OK, "one-shot all-reduce + norm with every rank");
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	c->ops->barrier(c, d);
+	if (c->rank == c->world - 1) {
+		printf("rank %d: skipping a peer-memory all-reduce\n", RANK);
+		fflush(stdout);
+		alarm(700);
+		sleep(600);
+		return 1;
+	}
+	double t0 = now_s();
+	for (int path = 0; path < 2 && !st; path++) {
+		a.path = path ? TPF_CUDA_AR_TWOSHOT : TPF_CUDA_AR_ONESHOT;
+		st = tpf_cuda_arnorm_run(ar, &a, dev->stream, d);
+	}
+	st = st ? st : dev->sync(dev, d);
+	st = st ? st : tpf_cuda_arnorm_check(ar, d);
+	double dt = now_s() - t0;
+	tpf_diag_print(d, stdout);
+	int in_time = st != TPF_OK && dt < 30;
+	printf("rank %d: %s: stalled peer-memory all-reduce failed after %.1f s (timeout 3 s); aborting the job\n",
+	       RANK, in_time ? "PASS" : "FAIL", dt);
+	fflush(stdout);
+	tpf_comm_abort(c, in_time ? 3 : 1);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	int stall = argc > 1 && !strcmp(argv[1], "--stall");
+	int stall_peer_mode = argc > 1 && !strcmp(argv[1], "--stall-peer");
 	struct tpf_diag *d = tpf_diag_create();
 	struct tpf_comm *c = NULL;
 	struct tpf_device *dev = NULL;
@@ -83,6 +152,8 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	enum { N = 1 << 16 };
+	if (stall_peer_mode)
+		return stall_peer(c, dev, d);
 	if (stall) {
 		void *buf = dev->alloc(dev, N * sizeof(float));
 		if (c->rank == W - 1) {
