@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Element types.  (The op table is ir/ops/registry.c.) */
-#include "tpf-ir.h"
+#include "dtype-private.h"
 
+#include <math.h>
 #include <string.h>
 
 struct dtype_info {
@@ -149,4 +150,65 @@ int64_t tpf_tensor_numel(const struct tpf_tensor *t)
 		n *= d;
 	}
 	return n;
+}
+
+/* ------------------------------------------------------------------ decodings */
+
+float ir_half_to_float(uint16_t h)
+{
+	int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+	float v;
+
+	if (exp == 0)
+		v = ldexpf((float)man, -24);
+	else if (exp == 31)
+		v = man ? NAN : INFINITY;
+	else
+		v = ldexpf((float)(man | 0x400), exp - 25);
+	return sign ? -v : v;
+}
+
+float ir_bf16_to_float(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float v;
+
+	memcpy(&v, &u, sizeof(v));
+	return v;
+}
+
+/* An 8-bit float of `eb` exponent bits, `mb` mantissa bits and exponent
+ * bias `bias`, with subnormals; the callers handle their NaN encodings. */
+static float f8_to_float(unsigned b, int eb, int mb, int bias)
+{
+	int sign = (b >> 7) & 1, exp = (b >> mb) & ((1 << eb) - 1), man = b & ((1 << mb) - 1);
+	float v;
+
+	if (exp == 0)
+		v = ldexpf((float)man, 1 - bias - mb);
+	else
+		v = ldexpf((float)(man | (1 << mb)), exp - bias - mb);
+	return sign ? -v : v;
+}
+
+float ir_small_float_to_float(enum tpf_dtype dt, unsigned code)
+{
+	static const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+	switch (dt) {
+	case TPF_DTYPE_FLOAT8E4M3FN:
+		return (code & 0x7f) == 0x7f ? NAN : f8_to_float(code, 4, 3, 7);
+	case TPF_DTYPE_FLOAT8E4M3FNUZ:
+		return code == 0x80 ? NAN : f8_to_float(code, 4, 3, 8);
+	case TPF_DTYPE_FLOAT8E5M2:
+		return ir_half_to_float((uint16_t)(code << 8));
+	case TPF_DTYPE_FLOAT8E5M2FNUZ:
+		return code == 0x80 ? NAN : f8_to_float(code, 5, 2, 16);
+	case TPF_DTYPE_FLOAT8E8M0:
+		return code == 0xff ? NAN : (float)ldexp(1.0, (int)code - 127);
+	case TPF_DTYPE_FLOAT4E2M1:
+		return (code & 8) ? -e2m1[code & 7] : e2m1[code & 7];
+	default:
+		return NAN;
+	}
 }

@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpf-ir.h"
+#include "dtype-private.h"
 
 #define MAX_TEXT_FILE ((size_t)256 << 20)
 #define MAX_ZERO_TENSOR ((size_t)256 << 20)
@@ -443,6 +443,26 @@ static void *arena_push(struct tpf_arena *a, void **arr, size_t *n, size_t *cap,
 	return slot;
 }
 
+/* After an item of a list that ends at `close`: 1 after a comma (another
+ * item follows), 0 at `close`, -1 (reported: `expected`) otherwise. */
+static int list_next(struct parser *ps, char close, const char *expected)
+{
+	if (accept(ps, close))
+		return 0;
+	return expect(ps, ',', expected) ? -1 : 1;
+}
+
+/* arena_push for a node line's lists: out of memory is reported. */
+static void *push_item(struct parser *ps, struct tpf_arena *a, void **arr, size_t *n, size_t *cap,
+		       size_t elem)
+{
+	void *p = arena_push(a, arr, n, cap, elem);
+
+	if (!p)
+		nomem(ps);
+	return p;
+}
+
 /* ------------------------------------------------------------------ types */
 
 static int parse_dtype(struct parser *ps, enum tpf_dtype *out)
@@ -583,20 +603,6 @@ static int parse_tensor_shape(struct parser *ps, enum tpf_dtype *dt, int *rank, 
 
 /* ---------------------------------------------------------- tensor elements */
 
-static float half_to_float(uint16_t h)
-{
-	int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-	float v;
-
-	if (exp == 0)
-		v = ldexpf((float)man, -24);
-	else if (exp == 31)
-		v = man ? NAN : INFINITY;
-	else
-		v = ldexpf((float)(man | 0x400), exp - 25);
-	return sign ? -v : v;
-}
-
 /* Round to nearest even; NaN stays NaN, overflow becomes infinity. */
 static uint16_t float_to_half(float f)
 {
@@ -642,44 +648,6 @@ static uint16_t float_to_bf16(float f)
 	return (uint16_t)(x >> 16);
 }
 
-/* The decodings the printer uses, for the formats of at most 8 bits. */
-static float decode_small(enum tpf_dtype dt, unsigned b)
-{
-	int sign, exp, man;
-	float v;
-
-	switch (dt) {
-	case TPF_DTYPE_FLOAT8E4M3FN:
-		if ((b & 0x7f) == 0x7f)
-			return NAN;
-		sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
-		v = exp ? ldexpf((float)(man | 8), exp - 10) : ldexpf((float)man, -9);
-		return sign ? -v : v;
-	case TPF_DTYPE_FLOAT8E4M3FNUZ:
-		if (b == 0x80)
-			return NAN;
-		sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
-		v = exp ? ldexpf((float)(man | 8), exp - 11) : ldexpf((float)man, -10);
-		return sign ? -v : v;
-	case TPF_DTYPE_FLOAT8E5M2:
-		return half_to_float((uint16_t)(b << 8));
-	case TPF_DTYPE_FLOAT8E5M2FNUZ:
-		if (b == 0x80)
-			return NAN;
-		sign = b >> 7, exp = (b >> 2) & 0x1f, man = b & 3;
-		v = exp ? ldexpf((float)(man | 4), exp - 18) : ldexpf((float)man, -17);
-		return sign ? -v : v;
-	case TPF_DTYPE_FLOAT8E8M0:
-		return b == 0xff ? NAN : (float)ldexp(1.0, (int)b - 127);
-	case TPF_DTYPE_FLOAT4E2M1: {
-		static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-		return (b & 8) ? -mag[b & 7] : mag[b & 7];
-	}
-	default:
-		return NAN;
-	}
-}
-
 /* The code of a small float format nearest to v (exact when v is one of
  * its values, sign of zero included).  -1 when v cannot be represented. */
 static int encode_small(enum tpf_dtype dt, double v, unsigned *code)
@@ -689,7 +657,7 @@ static int encode_small(enum tpf_dtype dt, double v, unsigned *code)
 	int found = 0;
 
 	for (c = 0; c < n; c++) {
-		float f = decode_small(dt, c);
+		float f = ir_small_float_to_float(dt, c);
 		if (isnan(v) || isnan(f)) {
 			if (isnan(v) && isnan(f)) {
 				*code = c;
@@ -1723,6 +1691,7 @@ static int parse_node(struct parser *ps, struct scope *sc)
 	struct tpf_type *types = NULL;
 	size_t n_types = 0, cap_types = 0;
 	struct node_comment cm = {0};
+	int more = 0;
 	const char **out_names = NULL;
 	struct tpf_value **in_vals = NULL;
 	const char *line_start = ps->p;
@@ -1734,12 +1703,8 @@ static int parse_node(struct parser *ps, struct scope *sc)
 	if (peek(ps) == '%' || (peek(ps) == '_' && ps->p + 1 < ps->end &&
 				(ps->p[1] == ',' || ps->p[1] == ' ' || ps->p[1] == '='))) {
 		for (;;) {
-			struct ref *r = arena_push(a, (void **)&outs, &n_outs, &cap_outs, sizeof(*outs));
-			if (!r) {
-				nomem(ps);
-				goto out;
-			}
-			if (parse_ref(ps, a, r))
+			struct ref *r = push_item(ps, a, (void **)&outs, &n_outs, &cap_outs, sizeof(*outs));
+			if (!r || parse_ref(ps, a, r))
 				goto out;
 			if (r->kind == 2) {
 				FAIL(ps, r->at, "a node output needs a number (%%N)");
@@ -1786,18 +1751,14 @@ static int parse_node(struct parser *ps, struct scope *sc)
 	/* inputs */
 	if (!accept(ps, ')')) {
 		for (;;) {
-			struct ref *r = arena_push(a, (void **)&ins, &n_ins, &cap_ins, sizeof(*ins));
-			if (!r) {
-				nomem(ps);
+			struct ref *r = push_item(ps, a, (void **)&ins, &n_ins, &cap_ins, sizeof(*ins));
+			if (!r || parse_ref(ps, a, r))
 				goto out;
-			}
-			if (parse_ref(ps, a, r))
-				goto out;
-			if (accept(ps, ')'))
+			if ((more = list_next(ps, ')', "',' or ')' after a node input")) <= 0)
 				break;
-			if (expect(ps, ',', "',' or ')' after a node input"))
-				goto out;
 		}
+		if (more < 0)
+			goto out;
 	}
 	/* attributes */
 	if (accept(ps, '{')) {
@@ -1829,22 +1790,18 @@ static int parse_node(struct parser *ps, struct scope *sc)
 			}
 			if (expect(ps, '=', "'=' after the attribute name") || parse_attr_value(ps, a, at, 1))
 				goto out;
-			if (accept(ps, '}'))
+			if ((more = list_next(ps, '}', "',' or '}' between attributes")) <= 0)
 				break;
-			if (expect(ps, ',', "',' or '}' between attributes"))
-				goto out;
 		}
+		if (more < 0)
+			goto out;
 	}
 	/* types */
 	if (accept(ps, ':')) {
 		int paren = accept(ps, '(');
 		for (;;) {
-			struct tpf_type *t = arena_push(a, (void **)&types, &n_types, &cap_types, sizeof(*types));
-			if (!t) {
-				nomem(ps);
-				goto out;
-			}
-			if (parse_type(ps, a, t))
+			struct tpf_type *t = push_item(ps, a, (void **)&types, &n_types, &cap_types, sizeof(*types));
+			if (!t || parse_type(ps, a, t))
 				goto out;
 			if (!paren || accept(ps, ')'))
 				break;

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpf-ir.h"
+#include "dtype-private.h"
 
 /* ------------------------------------------------------------ value numbers */
 
@@ -184,16 +184,31 @@ static void print_dim(FILE *f, const struct tpf_dim *d)
 		fputc('?', f);
 }
 
-static void print_type(FILE *f, const struct tpf_type *t)
+/* "[d0,d1,...]": n dims, of `dims` (symbolic or static) or else of `values`. */
+static void print_dim_list(FILE *f, const struct tpf_dim *dims, const int64_t *values, int n)
 {
 	int i;
 
-	if (!t || t->kind == TPF_TYPE_NONE) {
-		fputc('?', f);
-		return;
+	fputc('[', f);
+	for (i = 0; i < n; i++) {
+		if (i)
+			fputc(',', f);
+		if (dims)
+			print_dim(f, &dims[i]);
+		else
+			fprintf(f, "%" PRId64, values[i]);
 	}
-	if (t->kind == TPF_TYPE_OPAQUE) {
-		fputs("opaque", f);
+	fputc(']', f);
+}
+
+static void print_type(FILE *f, const struct tpf_type *t)
+{
+	int none = !t || t->kind == TPF_TYPE_NONE;
+
+	/* "?" or "opaque" for a type without a tensor's, a dtype's "?" when
+	 * unknown, then "[*]" for an unknown rank or the dims */
+	if (none || t->kind == TPF_TYPE_OPAQUE) {
+		fputs(none ? "?" : "opaque", f);
 		return;
 	}
 	fputs(t->dtype == TPF_DTYPE_UNDEFINED ? "?" : tpf_dtype_name(t->dtype), f);
@@ -201,89 +216,24 @@ static void print_type(FILE *f, const struct tpf_type *t)
 		fputs("[*]", f);
 		return;
 	}
-	fputc('[', f);
-	for (i = 0; i < t->shape.rank; i++) {
-		if (i)
-			fputc(',', f);
-		print_dim(f, &t->shape.dims[i]);
-	}
-	fputc(']', f);
+	print_dim_list(f, t->shape.dims, NULL, t->shape.rank);
+}
+
+/* A graph input's or output's type and name: "f32[B,8] \"x\"". */
+static void print_typed_name(FILE *f, const struct tpf_value *v)
+{
+	print_type(f, &v->type);
+	fputc(' ', f);
+	print_str(f, v->name);
 }
 
 static void print_tensor_shape(FILE *f, const struct tpf_tensor *t)
 {
-	int i;
-
 	fputs(tpf_dtype_name(t->dtype), f);
-	fputc('[', f);
-	for (i = 0; i < t->rank && t->dims; i++) {
-		if (i)
-			fputc(',', f);
-		fprintf(f, "%" PRId64, t->dims[i]);
-	}
-	fputc(']', f);
+	print_dim_list(f, NULL, t->dims, t->dims ? t->rank : 0);
 }
 
 /* ----------------------------------------------------------- tensor elements */
-
-static float half_to_float(uint16_t h)
-{
-	int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-	float v;
-
-	if (exp == 0)
-		v = ldexpf((float)man, -24);
-	else if (exp == 31)
-		v = man ? NAN : INFINITY;
-	else
-		v = ldexpf((float)(man | 0x400), exp - 25);
-	return sign ? -v : v;
-}
-
-static float bf16_to_float(uint16_t b)
-{
-	uint32_t u = (uint32_t)b << 16;
-	float v;
-
-	memcpy(&v, &u, sizeof(v));
-	return v;
-}
-
-/* An 8-bit float of `eb` exponent bits, `mb` mantissa bits and exponent
- * bias `bias`, with subnormals; the callers handle their NaN encodings. */
-static float f8_to_float(uint8_t b, int eb, int mb, int bias)
-{
-	int sign = b >> 7, exp = (b >> mb) & ((1 << eb) - 1), man = b & ((1 << mb) - 1);
-	float v;
-
-	if (exp == 0)
-		v = ldexpf((float)man, 1 - bias - mb);
-	else
-		v = ldexpf((float)(man | (1 << mb)), exp - bias - mb);
-	return sign ? -v : v;
-}
-
-static float e4m3fn_to_float(uint8_t b)
-{
-	return (b & 0x7f) == 0x7f ? NAN : f8_to_float(b, 4, 3, 7);
-}
-
-static float e4m3fnuz_to_float(uint8_t b)
-{
-	return b == 0x80 ? NAN : f8_to_float(b, 4, 3, 8);
-}
-
-static float e5m2fnuz_to_float(uint8_t b)
-{
-	return b == 0x80 ? NAN : f8_to_float(b, 5, 2, 16);
-}
-
-static float e2m1_to_float(unsigned nib)
-{
-	static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-
-	return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
-}
 
 /* In format_element: the integer of type `ctype` at p, printed with `fmt` as `as`. */
 #define FORMAT_INT(ctype, fmt, as)                                                                 \
@@ -310,7 +260,7 @@ static int format_element(char *buf, size_t size, enum tpf_dtype dt, const uint8
 
 		switch (dt) {
 		case TPF_DTYPE_FLOAT4E2M1:
-			format_real(buf, size, e2m1_to_float(v), 0);
+			format_real(buf, size, ir_small_float_to_float(TPF_DTYPE_FLOAT4E2M1, v), 0);
 			return 0;
 		case TPF_DTYPE_INT4:
 			snprintf(buf, size, "%d", (int)(v & 8 ? (int)v - 16 : (int)v));
@@ -338,22 +288,16 @@ static int format_element(char *buf, size_t size, enum tpf_dtype dt, const uint8
 		return 0;
 	}
 	case TPF_DTYPE_FLOAT16:
-		format_real(buf, size, half_to_float((uint16_t)(p[0] | p[1] << 8)), 0);
+		format_real(buf, size, ir_half_to_float((uint16_t)(p[0] | p[1] << 8)), 0);
 		return 0;
 	case TPF_DTYPE_BFLOAT16:
-		format_real(buf, size, bf16_to_float((uint16_t)(p[0] | p[1] << 8)), 0);
+		format_real(buf, size, ir_bf16_to_float((uint16_t)(p[0] | p[1] << 8)), 0);
 		return 0;
 	case TPF_DTYPE_FLOAT8E4M3FN:
-		format_real(buf, size, e4m3fn_to_float(p[0]), 0);
-		return 0;
 	case TPF_DTYPE_FLOAT8E4M3FNUZ:
-		format_real(buf, size, e4m3fnuz_to_float(p[0]), 0);
-		return 0;
 	case TPF_DTYPE_FLOAT8E5M2:
-		format_real(buf, size, half_to_float((uint16_t)(p[0] << 8)), 0);
-		return 0;
 	case TPF_DTYPE_FLOAT8E5M2FNUZ:
-		format_real(buf, size, e5m2fnuz_to_float(p[0]), 0);
+		format_real(buf, size, ir_small_float_to_float(dt, p[0]), 0);
 		return 0;
 	case TPF_DTYPE_FLOAT8E8M0:
 		if (p[0] == 0xff)
@@ -553,6 +497,18 @@ static void indent(FILE *f, int depth)
 
 	for (i = 0; i < depth; i++)
 		fputs("  ", f);
+}
+
+/* "KEYWORD %N: " at depth (an absent value: "KEYWORD %?" without the colon). */
+static void value_line_head(struct printer *p, int depth, const char *keyword,
+			    const struct tpf_value *v)
+{
+	indent(p->f, depth);
+	fputs(keyword, p->f);
+	fputc(' ', p->f);
+	value_ref(p, v);
+	if (v)
+		fputs(": ", p->f);
 }
 
 static void print_tensor_attr(FILE *f, const struct tpf_tensor *t)
@@ -785,13 +741,8 @@ static void print_graph_body(struct printer *p, const struct tpf_graph *g, int d
 
 		if (!v)
 			continue;
-		indent(f, depth);
-		fputs("input ", f);
-		value_ref(p, v);
-		fputs(": ", f);
-		print_type(f, &v->type);
-		fputc(' ', f);
-		print_str(f, v->name);
+		value_line_head(p, depth, "input", v);
+		print_typed_name(f, v);
 		if (v->init) {
 			fputs(" default ", f);
 			print_tensor_summary(f, v->init);
@@ -803,10 +754,7 @@ static void print_graph_body(struct printer *p, const struct tpf_graph *g, int d
 
 		if (!v || v->is_graph_input)
 			continue;
-		indent(f, depth);
-		fputs("init ", f);
-		value_ref(p, v);
-		fputs(": ", f);
+		value_line_head(p, depth, "init", v);
 		if (v->init)
 			print_tensor_shape(f, v->init);
 		else
@@ -833,15 +781,9 @@ static void print_graph_body(struct printer *p, const struct tpf_graph *g, int d
 	for (i = 0; i < g->n_outputs; i++) {
 		const struct tpf_value *v = g->outputs[i];
 
-		indent(f, depth);
-		fputs("output ", f);
-		value_ref(p, v);
-		if (v) {
-			fputs(": ", f);
-			print_type(f, &v->type);
-			fputc(' ', f);
-			print_str(f, v->name);
-		}
+		value_line_head(p, depth, "output", v);
+		if (v)
+			print_typed_name(f, v);
 		fputc('\n', f);
 	}
 }
