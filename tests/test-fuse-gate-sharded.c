@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* fuse-sharded-rmsnorm and fuse-sigmoid-gate, the parts that need C: a
  * float evaluation of the fused sharded norm against the unfused graph for
- * two simulated ranks (each rank's graph holds its own gamma shard), and
- * allocation failures inside the passes.  Positive cases, operand orders,
+ * two simulated ranks (each rank's graph holds its own gamma shard), the
+ * checks of the part form's record (the form fused without a rank; its
+ * numerics under MPI are in test-mpi-fusions.c), and allocation failures
+ * inside the passes.  Positive cases, operand orders,
  * near misses, counters and idempotence are text tests
  * (tests/passes/fuse-sharded-rmsnorm*.tpf, fuse-sigmoid-gate*.tpf). */
 #define _POSIX_C_SOURCE 200809L
@@ -302,11 +304,93 @@ static void test_alloc_failures(void **state)
 	assert_int_equal(passed, 3);
 }
 
+/* The part form's record (ShardedRMSNorm with part_starts/part_ends): a
+ * well-formed node verifies with the part's width as its output's last dim;
+ * each broken one fails naming the node and what is wrong. */
+static void test_part_form_record(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *attrs, *out, *gamma, *want;
+	} cases[] = {
+	    {"full_dim=8, part_ends=[6], part_starts=[2], world_size=2", "f32[T,4]", "f32[8]", NULL},
+	    {"full_dim=8, part_ends=[6], part_starts=[2], world_size=2", "f32[T,4]", "f32[4]",
+	     "is not the full weight [8] of the part form"},
+	    {"full_dim=8, part_ends=[9], part_starts=[2], world_size=2", "f32[T,7]", "f32[8]",
+	     "part 0 is [2, 9); expected 0 <= start < end <= 8"},
+	    {"full_dim=8, part_ends=[2], part_starts=[2], world_size=2", "f32[T,0]", "f32[8]",
+	     "part 0 is [2, 2)"},
+	    {"full_dim=8, part_ends=[6, 8], part_starts=[2], world_size=2", "f32[T,4]", "f32[8]",
+	     "need 1 entries each"},
+	    {"part_ends=[6], part_starts=[2], world_size=2", "f32[T,4]", "f32[8]",
+	     "need 'full_dim' or 'full_dims'"},
+	    {"full_dim=8, part_ends=[6], part_starts=[2], world_size=2", "f32[T,3]", "f32[8]",
+	     "has shape [T,3] but its inputs give [T,4]"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[1024];
+		snprintf(text, sizeof(text),
+			 "ir_version 10\nopset \"\" 23\nopset \"ai.tpfuse\" 1\ngraph \"\" {\n"
+			 "  input %%0: f32[T,4] \"x\"\n  input %%1: %s \"gamma\"\n"
+			 "  %%2 = ai.tpfuse.ShardedRMSNorm(%%0, %%1) {%s} : %s  # sharded\n"
+			 "  output %%2: %s \"y\"\n}\n",
+			 cases[i].gamma, cases[i].attrs, cases[i].out, cases[i].out);
+		struct tpf_model *m = parse_model(text);
+		struct tpf_diag *d = tpf_diag_create();
+		enum tpf_status st = tpf_model_verify(m, d);
+		if (!cases[i].want) {
+			if (st)
+				dump_diag(d);
+			assert_int_equal(st, TPF_OK);
+		} else {
+			if (st == TPF_OK || !diag_mentions(d, cases[i].want))
+				dump_diag(d);
+			assert_int_not_equal(st, TPF_OK);
+			assert_true(diag_mentions(d, "node 'sharded'"));
+			assert_true(diag_mentions(d, cases[i].want));
+		}
+		tpf_diag_free(d);
+		tpf_model_free(m);
+	}
+}
+
+/* Allocation failures in the part form's fusion (no rank known). */
+static void test_alloc_failures_part_form(void **state)
+{
+	(void)state;
+	int failed = 0, passed = 0;
+	for (uint64_t n = 1; n < 4000 && passed < 3; n++) {
+		struct tpf_model *m = qk_model(0, 2);
+		struct tpf_diag *d = tpf_diag_create();
+		struct tpf_pipeline_options o = {.passes = "fuse-sharded-rmsnorm", .ctx = {.rank = -1}};
+		tpf_alloc_fail_after(n);
+		enum tpf_status s = tpf_pipeline_run(m, &o, d);
+		tpf_alloc_fail_after(0);
+		assert_true(s == TPF_OK || s == TPF_ERR_NOMEM || s == TPF_ERR_LIMIT);
+		if (s == TPF_OK) {
+			passed++;
+			struct tpf_node *f = find_op(m->graph, TPF_OP_TPF_SHARDED_RMS_NORM);
+			assert_non_null(f);
+			assert_non_null(tpf_node_attr(f, "part_starts"));
+			verify_ok(m);
+		} else {
+			failed++;
+			passed = 0;
+		}
+		tpf_diag_free(d);
+		tpf_model_free(m);
+	}
+	assert_true(failed > 10);
+	assert_int_equal(passed, 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_sharded_numerics),
 	    cmocka_unit_test(test_alloc_failures),
+	    cmocka_unit_test(test_part_form_record),
+	    cmocka_unit_test(test_alloc_failures_part_form),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
