@@ -22,6 +22,7 @@ Exit status: 0 all outputs agree, 1 a mismatch, 2 bad usage or files.
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 
@@ -161,6 +162,22 @@ def eval_tpfuse(node, ins):
 	if op == "SigmoidGateAdd":
 		final, gate, shared = (f32(v) for v in ins[:3])
 		return [out_as(final + shared / (1.0 + np.exp(-gate)), x.dtype)]
+	if op == "GatedActivation":
+		if at.get("packed", 0):
+			gate, up = np.split(f32(x), 2, axis=-1)
+		else:
+			gate, up = f32(x), f32(ins[1])
+		act = at.get("activation", "silu")
+		if isinstance(act, bytes):
+			act = act.decode()
+		g = gate.astype(np.float64)
+		if act == "silu":
+			a = g / (1.0 + np.exp(-g))
+		elif act == "gelu":
+			a = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0)))
+		else:
+			a = 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g ** 3)))
+		return [out_as(out_as(a, x.dtype).astype(np.float32) * up, x.dtype)]
 	if op == "Pack":
 		seg = np.array(at["segments"], np.int64).reshape(-1, 4)
 		size = int((seg[:, 2] + seg[:, 3]).max(initial=0))
