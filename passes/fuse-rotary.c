@@ -676,19 +676,18 @@ static const struct tpf_pattern *const patterns[] = {&pat_partial, &pat_full, NU
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
 {
-	int64_t opset = tpf_model_opset(m, "");
+	const char *dom = tpf_model_opset(m, "") >= 0 ? "" : "ai.onnx";
+	int64_t opset = tpf_model_opset(m, dom);
 	enum tpf_status st;
 
 	*changed = 0;
-	if (opset < 0)
-		opset = tpf_model_opset(m, "ai.onnx");
 	if (opset >= 0 && opset < 23) {
 		/* RotaryEmbedding needs opset 23: raise the model's, if it still
 		 * verifies there */
 		struct tpf_diag *vd = tpf_diag_create();
 		if (!vd)
 			return TPF_ERR_NOMEM;
-		if ((st = tpf_model_set_opset(m, "", 23))) {
+		if ((st = tpf_model_set_opset(m, dom, 23))) {
 			tpf_diag_free(vd);
 			return st;
 		}
@@ -702,13 +701,13 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 				tpf_diag_print(vd, ctx->explain);
 			}
 			tpf_diag_free(vd);
-			return tpf_model_set_opset(m, "", opset);
+			return tpf_model_set_opset(m, dom, opset);
 		}
 		tpf_diag_free(vd);
 	}
 	st = tpf_pattern_run(m, &tpf_pass_fuse_rotary_embedding, ctx, changed, d);
 	if (st == TPF_OK && !*changed && opset >= 0 && opset < 23)
-		st = tpf_model_set_opset(m, "", opset);
+		st = tpf_model_set_opset(m, dom, opset);
 	return st;
 }
 

@@ -44,8 +44,9 @@ struct cand {
 	const struct tpf_tensor *t;
 	enum tpf_dtype dt;
 	int64_t k, n;
-	double scale, zero;        /* FP8 */
-	enum tpf_dtype zero_dt;
+	double scale;              /* FP8 */
+	const struct tpf_tensor *zero; /* the zero point, or NULL */
+	enum tpf_dtype out_dt;     /* the dequantized dtype */
 	int group;                 /* -1: stays alone */
 	const char *why;
 	char buf[160];
@@ -80,21 +81,15 @@ static int weight_of(struct cand *c)
 		if (p->n_inputs < 2 || !p->inputs[1] ||
 		    tpf_pattern_const_scalar(p->inputs[1], &c->scale))
 			return (c->why = "the weight's DequantizeLinear has no constant scalar scale"), 0;
-		c->zero = 0;
-		c->zero_dt = TPF_DTYPE_UNDEFINED;
+		c->zero = NULL;
 		if (p->n_inputs > 2 && p->inputs[2]) {
-			const struct tpf_tensor *z = tpf_value_constant(p->inputs[2]);
-			if (!z || tpf_tensor_numel(z) != 1)
+			c->zero = tpf_value_constant(p->inputs[2]);
+			if (!c->zero || tpf_tensor_numel(c->zero) != 1 || !c->zero->data)
 				return (c->why = "the weight's DequantizeLinear has no constant scalar "
 				                 "zero point"),
 				       0;
-			c->zero_dt = z->dtype;
-			/* FP8 zero points are 0 in every export; compare bytes */
-			if (z->nbytes && z->data) {
-				unsigned char zb = ((const unsigned char *)z->data)[0];
-				c->zero = zb;
-			}
 		}
+		c->out_dt = tpf_pattern_dtype(w);
 		if (tpf_node_attr_int(p, "block_size", 0) != 0)
 			return (c->why = "the weight's DequantizeLinear is blocked"), 0;
 		c->dq = p;
@@ -147,9 +142,13 @@ static int same_group(const struct cand *a, const struct cand *b)
 	for (int i = 0; i + 1 < a->t->rank; i++)
 		if (a->t->dims[i] != b->t->dims[i])
 			return 0;
-	if (a->dq && (a->scale != b->scale || a->zero != b->zero || a->zero_dt != b->zero_dt ||
-	              tpf_node_attr_int(a->dq, "axis", 1) != tpf_node_attr_int(b->dq, "axis", 1)))
-		return 0;
+	if (a->dq) {
+		if (a->scale != b->scale || a->out_dt != b->out_dt || (a->zero != NULL) != (b->zero != NULL))
+			return 0;
+		if (a->zero && (a->zero->dtype != b->zero->dtype || a->zero->nbytes != b->zero->nbytes ||
+		                memcmp(a->zero->data, b->zero->data, a->zero->nbytes)))
+			return 0;
+	}
 	return 1;
 }
 
