@@ -120,10 +120,10 @@ static void flatten_shape(struct tpf_shape_call *c)
 	struct tpf_op_type *y = op_out(c, 0);
 	int64_t axis = 1;
 
+	op_attr_int(c, "axis", &axis);
 	if (!y)
 		return;
 	op_type_set_rank(y, 2);
-	op_attr_int(c, "axis", &axis);
 	if (x->rank < 0)
 		return;
 	if (axis < -x->rank || axis > x->rank) {

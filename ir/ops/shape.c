@@ -262,27 +262,21 @@ static int attr_lookup(const struct tpf_shape_call *c, const char *name, enum tp
 	return *d && (*d)->kind == kind && ((*d)->flags & ATTR_DEFAULT);
 }
 
-int op_attr_int(const struct tpf_shape_call *c, const char *name, int64_t *out)
-{
-	const struct tpf_attr *a;
-	const struct op_attr *d;
+/* op_attr_int and op_attr_float: the node's value, else the default. */
+#define ATTR_READER(fn, type, kind, field)                                                         \
+	int fn(const struct tpf_shape_call *c, const char *name, type *out)                       \
+	{                                                                                          \
+		const struct tpf_attr *a;                                                          \
+		const struct op_attr *d;                                                           \
+                                                                                                   \
+		if (!attr_lookup(c, name, kind, &a, &d))                                           \
+			return 0;                                                                  \
+		*out = a ? a->field : d->field;                                                    \
+		return 1;                                                                          \
+	}
 
-	if (!attr_lookup(c, name, TPF_ATTR_INT, &a, &d))
-		return 0;
-	*out = a ? a->i : d->i;
-	return 1;
-}
-
-int op_attr_float(const struct tpf_shape_call *c, const char *name, float *out)
-{
-	const struct tpf_attr *a;
-	const struct op_attr *d;
-
-	if (!attr_lookup(c, name, TPF_ATTR_FLOAT, &a, &d))
-		return 0;
-	*out = a ? a->f : d->f;
-	return 1;
-}
+ATTR_READER(op_attr_int, int64_t, TPF_ATTR_INT, i)
+ATTR_READER(op_attr_float, float, TPF_ATTR_FLOAT, f)
 
 int op_attr_string(const struct tpf_shape_call *c, const char *name, const char **out)
 {

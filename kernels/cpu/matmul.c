@@ -62,6 +62,21 @@ static int wants_double(enum tpf_dtype t)
 	return t == TPF_DTYPE_DOUBLE || tpf_dtype_is_integral(t);
 }
 
+/* s[0..N) = row pa (K elements) times the K x N matrix pb, accumulated in
+ * type T (float32 or double), k outer so that pb is read row by row. */
+#define ROW_TIMES(T, pa, pb, s, K, N)                                                              \
+	do {                                                                                       \
+		const T *pa_ = (pa), *pb_ = (pb);                                                  \
+		for (int64_t n_ = 0; n_ < (N); n_++)                                               \
+			(s)[n_] = 0;                                                               \
+		for (int64_t k_ = 0; k_ < (K); k_++) {                                             \
+			T av_ = pa_[k_];                                                           \
+			const T *row_ = pb_ + k_ * (N);                                            \
+			for (int64_t n_ = 0; n_ < (N); n_++)                                       \
+				(s)[n_] += av_ * row_[n_];                                         \
+		}                                                                                  \
+	} while (0)
+
 /* bt: b is stored with its last two axes swapped ([..., N, K]). */
 static enum tpf_status matmul(const struct tpf_kernel_call *c, int bt)
 {
@@ -114,29 +129,13 @@ static enum tpf_status matmul(const struct tpf_kernel_call *c, int bt)
 		for (int64_t m = 0; m < M; m++) {
 			int64_t yo = (bt * M + m) * N;
 			if (wide) {
-				const double *pa = (const double *)wa + oa + m * K, *pb = (const double *)wb + ob;
 				double *s = acc;
-				for (int64_t n = 0; n < N; n++)
-					s[n] = 0;
-				for (int64_t k = 0; k < K; k++) {
-					double av = pa[k];
-					const double *row = pb + k * N;
-					for (int64_t n = 0; n < N; n++)
-						s[n] += av * row[n];
-				}
+				ROW_TIMES(double, (const double *)wa + oa + m * K, (const double *)wb + ob, s, K, N);
 				for (int64_t n = 0; n < N; n++)
 					tpf_elem_store(y->dtype, y->data, yo + n, s[n], 1);
 			} else {
-				const float *pa = (const float *)wa + oa + m * K, *pb = (const float *)wb + ob;
 				float *s = acc;
-				for (int64_t n = 0; n < N; n++)
-					s[n] = 0;
-				for (int64_t k = 0; k < K; k++) {
-					float av = pa[k];
-					const float *row = pb + k * N;
-					for (int64_t n = 0; n < N; n++)
-						s[n] += av * row[n];
-				}
+				ROW_TIMES(float, (const float *)wa + oa + m * K, (const float *)wb + ob, s, K, N);
 				if (y->dtype == TPF_DTYPE_FLOAT)
 					memcpy((float *)y->data + yo, s, (size_t)N * sizeof(float));
 				else

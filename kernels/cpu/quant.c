@@ -35,14 +35,35 @@ static int int_range(enum tpf_dtype t, double *lo, double *hi)
 	}
 }
 
+/* QuantizeLinear / DequantizeLinear: how x's elements find their scale
+ * (*m) and the zero point (*zp, NULL when absent), which has the scale's
+ * shape. */
+static enum tpf_status qdq_operands(const struct tpf_kernel_call *c, struct tpf_qmap *m,
+				    const struct tpf_ktensor **zp)
+{
+	*zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	if (tpf_qmap_init(c, &c->in[0], &c->in[1], m) || (*zp && (*zp)->numel != c->in[1].numel))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	return TPF_OK;
+}
+
+/* The scale of x's element i (float), and its index in the scale (and zero
+ * point) in *si. */
+static float qdq_scale(const struct tpf_kernel_call *c, const struct tpf_qmap *m, int64_t i,
+		       int64_t *si)
+{
+	*si = qmap_index(m, i);
+	return (float)tpf_elem_load(c->in[1].dtype, c->in[1].data, *si);
+}
+
 TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
 {
-	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
-	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	const struct tpf_ktensor *x = &c->in[0], *zp;
 	struct tpf_ktensor *y = &c->out[0];
 	struct tpf_qmap m;
-	if (tpf_qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
-		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	enum tpf_status st = qdq_operands(c, &m, &zp);
+	if (st)
+		return st;
 	if (zp && zp->dtype != y->dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "zero point dtype %s differs from output %s",
 				 tpf_dtype_name(zp->dtype), tpf_dtype_name(y->dtype));
@@ -52,9 +73,8 @@ TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
 	if (!is_int && !tpf_dtype_is_float(y->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "output dtype %s not supported", tpf_dtype_name(y->dtype));
 	for (int64_t i = 0; i < x->numel; i++) {
-		int64_t si = qmap_index(&m, i);
-		float sc = (float)tpf_elem_load(s->dtype, s->data, si);
-		float v = (float)tpf_elem_load(x->dtype, x->data, i) / sc;
+		int64_t si;
+		float v = (float)tpf_elem_load(x->dtype, x->data, i) / qdq_scale(c, &m, i, &si);
 		if (is_int) {
 			double r = nearbyint((double)v);
 			if (zp)
@@ -75,17 +95,15 @@ TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
 
 TPF_CPU_KERNEL(tpf_cpu_dequantize_linear)
 {
-	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
-	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
-	struct tpf_ktensor *y = &c->out[0];
+	const struct tpf_ktensor *x = &c->in[0], *zp;
 	struct tpf_qmap m;
-	if (tpf_qmap_init(c, x, s, &m) || (zp && zp->numel != s->numel))
-		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	enum tpf_status st = qdq_operands(c, &m, &zp);
 	int integral = tpf_dtype_is_integral(x->dtype);
+	if (st)
+		return st;
 	for (int64_t i = 0; i < x->numel; i++) {
-		int64_t si = qmap_index(&m, i);
-		float sc = (float)tpf_elem_load(s->dtype, s->data, si);
-		float v;
+		int64_t si;
+		float sc = qdq_scale(c, &m, i, &si), v;
 		if (integral) {
 			int64_t q = tpf_elem_load_int(x->dtype, x->data, i);
 			if (zp)
@@ -97,7 +115,7 @@ TPF_CPU_KERNEL(tpf_cpu_dequantize_linear)
 				q -= (float)tpf_elem_load(zp->dtype, zp->data, si);
 			v = q * sc;
 		}
-		tpf_elem_store(y->dtype, y->data, i, v, 1);
+		tpf_elem_store(c->out[0].dtype, c->out[0].data, i, v, 1);
 	}
 	return TPF_OK;
 }
