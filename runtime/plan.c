@@ -1151,8 +1151,15 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		if (plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, &part, 1, &sum, 1) < 0)
 			return TPF_ERR_NOMEM;
 		if (!own) {
-			/* another part: gather each input (rank after rank), then
-			 * normalize the part from the gathered values */
+			/* another part: first the kernel checks that no rank took
+			 * the exchange alone (the ranks' collectives would part
+			 * ways), then each input is gathered (rank after rank) and
+			 * the part normalized from the gathered values */
+			int none = -1;
+			if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, &sum, 1, &none, 0, d)))
+				return TPF_ERR_UNSUPPORTED;
+			if (plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, &sum, 1, &none, 0) < 0)
+				return TPF_ERR_NOMEM;
 			for (size_t i = 0; i < n_in / 2; i++) {
 				int64_t all = p->values[ins[i]].t.numel * (p->opt.world > 0 ? p->opt.world : 1);
 				int g = add_temp(p, n, "gathered", p->values[ins[i]].t.dtype, 1, &all);

@@ -14,7 +14,9 @@
  * own, gated before or after the reduction), and the sharded norm fused
  * without knowing the rank (fuse-sharded-rmsnorm records the part the
  * Slice takes): the part equal to this rank's shard (the one-float
- * exchange), another rank's part, and a part that straddles two shards.
+ * exchange), another rank's part, a part that straddles two shards, Q/K
+ * pairs, and rank graphs that disagree (one keeps its own part, the other
+ * not), which must fail on both ranks at that node.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +47,7 @@ struct fcase {
 	const char *fused_op;  /* op_type that must be in the fused graph */
 	const char *gone_op;   /* op_type that must not be (NULL: none) */
 	int rank_known;        /* the passes are told this rank (else it is unknown) */
+	const char *fails_with; /* the fused run must fail on every rank with this */
 };
 
 /* ------------------------------------------------------------------ MoE graphs */
@@ -160,6 +163,13 @@ static void sharded_other(char *buf, size_t size, int r, int w)
 	sharded_slice(buf, size, 4 * ((r + 1) % w), 4 * ((r + 1) % w) + 4);
 }
 
+/* rank 0 keeps its own part, rank 1 rank 0's too: the ranks disagree */
+static void sharded_mixed(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	sharded_slice(buf, size, 0, 4);
+}
+
 static void sharded_straddle(char *buf, size_t size, int r, int w)
 {
 	(void)r, (void)w;
@@ -217,6 +227,10 @@ static const struct fcase cases[] = {
 	{"sharded-straddling-part", SHARDED_PASSES, sharded_straddle, "ShardedRMSNorm", "AllGather", 0},
 	{"sharded-qk-own-parts", SHARDED_PASSES, sharded_qk_own, "ShardedRMSNorm", "AllGather", 0},
 	{"sharded-qk-other-parts", SHARDED_PASSES, sharded_qk_other, "ShardedRMSNorm", "AllGather", 0},
+	/* rank graphs that disagree: every rank stops at the same node, after
+	 * the same exchange (no rank waits in a gather the others skip) */
+	{"sharded-ranks-disagree", SHARDED_PASSES, sharded_mixed, "ShardedRMSNorm", "AllGather", 0,
+	 "the ranks disagree about the parts: 1 of 2 take their own shard"},
 	/* the rank known: own part, gamma sliced at compile time */
 	{"sharded-own-part-rank-known", SHARDED_PASSES, sharded_own, "ShardedRMSNorm", "AllGather", 1},
 };
@@ -344,6 +358,22 @@ static void run_case(const struct fcase *fc, struct tpf_comm *c, int world)
 		fprintf(stderr, "rank %d: %s: %s missing or %s left after %s\n", rank, fc->name,
 			fc->fused_op, fc->gone_op ? fc->gone_op : "-", fc->passes);
 		failures++;
+		goto out;
+	}
+	if (fc->fails_with) {
+		struct tpf_diag *fd = tpf_diag_create();
+		int rc = run_model(m, c, &got, fd), said = 0;
+		for (size_t i = 0; i < fd->count; i++)
+			said |= strstr(fd->entries[i].text, fc->fails_with) != NULL;
+		if (rc == 0 || !said) {
+			tpf_diag_print(fd, stderr);
+			fprintf(stderr, "rank %d: %s: expected a failure saying '%s'\n", rank, fc->name,
+				fc->fails_with);
+			failures++;
+		} else {
+			printf("rank %d: %s: ok (fails as it must)\n", rank, fc->name);
+		}
+		tpf_diag_free(fd);
 		goto out;
 	}
 	if (run_model(m, c, &got, d)) {

@@ -414,12 +414,24 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 /* The part form on a rank whose part is not its own shard: inputs are the
  * gathered x_i (float32 or the activation type, [W, rows, d_i] rank after
  * rank), the full gamma_i and the reduced sums; y_i[t, :] is the part
- * [start_i, end_i) of RMSNorm over the full width. */
+ * [start_i, end_i) of RMSNorm over the full width.  Called with the
+ * reduced sums alone (before the gathers), it checks that no rank took
+ * its own part: such a rank is not gathering. */
 TPF_CPU_KERNEL(tpf_cpu_sharded_gathered)
 {
 	size_t n = (c->n_in - 1) / 2;
 	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
 	int world = c->world > 0 ? c->world : 1;
+	if (c->n_in == 1 && s->dtype == TPF_DTYPE_FLOAT) {
+		float own = s->numel ? ((const float *)s->data)[s->numel - 1] : 0;
+		if (own != 0)
+			return tpf_kfail(c, TPF_ERR_INVALID,
+					 "the ranks disagree about the parts: %d of %d take their own "
+					 "shard (each rank's graph must keep its own part, or every rank "
+					 "another's)",
+					 (int)own, world);
+		return TPF_OK;
+	}
 	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects n gathered inputs, n gammas and the reduced sums");
 	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);

@@ -574,6 +574,15 @@ __global__ void set_float_kernel(float *p, float v)
 	*p = v;
 }
 
+// The part form's agreement on the device (reading it back would wait for
+// the device): ranks that disagree about the parts would call different
+// collectives next, so a wrong count stops the device work.
+__global__ void check_float_kernel(const float *p, float want)
+{
+	if (*p != want)
+		__trap();
+}
+
 // The part form on a rank whose part is another's: g is x gathered rank
 // after rank ([W, rows, d]), s the reduced sums; y gets [start, start + w).
 __global__ void sharded_gathered_kernel(int dg, const void *g, int dgam, const void *gamma, int dy, void *y,
@@ -654,11 +663,18 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 	}
 	int64_t parts = tpf_node_attr(c->node, "part_starts") != NULL;
 	// the part form comes here only on a rank whose parts are its own (the
-	// plan's rule); the count of such ranks in the sums' last float is not
-	// read back here (it would wait for the device), the CPU kernel checks it
+	// plan's rule); every rank must have taken its own part (the count in
+	// the sums' last float), checked on the device
 	if (parts && !sharded_parts_own(c, n))
 		return tpf_kfail(c, TPF_ERR_INVALID, "rank %d's parts are not its own shards; the part "
 			         "form's other path gathers them", c->rank);
+	if (parts && s->numel > 0) {
+		check_float_kernel<<<1, 1, 0, tpfc_stream(c)>>>((const float *)s->data + s->numel - 1,
+							       (float)(c->world > 0 ? c->world : 1));
+		enum tpf_status st = tpfc_launched(c, "part agreement");
+		if (st)
+			return st;
+	}
 	if (fast)
 		return a.rows ? tpf_cuda_sharded_normalize(&a, (const float *)s->data, c->stream, c->diag) : TPF_OK;
 	for (size_t p = 0; p < n; p++) {
@@ -697,6 +713,14 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_gathered)
 	size_t n = (c->n_in - 1) / 2;
 	const struct tpf_ktensor *s = &c->in[c->n_in - 1];
 	int world = c->world > 0 ? c->world : 1;
+	if (c->n_in == 1 && s->dtype == TPF_DTYPE_FLOAT) {
+		// before the gathers: no rank took its own part
+		if (s->numel > 0) {
+			check_float_kernel<<<1, 1, 0, tpfc_stream(c)>>>((const float *)s->data + s->numel - 1, 0.0f);
+			return tpfc_launched(c, "part agreement");
+		}
+		return TPF_OK;
+	}
 	if (n == 0 || c->n_in != 2 * n + 1 || c->n_out < n || s->dtype != TPF_DTYPE_FLOAT)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects n gathered inputs, n gammas and the reduced sums");
 	if (!all_float(c))
