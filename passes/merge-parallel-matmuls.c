@@ -223,8 +223,12 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 		rhs = dq->outputs[0];
 	}
 	struct tpf_value *mm_in[2] = {first->mm->inputs[0], rhs};
+	snprintf(nm, sizeof(nm), "%s.merged", outs_old[0]->name);
+	const char *oname[1] = {tpf_graph_unique_name(g, nm)};
+	if (!oname[0])
+		goto out;
 	snprintf(nm, sizeof(nm), "%s/merged", first->mm->name);
-	struct tpf_node *mm = tpf_graph_insert_node(g, first->mm, "", "MatMul", nm, mm_in, 2, 1, NULL);
+	struct tpf_node *mm = tpf_graph_insert_node(g, first->mm, "", "MatMul", nm, mm_in, 2, 1, oname);
 	if (!mm)
 		goto out;
 	mm->origin_pass = PASS_NAME;
