@@ -89,6 +89,17 @@ def make_rng(seed, name):
 	return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(name.encode())])
 
 
+TILE = 65521
+
+
+def tiled_weight(seed, name, shape, std):
+	"""--tiled-weights: a random block of TILE values repeated over shape, cheap
+	at any size (the same distribution as the drawn weights, not the same values)."""
+	n = int(np.prod(shape))
+	block = bf16_round(make_rng(seed, name).standard_normal(min(n, TILE)) * std)
+	return np.resize(block, shape)
+
+
 def array_to_tensor(name, arr, tp):
 	"""TensorProto with raw_data in element type tp (arr holds the values)."""
 	arr = np.asarray(arr)
@@ -210,6 +221,8 @@ class Builder:
 		return np.split(full, self.W, axis=axis)[self.r]
 
 	def full_weight(self, name, shape, std):
+		if self.cfg.tiled_weights:
+			return tiled_weight(self.cfg.seed, name, shape, std)
 		return bf16_round(make_rng(self.cfg.seed, name).standard_normal(shape) * std)
 
 	def param(self, name, shape, std, shard_axis=None):
@@ -771,7 +784,8 @@ def make_config(family, args):
 		raise ConfigError("unknown family %r (one of %s)" % (family, ", ".join(FAMILIES)))
 	vals = dict(DEFAULTS["common"])
 	vals.update(dict(layers=2, pattern="MEAME", seq_lens="8,16,8", seed=0,
-			 dtype="bfloat16", norm_form="mix", fp8=False))
+			 dtype="bfloat16", norm_form="mix", fp8=False, ranks_only=False,
+			 tiled_weights=False))
 	vals.update(DEFAULTS[base])
 	if args is not None:
 		for k, v in vars(args).items():
@@ -785,8 +799,9 @@ def make_config(family, args):
 	return cfg
 
 
-def build_models(cfg, world):
-	"""Returns (rank models, full model, expected fusion counts, io description)."""
+def build_models(cfg, world, full=True):
+	"""Returns (rank models, full model (None unless full), expected fusion counts,
+	io description)."""
 	if world < 1:
 		raise ConfigError("world size must be at least 1")
 	ranks = []
@@ -799,9 +814,8 @@ def build_models(cfg, world):
 		if r == 0:
 			exp = b.expected(m)
 			io = (b.inputs, b.outputs)
-	fb = Builder(cfg, cfg.family, 0, world, full=True)
-	full = fb.build()
-	return ranks, full, exp, io
+	fm = Builder(cfg, cfg.family, 0, world, full=True).build() if full else None
+	return ranks, fm, exp, io
 
 
 def input_arrays(cfg, inputs):
@@ -822,16 +836,21 @@ def write_pb(path, name, arr, tp):
 
 
 def generate(cfg, world, out_dir, verbose=True):
-	ranks, full, exp, (inputs, outputs) = build_models(cfg, world)
+	ranks, full, exp, (inputs, outputs) = build_models(cfg, world, full=not cfg.ranks_only)
 	os.makedirs(out_dir, exist_ok=True)
 	name = cfg.name
-	for m in ranks + [full]:
+	for m in ranks + ([full] if full is not None else []):
 		check(m)
 	paths = []
 	for r, m in enumerate(ranks):
 		p = os.path.join(out_dir, "%s.rank%d.onnx" % (name, r))
 		onnx.save_model(m, p)
 		paths.append(p)
+	if full is None:  # --ranks-only
+		if verbose:
+			print("%s: W=%d, %d nodes per rank (rank models only) -> %s"
+			      % (name, world, len(ranks[0].graph.node), out_dir))
+		return {"name": name, "world_size": world, "nodes": {"rank": len(ranks[0].graph.node)}}
 	fpath = os.path.join(out_dir, "%s.full.onnx" % name)
 	onnx.save_model(full, fpath)
 
@@ -917,6 +936,12 @@ def main(argv=None):
 			     "Mul(x,x)+Reciprocal), gemma (decomposed, (1 + gamma))")
 	ap.add_argument("--fp8", action="store_true", default=None,
 			help="FP8 E4M3 QDQ on the projections' inputs and weights")
+	ap.add_argument("--ranks-only", action="store_true", default=None,
+			help="write the rank models only: no unsharded model, reference outputs or "
+			     "test data (benchmarks of models too large for them)")
+	ap.add_argument("--tiled-weights", action="store_true", default=None,
+			help="fill each weight with a repeated random block instead of drawing every "
+			     "value (fast at any size; other values than without it)")
 	ap.add_argument("--layers", type=int)
 	ap.add_argument("--hidden", type=int)
 	ap.add_argument("--heads", type=int)
