@@ -122,6 +122,11 @@ static int weight_of(struct cand *c)
 	}
 	if (c->mm->outputs[0] && tpf_pattern_rank(c->mm->outputs[0]) == 0)
 		return (c->why = "the product is a scalar"), 0;
+	/* a product nobody reads: merged, its weight would still be streamed */
+	if (!c->mm->outputs[0] || !tpf_value_use_count(c->mm->outputs[0]))
+		return (c->why = "its product is not used (the merged GEMM would read its weight "
+		                 "for nothing)"),
+		       0;
 	c->w = w;
 	c->t = w->init;
 	c->dt = w->init->dtype;
