@@ -71,6 +71,21 @@ mutant verify-never-mismatch runtime/verify.c \
 	"run-verify oracle" \
 	"tpfuse run --verify compares the reference with itself and never reports a mismatch"
 
+mutant pass-rotary-halves-unchecked passes/fuse-rotary.c \
+	's|^\(\t*\)if (memcmp(p + (size_t)(2 \* r \* half) \* esz, p + (size_t)((2 \* r + 1) \* half) \* esz,$|\1if (0 \&\& memcmp(p + (size_t)(2 * r * half) * esz, p + (size_t)((2 * r + 1) * half) * esz,|' \
+	"passes/fuse-rotary-embedding-near-misses" \
+	"fuse-rotary-embedding takes a constant cos/sin cache whose halves differ for a rotate-half cache (RotaryEmbedding would use the first half for both)"
+
+mutant kernel-rotary-sign kernels/cpu/fused-decode.c \
+	's|^\([\t ]*\)to_t(dt, cs \* x1) - to_t(dt, sn \* x2), 1);$|\1to_t(dt, cs * x1) + to_t(dt, sn * x2), 1);|' \
+	"onnx-node-tests decode-fusions" \
+	"the CPU RotaryEmbedding kernel rotates the first half the wrong way"
+
+mutant kernel-gated-silu kernels/cpu/fused-decode.c \
+	's|^\(\t*\)return to_t(t, g \* to_t(t, 1.0 / (1.0 + exp(-g))));$|\1return to_t(t, g * to_t(t, 1.0 / (1.0 + exp(g))));|' \
+	"decode-fusions" \
+	"the CPU GatedActivation kernel computes SiLU with sigmoid(-g)"
+
 # ------------------------------------------------------------------ options
 list=0 keep=0 work="" rev=HEAD
 want=()
