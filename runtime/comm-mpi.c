@@ -180,11 +180,24 @@ static void mpi_destroy(struct tpf_comm *c)
 	tpf_free(c);
 }
 
+/* Host buffers: one exchange per piece (the CPU backend gains nothing from
+ * grouping; the session's direct path is the same as on the GPU). */
+static enum tpf_status mpi_alltoall_pieces(struct tpf_comm *c, const void *const *send, void *const *recv,
+					   const size_t *bytes, size_t n, void *stream, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	for (size_t i = 0; i < n; i++)
+		if ((st = mpi_alltoall(c, send[i], recv[i], bytes[i], stream, d)))
+			return st;
+	return TPF_OK;
+}
+
 static const struct tpf_comm_ops mpi_ops = {
 	.name = "mpi",
 	.allreduce_sum = mpi_allreduce,
 	.allgather = mpi_allgather,
 	.alltoall = mpi_alltoall,
+	.alltoall_pieces = mpi_alltoall_pieces,
 	.broadcast = mpi_broadcast,
 	.barrier = mpi_barrier,
 	.abort = mpi_abort,

@@ -209,6 +209,39 @@ static enum tpf_status nccl_alltoall(struct tpf_comm *c, const void *send, void 
 	return nccl_settle(c, "alltoall", e, d);
 }
 
+static enum tpf_status nccl_alltoall_pieces(struct tpf_comm *c, const void *const *send, void *const *recv,
+					    const size_t *bytes, size_t n, void *stream, struct tpf_diag *d)
+{
+	struct nccl_impl *im = c->impl;
+	enum tpf_status st;
+	if (!stream) {
+		for (size_t i = 0; i < n; i++)
+			if ((st = im->mpi->ops->alltoall(im->mpi, send[i], recv[i], bytes[i], NULL, d)))
+				return st;
+		return TPF_OK;
+	}
+	if ((st = check_alive(c, d)))
+		return st;
+	ncclResult_t r = ncclGroupStart();
+	for (size_t i = 0; i < n && r == ncclSuccess; i++) {
+		if (!bytes[i])
+			continue;
+		for (int p = 0; p < c->world && r == ncclSuccess; p++) {
+			r = ncclSend((const char *)send[i] + (size_t)p * bytes[i], bytes[i], ncclUint8, p, im->comm,
+				     (cudaStream_t)stream);
+			if (r == ncclSuccess || r == ncclInProgress)
+				r = ncclRecv((char *)recv[i] + (size_t)p * bytes[i], bytes[i], ncclUint8, p, im->comm,
+					     (cudaStream_t)stream);
+			if (r == ncclInProgress)
+				r = ncclSuccess;
+		}
+	}
+	ncclResult_t e = ncclGroupEnd();
+	if (r != ncclSuccess)
+		return nccl_fail(c, d, "alltoall (pieces)", r);
+	return nccl_settle(c, "alltoall (pieces)", e, d);
+}
+
 static enum tpf_status nccl_broadcast(struct tpf_comm *c, void *buf, size_t bytes, int root,
 				      void *stream, struct tpf_diag *d)
 {
@@ -272,6 +305,7 @@ static const struct tpf_comm_ops nccl_ops = {
 	.allreduce_sum = nccl_allreduce,
 	.allgather = nccl_allgather,
 	.alltoall = nccl_alltoall,
+	.alltoall_pieces = nccl_alltoall_pieces,
 	.broadcast = nccl_broadcast,
 	.barrier = nccl_barrier,
 	.abort = nccl_abort,

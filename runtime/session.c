@@ -153,6 +153,10 @@ struct bound {
 	struct tpf_ktensor **kin, **kout;
 	struct tpf_host_tensor *outs;
 	size_t n_outs;
+	/* per step: 1 where a Pack -> AllToAll -> Unpack run starts that goes
+	 * as one grouped exchange between the pieces' own buffers */
+	unsigned char *a2a_direct;
+	size_t n_a2a_direct; /* runs found */
 	/* CUDA one-shot collectives (peer memory): per step of the plan what
 	 * runs there (enum oneshot_mode) */
 	unsigned char *oneshot;
@@ -226,6 +230,9 @@ static void unbind(struct tpf_session *s)
 	tpf_free(s->b->kin);
 	tpf_free(s->b->kout);
 	tpf_free(s->b->oneshot);
+	tpf_free(s->b->a2a_direct);
+	s->b->a2a_direct = NULL;
+	s->b->n_a2a_direct = 0;
 	tpf_free(s->b->prof_ms);
 	tpf_free(s->b->prof_marked);
 	tpf_free(s->b->outs);
@@ -656,6 +663,136 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 	return rc;
 }
 
+/* ------------------------------------------------------------ direct all-to-all
+ * coalesce-alltoall writes Pack -> one AllToAll -> Unpack; where the
+ * communicator can exchange several pieces in one group (NCCL: one group
+ * of sends and receives), the three steps run as that exchange straight
+ * from the pieces' producers' buffers into their consumers': no packing
+ * copies, one launch.  Only for the pass's layout (each piece's chunk j at
+ * j*S + offset in the packed buffer, read back the same way), when the
+ * packed and received buffers have no other reader, and the steps are
+ * consecutive in the plan. */
+
+/* Whether a value is read by any step but `except`, or is a graph output. */
+static int value_used_elsewhere(const struct tpf_plan *p, int v, size_t except)
+{
+	for (size_t o = 0; o < p->n_outputs; o++)
+		if (p->outputs[o] == v)
+			return 1;
+	for (size_t k = 0; k < p->n_steps; k++) {
+		if (k == except)
+			continue;
+		for (size_t i = 0; i < p->steps[k].n_in; i++)
+			if (p->steps[k].ins[i] == v)
+				return 1;
+	}
+	return 0;
+}
+
+/* The segments of a Pack (pack = 1) or Unpack node are exactly the pass's
+ * layout for pieces of c[i] elements per rank chunk. */
+static int segments_canonical(const struct tpf_node *n, const int64_t *c, size_t pieces, int world, int pack)
+{
+	const struct tpf_attr *a = tpf_node_attr(n, "segments");
+	if (!a || a->kind != TPF_ATTR_INTS || a->n != 4 * pieces * (size_t)world)
+		return 0;
+	int64_t S = 0;
+	for (size_t i = 0; i < pieces; i++)
+		S += c[i];
+	unsigned char *seen = tpf_calloc(pieces * (size_t)world, 1);
+	if (!seen)
+		return 0;
+	int ok = 1;
+	for (size_t q = 0; q < a->n / 4 && ok; q++) {
+		const int64_t *e = &a->ints[4 * q];
+		int64_t i = e[0], local = pack ? e[1] : e[2], packed = pack ? e[2] : e[1], len = e[3];
+		if (i < 0 || (size_t)i >= pieces || len != c[i] || c[i] <= 0 || local % c[i]) {
+			ok = 0;
+			break;
+		}
+		int64_t j = local / c[i], off = 0;
+		for (int64_t t = 0; t < i; t++)
+			off += c[t];
+		if (j >= world || packed != j * S + off || seen[(size_t)i * (size_t)world + (size_t)j]) {
+			ok = 0;
+			break;
+		}
+		seen[(size_t)i * (size_t)world + (size_t)j] = 1;
+	}
+	tpf_free(seen);
+	return ok;
+}
+
+/* Finds the direct runs of the current plan; every rank must agree. */
+static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
+{
+	const struct tpf_plan *p = s->b->plan;
+	const char *e = getenv("TPF_A2A_DIRECT");
+	int wanted = !(e && !strcmp(e, "0")) && s->comm->world > 1 && s->comm->ops->alltoall_pieces;
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
+		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
+		if (pk->kind != RT_STEP_KERNEL || pk->node->op != TPF_OP_TPF_PACK || a2a->kind != RT_STEP_ALLTOALL ||
+		    up->kind != RT_STEP_KERNEL || up->node->op != TPF_OP_TPF_UNPACK || pk->n_out < 1 ||
+		    a2a->n_in < 1 || a2a->n_out < 1 || up->n_in < 1 || pk->outs[0] != a2a->ins[0] ||
+		    a2a->outs[0] != up->ins[0] || pk->n_in != up->n_out || pk->n_in == 0 || pk->n_in > 4096)
+			continue;
+		if (value_used_elsewhere(p, pk->outs[0], k + 1) || value_used_elsewhere(p, a2a->outs[0], k + 2))
+			continue;
+		size_t n = pk->n_in;
+		int64_t c[4096];
+		int ok = 1;
+		for (size_t i = 0; i < n && ok; i++) {
+			const struct tpf_ktensor *x = &s->b->kin[k][i], *y = &s->b->kout[k + 2][i];
+			ok = pk->ins[i] >= 0 && up->outs[i] >= 0 && x->dtype == s->b->kin[k + 1][0].dtype &&
+			     y->dtype == x->dtype && x->numel == y->numel && x->numel % s->comm->world == 0;
+			c[i] = ok ? x->numel / s->comm->world : 0;
+		}
+		if (!ok || !segments_canonical(pk->node, c, n, s->comm->world, 1) ||
+		    !segments_canonical(up->node, c, n, s->comm->world, 0))
+			continue;
+		if (!s->b->a2a_direct && !(s->b->a2a_direct = tpf_calloc(p->n_steps + 1, 1)))
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		s->b->a2a_direct[k] = 1;
+		s->b->n_a2a_direct++;
+		h = (h ^ (uint64_t)k) * UINT64_C(0x100000001b3);
+		k += 2;
+	}
+	/* every rank must exchange alike (TPF_A2A_DIRECT is per process) */
+	return s->comm->world > 1 ? tpf_comm_check_same(s->comm, h,
+							"the direct all-to-alls chosen (TPF_A2A_DIRECT must agree)", d)
+				  : TPF_OK;
+}
+
+static enum tpf_status a2a_direct_run(struct tpf_session *s, size_t k, struct tpf_diag *d)
+{
+	const struct rt_step *pk = &s->b->plan->steps[k];
+	size_t n = pk->n_in, es = (tpf_dtype_bits(s->b->kin[k][0].dtype) + 7) / 8;
+	const void **send = tpf_calloc(n, sizeof(*send));
+	void **recv = tpf_calloc(n, sizeof(*recv));
+	size_t *bytes = tpf_calloc(n, sizeof(*bytes));
+	enum tpf_status st;
+	if (!send || !recv || !bytes) {
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			send[i] = s->b->kin[k][i].data;
+			recv[i] = s->b->kout[k + 2][i].data;
+			bytes[i] = (size_t)s->b->kin[k][i].numel / (size_t)s->comm->world * es;
+		}
+		st = s->comm->ops->alltoall_pieces(s->comm, send, (void *const *)recv, bytes, n, s->dev->stream, d);
+		if (st) {
+			char who[256];
+			tpf_diag_add(d, TPF_SEV_ERROR, "in %s (direct, %zu pieces)",
+				     tpf_node_describe(s->b->plan->steps[k + 1].node, who, sizeof(who)), n);
+		}
+	}
+	tpf_free(send);
+	tpf_free(recv);
+	tpf_free(bytes);
+	return st;
+}
+
 #ifdef TPF_HAVE_CUDA
 /* ------------------------------------------------------------ one-shot collectives
  * On the CUDA backend with NCCL and more than one rank, all-reduces that
@@ -879,6 +1016,10 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 	}
 	for (size_t k = 0; k < s->b->plan->n_steps;) {
 		size_t used = 1;
+		if (s->b->a2a_direct && s->b->a2a_direct[k]) {
+			st = a2a_direct_run(s, k, d);
+			used = 3;
+		} else
 #ifdef TPF_HAVE_CUDA
 		if (s->b->oneshot && s->b->oneshot[k])
 			st = oneshot_run(s, k, &used, d);
@@ -1034,6 +1175,11 @@ void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectiv
 	}
 }
 
+size_t tpf_session_direct_alltoalls(const struct tpf_session *s)
+{
+	return s->b->plan ? s->b->n_a2a_direct : 0;
+}
+
 static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n)
 {
 	const uint8_t *b = data;
@@ -1161,6 +1307,10 @@ static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const str
 	if ((st = tpf_comm_agree(s->comm, st, "building its plan", d)) ||
 	    (s->comm->world > 1 &&
 	     (st = tpf_comm_check_same(s->comm, deps, "the values of the inputs that decide shapes", d)))) {
+		unbind(s);
+		return st;
+	}
+	if ((st = a2a_direct_prepare(s, d))) {
 		unbind(s);
 		return st;
 	}

@@ -59,6 +59,12 @@ struct tpf_comm_ops {
 	 * holds the chunks from ranks 0..world-1 in order. */
 	enum tpf_status (*alltoall)(struct tpf_comm *c, const void *send, void *recv,
 				    size_t bytes_per_rank, void *stream, struct tpf_diag *d);
+	/* Several all-to-alls at once, each as alltoall (send[i] is world
+	 * chunks of bytes[i]): one grouped exchange from and into the pieces'
+	 * own buffers (no packing).  May be NULL. */
+	enum tpf_status (*alltoall_pieces)(struct tpf_comm *c, const void *const *send, void *const *recv,
+					   const size_t *bytes_per_rank, size_t n, void *stream,
+					   struct tpf_diag *d);
 	enum tpf_status (*broadcast)(struct tpf_comm *c, void *buf, size_t bytes, int root,
 				     void *stream, struct tpf_diag *d);
 	enum tpf_status (*barrier)(struct tpf_comm *c, struct tpf_diag *d);
@@ -335,6 +341,10 @@ const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
 /* Collective steps of the current plan and how many of them run through
  * peer memory (one-shot kernels) instead of the communicator. */
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot);
+/* Coalesced all-to-alls (Pack -> AllToAll -> Unpack) of the current plan
+ * that run as one grouped exchange between the pieces' own buffers
+ * (TPF_A2A_DIRECT=0 turns that off). */
+size_t tpf_session_direct_alltoalls(const struct tpf_session *s);
 /* Plans the session keeps now and, in *builds (may be NULL), how many it
  * has built so far. */
 size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
