@@ -180,11 +180,20 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 		dims[i] = first->t->dims[i];
 	dims[rank - 1] = total;
 	size_t row = (size_t)total * esz;
-	unsigned char *buf = tpf_malloc((size_t)K * row > 0 ? (size_t)K * row : 1);
 	int64_t *sizes = tpf_calloc(k, sizeof(int64_t));
 	struct tpf_value **outs_old = tpf_calloc(k, sizeof(*outs_old));
-	if (!buf || !sizes || !outs_old)
+	if (!sizes || !outs_old)
 		goto out;
+	/* the merged weight, filled in place (no second copy of the bytes) */
+	char base[160];
+	snprintf(base, sizeof(base), "%s.merged", first->w->name);
+	const char *wname = tpf_graph_unique_name(g, base);
+	struct tpf_value *wv = wname ? tpf_graph_add_initializer(g, wname, first->dt, rank, dims, NULL,
+	                                                         (size_t)K * row)
+	                             : NULL;
+	if (!wv || ((size_t)K * row > 0 && !wv->init->data))
+		goto out;
+	unsigned char *buf = (unsigned char *)wv->init->data;
 	int64_t col = 0;
 	size_t j = 0;
 	for (size_t i = 0; i < nc; i++) {
@@ -198,15 +207,6 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 		sizes[j] = cs[i].n;
 		outs_old[j++] = cs[i].mm->outputs[0];
 	}
-
-	char base[160];
-	snprintf(base, sizeof(base), "%s.merged", first->w->name);
-	const char *wname = tpf_graph_unique_name(g, base);
-	struct tpf_value *wv = wname ? tpf_graph_add_initializer(g, wname, first->dt, rank, dims, buf,
-	                                                         (size_t)K * row)
-	                             : NULL;
-	if (!wv)
-		goto out;
 	struct tpf_value *rhs = wv;
 	char nm[200];
 	if (first->dq) {
@@ -300,7 +300,6 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 	}
 	st = TPF_OK;
 out:
-	tpf_free(buf);
 	tpf_free(sizes);
 	tpf_free(outs_old);
 	return st;
