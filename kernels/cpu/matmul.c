@@ -3,6 +3,7 @@
  * widened to float32 once (float64 for DOUBLE and integer types), products
  * accumulate in that type, results are rounded once into the output dtype. */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -218,17 +219,12 @@ out_free:
  * exactly what dequantizing first and multiplying gives. */
 TPF_CPU_KERNEL(tpf_cpu_matmul_fp8)
 {
-	if (c->n_in != 4 || c->n_out != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm expects codes, transposed weight codes and two scales");
+	int64_t M = 0, N = 0, K = 0;
+	enum tpf_status st = tpf_fp8_gemm_dims(c, &M, &N, &K);
+	if (st)
+		return st;
 	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *sx = &c->in[2], *sw = &c->in[3];
 	struct tpf_ktensor *y = &c->out[0];
-	if (x->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->rank != 2 || x->rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: operands must be FLOAT8E4M3FN, the weight 2-D");
-	int64_t N = w->dims[0], K = w->dims[1];
-	if (x->dims[x->rank - 1] != K || K <= 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K differs (%lld vs %lld)",
-				 (long long)x->dims[x->rank - 1], (long long)K);
-	int64_t M = x->numel / K;
 	if (y->numel != M * N || !tpf_dtype_is_float(y->dtype))
 		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: output must be float [..., %lld]", (long long)N);
 	if (sx->numel != 1 || sw->numel != 1)

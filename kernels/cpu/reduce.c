@@ -2,6 +2,7 @@
 /* Reductions (ReduceMean/Sum/Max), Softmax, TopK, ArgMax.  Float types
  * accumulate in float32 (DOUBLE in double), integers in int64. */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -166,19 +167,13 @@ static int topk_cmp_smallest(const void *pa, const void *pb)
 TPF_CPU_KERNEL(tpf_cpu_topk)
 {
 	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_topk_args t;
+	enum tpf_status st = tpf_topk_args(c, &t);
+	if (st)
+		return st;
 	struct tpf_ktensor *vals = &c->out[0], *idx = &c->out[1];
-	int64_t k;
-	if (tpf_kread_ints(&c->in[1], &k, 1) != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "K must be a known one-element integer tensor");
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), x->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	int largest = (int)tpf_node_attr_int(c->node, "largest", 1);
-	int64_t len = x->dims[ax];
-	if (k < 0 || k > len)
-		return tpf_kfail(c, TPF_ERR_INVALID, "K=%lld out of range [0, %lld]", (long long)k,
-				 (long long)len);
-	int64_t outer = tpf_dims_prod(x->dims, 0, ax), inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	int64_t k = t.k, len = t.len, outer = t.outer, inner = t.inner;
+	int largest = t.largest;
 	struct topk_item *items = tpf_calloc(len ? (size_t)len : 1, sizeof(*items));
 	if (!items)
 		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");

@@ -4,6 +4,7 @@
  * DOUBLE, one rounding when stored) and Pad (constant, edge, reflect,
  * wrap).  One output element at a time, as the CUDA kernels do. */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -11,15 +12,12 @@
 
 TPF_CPU_KERNEL(tpf_cpu_conv)
 {
-	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1];
-	const struct tpf_ktensor *b = c->n_in > 2 && c->in[2].rank >= 0 && c->in[2].data ? &c->in[2] : NULL;
+	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *b;
 	struct tpf_ktensor *y = &c->out[0];
 	struct tpf_conv_geom g;
-	if (tpf_conv_resolve(c, &g))
-		return tpf_kfail(c, TPF_ERR_INVALID,
-				 "X, W and the output disagree with group, kernel_shape, pads, strides or dilations");
-	if (w->dtype != x->dtype || y->dtype != x->dtype || (b && (b->dtype != x->dtype || b->numel != g.m)))
-		return tpf_kfail(c, TPF_ERR_INVALID, "X, W, B and Y must share one dtype (B of M elements)");
+	enum tpf_status st = tpf_conv_operands(c, &g, &b);
+	if (st)
+		return st;
 	int dbl = x->dtype == TPF_DTYPE_DOUBLE;
 	int64_t cg = g.c / g.group, mg = g.m / g.group;
 	int64_t out_sp = tpf_dims_prod(g.out, 0, g.sp), in_sp = tpf_dims_prod(g.in, 0, g.sp);
@@ -28,30 +26,14 @@ TPF_CPU_KERNEL(tpf_cpu_conv)
 		int64_t o = i % out_sp, t = i / out_sp, m = t % g.m, nb = t / g.m;
 		int64_t grp = m / mg;
 		int64_t opos[TPF_KERNEL_MAX_RANK];
-		for (int d = g.sp - 1; d >= 0; d--) {
-			opos[d] = o % g.out[d];
-			o /= g.out[d];
-		}
+		tpf_unravel(o, g.out, g.sp, opos);
 		float facc = 0;
 		double dacc = 0;
 		for (int64_t ci = 0; ci < cg; ci++) {
 			int64_t xc = nb * g.c + grp * cg + ci, wc = m * cg + ci;
 			for (int64_t kk = 0; kk < k_sp; kk++) {
-				int64_t rem = kk, xoff = 0, inside = 1;
-				int64_t kpos[TPF_KERNEL_MAX_RANK];
-				for (int d = g.sp - 1; d >= 0; d--) {
-					kpos[d] = rem % g.k[d];
-					rem /= g.k[d];
-				}
-				for (int d = 0; d < g.sp; d++) {
-					int64_t p = opos[d] * g.stride[d] - g.pad[d] + kpos[d] * g.dil[d];
-					if (p < 0 || p >= g.in[d]) {
-						inside = 0;
-						break;
-					}
-					xoff = xoff * g.in[d] + p;
-				}
-				if (!inside)
+				int64_t xoff = tpf_conv_in_offset(g.sp, opos, kk, g.k, g.in, g.stride, g.pad, g.dil);
+				if (xoff < 0)
 					continue;
 				double xv = tpf_elem_load(x->dtype, x->data, xc * in_sp + xoff);
 				double wv = tpf_elem_load(w->dtype, w->data, wc * k_sp + kk);

@@ -7,6 +7,7 @@
 // problem so that repeated runs (and CUDA graph capture) make no heuristic
 // queries.
 #include "cuda-common.cuh"
+#include "op-geometry.h"
 
 #include <cublasLt.h>
 #include <string.h>
@@ -406,17 +407,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gemm)
 // * xq^T (K x M); the scales fold into alpha.
 extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_fp8)
 {
-	if (c->n_in != 4 || c->n_out != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm expects codes, transposed weight codes and two scales");
+	int64_t M = 0, N = 0, K = 0;
+	enum tpf_status st = tpf_fp8_gemm_dims(c, &M, &N, &K);
+	if (st)
+		return st;
 	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *sx = &c->in[2], *sw = &c->in[3];
 	struct tpf_ktensor *y = &c->out[0];
-	if (x->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->rank != 2 || x->rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: operands must be FLOAT8E4M3FN, the weight 2-D");
-	int64_t N = w->dims[0], K = w->dims[1];
-	if (x->dims[x->rank - 1] != K || K <= 0 || K % 16 || N % 16)
-		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K %lld / N %lld must match and be multiples of 16",
-				 (long long)x->dims[x->rank - 1], (long long)N);
-	int64_t M = x->numel / K;
+	if (K % 16 || N % 16)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K %lld / N %lld must be multiples of 16", (long long)K,
+				 (long long)N);
 	if (y->numel != M * N || (y->dtype != TPF_DTYPE_FLOAT && y->dtype != TPF_DTYPE_FLOAT16 &&
 				  y->dtype != TPF_DTYPE_BFLOAT16))
 		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: output must be [..., %lld] of float, float16 or bfloat16",

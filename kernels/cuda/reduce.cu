@@ -2,6 +2,7 @@
 // Reductions (ReduceMean/Sum/Max over any axes), Softmax, TopK and ArgMax.
 // Float types accumulate in float32 (DOUBLE in double), integers in int64.
 #include "cuda-common.cuh"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -326,26 +327,20 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_softmax)
 extern "C" TPF_CUDA_KERNEL(tpf_cu_topk)
 {
 	const struct tpf_ktensor *x = &c->in[0];
+	struct tpf_topk_args t;
+	enum tpf_status st = tpf_topk_args(c, &t);
+	if (st)
+		return st;
 	struct tpf_ktensor *vals = &c->out[0], *idx = &c->out[1];
-	int64_t k;
-	if (c->n_out < 2 || tpf_kread_ints(&c->in[1], &k, 1) != 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "K must be a known one-element integer tensor");
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), x->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	int largest = (int)tpf_node_attr_int(c->node, "largest", 1);
-	int64_t len = x->dims[ax];
-	if (k < 0 || k > len)
-		return tpf_kfail(c, TPF_ERR_INVALID, "K=%lld out of range [0, %lld]", (long long)k, (long long)len);
+	int64_t k = t.k, len = t.len;
 	size_t es = tpf_elem_size(x->dtype);
 	if (!es || idx->dtype != TPF_DTYPE_INT64 || (!tpfc_float_ok(x->dtype) && !tpfc_int_ok(x->dtype)))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
-	int64_t outer = tpf_dims_prod(x->dims, 0, ax), inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	int64_t rows = outer * inner;
+	int64_t rows = t.outer * t.inner;
 	if (!rows || !k)
 		return TPF_OK;
 	topk_kernel<<<tpfc_blocks(rows * 32, 128), 128, 0, tpfc_stream(c)>>>(
-		x->dtype, x->data, vals->data, (int64_t *)idx->data, (int)es, rows, len, inner, k, largest,
+		x->dtype, x->data, vals->data, (int64_t *)idx->data, (int)es, rows, len, t.inner, k, t.largest,
 		tpf_dtype_is_integral(x->dtype));
 	return tpfc_launched(c, "topk");
 }

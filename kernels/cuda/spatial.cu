@@ -5,7 +5,7 @@
 // device when it is an input).  Geometry and pads come from the host code
 // both backends share (kernel-host.h).
 #include "cuda-common.cuh"
-#include "elementwise-ops.h"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -29,32 +29,15 @@ __global__ void conv_kernel(ConvArgs a, const void *x, const void *w, const void
 		int64_t o = i % a.out_sp, t = i / a.out_sp, m = t % a.m, nb = t / a.m;
 		int64_t cg = a.c / a.group, mg = a.m / a.group, grp = m / mg;
 		int64_t opos[kMaxRank];
-		for (int d = a.sp - 1; d >= 0; d--) {
-			opos[d] = o % a.out[d];
-			o /= a.out[d];
-		}
+		tpf_unravel(o, a.out, a.sp, opos);
 		float facc = 0;
 		double dacc = 0;
 		bool dbl = a.dt == TPF_DTYPE_DOUBLE;
 		for (int64_t ci = 0; ci < cg; ci++) {
 			int64_t xc = nb * a.c + grp * cg + ci, wc = m * cg + ci;
 			for (int64_t kk = 0; kk < a.k_sp; kk++) {
-				int64_t rem = kk, xoff = 0;
-				int64_t kpos[kMaxRank];
-				bool inside = true;
-				for (int d = a.sp - 1; d >= 0; d--) {
-					kpos[d] = rem % a.k[d];
-					rem /= a.k[d];
-				}
-				for (int d = 0; d < a.sp; d++) {
-					int64_t p = opos[d] * a.stride[d] - a.pad[d] + kpos[d] * a.dil[d];
-					if (p < 0 || p >= a.in[d]) {
-						inside = false;
-						break;
-					}
-					xoff = xoff * a.in[d] + p;
-				}
-				if (!inside)
+				int64_t xoff = tpf_conv_in_offset(a.sp, opos, kk, a.k, a.in, a.stride, a.pad, a.dil);
+				if (xoff < 0)
 					continue;
 				if (dbl) {
 					dacc += ld_d(a.dt, x, xc * a.in_sp + xoff) * ld_d(a.dt, w, wc * a.k_sp + kk);
@@ -136,15 +119,12 @@ __global__ void pad_kernel(PadArgs a, const void *x, const void *cval, void *y, 
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_conv)
 {
-	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1];
-	const struct tpf_ktensor *b = c->n_in > 2 && c->in[2].rank >= 0 && c->in[2].data ? &c->in[2] : NULL;
+	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *b;
 	struct tpf_ktensor *y = &c->out[0];
 	struct tpf_conv_geom g;
-	if (tpf_conv_resolve(c, &g))
-		return tpf_kfail(c, TPF_ERR_INVALID,
-				 "X, W and the output disagree with group, kernel_shape, pads, strides or dilations");
-	if (w->dtype != x->dtype || y->dtype != x->dtype || (b && (b->dtype != x->dtype || b->numel != g.m)))
-		return tpf_kfail(c, TPF_ERR_INVALID, "X, W, B and Y must share one dtype (B of M elements)");
+	enum tpf_status st = tpf_conv_operands(c, &g, &b);
+	if (st)
+		return st;
 	if (!tpfc_float_ok(x->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
 	if (!y->numel)

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* Private to kernels/: what the CPU and the CUDA kernel of Conv, TopK and
+ * the FP8 GEMM share beyond kernel-host.h: the operand checks (host; the
+ * same nodes are refused with the same message) and Conv's index
+ * arithmetic (host and device). */
+#ifndef TPF_OP_GEOMETRY_H
+#define TPF_OP_GEOMETRY_H
+
+#include "elementwise-ops.h" /* TPF_HD */
+
+/* ------------------------------------------------------------ Conv */
+
+/* Row-major position pos[0..n) of flat index o in dims[0..n). */
+TPF_HD void tpf_unravel(int64_t o, const int64_t *dims, int n, int64_t *pos)
+{
+	for (int d = n - 1; d >= 0; d--) {
+		pos[d] = o % dims[d];
+		o /= dims[d];
+	}
+}
+
+/* The spatial offset in one input channel (dims in[0..sp)) that kernel
+ * element kk (row-major over k[]) of output position opos reads, or -1
+ * where it falls into the padding. */
+TPF_HD int64_t tpf_conv_in_offset(int sp, const int64_t *opos, int64_t kk, const int64_t *k,
+				  const int64_t *in, const int64_t *stride, const int64_t *pad,
+				  const int64_t *dil)
+{
+	int64_t kpos[TPF_KERNEL_MAX_RANK], xoff = 0;
+	tpf_unravel(kk, k, sp, kpos);
+	for (int d = 0; d < sp; d++) {
+		int64_t p = opos[d] * stride[d] - pad[d] + kpos[d] * dil[d];
+		if (p < 0 || p >= in[d])
+			return -1;
+		xoff = xoff * in[d] + p;
+	}
+	return xoff;
+}
+
+/* X, W, the optional bias (*b, NULL when absent) and Y: the geometry, and
+ * one dtype for all (B of M elements). */
+static inline enum tpf_status tpf_conv_operands(const struct tpf_kernel_call *c, struct tpf_conv_geom *g,
+						const struct tpf_ktensor **b)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	*b = c->n_in > 2 && c->in[2].rank >= 0 && c->in[2].data ? &c->in[2] : NULL;
+	if (tpf_conv_resolve(c, g))
+		return tpf_kfail(c, TPF_ERR_INVALID,
+				 "X, W and the output disagree with group, kernel_shape, pads, strides or dilations");
+	if (c->in[1].dtype != x->dtype || c->out[0].dtype != x->dtype ||
+	    (*b && ((*b)->dtype != x->dtype || (*b)->numel != g->m)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "X, W, B and Y must share one dtype (B of M elements)");
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ TopK */
+
+/* k (input 1), the axis, `largest`, and x as [outer, len, inner] around
+ * the axis. */
+struct tpf_topk_args {
+	int64_t k, len, outer, inner;
+	int ax, largest;
+};
+
+static inline enum tpf_status tpf_topk_args(const struct tpf_kernel_call *c, struct tpf_topk_args *a)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	if (c->n_out < 2 || tpf_kread_ints(&c->in[1], &a->k, 1) != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "K must be a known one-element integer tensor");
+	a->ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", -1), x->rank);
+	if (a->ax < 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	a->largest = (int)tpf_node_attr_int(c->node, "largest", 1);
+	a->len = x->dims[a->ax];
+	if (a->k < 0 || a->k > a->len)
+		return tpf_kfail(c, TPF_ERR_INVALID, "K=%lld out of range [0, %lld]", (long long)a->k,
+				 (long long)a->len);
+	a->outer = tpf_dims_prod(x->dims, 0, a->ax);
+	a->inner = tpf_dims_prod(x->dims, a->ax + 1, x->rank);
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ FP8 GEMM */
+
+/* x [..., K] FLOAT8E4M3FN codes times the transposed weight w [N, K]
+ * codes: M (x's rows), N and K. */
+static inline enum tpf_status tpf_fp8_gemm_dims(const struct tpf_kernel_call *c, int64_t *M, int64_t *N,
+						int64_t *K)
+{
+	if (c->n_in != 4 || c->n_out != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm expects codes, transposed weight codes and two scales");
+	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1];
+	if (x->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->dtype != TPF_DTYPE_FLOAT8E4M3FN || w->rank != 2 ||
+	    x->rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: operands must be FLOAT8E4M3FN, the weight 2-D");
+	*N = w->dims[0];
+	*K = w->dims[1];
+	if (x->dims[x->rank - 1] != *K || *K <= 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K differs (%lld vs %lld)",
+				 (long long)x->dims[x->rank - 1], (long long)*K);
+	*M = x->numel / *K;
+	return TPF_OK;
+}
+
+#endif /* TPF_OP_GEOMETRY_H */
