@@ -668,7 +668,8 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
  * communicator can exchange several pieces in one group (NCCL: one group
  * of sends and receives), the three steps run as that exchange straight
  * from the pieces' producers' buffers into their consumers': no packing
- * copies, one launch.  Only for the pass's layout (each piece's chunk j at
+ * copies, one launch, for up to TPF_A2A_DIRECT_MAX_PIECES pieces (16;
+ * beyond, the packed path is faster).  Only for the pass's layout (each piece's chunk j at
  * j*S + offset in the packed buffer, read back the same way), when the
  * packed and received buffers have no other reader, and the steps are
  * consecutive in the plan. */
@@ -727,8 +728,12 @@ static int segments_canonical(const struct tpf_node *n, const int64_t *c, size_t
 static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
 	const struct tpf_plan *p = s->b->plan;
-	const char *e = getenv("TPF_A2A_DIRECT");
+	const char *e = getenv("TPF_A2A_DIRECT"), *mp = getenv("TPF_A2A_DIRECT_MAX_PIECES");
 	int wanted = !(e && !strcmp(e, "0")) && s->comm->world > 1 && s->comm->ops->alltoall_pieces;
+	/* Many small pieces go faster packed: 2x H100, 68 MB in 4 / 16 / 64
+	 * pieces: direct 174 / 251 / 596 us, packed 239 / 259 / 261 us
+	 * (bench-fusions).  The default bound sits between the two. */
+	long max_pieces = mp && *mp ? strtol(mp, NULL, 10) : 16;
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
 		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
@@ -737,7 +742,8 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 		    a2a->n_in < 1 || a2a->n_out < 1 || up->n_in < 1 || pk->outs[0] != a2a->ins[0] ||
 		    a2a->outs[0] != up->ins[0] || pk->n_in != up->n_out || pk->n_in == 0 || pk->n_in > 4096)
 			continue;
-		if (value_used_elsewhere(p, pk->outs[0], k + 1) || value_used_elsewhere(p, a2a->outs[0], k + 2))
+		if ((long)pk->n_in > max_pieces || value_used_elsewhere(p, pk->outs[0], k + 1) ||
+		    value_used_elsewhere(p, a2a->outs[0], k + 2))
 			continue;
 		size_t n = pk->n_in;
 		int64_t c[4096];
@@ -758,9 +764,11 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 		h = (h ^ (uint64_t)k) * UINT64_C(0x100000001b3);
 		k += 2;
 	}
-	/* every rank must exchange alike (TPF_A2A_DIRECT is per process) */
+	/* every rank must exchange alike (the variables are per process) */
 	return s->comm->world > 1 ? tpf_comm_check_same(s->comm, h,
-							"the direct all-to-alls chosen (TPF_A2A_DIRECT must agree)", d)
+							"the direct all-to-alls chosen (TPF_A2A_DIRECT and "
+							"TPF_A2A_DIRECT_MAX_PIECES must agree)",
+							d)
 				  : TPF_OK;
 }
 

@@ -406,55 +406,35 @@ __device__ inline void call_end(const ArParams &p, unsigned iter, uint32_t word,
 
 // Sums slot q = 0..world-1 of row `lrow` (in rank order, the same on every
 // rank, so that every rank's result is bit-identical) into acc, rounded to T.
-// The loads of two slots and all of a thread's chunks are issued before any
-// of them is checked, so that their latencies overlap.
+// (Issuing several slots' loads before checking any measured no faster on
+// 2x H100: 6.64 us against 6.05 at 1 x 4096.)
 template <typename T>
 __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8])
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	const char *own = p.peer[p.rank] + lrow * row_bytes;
+	const char *own = p.peer[p.rank];
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++)
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		int c = threadIdx.x + k * blockDim.x;
+		if (c >= chunks)
+			continue;
 #pragma unroll
 		for (int i = 0; i < 8; i++)
 			acc[k][i] = 0.f;
-	for (int q0 = 0; q0 < p.world; q0 += 2) {
-		uint4 v[kMaxChunksPerThread][2];
+		for (int q = 0; q < p.world; q++) {
+			uint4 v;
+			wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, q) + lrow * row_bytes + (size_t)c * 16), v, p);
+			float f[8];
+			unpack<T>(v, f);
 #pragma unroll
-		for (int k = 0; k < kMaxChunksPerThread; k++) {
-			int c = threadIdx.x + k * blockDim.x;
-			if (c >= chunks)
-				continue;
-#pragma unroll
-			for (int h = 0; h < 2; h++)
-				if (q0 + h < p.world)
-					v[k][h] = load_volatile(reinterpret_cast<const uint4 *>(own + p.slot(b, q0 + h) + (size_t)c * 16));
+			for (int i = 0; i < N; i++)
+				acc[k][i] += f[i];
 		}
-#pragma unroll
-		for (int k = 0; k < kMaxChunksPerThread; k++) {
-			int c = threadIdx.x + k * blockDim.x;
-			if (c >= chunks)
-				continue;
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (q0 + h >= p.world)
-					continue;
-				if (has_placeholder<T>(v[k][h]))
-					wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, q0 + h) + (size_t)c * 16), v[k][h], p);
-				float f[8];
-				unpack<T>(v[k][h], f);
-#pragma unroll
-				for (int i = 0; i < N; i++)
-					acc[k][i] += f[i];
-			}
-		}
-	}
-#pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++)
 #pragma unroll
 		for (int i = 0; i < N; i++)
 			acc[k][i] = round_to<T>(acc[k][i]); // the all-reduce result is a T tensor
+	}
 }
 
 // One-shot: every rank stores its rows into slot `rank` of every rank's
