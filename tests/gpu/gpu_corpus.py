@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The export corpus's W = 2 folders on the CUDA backend (NCCL ranks).
+"""The export corpus's W = 2 (or --world W) folders on the CUDA backend (NCCL ranks).
 
-For every tests/corpus/*-w2/ folder (torch.onnx exports of small HF models,
-tests/corpus/README.md), under `mpirun -np 2`:
+For every tests/corpus/*-wW/ folder (torch.onnx exports of small HF models,
+tests/corpus/README.md), under `mpirun -np W`:
 
   eager  tpfuse run 'model.rank{rank}.onnx' --inputs test_data_set_0
          --backend cuda --optimize --verify         (fused == unfused on the GPU)
@@ -12,7 +12,10 @@ tests/corpus/README.md), under `mpirun -np 2`:
 and rank 0's logits of each against the stored outputs (the unsharded
 float32 torch model) within tests/corpus/status.py's bounds: float32 within
 1e-4 (atol and rtol; the GPU's fp32 GEMMs run without TF32), float16 and
-bfloat16 within the manifest's tolerance.
+bfloat16 within the manifest's tolerance.  The logits are replicated (every
+rank holds all of them after the last all-gather): every rank's must be
+bit-identical to rank 0's (the collectives sum in the same order on every
+rank).
 
 Folders listed in tests/gpu/corpus-known-failures.txt (the CUDA backend's
 known failures; tests/corpus/known-failures.txt is the CPU backend's) that
@@ -23,10 +26,10 @@ within 6.7e-6 of the torch outputs (the CPU backend's known failures
 included: float16/bfloat16 gemma2, minimax_m2 torchscript fp16, qwen3_next),
 in 2 min 22 s.
 
-Usage: gpu_corpus.py --tpfuse EXE [--work DIR] [--only SUBSTR,..] [--list]
+Usage: gpu_corpus.py --tpfuse EXE [--world W] [--work DIR] [--only SUBSTR,..] [--list]
 --list prints the folders and the commands, starts nothing, needs no GPU
 (suite corpus runs it so that this script is loaded on every CI machine).
-Exit 77 (skipped) when there is no mpirun or fewer than 2 GPUs.
+Exit 77 (skipped) when there is no mpirun or fewer than W GPUs.
 """
 import argparse
 import os
@@ -57,6 +60,20 @@ def command(tpfuse, man, out_dir, extra, timeout):
     return cmd[:i] + ["-x", "NCCL_NVLS_ENABLE=0"] + cmd[i:]
 
 
+def ranks_differ(out_dir, world):
+    """The output files whose bytes differ between rank 0 and another rank."""
+    bad = []
+    r0 = os.path.join(out_dir, "rank0")
+    for f in sorted(os.listdir(r0)) if os.path.isdir(r0) else []:
+        with open(os.path.join(r0, f), "rb") as x:
+            want = x.read()
+        for r in range(1, world):
+            p = os.path.join(out_dir, "rank%d" % r, f)
+            if not os.path.exists(p) or open(p, "rb").read() != want:
+                bad.append("%s of rank %d" % (f, r))
+    return ", ".join(bad)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tpfuse", default=os.environ.get("TPFUSE", os.path.join(ROOT, "build", "cli", "tpfuse")))
@@ -66,13 +83,14 @@ def main():
                     help="FILE of 'FOLDER reason' lines (default: %s)" % ", ".join(
                         os.path.relpath(k, ROOT) for k in KNOWN))
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--world", type=int, default=2, help="world size: the -wW folders")
     ap.add_argument("--list", action="store_true", help="print the folders and commands, run nothing")
     a = ap.parse_args()
     a.tpfuse = os.path.abspath(a.tpfuse)
     known = {}
     for path in a.known_failures or [k for k in KNOWN if os.path.exists(k)]:
         known.update(status.read_known_failures(path))
-    folders = status.load_folders(os.path.join(ROOT, "tests", "corpus"), a.only, [2])
+    folders = status.load_folders(os.path.join(ROOT, "tests", "corpus"), a.only, [a.world])
     if a.list:
         for folder, man in folders:
             name = os.path.basename(folder)
@@ -87,8 +105,8 @@ def main():
         print("mpirun or nvidia-smi not found: skipped")
         return 77
     ngpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
-    if ngpu < 2:
-        print("%d GPU(s), 2 needed: skipped" % ngpu)
+    if ngpu < max(2, a.world):
+        print("%d GPU(s), %d needed: skipped" % (ngpu, max(2, a.world)))
         return 77
     if not os.path.exists(a.tpfuse):
         print("tpfuse not found at %s (--tpfuse)" % a.tpfuse)
@@ -111,6 +129,9 @@ def main():
             errs.append("%s %s" % (mode, "?" if e is None else "%.2g" % e))
             if not ok:
                 notes.append("%s: logits %s" % (mode, msg))
+            differ = ranks_differ(out_dir, man["world_size"])
+            if differ:
+                notes.append("%s: replicated outputs not bit-identical across ranks: %s" % (mode, differ))
         what = "; ".join(notes)[:400]
         if name in known:
             if notes:
