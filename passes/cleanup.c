@@ -1,8 +1,10 @@
 /*
- * Clean-up passes: dead code elimination, Identity removal, no-op Cast removal.
+ * Clean-up passes: dead code elimination, Identity removal, no-op Cast
+ * removal, constant folding and common-subexpression elimination.
  *
- * All three walk the main graph, every nested subgraph and every function
- * body.  They change the graph only through the IR API.
+ * All but fold-constants (the main graph) walk the main graph, every nested
+ * subgraph and every function body.  They change the graph only through
+ * the IR API.
  */
 #include <string.h>
 
@@ -474,4 +476,238 @@ const struct tpf_pass tpf_pass_fold_constants = {
 	.summary = "shape arithmetic known at compile time and Constant nodes into initializers",
 	.run = fold_run,
 	.counters = fold_counters,
+};
+
+/* ------------------------------------------------------------------- cse */
+
+/* Common-subexpression elimination: a node that computes what an earlier
+ * node of its graph computes (same op, same input values, same attributes)
+ * is dropped and its users read the earlier node's outputs.  One sweep in
+ * graph order per graph: inputs replaced earlier make their consumers
+ * equal in turn, so chains of duplicates fold in the same sweep.
+ *
+ * Left alone: ops with effects or randomness (collectives, ops of unknown
+ * non-ONNX domains, Random*, Multinomial, Bernoulli, Dropout), nodes with
+ * subgraphs or captures, and attributes that cannot be compared (graphs,
+ * sparse tensors, type protos, tensors without loaded bytes).  A duplicate
+ * whose output is a graph output or captured by a subgraph stays (names
+ * are the interface); it may be the node others are merged into. */
+
+static int cse_skip_op(const struct tpf_node *n)
+{
+	static const char *const random_ops[] = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+						 "RandomUniformLike", "Multinomial", "Bernoulli",
+						 "Dropout", NULL};
+	if (tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) ||
+	    tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW) || n->n_implicit)
+		return 1;
+	if (n->op == TPF_OP_UNKNOWN && n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
+		return 1;
+	for (size_t i = 0; random_ops[i]; i++)
+		if (n->op_type && strcmp(n->op_type, random_ops[i]) == 0)
+			return 1;
+	for (size_t i = 0; i < n->n_attrs; i++) {
+		const struct tpf_attr *a = &n->attrs[i];
+		if (a->ref_attr_name)
+			continue;
+		if (a->kind == TPF_ATTR_GRAPH || a->kind == TPF_ATTR_GRAPHS ||
+		    a->kind == TPF_ATTR_SPARSE_TENSOR || a->kind == TPF_ATTR_SPARSE_TENSORS ||
+		    a->kind == TPF_ATTR_TYPE_PROTO || a->kind == TPF_ATTR_TYPE_PROTOS ||
+		    a->kind == TPF_ATTR_TENSORS)
+			return 1;
+		if (a->kind == TPF_ATTR_TENSOR && (!a->t || (!a->t->data && a->t->nbytes)))
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether n's outputs may hand their users over and go: not when one is a
+ * graph output (its name is the model's interface) or captured by a
+ * subgraph (by its name).  Such a node may still be the one kept. */
+static int cse_may_drop(const struct tpf_node *n)
+{
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		const struct tpf_value *v = n->outputs[i];
+		if (!v)
+			continue;
+		if (v->n_output_refs)
+			return 0;
+		for (size_t k = 0; k < v->n_uses; k++)
+			if (v->uses[k].index < 0)
+				return 0;
+	}
+	return 1;
+}
+
+static int str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static int tensor_eq(const struct tpf_tensor *a, const struct tpf_tensor *b)
+{
+	if (a->dtype != b->dtype || a->rank != b->rank || a->nbytes != b->nbytes ||
+	    a->n_strings != b->n_strings || a->strings || b->strings)
+		return 0;
+	for (int i = 0; i < a->rank; i++)
+		if (a->dims[i] != b->dims[i])
+			return 0;
+	return !a->nbytes || (a->data && b->data && memcmp(a->data, b->data, a->nbytes) == 0);
+}
+
+static int attr_eq(const struct tpf_attr *a, const struct tpf_attr *b)
+{
+	if (a->kind != b->kind || !str_eq(a->ref_attr_name, b->ref_attr_name))
+		return 0;
+	if (a->ref_attr_name)
+		return 1;
+	switch (a->kind) {
+	case TPF_ATTR_INT:
+		return a->i == b->i;
+	case TPF_ATTR_FLOAT:
+		return memcmp(&a->f, &b->f, sizeof(a->f)) == 0;
+	case TPF_ATTR_STRING:
+		return a->s_len == b->s_len && (!a->s_len || memcmp(a->s, b->s, a->s_len) == 0);
+	case TPF_ATTR_INTS:
+		return a->n == b->n && (!a->n || memcmp(a->ints, b->ints, a->n * sizeof(int64_t)) == 0);
+	case TPF_ATTR_FLOATS:
+		return a->n == b->n && (!a->n || memcmp(a->floats, b->floats, a->n * sizeof(float)) == 0);
+	case TPF_ATTR_STRINGS:
+		if (a->n != b->n)
+			return 0;
+		for (size_t i = 0; i < a->n; i++) {
+			size_t la = a->string_lens ? a->string_lens[i] : strlen(a->strings[i]);
+			size_t lb = b->string_lens ? b->string_lens[i] : strlen(b->strings[i]);
+			if (la != lb || memcmp(a->strings[i], b->strings[i], la) != 0)
+				return 0;
+		}
+		return 1;
+	case TPF_ATTR_TENSOR:
+		return a->t && b->t && tensor_eq(a->t, b->t);
+	default:
+		return 0;
+	}
+}
+
+static int node_eq(const struct tpf_node *a, const struct tpf_node *b)
+{
+	if (a->op != b->op || !str_eq(a->domain, b->domain) || !str_eq(a->op_type, b->op_type) ||
+	    !str_eq(a->overload, b->overload) || a->n_inputs != b->n_inputs ||
+	    a->n_outputs != b->n_outputs || a->n_attrs != b->n_attrs)
+		return 0;
+	for (size_t i = 0; i < a->n_inputs; i++)
+		if (a->inputs[i] != b->inputs[i])
+			return 0;
+	/* b's used outputs must exist in a */
+	for (size_t i = 0; i < b->n_outputs; i++)
+		if (b->outputs[i] && tpf_value_use_count(b->outputs[i]) && !a->outputs[i])
+			return 0;
+	for (size_t i = 0; i < a->n_attrs; i++) {
+		const struct tpf_attr *x = &a->attrs[i], *y = NULL;
+		for (size_t k = 0; k < b->n_attrs && !y; k++)
+			if (strcmp(b->attrs[k].name, x->name) == 0)
+				y = &b->attrs[k];
+		if (!y || !attr_eq(x, y))
+			return 0;
+	}
+	return 1;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	return (h ^ v) * UINT64_C(0x100000001b3);
+}
+
+static uint64_t node_hash(const struct tpf_node *n)
+{
+	uint64_t h = mix(UINT64_C(0xcbf29ce484222325), (uint64_t)n->op);
+	for (const char *p = n->op_type ? n->op_type : ""; *p; p++)
+		h = mix(h, (unsigned char)*p);
+	h = mix(h, n->n_inputs);
+	for (size_t i = 0; i < n->n_inputs; i++)
+		h = mix(h, n->inputs[i] ? (uint64_t)n->inputs[i]->id + 1 : 0);
+	h = mix(h, n->n_attrs);
+	for (size_t i = 0; i < n->n_attrs; i++)
+		if (n->attrs[i].kind == TPF_ATTR_INT)
+			h = mix(h, (uint64_t)n->attrs[i].i);
+	return h;
+}
+
+static enum tpf_status cse_graph(struct tpf_graph *g, struct tpf_pass_context *ctx, int64_t *count,
+				 struct tpf_diag *d)
+{
+	(void)ctx;
+	size_t cap = 64, n_nodes = 0;
+	for (struct tpf_node *n = g->first; n; n = n->next)
+		n_nodes++;
+	while (cap < 2 * n_nodes)
+		cap *= 2;
+	struct tpf_node **table = tpf_calloc(cap, sizeof(*table));
+	if (!table)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "cse: out of memory");
+	enum tpf_status st = TPF_OK;
+	struct tpf_node *next;
+	for (struct tpf_node *n = g->first; n; n = next) {
+		next = n->next;
+		if (cse_skip_op(n))
+			continue;
+		size_t slot = (size_t)node_hash(n) & (cap - 1);
+		struct tpf_node *same = NULL;
+		while (table[slot]) {
+			if (node_eq(table[slot], n)) {
+				same = table[slot];
+				break;
+			}
+			slot = (slot + 1) & (cap - 1);
+		}
+		if (!same) {
+			table[slot] = n;
+			continue;
+		}
+		if (!cse_may_drop(n))
+			continue;
+		for (size_t i = 0; !st && i < n->n_outputs; i++) {
+			struct tpf_value *from = n->outputs[i], *to = same->outputs[i];
+			if (!from || !to)
+				continue;
+			if (to->type.kind == TPF_TYPE_NONE && from->type.kind != TPF_TYPE_NONE)
+				st = tpf_value_copy_type(to, &from->type);
+			if (!st)
+				st = tpf_value_replace_uses(from, to);
+		}
+		if (!st)
+			st = tpf_graph_erase_node(g, n);
+		if (st) {
+			char buf[160];
+			st = tpf_diag_fail(d, st, "cse: %s: could not replace it by its equal",
+					   tpf_node_describe(n, buf, sizeof(buf)));
+			break;
+		}
+		(*count)++;
+	}
+	tpf_free(table);
+	return st;
+}
+
+static const char *const cse_counters[] = {"nodes-merged", NULL};
+
+static enum tpf_status cse_run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+			       struct tpf_diag *d)
+{
+	int64_t count = 0;
+	enum tpf_status st = walk_model(m, cse_graph, ctx, &count, d);
+
+	if (ctx && ctx->stats)
+		tpf_pass_stats_add(ctx->stats, "cse", "nodes-merged", count);
+	if (changed)
+		*changed = count > 0;
+	return st;
+}
+
+const struct tpf_pass tpf_pass_cse = {
+	.name = "cse",
+	.summary = "nodes that compute what an earlier node computes (same op, inputs and "
+		   "attributes) are dropped for it",
+	.run = cse_run,
+	.counters = cse_counters,
 };

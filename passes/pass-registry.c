@@ -56,6 +56,7 @@ static const char *const cleanup_pipeline[] = {
 static const char *const default_pipeline[] = {
 	"cleanup",
 	"fold-constants",
+	"cse",
 	"canonicalize-rmsnorm",
 	"canonicalize-allgather",
 	"fuse-allreduce-rmsnorm",
