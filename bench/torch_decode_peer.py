@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench-decode: the same per-rank ONNX models, the same
 weights, executed by PyTorch on the GPUs with torch.distributed (NCCL) for
-the collectives, eagerly and as a captured CUDA graph.
+the collectives, eagerly, as a captured CUDA graph, and compiled
+(torch.compile) then captured as a CUDA graph.
 
 The model is run by a small interpreter that maps every node of the rank's
 ONNX graph to PyTorch operations once (constants on the GPU, shapes
@@ -12,10 +13,33 @@ stay on the GPU; the time per decode step is the wall time of N steps
 divided by N after a synchronize (slowest rank).
 
   python3 bench/torch_decode_peer.py --model 'DIR/dense.rank{rank}.onnx' \
-          --label batch=8 --iters 200 --warmup 20 [--world-size 2]
+          --label batch=8 --iters 200 --warmup 20 [--world-size 2] \
+          [--modes eager,cuda-graph,compile] [--compile-mode default] [--timeout S]
 
-Prints one JSON line per mode (eager, cuda-graph) on rank 0.  NVLink
-multicast stays off (NCCL_NVLS_ENABLE=0 is set before NCCL starts).
+Prints one JSON line per mode on rank 0 as soon as that mode is measured.
+Modes:
+  eager       the interpreter's step, launched op by op from Python
+  cuda-graph  one step captured with torch.cuda.graph, replayed
+  compile     the step through torch.compile (dynamic=False, fullgraph;
+              the all-reduces as torch.distributed._functional_collectives
+              so that Dynamo traces them into the graph): with
+              --compile-mode default or max-autotune-no-cudagraphs the
+              compiled step is captured with torch.cuda.graph like
+              cuda-graph; with reduce-overhead or max-autotune Inductor's
+              own CUDA graphs replay it (inputs and weights marked static,
+              so nothing is copied in per step).  A full graph that does
+              not compile is tried again with graph breaks allowed, a
+              capture that fails is reported and the compiled step timed
+              without it; a compile that fails altogether gives a row with
+              "error" (the reason) instead of us_per_step, and the other
+              modes' rows stand.
+--device cpu runs the ranks on the CPU with gloo (eager and compile,
+without CUDA graphs): a check of the interpreter and of the compile path
+on a machine without GPUs, not a benchmark.
+--timeout S bounds the whole run: rows not out by then are missing (the
+exit status says so) and the workers are stopped.  No network is used
+(nothing is downloaded); NVLink multicast stays off (NCCL_NVLS_ENABLE=0 is
+set before NCCL starts).
 """
 import argparse
 import json
@@ -60,6 +84,7 @@ class Program:
 
     def __init__(self, torch, dist, path, device):
         self.torch, self.dist, self.device = torch, dist, device
+        self.functional = False
         m = onnx.load(path)
         g = m.graph
         self.consts, self.host = {}, {}
@@ -69,7 +94,16 @@ class Program:
                         [d.dim_value for d in i.type.tensor_type.shape.dim])
                        for i in g.input if i.name not in self.consts]
         self.outputs = [o.name for o in g.output]
-        self.steps = [self.compile(n) for n in g.node]
+        self.nodes = list(g.node)
+        self.steps = [self.compile(n) for n in self.nodes]
+
+    def functional_steps(self):
+        """The steps with functional collectives (for torch.compile)."""
+        self.functional = True
+        try:
+            return [self.compile(n) for n in self.nodes]
+        finally:
+            self.functional = False
 
     def ints(self, name):
         return [int(v) for v in np.array(self.host[name]).reshape(-1)]
@@ -154,6 +188,15 @@ class Program:
                 if len(outs) > 3 and outs[3]:
                     v[outs[3]] = s
             return skip
+        if op == "AllReduce" and self.functional:
+            import torch.distributed._functional_collectives as funcol
+            group = self.dist.group.WORLD
+            return lambda v: v.__setitem__(outs[0], funcol.all_reduce(v[ins[0]], "sum", group))
+        if op == "AllGather" and self.functional:
+            import torch.distributed._functional_collectives as funcol
+            group, axis = self.dist.group.WORLD, at.get("axis", 0)
+            return lambda v: v.__setitem__(
+                outs[0], funcol.all_gather_tensor(v[ins[0]].contiguous(), axis, group))
         if op == "AllReduce":
             dist = self.dist
 
@@ -212,21 +255,92 @@ class Program:
             feeds[name] = (self.torch.rand(dims, generator=g) * 2 - 1).to(dt).to(self.device)
         return feeds
 
-    def run(self, feeds):
+    def run(self, feeds, steps=None):
         v = dict(self.consts)
         v.update(feeds)
-        for s in self.steps:
+        for s in self.steps if steps is None else steps:
             s(v)
         return [v[o] for o in self.outputs]
+
+
+def first_line(e):
+    text = ("%s: %s" % (type(e).__name__, e)).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def compiled_mode(torch, prog, feeds, a, timed, say, sync):
+    """The compile mode: (us per step, details) or (None, details with "error")."""
+    cg_modes = ("reduce-overhead", "max-autotune")
+    mode = None if a.compile_mode == "default" else a.compile_mode
+    steps = prog.functional_steps()
+    info = {"compile_mode": a.compile_mode}
+    if a.compile_mode in cg_modes:
+        for t in list(prog.consts.values()) + list(feeds.values()):
+            torch._dynamo.mark_static_address(t)
+    fn = None
+    notes = []
+    for fullgraph in (True, False):
+        try:
+            torch._dynamo.reset()
+            cand = torch.compile(lambda f: prog.run(f, steps), mode=mode, fullgraph=fullgraph,
+                                 dynamic=False)
+            t0 = time.perf_counter()
+            for _ in range(3):  # compiles on the first call
+                cand(feeds)
+            sync()
+            info["compile_s"] = round(time.perf_counter() - t0, 1)
+            info["fullgraph"] = fullgraph
+            fn = cand
+            break
+        except Exception as e:  # noqa: BLE001 (any failure: report it, keep the others)
+            notes.append("fullgraph=%s: %s" % (fullgraph, first_line(e)))
+            say("torch.compile failed (fullgraph=%s): %s" % (fullgraph, first_line(e)))
+    if notes:
+        info["compile_notes"] = notes
+    if fn is None:
+        info["error"] = "torch.compile failed: " + "; ".join(notes)
+        return None, info
+    say("compiled in %.1f s (fullgraph=%s)" % (info["compile_s"], info["fullgraph"]))
+    if a.compile_mode in cg_modes:
+        info["cuda_graph"] = "inductor"
+        return timed(lambda: fn(feeds)), info
+    if prog.device.type != "cuda":
+        info["cuda_graph"] = None
+        return timed(lambda: fn(feeds)), info
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn(feeds)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn(feeds)
+        info["cuda_graph"] = "torch.cuda.graph"
+        return timed(graph.replay), info
+    except Exception as e:  # noqa: BLE001
+        say("capture of the compiled step failed, timing it without a graph: %s" % first_line(e))
+        sync()
+        info["cuda_graph"] = None
+        info["capture_error"] = first_line(e)
+        return timed(lambda: fn(feeds)), info
 
 
 def worker(rank, world, a, port, q):
     import torch
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
-    dev = torch.device("cuda", rank)
+    if a.device == "cpu":
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dev = torch.device("cpu")
+        sync = (lambda: None)
+    else:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world,
+                                device_id=torch.device("cuda", rank))
+        dev = torch.device("cuda", rank)
+        sync = torch.cuda.synchronize
     prog = Program(torch, dist, a.model.replace("{rank}", str(rank)), dev)
     feeds = prog.random_inputs(a.seed)
     say = (lambda m: print("rank %d: %s" % (rank, m), file=sys.stderr, flush=True))
@@ -235,41 +349,58 @@ def worker(rank, world, a, port, q):
     def timed(fn):
         for _ in range(a.warmup):
             fn()
-        torch.cuda.synchronize()
+        sync()
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(a.iters):
             fn()
-        torch.cuda.synchronize()
+        sync()
         us = (time.perf_counter() - t0) / a.iters * 1e6
         t = torch.tensor([us], device=dev)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
-    results = []
-    with torch.inference_mode():
-        results.append(("eager", timed(lambda: prog.run(feeds))))
-        say("eager done")
-        # CUDA graph: warm up on a side stream, capture one step, replay
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                prog.run(feeds)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            prog.run(feeds)
-        say("captured")
-        results.append(("cuda-graph", timed(graph.replay)))
-        say("cuda graph done")
-    if rank == 0:
+    if dev.type == "cuda":
         name = torch.cuda.get_device_name(rank)
-        for mode, us in results:
-            q.put(json.dumps({"impl": "torch", "mode": mode, "label": a.label, "world": world,
-                              "us_per_step": round(us, 2), "device": name,
-                              "torch": torch.__version__,
-                              "nccl": ".".join(map(str, torch.cuda.nccl.version()))}))
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    else:
+        name, nccl = "cpu", None
+
+    def report(mode, us, extra=None):
+        if rank != 0:
+            return
+        row = {"impl": "torch", "mode": mode, "label": a.label, "world": world}
+        if us is not None:
+            row["us_per_step"] = round(us, 2)
+        row.update(extra or {})
+        row.update(device=name, torch=torch.__version__, nccl=nccl,
+                   iters=a.iters, warmup=a.warmup)
+        q.put(json.dumps(row))
+
+    modes = a.modes.split(",")
+    with torch.inference_mode():
+        if "eager" in modes:
+            report("eager", timed(lambda: prog.run(feeds)))
+            say("eager done")
+        if "cuda-graph" in modes and dev.type == "cuda":
+            # CUDA graph: warm up on a side stream, capture one step, replay
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    prog.run(feeds)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                prog.run(feeds)
+            say("captured")
+            report("cuda-graph", timed(graph.replay))
+            del graph
+            say("cuda graph done")
+        if "compile" in modes:
+            us, info = compiled_mode(torch, prog, feeds, a, timed, say, sync)
+            report("compile", us, info)
+            say("compile done" if us is not None else "compile: no time (%s)" % info["error"])
     dist.barrier()
     dist.destroy_process_group()
 
@@ -283,7 +414,20 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--label", default="")
     ap.add_argument("--port", type=int, default=29511)
+    ap.add_argument("--modes", default="eager,cuda-graph,compile",
+                    help="comma-separated: eager, cuda-graph, compile")
+    ap.add_argument("--compile-mode", default="default",
+                    choices=("default", "reduce-overhead", "max-autotune",
+                             "max-autotune-no-cudagraphs"),
+                    help="torch.compile mode of the compile mode")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: gloo on the CPU, a check without GPUs (no CUDA graphs)")
+    ap.add_argument("--timeout", type=float, default=0,
+                    help="seconds for the whole run (0: no limit)")
     a = ap.parse_args()
+    bad_modes = set(a.modes.split(",")) - {"eager", "cuda-graph", "compile"}
+    if bad_modes:
+        ap.error("unknown mode(s): %s" % ", ".join(sorted(bad_modes)))
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -293,17 +437,37 @@ def main():
     import queue
     # Rank 0 sends one line per mode; print them as they come, so that a
     # slow process-group shutdown cannot hold the results back.
-    want, got, bad = 2, 0, 0
+    modes = a.modes.split(",")
+    want = len(modes) - (a.device == "cpu" and "cuda-graph" in modes)
+    got = bad = 0
+    deadline = time.monotonic() + a.timeout if a.timeout > 0 else None
+    late = False
     while got < want and any(p.is_alive() for p in procs):
+        if deadline is not None and time.monotonic() > deadline:
+            late = True
+            break
         try:
             print(q.get(timeout=1), flush=True)
             got += 1
         except queue.Empty:
             pass
+    while got < want:  # rows sent just before the workers ended
+        try:
+            print(q.get(timeout=1), flush=True)
+            got += 1
+        except queue.Empty:
+            break
+    if late:
+        print("torch_decode_peer: %d of %d modes measured within --timeout %g s; stopping the workers"
+              % (got, want, a.timeout), file=sys.stderr, flush=True)
     for p in procs:
-        p.join(timeout=30)
+        p.join(timeout=5 if late else 30)
         if p.is_alive():
             p.terminate()
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+            bad += 1
         elif p.exitcode:
             bad += 1
     return 1 if bad or got < want else 0

@@ -4,87 +4,181 @@
 #   unfused-nccl  tpfuse, the unfused graph, every all-reduce through NCCL
 #   unfused       tpfuse, the unfused graph (all-reduces one-shot where they fit)
 #   fused         tpfuse, the default pipeline's graph (fused AR + norm kernels)
-#   torch         the PyTorch peer (same ONNX weights, torch.distributed NCCL)
+#   torch         the PyTorch peer (same ONNX weights, torch.distributed NCCL),
+#                 eager, CUDA graph, and torch.compile + CUDA graph (mode
+#                 "compile"; a compile that fails is reported, the rest stands)
 # With TPF_BENCH_FP8=1 also the dense_fp8 example: FP8 operands dequantized
 # before bf16 GEMMs, FP8 GEMMs on the codes, and fused.
+# Before the timings: every GPU's device-to-device copy bandwidth (1 GiB)
+# and, per batch, the per-rank bytes of weights and KV cache a step reads;
+# bench/decode_report.py adds the roofline (bytes / bandwidth) and each
+# time's multiple of it to the rows and prints the summary.
 # Needs a build from scripts/gpu-build.sh.
 #
 # Usage: bench/gpu/run-decode.sh BUILDDIR OUTDIR [BATCHES]
-#   model size: TPF_BENCH_SIZE (default below: 4 layers, hidden 2048,
-#   16 heads / 8 KV heads of 128, ffn 5632, KV cache of 256 tokens, bf16)
+#   TPF_BENCH_PRESET  model sizes (default dense-small):
+#     dense-small  4 layers, hidden 2048, 16 heads / 8 KV heads of 128,
+#                  ffn 5632, KV cache of 256 tokens, bf16; 200 timed steps
+#                  after 20 warm-up steps
+#     llama3-8b    Llama-3-8B layer shapes: 4 layers, hidden 4096, 32 heads /
+#                  8 KV heads of 128, ffn 14336, KV cache of 1024 tokens,
+#                  bf16 (weights from --tiled-weights); 100 timed steps after
+#                  10 warm-up steps; the models are deleted after their batch
+#   TPF_BENCH_SIZE    tpmodels.py size options instead of the preset's
+#   TPF_BENCH_ITERS, TPF_BENCH_WARMUP   timed and warm-up steps
+#   TPF_BENCH_TORCH_MODES   the peer's modes (default eager,cuda-graph,compile)
+#   TPF_BENCH_COMPILE_MODE  torch.compile mode (default: default, then
+#                           torch.cuda.graph capture)
+#   TPF_BENCH_WORK    folder for the generated models (default OUTDIR)
+#   TPF_BENCH_KEEP_MODELS=1 keeps them (llama3-8b: 1.75 GB per batch)
+#   TPF_BENCH_FP8=1   adds the dense_fp8 example
+#   TPF_BENCH_BUDGET  seconds the whole run may take (llama3-8b: 540, else
+#                     0: no limit): each step runs under `timeout` for at
+#                     most what is left, one with too little left is skipped,
+#                     and the summary is still printed
+# Writes OUTDIR/device.txt, OUTDIR/decode.jsonl (one JSON object per line:
+# config, copy-bandwidth, roofline and timing rows), OUTDIR/summary.txt
+# (the report) and the logs OUTDIR/models-bB.*.log.
 set -euo pipefail
 build=${1:?build dir}
 out=${2:?output dir}
 batches=${3:-1 8 64}
-size=${TPF_BENCH_SIZE:---layers 4 --hidden 2048 --heads 16 --kv-heads 8 --head-dim 128 --ffn 5632 --past 256}
-iters=${TPF_BENCH_ITERS:-200}
+preset=${TPF_BENCH_PRESET:-dense-small}
+case $preset in
+dense-small)
+	psize="--layers 4 --hidden 2048 --heads 16 --kv-heads 8 --head-dim 128 --ffn 5632 --past 256"
+	piters=200 pwarmup=20 pgen="--ranks-only" pkeep=1 ptimeout=300 pbudget=0 ;;
+llama3-8b)
+	psize="--layers 4 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 --past 1024"
+	piters=100 pwarmup=10 pgen="--ranks-only --tiled-weights" pkeep=0 ptimeout=240 pbudget=540 ;;
+*)
+	echo "run-decode.sh: unknown TPF_BENCH_PRESET '$preset' (dense-small, llama3-8b)" >&2
+	exit 2 ;;
+esac
+size=${TPF_BENCH_SIZE:-$psize}
+iters=${TPF_BENCH_ITERS:-$piters}
+warmup=${TPF_BENCH_WARMUP:-$pwarmup}
+torch_modes=${TPF_BENCH_TORCH_MODES:-eager,cuda-graph,compile}
+compile_mode=${TPF_BENCH_COMPILE_MODE:-default}
+keep=${TPF_BENCH_KEEP_MODELS:-$pkeep}
+budget=${TPF_BENCH_BUDGET:-$pbudget}
 mkdir -p "$out"
+work=${TPF_BENCH_WORK:-$out}
+mkdir -p "$work"
+# shellcheck source=/dev/null
 [ -f "$build/gpu-env.sh" ] && . "$build/gpu-env.sh"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+t0=$(date +%s)
+say() { echo "==> [$(($(date +%s) - t0)) s] $*"; }
+# limit SECONDS: SECONDS, or what is left of the budget when that is less
+limit() {
+	local left=$((budget - ($(date +%s) - t0)))
+	[ "$left" -gt 0 ] || left=1
+	if [ "$budget" -gt 0 ] && [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
 nvidia-smi -L | tee "$out/device.txt"
+# what torch.compile needs besides torch: Triton, a C compiler and Python.h
+python3 - >> "$out/device.txt" 2>&1 <<'PY' || true
+import importlib.metadata as md, os, shutil, sys, sysconfig
+def ver(p):
+    try:
+        return md.version(p)
+    except md.PackageNotFoundError:
+        return None
+inc = sysconfig.get_paths()["include"]
+print("python %s, torch %s, triton %s, onnx %s; gcc %s; Python.h %s"
+      % (sys.version.split()[0], ver("torch"), ver("triton"), ver("onnx"), shutil.which("gcc"),
+         "found" if os.path.exists(os.path.join(inc, "Python.h")) else "missing in " + inc))
+PY
 res="$out/decode.jsonl"
 : > "$res"
+python3 - "$preset" "$size" "$iters" "$warmup" "$batches" "$torch_modes" "$compile_mode" >> "$res" <<'PY'
+import json, sys
+k = ("preset", "size", "iters", "warmup", "batches", "torch_modes", "compile_mode")
+row = dict(zip(k, sys.argv[1:]))
+row["iters"], row["warmup"] = int(row["iters"]), int(row["warmup"])
+print(json.dumps({"impl": "config", **row}))
+PY
+
+# Every batch's models, generated in parallel before anything is timed,
+# each followed by its per-rank byte count (decode_roofline.py bytes).
+gen() { # FAMILY BATCH DIR
+	local fam=$1 b=$2 dir=$3
+	# shellcheck disable=SC2086
+	timeout "$(limit 300)" python3 "$here/../examples/tpmodels.py" "$fam" --world-size 2 --out "$dir" \
+		--dtype bfloat16 --batch "$b" $size $pgen > "$dir.gen-$fam.log" 2>&1 &&
+		python3 "$here/decode_roofline.py" bytes "$dir/$fam.rank{rank}.onnx" --label "batch=$b" \
+			--model-name "$fam" > "$dir.roofline-$fam.jsonl" 2>> "$dir.gen-$fam.log"
+}
+say "generating the models ($preset: $size)"
+pids=()
+for b in $batches; do
+	dir=$work/models-b$b
+	mkdir -p "$dir"
+	gen dense "$b" "$dir" &
+	pids+=($!)
+	if [ -n "${TPF_BENCH_FP8:-}" ]; then
+		gen dense_fp8 "$b" "$dir" &
+		pids+=($!)
+	fi
+done
+# the GPUs' copy bandwidth meanwhile (the generators use the CPUs only)
+python3 "$here/decode_roofline.py" bandwidth --mib 1024 >> "$res" 2> "$out/bandwidth.log" ||
+	echo "copy bandwidth: not measured (see $out/bandwidth.log)"
+gen_failed=0
+for p in "${pids[@]}"; do
+	wait "$p" || gen_failed=1
+done
+[ "$gen_failed" = 0 ] || echo "model generation failed for some batch (see $work/models-b*.gen-*.log)"
+say "models ready"
+
 td() { # tpfuse decode: MODEL LABEL [bench-decode options]
-	local model=$1 label=$2
+	local model=$1 label=$2 lim
 	shift 2
-	mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
-		"$build/bench/bench-decode" "$model" --backend cuda --iters "$iters" --warmup 20 \
-		--label "$label" "$@" | tee -a "$res"
+	lim=$(limit 300)
+	if [ "$lim" -lt 20 ]; then
+		echo "bench-decode $label $*: skipped (${lim} s of the budget left)"
+		return
+	fi
+	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
+		"$build/bench/bench-decode" "$model" --backend cuda --iters "$iters" --warmup "$warmup" \
+		--label "$label" "$@" | tee -a "$res" ||
+		echo "bench-decode $model $label $*: failed (exit ${PIPESTATUS[0]})"
 }
 for b in $batches; do
-	dir=$out/models-b$b
-	# shellcheck disable=SC2086
-	python3 examples/tpmodels.py dense --world-size 2 --out "$dir" --dtype bfloat16 --batch "$b" $size \
-		> "$dir.gen.log" 2>&1
+	dir=$work/models-b$b
 	m="$dir/dense.rank{rank}.onnx"
-	td "$m" "batch=$b" --no-oneshot --variant unfused-nccl
-	td "$m" "batch=$b"
-	td "$m" "batch=$b" --optimize
-	python3 bench/torch_decode_peer.py --model "$m" --iters "$iters" \
-		--warmup 20 --label "batch=$b" 2>"$dir.torch.log" | tee -a "$res"
+	cat "$dir.roofline-dense.jsonl" >> "$res" 2>/dev/null || true
+	if [ -f "$dir/dense.rank0.onnx" ]; then
+		say "batch $b: tpfuse"
+		td "$m" "batch=$b" --no-oneshot --variant unfused-nccl
+		td "$m" "batch=$b"
+		td "$m" "batch=$b" --optimize
+		lim=$(limit "$ptimeout")
+		if [ "$lim" -lt 40 ]; then
+			echo "torch peer batch=$b: skipped (${lim} s of the budget left)"
+		else
+			say "batch $b: PyTorch peer ($torch_modes)"
+			timeout --kill-after=15 "$lim" python3 "$here/torch_decode_peer.py" --model "$m" \
+				--iters "$iters" --warmup "$warmup" --label "batch=$b" --modes "$torch_modes" \
+				--compile-mode "$compile_mode" --timeout $((lim - 15)) \
+				2>"$dir.torch.log" | tee -a "$res" ||
+				echo "torch peer batch=$b: exit ${PIPESTATUS[0]} (see $dir.torch.log)"
+		fi
+	else
+		echo "batch $b: no model (see $dir.gen-dense.log)"
+	fi
 	if [ -n "${TPF_BENCH_FP8:-}" ]; then
-		# shellcheck disable=SC2086
-		python3 examples/tpmodels.py dense_fp8 --world-size 2 --out "$dir" --dtype bfloat16 --batch "$b" \
-			$size > "$dir.gen8.log" 2>&1
+		cat "$dir.roofline-dense_fp8.jsonl" >> "$res" 2>/dev/null || true
 		m8="$dir/dense_fp8.rank{rank}.onnx"
 		td "$m8" "batch=$b" --no-fp8-gemm --variant fp8-dequant
 		td "$m8" "batch=$b" --variant fp8-gemm
 		td "$m8" "batch=$b" --optimize --variant fp8-fused
 	fi
 	rm -f "$dir"/*.full.onnx
+	[ "$keep" = 1 ] || rm -f "$dir"/*.onnx
 done
-python3 - "$res" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-labels = sorted({r["label"] for r in rows}, key=lambda s: int(s.split("=")[1]))
-def get(lab, impl, variant, mode):
-    for r in rows:
-        if (r["label"] == lab and r["impl"] == impl and r.get("variant", variant) == variant
-                and r["mode"] == mode):
-            return r["us_per_step"]
-    return None
-cols = [("tpfuse", "unfused-nccl"), ("tpfuse", "unfused"), ("tpfuse", "fused"), ("torch", "torch")]
-variants8 = [v for v in ("fp8-dequant", "fp8-gemm", "fp8-fused") if any(r.get("variant") == v for r in rows)]
-cols += [("tpfuse", v) for v in variants8]
-for mode in ("eager", "cuda-graph"):
-    print(f"\n{mode} (us per decode step, slowest rank)")
-    print("%-10s" % "" + "".join("%15s" % v for _, v in cols))
-    for lab in labels:
-        vals = [get(lab, i, v, mode) for i, v in cols]
-        print("%-10s" % lab + "".join("%15s" % ("%.1f" % x if x else "-") for x in vals))
-print("\ntime ratios a/b, CUDA graph (> 1: b is faster)")
-for lab in labels:
-    t = get(lab, "torch", "torch", "cuda-graph")
-    u = get(lab, "tpfuse", "unfused", "cuda-graph")
-    n = get(lab, "tpfuse", "unfused-nccl", "cuda-graph")
-    f = get(lab, "tpfuse", "fused", "cuda-graph")
-    parts = []
-    if t and n: parts.append("torch/unfused-nccl %.2fx" % (t / n))
-    if t and u: parts.append("torch/unfused %.2fx" % (t / u))
-    if t and f: parts.append("torch/fused %.2fx" % (t / f))
-    if n and f: parts.append("unfused-nccl/fused %.2fx" % (n / f))
-    d8, g8 = get(lab, "tpfuse", "fp8-dequant", "cuda-graph"), get(lab, "tpfuse", "fp8-gemm", "cuda-graph")
-    if d8 and g8: parts.append("fp8 dequant/gemm %.2fx" % (d8 / g8))
-    print("%-10s %s" % (lab, ", ".join(parts)))
-PY
+say "done; summary"
+python3 "$here/decode_report.py" "$res" --annotate | tee "$out/summary.txt"
