@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Private to kernels/: what the CPU and the CUDA kernel of Conv, TopK and
- * the FP8 GEMM share beyond kernel-host.h: the operand checks (host; the
+/* Private to kernels/: what the CPU and the CUDA kernel of Conv, TopK,
+ * Attention and the FP8 GEMM share beyond kernel-host.h: the operand checks (host; the
  * same nodes are refused with the same message) and Conv's index
  * arithmetic (host and device). */
 #ifndef TPF_OP_GEOMETRY_H
 #define TPF_OP_GEOMETRY_H
+
+#include <string.h>
 
 #include "elementwise-ops.h" /* TPF_HD */
 
@@ -99,6 +101,48 @@ static inline enum tpf_status tpf_fp8_gemm_dims(const struct tpf_kernel_call *c,
 		return tpf_kfail(c, TPF_ERR_INVALID, "fp8 gemm: K differs (%lld vs %lld)",
 				 (long long)x->dims[x->rank - 1], (long long)*K);
 	*M = x->numel / *K;
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ Attention */
+
+/* Q, K, V [B, H, S or L, D], the optional mask and past K/V (inputs 3-5),
+ * Y and the optional present K/V (outputs 1-2), and the dims: B, Hq, S, D,
+ * Hk, L, Dv, P (past length) and T = P + L.  4-D operands only, past K
+ * and V together, their shapes consistent, Y [B, Hq, S, Dv]. */
+struct tpf_attention_ops {
+	const struct tpf_ktensor *q, *k, *v, *mask, *pk, *pv;
+	struct tpf_ktensor *y, *prk, *prv;
+	int64_t B, Hq, S, D, Hk, L, Dv, P, T;
+};
+
+static inline enum tpf_status tpf_attention_operands(const struct tpf_kernel_call *c,
+						     struct tpf_attention_ops *o)
+{
+	const struct tpf_ktensor *in[6] = {NULL};
+	memset(o, 0, sizeof(*o));
+	for (size_t i = 0; i < 6 && i < c->n_in; i++)
+		in[i] = i < 3 || c->in[i].data ? &c->in[i] : NULL;
+	o->q = in[0], o->k = in[1], o->v = in[2], o->mask = in[3], o->pk = in[4], o->pv = in[5];
+	o->y = &c->out[0];
+	o->prk = c->n_out > 1 && c->out[1].data ? &c->out[1] : NULL;
+	o->prv = c->n_out > 2 && c->out[2].data ? &c->out[2] : NULL;
+	if (o->q->rank != 4 || o->k->rank != 4 || o->v->rank != 4 || (o->pk && o->pk->rank != 4) ||
+	    (o->pv && o->pv->rank != 4))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only 4-D Q/K/V are supported");
+	if (!!o->pk != !!o->pv)
+		return tpf_kfail(c, TPF_ERR_INVALID, "past_key and past_value must come together");
+	o->B = o->q->dims[0], o->Hq = o->q->dims[1], o->S = o->q->dims[2], o->D = o->q->dims[3];
+	o->Hk = o->k->dims[1], o->L = o->k->dims[2], o->Dv = o->v->dims[3];
+	o->P = o->pk ? o->pk->dims[2] : 0;
+	o->T = o->P + o->L;
+	if (o->Hk <= 0 || o->Hq % o->Hk || o->k->dims[3] != o->D || o->v->dims[1] != o->Hk ||
+	    o->v->dims[2] != o->L ||
+	    (o->pk && (o->pk->dims[1] != o->Hk || o->pk->dims[3] != o->D || o->pv->dims[2] != o->P ||
+		       o->pv->dims[3] != o->Dv)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "Q/K/V/past shapes disagree");
+	if (o->y->numel != o->B * o->Hq * o->S * o->Dv)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only the 4-D output layout is supported");
 	return TPF_OK;
 }
 

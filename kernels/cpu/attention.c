@@ -6,31 +6,20 @@
  * is_causal, scale, softcap.  Outputs Y and optionally present_key /
  * present_value.  Float32 accumulation. */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <math.h>
 #include <string.h>
 
 TPF_CPU_KERNEL(tpf_cpu_attention)
 {
-	const struct tpf_ktensor *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
-	const struct tpf_ktensor *mask = c->n_in > 3 && c->in[3].data ? &c->in[3] : NULL;
-	const struct tpf_ktensor *pk = c->n_in > 4 && c->in[4].data ? &c->in[4] : NULL;
-	const struct tpf_ktensor *pv = c->n_in > 5 && c->in[5].data ? &c->in[5] : NULL;
-	struct tpf_ktensor *y = &c->out[0];
-	struct tpf_ktensor *prk = c->n_out > 1 && c->out[1].data ? &c->out[1] : NULL;
-	struct tpf_ktensor *prv = c->n_out > 2 && c->out[2].data ? &c->out[2] : NULL;
-	if (q->rank != 4 || k->rank != 4 || v->rank != 4 || (pk && pk->rank != 4) || (pv && pv->rank != 4))
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only 4-D Q/K/V are supported");
-	if (!!pk != !!pv)
-		return tpf_kfail(c, TPF_ERR_INVALID, "past_key and past_value must come together");
-	int64_t B = q->dims[0], Hq = q->dims[1], S = q->dims[2], D = q->dims[3];
-	int64_t Hk = k->dims[1], L = k->dims[2], Dv = v->dims[3];
-	int64_t P = pk ? pk->dims[2] : 0, T = P + L;
-	if (Hk <= 0 || Hq % Hk || k->dims[3] != D || v->dims[1] != Hk || v->dims[2] != L ||
-	    (pk && (pk->dims[1] != Hk || pk->dims[3] != D || pv->dims[2] != P || pv->dims[3] != Dv)))
-		return tpf_kfail(c, TPF_ERR_INVALID, "Q/K/V/past shapes disagree");
-	if (y->numel != B * Hq * S * Dv)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only the 4-D output layout is supported");
+	struct tpf_attention_ops o;
+	enum tpf_status st = tpf_attention_operands(c, &o);
+	if (st)
+		return st;
+	const struct tpf_ktensor *q = o.q, *k = o.k, *v = o.v, *mask = o.mask, *pk = o.pk, *pv = o.pv;
+	struct tpf_ktensor *y = o.y, *prk = o.prk, *prv = o.prv;
+	int64_t B = o.B, Hq = o.Hq, S = o.S, D = o.D, Hk = o.Hk, L = o.L, Dv = o.Dv, P = o.P, T = o.T;
 	struct tpf_attention_attrs at;
 	tpf_attention_attrs(c, D, &at);
 	float scale = at.scale, softcap = at.softcap;

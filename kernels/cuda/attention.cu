@@ -5,6 +5,7 @@
 // front of K/V, is_causal, scale, softcap; present_key/present_value.
 // One block per query row; the row's scores live in shared memory, float32.
 #include "cuda-common.cuh"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -123,28 +124,14 @@ __global__ void present_kernel(AttnArgs a)
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 {
-	const struct tpf_ktensor *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
-	const struct tpf_ktensor *mask = c->n_in > 3 && c->in[3].data ? &c->in[3] : NULL;
-	const struct tpf_ktensor *pk = c->n_in > 4 && c->in[4].data ? &c->in[4] : NULL;
-	const struct tpf_ktensor *pv = c->n_in > 5 && c->in[5].data ? &c->in[5] : NULL;
-	struct tpf_ktensor *y = &c->out[0];
-	struct tpf_ktensor *prk = c->n_out > 1 && c->out[1].data ? &c->out[1] : NULL;
-	struct tpf_ktensor *prv = c->n_out > 2 && c->out[2].data ? &c->out[2] : NULL;
-	if (q->rank != 4 || k->rank != 4 || v->rank != 4 || (pk && pk->rank != 4) || (pv && pv->rank != 4))
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only 4-D Q/K/V are supported");
-	if (!!pk != !!pv)
-		return tpf_kfail(c, TPF_ERR_INVALID, "past_key and past_value must come together");
 	AttnArgs a;
+	struct tpf_attention_ops o;
+	enum tpf_status chk = tpf_attention_operands(c, &o);
+	if (chk)
+		return chk;
+	const struct tpf_ktensor *q = o.q, *k = o.k, *v = o.v, *mask = o.mask, *pk = o.pk, *pv = o.pv;
 	memset(&a, 0, sizeof(a));
-	a.B = q->dims[0], a.Hq = q->dims[1], a.S = q->dims[2], a.D = q->dims[3];
-	a.Hk = k->dims[1], a.L = k->dims[2], a.Dv = v->dims[3];
-	a.P = pk ? pk->dims[2] : 0;
-	a.T = a.P + a.L;
-	if (a.Hk <= 0 || a.Hq % a.Hk || k->dims[3] != a.D || v->dims[1] != a.Hk || v->dims[2] != a.L ||
-	    (pk && (pk->dims[1] != a.Hk || pk->dims[3] != a.D || pv->dims[2] != a.P || pv->dims[3] != a.Dv)))
-		return tpf_kfail(c, TPF_ERR_INVALID, "Q/K/V/past shapes disagree");
-	if (y->numel != a.B * a.Hq * a.S * a.Dv)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only the 4-D output layout is supported");
+	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
 	for (size_t i = 0; i < c->n_in; i++)
 		if (c->in[i].data && i != 3 && !tpfc_float_ok(c->in[i].dtype))
 			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda",
@@ -179,15 +166,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 		a.pk = pk->data, a.pv = pv->data;
 		a.dpk = pk->dtype, a.dpv = pv->dtype;
 	}
-	a.y = y->data;
-	a.dy = y->dtype;
-	if (prk) {
-		a.prk = prk->data;
-		a.dprk = prk->dtype;
+	a.y = o.y->data;
+	a.dy = o.y->dtype;
+	if (o.prk) {
+		a.prk = o.prk->data;
+		a.dprk = o.prk->dtype;
 	}
-	if (prv) {
-		a.prv = prv->data;
-		a.dprv = prv->dtype;
+	if (o.prv) {
+		a.prv = o.prv->data;
+		a.dprv = o.prv->dtype;
 	}
 	cudaStream_t st = tpfc_stream(c);
 	int64_t rows = a.B * a.Hq * a.S;
@@ -202,7 +189,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 		if (e)
 			return e;
 	}
-	if (prk || prv) {
+	if (o.prk || o.prv) {
 		int64_t n = a.B * a.Hk * a.T * (a.D + a.Dv);
 		if (n > 0) {
 			present_kernel<<<tpfc_blocks(n, 256), 256, 0, st>>>(a);
