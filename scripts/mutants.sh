@@ -36,8 +36,8 @@ mutant importer-float-attr ir/onnx-import.c \
 	"onnx-node-tests fuse-rmsnorm" \
 	"the importer truncates float attributes to integers (epsilon 1e-5 becomes 0, alpha 0.5 becomes 0)"
 
-mutant verifier-mixed-dtypes ir/verify.c \
-	's|^\(\t*\)} else if (dt != ref) {$|\1} else if (dt != ref \&\& 0) {|' \
+mutant verifier-mixed-dtypes ir/ops/shape.c \
+	's|^\(\t*\)} else if (c->in\[first\[o->type\]\].dtype != dt) {$|\1} else if (c->in[first[o->type]].dtype != dt \&\& 0) {|' \
 	"verify malformed" \
 	"the verifier accepts inputs of different dtypes where an op needs one dtype"
 
