@@ -681,6 +681,13 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 	enum tpf_status st;
 
 	*changed = 0;
+	/* every form negates half of x: without a Neg there is nothing to do
+	 * (and no reason to verify the model at opset 23) */
+	int has_neg = m->graph->n_children > 0 || m->n_functions > 0;
+	for (struct tpf_node *n = m->graph->first; n && !has_neg; n = n->next)
+		has_neg = n->op == TPF_OP_NEG;
+	if (!has_neg)
+		return TPF_OK;
 	if (opset >= 0 && opset < 23) {
 		/* RotaryEmbedding needs opset 23: raise the model's, if it still
 		 * verifies there */
