@@ -44,6 +44,7 @@ set before NCCL starts).
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -434,6 +435,13 @@ def main():
     procs = [ctx.Process(target=worker, args=(r, a.world_size, a, a.port, q)) for r in range(a.world_size)]
     for p in procs:
         p.start()
+
+    def stop(signum, _frame):  # killed from outside (timeout): take the workers along
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
     import queue
     # Rank 0 sends one line per mode; print them as they come, so that a
     # slow process-group shutdown cannot hold the results back.
@@ -461,12 +469,13 @@ def main():
         print("torch_decode_peer: %d of %d modes measured within --timeout %g s; stopping the workers"
               % (got, want, a.timeout), file=sys.stderr, flush=True)
     for p in procs:
-        p.join(timeout=5 if late else 30)
-        if p.is_alive():
+        if late and p.is_alive():
             p.terminate()
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    for p in procs:
+        p.join(timeout=10 if late else 30)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
             bad += 1
         elif p.exitcode:
             bad += 1

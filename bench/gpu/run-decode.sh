@@ -23,13 +23,15 @@
 #     llama3-8b    Llama-3-8B layer shapes: 4 layers, hidden 4096, 32 heads /
 #                  8 KV heads of 128, ffn 14336, KV cache of 1024 tokens,
 #                  bf16 (weights from --tiled-weights); 100 timed steps after
-#                  10 warm-up steps; the models are deleted after their batch
+#                  10 warm-up steps; the models go to $TMPDIR/tpfuse-decode-
+#                  llama3-8b and are deleted after their batch
 #   TPF_BENCH_SIZE    tpmodels.py size options instead of the preset's
 #   TPF_BENCH_ITERS, TPF_BENCH_WARMUP   timed and warm-up steps
 #   TPF_BENCH_TORCH_MODES   the peer's modes (default eager,cuda-graph,compile)
 #   TPF_BENCH_COMPILE_MODE  torch.compile mode (default: default, then
 #                           torch.cuda.graph capture)
-#   TPF_BENCH_WORK    folder for the generated models (default OUTDIR)
+#   TPF_BENCH_PEER_ARGS     more torch_decode_peer.py options
+#   TPF_BENCH_WORK    folder for the generated models (dense-small: OUTDIR)
 #   TPF_BENCH_KEEP_MODELS=1 keeps them (llama3-8b: 1.75 GB per batch)
 #   TPF_BENCH_FP8=1   adds the dense_fp8 example
 #   TPF_BENCH_BUDGET  seconds the whole run may take (llama3-8b: 540, else
@@ -38,7 +40,8 @@
 #                     and the summary is still printed
 # Writes OUTDIR/device.txt, OUTDIR/decode.jsonl (one JSON object per line:
 # config, copy-bandwidth, roofline and timing rows), OUTDIR/summary.txt
-# (the report) and the logs OUTDIR/models-bB.*.log.
+# (the report), OUTDIR/bandwidth.log and per batch B the logs
+# OUTDIR/models-bB.gen-FAMILY.log and OUTDIR/models-bB.torch.log.
 set -euo pipefail
 build=${1:?build dir}
 out=${2:?output dir}
@@ -47,10 +50,11 @@ preset=${TPF_BENCH_PRESET:-dense-small}
 case $preset in
 dense-small)
 	psize="--layers 4 --hidden 2048 --heads 16 --kv-heads 8 --head-dim 128 --ffn 5632 --past 256"
-	piters=200 pwarmup=20 pgen="--ranks-only" pkeep=1 ptimeout=300 pbudget=0 ;;
+	piters=200 pwarmup=20 pgen="--ranks-only" pkeep=1 ptimeout=300 pbudget=0 pwork=$out ;;
 llama3-8b)
 	psize="--layers 4 --hidden 4096 --heads 32 --kv-heads 8 --head-dim 128 --ffn 14336 --past 1024"
-	piters=100 pwarmup=10 pgen="--ranks-only --tiled-weights" pkeep=0 ptimeout=240 pbudget=540 ;;
+	piters=100 pwarmup=10 pgen="--ranks-only --tiled-weights" pkeep=0 ptimeout=240 pbudget=540
+	pwork=${TMPDIR:-/tmp}/tpfuse-decode-llama3-8b ;;
 *)
 	echo "run-decode.sh: unknown TPF_BENCH_PRESET '$preset' (dense-small, llama3-8b)" >&2
 	exit 2 ;;
@@ -60,10 +64,11 @@ iters=${TPF_BENCH_ITERS:-$piters}
 warmup=${TPF_BENCH_WARMUP:-$pwarmup}
 torch_modes=${TPF_BENCH_TORCH_MODES:-eager,cuda-graph,compile}
 compile_mode=${TPF_BENCH_COMPILE_MODE:-default}
+read -r -a peer_args <<<"${TPF_BENCH_PEER_ARGS:-}"
 keep=${TPF_BENCH_KEEP_MODELS:-$pkeep}
 budget=${TPF_BENCH_BUDGET:-$pbudget}
 mkdir -p "$out"
-work=${TPF_BENCH_WORK:-$out}
+work=${TPF_BENCH_WORK:-$pwork}
 mkdir -p "$work"
 # shellcheck source=/dev/null
 [ -f "$build/gpu-env.sh" ] && . "$build/gpu-env.sh"
@@ -104,23 +109,24 @@ PY
 
 # Every batch's models, generated in parallel before anything is timed,
 # each followed by its per-rank byte count (decode_roofline.py bytes).
-gen() { # FAMILY BATCH DIR
-	local fam=$1 b=$2 dir=$3
+gen() { # FAMILY BATCH: models into $work/models-bBATCH, logs into $out
+	local fam=$1 b=$2 dir=$work/models-b$2 lg=$out/models-b$2
 	# shellcheck disable=SC2086
 	timeout "$(limit 300)" python3 "$here/../examples/tpmodels.py" "$fam" --world-size 2 --out "$dir" \
-		--dtype bfloat16 --batch "$b" $size $pgen > "$dir.gen-$fam.log" 2>&1 &&
+		--dtype bfloat16 --batch "$b" $size $pgen > "$lg.gen-$fam.log" 2>&1 &&
 		python3 "$here/decode_roofline.py" bytes "$dir/$fam.rank{rank}.onnx" --label "batch=$b" \
-			--model-name "$fam" > "$dir.roofline-$fam.jsonl" 2>> "$dir.gen-$fam.log"
+			--model-name "$fam" > "$lg.roofline-$fam.jsonl" 2>> "$lg.gen-$fam.log"
 }
 say "generating the models ($preset: $size)"
 pids=()
 for b in $batches; do
 	dir=$work/models-b$b
 	mkdir -p "$dir"
-	gen dense "$b" "$dir" &
+	rm -f "$dir"/*.onnx # a killed run's
+	gen dense "$b" &
 	pids+=($!)
 	if [ -n "${TPF_BENCH_FP8:-}" ]; then
-		gen dense_fp8 "$b" "$dir" &
+		gen dense_fp8 "$b" &
 		pids+=($!)
 	fi
 done
@@ -131,7 +137,7 @@ gen_failed=0
 for p in "${pids[@]}"; do
 	wait "$p" || gen_failed=1
 done
-[ "$gen_failed" = 0 ] || echo "model generation failed for some batch (see $work/models-b*.gen-*.log)"
+[ "$gen_failed" = 0 ] || echo "model generation failed for some batch (see $out/models-b*.gen-*.log)"
 say "models ready"
 
 td() { # tpfuse decode: MODEL LABEL [bench-decode options]
@@ -147,38 +153,49 @@ td() { # tpfuse decode: MODEL LABEL [bench-decode options]
 		--label "$label" "$@" | tee -a "$res" ||
 		echo "bench-decode $model $label $*: failed (exit ${PIPESTATUS[0]})"
 }
+# tpfuse first (every batch), then the PyTorch peer: what a budget cuts
+# short is the peer's last batches, and the compile mode before the others
 for b in $batches; do
 	dir=$work/models-b$b
-	m="$dir/dense.rank{rank}.onnx"
-	cat "$dir.roofline-dense.jsonl" >> "$res" 2>/dev/null || true
+	cat "$out/models-b$b.roofline-dense.jsonl" >> "$res" 2>/dev/null || true
 	if [ -f "$dir/dense.rank0.onnx" ]; then
 		say "batch $b: tpfuse"
+		m="$dir/dense.rank{rank}.onnx"
 		td "$m" "batch=$b" --no-oneshot --variant unfused-nccl
 		td "$m" "batch=$b"
 		td "$m" "batch=$b" --optimize
-		lim=$(limit "$ptimeout")
-		if [ "$lim" -lt 40 ]; then
-			echo "torch peer batch=$b: skipped (${lim} s of the budget left)"
-		else
-			say "batch $b: PyTorch peer ($torch_modes)"
-			timeout --kill-after=15 "$lim" python3 "$here/torch_decode_peer.py" --model "$m" \
-				--iters "$iters" --warmup "$warmup" --label "batch=$b" --modes "$torch_modes" \
-				--compile-mode "$compile_mode" --timeout $((lim - 15)) \
-				2>"$dir.torch.log" | tee -a "$res" ||
-				echo "torch peer batch=$b: exit ${PIPESTATUS[0]} (see $dir.torch.log)"
-		fi
 	else
-		echo "batch $b: no model (see $dir.gen-dense.log)"
+		echo "batch $b: no model (see $out/models-b$b.gen-dense.log)"
 	fi
 	if [ -n "${TPF_BENCH_FP8:-}" ]; then
-		cat "$dir.roofline-dense_fp8.jsonl" >> "$res" 2>/dev/null || true
+		cat "$out/models-b$b.roofline-dense_fp8.jsonl" >> "$res" 2>/dev/null || true
 		m8="$dir/dense_fp8.rank{rank}.onnx"
 		td "$m8" "batch=$b" --no-fp8-gemm --variant fp8-dequant
 		td "$m8" "batch=$b" --variant fp8-gemm
 		td "$m8" "batch=$b" --optimize --variant fp8-fused
 	fi
+done
+n_after=$(echo "$batches" | wc -w)
+for b in $batches; do
+	dir=$work/models-b$b
+	n_after=$((n_after - 1))
+	lim=$ptimeout
+	left=$((budget - ($(date +%s) - t0) - 60 * n_after)) # 60 s kept for each later batch
+	if [ "$budget" -gt 0 ] && [ "$left" -lt "$lim" ]; then lim=$left; fi
+	if [ ! -f "$dir/dense.rank0.onnx" ]; then
+		echo "torch peer batch=$b: no model"
+	elif [ "$lim" -lt 60 ]; then
+		echo "torch peer batch=$b: skipped (${lim} s of the budget for it)"
+	else
+		say "batch $b: PyTorch peer ($torch_modes, at most $lim s)"
+		timeout --kill-after=15 "$lim" python3 "$here/torch_decode_peer.py" --model "$dir/dense.rank{rank}.onnx" \
+			--iters "$iters" --warmup "$warmup" --label "batch=$b" --modes "$torch_modes" \
+			--compile-mode "$compile_mode" --timeout $((lim - 30)) --port $((29511 + b)) \
+			"${peer_args[@]}" 2>"$out/models-b$b.torch.log" | tee -a "$res" ||
+			echo "torch peer batch=$b: exit ${PIPESTATUS[0]} (see $out/models-b$b.torch.log)"
+	fi
 	rm -f "$dir"/*.full.onnx
-	[ "$keep" = 1 ] || rm -f "$dir"/*.onnx
+	[ "$keep" = 1 ] || { rm -f "$dir"/*.onnx && rmdir "$dir" 2>/dev/null; } || true
 done
 say "done; summary"
 python3 "$here/decode_report.py" "$res" --annotate | tee "$out/summary.txt"
