@@ -189,13 +189,12 @@ class Program:
                 if len(outs) > 3 and outs[3]:
                     v[outs[3]] = s
             return skip
-        if op == "AllReduce" and self.functional:
+        if op in ("AllReduce", "AllGather") and self.functional:
             import torch.distributed._functional_collectives as funcol
             group = self.dist.group.WORLD
-            return lambda v: v.__setitem__(outs[0], funcol.all_reduce(v[ins[0]], "sum", group))
-        if op == "AllGather" and self.functional:
-            import torch.distributed._functional_collectives as funcol
-            group, axis = self.dist.group.WORLD, at.get("axis", 0)
+            if op == "AllReduce":
+                return lambda v: v.__setitem__(outs[0], funcol.all_reduce(v[ins[0]], "sum", group))
+            axis = at.get("axis", 0)
             return lambda v: v.__setitem__(
                 outs[0], funcol.all_gather_tensor(v[ins[0]].contiguous(), axis, group))
         if op == "AllReduce":
