@@ -126,6 +126,32 @@ static size_t count_fp8_self(const void *dnorm, const void *dq, size_t n, float 
 	return bad;
 }
 
+// FP8 group codes and scales that do not follow from the norm (host).
+static size_t check_fp8_group(const void *dnorm, const void *dq, const void *dsc, size_t n, int group, float floor_v)
+{
+	std::vector<__nv_bfloat16> y(n);
+	std::vector<unsigned char> q(n);
+	std::vector<float> sc(n / group);
+	CK(cudaMemcpy(y.data(), dnorm, n * 2, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(q.data(), dq, n, cudaMemcpyDeviceToHost));
+	CK(cudaMemcpy(sc.data(), dsc, n / group * 4, cudaMemcpyDeviceToHost));
+	size_t bad = 0;
+	for (size_t b = 0; b < n / group; b++) {
+		float amax = 0;
+		for (int i = 0; i < group; i++)
+			amax = fmaxf(amax, fabsf(__bfloat162float(y[b * group + i])));
+		float s = amax / 448.0f;
+		if (!(s >= floor_v))
+			s = floor_v;
+		bad += sc[b] != s;
+		for (int i = 0; i < group; i++)
+			bad += q[b * group + i] !=
+			       (unsigned char)__nv_cvt_float_to_fp8(__bfloat162float(y[b * group + i]) / s, __NV_SATFINITE,
+								    __NV_E4M3);
+	}
+	return bad;
+}
+
 static size_t count_diff_u8(const void *da, const void *db, size_t n)
 {
 	std::vector<unsigned char> a(n), b(n);
@@ -261,7 +287,22 @@ int main(int argc, char **argv)
 				CK(cudaStreamSynchronize(s));
 				fp4_bad += check_fp4(norm3, q3, q1, n, 0.02f);
 			}
-			two_same &= fp4_bad == 0;
+			// FP8 groups of 128 through both paths: codes and float32 scales
+			// from the kernel's own norm
+			struct tpf_cuda_norm_args oneg = one, twog = two;
+			oneg.group_out = twog.group_out = q3;
+			oneg.group_scales = twog.group_scales = q1;
+			oneg.group_floor = twog.group_floor = 1e-6f;
+			oneg.group = twog.group = 128;
+			oneg.norm_out = twog.norm_out = norm3;
+			size_t grp_bad = 0;
+			for (int pth = 0; pth < 2; pth++) {
+				CK(cudaMemset(q3, 0xff, n));
+				ok(tpf_cuda_arnorm_run(ar, pth ? &twog : &oneg, s, g_diag));
+				CK(cudaStreamSynchronize(s));
+				grp_bad += check_fp8_group(norm3, q3, q1, n, 128, 1e-6f);
+			}
+			two_same &= fp4_bad == 0 && grp_bad == 0;
 			uint64_t hsh[2] = {hash_dev(sum2, n * 2), hash_dev(norm2, n * 2)};
 			std::vector<uint64_t> all(2 * (size_t)world);
 			MPI_Allgather(hsh, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, MPI_COMM_WORLD);
@@ -296,8 +337,9 @@ int main(int argc, char **argv)
 				       t_unf, t_an, t_one, t_two, t_unf8, t_one8, t_two8, t_unf / fmin(t_one, t_two),
 				       t_unf8 / fmin(t_one8, t_two8), any_bad ? "  MISMATCH" : "");
 				printf("       max|norm diff| %.3g, max|sum diff| %.3g (bound %.3g), fp8 codes differing %zu/%zu "
-				       "(from its own norm %zu), nvfp4 codes/scales off %zu, two-shot %s one-shot, ranks %s\n",
-				       dn, ds, sum_bound, dq, n, dq_self, fp4_bad, two_same ? "==" : "!=",
+				       "(from its own norm %zu), nvfp4 codes/scales off %zu, fp8-group off %zu, two-shot %s "
+				       "one-shot, ranks %s\n",
+				       dn, ds, sum_bound, dq, n, dq_self, fp4_bad, grp_bad, two_same ? "==" : "!=",
 				       ranks_same ? "identical" : "DIFFER");
 				fflush(stdout);
 			}

@@ -281,8 +281,9 @@ int tpf_norm_attrs(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
 		a->quant = !strcmp(a->quant_name, "fp8")	   ? TPF_NORM_QUANT_FP8
 			   : !strcmp(a->quant_name, "nvfp4")	   ? TPF_NORM_QUANT_NVFP4
 			   : !strcmp(a->quant_name, "nvfp4-block") ? TPF_NORM_QUANT_NVFP4_BLOCK
+			   : !strcmp(a->quant_name, "fp8-group")   ? TPF_NORM_QUANT_FP8_GROUP
 								   : TPF_NORM_QUANT_OTHER;
-		a->block_size = tpf_node_attr_int(c->node, "block_size", 16);
+		a->block_size = tpf_node_attr_int(c->node, "block_size", a->quant == TPF_NORM_QUANT_FP8_GROUP ? 128 : 16);
 	}
 	if (a->axis < 0)
 		return -1;

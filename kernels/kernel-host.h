@@ -85,13 +85,15 @@ void tpf_attention_attrs(const struct tpf_kernel_call *c, int64_t head_dim,
  * SkipSimplifiedLayerNormalization), epsilon with the op's default (1e-12
  * for SkipSimplifiedLayerNormalization, else 1e-5), weight_offset (1 for
  * (1 + gamma) norms, else 0), and AllReduceRMSNormQuant's quantization:
- * `quant` (fp8, nvfp4, nvfp4-block) and nvfp4's block_size (default 16).
+ * `quant` (fp8, nvfp4, nvfp4-block, fp8-group) and block_size (default 16;
+ * fp8-group's group, default 128).
  * -1 when the axis is out of range for x. */
 enum tpf_norm_quant {
 	TPF_NORM_QUANT_NONE = 0, /* not a quantizing norm */
 	TPF_NORM_QUANT_FP8,
 	TPF_NORM_QUANT_NVFP4,
 	TPF_NORM_QUANT_NVFP4_BLOCK,
+	TPF_NORM_QUANT_FP8_GROUP, /* per-group FP8 with float32 scales (block_size: the group) */
 	TPF_NORM_QUANT_OTHER, /* an unknown `quant` value (quant_name says which) */
 };
 struct tpf_norm_attrs {

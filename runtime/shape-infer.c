@@ -55,14 +55,17 @@ static enum tpf_status unsupported_form(const struct tpf_node *n, const struct t
 		break;
 	case TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE:
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
-		/* the NVFP4 kernels quantize whole 16-element blocks */
+		/* the NVFP4 kernels quantize whole 16-element blocks, fp8-group
+		 * whole groups */
 		const struct tpf_ktensor *x = &c->in[0];
-		int64_t bs = tpf_node_attr_int(n, "block_size", 16);
+		int group = n->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT &&
+			    strcmp(tpf_node_attr_string(n, "quant", "fp8"), "fp8-group") == 0;
+		int64_t bs = tpf_node_attr_int(n, "block_size", group ? 128 : 16);
 		if (!present(c, 0))
 			break;
 		int fp4 = n->op == TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE ||
 			  strncmp(tpf_node_attr_string(n, "quant", "fp8"), "nvfp4", 5) == 0;
-		if (fp4 && (x->rank < 1 || bs <= 0 || x->dims[x->rank - 1] % bs))
+		if ((fp4 || group) && (x->rank < 1 || bs <= 0 || x->dims[x->rank - 1] % bs))
 			return fail(n, d, TPF_ERR_INVALID, "last dim is not a multiple of block_size %lld",
 				    (long long)bs);
 		break;

@@ -9,7 +9,8 @@
  * H = 6), ai.tpfuse.RMSNorm (X, gamma) with weight_offset, the residual
  * form of that kernel body (AllReduceRMSNorm's post-reduce phase), and
  * QuantizeLinear per tensor to FLOAT8E4M3FN (the zero point gives the
- * output's dtype), in float, float16 and bfloat16.  The nodes are the forms
+ * output's dtype) and AllReduceRMSNormQuant's "fp8-group" post-reduce
+ * phase against the formula, in float, float16 and bfloat16.  The nodes are the forms
  * their records accept: a gate has final's rank (a rank-1 gate is refused),
  * RMSNorm has two inputs and one output, and a node lists every operand the
  * call binds (the runtime infers from the node's operands: a QuantizeLinear
@@ -342,6 +343,61 @@ static void test_quantize_fp8(void **state)
 	}
 }
 
+/* AllReduceRMSNormQuant "fp8-group" post-reduce: the norm (kept in output
+ * 3, rounded to its dtype) per group of 64: float32 scale max(amax / 448,
+ * floor), codes within half an e4m3 step of norm / scale; a group of
+ * zeros takes the floor.  The same node as test-gpu-kernels.c's case. */
+static void test_fp8_group(void **state)
+{
+	(void)state;
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		struct tpf_node *ag = node("ai.tpfuse", "AllReduceRMSNormQuant", 4, 4);
+		tpf_node_set_attr_string(ag, "quant", "fp8-group");
+		tpf_node_set_attr_int(ag, "block_size", 64);
+		const double floor_v = 1e-4;
+		struct tpf_ktensor in[4] = {R(dt, 2, 3, 128), R(dt, 1, 128), scalar_f(TPF_DTYPE_FLOAT, floor_v),
+					    R(dt, 2, 3, 128)};
+		/* row 2's second group: zeros in the input and the residual */
+		for (int64_t c = 64; c < 128; c++) {
+			tpf_elem_store(dt, in[0].data, 2 * 128 + c, 0.0, 1);
+			tpf_elem_store(dt, in[3].data, 2 * 128 + c, 0.0, 1);
+		}
+		struct tpf_ktensor out[4] = {T(TPF_DTYPE_FLOAT8E4M3FN, 2, 3, 128), T(dt, 2, 3, 128),
+					     T(TPF_DTYPE_FLOAT, 2, 3, 2), T(dt, 2, 3, 128)};
+		const struct tpf_kernel *k = tpf_kernel_find(TPF_BACKEND_CPU, ag->op, TPF_PHASE_POST_REDUCE, dt);
+		assert_non_null(k);
+		struct tpf_kernel_call cc = {.node = ag, .opset = 23, .in = in, .n_in = 4, .out = out, .n_out = 4,
+					     .rank = 0, .world = 2, .diag = D};
+		if (k->run(&cc)) {
+			tpf_diag_print(D, stdout);
+			fail_msg("fp8-group [%s]: cpu kernel failed", tpf_dtype_name(dt));
+		}
+		for (int64_t g = 0; g < 6; g++) {
+			double amax = 0;
+			for (int64_t i = 0; i < 64; i++)
+				amax = fmax(amax, fabs(tpf_elem_load(dt, out[3].data, g * 64 + i)));
+			double want_s = fmax(amax / 448.0, floor_v);
+			double got_s = ((float *)out[2].data)[g];
+			if (fabs(got_s - want_s) > 1e-6 * want_s)
+				fail_msg("fp8-group [%s]: scale %lld got %g want %g", tpf_dtype_name(dt), (long long)g,
+					 got_s, want_s);
+			if (g == 5 && got_s != (float)floor_v)
+				fail_msg("fp8-group [%s]: a group of zeros takes the floor, got %g", tpf_dtype_name(dt), got_s);
+			for (int64_t i = 0; i < 64; i++) {
+				double want = tpf_elem_load(dt, out[3].data, g * 64 + i) / got_s;
+				double got = tpf_elem_load(TPF_DTYPE_FLOAT8E4M3FN, out[0].data, g * 64 + i);
+				if (fabs(got) > 448 || fabs(got - want) > fabs(want) / 16 + 1e-3)
+					fail_msg("fp8-group [%s]: element %lld got %g want %g", tpf_dtype_name(dt),
+						 (long long)(g * 64 + i), got, want);
+			}
+		}
+		tpf_diag_clear(D);
+		free_tensors(out, 4);
+		free_tensors(in, 4);
+	}
+}
+
 /* What the records refuse or decide, so the GPU test's nodes stay valid:
  * a rank-1 gate; a QuantizeLinear node of two operands called with a zero
  * point infers from its own operands (uint8). */
@@ -376,6 +432,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rmsnorm, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_allreduce_rmsnorm_post_residual, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_quantize_fp8, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fp8_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_node_forms, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -455,6 +455,17 @@ static void test_fused_quant_rejects(void **state)
 	                            IN(x, gamma, scales), 1);
 	struct tpf_node *sc8 = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "sc8", 3,
 	                           IN(x, gamma, scale), 3);
+	struct tpf_node *grp = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "grp", 3,
+	                           IN(x, gamma, scale), 3);
+	tpf_node_set_attr_string(grp, "quant", "fp8-group");
+	tpf_node_set_attr_int(grp, "block_size", 32);
+	struct tpf_node *grp1 = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "grp1", 3,
+	                            IN(x, gamma, scale), 1);
+	tpf_node_set_attr_string(grp1, "quant", "fp8-group");
+	struct tpf_node *grp48 = add_node(g, TPF_DOMAIN, "AllReduceRMSNormQuant", "grp48", 3,
+	                             IN(x, gamma, scale), 3);
+	tpf_node_set_attr_string(grp48, "quant", "fp8-group");
+	tpf_node_set_attr_int(grp48, "block_size", 48);
 	(void)many;
 	(void)sc8;
 
@@ -462,17 +473,24 @@ static void test_fused_quant_rejects(void **state)
 	                     "node 'q8' (ai.tpfuse::AllReduceRMSNormQuant): output 0",
 	                     "is f4e2m1; expected f8e4m3fn (attribute 'quant')",
 	                     "node 'odd' (ai.tpfuse::AllReduceRMSNormQuant): attribute 'quant' is "
-	                     "\"int4\"; expected one of \"fp8\", \"nvfp4\", \"nvfp4-block\"",
+	                     "\"int4\"; expected one of \"fp8\", \"nvfp4\", \"nvfp4-block\", \"fp8-group\"",
 	                     "node 'many' (ai.tpfuse::AllReduceRMSNormQuant): scale 'scales' f32[4] "
 	                     "has 4 elements; quant \"fp8\" takes one",
 	                     "node 'sc8' (ai.tpfuse::AllReduceRMSNormQuant): output 2",
-	                     "produced only with quant \"nvfp4\"", NULL});
+	                     "produced only with quant \"nvfp4\" or \"fp8-group\"",
+	                     "node 'grp1' (ai.tpfuse::AllReduceRMSNormQuant): quant \"fp8-group\" needs output 2",
+	                     "node 'grp48' (ai.tpfuse::AllReduceRMSNormQuant): the last dim 64 is not a multiple "
+	                     "of the group size 48",
+	                     NULL});
 	struct tpf_diag *d = tpf_diag_create();
 	tpf_model_verify(m, d);
 	assert_false(diag_mentions(d, "'nv'"));
+	assert_false(diag_mentions(d, "'grp'"));
 	tpf_diag_clear(d);
 	tpf_model_infer_shapes(m, d);
 	expect_type(ok->outputs[0], "f4e2m1[T,64]");
+	expect_type(grp->outputs[0], "f8e4m3fn[T,64]");
+	expect_type(grp->outputs[2], "f32[T,2]");
 	expect_type(ok->outputs[2], "f8e4m3fn[T,4]");
 	tpf_diag_free(d);
 	tpf_model_free(m);

@@ -242,7 +242,7 @@ const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM = {
 
 enum { OUT_Y, OUT_RESIDUAL, OUT_Y_SCALE, OUT_NORM };
 
-static const char *const quant_kinds[] = {"fp8", "nvfp4", "nvfp4-block", NULL};
+static const char *const quant_kinds[] = {"fp8", "nvfp4", "nvfp4-block", "fp8-group", NULL};
 
 static int64_t numel_static(const struct tpf_op_type *t)
 {
@@ -263,15 +263,27 @@ static void allreduce_rms_norm_quant_shape(struct tpf_shape_call *c)
 	struct tpf_op_type *y = op_out(c, OUT_Y), *ys = op_out(c, OUT_Y_SCALE);
 	const char *quant = "fp8";
 	int64_t ax, bs = 16, n;
-	int fp8, blocked, r;
+	int fp8, blocked, group, r;
 	size_t j;
 	char a[256];
 
 	op_attr_string(c, "quant", &quant);
-	fp8 = strcmp(quant, "fp8") == 0;
+	group = strcmp(quant, "fp8-group") == 0;
+	fp8 = strcmp(quant, "fp8") == 0 || group;
 	blocked = strcmp(quant, "nvfp4-block") == 0;
-	if (!fp8)
+	if (group) {
+		/* the group size: block_size when given, else 128 */
+		const struct tpf_attr *ba = tpf_node_attr(c->node, "block_size");
+
+		bs = ba && ba->kind == TPF_ATTR_INT ? ba->i : 128;
+		if (bs <= 0) {
+			op_error(c, "attribute 'block_size' = %" PRId64 "; fp8-group needs a positive group size",
+				 bs);
+			return;
+		}
+	} else if (!fp8) {
 		op_attr_int(c, "block_size", &bs);
+	}
 	if (!fp8 && bs != 16) {
 		op_error(c, "attribute 'block_size' = %" PRId64 "; NVFP4 blocks hold 16 values", bs);
 		return;
@@ -279,9 +291,19 @@ static void allreduce_rms_norm_quant_shape(struct tpf_shape_call *c)
 	r = allreduce_norm_checks(c, 3, &ax);
 	if (r < 0)
 		return;
-	if (ys && ys->present && strcmp(quant, "nvfp4") != 0) {
-		op_error(c, "output %d '%s' (block scales) is produced only with quant \"nvfp4\"",
+	if (ys && ys->present && strcmp(quant, "nvfp4") != 0 && !group) {
+		op_error(c, "output %d '%s' (block scales) is produced only with quant \"nvfp4\" or \"fp8-group\"",
 			 OUT_Y_SCALE, c->node->outputs[OUT_Y_SCALE]->name);
+		return;
+	}
+	if (group && !(ys && ys->present)) {
+		op_error(c, "quant \"fp8-group\" needs output %d (the group scales)", OUT_Y_SCALE);
+		return;
+	}
+	if (group && r > 0 && x->rank > 0 && dim_is_static(&x->dims[x->rank - 1]) &&
+	    x->dims[x->rank - 1].value % bs) {
+		op_error(c, "the last dim %" PRId64 " is not a multiple of the group size %" PRId64,
+			 x->dims[x->rank - 1].value, bs);
 		return;
 	}
 	/* the scale: one element (fp8's per-tensor scale, nvfp4's global
@@ -313,8 +335,8 @@ static void allreduce_rms_norm_quant_shape(struct tpf_shape_call *c)
 		y->dtype_why = "attribute 'quant'";
 	}
 	if (ys && ys->present) {
-		ys->dtype = TPF_DTYPE_FLOAT8E4M3FN;
-		ys->dtype_why = "NVFP4 block scales are float8e4m3fn";
+		ys->dtype = group ? TPF_DTYPE_FLOAT : TPF_DTYPE_FLOAT8E4M3FN;
+		ys->dtype_why = group ? "fp8-group scales are float32" : "NVFP4 block scales are float8e4m3fn";
 		if (x->rank > 0) {
 			/* one scale a block of the last axis (a partial block too) */
 			struct tpf_dim *h = &ys->dims[x->rank - 1];
@@ -331,7 +353,7 @@ const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM_QUANT = {
 	.inputs = {{"input", T}, {"gamma", G}, {"scale", S}, {"residual", T}},
 	.outputs = {{"y", Q}, {"residual_out", T}, {"y_scale", V}, {"norm_out", T}},
 	.types = {[T] = FLOAT_TYPE("T"),
-		  [V] = {"T2", DT(FLOAT8E4M3FN), "float8e4m3fn"},
+		  [V] = {"T2", DT(FLOAT8E4M3FN) | DT(FLOAT), "float8e4m3fn (nvfp4) or float (fp8-group)"},
 		  [S] = {"S", DT_FLOATS | DT(FLOAT8E4M3FN), "a float type"},
 		  [Q] = {"Q", DT(FLOAT8E4M3FN) | DT(FLOAT4E2M1), "float8e4m3fn or float4e2m1"},
 		  [G] = FLOAT_TYPE("G")},

@@ -227,6 +227,36 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_post)
 	return tpf_norm_common(c, 1);
 }
 
+/* quant "fp8-group" (docs/ops.md): per group of g values along the last
+ * axis, the float32 scale max(amax / 448, floor) (floor: the scale input)
+ * and the E4M3 codes of norm / scale, saturated. */
+static enum tpf_status fp8_group_quantize(const struct tpf_kernel_call *c, const struct tpf_ktensor *norm,
+					  int64_t g)
+{
+	const struct tpf_ktensor *floor_t = &c->in[2];
+	struct tpf_ktensor *y = &c->out[0], *ys = opt_out(c, 2);
+	if (!ys || ys->dtype != TPF_DTYPE_FLOAT || y->dtype != TPF_DTYPE_FLOAT8E4M3FN || g <= 0 ||
+	    norm->numel % g || ys->numel * g != norm->numel || y->numel != norm->numel || floor_t->numel != 1)
+		return tpf_kfail(c, TPF_ERR_INVALID,
+				 "fp8-group needs float32 group scales (one per %lld values), float8e4m3fn codes "
+				 "and a one-element scale floor",
+				 (long long)g);
+	double floor_v = tpf_elem_load(floor_t->dtype, floor_t->data, 0);
+	for (int64_t b = 0; b < ys->numel; b++) {
+		double amax = 0;
+		for (int64_t i = 0; i < g; i++)
+			amax = fmax(amax, fabs(tpf_elem_load(norm->dtype, norm->data, b * g + i)));
+		float s = (float)(amax / 448.0);
+		if (!(s >= (float)floor_v))
+			s = (float)floor_v;
+		((float *)ys->data)[b] = s;
+		for (int64_t i = 0; i < g; i++)
+			tpf_elem_store(y->dtype, y->data, b * g + i,
+				       (double)((float)tpf_elem_load(norm->dtype, norm->data, b * g + i) / s), 1);
+	}
+	return TPF_OK;
+}
+
 /* AllReduceRMSNormQuant post-reduce phase:
  *   in:  a (reduced), gamma, scale, [residual]
  *   out: y (quantized), [residual sum], [y block scales], [norm]
@@ -281,6 +311,8 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
 		sub.n_in = 2;
 		sub.n_out = 1;
 		st = tpf_cpu_quantize_linear(&sub);
+	} else if (na.quant == TPF_NORM_QUANT_FP8_GROUP) {
+		st = fp8_group_quantize(c, &norm, na.block_size);
 	} else {
 		st = tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quant '%s' not supported", na.quant_name);
 	}

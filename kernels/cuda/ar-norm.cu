@@ -142,7 +142,10 @@ struct NormOut {
 	const void *gamma;
 	void *norm_out, *residual_out, *fp8_out;
 	void *fp4_out, *fp4_scales; // NVFP4: packed e2m1 pairs, one E4M3 scale per 16
-	float eps, weight_offset, fp8_scale, fp4_global;
+	void *group_out;            // FP8 per group: codes, float32 scales
+	float *group_scales;
+	float eps, weight_offset, fp8_scale, fp4_global, group_floor;
+	int group;
 	int64_t hidden;
 };
 
@@ -194,6 +197,54 @@ __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, cons
 			*reinterpret_cast<uint32_t *>(dst) = packed;
 		else
 			*reinterpret_cast<uint16_t *>(dst) = (uint16_t)packed;
+	}
+}
+
+// FP8 per group of o.group values (docs/ops.md, AllReduceRMSNormQuant
+// "fp8-group"): the float32 scale max(amax / 448, floor) and the E4M3 codes
+// of norm / scale, the norm rounded to T first.  A group spans o.group / N
+// neighbouring chunks (at most a warp's lanes, checked on the host).
+template <typename T>
+__device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks, const NormOut &o, float inv)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const int64_t base = row * o.hidden;
+	const int span = o.group / N;
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		const int c = threadIdx.x + k * blockDim.x;
+		const bool live = c < chunks;
+		float v[8], amax = 0.f;
+		if (live) {
+			float g[8];
+			unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
+#pragma unroll
+			for (int i = 0; i < N; i++) {
+				v[i] = round_to<T>(acc[k][i] * inv * (g[i] + o.weight_offset));
+				amax = fmaxf(amax, fabsf(v[i]));
+			}
+		}
+		if (k * (int)blockDim.x >= chunks)
+			break; // uniform over the block
+		for (int m = 1; m < span; m <<= 1)
+			amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+		if (!live)
+			continue;
+		float sc = amax / 448.0f;
+		if (!(sc >= o.group_floor))
+			sc = o.group_floor;
+		const int64_t e0 = base + (int64_t)c * N;
+		if (c % span == 0)
+			o.group_scales[e0 / o.group] = sc;
+		uint8_t q[8];
+#pragma unroll
+		for (int i = 0; i < N; i++)
+			q[i] = (uint8_t)__nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3);
+		uint8_t *dst = reinterpret_cast<uint8_t *>(o.group_out) + e0;
+		if (N == 8)
+			*reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<uint2 *>(q);
+		else
+			*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
 	}
 }
 
@@ -256,6 +307,8 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 	}
 	if (o.fp4_out)
 		finish_fp4<T>(acc, row, chunks, o, inv);
+	if (o.group_out)
+		finish_fp8_group<T>(acc, row, chunks, o, inv);
 }
 
 // Local residual add + norm: one block per row (grid-stride).
@@ -598,6 +651,15 @@ enum tpf_status check_norm_args(const struct tpf_cuda_norm_args *a, struct tpf_d
 	if (c > (int64_t)kMaxThreads * kMaxChunksPerThread)
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda norm: hidden size %lld is too large (at most %d)",
 				     (long long)a->hidden, kMaxThreads * kMaxChunksPerThread * 16 / es);
+	if (a->group_out) {
+		const int64_t per = 16 / es, span = a->group / (per ? per : 1);
+		if (a->group <= 0 || a->group % per || span > 32 || (span & (span - 1)) || a->hidden % a->group ||
+		    !a->group_scales || !a->gamma || !(a->group_floor >= 0))
+			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+					     "cuda norm: FP8 groups of %lld need a hidden size (%lld) of whole groups, a "
+					     "group of 1 to 32 16-byte chunks (a power of two), group scales and gamma",
+					     (long long)a->group, (long long)a->hidden);
+	}
 	if (a->fp4_out && (a->hidden % 16 || !a->fp4_scales || !a->gamma || !(a->fp4_global > 0)))
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
 				     "cuda norm: NVFP4 needs a hidden size that is a multiple of 16 (not %lld), block "
@@ -621,6 +683,10 @@ NormOut norm_out_of(const struct tpf_cuda_norm_args *a)
 	o.fp4_out = a->fp4_out;
 	o.fp4_scales = a->fp4_scales;
 	o.fp4_global = a->fp4_global;
+	o.group_out = a->group_out;
+	o.group_scales = (float *)a->group_scales;
+	o.group_floor = a->group_floor;
+	o.group = (int)a->group;
 	o.hidden = a->hidden;
 	return o;
 }

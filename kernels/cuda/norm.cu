@@ -23,7 +23,8 @@ struct RowJob {
 	int dy, dsum, dinv, dmean, dhp, dq;
 	const void *qscale; // device scalar
 	int dqs;
-	int quant; // 0 none, 1 per-tensor (fp8 ...), 2 nvfp4 blocks (qy fp4, qblock e4m3 scales)
+	int quant; // 0 none, 1 per-tensor (fp8 ...), 2 nvfp4 blocks (qy fp4, qblock e4m3 scales),
+	           // 3 fp8 groups (qy fp8, qblock float32 scales, qscale the scales' floor)
 	void *qblock;
 	int dqb;
 	int64_t block;
@@ -108,6 +109,32 @@ __global__ void row_norm_kernel(RowJob j)
 				st_f(j.dmean, j.mean_out, r, mean);
 		}
 		float qs = j.qscale ? ld_f(j.dqs, j.qscale, 0) : 1.0f;
+		if (j.quant == 3) {
+			// fp8-group: groups of j.block along the row, one thread per
+			// group; scale max(amax / 448, floor) with the floor in qscale
+			for (int64_t b = threadIdx.x; b < j.cols / j.block; b += blockDim.x) {
+				float amax = 0;
+				for (int64_t t = 0; t < j.block; t++) {
+					int64_t k = b * j.block + t;
+					float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
+					float v = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
+					if (j.y)
+						st_f(j.dy, j.y, base + k, v);
+					amax = fmaxf(amax, fabsf(v));
+				}
+				float sc = amax / 448.0f;
+				if (!(sc >= qs))
+					sc = qs;
+				st_f(TPF_DTYPE_FLOAT, j.qblock, (base + b * j.block) / j.block, sc);
+				for (int64_t t = 0; t < j.block; t++) {
+					int64_t k = b * j.block + t;
+					float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
+					float v = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
+					st_f(j.dq, j.qy, base + k, v / sc);
+				}
+			}
+			continue;
+		}
 		if (j.quant == 2) {
 			// NVFP4: blocks of j.block along the row, one thread per block
 			for (int64_t b = threadIdx.x; b < j.cols / j.block; b += blockDim.x) {
@@ -466,6 +493,16 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 		j.block = block;
 		j.qblock = qb->data;
 		j.dqb = qb->dtype;
+	} else if (na.quant == TPF_NORM_QUANT_FP8_GROUP) {
+		int64_t g = na.block_size;
+		if (!qb || g <= 0 || cols % g || q->dtype != TPF_DTYPE_FLOAT8E4M3FN || qb->dtype != TPF_DTYPE_FLOAT ||
+		    qb->numel * g != x->numel || scale->numel != 1)
+			return tpf_kfail(c, TPF_ERR_INVALID,
+					 "fp8-group needs float32 group scales, float8e4m3fn codes and rows of whole groups");
+		j.quant = 3;
+		j.block = g;
+		j.qblock = qb->data;
+		j.dqb = qb->dtype;
 	} else if (na.quant == TPF_NORM_QUANT_FP8) {
 		if (scale->numel != 1)
 			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "cuda: only a per-tensor fp8 scale is supported");
@@ -764,6 +801,14 @@ enum tpf_status decline()
 	return TPF_ERR_UNSUPPORTED;
 }
 
+// A group of g values spans a power of two of 16-byte chunks, at most a
+// warp's lanes (the peer kernels combine a group's maxima by shuffles).
+bool group_span_ok(int64_t g, enum tpf_dtype dt)
+{
+	int64_t per = 16 / (int64_t)tpf_elem_size(dt), span = per > 0 ? g / per : 0;
+	return per > 0 && g % per == 0 && span >= 1 && span <= 32 && !(span & (span - 1));
+}
+
 bool dt_out_ok(const struct tpf_ktensor *t, enum tpf_dtype dt, int64_t numel)
 {
 	return t->dtype == dt && t->numel == numel && aligned16(t->data);
@@ -821,6 +866,13 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 		if (na.quant == TPF_NORM_QUANT_FP8 && !qb && q->dtype == TPF_DTYPE_FLOAT8E4M3FN) {
 			a.fp8_out = q->data;
 			a.fp8_scale = (float)s;
+		} else if (na.quant == TPF_NORM_QUANT_FP8_GROUP && qb && q->dtype == TPF_DTYPE_FLOAT8E4M3FN &&
+			   qb->dtype == TPF_DTYPE_FLOAT && na.block_size > 0 && cols % na.block_size == 0 &&
+			   qb->numel * na.block_size == x->numel && group_span_ok(na.block_size, dt)) {
+			a.group_out = q->data;
+			a.group_scales = qb->data;
+			a.group_floor = (float)s;
+			a.group = na.block_size;
 		} else if (na.quant == TPF_NORM_QUANT_NVFP4 && na.block_size == 16 && cols % 16 == 0 && qb &&
 			   q->dtype == TPF_DTYPE_FLOAT4E2M1 && qb->dtype == TPF_DTYPE_FLOAT8E4M3FN &&
 			   qb->numel * 16 == x->numel) {

@@ -42,6 +42,13 @@ struct tpf_cuda_norm_args {
 	 * FLOAT8E4M3FN block scales of norm / fp4_global (docs/ops.md) */
 	void *fp4_out, *fp4_scales;
 	float fp4_global;
+	/* FP8 per group of `group` values along the row (group / values per
+	 * 16 bytes at most 32, a power of two): group_out [rows, hidden]
+	 * FLOAT8E4M3FN codes of norm / scale, group_scales [rows, hidden/group]
+	 * float32 max(amax / 448, group_floor) */
+	void *group_out, *group_scales;
+	float group_floor;
+	int64_t group;
 	enum tpf_cuda_ar_path path; /* tpf_cuda_arnorm_run only */
 };
 

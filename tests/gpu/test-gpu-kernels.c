@@ -864,6 +864,14 @@ static void norms(void)
 		free(q4o[0].data);
 		free(q4o[2].data);
 		check("AllReduceRMSNormQuant post-reduce nvfp4", a4, TPF_PHASE_POST_REDUCE, q1, 4, q4o, 4, 2);
+		struct tpf_node *ag = node("ai.tpfuse", "AllReduceRMSNormQuant", 4, 4);
+		tpf_node_set_attr_string(ag, "quant", "fp8-group");
+		tpf_node_set_attr_int(ag, "block_size", 64);
+		struct tpf_ktensor qgo[4] = {T(TPF_DTYPE_FLOAT8E4M3FN, 2, 3, 128), q1[0], T(TPF_DTYPE_FLOAT, 2, 3, 2),
+					     q1[0]};
+		free(qgo[0].data);
+		free(qgo[2].data);
+		check("AllReduceRMSNormQuant post-reduce fp8-group 64 (+norm)", ag, TPF_PHASE_POST_REDUCE, q1, 4, qgo, 4, 2);
 		free_tensors(q1, 4);
 		for (int fast = 0; fast < 2; fast++) {
 			char lab[96];
