@@ -10,6 +10,14 @@
 
 #include "elementwise-ops.h" /* TPF_HD */
 
+/* Returns the status of expr from the calling kernel when it is not TPF_OK. */
+#define TPF_KTRY(expr)                                                                             \
+	do {                                                                                       \
+		enum tpf_status st_ = (expr);                                                      \
+		if (st_)                                                                           \
+			return st_;                                                                \
+	} while (0)
+
 /* ------------------------------------------------------------ Conv */
 
 /* Row-major position pos[0..n) of flat index o in dims[0..n). */

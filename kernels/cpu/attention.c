@@ -14,9 +14,7 @@
 TPF_CPU_KERNEL(tpf_cpu_attention)
 {
 	struct tpf_attention_ops o;
-	enum tpf_status st = tpf_attention_operands(c, &o);
-	if (st)
-		return st;
+	TPF_KTRY(tpf_attention_operands(c, &o));
 	const struct tpf_ktensor *q = o.q, *k = o.k, *v = o.v, *mask = o.mask, *pk = o.pk, *pv = o.pv;
 	struct tpf_ktensor *y = o.y, *prk = o.prk, *prv = o.prv;
 	int64_t B = o.B, Hq = o.Hq, S = o.S, D = o.D, Hk = o.Hk, L = o.L, Dv = o.Dv, P = o.P, T = o.T;

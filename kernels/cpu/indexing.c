@@ -4,6 +4,7 @@
  * dtype); CumSum and ScatterND's reductions compute in double for float
  * types and int64 for integers, rounded once when stored. */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <math.h>
 #include <string.h>
@@ -107,9 +108,7 @@ TPF_CPU_KERNEL(tpf_cpu_gather_nd)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	int64_t b = tpf_node_attr_int(c->node, "batch_dims", 0);
 	if (ix->rank < 1 || b < 0 || b >= ix->rank || b >= x->rank)
 		return tpf_kfail(c, TPF_ERR_INVALID, "batch_dims %lld does not fit indices of rank %d",
@@ -146,9 +145,7 @@ TPF_CPU_KERNEL(tpf_cpu_scatter_nd)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1], *up = &c->in[2];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	const char *red;
 	int mode = tpf_scatter_reduction(c, &red);
 	if (mode < 0)
@@ -205,9 +202,7 @@ TPF_CPU_KERNEL(tpf_cpu_one_hot)
 {
 	const struct tpf_ktensor *ix = &c->in[0], *dp = &c->in[1], *val = &c->in[2];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, y->dtype));
 	double depth_f;
 	if (scalar_f(dp, &depth_f) || !(depth_f >= 1) || depth_f > 9.0e18)
 		return tpf_kfail(c, TPF_ERR_INVALID, "depth must be one positive number");
@@ -239,9 +234,7 @@ TPF_CPU_KERNEL(tpf_cpu_tile)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	if (y->rank != x->rank)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output rank differs from the input's");
 	for (int d = 0; d < x->rank; d++)
@@ -271,10 +264,8 @@ TPF_CPU_KERNEL(tpf_cpu_trilu)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
 	int64_t k = 0;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	if (c->n_in > 1 && c->in[1].rank >= 0 && (c->in[1].data || c->in[1].host) && scalar_int(&c->in[1], &k))
 		return tpf_kfail(c, TPF_ERR_INVALID, "k must be one integer");
 	if (x->rank < 2 || x->nbytes != y->nbytes)

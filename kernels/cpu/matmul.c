@@ -220,9 +220,7 @@ out_free:
 TPF_CPU_KERNEL(tpf_cpu_matmul_fp8)
 {
 	int64_t M = 0, N = 0, K = 0;
-	enum tpf_status st = tpf_fp8_gemm_dims(c, &M, &N, &K);
-	if (st)
-		return st;
+	TPF_KTRY(tpf_fp8_gemm_dims(c, &M, &N, &K));
 	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *sx = &c->in[2], *sw = &c->in[3];
 	struct tpf_ktensor *y = &c->out[0];
 	if (y->numel != M * N || !tpf_dtype_is_float(y->dtype))

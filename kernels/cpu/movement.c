@@ -4,6 +4,7 @@
  * Shape, ConstantOfShape, the AllGather reorder step, Pack and Unpack.
  * Byte-addressable dtypes only, except for whole-buffer copies. */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -144,9 +145,7 @@ TPF_CPU_KERNEL(tpf_cpu_slice)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	int64_t start[TPF_KERNEL_MAX_RANK], step[TPF_KERNEL_MAX_RANK], od[TPF_KERNEL_MAX_RANK];
 	if (tpf_slice_resolve(c, start, step, od))
 		return tpf_kfail(c, TPF_ERR_INVALID, "starts/ends/axes/steps are not valid known integers");
@@ -173,18 +172,29 @@ TPF_CPU_KERNEL(tpf_cpu_slice)
 	return TPF_OK;
 }
 
+/* The `axis` attribute (default 0) of t, t as [outer, dims[ax], inner], and
+ * its element size *es (byte-addressable dtypes only). */
+static enum tpf_status axis_view(const struct tpf_kernel_call *c, const struct tpf_ktensor *t, int *ax,
+				 int64_t *outer, int64_t *inner, size_t *es)
+{
+	TPF_KTRY(need_bytes(c, t->dtype));
+	*es = tpf_elem_size(t->dtype);
+	*ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), t->rank);
+	if (*ax < 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
+	*outer = tpf_dims_prod(t->dims, 0, *ax);
+	*inner = tpf_dims_prod(t->dims, *ax + 1, t->rank);
+	return TPF_OK;
+}
+
 /* Copies blocks along an axis: outer x (len_k * inner) pieces. */
 TPF_CPU_KERNEL(tpf_cpu_split)
 {
 	const struct tpf_ktensor *x = &c->in[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	size_t es = tpf_elem_size(x->dtype);
-	int64_t outer = tpf_dims_prod(x->dims, 0, ax), inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	int ax;
+	int64_t outer, inner;
+	size_t es;
+	TPF_KTRY(axis_view(c, x, &ax, &outer, &inner, &es));
 	int64_t total = 0;
 	for (size_t k = 0; k < c->n_out; k++)
 		total += c->out[k].data ? c->out[k].dims[ax] : 0;
@@ -208,14 +218,10 @@ TPF_CPU_KERNEL(tpf_cpu_split)
 TPF_CPU_KERNEL(tpf_cpu_concat)
 {
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
-		return st;
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), y->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	size_t es = tpf_elem_size(y->dtype);
-	int64_t outer = tpf_dims_prod(y->dims, 0, ax), inner = tpf_dims_prod(y->dims, ax + 1, y->rank);
+	int ax;
+	int64_t outer, inner;
+	size_t es;
+	TPF_KTRY(axis_view(c, y, &ax, &outer, &inner, &es));
 	int64_t pos = 0;
 	for (size_t k = 0; k < c->n_in; k++) {
 		const struct tpf_ktensor *x = &c->in[k];
@@ -236,14 +242,10 @@ TPF_CPU_KERNEL(tpf_cpu_gather)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
-	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	size_t es = tpf_elem_size(x->dtype);
-	int64_t outer = tpf_dims_prod(x->dims, 0, ax), inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	int ax;
+	int64_t outer, inner;
+	size_t es;
+	TPF_KTRY(axis_view(c, x, &ax, &outer, &inner, &es));
 	int64_t dim = x->dims[ax], n = ix->numel;
 	if (outer * n * inner != y->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output size disagrees with the indices");
@@ -280,29 +282,36 @@ static int64_t ravel(const int64_t *idx, const int64_t *dims, int rank)
 	return o;
 }
 
+/* GatherElements / ScatterElements: the position in x (in[0]) that
+ * element i of the indices (in[1]) addresses along ax, in idx. */
+static enum tpf_status element_index(const struct tpf_kernel_call *c, int ax, int64_t i, int64_t *idx)
+{
+	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
+	unravel(i, ix->dims, ix->rank, idx);
+	int64_t k = tpf_elem_load_int(ix->dtype, ix->data, i);
+	if (k < 0)
+		k += x->dims[ax];
+	if (k < 0 || k >= x->dims[ax])
+		return tpf_kfail(c, TPF_ERR_INVALID, "index out of range");
+	idx[ax] = k;
+	for (int d = 0; d < x->rank; d++)
+		if (idx[d] >= x->dims[d])
+			return tpf_kfail(c, TPF_ERR_INVALID, "indices shape exceeds data shape");
+	return TPF_OK;
+}
+
 TPF_CPU_KERNEL(tpf_cpu_gather_elements)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
 	if (ax < 0 || ix->rank != x->rank)
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range or rank mismatch");
 	size_t es = tpf_elem_size(x->dtype);
 	int64_t idx[TPF_KERNEL_MAX_RANK];
 	for (int64_t i = 0; i < ix->numel; i++) {
-		unravel(i, ix->dims, ix->rank, idx);
-		int64_t k = tpf_elem_load_int(ix->dtype, ix->data, i);
-		if (k < 0)
-			k += x->dims[ax];
-		if (k < 0 || k >= x->dims[ax])
-			return tpf_kfail(c, TPF_ERR_INVALID, "index out of range");
-		idx[ax] = k;
-		for (int d = 0; d < x->rank; d++)
-			if (idx[d] >= x->dims[d])
-				return tpf_kfail(c, TPF_ERR_INVALID, "indices shape exceeds data shape");
+		TPF_KTRY(element_index(c, ax, i, idx));
 		memcpy((char *)y->data + (size_t)i * es,
 		       (const char *)x->data + (size_t)ravel(idx, x->dims, x->rank) * es, es);
 	}
@@ -313,9 +322,7 @@ TPF_CPU_KERNEL(tpf_cpu_scatter_elements)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1], *up = &c->in[2];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
 	if (ax < 0 || ix->rank != x->rank || up->numel != ix->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range or operand shapes disagree");
@@ -329,16 +336,7 @@ TPF_CPU_KERNEL(tpf_cpu_scatter_elements)
 	int64_t idx[TPF_KERNEL_MAX_RANK];
 	int integral = tpf_dtype_is_integral(x->dtype);
 	for (int64_t i = 0; i < ix->numel; i++) {
-		unravel(i, ix->dims, ix->rank, idx);
-		int64_t k = tpf_elem_load_int(ix->dtype, ix->data, i);
-		if (k < 0)
-			k += x->dims[ax];
-		if (k < 0 || k >= x->dims[ax])
-			return tpf_kfail(c, TPF_ERR_INVALID, "index out of range");
-		idx[ax] = k;
-		for (int d = 0; d < x->rank; d++)
-			if (idx[d] >= x->dims[d])
-				return tpf_kfail(c, TPF_ERR_INVALID, "indices shape exceeds data shape");
+		TPF_KTRY(element_index(c, ax, i, idx));
 		int64_t o = ravel(idx, x->dims, x->rank);
 		if (mode == 0) {
 			memcpy((char *)y->data + (size_t)o * es, (const char *)up->data + (size_t)i * es, es);
@@ -359,9 +357,7 @@ TPF_CPU_KERNEL(tpf_cpu_expand)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, x->dtype));
 	const struct tpf_ktensor *ins[1] = {x};
 	struct tpf_bcast it;
 	if (tpf_bcast_init(&it, y, ins, 1))
@@ -376,18 +372,13 @@ TPF_CPU_KERNEL(tpf_cpu_shape)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	int64_t r = x->rank;
-	int64_t s = tpf_node_attr_int(c->node, "start", 0), e = tpf_node_attr_int(c->node, "end", r);
-	if (s < 0)
-		s += r;
-	if (e < 0)
-		e += r;
-	s = s < 0 ? 0 : s > r ? r : s;
-	e = e < 0 ? 0 : e > r ? r : e;
-	if (y->numel != (e > s ? e - s : 0))
+	/* dims [start, end) clamped as a Slice of the rank */
+	int64_t s, n = tpf_slice_span(x->rank, tpf_node_attr_int(c->node, "start", 0),
+				      tpf_node_attr_int(c->node, "end", x->rank), 1, &s);
+	if (y->numel != n)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output size disagrees with start/end");
-	for (int64_t i = s; i < e; i++)
-		((int64_t *)y->data)[i - s] = x->dims[i];
+	for (int64_t i = 0; i < n; i++)
+		((int64_t *)y->data)[i] = x->dims[s + i];
 	return TPF_OK;
 }
 
@@ -395,9 +386,7 @@ TPF_CPU_KERNEL(tpf_cpu_constant_of_shape)
 {
 	struct tpf_ktensor *y = &c->out[0];
 	const struct tpf_attr *a = tpf_node_attr(c->node, "value");
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, y->dtype));
 	size_t es = tpf_elem_size(y->dtype);
 	if (!a || !a->t || !a->t->data) {
 		memset(y->data, 0, y->nbytes);
@@ -416,9 +405,7 @@ TPF_CPU_KERNEL(tpf_cpu_gather_reorder)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, y->dtype));
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), y->rank);
 	if (ax < 0 || c->world < 1 || y->dims[ax] % c->world || x->nbytes != y->nbytes)
 		return tpf_kfail(c, TPF_ERR_INVALID, "gathered shape does not split into %d chunks", c->world);
@@ -441,9 +428,7 @@ static enum tpf_status run_segments(const struct tpf_kernel_call *c, int pack)
 	if (!a || a->kind != TPF_ATTR_INTS || a->n % 4)
 		return tpf_kfail(c, TPF_ERR_INVALID, "missing or malformed 'segments' attribute");
 	enum tpf_dtype dt = pack ? c->out[0].dtype : c->in[0].dtype;
-	enum tpf_status st = need_bytes(c, dt);
-	if (st)
-		return st;
+	TPF_KTRY(need_bytes(c, dt));
 	size_t es = tpf_elem_size(dt);
 	for (size_t s = 0; s < a->n; s += 4) {
 		int64_t k = a->ints[s], src = a->ints[s + 1], dst = a->ints[s + 2], len = a->ints[s + 3];

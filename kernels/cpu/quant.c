@@ -4,6 +4,7 @@
  * TRT_FP4DynamicQuantize.  x / scale is computed in float32, then rounded to
  * nearest even and saturated (integers), or converted exactly (fp8, fp4). */
 #include "cpu-kernels.h"
+#include "op-geometry.h"
 
 #include <math.h>
 
@@ -61,9 +62,7 @@ TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
 	const struct tpf_ktensor *x = &c->in[0], *zp;
 	struct tpf_ktensor *y = &c->out[0];
 	struct tpf_qmap m;
-	enum tpf_status st = qdq_operands(c, &m, &zp);
-	if (st)
-		return st;
+	TPF_KTRY(qdq_operands(c, &m, &zp));
 	if (zp && zp->dtype != y->dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "zero point dtype %s differs from output %s",
 				 tpf_dtype_name(zp->dtype), tpf_dtype_name(y->dtype));

@@ -168,9 +168,7 @@ TPF_CPU_KERNEL(tpf_cpu_topk)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_topk_args t;
-	enum tpf_status st = tpf_topk_args(c, &t);
-	if (st)
-		return st;
+	TPF_KTRY(tpf_topk_args(c, &t));
 	struct tpf_ktensor *vals = &c->out[0], *idx = &c->out[1];
 	int64_t k = t.k, len = t.len, outer = t.outer, inner = t.inner;
 	int largest = t.largest;

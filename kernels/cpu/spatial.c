@@ -15,9 +15,7 @@ TPF_CPU_KERNEL(tpf_cpu_conv)
 	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *b;
 	struct tpf_ktensor *y = &c->out[0];
 	struct tpf_conv_geom g;
-	enum tpf_status st = tpf_conv_operands(c, &g, &b);
-	if (st)
-		return st;
+	TPF_KTRY(tpf_conv_operands(c, &g, &b));
 	int dbl = x->dtype == TPF_DTYPE_DOUBLE;
 	int64_t cg = g.c / g.group, mg = g.m / g.group;
 	int64_t out_sp = tpf_dims_prod(g.out, 0, g.sp), in_sp = tpf_dims_prod(g.in, 0, g.sp);

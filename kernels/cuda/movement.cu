@@ -702,23 +702,17 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_shape)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	int64_t r = x->rank;
-	int64_t s = tpf_node_attr_int(c->node, "start", 0), e = tpf_node_attr_int(c->node, "end", r);
-	if (s < 0)
-		s += r;
-	if (e < 0)
-		e += r;
-	s = s < 0 ? 0 : s > r ? r : s;
-	e = e < 0 ? 0 : e > r ? r : e;
-	if (y->numel != (e > s ? e - s : 0) || y->dtype != TPF_DTYPE_INT64)
+	int64_t s, n = tpf_slice_span(x->rank, tpf_node_attr_int(c->node, "start", 0),
+				      tpf_node_attr_int(c->node, "end", x->rank), 1, &s);
+	if (y->numel != n || y->dtype != TPF_DTYPE_INT64)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output size disagrees with start/end");
-	if (!y->numel)
+	if (!n)
 		return TPF_OK;
 	Ints p;
 	memset(&p, 0, sizeof(p));
-	p.n = (int)(e - s);
-	for (int64_t i = s; i < e; i++)
-		p.v[i - s] = x->dims[i];
+	p.n = (int)n;
+	for (int64_t i = 0; i < n; i++)
+		p.v[i] = x->dims[s + i];
 	ints_kernel<<<1, 32, 0, tpfc_stream(c)>>>(p, (int64_t *)y->data);
 	return tpfc_launched(c, "shape");
 }
