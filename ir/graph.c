@@ -586,9 +586,11 @@ static int use_add(struct tpf_value *v, struct tpf_node *n, int index)
 	return 0;
 }
 
+/* From the end: a pass that erases the latest readers first (cse) removes
+ * each in constant time, even from a use list of a million entries. */
 static void use_remove(struct tpf_value *v, struct tpf_node *n, int index)
 {
-	for (size_t i = 0; i < v->n_uses; i++) {
+	for (size_t i = v->n_uses; i-- > 0;) {
 		if (v->uses[i].node == n && v->uses[i].index == index) {
 			memmove(&v->uses[i], &v->uses[i + 1], (v->n_uses - i - 1) * sizeof(*v->uses));
 			v->n_uses--;

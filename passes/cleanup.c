@@ -643,8 +643,15 @@ static enum tpf_status cse_graph(struct tpf_graph *g, struct tpf_pass_context *c
 	while (cap < 2 * n_nodes)
 		cap *= 2;
 	struct tpf_node **table = tpf_calloc(cap, sizeof(*table));
-	if (!table)
+	/* the dropped nodes, erased last to first once the sweep is done (each
+	 * then leaves the end of its inputs' use lists: constant time) */
+	struct tpf_node **dropped = tpf_calloc(n_nodes + 1, sizeof(*dropped));
+	size_t n_dropped = 0;
+	if (!table || !dropped) {
+		tpf_free(table);
+		tpf_free(dropped);
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "cse: out of memory");
+	}
 	enum tpf_status st = TPF_OK;
 	struct tpf_node *next;
 	for (struct tpf_node *n = g->first; n; n = next) {
@@ -675,17 +682,25 @@ static enum tpf_status cse_graph(struct tpf_graph *g, struct tpf_pass_context *c
 			if (!st)
 				st = tpf_value_replace_uses(from, to);
 		}
-		if (!st)
-			st = tpf_graph_erase_node(g, n);
 		if (st) {
 			char buf[160];
 			st = tpf_diag_fail(d, st, "cse: %s: could not replace it by its equal",
 					   tpf_node_describe(n, buf, sizeof(buf)));
 			break;
 		}
+		dropped[n_dropped++] = n;
 		(*count)++;
 	}
+	while (n_dropped > 0) {
+		struct tpf_node *n = dropped[--n_dropped];
+		enum tpf_status e = tpf_graph_erase_node(g, n);
+		if (e && !st) {
+			char buf[160];
+			st = tpf_diag_fail(d, e, "cse: %s: could not erase it", tpf_node_describe(n, buf, sizeof(buf)));
+		}
+	}
 	tpf_free(table);
+	tpf_free(dropped);
 	return st;
 }
 
