@@ -329,6 +329,13 @@ int main(int argc, char **argv)
 			double t_one8 = graph_time(s, run_oneshot_fp8);
 			double t_two = graph_time(s, run_twoshot);
 			double t_two8 = graph_time(s, run_twoshot_fp8);
+			// NVFP4 and FP8 groups of 128 (no norm output: the quantized data only)
+			struct tpf_cuda_norm_args one4t = one4, two4t = two4, onegt = oneg, twogt = twog;
+			one4t.norm_out = two4t.norm_out = onegt.norm_out = twogt.norm_out = NULL;
+			double t_one4 = graph_time(s, [&] { ok(tpf_cuda_arnorm_run(ar, &one4t, s, g_diag)); });
+			double t_two4 = graph_time(s, [&] { ok(tpf_cuda_arnorm_run(ar, &two4t, s, g_diag)); });
+			double t_oneg = graph_time(s, [&] { ok(tpf_cuda_arnorm_run(ar, &onegt, s, g_diag)); });
+			double t_twog = graph_time(s, [&] { ok(tpf_cuda_arnorm_run(ar, &twogt, s, g_diag)); });
 			int any_bad;
 			MPI_Allreduce(&case_bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 			bad |= any_bad;
@@ -336,6 +343,9 @@ int main(int argc, char **argv)
 				printf("%6d %6d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %.2fx %.2fx%s\n", H, T, t_nccl,
 				       t_unf, t_an, t_one, t_two, t_unf8, t_one8, t_two8, t_unf / fmin(t_one, t_two),
 				       t_unf8 / fmin(t_one8, t_two8), any_bad ? "  MISMATCH" : "");
+				printf("       nvfp4 one-shot %.2f two-shot %.2f (best %.2fx the fp8 best); fp8-group one-shot %.2f "
+				       "two-shot %.2f\n",
+				       t_one4, t_two4, fmin(t_one4, t_two4) / fmin(t_one8, t_two8), t_oneg, t_twog);
 				printf("       max|norm diff| %.3g, max|sum diff| %.3g (bound %.3g), fp8 codes differing %zu/%zu "
 				       "(from its own norm %zu), nvfp4 codes/scales off %zu, fp8-group off %zu, two-shot %s "
 				       "one-shot, ranks %s\n",
@@ -348,9 +358,12 @@ int main(int argc, char **argv)
 					"%s {\"hidden\": %d, \"tokens\": %d, \"nccl_ar\": %.3f, \"unfused\": %.3f, "
 					"\"nccl_addnorm\": %.3f, \"oneshot\": %.3f, \"unfused_fp8\": %.3f, "
 					"\"oneshot_fp8\": %.3f, \"twoshot\": %.3f, \"twoshot_fp8\": %.3f, "
+					"\"oneshot_nvfp4\": %.3f, \"twoshot_nvfp4\": %.3f, \"oneshot_fp8_group\": %.3f, "
+					"\"twoshot_fp8_group\": %.3f, "
 					"\"norm_max_diff\": %g, \"sum_max_diff\": %g, "
 					"\"fp8_codes_differing\": %zu, \"ranks_identical\": %s, \"ok\": %s}\n",
-					first ? "" : ",", H, T, t_nccl, t_unf, t_an, t_one, t_unf8, t_one8, t_two, t_two8, dn,
+					first ? "" : ",", H, T, t_nccl, t_unf, t_an, t_one, t_unf8, t_one8, t_two, t_two8, t_one4,
+					t_two4, t_oneg, t_twog, dn,
 					ds, dq, ranks_same ? "true" : "false", any_bad ? "false" : "true");
 				first = 0;
 			}
