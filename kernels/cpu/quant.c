@@ -5,36 +5,9 @@
  * nearest even and saturated (integers), or converted exactly (fp8, fp4). */
 #include "cpu-kernels.h"
 #include "op-geometry.h"
+#include "quant-ops.h"
 
 #include <math.h>
-
-static int64_t qmap_index(const struct tpf_qmap *m, int64_t i)
-{
-	if (m->mode == 0)
-		return 0;
-	int64_t in = i % m->inner, t = i / m->inner;
-	int64_t a = t % m->dim, o = t / m->dim;
-	if (m->mode == 1)
-		return a;
-	return (o * m->sdim + a / m->block) * m->inner + in;
-}
-
-static int int_range(enum tpf_dtype t, double *lo, double *hi)
-{
-	switch (t) {
-	case TPF_DTYPE_UINT8: *lo = 0; *hi = 255; return 0;
-	case TPF_DTYPE_INT8: *lo = -128; *hi = 127; return 0;
-	case TPF_DTYPE_UINT16: *lo = 0; *hi = 65535; return 0;
-	case TPF_DTYPE_INT16: *lo = -32768; *hi = 32767; return 0;
-	case TPF_DTYPE_UINT4: *lo = 0; *hi = 15; return 0;
-	case TPF_DTYPE_INT4: *lo = -8; *hi = 7; return 0;
-	case TPF_DTYPE_UINT2: *lo = 0; *hi = 3; return 0;
-	case TPF_DTYPE_INT2: *lo = -2; *hi = 1; return 0;
-	case TPF_DTYPE_INT32: *lo = -2147483648.0; *hi = 2147483647.0; return 0;
-	case TPF_DTYPE_UINT32: *lo = 0; *hi = 4294967295.0; return 0;
-	default: return -1;
-	}
-}
 
 /* QuantizeLinear / DequantizeLinear: how x's elements find their scale
  * (*m) and the zero point (*zp, NULL when absent), which has the scale's
@@ -53,7 +26,7 @@ static enum tpf_status qdq_operands(const struct tpf_kernel_call *c, struct tpf_
 static float qdq_scale(const struct tpf_kernel_call *c, const struct tpf_qmap *m, int64_t i,
 		       int64_t *si)
 {
-	*si = qmap_index(m, i);
+	*si = tpf_qmap_index(m, i);
 	return (float)tpf_elem_load(c->in[1].dtype, c->in[1].data, *si);
 }
 
@@ -68,7 +41,7 @@ TPF_CPU_KERNEL(tpf_cpu_quantize_linear)
 				 tpf_dtype_name(zp->dtype), tpf_dtype_name(y->dtype));
 	int saturate = (int)tpf_node_attr_int(c->node, "saturate", 1);
 	double lo = 0, hi = 0;
-	int is_int = int_range(y->dtype, &lo, &hi) == 0;
+	int is_int = tpf_quant_int_range(y->dtype, &lo, &hi) == 0;
 	if (!is_int && !tpf_dtype_is_float(y->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "output dtype %s not supported", tpf_dtype_name(y->dtype));
 	for (int64_t i = 0; i < x->numel; i++) {

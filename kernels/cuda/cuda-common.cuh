@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "kernel-host.h"
+#include "quant-ops.h"
 
 #include "cuda-kernels.h"
 
@@ -56,15 +57,66 @@ __device__ __forceinline__ unsigned f_to_e2m1(float v)
 	return s | c;
 }
 
-__device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
+// Element i of a bool or an 8 to 64 bit signed, or 8 to 32 bit unsigned,
+// integer array in *v; false (and *v untouched) for any other dtype.
+__device__ __forceinline__ bool ld_int(int dt, const void *p, int64_t i, int64_t *v)
+{
+	switch (dt) {
+	case TPF_DTYPE_BOOL:
+	case TPF_DTYPE_UINT8:
+		*v = ((const uint8_t *)p)[i];
+		return true;
+	case TPF_DTYPE_INT8:
+		*v = ((const int8_t *)p)[i];
+		return true;
+	case TPF_DTYPE_UINT16:
+		*v = ((const uint16_t *)p)[i];
+		return true;
+	case TPF_DTYPE_INT16:
+		*v = ((const int16_t *)p)[i];
+		return true;
+	case TPF_DTYPE_INT32:
+		*v = ((const int32_t *)p)[i];
+		return true;
+	case TPF_DTYPE_UINT32:
+		*v = ((const uint32_t *)p)[i];
+		return true;
+	case TPF_DTYPE_INT64:
+		*v = ((const int64_t *)p)[i];
+		return true;
+	default:
+		return false;
+	}
+}
+
+// Element i of a float32, float16 or bfloat16 array in *v; false (and *v
+// untouched) for any other dtype.
+__device__ __forceinline__ bool ld_f16_32(int dt, const void *p, int64_t i, float *v)
 {
 	switch (dt) {
 	case TPF_DTYPE_FLOAT:
-		return ((const float *)p)[i];
+		*v = ((const float *)p)[i];
+		return true;
 	case TPF_DTYPE_FLOAT16:
-		return __half2float(((const __half *)p)[i]);
+		*v = __half2float(((const __half *)p)[i]);
+		return true;
 	case TPF_DTYPE_BFLOAT16:
-		return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+		*v = __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+		return true;
+	default:
+		return false;
+	}
+}
+
+__device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
+{
+	int64_t iv;
+	if (ld_int(dt, p, i, &iv))
+		return (double)iv;
+	float fv;
+	if (ld_f16_32(dt, p, i, &fv))
+		return fv;
+	switch (dt) {
 	case TPF_DTYPE_DOUBLE:
 		return ((const double *)p)[i];
 	case TPF_DTYPE_FLOAT8E4M3FN: {
@@ -85,21 +137,6 @@ __device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
 		int v = (((const uint8_t *)p)[i >> 1] >> ((i & 1) * 4)) & 0xf;
 		return v >= 8 ? v - 16 : v;
 	}
-	case TPF_DTYPE_BOOL:
-	case TPF_DTYPE_UINT8:
-		return ((const uint8_t *)p)[i];
-	case TPF_DTYPE_INT8:
-		return ((const int8_t *)p)[i];
-	case TPF_DTYPE_UINT16:
-		return ((const uint16_t *)p)[i];
-	case TPF_DTYPE_INT16:
-		return ((const int16_t *)p)[i];
-	case TPF_DTYPE_INT32:
-		return ((const int32_t *)p)[i];
-	case TPF_DTYPE_UINT32:
-		return ((const uint32_t *)p)[i];
-	case TPF_DTYPE_INT64:
-		return (double)((const int64_t *)p)[i];
 	case TPF_DTYPE_UINT64:
 		return (double)((const uint64_t *)p)[i];
 	default:
@@ -109,36 +146,16 @@ __device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
 
 __device__ __forceinline__ float ld_f(int dt, const void *p, int64_t i)
 {
-	switch (dt) {
-	case TPF_DTYPE_FLOAT:
-		return ((const float *)p)[i];
-	case TPF_DTYPE_FLOAT16:
-		return __half2float(((const __half *)p)[i]);
-	case TPF_DTYPE_BFLOAT16:
-		return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-	default:
-		return (float)ld_d(dt, p, i);
-	}
+	float fv;
+	return ld_f16_32(dt, p, i, &fv) ? fv : (float)ld_d(dt, p, i);
 }
 
 __device__ __forceinline__ int64_t ld_i(int dt, const void *p, int64_t i)
 {
+	int64_t iv;
+	if (ld_int(dt, p, i, &iv))
+		return iv;
 	switch (dt) {
-	case TPF_DTYPE_BOOL:
-	case TPF_DTYPE_UINT8:
-		return ((const uint8_t *)p)[i];
-	case TPF_DTYPE_INT8:
-		return ((const int8_t *)p)[i];
-	case TPF_DTYPE_UINT16:
-		return ((const uint16_t *)p)[i];
-	case TPF_DTYPE_INT16:
-		return ((const int16_t *)p)[i];
-	case TPF_DTYPE_INT32:
-		return ((const int32_t *)p)[i];
-	case TPF_DTYPE_UINT32:
-		return ((const uint32_t *)p)[i];
-	case TPF_DTYPE_INT64:
-		return ((const int64_t *)p)[i];
 	case TPF_DTYPE_UINT64:
 		return (int64_t)((const uint64_t *)p)[i];
 	case TPF_DTYPE_UINT4:
@@ -160,9 +177,34 @@ __device__ __forceinline__ int64_t clamp_i(double v, double lo, double hi)
 	return (int64_t)v;
 }
 
+// Stores v (an integer, double or float) converted to float32, float64,
+// float16 or bfloat16 (round to nearest even) when dt is one of these;
+// false, storing nothing, for any other dtype.
+template <typename V> __device__ __forceinline__ bool st_float(int dt, void *p, int64_t i, V v)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		((float *)p)[i] = (float)v;
+		return true;
+	case TPF_DTYPE_DOUBLE:
+		((double *)p)[i] = (double)v;
+		return true;
+	case TPF_DTYPE_FLOAT16:
+		((__half *)p)[i] = __float2half_rn((float)v);
+		return true;
+	case TPF_DTYPE_BFLOAT16:
+		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
+		return true;
+	default:
+		return false;
+	}
+}
+
 // Integer store with C-cast wrapping (sub-byte types are not stored here).
 __device__ __forceinline__ void st_i(int dt, void *p, int64_t i, int64_t v)
 {
+	if (st_float(dt, p, i, v))
+		return;
 	switch (dt) {
 	case TPF_DTYPE_BOOL:
 		((uint8_t *)p)[i] = v != 0;
@@ -191,18 +233,6 @@ __device__ __forceinline__ void st_i(int dt, void *p, int64_t i, int64_t v)
 	case TPF_DTYPE_UINT64:
 		((uint64_t *)p)[i] = (uint64_t)v;
 		return;
-	case TPF_DTYPE_FLOAT:
-		((float *)p)[i] = (float)v;
-		return;
-	case TPF_DTYPE_DOUBLE:
-		((double *)p)[i] = (double)v;
-		return;
-	case TPF_DTYPE_FLOAT16:
-		((__half *)p)[i] = __float2half_rn((float)v);
-		return;
-	case TPF_DTYPE_BFLOAT16:
-		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
-		return;
 	default:
 		return;
 	}
@@ -212,19 +242,9 @@ __device__ __forceinline__ void st_i(int dt, void *p, int64_t i, int64_t v)
 // truncate toward zero and clamp (NaN gives 0), as Cast does.
 __device__ __forceinline__ void st_d(int dt, void *p, int64_t i, double v, int sat = 1)
 {
+	if (st_float(dt, p, i, v))
+		return;
 	switch (dt) {
-	case TPF_DTYPE_FLOAT:
-		((float *)p)[i] = (float)v;
-		return;
-	case TPF_DTYPE_DOUBLE:
-		((double *)p)[i] = v;
-		return;
-	case TPF_DTYPE_FLOAT16:
-		((__half *)p)[i] = __float2half_rn((float)v);
-		return;
-	case TPF_DTYPE_BFLOAT16:
-		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
-		return;
 	case TPF_DTYPE_FLOAT8E4M3FN:
 		((uint8_t *)p)[i] = (uint8_t)__nv_cvt_float_to_fp8((float)v, sat ? __NV_SATFINITE : __NV_NOSAT,
 								    __NV_E4M3);
@@ -236,24 +256,6 @@ __device__ __forceinline__ void st_d(int dt, void *p, int64_t i, double v, int s
 	case TPF_DTYPE_BOOL:
 		((uint8_t *)p)[i] = v != 0;
 		return;
-	case TPF_DTYPE_UINT8:
-		((uint8_t *)p)[i] = (uint8_t)clamp_i(v, 0, 255);
-		return;
-	case TPF_DTYPE_INT8:
-		((int8_t *)p)[i] = (int8_t)clamp_i(v, -128, 127);
-		return;
-	case TPF_DTYPE_UINT16:
-		((uint16_t *)p)[i] = (uint16_t)clamp_i(v, 0, 65535);
-		return;
-	case TPF_DTYPE_INT16:
-		((int16_t *)p)[i] = (int16_t)clamp_i(v, -32768, 32767);
-		return;
-	case TPF_DTYPE_INT32:
-		((int32_t *)p)[i] = (int32_t)clamp_i(v, -2147483648.0, 2147483647.0);
-		return;
-	case TPF_DTYPE_UINT32:
-		((uint32_t *)p)[i] = (uint32_t)clamp_i(v, 0, 4294967295.0);
-		return;
 	case TPF_DTYPE_INT64:
 		((int64_t *)p)[i] = clamp_i(v, -9.2233720368547758e18, 9.2233720368547748e18);
 		return;
@@ -262,27 +264,20 @@ __device__ __forceinline__ void st_d(int dt, void *p, int64_t i, double v, int s
 				     : v >= 1.8446744073709552e19 ? UINT64_MAX
 								  : (uint64_t)v;
 		return;
-	default:
+	default: {
+		// 8 to 32 bit integers (st_i stores no 4 or 2 bit ones)
+		double lo, hi;
+		if (tpf_quant_int_range((enum tpf_dtype)dt, &lo, &hi) == 0)
+			st_i(dt, p, i, clamp_i(v, lo, hi));
 		return;
+	}
 	}
 }
 
 __device__ __forceinline__ void st_f(int dt, void *p, int64_t i, float v, int sat = 1)
 {
-	switch (dt) {
-	case TPF_DTYPE_FLOAT:
-		((float *)p)[i] = v;
-		return;
-	case TPF_DTYPE_FLOAT16:
-		((__half *)p)[i] = __float2half_rn(v);
-		return;
-	case TPF_DTYPE_BFLOAT16:
-		((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-		return;
-	default:
+	if (!st_float(dt, p, i, v))
 		st_d(dt, p, i, (double)v, sat);
-		return;
-	}
 }
 
 // Rounds v through dtype dt, as storing and reloading would.
@@ -302,6 +297,22 @@ __device__ __forceinline__ float round_through(int dt, float v)
 		return v;
 	}
 }
+
+// A float16/bfloat16/float32 element of type T as float (in) and a float
+// rounded to nearest even to T (out), for kernels templated on the type.
+template <typename T> struct Cvt;
+template <> struct Cvt<float> {
+	__device__ static float in(float v) { return v; }
+	__device__ static float out(float v) { return v; }
+};
+template <> struct Cvt<__half> {
+	__device__ static float in(__half v) { return __half2float(v); }
+	__device__ static __half out(float v) { return __float2half_rn(v); }
+};
+template <> struct Cvt<__nv_bfloat16> {
+	__device__ static float in(__nv_bfloat16 v) { return __bfloat162float(v); }
+	__device__ static __nv_bfloat16 out(float v) { return __float2bfloat16_rn(v); }
+};
 
 // ------------------------------------------------------------ indexing
 // A strided view of up to kMaxOps operands over an output of `rank` dims
@@ -334,6 +345,49 @@ __device__ __forceinline__ void offsets(const Strided &s, I i, I *off)
 	}
 }
 
+// ------------------------------------------------------------ elements by size
+// Kernels that move elements without reading them see only their size in
+// bytes: 1, 2, 4 or (any other value) 8.
+
+// Element i of p, es bytes wide, set to the low es bytes of bits.
+__device__ __forceinline__ void store_bits(void *p, int64_t i, int es, uint64_t bits)
+{
+	switch (es) {
+	case 1:
+		((uint8_t *)p)[i] = (uint8_t)bits;
+		break;
+	case 2:
+		((uint16_t *)p)[i] = (uint16_t)bits;
+		break;
+	case 4:
+		((uint32_t *)p)[i] = (uint32_t)bits;
+		break;
+	default:
+		((uint64_t *)p)[i] = bits;
+		break;
+	}
+}
+
+// f(E()) with E the unsigned integer type of es bytes (1, 2, 4, else 8),
+// so that a host function launches the kernel instantiated for that width.
+template <typename F> void by_elem_size(size_t es, F &&f)
+{
+	switch (es) {
+	case 1:
+		f(uint8_t());
+		break;
+	case 2:
+		f(uint16_t());
+		break;
+	case 4:
+		f(uint32_t());
+		break;
+	default:
+		f(uint64_t());
+		break;
+	}
+}
+
 } // namespace tpfc
 
 // ------------------------------------------------------------ host helpers
@@ -359,9 +413,43 @@ static inline cudaStream_t tpfc_stream(const struct tpf_kernel_call *c)
 	return (cudaStream_t)c->stream;
 }
 
+// kernel(args...) on the call's stream, a grid-stride loop over n items in
+// blocks of `threads`; the launch's status (tpfc_launched) names `what`.
+template <typename K, typename... A>
+enum tpf_status tpfc_launch(const struct tpf_kernel_call *c, const char *what, int64_t n, int threads, K kernel,
+			    A... args)
+{
+	kernel<<<tpfc_blocks(n, threads), threads, 0, tpfc_stream(c)>>>(args...);
+	return tpfc_launched(c, what);
+}
+
 // 1 when the dtype is handled by the generic float path on the GPU.
 int tpfc_float_ok(enum tpf_dtype t);
 // 1 when the dtype is handled by the generic integer path on the GPU.
 int tpfc_int_ok(enum tpf_dtype t);
+
+
+// TPF_OK when dtype t has whole elements of 1 to 8 bytes, which the kernels
+// that only move elements support; else the call fails.
+static inline enum tpf_status tpfc_need_bytes(const struct tpf_kernel_call *c, enum tpf_dtype t)
+{
+	size_t es = tpf_elem_size(t);
+	if (!es || es > 8)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported (sub-byte or wide)", tpf_dtype_name(t));
+	return TPF_OK;
+}
+
+// y takes x's bytes (on the call's stream) unless they are the same buffer:
+// the scatter ops update a copy of their data input.
+static inline enum tpf_status tpfc_copy_input(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
+					      struct tpf_ktensor *y)
+{
+	if (y->data != x->data && x->nbytes) {
+		cudaError_t e = cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, tpfc_stream(c));
+		if (e != cudaSuccess)
+			return tpfc_cuda_fail(c, "copy", e);
+	}
+	return TPF_OK;
+}
 
 #endif

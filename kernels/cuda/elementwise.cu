@@ -66,20 +66,6 @@ template <typename I> __global__ void binary_kernel(BinArgs p, I n, Strided s)
 }
 
 // Same-shape or scalar-operand bf16/fp16/fp32 arithmetic: no index math.
-template <typename T> struct Cvt;
-template <> struct Cvt<float> {
-	__device__ static float in(float v) { return v; }
-	__device__ static float out(float v) { return v; }
-};
-template <> struct Cvt<__half> {
-	__device__ static float in(__half v) { return __half2float(v); }
-	__device__ static __half out(float v) { return __float2half_rn(v); }
-};
-template <> struct Cvt<__nv_bfloat16> {
-	__device__ static float in(__nv_bfloat16 v) { return __bfloat162float(v); }
-	__device__ static __nv_bfloat16 out(float v) { return __float2bfloat16_rn(v); }
-};
-
 template <typename T>
 __global__ void binary_flat_kernel(int op, const T *a, int64_t sa, const T *b, int64_t sb, T *y, int64_t n)
 {

@@ -12,25 +12,13 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T> struct Elem;
-template <> struct Elem<float> {
-	__device__ static float load(float v) { return v; }
-	__device__ static float store(float v) { return v; }
-};
-template <> struct Elem<__half> {
-	__device__ static float load(__half v) { return __half2float(v); }
-	__device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <> struct Elem<__nv_bfloat16> {
-	__device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-	__device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
+using tpfc::Cvt;
 
 // v rounded to T (the CPU reference's to_t): each step of the unfused
 // chain rounds to T.
 template <typename T> __device__ __forceinline__ float round_t(float v)
 {
-	return Elem<T>::load(Elem<T>::store(v));
+	return Cvt<T>::in(Cvt<T>::out(v));
 }
 
 // act(g) rounded to T at every step of the decomposed chain, as the CPU
@@ -70,7 +58,7 @@ __global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows,
 		T *o = reinterpret_cast<T *>(&ou);
 #pragma unroll
 		for (int k = 0; k < N; k++)
-			o[k] = Elem<T>::store(act<T, A>(Elem<T>::load(g[k]), cube) * Elem<T>::load(u[k]));
+			o[k] = Cvt<T>::out(act<T, A>(Cvt<T>::in(g[k]), cube) * Cvt<T>::in(u[k]));
 		*reinterpret_cast<uint4 *>(y + r * n + c0) = ou;
 	}
 }
@@ -83,8 +71,8 @@ __global__ void gated_scalar_kernel(const T *gate, const T *up, T *y, int64_t ro
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / n, j = i % n;
-		y[i] = Elem<T>::store(act<T, A>(Elem<T>::load(gate[r * stride + j]), cube) *
-				      Elem<T>::load(up[r * stride + j]));
+		y[i] = Cvt<T>::out(act<T, A>(Cvt<T>::in(gate[r * stride + j]), cube) *
+				      Cvt<T>::in(up[r * stride + j]));
 	}
 }
 
@@ -153,14 +141,14 @@ __global__ void rotary_kernel(const T *x, const T *cosc, const T *sinc, const in
 		}
 		const int64_t i1 = g.interleaved ? 2 * k : k, i2 = g.interleaved ? 2 * k + 1 : k + half;
 		if (!ok) {
-			y[base + i1] = Elem<T>::store(nanf(""));
-			y[base + i2] = Elem<T>::store(nanf(""));
+			y[base + i1] = Cvt<T>::out(nanf(""));
+			y[base + i2] = Cvt<T>::out(nanf(""));
 			continue;
 		}
-		const float c = Elem<T>::load(cosc[row * half + k]), sn = Elem<T>::load(sinc[row * half + k]);
-		const float x1 = Elem<T>::load(x[base + i1]), x2 = Elem<T>::load(x[base + i2]);
-		y[base + i1] = Elem<T>::store(round_t<T>(c * x1) - round_t<T>(sn * x2));
-		y[base + i2] = Elem<T>::store(round_t<T>(sn * x1) + round_t<T>(c * x2));
+		const float c = Cvt<T>::in(cosc[row * half + k]), sn = Cvt<T>::in(sinc[row * half + k]);
+		const float x1 = Cvt<T>::in(x[base + i1]), x2 = Cvt<T>::in(x[base + i2]);
+		y[base + i1] = Cvt<T>::out(round_t<T>(c * x1) - round_t<T>(sn * x2));
+		y[base + i2] = Cvt<T>::out(round_t<T>(sn * x1) + round_t<T>(c * x2));
 	}
 }
 

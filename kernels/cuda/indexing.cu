@@ -17,32 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-enum tpf_status need_bytes(const struct tpf_kernel_call *c, enum tpf_dtype t)
-{
-	size_t es = tpf_elem_size(t);
-	if (!es || es > 8)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported (sub-byte or wide)", tpf_dtype_name(t));
-	return TPF_OK;
-}
-
-__device__ __forceinline__ void zero_elem(void *dst, int64_t di, int es)
-{
-	switch (es) {
-	case 1:
-		((uint8_t *)dst)[di] = 0;
-		break;
-	case 2:
-		((uint16_t *)dst)[di] = 0;
-		break;
-	case 4:
-		((uint32_t *)dst)[di] = 0;
-		break;
-	default:
-		((uint64_t *)dst)[di] = 0;
-		break;
-	}
-}
-
 // ------------------------------------------------------------ Range
 
 __global__ void range_kernel(int dt, int integral, const void *start, const void *delta, void *y, int64_t n)
@@ -169,7 +143,7 @@ __global__ void trilu_kernel(const void *x, void *y, int es, int dk, const void 
 		if (keep)
 			tpf_copy_elem(y, i, x, i, es);
 		else
-			zero_elem(y, i, es);
+			store_bits(y, i, es, 0);
 	}
 }
 
@@ -260,17 +234,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_range)
 	}
 	if (!y->numel)
 		return TPF_OK;
-	range_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		dt, tpf_dtype_is_integral(dt), c->in[0].data, c->in[2].data, y->data, y->numel);
-	return tpfc_launched(c, "range");
+	return tpfc_launch(c, "range", y->numel, kThreads, range_kernel, dt, tpf_dtype_is_integral(dt), c->in[0].data,
+			   c->in[2].data, y->data, y->numel);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_gather_nd)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	int64_t b = tpf_node_attr_int(c->node, "batch_dims", 0);
 	if (ix->dtype != TPF_DTYPE_INT64 || ix->rank < 1 || b < 0 || b >= ix->rank || b >= x->rank)
@@ -304,17 +276,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gather_nd)
 	for (int q = 0; q < k; q++)
 		if (!a.dims[q])
 			return tpf_kfail(c, TPF_ERR_INVALID, "gather from an empty axis");
-	gather_nd_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		a, x->data, y->data, (int)tpf_elem_size(x->dtype), y->numel);
-	return tpfc_launched(c, "gather nd");
+	return tpfc_launch(c, "gather nd", y->numel, kThreads, gather_nd_kernel, a, x->data, y->data,
+			   (int)tpf_elem_size(x->dtype), y->numel);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_nd)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1], *up = &c->in[2];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	const char *red;
 	int mode = tpf_scatter_reduction(c, &red);
@@ -342,27 +312,22 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_nd)
 	int64_t bad = 0;
 	if (check_tuples(ix, a.dims, a.k, &bad))
 		return tpf_kfail(c, TPF_ERR_INVALID, "index %lld out of range", (long long)bad);
-	if (y->data != x->data && x->nbytes) {
-		cudaError_t e = cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, tpfc_stream(c));
-		if (e != cudaSuccess)
-			return tpfc_cuda_fail(c, "copy", e);
-	}
+	if (enum tpf_status st = tpfc_copy_input(c, x, y))
+		return st;
 	if (!a.tuples || !a.slice)
 		return TPF_OK;
 	for (int q = 0; q < k; q++)
 		if (!a.dims[q])
 			return tpf_kfail(c, TPF_ERR_INVALID, "scatter into an empty axis");
-	scatter_nd_kernel<<<tpfc_blocks(a.slice, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		a, x->dtype, mode, up->data, y->data, (int)tpf_elem_size(x->dtype));
-	return tpfc_launched(c, "scatter nd");
+	return tpfc_launch(c, "scatter nd", a.slice, kThreads, scatter_nd_kernel, a, x->dtype, mode, up->data, y->data,
+			   (int)tpf_elem_size(x->dtype));
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_one_hot)
 {
 	const struct tpf_ktensor *ix = &c->in[0], *val = &c->in[2];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, y->dtype))
 		return st;
 	if (!(tpfc_float_ok(ix->dtype) || tpfc_int_ok(ix->dtype)))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "indices of dtype %s not supported on cuda",
@@ -375,17 +340,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_one_hot)
 	int64_t depth = y->dims[ax], inner = tpf_dims_prod(ix->dims, ax, ix->rank);
 	if (!y->numel)
 		return TPF_OK;
-	one_hot_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		ix->dtype, ix->data, val->data, y->data, (int)tpf_elem_size(y->dtype), depth, inner, y->numel);
-	return tpfc_launched(c, "one hot");
+	return tpfc_launch(c, "one hot", y->numel, kThreads, one_hot_kernel, ix->dtype, ix->data, val->data, y->data,
+			   (int)tpf_elem_size(y->dtype), depth, inner, y->numel);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_tile)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	if (y->rank != x->rank)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output rank differs from the input's");
@@ -400,17 +363,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_tile)
 	}
 	if (!y->numel)
 		return TPF_OK;
-	tile_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		a, x->data, y->data, (int)tpf_elem_size(x->dtype), y->numel);
-	return tpfc_launched(c, "tile");
+	return tpfc_launch(c, "tile", y->numel, kThreads, tile_kernel, a, x->data, y->data,
+			   (int)tpf_elem_size(x->dtype), y->numel);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_trilu)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	if (x->rank < 2 || x->nbytes != y->nbytes)
 		return tpf_kfail(c, TPF_ERR_INVALID, "input must have rank 2 or more");
@@ -420,10 +381,9 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_trilu)
 	if (!x->numel)
 		return TPF_OK;
 	int upper = tpf_node_attr_int(c->node, "upper", 1) != 0;
-	trilu_kernel<<<tpfc_blocks(x->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		x->data, y->data, (int)tpf_elem_size(x->dtype), k ? k->dtype : 0, k ? k->data : NULL, upper,
-		x->dims[x->rank - 2], x->dims[x->rank - 1], x->numel);
-	return tpfc_launched(c, "trilu");
+	return tpfc_launch(c, "trilu", x->numel, kThreads, trilu_kernel, x->data, y->data, (int)tpf_elem_size(x->dtype),
+			   k ? k->dtype : 0, k ? k->data : NULL, upper, x->dims[x->rank - 2], x->dims[x->rank - 1],
+			   x->numel);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_cumsum)
@@ -448,9 +408,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_cumsum)
 	int64_t inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
 	int excl = tpf_node_attr_int(c->node, "exclusive", 0) != 0;
 	int rev = tpf_node_attr_int(c->node, "reverse", 0) != 0;
-	cumsum_kernel<<<tpfc_blocks(outer * inner, kThreads), kThreads, 0, tpfc_stream(c)>>>(
-		x->dtype, x->data, y->data, outer, len, inner, excl, rev);
-	return tpfc_launched(c, "cumsum");
+	return tpfc_launch(c, "cumsum", outer * inner, kThreads, cumsum_kernel, x->dtype, x->data, y->data, outer, len,
+			   inner, excl, rev);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_size)

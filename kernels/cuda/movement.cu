@@ -80,14 +80,6 @@ void contiguous_strides(const int64_t *dims, int rank, int64_t *st)
 	}
 }
 
-enum tpf_status need_bytes(const struct tpf_kernel_call *c, enum tpf_dtype t)
-{
-	size_t es = tpf_elem_size(t);
-	if (!es || es > 8)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported (sub-byte or wide)", tpf_dtype_name(t));
-	return TPF_OK;
-}
-
 Strided space_of(const struct tpf_ktensor *t)
 {
 	Strided s;
@@ -123,25 +115,34 @@ struct ElemArgs {
 	int64_t n;
 };
 
+// The offset in x (GatherElements) or y (ScatterElements) of index element
+// i: its own position with the axis coordinate taken from the index, which
+// is clamped into the axis.
+__device__ __forceinline__ int64_t elements_offset(const ElemArgs &a, int64_t i)
+{
+	int64_t rem = i, off = 0, mul = 1;
+	for (int d = a.rank - 1; d >= 0; d--) {
+		int64_t id = rem % a.idims[d];
+		rem /= a.idims[d];
+		if (d == a.ax) {
+			int64_t k = ld_i(a.di, a.ix, i);
+			if (k < 0)
+				k += a.xdims[d];
+			id = k < 0 ? 0 : k >= a.xdims[d] ? a.xdims[d] - 1 : k;
+		}
+		off += id * mul;
+		mul *= a.xdims[d];
+	}
+	return off;
+}
+
 // GatherElements (scatter = 0) and ScatterElements (scatter = 1, mode 0
 // none, 1 add)
 template <typename E>
 __global__ void elements_kernel(ElemArgs a, const E *x, E *y, const E *up, int scatter, int mode)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t rem = i, off = 0, mul = 1;
-		for (int d = a.rank - 1; d >= 0; d--) {
-			int64_t id = rem % a.idims[d];
-			rem /= a.idims[d];
-			if (d == a.ax) {
-				int64_t k = ld_i(a.di, a.ix, i);
-				if (k < 0)
-					k += a.xdims[d];
-				id = k < 0 ? 0 : k >= a.xdims[d] ? a.xdims[d] - 1 : k;
-			}
-			off += id * mul;
-			mul *= a.xdims[d];
-		}
+		int64_t off = elements_offset(a, i);
 		if (!scatter)
 			y[i] = x[off];
 		else if (mode == 0)
@@ -178,19 +179,7 @@ template <> __device__ __forceinline__ void atomic_add_elem<int64_t>(int64_t *p,
 template <typename E> __global__ void scatter_add_kernel(ElemArgs a, E *y, const E *up)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t rem = i, off = 0, mul = 1;
-		for (int d = a.rank - 1; d >= 0; d--) {
-			int64_t id = rem % a.idims[d];
-			rem /= a.idims[d];
-			if (d == a.ax) {
-				int64_t k = ld_i(a.di, a.ix, i);
-				if (k < 0)
-					k += a.xdims[d];
-				id = k < 0 ? 0 : k >= a.xdims[d] ? a.xdims[d] - 1 : k;
-			}
-			off += id * mul;
-			mul *= a.xdims[d];
-		}
+		int64_t off = elements_offset(a, i);
 		atomic_add_elem<E>(y + off, up[i]);
 	}
 }
@@ -223,22 +212,8 @@ __global__ void ints_kernel(Ints p, int64_t *y)
 
 __global__ void fill_kernel(uint64_t bits, int es, void *y, int64_t n)
 {
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-		switch (es) {
-		case 1:
-			((uint8_t *)y)[i] = (uint8_t)bits;
-			break;
-		case 2:
-			((uint16_t *)y)[i] = (uint16_t)bits;
-			break;
-		case 4:
-			((uint32_t *)y)[i] = (uint32_t)bits;
-			break;
-		default:
-			((uint64_t *)y)[i] = bits;
-			break;
-		}
-	}
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		store_bits(y, i, es, bits);
 }
 
 // ------------------------------------------------------------ segments
@@ -271,7 +246,7 @@ enum tpf_status run_segments(const struct tpf_kernel_call *c, int pack)
 	if (!a || a->kind != TPF_ATTR_INTS || a->n % 4)
 		return tpf_kfail(c, TPF_ERR_INVALID, "missing or malformed 'segments' attribute");
 	enum tpf_dtype dt = pack ? c->out[0].dtype : c->in[0].dtype;
-	enum tpf_status st = need_bytes(c, dt);
+	enum tpf_status st = tpfc_need_bytes(c, dt);
 	if (st)
 		return st;
 	size_t es = tpf_elem_size(dt);
@@ -329,7 +304,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_transpose)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
+	enum tpf_status st = tpfc_need_bytes(c, x->dtype);
 	if (st)
 		return st;
 	int perm[kMaxRank];
@@ -353,8 +328,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_slice)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	int64_t start[kMaxRank], step[kMaxRank], od[kMaxRank];
 	if (tpf_slice_resolve(c, start, step, od))
@@ -376,7 +350,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_slice)
 extern "C" TPF_CUDA_KERNEL(tpf_cu_split)
 {
 	const struct tpf_ktensor *x = &c->in[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
+	enum tpf_status st = tpfc_need_bytes(c, x->dtype);
 	if (st)
 		return st;
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
@@ -433,7 +407,7 @@ bool is16(int64_t v)
 extern "C" TPF_CUDA_KERNEL(tpf_cu_concat)
 {
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, y->dtype);
+	enum tpf_status st = tpfc_need_bytes(c, y->dtype);
 	if (st)
 		return st;
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), y->rank);
@@ -480,8 +454,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_expand)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	const struct tpf_ktensor *ins[2] = {x, y};
 	Strided s;
@@ -494,8 +467,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gather_reorder)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, y->dtype))
 		return st;
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), y->rank);
 	if (ax < 0 || c->world < 1 || y->dims[ax] % c->world || x->nbytes != y->nbytes)
@@ -522,8 +494,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gather)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
 		return st;
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
 	if (ax < 0)
@@ -542,24 +513,11 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gather)
 		return tpf_kfail(c, TPF_ERR_INVALID, "gather from an empty axis");
 	unsigned g = tpfc_blocks(y->numel, kThreads);
 	cudaStream_t s = tpfc_stream(c);
-	switch (tpf_elem_size(x->dtype)) {
-	case 1:
-		gather_kernel<uint8_t><<<g, kThreads, 0, s>>>((const uint8_t *)x->data, (uint8_t *)y->data, ix->dtype,
-							      ix->data, outer, n, inner, dim);
-		break;
-	case 2:
-		gather_kernel<uint16_t><<<g, kThreads, 0, s>>>((const uint16_t *)x->data, (uint16_t *)y->data, ix->dtype,
-							       ix->data, outer, n, inner, dim);
-		break;
-	case 4:
-		gather_kernel<uint32_t><<<g, kThreads, 0, s>>>((const uint32_t *)x->data, (uint32_t *)y->data, ix->dtype,
-							       ix->data, outer, n, inner, dim);
-		break;
-	default:
-		gather_kernel<uint64_t><<<g, kThreads, 0, s>>>((const uint64_t *)x->data, (uint64_t *)y->data, ix->dtype,
-							       ix->data, outer, n, inner, dim);
-		break;
-	}
+	by_elem_size(tpf_elem_size(x->dtype), [&](auto e) {
+		typedef decltype(e) E;
+		gather_kernel<E><<<g, kThreads, 0, s>>>((const E *)x->data, (E *)y->data, ix->dtype, ix->data, outer, n,
+							inner, dim);
+	});
 	return tpfc_launched(c, "gather");
 }
 
@@ -607,26 +565,13 @@ void launch_elements(const struct tpf_kernel_call *c, const ElemArgs &a, int sca
 extern "C" TPF_CUDA_KERNEL(tpf_cu_gather_elements)
 {
 	const struct tpf_ktensor *x = &c->in[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
+	enum tpf_status st = tpfc_need_bytes(c, x->dtype);
 	ElemArgs a;
 	if (st || (st = elements_setup(c, &a)))
 		return st;
 	if (!a.n)
 		return TPF_OK;
-	switch (tpf_elem_size(x->dtype)) {
-	case 1:
-		launch_elements<uint8_t>(c, a, 0, 0);
-		break;
-	case 2:
-		launch_elements<uint16_t>(c, a, 0, 0);
-		break;
-	case 4:
-		launch_elements<uint32_t>(c, a, 0, 0);
-		break;
-	default:
-		launch_elements<uint64_t>(c, a, 0, 0);
-		break;
-	}
+	by_elem_size(tpf_elem_size(x->dtype), [&](auto e) { launch_elements<decltype(e)>(c, a, 0, 0); });
 	return tpfc_launched(c, "gather elements");
 }
 
@@ -634,7 +579,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_elements)
 {
 	const struct tpf_ktensor *x = &c->in[0], *up = &c->in[2];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
+	enum tpf_status st = tpfc_need_bytes(c, x->dtype);
 	ElemArgs a;
 	if (st || (st = elements_setup(c, &a)))
 		return st;
@@ -645,11 +590,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_elements)
 	int add = mode == TPF_SCATTER_ADD;
 	if (!add && mode != TPF_SCATTER_NONE)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "reduction '%s' not supported on cuda", red);
-	if (y->data != x->data && x->nbytes) {
-		cudaError_t e = cudaMemcpyAsync(y->data, x->data, x->nbytes, cudaMemcpyDeviceToDevice, tpfc_stream(c));
-		if (e != cudaSuccess)
-			return tpfc_cuda_fail(c, "copy", e);
-	}
+	if ((st = tpfc_copy_input(c, x, y)))
+		return st;
 	if (!a.n)
 		return TPF_OK;
 	unsigned g = tpfc_blocks(a.n, kThreads);
@@ -681,20 +623,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_elements)
 		}
 		return tpfc_launched(c, "scatter elements");
 	}
-	switch (tpf_elem_size(x->dtype)) {
-	case 1:
-		launch_elements<uint8_t>(c, a, 1, 0);
-		break;
-	case 2:
-		launch_elements<uint16_t>(c, a, 1, 0);
-		break;
-	case 4:
-		launch_elements<uint32_t>(c, a, 1, 0);
-		break;
-	default:
-		launch_elements<uint64_t>(c, a, 1, 0);
-		break;
-	}
+	by_elem_size(tpf_elem_size(x->dtype), [&](auto e) { launch_elements<decltype(e)>(c, a, 1, 0); });
 	return tpfc_launched(c, "scatter elements");
 }
 
@@ -721,8 +650,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_constant_of_shape)
 {
 	struct tpf_ktensor *y = &c->out[0];
 	const struct tpf_attr *a = tpf_node_attr(c->node, "value");
-	enum tpf_status st = need_bytes(c, y->dtype);
-	if (st)
+	if (enum tpf_status st = tpfc_need_bytes(c, y->dtype))
 		return st;
 	size_t es = tpf_elem_size(y->dtype);
 	uint64_t bits = 0;
@@ -733,8 +661,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_constant_of_shape)
 	}
 	if (!y->numel)
 		return TPF_OK;
-	fill_kernel<<<tpfc_blocks(y->numel, kThreads), kThreads, 0, tpfc_stream(c)>>>(bits, (int)es, y->data, y->numel);
-	return tpfc_launched(c, "constant of shape");
+	return tpfc_launch(c, "constant of shape", y->numel, kThreads, fill_kernel, bits, (int)es, y->data, y->numel);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_pack)

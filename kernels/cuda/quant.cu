@@ -5,6 +5,7 @@
 // and saturate (integers) or convert (fp8; fp4 rounded and packed in
 // software, low nibble first: Hopper has no e2m1 conversion instruction).
 #include "cuda-common.cuh"
+#include "quant-ops.h"
 
 #include <string.h>
 
@@ -17,17 +18,6 @@ constexpr int kThreads = 256;
 // how element i finds its scale element (kernel-host.h)
 typedef struct tpf_qmap QMap;
 
-__device__ __forceinline__ int64_t qmap_index(const QMap &m, int64_t i)
-{
-	if (m.mode == 0)
-		return 0;
-	int64_t in = i % m.inner, t = i / m.inner;
-	int64_t a = t % m.dim, o = t / m.dim;
-	if (m.mode == 1)
-		return a;
-	return (o * m.sdim + a / m.block) * m.inner + in;
-}
-
 // tpf_qmap_init, and no scale lookups for an empty tensor
 int qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, const struct tpf_ktensor *s, QMap *m)
 {
@@ -36,21 +26,6 @@ int qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, cons
 	if (m->mode && (m->dim == 0 || m->inner == 0))
 		m->mode = 0;
 	return 0;
-}
-
-int int_range(enum tpf_dtype t, double *lo, double *hi)
-{
-	switch (t) {
-	case TPF_DTYPE_UINT8: *lo = 0; *hi = 255; return 0;
-	case TPF_DTYPE_INT8: *lo = -128; *hi = 127; return 0;
-	case TPF_DTYPE_UINT16: *lo = 0; *hi = 65535; return 0;
-	case TPF_DTYPE_INT16: *lo = -32768; *hi = 32767; return 0;
-	case TPF_DTYPE_UINT4: *lo = 0; *hi = 15; return 0;
-	case TPF_DTYPE_INT4: *lo = -8; *hi = 7; return 0;
-	case TPF_DTYPE_INT32: *lo = -2147483648.0; *hi = 2147483647.0; return 0;
-	case TPF_DTYPE_UINT32: *lo = 0; *hi = 4294967295.0; return 0;
-	default: return -1;
-	}
 }
 
 struct QArgs {
@@ -65,7 +40,7 @@ struct QArgs {
 // The quantized value of element i: integer code (is_int) or float value.
 __device__ __forceinline__ double quant_value(const QArgs &a, int64_t i)
 {
-	int64_t si = qmap_index(a.m, i);
+	int64_t si = tpf_qmap_index(&a.m, i);
 	float sc = ld_f(a.ds, a.s, si);
 	float v = ld_f(a.dx, a.x, i) / sc;
 	if (a.is_int) {
@@ -113,7 +88,7 @@ __global__ void quantize4_kernel(QArgs a)
 __global__ void dequantize_kernel(QArgs a)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t si = qmap_index(a.m, i);
+		int64_t si = tpf_qmap_index(&a.m, i);
 		float sc = ld_f(a.ds, a.s, si);
 		float v;
 		if (a.is_int) {
@@ -161,34 +136,50 @@ bool loadable(enum tpf_dtype t)
 	return tpfc_float_ok(t) || tpfc_int_ok(t) || sub_byte(t);
 }
 
+// The zero point (*zp, NULL when absent) of QuantizeLinear /
+// DequantizeLinear and the scale map of a cleared *a; it fails when the
+// scale and zero point do not fit x.
+enum tpf_status qdq_begin(const struct tpf_kernel_call *c, QArgs *a, const struct tpf_ktensor **zp)
+{
+	*zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	memset(a, 0, sizeof(*a));
+	if (qmap_init(c, &c->in[0], &c->in[1], &a->m) || (*zp && (*zp)->numel != c->in[1].numel))
+		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	return TPF_OK;
+}
+
+// The dtypes, data and element count of x, scale, zero point and y in *a.
+void qdq_fill(const struct tpf_kernel_call *c, const struct tpf_ktensor *zp, QArgs *a)
+{
+	a->dx = c->in[0].dtype;
+	a->ds = c->in[1].dtype;
+	a->dz = zp ? zp->dtype : 0;
+	a->dy = c->out[0].dtype;
+	a->x = c->in[0].data;
+	a->s = c->in[1].data;
+	a->zp = zp ? zp->data : NULL;
+	a->y = c->out[0].data;
+	a->n = c->in[0].numel;
+}
+
 } // namespace
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_quantize_linear)
 {
-	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
-	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
-	struct tpf_ktensor *y = &c->out[0];
+	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1], *y = &c->out[0], *zp;
 	QArgs a;
-	memset(&a, 0, sizeof(a));
-	if (qmap_init(c, x, s, &a.m) || (zp && zp->numel != s->numel))
-		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	if (enum tpf_status st = qdq_begin(c, &a, &zp))
+		return st;
 	if (zp && zp->dtype != y->dtype)
 		return tpf_kfail(c, TPF_ERR_INVALID, "zero point dtype %s differs from output %s", tpf_dtype_name(zp->dtype),
 				 tpf_dtype_name(y->dtype));
-	a.is_int = int_range(y->dtype, &a.lo, &a.hi) == 0;
+	// 2-bit outputs have no CUDA store
+	a.is_int = (tpfc_int_ok(y->dtype) || sub_byte(y->dtype)) && tpf_quant_int_range(y->dtype, &a.lo, &a.hi) == 0;
 	bool out_ok = a.is_int || y->dtype == TPF_DTYPE_FLOAT4E2M1 || tpfc_float_ok(y->dtype);
 	if (!out_ok || !tpfc_float_ok(x->dtype) || !tpfc_float_ok(s->dtype) || (zp && !loadable(zp->dtype)))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "quantize %s -> %s not supported on cuda", tpf_dtype_name(x->dtype),
 				 tpf_dtype_name(y->dtype));
-	a.dx = x->dtype;
-	a.ds = s->dtype;
-	a.dz = zp ? zp->dtype : 0;
-	a.dy = y->dtype;
-	a.x = x->data;
-	a.s = s->data;
-	a.zp = zp ? zp->data : NULL;
-	a.y = y->data;
-	a.n = x->numel;
+	qdq_fill(c, zp, &a);
 	a.sat = (int)tpf_node_attr_int(c->node, "saturate", 1);
 	if (!a.n)
 		return TPF_OK;
@@ -201,26 +192,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_quantize_linear)
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_dequantize_linear)
 {
-	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1];
-	const struct tpf_ktensor *zp = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
-	struct tpf_ktensor *y = &c->out[0];
+	const struct tpf_ktensor *x = &c->in[0], *s = &c->in[1], *y = &c->out[0], *zp;
 	QArgs a;
-	memset(&a, 0, sizeof(a));
-	if (qmap_init(c, x, s, &a.m) || (zp && zp->numel != s->numel))
-		return tpf_kfail(c, TPF_ERR_INVALID, "scale/zero point shape does not fit x (axis, block_size)");
+	if (enum tpf_status st = qdq_begin(c, &a, &zp))
+		return st;
 	if (!loadable(x->dtype) || !tpfc_float_ok(s->dtype) || !tpfc_float_ok(y->dtype) || (zp && !loadable(zp->dtype)))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dequantize %s -> %s not supported on cuda",
 				 tpf_dtype_name(x->dtype), tpf_dtype_name(y->dtype));
 	a.is_int = tpf_dtype_is_integral(x->dtype);
-	a.dx = x->dtype;
-	a.ds = s->dtype;
-	a.dz = zp ? zp->dtype : 0;
-	a.dy = y->dtype;
-	a.x = x->data;
-	a.s = s->data;
-	a.zp = zp ? zp->data : NULL;
-	a.y = y->data;
-	a.n = x->numel;
+	qdq_fill(c, zp, &a);
 	if (!a.n)
 		return TPF_OK;
 	dequantize_kernel<<<tpfc_blocks(a.n, kThreads), kThreads, 0, tpfc_stream(c)>>>(a);
