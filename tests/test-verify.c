@@ -277,69 +277,53 @@ static void test_infer_keeps_declared(void **state)
 	tpf_model_free(m);
 }
 
-/* ------------------------------------------------------------------ structure */
+/* ------------------------------------------------------------------ broken graphs */
 
-static void test_cycle(void **state)
+/* Each case builds a broken graph around the input x (f32[4]) of a model
+ * of IR version 10 at `opset`: the verifier must fail with a message
+ * containing each of `needles` and none of `absent`. */
+struct verify_case {
+	const char *name;
+	int64_t opset;
+	void (*build)(struct tpf_model *m, struct tpf_value *x);
+	const char *const *needles;
+	const char *const *absent;
+};
+
+static void build_cycle(struct tpf_model *m, struct tpf_value *x)
 {
-	(void)state;
-	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 	struct tpf_node *a = add_node(g, "", "Add", "A", 2, IN(x, x), 1);
 	struct tpf_node *b = add_node(g, "", "Relu", "B", 1, IN(a->outputs[0]), 1);
 	struct tpf_node *c = add_node(g, "", "Neg", "C", 1, IN(b->outputs[0]), 1);
 
 	assert_int_equal(tpf_node_set_input(a, 1, c->outputs[0]), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, c->outputs[0]), TPF_OK);
-	expect_verify_errors(
-	    m, (const char *[]){"node 'A' (Add): is on a cycle", "'A' <- 'C' <- 'B' <- 'A'", NULL});
-	tpf_model_free(m);
 }
 
-static void test_out_of_order(void **state)
+static void build_out_of_order(struct tpf_model *m, struct tpf_value *x)
 {
-	(void)state;
-	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 	struct tpf_node *a = add_node(g, "", "Relu", "A", 1, IN(x), 1);
 	struct tpf_node *b = add_node(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
-	struct tpf_diag *d = tpf_diag_create();
 
 	tpf_graph_move_node_before(g, b, a);
 	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
-	expect_verify_errors(m, (const char *[]){"node 'B' (Neg): input 0",
-	                                         "produced by later node 'A' (Relu)",
-	                                         "not in topological order", NULL});
-	/* not a cycle */
-	tpf_model_verify(m, d);
-	assert_false(diag_mentions(d, "cycle"));
-	tpf_diag_free(d);
-	tpf_model_free(m);
 }
 
-static void test_undefined_input(void **state)
+static void build_undefined_input(struct tpf_model *m, struct tpf_value *x)
 {
-	(void)state;
-	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 	struct tpf_value *ghost = tpf_graph_new_value(g, "ghost");
 	struct tpf_value *lost = tpf_graph_new_value(g, "lost");
 
 	add_node(g, "", "Add", "A", 2, IN(x, ghost), 1);
 	assert_int_equal(tpf_graph_add_output(g, lost), TPF_OK);
-	expect_verify_errors(m, (const char *[]){"node 'A' (Add): input 1 'ghost' is not defined",
-	                                         "graph output 0 'lost' is not defined", NULL});
-	tpf_model_free(m);
 }
 
-static void test_arity_and_attributes(void **state)
+static void build_arity_and_attributes(struct tpf_model *m, struct tpf_value *x)
 {
-	(void)state;
-	struct tpf_model *m = ir10_model(18);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
 
 	add_node(g, "", "Add", "A", 3, IN(x, x, x), 1);
 	add_node(g, "", "Cast", "C", 1, IN(x), 1);
@@ -351,35 +335,90 @@ static void test_arity_and_attributes(void **state)
 	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "AllGather", "ag2", 1, IN(x), 1), "axis", 3);
 	add_node(g, "", "Unsqueeze", "usq", 1, IN(x), 1);
 	add_node(g, "", "TopK", "tk", 2, IN(x, add_ints(g, "k", 1, (int64_t[]){1})), 1);
-	expect_verify_errors(
-	    m,
-	    (const char *[]){"node 'A' (Add): has 3 inputs; expected 2",
-	                     "node 'C' (Cast): missing required attribute 'to'",
-	                     "node 'C2' (Cast): attribute 'to' = 99 is not a valid tensor dtype",
-	                     "node 'cat' (Concat): attribute 'axis' is FLOAT; expected INT",
-	                     "node 'sq' (Squeeze): attribute 'axes' is not allowed from opset 13",
-	                     "node 'ag' (com.microsoft::AllGather): attribute 'group_size' = 0",
-	                     "node 'ag2' (com.microsoft::AllGather): attribute 'axis' = 3 is out "
-	                     "of range for rank 1",
-	                     "node 'usq' (Unsqueeze): has 1 inputs; expected 2 at opset 18",
-	                     "node 'tk' (TopK): has 1 outputs; expected 2", NULL});
-	tpf_model_free(m);
 }
 
-static void test_group_size_vs_world(void **state)
+static void build_group_size_vs_world(struct tpf_model *m, struct tpf_value *x)
 {
-	(void)state;
-	struct tpf_model *m = ir10_model(18);
-	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
-
 	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "4"), TPF_OK);
-	tpf_node_set_attr_int(add_node(g, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1), "group_size",
-	                      2);
-	expect_verify_errors(m, (const char *[]){"node 'ar' (com.microsoft::AllReduce): attribute "
-	                                         "'group_size' = 2 differs from the model's "
-	                                         "tp_world_size 4",
-	                                         NULL});
+	tpf_node_set_attr_int(add_node(m->graph, TPF_MS_DOMAIN, "AllReduce", "ar", 1, IN(x), 1),
+	                      "group_size", 2);
+}
+
+static void build_damaged_ir(struct tpf_model *m, struct tpf_value *x)
+{
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *a = add_node(g, "", "Relu", "A", 1, IN(x), 1);
+	struct tpf_node *b = add_node(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *c = add_node(g, "", "Abs", "C", 1, IN(x), 1);
+
+	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
+	a->outputs[0]->n_uses = 0;   /* the use by B is lost */
+	b->outputs[0]->name = "x";   /* a second value named x */
+	c->outputs[0]->producer = a; /* claims another producer */
+}
+
+static void build_model_fields(struct tpf_model *m, struct tpf_value *x)
+{
+	m->ir_version = 0;
+	add_node(m->graph, "", "Relu", "r", 1, IN(x), 1);
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static const struct verify_case verify_cases[] = {
+    {"cycle", 18, build_cycle,
+     NEEDLES("node 'A' (Add): is on a cycle", "'A' <- 'C' <- 'B' <- 'A'"), NULL},
+    /* not a cycle */
+    {"out_of_order", 18, build_out_of_order,
+     NEEDLES("node 'B' (Neg): input 0", "produced by later node 'A' (Relu)",
+             "not in topological order"),
+     NEEDLES("cycle")},
+    {"undefined_input", 18, build_undefined_input,
+     NEEDLES("node 'A' (Add): input 1 'ghost' is not defined",
+             "graph output 0 'lost' is not defined"),
+     NULL},
+    {"arity_and_attributes", 18, build_arity_and_attributes,
+     NEEDLES("node 'A' (Add): has 3 inputs; expected 2",
+             "node 'C' (Cast): missing required attribute 'to'",
+             "node 'C2' (Cast): attribute 'to' = 99 is not a valid tensor dtype",
+             "node 'cat' (Concat): attribute 'axis' is FLOAT; expected INT",
+             "node 'sq' (Squeeze): attribute 'axes' is not allowed from opset 13",
+             "node 'ag' (com.microsoft::AllGather): attribute 'group_size' = 0",
+             "node 'ag2' (com.microsoft::AllGather): attribute 'axis' = 3 is out "
+             "of range for rank 1",
+             "node 'usq' (Unsqueeze): has 1 inputs; expected 2 at opset 18",
+             "node 'tk' (TopK): has 1 outputs; expected 2"),
+     NULL},
+    {"group_size_vs_world", 18, build_group_size_vs_world,
+     NEEDLES("node 'ar' (com.microsoft::AllReduce): attribute "
+             "'group_size' = 2 differs from the model's "
+             "tp_world_size 4"),
+     NULL},
+    {"damaged_ir", 18, build_damaged_ir,
+     NEEDLES("value name 'x' is defined twice", "node 'B' (Neg): input 0",
+             "missing from the value's use list", "node 'C' (Abs): output 0"),
+     NULL},
+    {"model_fields", 0, build_model_fields,
+     NEEDLES("ir_version is missing", "no opset import for the default domain"), NULL},
+};
+
+/* One row of verify_cases (the test's state). */
+static void test_verify_case(void **state)
+{
+	const struct verify_case *vc = *state;
+	struct tpf_model *m = ir10_model(vc->opset);
+	struct tpf_value *x = tpf_graph_add_input(m->graph, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
+
+	vc->build(m, x);
+	expect_verify_errors(m, vc->needles);
+	if (vc->absent) {
+		struct tpf_diag *d = tpf_diag_create();
+
+		tpf_model_verify(m, d);
+		for (const char *const *a = vc->absent; *a; a++)
+			assert_false(diag_mentions(d, *a));
+		tpf_diag_free(d);
+	}
 	tpf_model_free(m);
 }
 
@@ -468,43 +507,6 @@ static void test_infer_contradictions(void **state)
 	                        "where earlier inputs have 6",
 	                        NULL});
 	expect_type(ok->outputs[0], "f32[B,3,2]");
-	tpf_model_free(m);
-}
-
-/* ------------------------------------------------------------------ damaged IR */
-
-static void test_damaged_ir(void **state)
-{
-	(void)state;
-	struct tpf_model *m = ir10_model(18);
-	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
-	struct tpf_node *a = add_node(g, "", "Relu", "A", 1, IN(x), 1);
-	struct tpf_node *b = add_node(g, "", "Neg", "B", 1, IN(a->outputs[0]), 1);
-	struct tpf_node *c = add_node(g, "", "Abs", "C", 1, IN(x), 1);
-
-	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
-	a->outputs[0]->n_uses = 0;   /* the use by B is lost */
-	b->outputs[0]->name = "x";   /* a second value named x */
-	c->outputs[0]->producer = a; /* claims another producer */
-	expect_verify_errors(m, (const char *[]){"value name 'x' is defined twice",
-	                                         "node 'B' (Neg): input 0",
-	                                         "missing from the value's use list",
-	                                         "node 'C' (Abs): output 0", NULL});
-	tpf_model_free(m);
-}
-
-static void test_model_fields(void **state)
-{
-	(void)state;
-	struct tpf_model *m = ir10_model(0);
-	struct tpf_graph *g = m->graph;
-	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 1, (int64_t[]){4});
-
-	m->ir_version = 0;
-	add_node(g, "", "Relu", "r", 1, IN(x), 1);
-	expect_verify_errors(m, (const char *[]){"ir_version is missing",
-	                                         "no opset import for the default domain", NULL});
 	tpf_model_free(m);
 }
 
@@ -652,23 +654,24 @@ static void test_15000_nodes(void **state)
 
 int main(void)
 {
-	const struct CMUnitTest tests[] = {
+	const struct CMUnitTest fixed[] = {
 	    cmocka_unit_test(test_decoder_block),
 	    cmocka_unit_test(test_infer_more_ops),
 	    cmocka_unit_test(test_infer_keeps_declared),
-	    cmocka_unit_test(test_cycle),
-	    cmocka_unit_test(test_out_of_order),
-	    cmocka_unit_test(test_undefined_input),
-	    cmocka_unit_test(test_arity_and_attributes),
-	    cmocka_unit_test(test_group_size_vs_world),
 	    cmocka_unit_test(test_dtype_mismatches),
 	    cmocka_unit_test(test_infer_contradictions),
-	    cmocka_unit_test(test_damaged_ir),
-	    cmocka_unit_test(test_model_fields),
 	    cmocka_unit_test(test_subgraphs),
 	    cmocka_unit_test(test_allocation_failure),
 	    cmocka_unit_test(test_15000_nodes),
 	};
+	const size_t n_fixed = sizeof(fixed) / sizeof(fixed[0]);
+	const size_t n_cases = sizeof(verify_cases) / sizeof(verify_cases[0]);
+	struct CMUnitTest tests[sizeof(fixed) / sizeof(fixed[0]) + sizeof(verify_cases) / sizeof(verify_cases[0])];
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	memcpy(tests, fixed, sizeof(fixed));
+	for (size_t i = 0; i < n_cases; i++)
+		tests[n_fixed + i] = (struct CMUnitTest){.name = verify_cases[i].name,
+		                                         .test_func = test_verify_case,
+		                                         .initial_state = (void *)&verify_cases[i]};
+	return _cmocka_run_group_tests("tests", tests, n_fixed + n_cases, NULL, NULL);
 }
