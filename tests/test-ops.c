@@ -91,6 +91,29 @@ static void expect_verify(const struct tpf_model *m, const char *const *needles)
 	tpf_diag_free(d);
 }
 
+/* The checks after a model's expected verifier failures: no message names
+ * the nodes of `valid` (names quoted, as the messages quote them; NULL
+ * ended), and inference gives each value of `types` (ended by a NULL
+ * value) its type. */
+struct typed {
+	struct tpf_value *v;
+	const char *type;
+};
+
+static void expect_valid(struct tpf_model *m, const char *const *valid, const struct typed *types)
+{
+	struct tpf_diag *d = tpf_diag_create();
+
+	tpf_model_verify(m, d);
+	for (; *valid; valid++)
+		assert_false(diag_mentions(d, *valid));
+	tpf_diag_clear(d);
+	tpf_model_infer_shapes(m, d);
+	for (; types->v; types++)
+		expect_type(types->v, types->type);
+	tpf_diag_free(d);
+}
+
 /* ------------------------------------------------------------------ records */
 
 /* Every record agrees with itself: name lookups, operands against arity,
@@ -388,49 +411,48 @@ static struct tpf_model *arn_model(enum tpf_dtype gamma_t, int64_t gamma_n,
 	return m;
 }
 
+/* Each row builds arn_model(gamma_t, gamma_n, res_dims, out_dims, out_t)
+ * (with the attribute 'axis' = 0 where axis0 is set): it verifies where
+ * needle is NULL, else it fails with a message containing needle. */
 static void test_fused_norm_rejects(void **state)
 {
 	(void)state;
 	const char *td[] = {"T", "64"}, *t32[] = {"T", "32"};
-	struct tpf_model *m;
+	const struct {
+		enum tpf_dtype gamma_t;
+		int64_t gamma_n;
+		const char *const *res_dims, *const *out_dims;
+		enum tpf_dtype out_t;
+		int axis0;
+		const char *needle;
+	} cases[] = {
+	    {TPF_DTYPE_BFLOAT16, 64, td, td, TPF_DTYPE_BFLOAT16, 0, NULL},
+	    /* a float32 gamma of a bf16 stream (weights kept in float32): gamma
+	     * is read in the compute type, norm_out has the input's type */
+	    {TPF_DTYPE_FLOAT, 64, td, td, TPF_DTYPE_BFLOAT16, 0, NULL},
+	    {TPF_DTYPE_BFLOAT16, 64, td, td, TPF_DTYPE_FLOAT16, 0,
+	     "node 'arn' (ai.tpfuse::AllReduceRMSNorm): output 0 '_t' is f16; expected bf16"},
+	    {TPF_DTYPE_BFLOAT16, 32, td, td, TPF_DTYPE_BFLOAT16, 0,
+	     "weight 1 'gamma' bf16[32] does not broadcast to the normalized dims of input 0 'x' "
+	     "bf16[T,64]"},
+	    {TPF_DTYPE_BFLOAT16, 64, t32, td, TPF_DTYPE_BFLOAT16, 0,
+	     "residual 2 'r' is bf16[T,32] but input 0 'x' is bf16[T,64]; expected the same shape"},
+	    {TPF_DTYPE_BFLOAT16, 64, td, t32, TPF_DTYPE_BFLOAT16, 0,
+	     "output 0 '_t' has shape [T,32] but its inputs give [T,64]"},
+	    /* the axis of a fused norm is the last one */
+	    {TPF_DTYPE_BFLOAT16, 64, td, td, TPF_DTYPE_BFLOAT16, 1,
+	     "attribute 'axis' = 0; the fused norm runs over the last axis"},
+	};
 
-	m = arn_model(TPF_DTYPE_BFLOAT16, 64, td, td, TPF_DTYPE_BFLOAT16);
-	expect_verify(m, NULL);
-	tpf_model_free(m);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tpf_model *m = arn_model(cases[i].gamma_t, cases[i].gamma_n, cases[i].res_dims,
+		                                cases[i].out_dims, cases[i].out_t);
 
-	/* a float32 gamma of a bf16 stream (weights kept in float32): gamma
-	 * is read in the compute type, norm_out has the input's type */
-	m = arn_model(TPF_DTYPE_FLOAT, 64, td, td, TPF_DTYPE_BFLOAT16);
-	expect_verify(m, NULL);
-	tpf_model_free(m);
-	m = arn_model(TPF_DTYPE_BFLOAT16, 64, td, td, TPF_DTYPE_FLOAT16);
-	expect_verify(m, (const char *[]){"node 'arn' (ai.tpfuse::AllReduceRMSNorm): output 0 "
-	                                  "'_t' is f16; expected bf16",
-	                                  NULL});
-	tpf_model_free(m);
-	m = arn_model(TPF_DTYPE_BFLOAT16, 32, td, td, TPF_DTYPE_BFLOAT16);
-	expect_verify(m, (const char *[]){"weight 1 'gamma' bf16[32] does not broadcast to the "
-	                                  "normalized dims of input 0 'x' bf16[T,64]",
-	                                  NULL});
-	tpf_model_free(m);
-	m = arn_model(TPF_DTYPE_BFLOAT16, 64, t32, td, TPF_DTYPE_BFLOAT16);
-	expect_verify(m, (const char *[]){"residual 2 'r' is bf16[T,32] but input 0 'x' is "
-	                                  "bf16[T,64]; expected the same shape",
-	                                  NULL});
-	tpf_model_free(m);
-	m = arn_model(TPF_DTYPE_BFLOAT16, 64, td, t32, TPF_DTYPE_BFLOAT16);
-	expect_verify(m, (const char *[]){"output 0 '_t' has shape [T,32] but its inputs give "
-	                                  "[T,64]",
-	                                  NULL});
-	tpf_model_free(m);
-
-	/* the axis of a fused norm is the last one */
-	m = arn_model(TPF_DTYPE_BFLOAT16, 64, td, td, TPF_DTYPE_BFLOAT16);
-	tpf_node_set_attr_int(m->graph->first, "axis", 0);
-	expect_verify(m, (const char *[]){"attribute 'axis' = 0; the fused norm runs over the "
-	                                  "last axis",
-	                                  NULL});
-	tpf_model_free(m);
+		if (cases[i].axis0)
+			tpf_node_set_attr_int(m->graph->first, "axis", 0);
+		expect_verify(m, cases[i].needle ? (const char *const[]){cases[i].needle, NULL} : NULL);
+		tpf_model_free(m);
+	}
 }
 
 static void test_fused_quant_rejects(void **state)
@@ -482,17 +504,14 @@ static void test_fused_quant_rejects(void **state)
 	                     "node 'grp48' (ai.tpfuse::AllReduceRMSNormQuant): the last dim 64 is not a multiple "
 	                     "of the group size 48",
 	                     NULL});
-	struct tpf_diag *d = tpf_diag_create();
-	tpf_model_verify(m, d);
-	assert_false(diag_mentions(d, "'nv'"));
-	assert_false(diag_mentions(d, "'grp'"));
-	tpf_diag_clear(d);
-	tpf_model_infer_shapes(m, d);
-	expect_type(ok->outputs[0], "f4e2m1[T,64]");
-	expect_type(grp->outputs[0], "f8e4m3fn[T,64]");
-	expect_type(grp->outputs[2], "f32[T,2]");
-	expect_type(ok->outputs[2], "f8e4m3fn[T,4]");
-	tpf_diag_free(d);
+	expect_valid(m, (const char *const[]){"'nv'", "'grp'", NULL},
+	             (const struct typed[]){
+	                 {ok->outputs[0], "f4e2m1[T,64]"},
+	                 {grp->outputs[0], "f8e4m3fn[T,64]"},
+	                 {grp->outputs[2], "f32[T,2]"},
+	                 {ok->outputs[2], "f8e4m3fn[T,4]"},
+	                 {NULL, NULL},
+	             });
 	tpf_model_free(m);
 }
 
@@ -541,16 +560,13 @@ static void test_fused_misc_rejects(void **state)
 	                     "outputs",
 	                     "node 'pack' (ai.tpfuse::Pack): segment 1 (0, 8, 8, 9) is out of range",
 	                     NULL});
-	struct tpf_diag *d = tpf_diag_create();
-	tpf_model_verify(m, d);
-	assert_false(diag_mentions(d, "'ok'"));
-	assert_false(diag_mentions(d, "'sharded'"));
-	tpf_diag_clear(d);
-	tpf_model_infer_shapes(m, d);
-	expect_type(ok->outputs[0], "f16[T,64]");
-	expect_type(sn->outputs[0], "f32[T,8]");
-	expect_type(pk2->outputs[0], "f32[16]");
-	tpf_diag_free(d);
+	expect_valid(m, (const char *const[]){"'ok'", "'sharded'", NULL},
+	             (const struct typed[]){
+	                 {ok->outputs[0], "f16[T,64]"},
+	                 {sn->outputs[0], "f32[T,8]"},
+	                 {pk2->outputs[0], "f32[16]"},
+	                 {NULL, NULL},
+	             });
 	tpf_model_free(m);
 }
 
@@ -607,19 +623,14 @@ static void test_decode_fusion_ops(void **state)
 	                     "node 'rope_dim' (RotaryEmbedding): attribute 'rotary_embedding_dim' = 7 "
 	                     "must be even",
 	                     NULL});
-	struct tpf_diag *d = tpf_diag_create();
-	tpf_model_verify(m, d);
-	assert_false(diag_mentions(d, "'ga'"));
-	assert_false(diag_mentions(d, "'gp'"));
-	assert_false(diag_mentions(d, "'rope'"));
-	assert_false(diag_mentions(d, "'rope_pos'"));
-	tpf_diag_clear(d);
-	tpf_model_infer_shapes(m, d);
-	expect_type(ga->outputs[0], "bf16[T,64]");
-	expect_type(gp->outputs[0], "bf16[T,64]");
-	expect_type(re->outputs[0], "f32[B,4,S,16]");
-	expect_type(rp->outputs[0], "f32[B,4,S,16]");
-	tpf_diag_free(d);
+	expect_valid(m, (const char *const[]){"'ga'", "'gp'", "'rope'", "'rope_pos'", NULL},
+	             (const struct typed[]){
+	                 {ga->outputs[0], "bf16[T,64]"},
+	                 {gp->outputs[0], "bf16[T,64]"},
+	                 {re->outputs[0], "f32[B,4,S,16]"},
+	                 {rp->outputs[0], "f32[B,4,S,16]"},
+	                 {NULL, NULL},
+	             });
 	tpf_model_free(m);
 }
 
