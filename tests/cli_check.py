@@ -146,6 +146,21 @@ def main():
     rc, _, err = tpfuse("optimize", model, "-o", w("x.onnx"), "--passes", "no-such-pass")
     expect(rc != 0 and "no-such-pass" in err, "unknown pass is named in the error")
 
+    # tune measures GPUs under mpirun; its usage errors hold everywhere
+    rc, out, _ = tpfuse("tune", "--help")
+    expect(rc == 0 and "TPF_STRATEGY_TABLE" in out, "tune --help: exit 0, says how the table is used")
+    rc, _, err = tpfuse("tune", "--hidden", "0,4096")
+    expect(rc == 2 and "--hidden" in err, "tune --hidden 0: exit 2 naming the option")
+    rc, _, err = tpfuse("tune", "--tokens", "8,4")
+    expect(rc == 2 and "ascending" in err, "tune --tokens not ascending: exit 2")
+    rc, _, err = tpfuse("tune", "--replays", "0")
+    expect(rc == 2 and "--replays" in err, "tune --replays 0: exit 2")
+    rc, _, err = tpfuse("tune", "--no-such-option", "1")
+    expect(rc == 2 and "--no-such-option" in err, "tune with an unknown option: exit 2 naming it")
+    rc, _, err = tpfuse("tune")
+    expect((rc == 2 and "mpirun" in err) or (rc == 4 and "without CUDA" in err),
+           "tune outside mpirun: exit 2 (or 4 when built without CUDA and NCCL) with the reason")
+
     cyc = w("cycle.onnx")
     cycle_model(cyc)
     rc, _, err = tpfuse("check", cyc)
