@@ -149,11 +149,34 @@ struct NormOut {
 	int64_t hidden;
 };
 
+// The rounded norm of chunk c (v, N values) and the largest magnitude over
+// the `span` neighbouring chunks of its block, held by neighbouring lanes
+// (their maxima meet through shuffles; every lane of the warp takes part,
+// a lane past the row with nothing of its own).
+template <typename T>
+__device__ inline float chunk_norm_amax(const float *acc, int c, int chunks, const NormOut &o, float inv, int span,
+					float *v)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	float amax = 0.f;
+	if (c < chunks) {
+		float g[8];
+		unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
+#pragma unroll
+		for (int i = 0; i < N; i++) {
+			v[i] = round_to<T>(acc[i] * inv * (g[i] + o.weight_offset));
+			amax = fmaxf(amax, fabsf(v[i]));
+		}
+	}
+	for (int m = 1; m < span; m <<= 1)
+		amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+	return amax;
+}
+
 // NVFP4 output of one row (docs/ops.md, AllReduceRMSNormQuant "nvfp4"):
 // per block of 16 along the row, the E4M3 scale amax / 6 / global and the
-// e2m1 codes of norm / (scale * global), the norm rounded to T first.  A
-// block spans 16 / N neighbouring chunks, held by neighbouring lanes: their
-// maxima meet through shuffles (every lane of the warp takes part).
+// e2m1 codes of norm / (scale * global), the norm rounded to T first; a
+// block spans 16 / N neighbouring chunks.
 template <typename T>
 __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o, float inv)
 {
@@ -162,23 +185,11 @@ __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, cons
 #pragma unroll
 	for (int k = 0; k < kMaxChunksPerThread; k++) {
 		const int c = threadIdx.x + k * blockDim.x;
-		const bool live = c < chunks;
-		float v[8], amax = 0.f;
-		if (live) {
-			float g[8];
-			unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
-#pragma unroll
-			for (int i = 0; i < N; i++) {
-				v[i] = round_to<T>(acc[k][i] * inv * (g[i] + o.weight_offset));
-				amax = fmaxf(amax, fabsf(v[i]));
-			}
-		}
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block: no lane has a chunk here
-#pragma unroll
-		for (int m = 1; m < 16 / N; m <<= 1)
-			amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-		if (!live)
+		float v[8];
+		const float amax = chunk_norm_amax<T>(acc[k], c, chunks, o, inv, 16 / N, v);
+		if (c >= chunks)
 			continue;
 		const __nv_fp8_storage_t s8 = __nv_cvt_float_to_fp8(amax / 6.0f / o.fp4_global, __NV_SATFINITE, __NV_E4M3);
 		const float sb = __half2float(__half(__nv_cvt_fp8_to_halfraw(s8, __NV_E4M3))) * o.fp4_global;
@@ -213,22 +224,11 @@ __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks
 #pragma unroll
 	for (int k = 0; k < kMaxChunksPerThread; k++) {
 		const int c = threadIdx.x + k * blockDim.x;
-		const bool live = c < chunks;
-		float v[8], amax = 0.f;
-		if (live) {
-			float g[8];
-			unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
-#pragma unroll
-			for (int i = 0; i < N; i++) {
-				v[i] = round_to<T>(acc[k][i] * inv * (g[i] + o.weight_offset));
-				amax = fmaxf(amax, fabsf(v[i]));
-			}
-		}
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block
-		for (int m = 1; m < span; m <<= 1)
-			amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-		if (!live)
+		float v[8];
+		const float amax = chunk_norm_amax<T>(acc[k], c, chunks, o, inv, span, v);
+		if (c >= chunks)
 			continue;
 		float sc = amax / 448.0f;
 		if (!(sc >= o.group_floor))

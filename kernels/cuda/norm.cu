@@ -78,6 +78,29 @@ __device__ __forceinline__ float row_value(const RowJob &j, int64_t base, int64_
 	return v;
 }
 
+// Element k of a row's norm, rounded through the norm's dtype (what the
+// quantizers of a quantizing norm read).
+__device__ __forceinline__ float quant_norm_value(const RowJob &j, int64_t base, int64_t k, float mean, float inv)
+{
+	float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
+	return round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
+}
+
+// The largest magnitude of block b (j.block values) of a row's norm; the
+// norm output, when there is one, takes the block's values.
+__device__ __forceinline__ float quant_block_amax(const RowJob &j, int64_t base, int64_t b, float mean, float inv)
+{
+	float amax = 0;
+	for (int64_t t = 0; t < j.block; t++) {
+		int64_t k = b * j.block + t;
+		float v = quant_norm_value(j, base, k, mean, inv);
+		if (j.y)
+			st_f(j.dy, j.y, base + k, v);
+		amax = fmaxf(amax, fabsf(v));
+	}
+	return amax;
+}
+
 __global__ void row_norm_kernel(RowJob j)
 {
 	__shared__ float scratch[33];
@@ -113,50 +136,25 @@ __global__ void row_norm_kernel(RowJob j)
 			// fp8-group: groups of j.block along the row, one thread per
 			// group; scale max(amax / 448, floor) with the floor in qscale
 			for (int64_t b = threadIdx.x; b < j.cols / j.block; b += blockDim.x) {
-				float amax = 0;
-				for (int64_t t = 0; t < j.block; t++) {
-					int64_t k = b * j.block + t;
-					float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
-					float v = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
-					if (j.y)
-						st_f(j.dy, j.y, base + k, v);
-					amax = fmaxf(amax, fabsf(v));
-				}
-				float sc = amax / 448.0f;
+				float sc = quant_block_amax(j, base, b, mean, inv) / 448.0f;
 				if (!(sc >= qs))
 					sc = qs;
 				st_f(TPF_DTYPE_FLOAT, j.qblock, (base + b * j.block) / j.block, sc);
-				for (int64_t t = 0; t < j.block; t++) {
-					int64_t k = b * j.block + t;
-					float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
-					float v = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
-					st_f(j.dq, j.qy, base + k, v / sc);
-				}
+				for (int64_t k = b * j.block; k < (b + 1) * j.block; k++)
+					st_f(j.dq, j.qy, base + k, quant_norm_value(j, base, k, mean, inv) / sc);
 			}
 			continue;
 		}
 		if (j.quant == 2) {
 			// NVFP4: blocks of j.block along the row, one thread per block
 			for (int64_t b = threadIdx.x; b < j.cols / j.block; b += blockDim.x) {
-				float amax = 0;
-				for (int64_t t = 0; t < j.block; t++) {
-					int64_t k = b * j.block + t;
-					float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
-					float v = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
-					if (j.y)
-						st_f(j.dy, j.y, base + k, v);
-					amax = fmaxf(amax, fabsf(v));
-				}
+				float amax = quant_block_amax(j, base, b, mean, inv);
 				int64_t bi = (base + b * j.block) / j.block;
 				st_f(j.dqb, j.qblock, bi, amax / 6.0f / qs);
 				float sb = ld_f(j.dqb, j.qblock, bi) * qs;
 				for (int64_t t = 0; t < j.block; t += 2) {
-					float v[2];
-					for (int u = 0; u < 2; u++) {
-						int64_t k = b * j.block + t + u;
-						float g = j.offset + (j.gamma ? ld_f(j.dg, j.gamma, k % j.g_numel) : 0.f);
-						v[u] = round_through(j.dnorm, (row_value(j, base, k, false) - mean) * inv * g);
-					}
+					float v[2] = {quant_norm_value(j, base, b * j.block + t, mean, inv),
+						      quant_norm_value(j, base, b * j.block + t + 1, mean, inv)};
 					unsigned lo = f_to_e2m1(sb != 0 ? v[0] / sb : 0.f);
 					unsigned hi = f_to_e2m1(sb != 0 ? v[1] / sb : 0.f);
 					((uint8_t *)j.qy)[(base + b * j.block + t) / 2] = (uint8_t)(lo | (hi << 4));
