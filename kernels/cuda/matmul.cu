@@ -216,6 +216,12 @@ __global__ void bcast_copy_kernel(int dx, const void *x, int dy, void *y, I n, S
 
 } // namespace
 
+// gemv.cu: the small-M path of MatMul (bf16/fp16, W [K, N] shared by at most
+// a few rows of A, TPF_GEMV).  1 when it took the product (*st: its launch
+// status), 0 when the product is not one for it.
+int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const void *a, const void *w, void *y,
+		    int64_t rows, int64_t K, int64_t N, enum tpf_status *st);
+
 extern "C" void tpf_cuda_kernels_release(void)
 {
 	int cur = 0;
@@ -276,6 +282,12 @@ enum tpf_status matmul(const struct tpf_kernel_call *c, bool bt)
 	if (K == 0) {
 		cudaError_t e = cudaMemsetAsync(y->data, 0, y->nbytes, tpfc_stream(c));
 		return e == cudaSuccess ? TPF_OK : tpfc_cuda_fail(c, "memset", e);
+	}
+	if (!bt && b->rank == 2) {
+		// W shared by every batch: A's rows (leading dims folded) times W
+		enum tpf_status gs = TPF_OK;
+		if (tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, batches * M, K, N, &gs))
+			return gs;
 	}
 	Problem p;
 	memset(&p, 0, sizeof(p));
