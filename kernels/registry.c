@@ -21,24 +21,30 @@
 #define NUM (FLOATS | INTS)
 #define ANY 0
 
-#define ROW(prefix, backend, name, op, phase, key, dtypes, fn)                                     \
-	{prefix name, backend, TPF_OP_##op, TPF_PHASE_##phase, dtypes, key, fn, NULL},
+#define ROW(prefix, backend, name, op, phase, key, dtypes, fn, ws)                                 \
+	{prefix name, backend, TPF_OP_##op, TPF_PHASE_##phase, dtypes, key, fn, ws},
 #define CPU_ROW(name, op, phase, key, dtypes, fn)                                                  \
-	ROW("cpu.", TPF_BACKEND_CPU, name, op, phase, key, dtypes, tpf_cpu_##fn)
+	ROW("cpu.", TPF_BACKEND_CPU, name, op, phase, key, dtypes, tpf_cpu_##fn, NULL)
 #ifdef TPF_HAVE_CUDA
 #define CUDA_ROW(name, op, phase, key, dtypes, fn)                                                 \
-	ROW("cuda.", TPF_BACKEND_CUDA, name, op, phase, key, dtypes, tpf_cu_##fn)
+	ROW("cuda.", TPF_BACKEND_CUDA, name, op, phase, key, dtypes, tpf_cu_##fn, NULL)
+#define CUDA_WS_ROW(name, op, phase, key, dtypes, fn)                                              \
+	ROW("cuda.", TPF_BACKEND_CUDA, name, op, phase, key, dtypes, tpf_cu_##fn, tpf_cu_##fn##_workspace)
 #else
 #define CUDA_ROW(name, op, phase, key, dtypes, fn)
+#define CUDA_WS_ROW(name, op, phase, key, dtypes, fn)
 #endif
 
 static const struct tpf_kernel kernels[] = {
 #define TPF_KERNEL(name, op, phase, key, cpu, cuda, fn)                                            \
 	CPU_ROW(name, op, phase, key, cpu, fn) CUDA_ROW(name, op, phase, key, cuda, fn)
 #define TPF_KERNEL_CPU(name, op, phase, key, cpu, fn) CPU_ROW(name, op, phase, key, cpu, fn)
+#define TPF_KERNEL_CUDA_WS(name, op, phase, key, cpu, cuda, fn)                                    \
+	CPU_ROW(name, op, phase, key, cpu, fn) CUDA_WS_ROW(name, op, phase, key, cuda, fn)
 #include "kernels.def"
 #undef TPF_KERNEL
 #undef TPF_KERNEL_CPU
+#undef TPF_KERNEL_CUDA_WS
 };
 
 #define N_KERNELS (sizeof(kernels) / sizeof(kernels[0]))

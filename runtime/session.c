@@ -182,6 +182,10 @@ struct tpf_session {
 	uint64_t builds;           /* plans built so far */
 	void *arena;
 	size_t arena_cap;
+	/* scratch of the kernels that ask for it (tpf_kernel.workspace): the
+	 * largest need of any bound plan; grows when a plan needs more */
+	void *ws;
+	size_t ws_cap;
 #ifdef TPF_HAVE_CUDA
 	/* one-shot contexts live as long as the session and grow when a plan
 	 * needs more */
@@ -370,6 +374,42 @@ static void attach(struct tpf_session *s)
 	s->b->arena = s->arena;
 }
 
+static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call, struct tpf_diag *d);
+
+/* The workspace the plan's kernels ask for (the largest answer), grown when
+ * this plan needs more than the session has.  A CUDA graph captured with
+ * the old workspace is dropped with it. */
+static enum tpf_status bind_workspace(struct tpf_session *s, struct tpf_diag *d)
+{
+	struct tpf_plan *p = s->b->plan;
+	size_t need = 0;
+	for (size_t k = 0; k < p->n_steps; k++) {
+		const struct rt_step *st = &p->steps[k];
+		if (st->kind != RT_STEP_KERNEL || !st->kernel->workspace)
+			continue;
+		struct tpf_kernel_call call;
+		make_call(s, k, &call, NULL);
+		size_t n = st->kernel->workspace(&call);
+		need = n > need ? n : need;
+	}
+	if (need <= s->ws_cap)
+		return TPF_OK;
+	enum tpf_status st = tpf_memory_check(s->dev->kind, need - s->ws_cap, "the kernels' workspace", d);
+	if (st)
+		return st;
+	if (s->ws)
+		s->dev->free(s->dev, s->ws);
+#ifdef TPF_HAVE_CUDA
+	tpf_cuda_device_drop_graph(s->dev);
+#endif
+	s->ws = s->dev->alloc(s->dev, need);
+	s->ws_cap = s->ws ? need : 0;
+	if (!s->ws)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate %zu bytes of kernel workspace on %s", need,
+				     tpf_backend_name(s->dev->kind));
+	return TPF_OK;
+}
+
 /* Device memory for the plan, operand arrays, output host buffers. */
 static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 {
@@ -475,6 +515,8 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 			t->data = value_data(s, st->outs[i]);
 		}
 	}
+	if ((st = bind_workspace(s, d)))
+		return st;
 	s->b->n_outs = p->n_outputs;
 	for (size_t i = 0; i < p->n_outputs; i++) {
 		const struct rt_value *r = &p->values[p->outputs[i]];
@@ -583,6 +625,8 @@ void tpf_session_free(struct tpf_session *s)
 #endif
 	if (s->arena)
 		s->dev->free(s->dev, s->arena);
+	if (s->ws)
+		s->dev->free(s->dev, s->ws);
 	tpf_device_free(s->dev);
 	if (s->owns_comm)
 		tpf_comm_free(s->comm);
@@ -610,6 +654,7 @@ static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *c
 	const struct rt_step *st = &s->b->plan->steps[k];
 	*call = (struct tpf_kernel_call){.node = st->node, .opset = s->b->plan->opset, .in = s->b->kin[k],
 					 .n_in = st->n_in, .out = s->b->kout[k], .n_out = st->n_out,
+					 .workspace = s->ws, .workspace_bytes = s->ws_cap,
 					 .stream = s->dev->stream, .rank = s->comm->rank,
 					 .world = s->comm->world, .diag = d};
 }

@@ -3,7 +3,20 @@
 // supports: 4-D Q [B, Hq, S, D], K/V [B, Hkv, L, D] (grouped query
 // attention), optional attn_mask (bool or additive), past_key/past_value in
 // front of K/V, is_causal, scale, softcap; present_key/present_value.
-// One block per query row; the row's scores live in shared memory, float32.
+//
+// Two kernels:
+// - decode (split KV, "flash-decoding"): the query rows that share a KV head
+//   (G = Hq / Hk heads times S positions, at most 16 rows) are one group; the
+//   group's keys are cut into chunks of 32 and spread over `splits` blocks, so
+//   a decode step's few heads still fill the GPU.  Each block reads every key
+//   and value row of its chunks once for all the group's query rows (four
+//   threads a key, 16-byte loads), keeps a running softmax (max, sum, output)
+//   over its chunks, and writes present_key/present_value for the rows it
+//   read.  With several splits a combine kernel merges the blocks' partial
+//   results from the call's workspace.  Float32 throughout, one rounding of Y.
+// - rows (everything else: long query groups, head sizes the decode kernel
+//   does not take, no workspace): one block per query row, the row's scores in
+//   shared memory, float32.
 #include "cuda-common.cuh"
 #include "op-geometry.h"
 
@@ -120,7 +133,387 @@ __global__ void present_kernel(AttnArgs a)
 	}
 }
 
+
+// ------------------------------------------------------------ decode kernel
+
+constexpr int kDecThreads = 128;
+constexpr int kKeyThreads = 4;                         // threads per key (score phase)
+constexpr int kChunk = kDecThreads / kKeyThreads;       // keys per chunk
+constexpr int kMaxGroupRows = 16;
+constexpr int kMaxDv = 2 * kDecThreads;
+
+struct DecArgs {
+	const void *q, *k, *v, *mask, *pk, *pv;
+	void *y, *prk, *prv;
+	float *part;    // [splits][rows][Dv] unnormalized outputs, then [splits][rows][2] (max, sum)
+	int dm, mask_bool;
+	int64_t B, Hq, S, D, Hk, L, Dv, P, T, G, R;
+	int64_t mstride[4];
+	int splits, chunks_per_split;
+	float scale, softcap;
+	int causal;
+};
+
+template <typename T> struct Vec16 {
+	static constexpr int n = 16 / sizeof(T);
+};
+
+// The VN elements of a 16-byte vector as floats (registers, no local copy).
+template <typename T> __device__ __forceinline__ float vec_elem(const uint4 &v, int i);
+template <> __device__ __forceinline__ float vec_elem<float>(const uint4 &v, int i)
+{
+	unsigned w = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+	return __uint_as_float(w);
+}
+template <> __device__ __forceinline__ float vec_elem<__half>(const uint4 &v, int i)
+{
+	unsigned w = (i >> 1) == 0 ? v.x : (i >> 1) == 1 ? v.y : (i >> 1) == 2 ? v.z : v.w;
+	return __half2float(__ushort_as_half((unsigned short)(i & 1 ? w >> 16 : w & 0xffffu)));
+}
+template <> __device__ __forceinline__ float vec_elem<__nv_bfloat16>(const uint4 &v, int i)
+{
+	unsigned w = (i >> 1) == 0 ? v.x : (i >> 1) == 1 ? v.y : (i >> 1) == 2 ? v.z : v.w;
+	return __uint_as_float(i & 1 ? w & 0xffff0000u : w << 16);
+}
+
+// Row j of K (is_k) or V for KV head (b, hk): past rows first.
+template <typename T>
+__device__ __forceinline__ const T *dec_row(const DecArgs &a, bool is_k, int64_t b, int64_t hk, int64_t j)
+{
+	int64_t dd = is_k ? a.D : a.Dv;
+	if (j < a.P)
+		return (const T *)(is_k ? a.pk : a.pv) + ((b * a.Hk + hk) * a.P + j) * dd;
+	return (const T *)(is_k ? a.k : a.v) + ((b * a.Hk + hk) * a.L + j - a.P) * dd;
+}
+
+// Grid (splits, B * Hk).  RB: rows of the group rounded up (the padding rows'
+// queries are zero and their results never stored).
+template <typename T, int RB>
+__global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a)
+{
+	extern __shared__ float dsm[];
+	float *qs = dsm;                    // [RB][D]
+	float *ps = qs + RB * a.D;          // [RB][kChunk] scores, then probabilities
+	float *mrow = ps + RB * kChunk;     // [RB] running max
+	float *lrow = mrow + RB;            // [RB] running sum
+	float *alpha = lrow + RB;           // [RB] rescale of this chunk
+	constexpr int VN = Vec16<T>::n;
+	const int tid = threadIdx.x;
+	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
+	// the group's query rows r = g * S + s, head hk * G + g
+	for (int64_t i = tid; i < RB * a.D; i += kDecThreads) {
+		int64_t r = i / a.D, d = i % a.D;
+		float v = 0.f;
+		if (r < a.R) {
+			int64_t g = r / a.S, s = r % a.S;
+			v = Cvt<T>::in(((const T *)a.q)[((b * a.Hq + hk * a.G + g) * a.S + s) * a.D + d]);
+		}
+		qs[i] = v;
+	}
+	if (tid < RB) {
+		mrow[tid] = -INFINITY;
+		lrow[tid] = 0.f;
+	}
+	constexpr int DI = kMaxDv / kDecThreads;
+	float acc[RB][DI];
+#pragma unroll
+	for (int r = 0; r < RB; r++)
+#pragma unroll
+		for (int i = 0; i < DI; i++)
+			acc[r][i] = 0.f;
+	const int64_t nchunks = (a.T + kChunk - 1) / kChunk;
+	const int64_t c0 = (int64_t)blockIdx.x * a.chunks_per_split;
+	const int64_t c1 = min(nchunks, c0 + a.chunks_per_split);
+	const int kk = tid / kKeyThreads, part = tid % kKeyThreads;
+	const int64_t dpart = a.D / kKeyThreads; // a multiple of VN (checked on the host)
+	__syncthreads();
+	for (int64_t ch = c0; ch < c1; ch++) {
+		const int64_t j0 = ch * kChunk, j = j0 + kk;
+		// scores: four threads a key, each a quarter of D
+		float sc[RB];
+#pragma unroll
+		for (int r = 0; r < RB; r++)
+			sc[r] = 0.f;
+		if (j < a.T) {
+			const T *kr = dec_row<T>(a, true, b, hk, j);
+			T *pkr = a.prk ? (T *)a.prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
+			for (int64_t d0 = part * dpart; d0 < (part + 1) * dpart; d0 += VN) {
+				uint4 raw = *(const uint4 *)(kr + d0);
+				if (pkr)
+					*(uint4 *)(pkr + d0) = raw;
+#pragma unroll
+				for (int t = 0; t < VN; t++) {
+					float kv = vec_elem<T>(raw, t);
+#pragma unroll
+					for (int r = 0; r < RB; r++)
+						sc[r] += qs[r * a.D + d0 + t] * kv;
+				}
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			sc[r] += __shfl_xor_sync(0xffffffffu, sc[r], 1);
+			sc[r] += __shfl_xor_sync(0xffffffffu, sc[r], 2);
+		}
+		if (part == 0) {
+#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				float x = -INFINITY;
+				if (j < a.T && r < a.R) {
+					int64_t g = r / a.S, s = r % a.S, h = hk * a.G + g;
+					x = sc[r] * a.scale;
+					if (a.softcap > 0)
+						x = a.softcap * tanhf(x / a.softcap);
+					if (a.mask) {
+						int64_t off = b * a.mstride[0] + h * a.mstride[1] + s * a.mstride[2] +
+							      j * a.mstride[3];
+						if (a.mask_bool) {
+							if (!((const uint8_t *)a.mask)[off])
+								x = -INFINITY;
+						} else {
+							x += ld_f(a.dm, a.mask, off);
+						}
+					}
+					if (a.causal && j > s + a.P)
+						x = -INFINITY;
+				}
+				ps[r * kChunk + kk] = x;
+			}
+		}
+		__syncthreads();
+		// running softmax: a warp a row, a lane a key of the chunk
+		for (int r = tid / 32; r < RB; r += kDecThreads / 32) {
+			int lane = tid & 31;
+			float x = ps[r * kChunk + lane];
+			float m = x;
+			for (int o = 16; o > 0; o >>= 1)
+				m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+			float mo = mrow[r], mn = fmaxf(mo, m);
+			float p = mn == -INFINITY ? 0.f : __expf(x - mn);
+			ps[r * kChunk + lane] = p;
+			float sum = p;
+			for (int o = 16; o > 0; o >>= 1)
+				sum += __shfl_xor_sync(0xffffffffu, sum, o);
+			__syncwarp();
+			if (lane == 0) {
+				float al = mo == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f) : __expf(mo - mn);
+				alpha[r] = al;
+				lrow[r] = lrow[r] * al + sum;
+				mrow[r] = mn;
+			}
+		}
+		__syncthreads();
+		// values: a thread a column (two when Dv > 128), every key of the chunk
+		const int64_t jn = min((int64_t)kChunk, a.T - j0);
+#pragma unroll
+		for (int i = 0; i < DI; i++) {
+			int64_t d = tid + i * kDecThreads;
+			if (d >= a.Dv)
+				break;
+#pragma unroll
+			for (int r = 0; r < RB; r++)
+				acc[r][i] *= alpha[r];
+			for (int64_t t = 0; t < jn; t++) {
+				T raw = dec_row<T>(a, false, b, hk, j0 + t)[d];
+				if (a.prv)
+					((T *)a.prv)[((b * a.Hk + hk) * a.T + j0 + t) * a.Dv + d] = raw;
+				float vv = Cvt<T>::in(raw);
+#pragma unroll
+				for (int r = 0; r < RB; r++)
+					acc[r][i] += ps[r * kChunk + t] * vv;
+			}
+		}
+		__syncthreads();
+	}
+	// results: Y directly with one split, else this split's partial
+	const int64_t rows = a.B * a.Hq * a.S;
+#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		if (r >= a.R)
+			break;
+		int64_t g = r / a.S, s = r % a.S;
+		int64_t row = (b * a.Hq + hk * a.G + g) * a.S + s;
+		float l = lrow[r];
+#pragma unroll
+		for (int i = 0; i < DI; i++) {
+			int64_t d = tid + i * kDecThreads;
+			if (d >= a.Dv)
+				break;
+			if (a.splits == 1)
+				((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(l > 0 ? acc[r][i] / l : 0.f);
+			else
+				a.part[((int64_t)blockIdx.x * rows + row) * a.Dv + d] = acc[r][i];
+		}
+		if (a.splits > 1 && tid == 0) {
+			float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
+			ml[((int64_t)blockIdx.x * rows + row) * 2] = mrow[r];
+			ml[((int64_t)blockIdx.x * rows + row) * 2 + 1] = l;
+		}
+	}
+}
+
+// One block a query row: the splits' partial results rescaled to the largest
+// max and summed.
+template <typename T>
+__global__ void decode_combine_kernel(DecArgs a)
+{
+	const int64_t rows = a.B * a.Hq * a.S, row = blockIdx.x;
+	const float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
+	float m = -INFINITY;
+	for (int sp = 0; sp < a.splits; sp++)
+		m = fmaxf(m, ml[((int64_t)sp * rows + row) * 2]);
+	float l = 0.f;
+	for (int sp = 0; sp < a.splits; sp++) {
+		float ms = ml[((int64_t)sp * rows + row) * 2];
+		if (ms != -INFINITY)
+			l += ml[((int64_t)sp * rows + row) * 2 + 1] * __expf(ms - m);
+	}
+	for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+		float o = 0.f;
+		for (int sp = 0; sp < a.splits; sp++) {
+			float ms = ml[((int64_t)sp * rows + row) * 2];
+			if (ms != -INFINITY)
+				o += a.part[((int64_t)sp * rows + row) * a.Dv + d] * __expf(ms - m);
+		}
+		((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(l > 0 ? o / l : 0.f);
+	}
+}
+
+int sm_count()
+{
+	static int sms[64];
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return 132;
+	if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+		sms[dev] = 132;
+	return sms[dev] > 0 ? sms[dev] : 132;
+}
+
+// The decode kernel's plan for a call: 0 when it does not apply, else the
+// group rows R, the splits and chunks per split, and the workspace bytes the
+// splits need (0 with one split).
+struct DecPlan {
+	int ok, splits, chunks_per_split;
+	int64_t R, G;
+	size_t ws_bytes;
+};
+
+DecPlan decode_plan(const struct tpf_attention_ops &o)
+{
+	DecPlan p;
+	memset(&p, 0, sizeof(p));
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("TPF_DECODE_ATTENTION");
+		off = e && !strcmp(e, "0");
+	}
+	if (off)
+		return p;
+	enum tpf_dtype t = o.q->dtype;
+	if (t != TPF_DTYPE_FLOAT && t != TPF_DTYPE_FLOAT16 && t != TPF_DTYPE_BFLOAT16)
+		return p;
+	const struct tpf_ktensor *same[] = {o.k, o.v, o.pk, o.pv, o.y, o.prk, o.prv};
+	for (const struct tpf_ktensor *x : same)
+		if (x && x->dtype != t)
+			return p;
+	int vn = 16 / (int)tpf_elem_size(t);
+	p.G = o.Hq / o.Hk;
+	p.R = p.G * o.S;
+	if (p.R < 1 || p.R > kMaxGroupRows || o.D <= 0 || o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv <= 0 ||
+	    o.Dv > kMaxDv || o.T <= 0)
+		return p;
+	// 16-byte rows for the vector loads and stores
+	const struct tpf_ktensor *vec[] = {o.k, o.pk, o.prk};
+	for (const struct tpf_ktensor *x : vec)
+		if (x && x->data && ((uintptr_t)x->data & 15))
+			return p;
+	int64_t groups = o.B * o.Hk, nchunks = (o.T + kChunk - 1) / kChunk;
+	int64_t want = (2 * (int64_t)sm_count() + groups - 1) / groups;
+	if (want < 1)
+		want = 1;
+	if (want > nchunks)
+		want = nchunks;
+	int64_t cps = (nchunks + want - 1) / want;
+	p.chunks_per_split = (int)cps;
+	p.splits = (int)((nchunks + cps - 1) / cps);
+	int64_t rows = o.B * o.Hq * o.S;
+	p.ws_bytes = p.splits > 1 ? (size_t)p.splits * (size_t)rows * (size_t)(o.Dv + 2) * sizeof(float) : 0;
+	p.ok = 1;
+	return p;
+}
+
+template <typename T, int RB>
+enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs &a)
+{
+	size_t shmem = ((size_t)RB * (size_t)a.D + (size_t)RB * kChunk + 3 * RB) * sizeof(float);
+	if (shmem > 48 * 1024)
+		cudaFuncSetAttribute(decode_attention_kernel<T, RB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				     (int)shmem);
+	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk));
+	decode_attention_kernel<T, RB><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
+	enum tpf_status e = tpfc_launched(c, "decode attention");
+	if (e || a.splits == 1)
+		return e;
+	int64_t rows = a.B * a.Hq * a.S;
+	decode_combine_kernel<T><<<(unsigned)rows, 128, 0, tpfc_stream(c)>>>(a);
+	return tpfc_launched(c, "decode attention combine");
+}
+
+template <typename T>
+enum tpf_status launch_decode(const struct tpf_kernel_call *c, const DecArgs &a)
+{
+	if (a.R <= 1)
+		return launch_decode_rb<T, 1>(c, a);
+	if (a.R <= 2)
+		return launch_decode_rb<T, 2>(c, a);
+	if (a.R <= 4)
+		return launch_decode_rb<T, 4>(c, a);
+	if (a.R <= 8)
+		return launch_decode_rb<T, 8>(c, a);
+	return launch_decode_rb<T, 16>(c, a);
+}
+
+enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_attention_ops &o, const DecPlan &p,
+			   const AttnArgs &ra)
+{
+	DecArgs a;
+	memset(&a, 0, sizeof(a));
+	a.q = o.q->data, a.k = o.k->data, a.v = o.v->data;
+	a.pk = o.pk ? o.pk->data : nullptr, a.pv = o.pv ? o.pv->data : nullptr;
+	a.y = o.y->data;
+	a.prk = o.prk ? o.prk->data : nullptr, a.prv = o.prv ? o.prv->data : nullptr;
+	a.mask = ra.mask, a.dm = ra.dm, a.mask_bool = ra.mask_bool;
+	for (int d = 0; d < 4; d++)
+		a.mstride[d] = ra.mstride[d];
+	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
+	a.G = p.G, a.R = p.R;
+	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split;
+	a.part = (float *)c->workspace;
+	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
+	switch (o.q->dtype) {
+	case TPF_DTYPE_FLOAT:
+		return launch_decode<float>(c, a);
+	case TPF_DTYPE_FLOAT16:
+		return launch_decode<__half>(c, a);
+	default:
+		return launch_decode<__nv_bfloat16>(c, a);
+	}
+}
+
 } // namespace
+
+// Workspace of a call: the decode kernel's partial results when it splits.
+extern "C" size_t tpf_cu_attention_workspace(const struct tpf_kernel_call *c)
+{
+	struct tpf_attention_ops o;
+	struct tpf_kernel_call quiet = *c;
+	quiet.diag = NULL; // a call the kernel will refuse needs none, and says so when it runs
+	if (c->n_in < 3 || c->n_out < 1 || tpf_attention_operands(&quiet, &o))
+		return 0;
+	DecPlan p = decode_plan(o);
+	return p.ok ? p.ws_bytes : 0;
+}
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 {
@@ -178,6 +571,21 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 	}
 	cudaStream_t st = tpfc_stream(c);
 	int64_t rows = a.B * a.Hq * a.S;
+	if (rows == 0 || a.Dv == 0 || a.T == 0)
+		goto rows_kernel;
+	{
+		DecPlan dp = decode_plan(o);
+		if (dp.ok) {
+			if (dp.splits > 1 && (!c->workspace || c->workspace_bytes < dp.ws_bytes)) {
+				// no room for partial results: one block per KV head walks every chunk
+				int64_t nchunks = (a.T + kChunk - 1) / kChunk;
+				dp.splits = 1;
+				dp.chunks_per_split = (int)nchunks;
+			}
+			return run_decode(c, o, dp, a);
+		}
+	}
+rows_kernel:
 	if (rows > 0 && a.Dv > 0) {
 		size_t shmem = (size_t)(a.T > 0 ? a.T : 1) * sizeof(float);
 		if (shmem > 48 * 1024)

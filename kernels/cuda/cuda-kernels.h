@@ -76,6 +76,9 @@ TPF_CUDA_KERNEL(tpf_cu_dequantize_linear);
 TPF_CUDA_KERNEL(tpf_cu_fp4_dynamic_quantize);
 /* attention.cu */
 TPF_CUDA_KERNEL(tpf_cu_attention);
+/* bytes of workspace a call of tpf_cu_attention uses (the split decode
+ * kernel's partial results); 0: none */
+size_t tpf_cu_attention_workspace(const struct tpf_kernel_call *c);
 
 /* cuBLASLt handle and workspace of the calling thread's current device,
  * created on first use (never during stream capture: the first run of a

@@ -381,6 +381,9 @@ static void check(const char *label, struct tpf_node *n, enum tpf_kernel_phase p
 	}
 	struct tpf_kernel_call gc = {.node = n, .opset = 23, .in = gin, .n_in = n_in, .out = gout, .n_out = n_out,
 				     .stream = DEV->stream, .rank = 0, .world = 2, .diag = D};
+	/* workspace as the session gives it */
+	if (kg->workspace && (gc.workspace_bytes = kg->workspace(&gc)))
+		gc.workspace = dptr[nd++] = DEV->alloc(DEV, gc.workspace_bytes);
 	if (kg->run(&gc) || DEV->sync(DEV, D)) {
 		snprintf(why, sizeof(why), "cuda kernel failed");
 		ok = 0;
@@ -679,10 +682,60 @@ static void matmuls_bt(void)
 	}
 }
 
+/* MatMul of a few rows by a 2-D weight in bfloat16 / float16: the small-M
+ * kernel (kernels/cuda/gemv.cu) takes up to 8 rows with N % 8 == 0 and
+ * K >= 256; the other cases here are its edges, run by cuBLASLt.  Column
+ * tiles of 16 and 32 (N below / above about 3800 on an H100), partial last
+ * tiles (N 40, 4104), K not a multiple of 8 (A's rows read element-wise, a
+ * partial chunk of W rows), rows rounded up to the next kernel (3, 5).  Sums
+ * of K products of inputs in [-2, 2) accumulate in float32 in another order
+ * than the CPU's: the tolerance grows with K. */
+static void gemv_matmuls(void)
+{
+	static const int64_t mkn[][3] = {
+		{1, 256, 32},   {3, 256, 32},   {8, 256, 32},	 {1, 4096, 4104}, {3, 4096, 4104}, {8, 4096, 4104},
+		{1, 1000, 3072}, {5, 1000, 3072}, {8, 1000, 3072}, {1, 1003, 48},   {3, 1003, 48},   {8, 1003, 40},
+		{2, 2048, 4096}, {4, 7168, 512}, {16, 1000, 48}, {17, 1000, 48},  {9, 256, 32},	  {3, 256, 36},
+		{3, 128, 64},
+	};
+	static const enum tpf_dtype dts[] = {TPF_DTYPE_BFLOAT16, TPF_DTYPE_FLOAT16};
+	for (int d = 0; d < 2; d++) {
+		enum tpf_dtype dt = dts[d];
+		for (size_t s = 0; s < sizeof(mkn) / sizeof(mkn[0]); s++) {
+			char lab[96];
+			int64_t M = mkn[s][0], K = mkn[s][1], N = mkn[s][2];
+			int small = M <= 8 && K >= 256 && N % 8 == 0;
+			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_ktensor a[2] = {R(dt, 2, M, K), R(dt, 2, K, N)};
+			snprintf(lab, sizeof(lab), "MatMul %lldx%lldx%lld (%s)", (long long)M, (long long)K, (long long)N,
+				 small ? "small-M kernel" : "cuBLASLt");
+			CHECK(lab, n, a, 1, 2.0 + (double)K / 2048);
+			free_tensors(a, 2);
+		}
+		struct tpf_node *n = node("", "MatMul", 2, 1);
+		struct tpf_ktensor b1[2] = {R(dt, 3, 2, 4, 4096), R(dt, 2, 4096, 3072)};
+		CHECK("MatMul [2,4,4096]x[4096,3072] (8 rows, small-M kernel)", n, b1, 1, 4);
+		free_tensors(b1, 2);
+		struct tpf_ktensor b2[2] = {R(dt, 4, 2, 1, 3, 1003), R(dt, 2, 1003, 136)};
+		CHECK("MatMul [2,1,3,1003]x[1003,136] (6 rows, small-M kernel)", n, b2, 1, 2.5);
+		free_tensors(b2, 2);
+		struct tpf_ktensor b3[2] = {R(dt, 1, 4096), R(dt, 2, 4096, 64)};
+		CHECK("MatMul [4096]x[4096,64] (small-M kernel)", n, b3, 1, 4);
+		free_tensors(b3, 2);
+		struct tpf_ktensor b4[2] = {R(dt, 3, 3, 3, 512), R(dt, 2, 512, 64)};
+		CHECK("MatMul [3,3,512]x[512,64] (9 rows, cuBLASLt)", n, b4, 1, 2.25);
+		free_tensors(b4, 2);
+		struct tpf_ktensor b5[2] = {R(dt, 3, 2, 1, 512), R(dt, 3, 2, 512, 64)};
+		CHECK("MatMul [2,1,512]x[2,512,64] (batched W, cuBLASLt)", n, b5, 1, 2.25);
+		free_tensors(b5, 2);
+	}
+}
+
 static void matmuls(void)
 {
 	fp8_gemms();
 	matmuls_bt();
+	gemv_matmuls();
 	static const int64_t mkn[][3] = {{1, 64, 128}, {8, 256, 96}, {64, 512, 384}, {3, 7, 5}};
 	for (int d = 0; d < NFL; d++) {
 		enum tpf_dtype dt = FL[d];
@@ -1285,6 +1338,51 @@ static void quant(void)
 	}
 }
 
+/* The split-KV decode kernel: query groups of 1 to 16 rows, KV split over
+ * blocks (partial results combined from the workspace), present K/V written
+ * by the same kernel, masks, causal, head sizes 64 to 256. */
+static void attention_decode(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		if (dt == TPF_DTYPE_DOUBLE)
+			continue;
+		/* Llama-3-8B at TP2: 16 query heads over 4 KV heads, past 1024 */
+		struct tpf_node *n = node("", "Attention", 6, 3);
+		struct tpf_ktensor a[6] = {R(dt, 4, 1, 16, 1, 128), R(dt, 4, 1, 4, 1, 128), R(dt, 4, 1, 4, 1, 128),
+					   omitted(), R(dt, 4, 1, 4, 1024, 128), R(dt, 4, 1, 4, 1024, 128)};
+		CHECK("Attention decode 16/4 heads of 128, past 1024 (split KV)", n, a, 3, 4);
+		free_tensors(a, 6);
+		/* the grouped spelling: a KV head's G query heads as its sequence */
+		struct tpf_node *g = node("", "Attention", 6, 3);
+		tpf_node_set_attr_float(g, "scale", 0.0883883f);
+		struct tpf_ktensor b[6] = {R(dt, 4, 2, 4, 4, 128), R(dt, 4, 2, 4, 1, 128), R(dt, 4, 2, 4, 1, 128),
+					   omitted(), R(dt, 4, 2, 4, 299, 128), R(dt, 4, 2, 4, 299, 128)};
+		CHECK("Attention decode grouped rows 4, batch 2, past 299", g, b, 3, 4);
+		free_tensors(b, 6);
+		/* 2 new tokens, causal, bool mask, 8 rows a group, head size 64 */
+		struct tpf_node *m = node("", "Attention", 6, 3);
+		tpf_node_set_attr_int(m, "is_causal", 1);
+		struct tpf_ktensor mk = fill(T(TPF_DTYPE_BOOL, 4, 1, 1, 2, 42), F_BOOL, 0);
+		struct tpf_ktensor c[6] = {R(dt, 4, 1, 8, 2, 64), R(dt, 4, 1, 2, 2, 64), R(dt, 4, 1, 2, 2, 64), mk,
+					   R(dt, 4, 1, 2, 40, 64), R(dt, 4, 1, 2, 40, 64)};
+		CHECK("Attention decode 2 tokens causal + bool mask, 8 rows, D 64", m, c, 3, 4);
+		free_tensors(c, 6);
+		/* one KV head for 16 query heads, additive mask, no past */
+		struct tpf_node *q = node("", "Attention", 4, 1);
+		struct tpf_ktensor e[4] = {R(dt, 4, 1, 16, 1, 64), R(dt, 4, 1, 1, 200, 64), R(dt, 4, 1, 1, 200, 64),
+					   R(dt, 4, 1, 16, 1, 200)};
+		CHECK("Attention decode 16 rows one KV head, additive mask", q, e, 1, 4);
+		free_tensors(e, 4);
+		/* head size 256, Dv 256: two columns a thread */
+		struct tpf_node *w = node("", "Attention", 6, 3);
+		struct tpf_ktensor f[6] = {R(dt, 4, 1, 2, 1, 256), R(dt, 4, 1, 1, 1, 256), R(dt, 4, 1, 1, 1, 256),
+					   omitted(), R(dt, 4, 1, 1, 77, 256), R(dt, 4, 1, 1, 77, 256)};
+		CHECK("Attention decode head size 256, past 77", w, f, 3, 4);
+		free_tensors(f, 6);
+	}
+}
+
 static void attention(void)
 {
 	for (int d = 0; d < NFL; d++) {
@@ -1307,6 +1405,7 @@ static void attention(void)
 		CHECK("Attention softcap 2", sc, s3, 1, 4);
 		free_tensors(s3, 3);
 	}
+	attention_decode();
 }
 
 int main(int argc, char **argv)
