@@ -6,6 +6,7 @@
  * runtime).  The argument parsing, help texts, start-up watchdog, messages
  * and exit codes are the command's; the library only returns statuses and
  * diagnostics, which this file prints. */
+#include "cli-util.h"
 #include "run-command.h"
 
 #include "tpf-passes.h"
@@ -26,12 +27,7 @@
 #include <unistd.h>
 
 enum {
-	RUN_OK = 0,
-	RUN_ERROR = 1,
-	RUN_USAGE = 2,
-	RUN_IO = 3,
-	RUN_UNSUPPORTED = 4,
-	RUN_MISMATCH = 5,
+	RUN_MISMATCH = 5, /* --verify: the outputs differ (the others: cli-util.h) */
 };
 
 static const char *const run_help =
@@ -135,31 +131,6 @@ static void print_unsupported(struct tpf_diag *d, enum tpf_status st, const stru
 	print_diag(d);
 }
 
-static int exit_of(enum tpf_status st)
-{
-	switch (st) {
-	case TPF_OK:
-		return RUN_OK;
-	case TPF_ERR_IO:
-		return RUN_IO;
-	case TPF_ERR_UNSUPPORTED:
-		return RUN_UNSUPPORTED;
-	default:
-		return RUN_ERROR;
-	}
-}
-
-static int parse_long(const char *s, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < 0)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* Returns -1 ok, else an exit code. */
 static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 {
@@ -175,13 +146,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 	do {                                                                                       \
 		if (!next) {                                                                       \
 			msg("error", "%s needs a value", a);                                       \
-			return RUN_USAGE;                                                          \
+			return CLI_USAGE;                                                          \
 		}                                                                                  \
 		i++;                                                                               \
 	} while (0)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			fputs(is_plan ? plan_help : run_help, stdout);
-			return RUN_OK;
+			return CLI_OK;
 		} else if (!strcmp(a, "--inputs")) {
 			NEED();
 			o->inputs = next;
@@ -195,21 +166,21 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->seed = strtoull(next, &end, 10);
 			if (!*next || *end || errno) {
 				msg("error", "--random-inputs needs a number, not '%s'", next);
-				return RUN_USAGE;
+				return CLI_USAGE;
 			}
 			o->have_seed = 1;
 		} else if (!strcmp(a, "--dim")) {
 			NEED();
 			if (!strchr(next, '=') || o->n_dims >= 64) {
 				msg("error", "--dim needs NAME=VALUE");
-				return RUN_USAGE;
+				return CLI_USAGE;
 			}
 			o->dims[o->n_dims++] = next;
 		} else if ((!strcmp(a, "--iters") || !strcmp(a, "--warmup")) && !is_plan) {
 			NEED();
-			if (parse_long(next, &v) || (a[2] == 'i' && v < 1)) {
+			if (cli_parse_long(next, 0, LONG_MAX, &v) || (a[2] == 'i' && v < 1)) {
 				msg("error", "%s needs a count, not '%s'", a, next);
-				return RUN_USAGE;
+				return CLI_USAGE;
 			}
 			if (a[2] == 'i')
 				o->iters = v;
@@ -231,7 +202,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			NEED();
 			if (tpf_backend_from_name(next, &o->backend)) {
 				msg("error", "unknown backend '%s' (cpu, cuda)", next);
-				return RUN_USAGE;
+				return CLI_USAGE;
 			}
 		} else if (!strcmp(a, "--timeout") && !is_plan) {
 			NEED();
@@ -239,13 +210,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->timeout = strtod(next, &end);
 			if (!*next || *end || !(o->timeout > 0)) {
 				msg("error", "--timeout needs a positive number of seconds");
-				return RUN_USAGE;
+				return CLI_USAGE;
 			}
 		} else if ((!strcmp(a, "--rank") || !strcmp(a, "--world-size")) && is_plan) {
 			NEED();
-			if (parse_long(next, &v) || v > 1 << 20) {
+			if (cli_parse_long(next, 0, LONG_MAX, &v) || v > 1 << 20) {
 				msg("error", "%s needs a number", a);
-				return RUN_USAGE;
+				return CLI_USAGE;
 			}
 			if (a[2] == 'r')
 				o->rank = (int)v;
@@ -253,22 +224,22 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 				o->world = (int)v;
 		} else if (a[0] == '-' && a[1]) {
 			msg("error", "unknown option '%s' (see tpfuse %s --help)", a, is_plan ? "plan" : "run");
-			return RUN_USAGE;
+			return CLI_USAGE;
 		} else if (!o->model) {
 			o->model = a;
 		} else {
 			msg("error", "more than one model given ('%s', '%s')", o->model, a);
-			return RUN_USAGE;
+			return CLI_USAGE;
 		}
 #undef NEED
 	}
 	if (!o->model) {
 		msg("error", "no model given (see tpfuse %s --help)", is_plan ? "plan" : "run");
-		return RUN_USAGE;
+		return CLI_USAGE;
 	}
 	if (o->inputs && o->have_seed) {
 		msg("error", "--inputs and --random-inputs exclude each other");
-		return RUN_USAGE;
+		return CLI_USAGE;
 	}
 	return -1;
 }
@@ -329,6 +300,24 @@ static int is_runtime_input(const struct tpf_value *v)
 	return !v->init;
 }
 
+/* The rank and dims of the random input for v: its declared dims, the
+ * --dim value of a symbolic one, 1 for one without either. */
+static void random_input_dims(const struct tpf_value *v, const struct run_opts *o,
+			      struct tpf_host_tensor *t)
+{
+	t->rank = v->type.shape.rank;
+	for (int k = 0; k < t->rank; k++) {
+		const struct tpf_dim *dim = &v->type.shape.dims[k];
+		int64_t val = dim->value >= 0 && !dim->param ? dim->value : 1;
+		for (int j = 0; dim->param && j < o->n_dims; j++) {
+			size_t len = strlen(dim->param);
+			if (!strncmp(o->dims[j], dim->param, len) && o->dims[j][len] == '=')
+				val = strtoll(o->dims[j] + len + 1, NULL, 10);
+		}
+		t->dims[k] = val < 0 ? 0 : val;
+	}
+}
+
 /* Bytes of the inputs --random-inputs would make (declared shapes, --dim
  * values for symbolic dims, 1 otherwise); -1 when they overflow. */
 static int random_input_bytes(const struct tpf_model *m, const struct run_opts *o, size_t *total)
@@ -340,17 +329,8 @@ static int random_input_bytes(const struct tpf_model *m, const struct run_opts *
 		if (!is_runtime_input(v) || v->type.kind != TPF_TYPE_TENSOR || v->type.shape.rank < 0 ||
 		    v->type.shape.rank > TPF_KERNEL_MAX_RANK)
 			continue;
-		struct tpf_host_tensor t = {.dtype = v->type.dtype, .rank = v->type.shape.rank};
-		for (int k = 0; k < t.rank; k++) {
-			const struct tpf_dim *dim = &v->type.shape.dims[k];
-			int64_t val = dim->value >= 0 && !dim->param ? dim->value : 1;
-			for (int j = 0; dim->param && j < o->n_dims; j++) {
-				size_t len = strlen(dim->param);
-				if (!strncmp(o->dims[j], dim->param, len) && o->dims[j][len] == '=')
-					val = strtoll(o->dims[j] + len + 1, NULL, 10);
-			}
-			t.dims[k] = val < 0 ? 0 : val;
-		}
+		struct tpf_host_tensor t = {.dtype = v->type.dtype};
+		random_input_dims(v, o, &t);
 		size_t nb;
 		if (tpf_host_tensor_bytes(&t, &nb) || *total + nb < *total)
 			return -1;
@@ -381,17 +361,7 @@ static enum tpf_status random_inputs(const struct tpf_model *m, const struct run
 		}
 		t->name = tpf_strdup(v->name);
 		t->dtype = v->type.dtype;
-		t->rank = v->type.shape.rank;
-		for (int k = 0; k < t->rank; k++) {
-			const struct tpf_dim *dim = &v->type.shape.dims[k];
-			int64_t val = dim->value >= 0 && !dim->param ? dim->value : 1;
-			for (int j = 0; dim->param && j < o->n_dims; j++) {
-				size_t len = strlen(dim->param);
-				if (!strncmp(o->dims[j], dim->param, len) && o->dims[j][len] == '=')
-					val = strtoll(o->dims[j] + len + 1, NULL, 10);
-			}
-			t->dims[k] = val < 0 ? 0 : val;
-		}
+		random_input_dims(v, o, t);
 		size_t nb;
 		if (tpf_host_tensor_bytes(t, &nb) || !(t->data = tpf_calloc(nb ? nb : 1, 1)) || !t->name) {
 			tpf_host_tensors_release(arr, n);
@@ -629,13 +599,10 @@ static void startup_watchdog(double timeout_s)
 	alarm((unsigned)ceil(timeout_s));
 }
 
-int tpf_cli_run(int argc, char **argv)
+/* tpfuse run with the options o: the exit code. */
+static int run_model(struct run_opts o, struct tpf_diag *d)
 {
-	struct run_opts o;
-	int rc = parse_args(argc, argv, &o, 0);
-	if (rc >= 0)
-		return rc;
-	struct tpf_diag *d = tpf_diag_create();
+	int rc = -1; /* no exit code yet */
 	struct tpf_comm *comm = NULL;
 	struct tpf_model *m = NULL, *ref = NULL;
 	struct tpf_session *s = NULL, *sref = NULL;
@@ -644,8 +611,6 @@ int tpf_cli_run(int argc, char **argv)
 	char *path = NULL;
 	enum tpf_status st;
 	int synced = 1; /* every rank knows about an error at this point */
-	if (!d)
-		return RUN_ERROR;
 	struct tpf_comm_options co = {.timeout_s = o.timeout};
 	startup_watchdog(o.timeout > 0 ? o.timeout : 60);
 	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
@@ -662,8 +627,7 @@ int tpf_cli_run(int argc, char **argv)
 	startup_watchdog(0);
 	if (st) {
 		print_diag(d);
-		tpf_diag_free(d);
-		return exit_of(st);
+		return cli_exit_of(st);
 	}
 	rank_prefix_rank = comm->rank;
 	rank_prefix_world = comm->world;
@@ -765,8 +729,8 @@ int tpf_cli_run(int argc, char **argv)
 	st = tpf_comm_agree(comm, st, "writing outputs", d);
 out:
 	print_diag(d);
-	if (rc < 0 || rc == RUN_OK)
-		rc = exit_of(st);
+	if (rc < 0 || rc == CLI_OK)
+		rc = cli_exit_of(st);
 	if (st && !synced && comm && comm->world > 1) {
 		fflush(stdout);
 		fflush(stderr);
@@ -780,29 +744,21 @@ out:
 	tpf_model_free(ref);
 	tpf_free(path);
 	tpf_comm_free(comm);
-	tpf_diag_free(d);
 	return rc;
 }
 
-int tpf_cli_plan(int argc, char **argv)
+/* tpfuse plan with the options o: the exit code. */
+static int plan_model(struct run_opts o, struct tpf_diag *d)
 {
-	struct run_opts o;
-	int rc = parse_args(argc, argv, &o, 1);
-	if (rc >= 0)
-		return rc;
-	struct tpf_diag *d = tpf_diag_create();
 	struct tpf_model *m = NULL;
 	struct tpf_plan *p = NULL;
 	struct tpf_host_tensor *in = NULL;
 	size_t n_in = 0;
 	char *path = NULL;
 	enum tpf_status st;
-	if (!d)
-		return RUN_ERROR;
 	if (o.rank < 0 || o.world < 1 || o.rank >= o.world) {
 		msg("error", "--rank %d is outside --world-size %d", o.rank, o.world);
-		tpf_diag_free(d);
-		return RUN_USAGE;
+		return CLI_USAGE;
 	}
 	path = subst_rank(o.model, o.rank);
 	st = path ? load_model(path, &o, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
@@ -822,6 +778,32 @@ int tpf_cli_plan(int argc, char **argv)
 	tpf_host_tensors_release(in, n_in);
 	tpf_model_free(m);
 	tpf_free(path);
+	return cli_exit_of(st);
+}
+
+/* Parses the command line of run (or plan) and runs the command. */
+static int run_or_plan(int argc, char **argv, int is_plan)
+{
+	struct run_opts o;
+	struct tpf_diag *d;
+	int rc = parse_args(argc, argv, &o, is_plan);
+
+	if (rc >= 0)
+		return rc;
+	d = tpf_diag_create();
+	if (!d)
+		return CLI_ERROR;
+	rc = is_plan ? plan_model(o, d) : run_model(o, d);
 	tpf_diag_free(d);
-	return exit_of(st);
+	return rc;
+}
+
+int tpf_cli_run(int argc, char **argv)
+{
+	return run_or_plan(argc, argv, 0);
+}
+
+int tpf_cli_plan(int argc, char **argv)
+{
+	return run_or_plan(argc, argv, 1);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli-util.h"
 #include "shard-command.h"
 #include "tpf-ir.h"
 #include "tpf-passes.h"
@@ -55,18 +56,6 @@ static int usage(const char *fmt, const char *arg)
 	return 2;
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-	char *end;
-	long v;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* "--name VALUE" or "--name=VALUE"; 1 matched, 0 other, -1 missing value. */
 static int opt_value(int argc, char **argv, int *i, const char *name, const char **val)
 {
@@ -85,13 +74,32 @@ static int opt_value(int argc, char **argv, int *i, const char *name, const char
 	return 1;
 }
 
+/* --stats: the counts of struct tpf_shard_stats, in its order. */
+static const char *const stat_labels[] = {
+	"column-parallel", "  gathered after", "row-parallel", "replicated", "allreduce-inserted",
+	"allgather-inserted", "slices-inserted", "weights-split", "inputs-split", "outputs-split",
+	"fallbacks", "collectives-dropped",
+};
+
+static void print_stats(const struct tpf_shard_stats *st)
+{
+	const size_t counts[] = {st->column, st->column_gather, st->row, st->replicated,
+				 st->allreduce, st->allgather, st->slices, st->weights_split,
+				 st->inputs_split, st->outputs_split, st->fallbacks,
+				 st->collectives_dropped};
+
+	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+		printf("%-22s%zu\n", stat_labels[k], counts[k]);
+}
+
 int tpf_cli_shard(int argc, char **argv)
 {
 	struct tpf_shard_options o = {0};
 	struct tpf_shard_stats st;
 	const char *in = NULL, *out = NULL, *val;
 	long world = -1, thr = 0;
-	int stats = 0, rc;
+	int stats = 0;
+	size_t shown = 0;
 	struct tpf_diag *d;
 	enum tpf_status s;
 
@@ -118,7 +126,7 @@ int tpf_cli_shard(int argc, char **argv)
 		    (m = opt_value(argc, argv, &i, "-w", &val))) {
 			if (m < 0)
 				return usage("option '%s' needs a value", a);
-			if (parse_long(val, 1, 4096, &world))
+			if (cli_parse_long(val, 1, 4096, &world))
 				return usage("--world-size needs a number from 1 to 4096, not '%s'", val);
 			continue;
 		}
@@ -132,7 +140,7 @@ int tpf_cli_shard(int argc, char **argv)
 		if ((m = opt_value(argc, argv, &i, "--external-data-threshold", &val))) {
 			if (m < 0)
 				return usage("option '%s' needs a value", a);
-			if (parse_long(val, 1, 1L << 40, &thr))
+			if (cli_parse_long(val, 1, 1L << 40, &thr))
 				return usage("--external-data-threshold needs a byte count > 0, not '%s'", val);
 			continue;
 		}
@@ -157,39 +165,9 @@ int tpf_cli_shard(int argc, char **argv)
 		return 1;
 	}
 	s = tpf_shard_file(in, out, &o, (size_t)thr, &st, d);
-	for (size_t k = 0; k < d->count; k++) {
-		static const char *const sev[] = {"note", "warning", "error"};
-		unsigned v = (unsigned)d->entries[k].severity;
-		fprintf(stderr, "tpfuse: %s: %s\n", v < 3 ? sev[v] : "error",
-			d->entries[k].text ? d->entries[k].text : "");
-	}
-	if (!s && stats) {
-		printf("column-parallel       %zu\n", st.column);
-		printf("  gathered after      %zu\n", st.column_gather);
-		printf("row-parallel          %zu\n", st.row);
-		printf("replicated            %zu\n", st.replicated);
-		printf("allreduce-inserted    %zu\n", st.allreduce);
-		printf("allgather-inserted    %zu\n", st.allgather);
-		printf("slices-inserted       %zu\n", st.slices);
-		printf("weights-split         %zu\n", st.weights_split);
-		printf("inputs-split          %zu\n", st.inputs_split);
-		printf("outputs-split         %zu\n", st.outputs_split);
-		printf("fallbacks             %zu\n", st.fallbacks);
-		printf("collectives-dropped   %zu\n", st.collectives_dropped);
-	}
+	cli_print_diag(d, &shown);
+	if (!s && stats)
+		print_stats(&st);
 	tpf_diag_free(d);
-	switch (s) {
-	case TPF_OK:
-		rc = 0;
-		break;
-	case TPF_ERR_IO:
-		rc = 3;
-		break;
-	case TPF_ERR_UNSUPPORTED:
-		rc = 4;
-		break;
-	default:
-		rc = 1;
-	}
-	return rc;
+	return cli_exit_of(s);
 }

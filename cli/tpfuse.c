@@ -20,20 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli-util.h"
 #include "run-command.h"
 #include "shard-command.h"
 #include "tune-command.h"
 #include "tpf-ir.h"
 #include "tpf-passes.h"
 #include "tpf-runtime.h"
-
-enum exit_code {
-	EXIT_OK = 0,
-	EXIT_MODEL = 1,
-	EXIT_USAGE = 2,
-	EXIT_IO = 3,
-	EXIT_UNSUPPORTED = 4,
-};
 
 static const char *const exit_codes_help =
 	"Exit codes:\n"
@@ -122,6 +115,13 @@ static const char *const passes_help =
 
 /* ------------------------------------------------------------------ messages */
 
+static void verror_msg(const char *fmt, va_list ap)
+{
+	fputs("tpfuse: error: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
 static void error_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void error_msg(const char *fmt, ...)
@@ -129,9 +129,7 @@ static void error_msg(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	fputs("tpfuse: error: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	verror_msg(fmt, ap);
 	va_end(ap);
 }
 
@@ -142,41 +140,10 @@ static int usage_error(const char *cmd, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	fputs("tpfuse: error: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	verror_msg(fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "try 'tpfuse %s--help'\n", cmd ? cmd : "");
-	return EXIT_USAGE;
-}
-
-/* Prints the diagnostic's messages (from `from` on) as "tpfuse: SEV: TEXT". */
-static void print_diag(const struct tpf_diag *d, size_t *from)
-{
-	static const char *const sev[] = {"note", "warning", "error"};
-	size_t i;
-
-	for (i = *from; i < d->count; i++) {
-		unsigned s = (unsigned)d->entries[i].severity;
-
-		fprintf(stderr, "tpfuse: %s: %s\n", s < 3 ? sev[s] : "error",
-			d->entries[i].text ? d->entries[i].text : "");
-	}
-	*from = d->count;
-}
-
-static int exit_for_status(enum tpf_status st)
-{
-	switch (st) {
-	case TPF_OK:
-		return EXIT_OK;
-	case TPF_ERR_IO:
-		return EXIT_IO;
-	case TPF_ERR_UNSUPPORTED:
-		return EXIT_UNSUPPORTED;
-	default:
-		return EXIT_MODEL;
-	}
+	return CLI_USAGE;
 }
 
 /* ------------------------------------------------------------- arguments */
@@ -221,16 +188,22 @@ static int is_help(const char *s)
 	return strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0;
 }
 
-static int parse_int(const char *s, long lo, long hi, long *out)
+/* A command's --help: its usage, then the exit codes. */
+static void print_help(const char *help)
 {
-	char *end;
-	long v;
+	fputs(help, stdout);
+	fputs(exit_codes_help, stdout);
+}
 
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < lo || v > hi)
-		return -1;
-	*out = v;
+/* Takes `arg`, not an option, as the command's one model: 0, or the exit
+ * code of a usage error. */
+static int model_arg(const char *cmd, const char *arg, const char **model)
+{
+	if (arg[0] == '-' && arg[1])
+		return usage_error(cmd, "unknown option '%s'", arg);
+	if (*model)
+		return usage_error(cmd, "more than one model given ('%s')", arg);
+	*model = arg;
 	return 0;
 }
 
@@ -311,21 +284,21 @@ static int have_program(const char *name)
 static int check_dump_target(const char *path, enum dump_format fmt)
 {
 	if (!path || strcmp(path, "-") == 0 || fmt == FORMAT_TEXT)
-		return EXIT_OK;
+		return CLI_OK;
 	if (is_picture_ext(file_ext(path)) && !have_program("dot")) {
 		error_msg("cannot render '%s': graphviz `dot` is not installed "
 			  "(install graphviz, or dump to a .dot or .txt file)",
 			  path);
-		return EXIT_UNSUPPORTED;
+		return CLI_UNSUPPORTED;
 	}
-	return EXIT_OK;
+	return CLI_OK;
 }
 
 /* Pipes the DOT form of m into `dot -TEXT -o path`. */
 static int render_picture(const struct tpf_model *m, const char *path, const char *ext)
 {
 	char fmt_arg[16];
-	int fds[2], status, rc = EXIT_OK;
+	int fds[2], status, rc = CLI_OK;
 	enum tpf_status st;
 	pid_t pid;
 	FILE *f;
@@ -333,7 +306,7 @@ static int render_picture(const struct tpf_model *m, const char *path, const cha
 	snprintf(fmt_arg, sizeof(fmt_arg), "-T%s", ext);
 	if (pipe(fds) != 0) {
 		error_msg("cannot run graphviz: %s", strerror(errno));
-		return EXIT_IO;
+		return CLI_IO;
 	}
 	fflush(NULL);
 	pid = fork();
@@ -341,7 +314,7 @@ static int render_picture(const struct tpf_model *m, const char *path, const cha
 		error_msg("cannot run graphviz: %s", strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
-		return EXIT_IO;
+		return CLI_IO;
 	}
 	if (pid == 0) {
 		char *argv[] = {"dot", fmt_arg, "-o", (char *)path, NULL};
@@ -356,18 +329,18 @@ static int render_picture(const struct tpf_model *m, const char *path, const cha
 	f = fdopen(fds[1], "w");
 	if (!f) {
 		close(fds[1]);
-		rc = EXIT_IO;
+		rc = CLI_IO;
 	} else {
 		st = tpf_model_print_dot(m, f);
 		if (fclose(f) != 0 || st)
-			rc = EXIT_IO;
+			rc = CLI_IO;
 	}
 	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
 			error_msg("cannot render '%s': graphviz `dot` could not be started", path);
 		else
 			error_msg("graphviz `dot` failed to render '%s'", path);
-		return EXIT_IO;
+		return CLI_IO;
 	}
 	if (rc)
 		error_msg("cannot write the graph to graphviz for '%s'", path);
@@ -388,7 +361,7 @@ static int write_dump(const struct tpf_model *m, const char *path, enum dump_for
 	f = to_stdout ? stdout : fopen(path, "w");
 	if (!f) {
 		error_msg("cannot write '%s': %s", path, strerror(errno));
-		return EXIT_IO;
+		return CLI_IO;
 	}
 	st = fmt == FORMAT_DOT ? tpf_model_print_dot(m, f) : tpf_model_print_text(m, f);
 	if (to_stdout) {
@@ -400,9 +373,9 @@ static int write_dump(const struct tpf_model *m, const char *path, enum dump_for
 	if (st) {
 		error_msg("cannot write the dump to '%s': %s", to_stdout ? "<stdout>" : path,
 			  tpf_status_name(st));
-		return st == TPF_ERR_IO ? EXIT_IO : EXIT_MODEL;
+		return st == TPF_ERR_IO ? CLI_IO : CLI_ERROR;
 	}
-	return EXIT_OK;
+	return CLI_OK;
 }
 
 static int parse_format(const char *cmd, const char *s, enum dump_format *out)
@@ -413,7 +386,7 @@ static int parse_format(const char *cmd, const char *s, enum dump_format *out)
 		*out = FORMAT_DOT;
 	else
 		return usage_error(cmd, "unknown format '%s' (text or dot)", s);
-	return EXIT_OK;
+	return CLI_OK;
 }
 
 /* An ONNX file, or a text dump (a name ending in .txt or .tpf). */
@@ -426,12 +399,38 @@ static int load_model(const char *path, struct tpf_model **m, struct tpf_diag *d
 				  : tpf_model_load_file(path, &lo, m, d);
 
 	if (st) {
-		print_diag(d, shown);
+		cli_print_diag(d, shown);
 		error_msg("cannot load '%s': %s", path, tpf_status_name(st));
 		*m = NULL;
-		return exit_for_status(st);
+		return cli_exit_of(st);
 	}
-	return EXIT_OK;
+	return CLI_OK;
+}
+
+/* A new diagnostic in *d and the model read from `path` into *m: CLI_OK,
+ * or the exit code after the messages. */
+static int open_model(const char *path, struct tpf_model **m, struct tpf_diag **d, size_t *shown)
+{
+	*d = tpf_diag_create();
+	if (!*d) {
+		error_msg("out of memory");
+		return CLI_ERROR;
+	}
+	return load_model(path, m, *d, shown);
+}
+
+/* Verifies m, infers its shapes (which assumes a structurally valid
+ * graph) and verifies it again with the inferred types (dtype and shape
+ * rules the file's own types did not show). */
+static enum tpf_status verify_with_types(struct tpf_model *m, struct tpf_diag *d)
+{
+	enum tpf_status st = tpf_model_verify(m, d);
+
+	if (!st)
+		st = tpf_model_infer_shapes(m, d);
+	if (!st)
+		st = tpf_model_verify(m, d);
+	return st;
 }
 
 /* ------------------------------------------------------------------- dump */
@@ -450,27 +449,22 @@ static int cmd_dump(int argc, char **argv)
 		const char *arg = argv[a.i];
 
 		if (is_help(arg)) {
-			fputs(dump_help, stdout);
-			fputs(exit_codes_help, stdout);
-			return EXIT_OK;
+			print_help(dump_help);
+			return CLI_OK;
 		}
 		if ((r = opt_value(&a, "--format", &val)) != 0) {
 			if (r < 0)
-				return EXIT_USAGE;
+				return CLI_USAGE;
 			if ((rc = parse_format(a.cmd, val, &fmt)) != 0)
 				return rc;
 		} else if ((r = opt_value(&a, "-o", &val)) != 0) {
 			if (r < 0)
-				return EXIT_USAGE;
+				return CLI_USAGE;
 			out = val;
 		} else if (strcmp(arg, "--no-infer") == 0) {
 			no_infer = 1;
-		} else if (arg[0] == '-' && arg[1]) {
-			return usage_error(a.cmd, "unknown option '%s'", arg);
-		} else if (!model) {
-			model = arg;
-		} else {
-			return usage_error(a.cmd, "more than one model given ('%s')", arg);
+		} else if ((rc = model_arg(a.cmd, arg, &model)) != 0) {
+			return rc;
 		}
 	}
 	if (!model)
@@ -478,12 +472,7 @@ static int cmd_dump(int argc, char **argv)
 	if ((rc = check_dump_target(out, fmt)) != 0)
 		return rc;
 
-	d = tpf_diag_create();
-	if (!d) {
-		error_msg("out of memory");
-		return EXIT_MODEL;
-	}
-	rc = load_model(model, &m, d, &shown);
+	rc = open_model(model, &m, &d, &shown);
 	if (rc)
 		goto out_free_diag;
 	if (!no_infer) {
@@ -496,7 +485,7 @@ static int cmd_dump(int argc, char **argv)
 		}
 	}
 	rc = write_dump(m, out, fmt);
-	print_diag(d, &shown);
+	cli_print_diag(d, &shown);
 	tpf_model_free(m);
 out_free_diag:
 	tpf_diag_free(d);
@@ -516,41 +505,26 @@ static int cmd_check(int argc, char **argv)
 
 	for (i = 1; i < argc; i++) {
 		if (is_help(argv[i])) {
-			fputs(check_help, stdout);
-			fputs(exit_codes_help, stdout);
-			return EXIT_OK;
+			print_help(check_help);
+			return CLI_OK;
 		}
-		if (argv[i][0] == '-' && argv[i][1])
-			return usage_error("check ", "unknown option '%s'", argv[i]);
-		if (model)
-			return usage_error("check ", "more than one model given ('%s')", argv[i]);
-		model = argv[i];
+		if ((rc = model_arg("check ", argv[i], &model)) != 0)
+			return rc;
 	}
 	if (!model)
 		return usage_error("check ", "no model given");
 
-	d = tpf_diag_create();
-	if (!d) {
-		error_msg("out of memory");
-		return EXIT_MODEL;
-	}
-	rc = load_model(model, &m, d, &shown);
+	rc = open_model(model, &m, &d, &shown);
 	if (rc)
 		goto out_free_diag;
-	st = tpf_model_verify(m, d);
-	/* shape inference assumes a structurally valid graph */
-	if (!st)
-		st = tpf_model_infer_shapes(m, d);
-	/* dtype and shape rules the file's own types did not show */
-	if (!st)
-		st = tpf_model_verify(m, d);
-	print_diag(d, &shown);
+	st = verify_with_types(m, d);
+	cli_print_diag(d, &shown);
 	if (st || d->error_count) {
 		error_msg("'%s': %zu error%s found", model, d->error_count,
 			  d->error_count == 1 ? "" : "s");
-		rc = st ? exit_for_status(st) : EXIT_MODEL;
-		if (rc == EXIT_OK)
-			rc = EXIT_MODEL;
+		rc = st ? cli_exit_of(st) : CLI_ERROR;
+		if (rc == CLI_OK)
+			rc = CLI_ERROR;
 	} else {
 		printf("%s: ok (%zu nodes, %zu initializers, %zu functions)\n", model,
 		       tpf_graph_count_nodes(m->graph, 1), m->graph->n_initializers,
@@ -606,7 +580,7 @@ static int check_pass_list(const char *list)
 		if (*p == ',')
 			p++;
 	}
-	return EXIT_OK;
+	return CLI_OK;
 }
 
 static int same_file(const char *a, const char *b)
@@ -630,8 +604,7 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 		const char *arg = argv[a.i];
 
 		if (is_help(arg)) {
-			fputs(optimize_help, stdout);
-			fputs(exit_codes_help, stdout);
+			print_help(optimize_help);
 			return -1;
 		}
 		if (strcmp(arg, "-O0") == 0 || strcmp(arg, "-O1") == 0 || strcmp(arg, "-O2") == 0) {
@@ -653,7 +626,7 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 #define VALUE_OPT(name, field)                                                                     \
 	if ((r = opt_value(&a, name, &val)) != 0) {                                                \
 		if (r < 0)                                                                         \
-			return EXIT_USAGE;                                                         \
+			return CLI_USAGE;                                                         \
 		field = val;                                                                       \
 		continue;                                                                          \
 	}
@@ -666,16 +639,16 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 #undef VALUE_OPT
 		if ((r = opt_value(&a, "--rank", &val)) != 0) {
 			if (r < 0)
-				return EXIT_USAGE;
-			if (parse_int(val, 0, 1 << 20, &o->rank))
+				return CLI_USAGE;
+			if (cli_parse_long(val, 0, 1 << 20, &o->rank))
 				return usage_error(a.cmd, "--rank needs a number >= 0, not '%s'",
 						   val);
 			continue;
 		}
 		if ((r = opt_value(&a, "--world-size", &val)) != 0) {
 			if (r < 0)
-				return EXIT_USAGE;
-			if (parse_int(val, 1, 1 << 20, &o->world_size))
+				return CLI_USAGE;
+			if (cli_parse_long(val, 1, 1 << 20, &o->world_size))
 				return usage_error(a.cmd,
 						   "--world-size needs a number >= 1, not '%s'",
 						   val);
@@ -703,13 +676,13 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 	if (o->passes && o->olevel)
 		return usage_error(a.cmd, "--passes and %s cannot be combined", o->olevel);
 	if (o->passes && check_pass_list(o->passes))
-		return EXIT_USAGE;
+		return CLI_USAGE;
 	if ((o->rank < 0) != (o->world_size < 0))
 		return usage_error(a.cmd, "--rank and --world-size go together");
 	if (o->rank >= 0 && o->rank >= o->world_size)
 		return usage_error(a.cmd, "--rank %ld is not below --world-size %ld", o->rank,
 				   o->world_size);
-	return EXIT_OK;
+	return CLI_OK;
 }
 
 static int cmd_optimize(int argc, char **argv)
@@ -727,7 +700,7 @@ static int cmd_optimize(int argc, char **argv)
 
 	rc = parse_optimize(argc, argv, &o);
 	if (rc < 0)
-		return EXIT_OK; /* --help */
+		return CLI_OK; /* --help */
 	if (rc)
 		return rc;
 
@@ -746,7 +719,7 @@ static int cmd_optimize(int argc, char **argv)
 		paths[k] = subst_rank(*targets[k], o.rank);
 		if (!paths[k]) {
 			error_msg("out of memory");
-			rc = EXIT_MODEL;
+			rc = CLI_ERROR;
 			goto out_free_paths;
 		}
 		*targets[k] = paths[k];
@@ -763,22 +736,18 @@ static int cmd_optimize(int argc, char **argv)
 	stats = tpf_pass_stats_create();
 	if (!d || !stats) {
 		error_msg("out of memory");
-		rc = EXIT_MODEL;
+		rc = CLI_ERROR;
 		goto out_free_all;
 	}
 	rc = load_model(o.in, &m, d, &shown);
 	if (rc)
 		goto out_free_all;
 
-	st = tpf_model_verify(m, d);
-	if (!st)
-		st = tpf_model_infer_shapes(m, d);
-	if (!st)
-		st = tpf_model_verify(m, d); /* with the inferred types */
+	st = verify_with_types(m, d);
 	if (st) {
-		print_diag(d, &shown);
+		cli_print_diag(d, &shown);
 		error_msg("the input model '%s' is not valid", o.in);
-		rc = exit_for_status(st);
+		rc = cli_exit_of(st);
 		goto out_free_model;
 	}
 	if (o.dump_before && (rc = write_dump(m, o.dump_before, FORMAT_AUTO)) != 0)
@@ -800,9 +769,9 @@ static int cmd_optimize(int argc, char **argv)
 	po.print_after_dir = o.print_after_dir;
 	st = tpf_pipeline_run(m, &po, d);
 	if (st) {
-		print_diag(d, &shown);
+		cli_print_diag(d, &shown);
 		error_msg("optimization failed: %s", tpf_status_name(st));
-		rc = exit_for_status(st);
+		rc = cli_exit_of(st);
 		goto out_print_stats;
 	}
 
@@ -810,9 +779,9 @@ static int cmd_optimize(int argc, char **argv)
 	if (!st)
 		st = tpf_model_infer_shapes(m, d);
 	if (st) {
-		print_diag(d, &shown);
+		cli_print_diag(d, &shown);
 		error_msg("the optimized model fails verification");
-		rc = EXIT_MODEL;
+		rc = CLI_ERROR;
 		goto out_print_stats;
 	}
 	if (o.dump_after && (rc = write_dump(m, o.dump_after, FORMAT_AUTO)) != 0)
@@ -821,12 +790,12 @@ static int cmd_optimize(int argc, char **argv)
 	struct tpf_save_options so = {.external_threshold = o.external_bytes};
 	st = tpf_model_save_file(m, o.out, &so, d);
 	if (st) {
-		print_diag(d, &shown);
+		cli_print_diag(d, &shown);
 		error_msg("cannot save '%s': %s", o.out, tpf_status_name(st));
-		rc = exit_for_status(st);
+		rc = cli_exit_of(st);
 		goto out_print_stats;
 	}
-	print_diag(d, &shown);
+	cli_print_diag(d, &shown);
 
 out_print_stats:
 	if (o.stats) {
@@ -834,7 +803,7 @@ out_print_stats:
 		fflush(stdout);
 	}
 out_free_model:
-	print_diag(d, &shown);
+	cli_print_diag(d, &shown);
 	tpf_model_free(m);
 out_free_all:
 	tpf_pass_stats_free(stats);
@@ -854,7 +823,7 @@ static int cmd_passes(int argc, char **argv)
 
 	if (argc > 1 && is_help(argv[1])) {
 		fputs(passes_help, stdout);
-		return EXIT_OK;
+		return CLI_OK;
 	}
 	if (argc > 1)
 		return usage_error("passes ", "unexpected argument '%s'", argv[1]);
@@ -870,67 +839,65 @@ static int cmd_passes(int argc, char **argv)
 	       "  none     no passes (-O0)\n"
 	       "  cleanup  clean-up passes (-O1)\n"
 	       "  default  the full pipeline (-O2)\n");
-	return EXIT_OK;
+	return CLI_OK;
 }
 
 /* ------------------------------------------------------------------- main */
 
+/* The commands, by name. */
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+} commands[] = {
+	{"dump", cmd_dump},
+	{"check", cmd_check},
+	{"optimize", cmd_optimize},
+	{"passes", cmd_passes},
+	{"run", tpf_cli_run},
+	{"plan", tpf_cli_plan},
+	{"shard", tpf_cli_shard},
+	{"tune", tpf_cli_tune},
+};
+
+/* Runs the command named argv[0] with argv (its options after it), or
+ * returns -1 when there is no such command. */
+static int run_command(int argc, char **argv)
+{
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[0], commands[i].name) == 0)
+			return commands[i].run(argc, argv);
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd;
+	int rc;
 
 	if (argc < 2) {
 		fputs(main_help, stderr);
 		fputs(exit_codes_help, stderr);
-		return EXIT_USAGE;
+		return CLI_USAGE;
 	}
 	cmd = argv[1];
 	if (is_help(cmd) || strcmp(cmd, "help") == 0) {
 		if (strcmp(cmd, "help") == 0 && argc > 2) {
 			char *sub[] = {argv[2], "--help", NULL};
 
-			if (strcmp(argv[2], "dump") == 0)
-				return cmd_dump(2, sub);
-			if (strcmp(argv[2], "check") == 0)
-				return cmd_check(2, sub);
-			if (strcmp(argv[2], "optimize") == 0)
-				return cmd_optimize(2, sub);
-			if (strcmp(argv[2], "passes") == 0)
-				return cmd_passes(2, sub);
-			if (strcmp(argv[2], "run") == 0)
-				return tpf_cli_run(2, sub);
-			if (strcmp(argv[2], "plan") == 0)
-				return tpf_cli_plan(2, sub);
-			if (strcmp(argv[2], "shard") == 0)
-				return tpf_cli_shard(2, sub);
-			if (strcmp(argv[2], "tune") == 0)
-				return tpf_cli_tune(2, sub);
-			return usage_error(NULL, "unknown command '%s'", argv[2]);
+			rc = run_command(2, sub);
+			return rc >= 0 ? rc : usage_error(NULL, "unknown command '%s'", argv[2]);
 		}
 		fputs(main_help, stdout);
 		fputs(exit_codes_help, stdout);
-		return EXIT_OK;
+		return CLI_OK;
 	}
 	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
 		printf("tpfuse %s\n", TPF_VERSION_STRING);
-		return EXIT_OK;
+		return CLI_OK;
 	}
-	if (strcmp(cmd, "dump") == 0)
-		return cmd_dump(argc - 1, argv + 1);
-	if (strcmp(cmd, "check") == 0)
-		return cmd_check(argc - 1, argv + 1);
-	if (strcmp(cmd, "optimize") == 0)
-		return cmd_optimize(argc - 1, argv + 1);
-	if (strcmp(cmd, "passes") == 0)
-		return cmd_passes(argc - 1, argv + 1);
-	if (strcmp(cmd, "run") == 0)
-		return tpf_cli_run(argc - 1, argv + 1);
-	if (strcmp(cmd, "plan") == 0)
-		return tpf_cli_plan(argc - 1, argv + 1);
-	if (strcmp(cmd, "shard") == 0)
-		return tpf_cli_shard(argc - 1, argv + 1);
-	if (strcmp(cmd, "tune") == 0)
-		return tpf_cli_tune(argc - 1, argv + 1);
+	rc = run_command(argc - 1, argv + 1);
+	if (rc >= 0)
+		return rc;
 	if (cmd[0] == '-')
 		return usage_error(NULL, "unknown option '%s'", cmd);
 	return usage_error(NULL, "unknown command '%s'", cmd);

@@ -53,9 +53,9 @@ static float elem(const struct tpf_model *m, const char *name, int64_t i, int64_
 	return x;
 }
 
-/* x [T, D] -> MatMul(up [D, F]) -> Relu -> MatMul(down [F, D]) -> y: an
- * MLP, its up projection column-parallel, its down row-parallel. */
-static struct tpf_model *mlp(void)
+/* x [T, D] -> MatMul(up [D, F]) -> op -> MatMul(down [F, D]) -> y.  With
+ * Relu, an MLP, its up projection column-parallel, its down row-parallel. */
+static struct tpf_model *mlp_with(const char *domain, const char *op, const char *name)
 {
 	struct tpf_model *m = new_model(17);
 	struct tpf_graph *g = m->graph;
@@ -63,7 +63,7 @@ static struct tpf_model *mlp(void)
 	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, dims);
 	struct tpf_value *up = weight(g, "up.weight", D, F), *down = weight(g, "down.weight", F, D);
 	struct tpf_node *a = add_node(g, "", "MatMul", "up", 2, IN(x, up), 1);
-	struct tpf_node *r = add_node(g, "", "Relu", "act", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *r = add_node(g, domain, op, name, 1, IN(a->outputs[0]), 1);
 	struct tpf_node *b = add_node(g, "", "MatMul", "down", 2, IN(r->outputs[0], down), 1);
 
 	assert_int_equal(tpf_value_rename(b->outputs[0], "y"), TPF_OK);
@@ -71,64 +71,105 @@ static struct tpf_model *mlp(void)
 	return m;
 }
 
-static char *explain_text(struct tpf_model *m, int world, int vocab, enum tpf_status *st,
-			  struct tpf_shard **out, struct tpf_diag *d)
+static struct tpf_model *mlp(void)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	struct tpf_shard_options o = {.world_size = world, .vocab_parallel_embedding = vocab,
-				      .explain = f};
+	return mlp_with("", "Relu", "act");
+}
 
+/* A model whose one input `name` has the given text dims. */
+static struct tpf_model *model_with_input(const char *name, enum tpf_dtype dt, int rank,
+					  const char *const *dims, struct tpf_value **x)
+{
+	struct tpf_model *m = new_model(17);
+
+	*x = add_input(m->graph, name, dt, rank, dims);
+	return m;
+}
+
+/* One tpf_shard_create call: the model, its messages, the sharder, its
+ * --explain text and its status. */
+struct shard_run {
+	struct tpf_model *m;
+	struct tpf_diag *d;
+	struct tpf_shard *sh;
+	char *ex;
+	enum tpf_status s;
+};
+
+/* Shards m at W = world (the embedding vocab-parallel when vocab) into r;
+ * the status must be `want` (the messages are printed when it is not). */
+static void shard(struct shard_run *r, struct tpf_model *m, int world, int vocab,
+		  enum tpf_status want)
+{
+	size_t len = 0;
+	FILE *f;
+
+	r->m = m;
+	r->d = tpf_diag_create();
+	r->sh = NULL;
+	r->ex = NULL;
+	f = open_memstream(&r->ex, &len);
 	assert_non_null(f);
-	*st = tpf_shard_create(m, &o, out, d);
+	r->s = tpf_shard_create(m, &(struct tpf_shard_options){.world_size = world,
+							       .vocab_parallel_embedding = vocab,
+							       .explain = f},
+				&r->sh, r->d);
 	fclose(f);
-	return buf;
+	if (r->s != want)
+		dump_diag(r->d);
+	assert_int_equal(r->s, want);
+}
+
+static void expect_explained(const struct shard_run *r, const char *line)
+{
+	if (!strstr(r->ex, line))
+		fail_msg("--explain does not say \"%s\":\n%s", line, r->ex);
+}
+
+static void shard_done(struct shard_run *r)
+{
+	free(r->ex);
+	tpf_shard_free(r->sh);
+	tpf_model_free(r->m);
+	tpf_diag_free(r->d);
 }
 
 static void test_mlp_column_row(void **state)
 {
-	struct tpf_model *m = mlp();
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
+	struct shard_run r;
 	struct tpf_shard_stats st;
-	enum tpf_status s;
-	char *ex = explain_text(m, 2, 0, &s, &sh, d);
+	struct tpf_graph *g;
 
 	(void)state;
-	if (s)
-		dump_diag(d);
-	assert_int_equal(s, TPF_OK);
-	assert_non_null(strstr(ex, "MatMul 'up' (weight 'up.weight' [4,8]): column-parallel"));
-	assert_non_null(strstr(ex, "MatMul 'down' (weight 'down.weight' [8,4]): row-parallel"));
-	tpf_shard_get_stats(sh, &st);
+	shard(&r, mlp(), 2, 0, TPF_OK);
+	g = r.m->graph;
+	expect_explained(&r, "MatMul 'up' (weight 'up.weight' [4,8]): column-parallel");
+	expect_explained(&r, "MatMul 'down' (weight 'down.weight' [8,4]): row-parallel");
+	tpf_shard_get_stats(r.sh, &st);
 	assert_int_equal(st.column, 1);
 	assert_int_equal(st.row, 1);
 	assert_int_equal(st.allreduce, 1);
 	assert_int_equal(st.allgather, 0);
 	assert_int_equal(st.weights_split, 2);
-	assert_int_equal(count_op(m->graph, TPF_OP_MS_ALLREDUCE), 1);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
 	/* the AllReduce gives the graph output, which keeps its name */
-	assert_int_equal(m->graph->outputs[0]->producer->op, TPF_OP_MS_ALLREDUCE);
-	assert_string_equal(m->graph->outputs[0]->name, "y");
-	expect_type(tpf_graph_find_value(m->graph, "up.weight"), "f32[4,4]");
-	expect_type(tpf_graph_find_value(m->graph, "down.weight"), "f32[4,4]");
-	verify_ok(m);
+	assert_int_equal(g->outputs[0]->producer->op, TPF_OP_MS_ALLREDUCE);
+	assert_string_equal(g->outputs[0]->name, "y");
+	expect_type(tpf_graph_find_value(g, "up.weight"), "f32[4,4]");
+	expect_type(tpf_graph_find_value(g, "down.weight"), "f32[4,4]");
+	verify_ok(r.m);
 	/* each rank's slices: columns of up, rows of down */
-	for (int r = 0; r < 2; r++) {
-		assert_int_equal(tpf_shard_rank(sh, r, d), TPF_OK);
-		assert_true(elem(m, "up.weight", 1, 0) == (float)(100 + 4 * r));
-		assert_true(elem(m, "up.weight", 3, 3) == (float)(300 + 4 * r + 3));
-		assert_true(elem(m, "down.weight", 0, 2) == (float)(100 * 4 * r + 2));
-		assert_true(elem(m, "down.weight", 3, 1) == (float)(100 * (4 * r + 3) + 1));
-		assert_string_equal(tpf_model_metadata(m, "tp_rank"), r ? "1" : "0");
-		assert_string_equal(tpf_model_metadata(m, "tp_world_size"), "2");
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(tpf_shard_rank(r.sh, k, r.d), TPF_OK);
+		assert_true(elem(r.m, "up.weight", 1, 0) == (float)(100 + 4 * k));
+		assert_true(elem(r.m, "up.weight", 3, 3) == (float)(300 + 4 * k + 3));
+		assert_true(elem(r.m, "down.weight", 0, 2) == (float)(100 * 4 * k + 2));
+		assert_true(elem(r.m, "down.weight", 3, 1) == (float)(100 * (4 * k + 3) + 1));
+		assert_string_equal(tpf_model_metadata(r.m, "tp_rank"), k ? "1" : "0");
+		assert_string_equal(tpf_model_metadata(r.m, "tp_world_size"), "2");
 	}
-	assert_int_equal(tpf_shard_rank(sh, 2, d), TPF_ERR_INVALID);
-	free(ex);
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	assert_int_equal(tpf_shard_rank(r.sh, 2, r.d), TPF_ERR_INVALID);
+	shard_done(&r);
 }
 
 /* Attention-like: q = x Wq [T, 8] -> Reshape [T, 2 heads, 4] -> Softmax
@@ -136,11 +177,11 @@ static void test_mlp_column_row(void **state)
  * becomes 1 on each rank, the merged size 8 becomes 4. */
 static void test_head_counts_rewritten(void **state)
 {
-	struct tpf_model *m = new_model(17);
-	struct tpf_graph *g = m->graph;
 	const char *dims[2] = {"2", "4"};
 	int64_t heads[3] = {T, 2, 4}, merged[2] = {T, 8};
-	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, dims);
+	struct tpf_value *x;
+	struct tpf_model *m = model_with_input("x", TPF_DTYPE_FLOAT, 2, dims, &x);
+	struct tpf_graph *g = m->graph;
 	struct tpf_value *wq = weight(g, "q.weight", D, F), *wo = weight(g, "o.weight", F, D);
 	struct tpf_value *sh1 = add_ints(g, "heads_shape", 3, heads);
 	struct tpf_value *sh2 = add_ints(g, "merged_shape", 2, merged);
@@ -149,19 +190,14 @@ static void test_head_counts_rewritten(void **state)
 	struct tpf_node *sm = add_node(g, "", "Softmax", "softmax", 1, IN(r1->outputs[0]), 1);
 	struct tpf_node *r2 = add_node(g, "", "Reshape", "merge_heads", 2, IN(sm->outputs[0], sh2), 1);
 	struct tpf_node *o = add_node(g, "", "MatMul", "o", 2, IN(r2->outputs[0], wo), 1);
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
-	enum tpf_status s;
+	struct shard_run r;
 	size_t k;
 	int64_t v[3];
 
 	(void)state;
 	assert_int_equal(tpf_node_set_attr_int(sm->outputs[0]->producer, "axis", -1), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, o->outputs[0]), TPF_OK);
-	s = tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d);
-	if (s)
-		dump_diag(d);
-	assert_int_equal(s, TPF_OK);
+	shard(&r, m, 2, 0, TPF_OK);
 	assert_int_equal(tpf_pattern_const_ints(r1->inputs[1], v, 3, &k), 0);
 	assert_int_equal(k, 3);
 	assert_true(v[0] == T && v[1] == 1 && v[2] == 4);
@@ -171,90 +207,63 @@ static void test_head_counts_rewritten(void **state)
 	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
 	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
 	verify_ok(m);
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	shard_done(&r);
 }
 
 /* W = 3 does not divide the MLP's 8: both projections stay replicated
  * and --explain says why. */
 static void test_not_divisible(void **state)
 {
-	struct tpf_model *m = mlp();
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
+	struct shard_run r;
 	struct tpf_shard_stats st;
-	enum tpf_status s;
-	char *ex = explain_text(m, 3, 0, &s, &sh, d);
 
 	(void)state;
-	assert_int_equal(s, TPF_OK);
-	assert_non_null(strstr(ex, "MatMul 'up' (weight 'up.weight' [4,8]): replicated: its output dim 8 is "
-				   "not divisible by 3"));
-	tpf_shard_get_stats(sh, &st);
+	shard(&r, mlp(), 3, 0, TPF_OK);
+	expect_explained(&r, "MatMul 'up' (weight 'up.weight' [4,8]): replicated: its output dim 8 "
+			     "is not divisible by 3");
+	tpf_shard_get_stats(r.sh, &st);
 	assert_int_equal(st.column, 0);
 	assert_int_equal(st.replicated, 2);
-	assert_int_equal(count_op(m->graph, TPF_OP_MS_ALLREDUCE), 0);
-	assert_true(diag_mentions(d, "no weight was split"));
-	free(ex);
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	assert_int_equal(count_op(r.m->graph, TPF_OP_MS_ALLREDUCE), 0);
+	assert_true(diag_mentions(r.d, "no weight was split"));
+	shard_done(&r);
 }
 
 /* The split of `up` would meet an op tpfuse has no sharding rule for: it
  * stays replicated, and --explain names the op. */
 static void test_no_rule(void **state)
 {
-	struct tpf_model *m = new_model(17);
-	struct tpf_graph *g = m->graph;
-	const char *dims[2] = {"2", "4"};
-	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 2, dims);
-	struct tpf_value *up = weight(g, "up.weight", D, F), *down = weight(g, "down.weight", F, D);
-	struct tpf_node *a = add_node(g, "", "MatMul", "up", 2, IN(x, up), 1);
-	struct tpf_node *c = add_node(g, "custom.domain", "Mystery", "mystery", 1, IN(a->outputs[0]), 1);
-	struct tpf_node *b = add_node(g, "", "MatMul", "down", 2, IN(c->outputs[0], down), 1);
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
-	enum tpf_status s;
-	char *ex;
+	struct tpf_model *m = mlp_with("custom.domain", "Mystery", "mystery");
+	struct tpf_node *c = find_node(m->graph, "mystery");
+	struct shard_run r;
 
 	(void)state;
-	assert_int_equal(tpf_value_copy_type(c->outputs[0], &a->outputs[0]->type), TPF_OK);
-	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
-	ex = explain_text(m, 2, 0, &s, &sh, d);
-	assert_int_equal(s, TPF_OK);
-	assert_non_null(strstr(ex, "MatMul 'up' (weight 'up.weight' [4,8]): replicated: splitting its "
-				   "output meets Mystery 'mystery': Mystery has no sharding rule"));
-	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
-	free(ex);
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	assert_int_equal(tpf_value_copy_type(c->outputs[0], &c->inputs[0]->type), TPF_OK);
+	shard(&r, m, 2, 0, TPF_OK);
+	expect_explained(&r, "MatMul 'up' (weight 'up.weight' [4,8]): replicated: splitting its "
+			     "output meets Mystery 'mystery': Mystery has no sharding rule");
+	assert_int_equal(count_op(m->graph, TPF_OP_MS_ALLGATHER), 0);
+	shard_done(&r);
 }
 
 /* An LM head: its split reaches only the graph output, so it is gathered
  * right after the MatMul (axis -1, group_size W). */
 static void test_lm_head_gathered(void **state)
 {
-	struct tpf_model *m = new_model(17);
-	struct tpf_graph *g = m->graph;
 	const char *dims[3] = {"B", "S", "4"};
-	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, dims);
+	struct tpf_value *x;
+	struct tpf_model *m = model_with_input("x", TPF_DTYPE_FLOAT, 3, dims, &x);
+	struct tpf_graph *g = m->graph;
 	struct tpf_value *w = weight(g, "lm_head.weight", D, F);
 	struct tpf_node *a = add_node(g, "", "MatMul", "lm_head", 2, IN(x, w), 1);
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
 	struct tpf_node *ag;
-	enum tpf_status s;
-	char *ex;
+	struct shard_run r;
 
 	(void)state;
 	assert_int_equal(tpf_value_rename(a->outputs[0], "logits"), TPF_OK);
 	assert_int_equal(tpf_graph_add_output(g, a->outputs[0]), TPF_OK);
-	ex = explain_text(m, 4, 0, &s, &sh, d);
-	assert_int_equal(s, TPF_OK);
-	assert_non_null(strstr(ex, "column-parallel + AllGather"));
+	shard(&r, m, 4, 0, TPF_OK);
+	expect_explained(&r, "column-parallel + AllGather");
 	ag = find_op(g, TPF_OP_MS_ALLGATHER);
 	assert_non_null(ag);
 	assert_int_equal(tpf_node_attr_int(ag, "axis", 0), -1);
@@ -263,10 +272,7 @@ static void test_lm_head_gathered(void **state)
 	assert_ptr_equal(g->outputs[0]->producer, ag);
 	expect_type(a->outputs[0], "f32[B,S,2]");
 	expect_type(g->outputs[0], "f32[B,S,8]");
-	free(ex);
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	shard_done(&r);
 }
 
 /* Embedding split over the vocabulary: each rank looks up its rows of the
@@ -274,83 +280,67 @@ static void test_lm_head_gathered(void **state)
  * lookups are summed by an AllReduce. */
 static void test_vocab_parallel(void **state)
 {
-	struct tpf_model *m = new_model(17);
-	struct tpf_graph *g = m->graph;
 	const char *dims[2] = {"B", "S"};
-	struct tpf_value *ids = add_input(g, "ids", TPF_DTYPE_INT64, 2, dims);
+	struct tpf_value *ids;
+	struct tpf_model *m = model_with_input("ids", TPF_DTYPE_INT64, 2, dims, &ids);
+	struct tpf_graph *g = m->graph;
 	struct tpf_value *e = weight(g, "embed.weight", F, D);
 	struct tpf_node *n = add_node(g, "", "Gather", "embed", 2, IN(e, ids), 1);
-	struct tpf_node *r = add_node(g, "", "Relu", "act", 1, IN(n->outputs[0]), 1);
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
-	enum tpf_status s;
-	char *ex;
+	struct tpf_node *act = add_node(g, "", "Relu", "act", 1, IN(n->outputs[0]), 1);
+	struct shard_run r;
 
 	(void)state;
-	assert_int_equal(tpf_graph_add_output(g, r->outputs[0]), TPF_OK);
-	ex = explain_text(m, 2, 1, &s, &sh, d);
-	if (s)
-		dump_diag(d);
-	assert_int_equal(s, TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, act->outputs[0]), TPF_OK);
+	shard(&r, m, 2, 1, TPF_OK);
 	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
 	assert_int_equal(count_op(g, TPF_OP_WHERE), 1);
 	expect_type(tpf_graph_find_value(g, "embed.weight"), "f32[4,4]");
-	assert_int_equal(tpf_shard_rank(sh, 1, d), TPF_OK);
+	assert_int_equal(tpf_shard_rank(r.sh, 1, r.d), TPF_OK);
 	assert_true(elem(m, "embed.weight", 0, 1) == 401.0f);
 	verify_ok(m);
-	free(ex);
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	shard_done(&r);
+}
+
+/* The MLP with an AllReduce `name` after its output and metadata
+ * tp_world_size = `world`: an export that was already split W ways. */
+static struct tpf_model *exported_mlp(const char *name, const char *world)
+{
+	struct tpf_model *m = mlp();
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", name, 1, IN(g->outputs[0]), 1);
+
+	assert_int_equal(tpf_graph_set_output(g, 0, ar->outputs[0]), TPF_OK);
+	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", world), TPF_OK);
+	return m;
 }
 
 /* The collectives of a world-size-1 export are identities: they go, and
  * the split puts its own back. */
 static void test_world1_collectives(void **state)
 {
-	struct tpf_model *m = mlp();
-	struct tpf_graph *g = m->graph;
-	struct tpf_value *y = g->outputs[0];
-	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "old_allreduce", 1, IN(y), 1);
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
+	struct shard_run r;
 	struct tpf_shard_stats st;
-	enum tpf_status s;
 
 	(void)state;
-	assert_int_equal(tpf_graph_set_output(g, 0, ar->outputs[0]), TPF_OK);
-	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "1"), TPF_OK);
-	s = tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d);
-	assert_int_equal(s, TPF_OK);
-	tpf_shard_get_stats(sh, &st);
+	shard(&r, exported_mlp("old_allreduce", "1"), 2, 0, TPF_OK);
+	tpf_shard_get_stats(r.sh, &st);
 	assert_int_equal(st.collectives_dropped, 1);
-	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
-	assert_null(find_node(g, "old_allreduce"));
-	tpf_shard_free(sh);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	assert_int_equal(count_op(r.m->graph, TPF_OP_MS_ALLREDUCE), 1);
+	assert_null(find_node(r.m->graph, "old_allreduce"));
+	shard_done(&r);
 }
 
 /* A model that is already tensor-parallel is refused, naming the node. */
 static void test_already_parallel(void **state)
 {
-	struct tpf_model *m = mlp();
-	struct tpf_graph *g = m->graph;
-	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "rank_allreduce", 1,
-				       IN(g->outputs[0]), 1);
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_shard *sh = NULL;
+	struct shard_run r;
 	const char *want[] = {"node 'rank_allreduce'", "already tensor-parallel", NULL};
 
 	(void)state;
-	assert_int_equal(tpf_graph_set_output(g, 0, ar->outputs[0]), TPF_OK);
-	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "2"), TPF_OK);
-	assert_int_equal(tpf_shard_create(m, &(struct tpf_shard_options){.world_size = 2}, &sh, d),
-			 TPF_ERR_UNSUPPORTED);
-	assert_null(sh);
-	expect_mentions(d, want);
-	tpf_model_free(m);
-	tpf_diag_free(d);
+	shard(&r, exported_mlp("rank_allreduce", "2"), 2, 0, TPF_ERR_UNSUPPORTED);
+	assert_null(r.sh);
+	expect_mentions(r.d, want);
+	shard_done(&r);
 }
 
 /* Every allocation of the sharder may fail: an error status, never a

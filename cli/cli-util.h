@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers the tpfuse commands share (tpfuse.c, shard-command.c,
+ * run-command.c): number arguments, messages, exit codes. */
+#ifndef TPF_CLI_UTIL_H
+#define TPF_CLI_UTIL_H
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tpf-ir.h"
+
+/* The exit codes every command shares (run also has 5, see run --help). */
+enum cli_exit {
+	CLI_OK = 0,
+	CLI_ERROR = 1, /* invalid model, failed pass or other error */
+	CLI_USAGE = 2,
+	CLI_IO = 3,
+	CLI_UNSUPPORTED = 4,
+};
+
+/* The exit code of a status. */
+static inline int cli_exit_of(enum tpf_status st)
+{
+	switch (st) {
+	case TPF_OK:
+		return CLI_OK;
+	case TPF_ERR_IO:
+		return CLI_IO;
+	case TPF_ERR_UNSUPPORTED:
+		return CLI_UNSUPPORTED;
+	default:
+		return CLI_ERROR;
+	}
+}
+
+/* A whole decimal number from lo to hi: 0 and *out, or -1. */
+static inline int cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Prints d's messages from *from on as "tpfuse: SEV: TEXT" on standard
+ * error; *from becomes their count. */
+static inline void cli_print_diag(const struct tpf_diag *d, size_t *from)
+{
+	static const char *const sev[] = {"note", "warning", "error"};
+
+	for (size_t i = *from; i < d->count; i++) {
+		unsigned s = (unsigned)d->entries[i].severity;
+
+		fprintf(stderr, "tpfuse: %s: %s\n", s < 3 ? sev[s] : "error",
+			d->entries[i].text ? d->entries[i].text : "");
+	}
+	*from = d->count;
+}
+
+#endif /* TPF_CLI_UTIL_H */
