@@ -4,12 +4,27 @@
  * query attention), optional attn_mask (bool or additive, broadcast to
  * [B, Hq, S, L+P]), past_key/past_value concatenated in front of K/V,
  * is_causal, scale, softcap.  Outputs Y and optionally present_key /
- * present_value.  Float32 accumulation. */
+ * present_value.  Float32 accumulation; the scores (after the product, the
+ * scale, the softcap and the mask) and the probabilities are rounded to
+ * Q's dtype, as the ONNX reference computes in T and as the decomposed
+ * MatMul/Mul/Add/Softmax/MatMul chain that fuse-attention replaces rounds
+ * (a no-op for float32). */
 #include "cpu-kernels.h"
 #include "op-geometry.h"
 
 #include <math.h>
 #include <string.h>
+
+/* v rounded to dtype t, as a kernel storing it in t would. */
+static float to_t(enum tpf_dtype t, float v)
+{
+	unsigned char tmp[8];
+
+	if (t == TPF_DTYPE_FLOAT)
+		return v;
+	tpf_elem_store(t, tmp, 0, v, 1);
+	return (float)tpf_elem_load(t, tmp, 0);
+}
 
 TPF_CPU_KERNEL(tpf_cpu_attention)
 {
@@ -46,9 +61,9 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 					for (int64_t d = 0; d < D; d++)
 						acc += (float)tpf_elem_load(q->dtype, q->data, ((b * Hq + h) * S + s) * D + d) *
 						       (float)KV(k, pk, b, hk, j, d, D);
-					acc *= scale;
+					acc = to_t(q->dtype, to_t(q->dtype, acc) * scale);
 					if (softcap > 0)
-						acc = softcap * tanhf(acc / softcap);
+						acc = to_t(q->dtype, softcap * to_t(q->dtype, tanhf(to_t(q->dtype, acc / softcap))));
 					if (mask) {
 						int64_t mo = tpf_dims_prod(full.dims, 0, 0);
 						(void)mo;
@@ -62,7 +77,7 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 							if (!((const uint8_t *)mask->data)[off])
 								acc = -INFINITY;
 						} else {
-							acc += (float)tpf_elem_load(mask->dtype, mask->data, off);
+							acc = to_t(q->dtype, acc + (float)tpf_elem_load(mask->dtype, mask->data, off));
 						}
 					}
 					if (causal && j > s + P)
@@ -75,12 +90,15 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 					sc[j] = mx == -INFINITY ? 0 : expf(sc[j] - mx);
 					sum += sc[j];
 				}
+				/* the probabilities, rounded to T as a Softmax output */
+				for (int64_t j = 0; j < T; j++)
+					sc[j] = sum > 0 ? to_t(q->dtype, sc[j] / sum) : 0;
 				for (int64_t d = 0; d < Dv; d++) {
 					float acc = 0;
 					for (int64_t j = 0; j < T; j++)
 						acc += sc[j] * (float)KV(v, pv, b, hk, j, d, Dv);
 					tpf_elem_store(y->dtype, y->data, ((b * Hq + h) * S + s) * Dv + d,
-						       sum > 0 ? acc / sum : 0, 1);
+						       acc, 1);
 				}
 			}
 		}
