@@ -202,6 +202,40 @@ def eval_tpfuse(node, ins):
 			% (node.name, TPF, op))
 
 
+def eval_attention(node, ins, at):
+	"""ONNX Attention (opset 23), 4-D: Q [B, Hq, S, D], K/V [B, Hkv, L, D],
+	optional mask and past K/V; float32 accumulation (what fuse-attention
+	creates from the examples' decode attention)."""
+	x = ins[0]
+	opt = lambda i: ins[i] if len(ins) > i and ins[i] is not None else None  # noqa: E731
+	if x.ndim != 4:
+		raise EvalError("node '%s' (Attention): only 4-D Q/K/V" % node.name)
+	q, k, v = f32(x), f32(ins[1]), f32(ins[2])
+	mask, pk, pv = opt(3), opt(4), opt(5)
+	if pk is not None:
+		k = np.concatenate([f32(pk), k], axis=2)
+		v = np.concatenate([f32(pv), v], axis=2)
+	g = q.shape[1] // k.shape[1]
+	kr, vr = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+	scale = at.get("scale", 1.0 / math.sqrt(q.shape[3]))
+	s = np.matmul(q, np.swapaxes(kr, -1, -2)) * np.float32(scale)
+	cap = at.get("softcap", 0.0)
+	if cap > 0:
+		s = np.float32(cap) * np.tanh(s / np.float32(cap))
+	if mask is not None:
+		s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + f32(mask)
+	if at.get("is_causal", 0):
+		P, S, T = k.shape[2] - ins[1].shape[2], q.shape[2], k.shape[2]
+		s = np.where(np.arange(T)[None, :] <= np.arange(S)[:, None] + P, s, -np.inf)
+	mx = s.max(axis=-1, keepdims=True)
+	mx = np.where(np.isneginf(mx), 0, mx)
+	e = np.exp(s - mx)
+	tot = e.sum(axis=-1, keepdims=True)
+	p = e / np.where(tot > 0, tot, 1)
+	outs = [out_as(np.matmul(p, vr), x.dtype), out_as(k, x.dtype), out_as(v, x.dtype)]
+	return outs[:len(node.output)]
+
+
 def eval_node(node, ins):
 	"""Evaluate one non-collective node; ins holds arrays (None for absent inputs)."""
 	if node.domain == TPF:
@@ -319,6 +353,8 @@ def eval_node(node, ins):
 		v = f32(x) - (f32(zp) if zp is not None else 0)
 		to = NP_OF_TP[at["output_dtype"]] if at.get("output_dtype") else scale.dtype
 		return [out_as(v * f32(scale), to)]
+	if op == "Attention":
+		return eval_attention(node, ins, at)
 	if op in ("RMSNormalization", "SimplifiedLayerNormalization"):
 		y = rms(f32(x), at.get("axis", -1), at.get("epsilon", 1e-5)) * f32(ins[1])
 		outs = [out_as(y, ins[1].dtype)]

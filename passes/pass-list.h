@@ -30,6 +30,7 @@ TPF_PASS(fuse_sigmoid_gate)
 TPF_PASS(merge_parallel_matmuls)
 TPF_PASS(fuse_swiglu)
 TPF_PASS(fuse_rotary_embedding)
+TPF_PASS(fuse_attention)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

@@ -66,6 +66,7 @@ static const char *const default_pipeline[] = {
 	"merge-parallel-matmuls",
 	"fuse-swiglu",
 	"fuse-rotary-embedding",
+	"fuse-attention",
 	"coalesce-alltoall",
 	"dce",
 	NULL,
