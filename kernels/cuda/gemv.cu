@@ -110,13 +110,15 @@ __device__ __forceinline__ uint4 ld_stream(const void *p, uint64_t pol)
 template <bool full, bool vec>
 __device__ __forceinline__ uint4 ld_a8(const unsigned short *p, int n)
 {
-	if (full && vec)
+	if constexpr (full && vec) {
 		return __ldg((const uint4 *)p);
-	uint32_t h[8];
+	} else {
+		uint32_t h[8];
 #pragma unroll
-	for (int j = 0; j < 8; j++)
-		h[j] = (full || j < n) ? (uint32_t)__ldg(p + j) : 0u;
-	return make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+		for (int j = 0; j < 8; j++)
+			h[j] = (full || j < n) ? (uint32_t)__ldg(p + j) : 0u;
+		return make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+	}
 }
 
 // ---------------------------------------------------------------- kernel
