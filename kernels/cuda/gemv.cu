@@ -329,9 +329,14 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	const bool avec = K % 8 == 0 && (uintptr_t)a % 16 == 0;
 	// 32-column tiles (64-byte row pieces of W) when they fill the SMs,
 	// else 16-column tiles for twice the blocks
+	const int sms = sm_count();
 	int64_t tiles32 = (N + 31) / 32;
-	int ct = tiles32 * 10 >= (int64_t)sm_count() * 9 ? 4 : 2;
+	int ct = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
 	unsigned blocks = (unsigned)((N + 8 * ct - 1) / (8 * ct));
+	// a large weight of few columns would stream through a few SMs:
+	// cuBLASLt splits K over more
+	if ((int64_t)blocks * 8 < sms && K * N * 2 > (1 << 20))
+		return 0;
 	cudaStream_t s = tpfc_stream(c);
 	if (dt == TPF_DTYPE_BFLOAT16)
 		launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec);
