@@ -130,21 +130,20 @@ template <int M> struct Chunk {
 };
 
 // Loads the chunk at row k (nothing, zeros, unless ok): whole when full,
-// else rows below K only.
+// else rows below K only.  wk: W's row k at the thread's columns; ak: A's
+// column k; aoff: the offsets of A's rows.
 template <int M, bool full, bool avec>
-__device__ __forceinline__ void load_chunk(Chunk<M> &ch, const unsigned short *a, const unsigned short *wcol, int rows,
-					   int K, int N, int k, bool ok, uint64_t pol)
+__device__ __forceinline__ void load_chunk(Chunk<M> &ch, const unsigned short *ak, const unsigned short *wk,
+					   const int (&aoff)[M], int K, int N, int k, bool ok, uint64_t pol)
 {
-	const unsigned short *wr = wcol + (size_t)k * N;
 #pragma unroll
-	for (int j = 0; j < 8; j++)
-		ch.w[j] = ok && (full || k + j < K) ? ld_stream(wr + (size_t)j * N, pol) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-	for (int m = 0; m < M; m++) {
-		// rows past `rows` (M rounded up) read row rows - 1; never stored
-		int r = m < rows ? m : rows - 1;
-		ch.a[m] = ok ? ld_a8<full, avec>(a + (size_t)r * K + k, K - k) : make_uint4(0, 0, 0, 0);
+	for (int j = 0; j < 8; j++) {
+		ch.w[j] = ok && (full || k + j < K) ? ld_stream(wk, pol) : make_uint4(0, 0, 0, 0);
+		wk += N;
 	}
+#pragma unroll
+	for (int m = 0; m < M; m++)
+		ch.a[m] = ok ? ld_a8<full, avec>(ak + aoff[m], K - k) : make_uint4(0, 0, 0, 0);
 }
 
 template <typename T, int M> __device__ __forceinline__ void mul_chunk(float (&acc)[M][8], const Chunk<M> &ch)
@@ -189,27 +188,38 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 
 	if (col < N) {
 		const uint64_t pol = evict_first_policy();
-		const unsigned short *wcol = w + col;
 		const int kfull = K & ~7; // rows in whole chunks
 		const int step = KL * 8;
+		const size_t wstep = (size_t)step * N;
+		// rows past `rows` (M rounded up) read row rows - 1; never stored
+		int aoff[M];
+#pragma unroll
+		for (int m = 0; m < M; m++)
+			aoff[m] = (m < rows ? m : rows - 1) * K;
 		// double buffered: the next chunk's loads are in flight while
 		// this one is multiplied
 		Chunk<M> c0, c1;
 		int k = kl * 8;
-		load_chunk<M, true, avec>(c0, a, wcol, rows, K, N, k, k < kfull, pol);
+		const unsigned short *wk = w + col + (size_t)k * N;
+		load_chunk<M, true, avec>(c0, a + k, wk, aoff, K, N, k, k < kfull, pol);
 		while (k < kfull) {
-			load_chunk<M, true, avec>(c1, a, wcol, rows, K, N, k + step, k + step < kfull, pol);
+			load_chunk<M, true, avec>(c1, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
+						  pol);
 			mul_chunk<T, M>(acc, c0);
 			k += step;
+			wk += wstep;
 			if (k >= kfull)
 				break;
-			load_chunk<M, true, avec>(c0, a, wcol, rows, K, N, k + step, k + step < kfull, pol);
+			load_chunk<M, true, avec>(c0, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
+						  pol);
 			mul_chunk<T, M>(acc, c1);
 			k += step;
+			wk += wstep;
 		}
 		// the partial chunk (K % 8 rows): the k-lane next in turn
 		if (kfull < K && kl == (kfull / 8) % KL) {
-			load_chunk<M, false, false>(c0, a, wcol, rows, K, N, kfull, true, pol);
+			load_chunk<M, false, false>(c0, a + kfull, w + col + (size_t)kfull * N, aoff, K, N, kfull, true,
+						    pol);
 			mul_chunk<T, M>(acc, c0);
 		}
 	}
