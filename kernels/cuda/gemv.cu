@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Small-M MatMul for decode: y[rows, N] = a[rows, K] x w[K, N], bfloat16 or
-// float16, rows = 1..16 (every leading dim of A folded), W row-major and
+// float16, rows = 1..8 (every leading dim of A folded), W row-major and
 // shared by every row.  The weight is streamed from HBM once and every element
 // of it is used for all rows, so the kernel is a bandwidth-bound GEMV with
 // rows kept in registers.  matmul.cu takes this path before cuBLASLt (see
-// tpf_cu_gemv_try for when).
+// tpf_cu_gemv_try for when).  Not for 16 rows: 16 float32 FMAs per weight
+// element at HBM speed would need about three quarters of the FP32 issue
+// rate of an H100, and 16 x 8 accumulators a thread spill.
 //
 // Layout: a block of 256 threads owns a tile of TW = 8 * CT output columns
 // (CT column-threads of 8 consecutive columns, CT = 4 or 2) and the whole of
@@ -12,15 +14,15 @@
 // Per chunk a thread reads 8 rows x 8 columns of W with 16-byte loads that do
 // not allocate in L1 and are marked evict-first in L2 (W is read once), and 8
 // values of each A row with one 16-byte load (A is tiny and stays in L1/L2;
-// the CT column-threads of a k-lane read the same A addresses).  Accumulators
-// are float, rows x 8 per thread.  The k-lanes of a warp are summed with
+// the CT column-threads of a k-lane read the same A addresses); the next
+// chunk's loads are issued before the current one is multiplied.
+// Accumulators are float, rows x 8 per thread.  The k-lanes of a warp are summed with
 // shuffles, the warps through shared memory; y is rounded to nearest even.
 // One launch, no workspace, no host synchronization: capturable.
 #include "cuda-common.cuh"
 
 #include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 using namespace tpfc;
 
@@ -258,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 
 // ---------------------------------------------------------------- host
 
-// TPF_GEMV: unset -> rows up to kDefaultMaxRows; "0" -> off; 1..16 -> that
+// TPF_GEMV: unset -> rows up to kDefaultMaxRows; "0" -> off; 1..8 -> that
 // many rows at most.  Read once.
 int max_rows()
 {
