@@ -1040,6 +1040,51 @@ static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, 
 		       : TPF_OK;
 }
 
+/* A Split whose pieces are contiguous runs of its input (every dim before
+ * the axis is 1: a decode step's merged projection, one token) becomes views
+ * of the input's buffer at the pieces' offsets, when every offset keeps the
+ * arena's alignment (kernels may use vector loads).  1 when it did. */
+static int split_views(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
+{
+	const struct rt_value *x = ins[0] >= 0 ? &p->values[ins[0]] : NULL;
+	size_t align = p->opt.alignment ? p->opt.alignment : 256;
+	if (!x || x->known || x->t.rank < 1)
+		return 0;
+	int ax = (int)tpf_node_attr_int(n, "axis", 0);
+	if (ax < 0)
+		ax += x->t.rank;
+	if (ax < 0 || ax >= x->t.rank)
+		return 0;
+	for (int i = 0; i < ax; i++)
+		if (x->t.dims[i] != 1)
+			return 0;
+	if (x->t.numel <= 0 || x->t.nbytes % (size_t)x->t.numel)
+		return 0; /* empty, or sub-byte elements */
+	size_t esz = x->t.nbytes / (size_t)x->t.numel, inner = esz, off = 0;
+	for (int i = ax + 1; i < x->t.rank; i++)
+		inner *= (size_t)x->t.dims[i];
+	for (size_t k = 0; k < n->n_outputs; k++) {
+		if (outs[k] < 0)
+			return 0;
+		const struct rt_value *y = &p->values[outs[k]];
+		if (y->t.rank != x->t.rank || y->t.dtype != x->t.dtype || (x->alias_off + off) % align)
+			return 0;
+		off += (size_t)y->t.dims[ax] * inner;
+	}
+	if (off > x->t.nbytes)
+		return 0;
+	int root = x->alias >= 0 ? x->alias : ins[0];
+	off = 0;
+	for (size_t k = 0; k < n->n_outputs; k++) {
+		struct rt_value *y = &p->values[outs[k]];
+		y->alias = root;
+		y->alias_off = x->alias_off + off;
+		off += (size_t)y->t.dims[ax] * inner;
+		p->n_views++;
+	}
+	return 1;
+}
+
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
@@ -1062,9 +1107,14 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
 			int root = p->values[ins[0]].alias >= 0 ? p->values[ins[0]].alias : ins[0];
 			p->values[outs[0]].alias = root;
+			p->values[outs[0]].alias_off = p->values[ins[0]].alias_off;
 			p->n_views++;
 			return TPF_OK;
 		}
+		return lower_main(p, n, ins, outs, d);
+	case TPF_OP_SPLIT:
+		if (split_views(p, n, ins, outs))
+			return TPF_OK;
 		return lower_main(p, n, ins, outs, d);
 	case TPF_OP_MS_ALLREDUCE:
 		return plan_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0

@@ -17,8 +17,10 @@ struct rt_value {
 				    * values for shape functions; the plan is
 				    * rebuilt when they change */
 	int buffer;                /* arena buffer, -1 none (constants) */
-	int alias;                 /* a view (Reshape, Squeeze, Unsqueeze, Identity):
-				    * the value whose buffer it shares, else -1 */
+	int alias;                 /* a view (Reshape, Squeeze, Unsqueeze, Identity,
+				    * a Split whose pieces are contiguous): the
+				    * value whose buffer it shares, else -1 */
+	size_t alias_off;          /* a view's first byte in that buffer */
 	int def_step, last_step;   /* live range in steps (-1: before the first) */
 	int is_input, is_output;
 	int input_index;           /* is_input: index into the user's inputs */

@@ -262,7 +262,7 @@ static void *value_data(struct tpf_session *s, int idx)
 		return s->b->const_dev[idx];
 	if (r->buffer < 0)
 		return NULL;
-	return (char *)s->arena + s->b->plan->buffers[r->buffer].offset;
+	return (char *)s->arena + s->b->plan->buffers[r->buffer].offset + r->alias_off;
 }
 
 /* ------------------------------------------------------------ memory available */

@@ -154,6 +154,14 @@ struct DecArgs {
 	int causal;
 };
 
+constexpr int kKVec = 4; // key vectors a thread loads before it computes
+
+// A 16-byte vector read once (not kept in L1).
+template <typename T> __device__ __forceinline__ uint4 ldg_stream(const T *p)
+{
+	return __ldcs((const uint4 *)p);
+}
+
 template <typename T> struct Vec16 {
 	static constexpr int n = 16 / sizeof(T);
 };
@@ -201,6 +209,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 	const int tid = threadIdx.x;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	// the group's query rows r = g * S + s, head hk * G + g
+#pragma unroll 4
 	for (int64_t i = tid; i < RB * a.D; i += kDecThreads) {
 		int64_t r = i / a.D, d = i % a.D;
 		float v = 0.f;
@@ -229,6 +238,14 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 	__syncthreads();
 	for (int64_t ch = c0; ch < c1; ch++) {
 		const int64_t j0 = ch * kChunk, j = j0 + kk;
+		const int64_t jn = min((int64_t)kChunk, a.T - j0);
+		// the chunk's values of this thread's first column, loaded now so
+		// that they arrive while the scores are computed
+		T vpre[kChunk];
+#pragma unroll
+		for (int t = 0; t < kChunk; t++)
+			if (t < jn && tid < a.Dv)
+				vpre[t] = dec_row<T>(a, false, b, hk, j0 + t)[tid];
 		// scores: four threads a key, each a quarter of D
 		float sc[RB];
 #pragma unroll
@@ -237,16 +254,26 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 		if (j < a.T) {
 			const T *kr = dec_row<T>(a, true, b, hk, j);
 			T *pkr = a.prk ? (T *)a.prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
-			for (int64_t d0 = part * dpart; d0 < (part + 1) * dpart; d0 += VN) {
-				uint4 raw = *(const uint4 *)(kr + d0);
-				if (pkr)
-					*(uint4 *)(pkr + d0) = raw;
+			// kKVec vectors in flight before any is used
+			for (int64_t d0 = part * dpart; d0 < (part + 1) * dpart; d0 += kKVec * VN) {
+				uint4 raw[kKVec];
 #pragma unroll
-				for (int t = 0; t < VN; t++) {
-					float kv = vec_elem<T>(raw, t);
+				for (int u = 0; u < kKVec; u++)
+					if (d0 + u * VN < (part + 1) * dpart)
+						raw[u] = ldg_stream(kr + d0 + u * VN);
 #pragma unroll
-					for (int r = 0; r < RB; r++)
-						sc[r] += qs[r * a.D + d0 + t] * kv;
+				for (int u = 0; u < kKVec; u++) {
+					if (d0 + u * VN >= (part + 1) * dpart)
+						break;
+					if (pkr)
+						*(uint4 *)(pkr + d0 + u * VN) = raw[u];
+#pragma unroll
+					for (int t = 0; t < VN; t++) {
+						float kv = vec_elem<T>(raw[u], t);
+#pragma unroll
+						for (int r = 0; r < RB; r++)
+							sc[r] += qs[r * a.D + d0 + u * VN + t] * kv;
+					}
 				}
 			}
 		}
@@ -304,7 +331,6 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 		}
 		__syncthreads();
 		// values: a thread a column (two when Dv > 128), every key of the chunk
-		const int64_t jn = min((int64_t)kChunk, a.T - j0);
 #pragma unroll
 		for (int i = 0; i < DI; i++) {
 			int64_t d = tid + i * kDecThreads;
@@ -313,11 +339,18 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 #pragma unroll
 			for (int r = 0; r < RB; r++)
 				acc[r][i] *= alpha[r];
-			for (int64_t t = 0; t < jn; t++) {
-				T raw = dec_row<T>(a, false, b, hk, j0 + t)[d];
+			T raw[kChunk];
+#pragma unroll
+			for (int t = 0; t < kChunk; t++)
+				if (t < jn)
+					raw[t] = i == 0 ? vpre[t] : dec_row<T>(a, false, b, hk, j0 + t)[d];
+#pragma unroll
+			for (int t = 0; t < kChunk; t++) {
+				if (t >= jn)
+					break;
 				if (a.prv)
-					((T *)a.prv)[((b * a.Hk + hk) * a.T + j0 + t) * a.Dv + d] = raw;
-				float vv = Cvt<T>::in(raw);
+					((T *)a.prv)[((b * a.Hk + hk) * a.T + j0 + t) * a.Dv + d] = raw[t];
+				float vv = Cvt<T>::in(raw[t]);
 #pragma unroll
 				for (int r = 0; r < RB; r++)
 					acc[r][i] += ps[r * kChunk + t] * vv;
@@ -353,29 +386,44 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 }
 
 // One block a query row: the splits' partial results rescaled to the largest
-// max and summed.
+// max and summed.  A thread a split for the weights (splits <= threads).
 template <typename T>
-__global__ void decode_combine_kernel(DecArgs a)
+__global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 {
+	__shared__ float w[kDecThreads];
+	__shared__ float red[kDecThreads / 32];
 	const int64_t rows = a.B * a.Hq * a.S, row = blockIdx.x;
 	const float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
-	float m = -INFINITY;
-	for (int sp = 0; sp < a.splits; sp++)
-		m = fmaxf(m, ml[((int64_t)sp * rows + row) * 2]);
-	float l = 0.f;
-	for (int sp = 0; sp < a.splits; sp++) {
-		float ms = ml[((int64_t)sp * rows + row) * 2];
-		if (ms != -INFINITY)
-			l += ml[((int64_t)sp * rows + row) * 2 + 1] * __expf(ms - m);
-	}
-	for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	float m = tid < a.splits ? ml[((int64_t)tid * rows + row) * 2] : -INFINITY;
+	float l = tid < a.splits ? ml[((int64_t)tid * rows + row) * 2 + 1] : 0.f;
+	float mx = m;
+	for (int o = 16; o > 0; o >>= 1)
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+	if (lane == 0)
+		red[warp] = mx;
+	__syncthreads();
+	mx = red[0];
+	for (int k = 1; k < kDecThreads / 32; k++)
+		mx = fmaxf(mx, red[k]);
+	float wt = m == -INFINITY ? 0.f : __expf(m - mx);
+	w[tid] = wt;
+	float lt = l * wt;
+	for (int o = 16; o > 0; o >>= 1)
+		lt += __shfl_xor_sync(0xffffffffu, lt, o);
+	__syncthreads();
+	if (lane == 0)
+		red[warp] = lt;
+	__syncthreads();
+	float L = 0.f;
+	for (int k = 0; k < kDecThreads / 32; k++)
+		L += red[k];
+	for (int64_t d = tid; d < a.Dv; d += kDecThreads) {
 		float o = 0.f;
-		for (int sp = 0; sp < a.splits; sp++) {
-			float ms = ml[((int64_t)sp * rows + row) * 2];
-			if (ms != -INFINITY)
-				o += a.part[((int64_t)sp * rows + row) * a.Dv + d] * __expf(ms - m);
-		}
-		((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(l > 0 ? o / l : 0.f);
+#pragma unroll 8
+		for (int sp = 0; sp < a.splits; sp++)
+			o += a.part[((int64_t)sp * rows + row) * a.Dv + d] * w[sp];
+		((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(L > 0 ? o / L : 0.f);
 	}
 }
 
@@ -434,6 +482,8 @@ DecPlan decode_plan(const struct tpf_attention_ops &o)
 		want = 1;
 	if (want > nchunks)
 		want = nchunks;
+	if (want > kDecThreads) // the combine kernel's thread a split
+		want = kDecThreads;
 	int64_t cps = (nchunks + want - 1) / want;
 	p.chunks_per_split = (int)cps;
 	p.splits = (int)((nchunks + cps - 1) / cps);
@@ -456,7 +506,7 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	if (e || a.splits == 1)
 		return e;
 	int64_t rows = a.B * a.Hq * a.S;
-	decode_combine_kernel<T><<<(unsigned)rows, 128, 0, tpfc_stream(c)>>>(a);
+	decode_combine_kernel<T><<<(unsigned)rows, kDecThreads, 0, tpfc_stream(c)>>>(a);
 	return tpfc_launched(c, "decode attention combine");
 }
 
