@@ -186,6 +186,69 @@ static void test_profile_and_replay(void **state)
 	tpf_model_free(m);
 }
 
+/* A Split whose pieces are contiguous runs of its input (every dim before
+ * the axis is 1) becomes views at the pieces' offsets when they keep the
+ * arena's alignment; two rows (pieces strided) or unaligned offsets copy.
+ * The pieces read back right either way, and a piece lives on after a
+ * later step (Neg of another piece) reuses nothing it still needs. */
+static void check_split(int rows, int64_t piece, int expect_views)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	struct tpf_diag *d = tpf_diag_create();
+	tpf_model_set_opset(m, "", 23);
+	int64_t xd[2] = {rows, 3 * piece};
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	struct tpf_node *r = tpf_graph_add_node(g, "", "Relu", "relu", &x, 1, 1, NULL);
+	struct tpf_node *sp = tpf_graph_add_node(g, "", "Split", "split", &r->outputs[0], 1, 3, NULL);
+	tpf_node_set_attr_int(sp, "axis", 1);
+	tpf_node_set_attr_int(sp, "num_outputs", 3);
+	struct tpf_node *ng = tpf_graph_add_node(g, "", "Neg", "neg", &sp->outputs[1], 1, 1, NULL);
+	struct tpf_value *ain[2] = {sp->outputs[0], ng->outputs[0]};
+	struct tpf_node *add = tpf_graph_add_node(g, "", "Add", "add", ain, 2, 1, NULL);
+	tpf_graph_add_output(g, add->outputs[0]);
+	tpf_graph_add_output(g, sp->outputs[2]);
+	int64_t n = rows * 3 * piece;
+	float *xv = calloc((size_t)n, sizeof(float));
+	assert_non_null(xv);
+	for (int64_t i = 0; i < n; i++)
+		xv[i] = (float)(i % 11) - 3.0f;
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, xv);
+	struct tpf_plan *p = NULL;
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_OK);
+	struct tpf_plan_stats ps;
+	tpf_plan_get_stats(p, &ps);
+	assert_int_equal(ps.n_views, expect_views ? 3 : 0);
+	assert_int_equal(ps.n_kernel_steps, expect_views ? 3 : 4); /* relu, [split], neg, add */
+	tpf_plan_free(p);
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	assert_int_equal(n_out, 2);
+	for (int64_t i = 0; i < rows; i++)
+		for (int64_t j = 0; j < piece; j++) {
+			const float *row = xv + i * 3 * piece;
+			float a = row[j] > 0 ? row[j] : 0, b = row[piece + j] > 0 ? row[piece + j] : 0;
+			float c = row[2 * piece + j] > 0 ? row[2 * piece + j] : 0;
+			assert_float_equal(((const float *)out[0].data)[i * piece + j], a - b, 0);
+			assert_float_equal(((const float *)out[1].data)[i * piece + j], c, 0);
+		}
+	tpf_session_free(s);
+	free(xv);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
+static void test_split_views(void **state)
+{
+	(void)state;
+	check_split(1, 64, 1); /* 256-byte pieces: views */
+	check_split(2, 64, 0); /* two rows: each piece strided */
+	check_split(1, 20, 0); /* 80-byte offsets: not aligned */
+}
+
 /* Reshape / Identity / Squeeze / Unsqueeze become views of their input's
  * buffer: no step, and the viewed buffer lives as long as its views (the
  * Neg chain in between would reuse it otherwise). */
@@ -507,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_chain_reuse),
 		cmocka_unit_test(test_profile_and_replay),
 		cmocka_unit_test(test_views),
+		cmocka_unit_test(test_split_views),
 		cmocka_unit_test(test_fused_norm_input_lifetime),
 		cmocka_unit_test(test_input_errors),
 		cmocka_unit_test(test_unsupported_and_world),
