@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Private to kernels/: what the CPU and the CUDA kernel of Conv, TopK,
- * Attention and the FP8 GEMM share beyond kernel-host.h: the operand checks (host; the
- * same nodes are refused with the same message) and Conv's index
- * arithmetic (host and device). */
+ * Attention, the FP8 GEMM, Transpose and CumSum share beyond kernel-host.h:
+ * the operand checks and geometry (host; the same nodes are refused with
+ * the same message), Conv's index arithmetic and CumSum's line walk and
+ * running sums (host and device). */
 #ifndef TPF_OP_GEOMETRY_H
 #define TPF_OP_GEOMETRY_H
 
@@ -152,6 +153,94 @@ static inline enum tpf_status tpf_attention_operands(const struct tpf_kernel_cal
 	if (o->y->numel != o->B * o->Hq * o->S * o->Dv)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only the 4-D output layout is supported");
 	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ Transpose */
+
+/* For each axis d of Transpose's output, the stride in X (contiguous) of
+ * the axis it reads, perm[d]; the output must have X's dims in perm order. */
+static inline enum tpf_status tpf_transpose_strides(const struct tpf_kernel_call *c, int64_t *src_strides)
+{
+	const struct tpf_ktensor *x = &c->in[0], *y = &c->out[0];
+	int perm[TPF_KERNEL_MAX_RANK];
+	int64_t xs[TPF_KERNEL_MAX_RANK], s = 1;
+
+	TPF_KTRY(tpf_transpose_perm(c, x->rank, perm));
+	for (int d = x->rank - 1; d >= 0; d--) {
+		xs[d] = s;
+		s *= x->dims[d];
+	}
+	for (int d = 0; d < x->rank; d++) {
+		if (y->dims[d] != x->dims[perm[d]])
+			return tpf_kfail(c, TPF_ERR_INVALID, "output shape does not match the perm");
+		src_strides[d] = xs[perm[d]];
+	}
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ CumSum */
+
+/* CumSum as lines: outer x inner lines of len elements, each summed in
+ * order (reverse: from its end), the element itself left out (exclusive)
+ * or not. */
+struct tpf_cumsum_geom {
+	int64_t outer, len, inner;
+	int excl, rev;
+};
+
+/* The lines of X along `axis` (the axis input's value); Y must be X's size
+ * and dtype. */
+static inline enum tpf_status tpf_cumsum_geometry(const struct tpf_kernel_call *c, int64_t axis,
+						  struct tpf_cumsum_geom *g)
+{
+	const struct tpf_ktensor *x = &c->in[0], *y = &c->out[0];
+	int ax = tpf_norm_axis(axis, x->rank);
+
+	if (ax < 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis,
+				 x->rank);
+	if (x->numel != y->numel || x->dtype != y->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
+	g->outer = tpf_dims_prod(x->dims, 0, ax);
+	g->len = x->dims[ax];
+	g->inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	g->excl = tpf_node_attr_int(c->node, "exclusive", 0) != 0;
+	g->rev = tpf_node_attr_int(c->node, "reverse", 0) != 0;
+	return TPF_OK;
+}
+
+/* The flat index of step s (0 <= s < len) of line l (0 <= l < outer * inner). */
+TPF_HD int64_t tpf_cumsum_index(const struct tpf_cumsum_geom *g, int64_t l, int64_t s)
+{
+	int64_t o = l / g->inner, in = l - o * g->inner;
+	int64_t j = g->rev ? g->len - 1 - s : s;
+	return (o * g->len + j) * g->inner + in;
+}
+
+/* A line's running sums: integers wrap in int64; floats sum in float32,
+ * and in double for DOUBLE. */
+struct tpf_cumsum_acc {
+	int64_t i;
+	float f;
+	double d;
+};
+
+/* Adds element value v to the integer sum: the value to store for it. */
+TPF_HD int64_t tpf_cumsum_add_i(struct tpf_cumsum_acc *a, int64_t v, int excl)
+{
+	int64_t before = a->i;
+	a->i = (int64_t)((uint64_t)a->i + (uint64_t)v);
+	return excl ? before : a->i;
+}
+
+/* Adds element value v to the float sums: the value to store for it (the
+ * double sum when dbl, else the float32 one). */
+TPF_HD double tpf_cumsum_add_f(struct tpf_cumsum_acc *a, double v, int excl, int dbl)
+{
+	double before = dbl ? a->d : a->f;
+	a->d += v;
+	a->f += (float)v;
+	return excl ? before : dbl ? a->d : a->f;
 }
 
 #endif /* TPF_OP_GEOMETRY_H */

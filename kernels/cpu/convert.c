@@ -3,6 +3,8 @@
  * element access for any numeric dtype.  All roundings are to nearest, ties
  * to even, computed exactly (no table lookups, no intermediate rounding). */
 #include "tpf-kernels.h"
+#include "dtype-ops.h"
+#include "quant-ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -265,22 +267,11 @@ static void store_bits(void *base, int64_t i, unsigned bits, unsigned v)
 
 int64_t tpf_elem_load_int(enum tpf_dtype t, const void *base, int64_t i)
 {
+	int64_t iv;
+
+	if (tpf_load_int_elem(t, base, i, &iv))
+		return iv;
 	switch (t) {
-	case TPF_DTYPE_UINT8:
-	case TPF_DTYPE_BOOL:
-		return ((const uint8_t *)base)[i];
-	case TPF_DTYPE_INT8:
-		return ((const int8_t *)base)[i];
-	case TPF_DTYPE_UINT16:
-		return ((const uint16_t *)base)[i];
-	case TPF_DTYPE_INT16:
-		return ((const int16_t *)base)[i];
-	case TPF_DTYPE_INT32:
-		return ((const int32_t *)base)[i];
-	case TPF_DTYPE_INT64:
-		return ((const int64_t *)base)[i];
-	case TPF_DTYPE_UINT32:
-		return ((const uint32_t *)base)[i];
 	case TPF_DTYPE_UINT64:
 		return (int64_t)((const uint64_t *)base)[i];
 	case TPF_DTYPE_UINT4:
@@ -385,66 +376,28 @@ void tpf_elem_store(enum tpf_dtype t, void *base, int64_t i, double v, int satur
 	case TPF_DTYPE_INT64:
 		tpf_elem_store_int(t, base, i, clamp_to_int(v, -9.2233720368547758e18, 9.2233720368547748e18));
 		return;
-	case TPF_DTYPE_UINT8:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, 0, 255));
+	default: {
+		double lo, hi;
+
+		if (tpf_quant_int_range(t, &lo, &hi))
+			return;
+		if (!tpf_elem_size(t)) {
+			/* 4 and 2 bits: truncated, then wrapped to the width (as
+			 * ONNX's reference does) */
+			lo = -1e15;
+			hi = 1e15;
+		}
+		tpf_elem_store_int(t, base, i, clamp_to_int(v, lo, hi));
 		return;
-	case TPF_DTYPE_INT8:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, -128, 127));
-		return;
-	case TPF_DTYPE_UINT16:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, 0, 65535));
-		return;
-	case TPF_DTYPE_INT16:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, -32768, 32767));
-		return;
-	case TPF_DTYPE_INT32:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, -2147483648.0, 2147483647.0));
-		return;
-	case TPF_DTYPE_UINT32:
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, 0, 4294967295.0));
-		return;
-	case TPF_DTYPE_UINT4:
-	case TPF_DTYPE_INT4:
-	case TPF_DTYPE_UINT2:
-	case TPF_DTYPE_INT2:
-		/* truncated, then wrapped to the width (as ONNX's reference does) */
-		tpf_elem_store_int(t, base, i, clamp_to_int(v, -1e15, 1e15));
-		return;
-	default:
-		return;
+	}
 	}
 }
 
 void tpf_elem_store_int(enum tpf_dtype t, void *base, int64_t i, int64_t v)
 {
+	if (tpf_store_int_elem(t, base, i, v))
+		return;
 	switch (t) {
-	case TPF_DTYPE_UINT8:
-		((uint8_t *)base)[i] = (uint8_t)v;
-		return;
-	case TPF_DTYPE_BOOL:
-		((uint8_t *)base)[i] = v != 0;
-		return;
-	case TPF_DTYPE_INT8:
-		((int8_t *)base)[i] = (int8_t)v;
-		return;
-	case TPF_DTYPE_UINT16:
-		((uint16_t *)base)[i] = (uint16_t)v;
-		return;
-	case TPF_DTYPE_INT16:
-		((int16_t *)base)[i] = (int16_t)v;
-		return;
-	case TPF_DTYPE_INT32:
-		((int32_t *)base)[i] = (int32_t)v;
-		return;
-	case TPF_DTYPE_INT64:
-		((int64_t *)base)[i] = v;
-		return;
-	case TPF_DTYPE_UINT32:
-		((uint32_t *)base)[i] = (uint32_t)v;
-		return;
-	case TPF_DTYPE_UINT64:
-		((uint64_t *)base)[i] = (uint64_t)v;
-		return;
 	case TPF_DTYPE_UINT4:
 	case TPF_DTYPE_INT4:
 		store_bits(base, i, 4, (unsigned)v & 0xf);

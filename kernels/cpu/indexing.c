@@ -291,51 +291,26 @@ TPF_CPU_KERNEL(tpf_cpu_cumsum)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
+	struct tpf_cumsum_geom g = {0};
 	int64_t axis;
 	if (c->n_in < 2 || scalar_int(&c->in[1], &axis) || !tpf_dtype_is_integral(c->in[1].dtype))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis must be one int32 or int64 value");
-	int ax = tpf_norm_axis(axis, x->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis,
-				 x->rank);
-	if (x->numel != y->numel || x->dtype != y->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
-	int excl = tpf_node_attr_int(c->node, "exclusive", 0) != 0;
-	int rev = tpf_node_attr_int(c->node, "reverse", 0) != 0;
-	int integral = tpf_dtype_is_integral(x->dtype);
-	int64_t outer = tpf_dims_prod(x->dims, 0, ax), len = x->dims[ax];
-	int64_t inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	for (int64_t o = 0; o < outer; o++)
-		for (int64_t in = 0; in < inner; in++) {
-			/* float32 sums (double for DOUBLE), as the CUDA kernel */
-			int dbl = x->dtype == TPF_DTYPE_DOUBLE;
-			double acc = 0;
-			float facc = 0;
-			int64_t iacc = 0;
-			for (int64_t s = 0; s < len; s++) {
-				int64_t j = rev ? len - 1 - s : s;
-				int64_t i = (o * len + j) * inner + in;
-				if (integral) {
-					int64_t v = tpf_elem_load_int(x->dtype, x->data, i);
-					if (!excl)
-						iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
-					tpf_elem_store_int(y->dtype, y->data, i, iacc);
-					if (excl)
-						iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
-				} else {
-					double v = tpf_elem_load(x->dtype, x->data, i);
-					if (!excl) {
-						acc += v;
-						facc += (float)v;
-					}
-					tpf_elem_store(y->dtype, y->data, i, dbl ? acc : facc, 1);
-					if (excl) {
-						acc += v;
-						facc += (float)v;
-					}
-				}
+	TPF_KTRY(tpf_cumsum_geometry(c, axis, &g));
+	/* float32 sums (double for DOUBLE), as the CUDA kernel */
+	int integral = tpf_dtype_is_integral(x->dtype), dbl = x->dtype == TPF_DTYPE_DOUBLE;
+	for (int64_t l = 0; l < g.outer * g.inner; l++) {
+		struct tpf_cumsum_acc acc = {0, 0, 0};
+		for (int64_t s = 0; s < g.len; s++) {
+			int64_t i = tpf_cumsum_index(&g, l, s);
+			if (integral) {
+				int64_t v = tpf_elem_load_int(x->dtype, x->data, i);
+				tpf_elem_store_int(y->dtype, y->data, i, tpf_cumsum_add_i(&acc, v, g.excl));
+			} else {
+				double v = tpf_elem_load(x->dtype, x->data, i);
+				tpf_elem_store(y->dtype, y->data, i, tpf_cumsum_add_f(&acc, v, g.excl, dbl), 1);
 			}
 		}
+	}
 	return TPF_OK;
 }
 

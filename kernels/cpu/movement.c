@@ -30,19 +30,10 @@ TPF_CPU_KERNEL(tpf_cpu_transpose)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = need_bytes(c, x->dtype);
-	if (st)
-		return st;
-	int perm[TPF_KERNEL_MAX_RANK];
-	if ((st = tpf_transpose_perm(c, x->rank, perm)))
-		return st;
-	/* y index -> x offset: stride of x's axis perm[d] */
-	int64_t xs[TPF_KERNEL_MAX_RANK], s = 1;
-	for (int d = x->rank - 1; d >= 0; d--) {
-		xs[d] = s;
-		s *= x->dims[d];
-	}
-	struct tpf_ktensor view = *y;
+	int64_t xs[TPF_KERNEL_MAX_RANK];
+	TPF_KTRY(need_bytes(c, x->dtype));
+	TPF_KTRY(tpf_transpose_strides(c, xs));
+	/* y index -> x offset */
 	struct tpf_bcast it;
 	it.rank = y->rank;
 	it.n = 1;
@@ -50,9 +41,8 @@ TPF_CPU_KERNEL(tpf_cpu_transpose)
 	for (int d = 0; d < y->rank; d++) {
 		it.dims[d] = y->dims[d];
 		it.idx[d] = 0;
-		it.strides[0][d] = xs[perm[d]];
+		it.strides[0][d] = xs[d];
 	}
-	(void)view;
 	size_t es = tpf_elem_size(x->dtype);
 	const char *src = x->data;
 	char *dst = y->data;
@@ -60,7 +50,6 @@ TPF_CPU_KERNEL(tpf_cpu_transpose)
 		memcpy(dst + (size_t)i * es, src + (size_t)it.off[0] * es, es);
 	return TPF_OK;
 }
-
 
 int tpf_slice_resolve(const struct tpf_kernel_call *c, int64_t *start, int64_t *step,
 		      int64_t *out_dims)

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "dtype-ops.h"
 #include "kernel-host.h"
 #include "quant-ops.h"
 
@@ -61,32 +62,7 @@ __device__ __forceinline__ unsigned f_to_e2m1(float v)
 // integer array in *v; false (and *v untouched) for any other dtype.
 __device__ __forceinline__ bool ld_int(int dt, const void *p, int64_t i, int64_t *v)
 {
-	switch (dt) {
-	case TPF_DTYPE_BOOL:
-	case TPF_DTYPE_UINT8:
-		*v = ((const uint8_t *)p)[i];
-		return true;
-	case TPF_DTYPE_INT8:
-		*v = ((const int8_t *)p)[i];
-		return true;
-	case TPF_DTYPE_UINT16:
-		*v = ((const uint16_t *)p)[i];
-		return true;
-	case TPF_DTYPE_INT16:
-		*v = ((const int16_t *)p)[i];
-		return true;
-	case TPF_DTYPE_INT32:
-		*v = ((const int32_t *)p)[i];
-		return true;
-	case TPF_DTYPE_UINT32:
-		*v = ((const uint32_t *)p)[i];
-		return true;
-	case TPF_DTYPE_INT64:
-		*v = ((const int64_t *)p)[i];
-		return true;
-	default:
-		return false;
-	}
+	return tpf_load_int_elem(dt, p, i, v);
 }
 
 // Element i of a float32, float16 or bfloat16 array in *v; false (and *v
@@ -203,39 +179,8 @@ template <typename V> __device__ __forceinline__ bool st_float(int dt, void *p, 
 // Integer store with C-cast wrapping (sub-byte types are not stored here).
 __device__ __forceinline__ void st_i(int dt, void *p, int64_t i, int64_t v)
 {
-	if (st_float(dt, p, i, v))
-		return;
-	switch (dt) {
-	case TPF_DTYPE_BOOL:
-		((uint8_t *)p)[i] = v != 0;
-		return;
-	case TPF_DTYPE_UINT8:
-		((uint8_t *)p)[i] = (uint8_t)v;
-		return;
-	case TPF_DTYPE_INT8:
-		((int8_t *)p)[i] = (int8_t)v;
-		return;
-	case TPF_DTYPE_UINT16:
-		((uint16_t *)p)[i] = (uint16_t)v;
-		return;
-	case TPF_DTYPE_INT16:
-		((int16_t *)p)[i] = (int16_t)v;
-		return;
-	case TPF_DTYPE_INT32:
-		((int32_t *)p)[i] = (int32_t)v;
-		return;
-	case TPF_DTYPE_UINT32:
-		((uint32_t *)p)[i] = (uint32_t)v;
-		return;
-	case TPF_DTYPE_INT64:
-		((int64_t *)p)[i] = v;
-		return;
-	case TPF_DTYPE_UINT64:
-		((uint64_t *)p)[i] = (uint64_t)v;
-		return;
-	default:
-		return;
-	}
+	if (!st_float(dt, p, i, v))
+		tpf_store_int_elem(dt, p, i, v);
 }
 
 // Float store: round to nearest even; fp8 saturates when `sat`; integers

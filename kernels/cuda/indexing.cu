@@ -8,6 +8,7 @@
 // the steps can be captured into a CUDA graph.
 #include "cuda-common.cuh"
 #include "elementwise-ops.h"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -151,42 +152,21 @@ __global__ void trilu_kernel(const void *x, void *y, int es, int dk, const void 
 
 // One thread per line (outer x inner); float32 sums (double for DOUBLE,
 // int64 for integers), as the CPU reference.
-__global__ void cumsum_kernel(int dt, const void *x, void *y, int64_t outer, int64_t len, int64_t inner, int excl,
-			      int rev)
+__global__ void cumsum_kernel(int dt, const void *x, void *y, struct tpf_cumsum_geom g)
 {
 	int integral = dt != TPF_DTYPE_FLOAT && dt != TPF_DTYPE_FLOAT16 && dt != TPF_DTYPE_BFLOAT16 &&
 		       dt != TPF_DTYPE_DOUBLE;
-	for (int64_t l = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; l < outer * inner;
+	for (int64_t l = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; l < g.outer * g.inner;
 	     l += (int64_t)gridDim.x * blockDim.x) {
-		int64_t o = l / inner, in = l - o * inner;
-		double acc = 0;
-		float facc = 0;
-		int64_t iacc = 0;
-		for (int64_t s = 0; s < len; s++) {
-			int64_t j = rev ? len - 1 - s : s;
-			int64_t i = (o * len + j) * inner + in;
-			if (integral) {
-				int64_t v = ld_i(dt, x, i);
-				if (!excl)
-					iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
-				st_i(dt, y, i, iacc);
-				if (excl)
-					iacc = (int64_t)((uint64_t)iacc + (uint64_t)v);
-			} else {
-				double v = ld_d(dt, x, i);
-				if (!excl) {
-					acc += v;
-					facc += (float)v;
-				}
-				if (dt == TPF_DTYPE_DOUBLE)
-					st_d(dt, y, i, acc);
-				else
-					st_f(dt, y, i, facc);
-				if (excl) {
-					acc += v;
-					facc += (float)v;
-				}
-			}
+		struct tpf_cumsum_acc acc = {0, 0, 0};
+		for (int64_t s = 0; s < g.len; s++) {
+			int64_t i = tpf_cumsum_index(&g, l, s);
+			if (integral)
+				st_i(dt, y, i, tpf_cumsum_add_i(&acc, ld_i(dt, x, i), g.excl));
+			else if (dt == TPF_DTYPE_DOUBLE)
+				st_d(dt, y, i, tpf_cumsum_add_f(&acc, ld_d(dt, x, i), g.excl, 1));
+			else
+				st_f(dt, y, i, (float)tpf_cumsum_add_f(&acc, ld_d(dt, x, i), g.excl, 0));
 		}
 	}
 }
@@ -394,22 +374,13 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_cumsum)
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis must be one int32 or int64 value");
 	if (!c->in[1].host)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "axis must be known when the plan is built on cuda");
-	int64_t axis = tpf_elem_load_int(c->in[1].dtype, c->in[1].host, 0);
-	int ax = tpf_norm_axis(axis, x->rank);
-	if (ax < 0)
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, x->rank);
-	if (x->numel != y->numel || x->dtype != y->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output differs from the input in size or dtype");
+	struct tpf_cumsum_geom g = {};
+	TPF_KTRY(tpf_cumsum_geometry(c, tpf_elem_load_int(c->in[1].dtype, c->in[1].host, 0), &g));
 	if (!(tpfc_float_ok(x->dtype) || tpfc_int_ok(x->dtype)))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
 	if (!x->numel)
 		return TPF_OK;
-	int64_t outer = tpf_dims_prod(x->dims, 0, ax), len = x->dims[ax];
-	int64_t inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
-	int excl = tpf_node_attr_int(c->node, "exclusive", 0) != 0;
-	int rev = tpf_node_attr_int(c->node, "reverse", 0) != 0;
-	return tpfc_launch(c, "cumsum", outer * inner, kThreads, cumsum_kernel, x->dtype, x->data, y->data, outer, len,
-			   inner, excl, rev);
+	return tpfc_launch(c, "cumsum", g.outer * g.inner, kThreads, cumsum_kernel, x->dtype, x->data, y->data, g);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_size)

@@ -5,6 +5,7 @@
 // Every parameter travels by value in the launch, so all of them can be
 // captured into a CUDA graph.
 #include "cuda-common.cuh"
+#include "op-geometry.h"
 
 #include <string.h>
 
@@ -304,21 +305,13 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_transpose)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	enum tpf_status st = tpfc_need_bytes(c, x->dtype);
-	if (st)
-		return st;
-	int perm[kMaxRank];
-	if ((st = tpf_transpose_perm(c, x->rank, perm)))
-		return st;
 	int64_t xs[kMaxRank], ys[kMaxRank];
-	contiguous_strides(x->dims, x->rank, xs);
+	TPF_KTRY(tpfc_need_bytes(c, x->dtype));
+	TPF_KTRY(tpf_transpose_strides(c, xs));
 	contiguous_strides(y->dims, y->rank, ys);
 	Strided s = space_of(y);
-	for (int d = 0; d < x->rank; d++) {
-		int p = perm[d];
-		if (y->dims[d] != x->dims[p])
-			return tpf_kfail(c, TPF_ERR_INVALID, "output shape does not match the perm");
-		s.strides[0][d] = xs[p];
+	for (int d = 0; d < y->rank; d++) {
+		s.strides[0][d] = xs[d];
 		s.strides[1][d] = ys[d];
 	}
 	return strided_copy(c, x->data, y->data, 0, 0, s, tpf_elem_size(x->dtype), y->numel);
