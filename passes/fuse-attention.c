@@ -19,7 +19,8 @@
  * into `scale`, which is always set.  K^T may also be transposed through
  * 3-D, Reshape(Transpose(Reshape(K, [-1, T, D]), [0, 2, 1]), [B, H, D, T])
  * (the dynamo exporter's sdpa decomposition; shapes read from constants
- * and Slices of Shape(K)).  K' and V' may be repeat_kv
+ * and Slices of Shape(K); with static shapes the inner Reshape may read
+ * K's 5-D repeat_kv expansion directly).  K' and V' may be repeat_kv
  * expansions of [B, Hkv, T, D] values (Reshape(Expand(Unsqueeze(x, 2)))
  * to [B, Hkv * G, T, D]): Attention takes the unexpanded ones (grouped
  * query attention).  When K and V then are both 2-input Concats along
@@ -31,8 +32,11 @@
  * a K^T that is not a Transpose of the last two axes, a mask applied
  * before the scale or the softcap, an inverted Where, a mask that does not
  * broadcast to [B, Hq, S, T], ranks other than 4, heads of Q not a
- * multiple of K's, mixed or non-float dtypes.  A model of a default-domain
- * opset from 13 to 22 is raised to 23 when it still verifies there.
+ * multiple of K's, mixed or non-float dtypes, a K^T Reshape that is not
+ * the 3-D transpose, scores cast to float before the mask (fusing would
+ * round a float mask to the 16-bit dtype), K expanded inside its 3-D
+ * transpose with V not expanded alike.  A model of a default-domain opset
+ * from 13 to 22 is raised to 23 when it still verifies there.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -346,21 +350,26 @@ static int shape_items(const struct tpf_value *shape, const struct tpf_value *k,
 	return n;
 }
 
-/* Item i is K's dim `want` (a Slice of its shape, or a constant equal to
- * that static dim). */
-static int item_is_dim(const struct shape_item *it, const struct tpf_value *k, int want)
+/* Item i is dim `want` of K (a Slice of Shape(k) when k is given, or a
+ * constant equal to the static dim dims[want]). */
+static int item_is_dim(const struct shape_item *it, const struct tpf_value *k,
+                       const int64_t *dims, int want)
 {
-	int64_t d;
 	if (it->k_dim >= 0)
-		return it->k_dim == want;
-	return static_dim(k, want, &d) && d == it->value && d > 0;
+		return k && it->k_dim == want;
+	return dims[want] > 0 && dims[want] == it->value;
 }
 
 /* torch's sdpa decomposition: K^T = Reshape(Transpose(Reshape(K, [-1, T, D]),
- * perm = [0, 2, 1]), [B, H, D, T]): K, else NULL (nodes[]: the three
- * nodes, consumers first). */
-static struct tpf_value *k_transposed_3d(struct tpf_value *kt, struct tpf_node **nodes)
+ * perm = [0, 2, 1]), [B, H, D, T]): K, else NULL (nodes[]: the nodes,
+ * consumers first, *n_nodes of them).  With static shapes the inner
+ * Reshape may read a repeat_kv expansion Expand(Unsqueeze(x, 2)) of 5-D
+ * [B, Hkv, G, T, D] directly (the two Reshapes merged): then x, with
+ * *groups = G (else 0). */
+static struct tpf_value *k_transposed_3d(struct tpf_value *kt, struct tpf_node **nodes,
+                                         int *n_nodes, int64_t *groups)
 {
+	*groups = 0;
 	struct tpf_node *r2 = kt->producer;
 	if (!r2 || r2->op != TPF_OP_RESHAPE || r2->n_inputs != 2 || !r2->inputs[0])
 		return NULL;
@@ -372,27 +381,67 @@ static struct tpf_value *k_transposed_3d(struct tpf_value *kt, struct tpf_node *
 	struct tpf_node *r1 = tr->inputs[0]->producer;
 	if (!r1 || r1->op != TPF_OP_RESHAPE || r1->n_inputs != 2 || !r1->inputs[0])
 		return NULL;
-	struct tpf_value *k = r1->inputs[0];
-	if (tpf_pattern_rank(k) != 4)
+	struct tpf_value *k = r1->inputs[0], *base = k, *shape_of = k;
+	struct tpf_node *e = NULL, *u = NULL;
+	int64_t dims[4];
+	for (int i = 0; i < 4; i++)
+		if (!static_dim(k, i, &dims[i]))
+			dims[i] = -1;
+	if (tpf_pattern_rank(k) == 5) {
+		/* Expand(Unsqueeze(x, axes = [2]), [B, Hkv, G, T, D]), all static */
+		int64_t axes[4], d5[5];
+		size_t na = 0;
+		e = k->producer;
+		u = e && e->op == TPF_OP_EXPAND && e->inputs[0] ? e->inputs[0]->producer : NULL;
+		if (!u || u->op != TPF_OP_UNSQUEEZE || !u->inputs[0] || unsqueeze_axes(u, axes, &na) ||
+		    na != 1 || (axes[0] != 2 && axes[0] != -3))
+			return NULL;
+		base = u->inputs[0];
+		if (tpf_pattern_rank(base) != 4)
+			return NULL;
+		for (int i = 0; i < 5; i++)
+			if (!static_dim(k, i, &d5[i]) || d5[i] <= 0)
+				return NULL;
+		for (int i = 0; i < 4; i++) {
+			int64_t bd;
+			if (!static_dim(base, i, &bd) || bd != d5[i < 2 ? i : i + 1])
+				return NULL;
+		}
+		dims[0] = d5[0], dims[1] = d5[1] * d5[2], dims[2] = d5[3], dims[3] = d5[4];
+		*groups = d5[2];
+		shape_of = NULL; /* Slices of Shape(5-D) are not K's dims */
+	} else if (tpf_pattern_rank(k) != 4) {
 		return NULL;
+	}
 	struct shape_item it[8];
 	/* [B * H, T, D]: the last two dims of K, the leading ones merged */
 	int n = shape_items(r1->inputs[1], k, it, 8);
-	int ok1 = n == 3 && it[0].k_dim < 0 && it[0].value == -1 && item_is_dim(&it[1], k, 2) &&
-	          item_is_dim(&it[2], k, 3);
+	int ok1 = n == 3 && it[0].k_dim < 0 && it[0].value == -1 &&
+	          item_is_dim(&it[1], shape_of, dims, 2) && item_is_dim(&it[2], shape_of, dims, 3);
 	struct tpf_value *o1 = r1->outputs[0];
-	if (!ok1 && !(tpf_pattern_rank(o1) == 3 && dims_eq(o1, 1, k, 2) == TPF_ANSWER_YES &&
-	              dims_eq(o1, 2, k, 3) == TPF_ANSWER_YES))
+	int64_t o;
+	if (!ok1 && !(tpf_pattern_rank(o1) == 3 &&
+	              (shape_of ? dims_eq(o1, 1, k, 2) == TPF_ANSWER_YES
+	                        : static_dim(o1, 1, &o) && o == dims[2]) &&
+	              (shape_of ? dims_eq(o1, 2, k, 3) == TPF_ANSWER_YES
+	                        : static_dim(o1, 2, &o) && o == dims[3])))
 		return NULL;
 	/* [B, H, D, T] */
 	n = shape_items(r2->inputs[1], k, it, 8);
-	if (n != 4 || !item_is_dim(&it[0], k, 0) || !item_is_dim(&it[1], k, 1) ||
-	    !item_is_dim(&it[2], k, 3) || !item_is_dim(&it[3], k, 2))
+	if (n != 4 || !item_is_dim(&it[0], shape_of, dims, 0) ||
+	    !item_is_dim(&it[1], shape_of, dims, 1) || !item_is_dim(&it[2], shape_of, dims, 3) ||
+	    !item_is_dim(&it[3], shape_of, dims, 2))
 		return NULL;
 	nodes[0] = r2;
 	nodes[1] = tr;
 	nodes[2] = r1;
-	return k;
+	*n_nodes = 3;
+	if (e) {
+		nodes[3] = e;
+		nodes[4] = u;
+		*n_nodes = 5;
+	}
+	return base;
 }
 
 /* ------------------------------------------------------------ check */
@@ -536,13 +585,15 @@ static const char *check_attention(const struct tpf_pattern_context *pc, struct 
 	struct tpf_value *q = q_side(qk->inputs[0], f, &f->scale);
 	struct tpf_value *kt = qk->inputs[1];
 	kt = q_side(kt, f, &f->scale);
-	struct tpf_node *tr = kt->producer, *t3[3];
+	struct tpf_node *tr = kt->producer, *t3[5];
 	const struct tpf_attr *perm = tr && tr->op == TPF_OP_TRANSPOSE ? tpf_node_attr(tr, "perm") : NULL;
 	struct tpf_value *kx;
-	if ((kx = k_transposed_3d(kt, t3))) {
-		if (f->n_chain + 3 > CHAIN_MAX)
+	int n3 = 0;
+	int64_t g3 = 0;
+	if ((kx = k_transposed_3d(kt, t3, &n3, &g3))) {
+		if (f->n_chain + n3 > CHAIN_MAX)
 			return "too many nodes in the attention chain";
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < n3; i++)
 			f->chain[f->n_chain++] = t3[i];
 	} else {
 		if (tr && tr->op == TPF_OP_RESHAPE)
@@ -562,13 +613,23 @@ static const char *check_attention(const struct tpf_pattern_context *pc, struct 
 		f->chain[f->n_chain++] = tr;
 		kx = tr->inputs[0];
 	}
-	kx = q_side(kx, f, &f->scale);
+	if (!g3)
+		kx = q_side(kx, f, &f->scale);
 
 	/* repeat_kv on K and V (both or neither) */
 	struct tpf_node *rk[3], *rv[3];
 	int64_t gk = 0, gv = 0;
-	struct tpf_value *kb = unrepeat(kx, &gk, rk), *vb = unrepeat(vx, &gv, rv);
-	if (kb && vb && gk == gv && f->n_chain + 6 <= CHAIN_MAX) {
+	struct tpf_value *kb = g3 ? NULL : unrepeat(kx, &gk, rk), *vb = unrepeat(vx, &gv, rv);
+	if (g3) {
+		/* K came unexpanded out of its 3-D transpose: V must be expanded alike */
+		if (!vb || gv != g3 || f->n_chain + 3 > CHAIN_MAX)
+			return tpf_match_reason(m, "K is expanded %" PRId64 " times inside its 3-D "
+			                        "transpose, V '%s' not the same way",
+			                        g3, vx->name);
+		for (int i = 0; i < 3; i++)
+			f->chain[f->n_chain++] = rv[i];
+		vx = vb;
+	} else if (kb && vb && gk == gv && f->n_chain + 6 <= CHAIN_MAX) {
 		for (int i = 0; i < 3; i++)
 			f->chain[f->n_chain++] = rk[i];
 		for (int i = 0; i < 3; i++)
