@@ -16,31 +16,46 @@
 #define TPF_DHD static inline
 #endif
 
-/* Element i of p (dtype t: bool, 8, 16 or 32 bits, int64) in *v: 1, or 0
- * (and *v untouched) for any other dtype (uint64 included). */
-TPF_DHD int tpf_load_int_elem(int t, const void *p, int64_t i, int64_t *v)
+/* The bytes of an element of integer dtype t (bool, 8 to 64 bits); 0 for
+ * any other dtype. */
+TPF_DHD int tpf_int_elem_bytes(int t)
 {
 	switch (t) {
 	case TPF_DTYPE_BOOL:
 	case TPF_DTYPE_UINT8:
-		*v = ((const uint8_t *)p)[i];
-		return 1;
 	case TPF_DTYPE_INT8:
-		*v = ((const int8_t *)p)[i];
 		return 1;
 	case TPF_DTYPE_UINT16:
-		*v = ((const uint16_t *)p)[i];
-		return 1;
 	case TPF_DTYPE_INT16:
-		*v = ((const int16_t *)p)[i];
-		return 1;
-	case TPF_DTYPE_INT32:
-		*v = ((const int32_t *)p)[i];
-		return 1;
+		return 2;
 	case TPF_DTYPE_UINT32:
-		*v = ((const uint32_t *)p)[i];
-		return 1;
+	case TPF_DTYPE_INT32:
+		return 4;
+	case TPF_DTYPE_UINT64:
 	case TPF_DTYPE_INT64:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+/* Element i of p (dtype t: bool, 8, 16 or 32 bits, int64) in *v: 1, or 0
+ * (and *v untouched) for any other dtype (uint64 included). */
+TPF_DHD int tpf_load_int_elem(int t, const void *p, int64_t i, int64_t *v)
+{
+	int sgn = t == TPF_DTYPE_INT8 || t == TPF_DTYPE_INT16 || t == TPF_DTYPE_INT32;
+
+	switch (t == TPF_DTYPE_UINT64 ? 0 : tpf_int_elem_bytes(t)) {
+	case 1:
+		*v = sgn ? (int64_t)((const int8_t *)p)[i] : (int64_t)((const uint8_t *)p)[i];
+		return 1;
+	case 2:
+		*v = sgn ? (int64_t)((const int16_t *)p)[i] : (int64_t)((const uint16_t *)p)[i];
+		return 1;
+	case 4:
+		*v = sgn ? (int64_t)((const int32_t *)p)[i] : (int64_t)((const uint32_t *)p)[i];
+		return 1;
+	case 8:
 		*v = ((const int64_t *)p)[i];
 		return 1;
 	default:
@@ -48,38 +63,34 @@ TPF_DHD int tpf_load_int_elem(int t, const void *p, int64_t i, int64_t *v)
 	}
 }
 
-/* Stores v as element i of p (dtype t: bool, 8 to 64 bits), wrapped as a
- * C cast does (bool: v != 0): 1, or 0 (nothing stored) for any other
- * dtype. */
+/* As tpf_load_int_elem, uint64 too (wrapped to int64). */
+TPF_DHD int tpf_load_wrapped_int_elem(int t, const void *p, int64_t i, int64_t *v)
+{
+	if (t != TPF_DTYPE_UINT64)
+		return tpf_load_int_elem(t, p, i, v);
+	*v = (int64_t)((const uint64_t *)p)[i];
+	return 1;
+}
+
+/* Stores v as element i of p (dtype t: bool, 8 to 64 bits), wrapped to the
+ * width as a C cast does (bool: v != 0): 1, or 0 (nothing stored) for any
+ * other dtype. */
 TPF_DHD int tpf_store_int_elem(int t, void *p, int64_t i, int64_t v)
 {
-	switch (t) {
-	case TPF_DTYPE_BOOL:
-		((uint8_t *)p)[i] = v != 0;
+	uint64_t u = t == TPF_DTYPE_BOOL ? v != 0 : (uint64_t)v;
+
+	switch (tpf_int_elem_bytes(t)) {
+	case 1:
+		((uint8_t *)p)[i] = (uint8_t)u;
 		return 1;
-	case TPF_DTYPE_UINT8:
-		((uint8_t *)p)[i] = (uint8_t)v;
+	case 2:
+		((uint16_t *)p)[i] = (uint16_t)u;
 		return 1;
-	case TPF_DTYPE_INT8:
-		((int8_t *)p)[i] = (int8_t)v;
+	case 4:
+		((uint32_t *)p)[i] = (uint32_t)u;
 		return 1;
-	case TPF_DTYPE_UINT16:
-		((uint16_t *)p)[i] = (uint16_t)v;
-		return 1;
-	case TPF_DTYPE_INT16:
-		((int16_t *)p)[i] = (int16_t)v;
-		return 1;
-	case TPF_DTYPE_INT32:
-		((int32_t *)p)[i] = (int32_t)v;
-		return 1;
-	case TPF_DTYPE_UINT32:
-		((uint32_t *)p)[i] = (uint32_t)v;
-		return 1;
-	case TPF_DTYPE_INT64:
-		((int64_t *)p)[i] = v;
-		return 1;
-	case TPF_DTYPE_UINT64:
-		((uint64_t *)p)[i] = (uint64_t)v;
+	case 8:
+		((uint64_t *)p)[i] = u;
 		return 1;
 	default:
 		return 0;

@@ -243,4 +243,55 @@ TPF_HD double tpf_cumsum_add_f(struct tpf_cumsum_acc *a, double v, int excl, int
 	return excl ? before : dbl ? a->d : a->f;
 }
 
+/* ------------------------------------------------------------ Pack, Unpack */
+
+/* One (operand, source offset, destination offset, length) quad of
+ * `segments`: the tensors it copies between and its element offsets. */
+struct tpf_segment {
+	const struct tpf_ktensor *from;
+	struct tpf_ktensor *to;
+	int64_t src, dst, len;
+};
+
+/* The quad at a->ints[s] of Pack (pack) or Unpack. */
+static inline enum tpf_status tpf_segment_at(const struct tpf_kernel_call *c, const struct tpf_attr *a,
+					     size_t s, int pack, struct tpf_segment *g)
+{
+	int64_t k = a->ints[s];
+	size_t nk = pack ? c->n_in : c->n_out;
+
+	g->src = a->ints[s + 1];
+	g->dst = a->ints[s + 2];
+	g->len = a->ints[s + 3];
+	if (k < 0 || (size_t)k >= nk || g->src < 0 || g->dst < 0 || g->len < 0)
+		return tpf_kfail(c, TPF_ERR_INVALID, "segment %zu out of range", s / 4);
+	g->from = pack ? &c->in[k] : &c->in[0];
+	g->to = pack ? &c->out[0] : &c->out[k];
+	return TPF_OK;
+}
+
+/* The quad's tensors are of dtype dt and hold its elements. */
+static inline enum tpf_status tpf_segment_check(const struct tpf_kernel_call *c, const struct tpf_segment *g,
+						size_t s, enum tpf_dtype dt)
+{
+	if (g->from->dtype != dt || g->to->dtype != dt || g->src + g->len > g->from->numel ||
+	    g->dst + g->len > g->to->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "segment %zu exceeds its tensors", s / 4);
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ Range */
+
+/* start, limit and delta: scalars of the output's dtype. */
+static inline enum tpf_status tpf_range_operands(const struct tpf_kernel_call *c)
+{
+	enum tpf_dtype dt = c->out[0].dtype;
+
+	for (int k = 0; k < 3; k++)
+		if (c->in[k].numel != 1 || c->in[k].dtype != dt)
+			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of dtype %s",
+					 k == 0 ? "start" : k == 1 ? "limit" : "delta", tpf_dtype_name(dt));
+	return TPF_OK;
+}
+
 #endif /* TPF_OP_GEOMETRY_H */

@@ -115,30 +115,34 @@ out_free:
 	return st;
 }
 
-static enum tpf_status mpi_allgather(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
-				     void *stream, struct tpf_diag *d)
+/* The MPI non-blocking collectives that give every rank `bytes` bytes of
+ * each rank's send (MPI_Iallgather, MPI_Ialltoall) share one signature. */
+typedef int (*mpi_bytes_fn)(const void *, int, MPI_Datatype, void *, int, MPI_Datatype, MPI_Comm,
+			    MPI_Request *);
+
+static enum tpf_status mpi_bytes_collective(struct tpf_comm *c, mpi_bytes_fn fn, const char *what,
+					    const void *send, void *recv, size_t bytes,
+					    struct tpf_diag *d)
 {
 	MPI_Request req;
 	if (bytes > INT32_MAX)
-		return tpf_diag_fail(d, TPF_ERR_LIMIT, "allgather of %zu bytes exceeds the MPI limit", bytes);
-	int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD,
-				&req);
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "%s of %zu bytes exceeds the MPI limit", what, bytes);
+	int rc = fn(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req);
 	if (rc != MPI_SUCCESS)
-		return mpi_err(c, d, "allgather", rc);
-	return wait_req(c, &req, "allgather", d);
+		return mpi_err(c, d, what, rc);
+	return wait_req(c, &req, what, d);
+}
+
+static enum tpf_status mpi_allgather(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
+				     void *stream, struct tpf_diag *d)
+{
+	return mpi_bytes_collective(c, MPI_Iallgather, "allgather", send, recv, bytes, d);
 }
 
 static enum tpf_status mpi_alltoall(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
 				    void *stream, struct tpf_diag *d)
 {
-	MPI_Request req;
-	if (bytes > INT32_MAX)
-		return tpf_diag_fail(d, TPF_ERR_LIMIT, "alltoall of %zu bytes exceeds the MPI limit", bytes);
-	int rc = MPI_Ialltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD,
-			       &req);
-	if (rc != MPI_SUCCESS)
-		return mpi_err(c, d, "alltoall", rc);
-	return wait_req(c, &req, "alltoall", d);
+	return mpi_bytes_collective(c, MPI_Ialltoall, "alltoall", send, recv, bytes, d);
 }
 
 static enum tpf_status mpi_broadcast(struct tpf_comm *c, void *buf, size_t bytes, int root,

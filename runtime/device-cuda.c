@@ -228,6 +228,17 @@ static void dev_destroy(struct tpf_device *dev)
 	tpf_free(dev);
 }
 
+/* Launches the captured graph once more. */
+static enum tpf_status graph_replay(struct cuda_dev *cd, struct tpf_diag *d)
+{
+	cudaError_t e = cudaGraphLaunch(cd->exec, cd->stream);
+	if (e != cudaSuccess)
+		return cuda_err(d, "graph launch", e);
+	cd->replays++;
+	cd->key_runs++;
+	return TPF_OK;
+}
+
 enum tpf_status tpf_cuda_device_run_graph(struct tpf_device *dev, uint64_t key,
 					  enum tpf_status (*body)(void *ctx, struct tpf_diag *d), void *ctx,
 					  struct tpf_diag *d)
@@ -241,14 +252,8 @@ enum tpf_status tpf_cuda_device_run_graph(struct tpf_device *dev, uint64_t key,
 		tpf_cuda_device_drop_graph(dev);
 		cd->key = key;
 	}
-	if (cd->exec) {
-		e = cudaGraphLaunch(cd->exec, cd->stream);
-		if (e != cudaSuccess)
-			return cuda_err(d, "graph launch", e);
-		cd->replays++;
-		cd->key_runs++;
-		return TPF_OK;
-	}
+	if (cd->exec)
+		return graph_replay(cd, d);
 	if (cd->key_runs == 0) {
 		/* eager: first-use allocations (cuBLASLt, NCCL buffers) happen here */
 		cd->key_runs++;
@@ -279,12 +284,7 @@ enum tpf_status tpf_cuda_device_run_graph(struct tpf_device *dev, uint64_t key,
 		return cuda_err(d, "graph instantiate", e);
 	}
 	cd->captures++;
-	e = cudaGraphLaunch(cd->exec, cd->stream);
-	if (e != cudaSuccess)
-		return cuda_err(d, "graph launch", e);
-	cd->replays++;
-	cd->key_runs++;
-	return TPF_OK;
+	return graph_replay(cd, d);
 }
 
 void tpf_cuda_device_graph_stats(const struct tpf_device *dev, unsigned long *captures,

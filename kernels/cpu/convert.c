@@ -269,11 +269,9 @@ int64_t tpf_elem_load_int(enum tpf_dtype t, const void *base, int64_t i)
 {
 	int64_t iv;
 
-	if (tpf_load_int_elem(t, base, i, &iv))
+	if (tpf_load_wrapped_int_elem(t, base, i, &iv))
 		return iv;
 	switch (t) {
-	case TPF_DTYPE_UINT64:
-		return (int64_t)((const uint64_t *)base)[i];
 	case TPF_DTYPE_UINT4:
 		return load_bits(base, i, 4);
 	case TPF_DTYPE_INT4: {

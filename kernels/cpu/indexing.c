@@ -57,10 +57,7 @@ TPF_CPU_KERNEL(tpf_cpu_range)
 {
 	struct tpf_ktensor *y = &c->out[0];
 	enum tpf_dtype dt = y->dtype;
-	for (int k = 0; k < 3; k++)
-		if (c->in[k].numel != 1 || c->in[k].dtype != dt)
-			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of dtype %s",
-					 k == 0 ? "start" : k == 1 ? "limit" : "delta", tpf_dtype_name(dt));
+	TPF_KTRY(tpf_range_operands(c));
 	if (y->rank != 1)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output must be 1-D");
 	int64_t n = tpf_range_length(dt, c->in[0].data, c->in[1].data, c->in[2].data);

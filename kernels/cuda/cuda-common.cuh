@@ -129,11 +129,9 @@ __device__ __forceinline__ float ld_f(int dt, const void *p, int64_t i)
 __device__ __forceinline__ int64_t ld_i(int dt, const void *p, int64_t i)
 {
 	int64_t iv;
-	if (ld_int(dt, p, i, &iv))
+	if (tpf_load_wrapped_int_elem(dt, p, i, &iv))
 		return iv;
 	switch (dt) {
-	case TPF_DTYPE_UINT64:
-		return (int64_t)((const uint64_t *)p)[i];
 	case TPF_DTYPE_UINT4:
 	case TPF_DTYPE_INT4:
 		return (int64_t)ld_d(dt, p, i);

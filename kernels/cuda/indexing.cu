@@ -199,10 +199,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_range)
 {
 	struct tpf_ktensor *y = &c->out[0];
 	enum tpf_dtype dt = y->dtype;
-	for (int k = 0; k < 3; k++)
-		if (c->in[k].numel != 1 || c->in[k].dtype != dt)
-			return tpf_kfail(c, TPF_ERR_INVALID, "%s must be a scalar of dtype %s",
-					 k == 0 ? "start" : k == 1 ? "limit" : "delta", tpf_dtype_name(dt));
+	TPF_KTRY(tpf_range_operands(c));
 	if (y->rank != 1 || !(tpfc_float_ok(dt) || tpfc_int_ok(dt)))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "a 1-D output of dtype %s not supported on cuda",
 				 tpf_dtype_name(dt));

@@ -268,19 +268,14 @@ enum tpf_status run_segments(const struct tpf_kernel_call *c, int pack)
 			if (s == a->n)
 				break;
 		}
-		int64_t k = a->ints[s], src = a->ints[s + 1], dst = a->ints[s + 2], len = a->ints[s + 3];
-		size_t nk = pack ? c->n_in : c->n_out;
-		if (k < 0 || (size_t)k >= nk || src < 0 || dst < 0 || len < 0)
-			return tpf_kfail(c, TPF_ERR_INVALID, "segment %zu out of range", s / 4);
-		const struct tpf_ktensor *from = pack ? &c->in[k] : &c->in[0];
-		struct tpf_ktensor *to = pack ? &c->out[0] : &c->out[k];
-		if (!to->data || len == 0)
+		struct tpf_segment g = {};
+		TPF_KTRY(tpf_segment_at(c, a, s, pack, &g));
+		if (!g.to->data || g.len == 0)
 			continue;
-		if (from->dtype != dt || to->dtype != dt || src + len > from->numel || dst + len > to->numel)
-			return tpf_kfail(c, TPF_ERR_INVALID, "segment %zu exceeds its tensors", s / 4);
-		segs.src[n] = (const char *)from->data + (size_t)src * es;
-		segs.dst[n] = (char *)to->data + (size_t)dst * es;
-		segs.len[n] = len * (int64_t)es;
+		TPF_KTRY(tpf_segment_check(c, &g, s, dt));
+		segs.src[n] = (const char *)g.from->data + (size_t)g.src * es;
+		segs.dst[n] = (char *)g.to->data + (size_t)g.dst * es;
+		segs.len[n] = g.len * (int64_t)es;
 		maxlen = segs.len[n] > maxlen ? segs.len[n] : maxlen;
 		n++;
 	}
