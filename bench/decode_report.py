@@ -124,8 +124,9 @@ def report(run, out=sys.stdout):
     p = lambda *a: print(*a, file=out)  # noqa: E731
     c = run.config
     if c:
-        p("preset %s: %s; %s timed steps after %s warm-up steps, slowest rank"
-          % (c.get("preset", "?"), c.get("size", "?"), c.get("iters", "?"), c.get("warmup", "?")))
+        p("preset %s: %s; TP=%s; %s timed steps after %s warm-up steps, slowest rank"
+          % (c.get("preset", "?"), c.get("size", "?"), c.get("world", 2), c.get("iters", "?"),
+             c.get("warmup", "?")))
     for g in run.gpus:
         p("GPU%s %s: %.1f GB/s (%d MiB device-to-device copy, read + write, %.3f ms)"
           % (g.get("gpu", "?"), g.get("device", "?"), g["copy_gbps"], g.get("bytes", 0) >> 20,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Decode step of the dense example at TP=2, in one run on the GPU machine,
+# Decode step of the dense example at TP=2 (TPF_BENCH_WORLD: another tensor-
+# parallel size, one rank a GPU), in one run on the GPU machine,
 # batch 1, 8 and 64, each eager and as a CUDA graph:
 #   unfused-nccl  tpfuse, the unfused graph, every all-reduce through NCCL
 #   unfused       tpfuse, the unfused graph (all-reduces one-shot where they fit)
@@ -34,6 +35,8 @@
 #   TPF_BENCH_WORK    folder for the generated models (dense-small: OUTDIR)
 #   TPF_BENCH_KEEP_MODELS=1 keeps them (llama3-8b: 1.75 GB per batch)
 #   TPF_BENCH_FP8=1   adds the dense_fp8 example
+#   TPF_BENCH_WORLD   ranks (default 2): the models are split that many ways
+#                     and both tpfuse and the peer run that many processes
 #   TPF_BENCH_BUDGET  seconds the whole run may take (llama3-8b: 540, else
 #                     0: no limit): each step runs under `timeout` for at
 #                     most what is left, one with too little left is skipped,
@@ -66,6 +69,7 @@ torch_modes=${TPF_BENCH_TORCH_MODES:-eager,cuda-graph,compile}
 compile_mode=${TPF_BENCH_COMPILE_MODE:-default}
 read -r -a peer_args <<<"${TPF_BENCH_PEER_ARGS:-}"
 keep=${TPF_BENCH_KEEP_MODELS:-$pkeep}
+world=${TPF_BENCH_WORLD:-2}
 budget=${TPF_BENCH_BUDGET:-$pbudget}
 mkdir -p "$out"
 work=${TPF_BENCH_WORK:-$pwork}
@@ -99,11 +103,11 @@ print("python %s, torch %s, triton %s, onnx %s; gcc %s; Python.h %s"
 PY
 res="$out/decode.jsonl"
 : > "$res"
-python3 - "$preset" "$size" "$iters" "$warmup" "$batches" "$torch_modes" "$compile_mode" >> "$res" <<'PY'
+python3 - "$preset" "$size" "$iters" "$warmup" "$batches" "$torch_modes" "$compile_mode" "$world" >> "$res" <<'PY'
 import json, sys
-k = ("preset", "size", "iters", "warmup", "batches", "torch_modes", "compile_mode")
+k = ("preset", "size", "iters", "warmup", "batches", "torch_modes", "compile_mode", "world")
 row = dict(zip(k, sys.argv[1:]))
-row["iters"], row["warmup"] = int(row["iters"]), int(row["warmup"])
+row["iters"], row["warmup"], row["world"] = int(row["iters"]), int(row["warmup"]), int(row["world"])
 print(json.dumps({"impl": "config", **row}))
 PY
 
@@ -112,7 +116,7 @@ PY
 gen() { # FAMILY BATCH: models into $work/models-bBATCH, logs into $out
 	local fam=$1 b=$2 dir=$work/models-b$2 lg=$out/models-b$2
 	# shellcheck disable=SC2086
-	timeout "$(limit 300)" python3 "$here/../examples/tpmodels.py" "$fam" --world-size 2 --out "$dir" \
+	timeout "$(limit 300)" python3 "$here/../examples/tpmodels.py" "$fam" --world-size "$world" --out "$dir" \
 		--dtype bfloat16 --batch "$b" $size $pgen > "$lg.gen-$fam.log" 2>&1 &&
 		python3 "$here/decode_roofline.py" bytes "$dir/$fam.rank{rank}.onnx" --label "batch=$b" \
 			--model-name "$fam" > "$lg.roofline-$fam.jsonl" 2>> "$lg.gen-$fam.log"
@@ -148,7 +152,7 @@ td() { # tpfuse decode: MODEL LABEL [bench-decode options]
 		echo "bench-decode $label $*: skipped (${lim} s of the budget left)"
 		return
 	fi
-	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
+	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np "$world" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
 		"$build/bench/bench-decode" "$model" --backend cuda --iters "$iters" --warmup "$warmup" \
 		--label "$label" "$@" | tee -a "$res" ||
 		echo "bench-decode $model $label $*: failed (exit ${PIPESTATUS[0]})"
@@ -190,7 +194,7 @@ for b in $batches; do
 		say "batch $b: PyTorch peer ($torch_modes, at most $lim s)"
 		timeout --kill-after=15 "$lim" python3 "$here/torch_decode_peer.py" --model "$dir/dense.rank{rank}.onnx" \
 			--iters "$iters" --warmup "$warmup" --label "batch=$b" --modes "$torch_modes" \
-			--compile-mode "$compile_mode" --timeout $((lim - 30)) --port $((29511 + b)) \
+			--compile-mode "$compile_mode" --timeout $((lim - 30)) --port $((29511 + b)) --world-size "$world" \
 			"${peer_args[@]}" 2>"$out/models-b$b.torch.log" | tee -a "$res" ||
 			echo "torch peer batch=$b: exit ${PIPESTATUS[0]} (see $out/models-b$b.torch.log)"
 	fi
