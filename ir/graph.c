@@ -972,26 +972,33 @@ enum tpf_status tpf_node_set_attr_string(struct tpf_node *n, const char *name, c
 	return tpf_node_add_attr(n, &a);
 }
 
-enum tpf_status tpf_node_set_attr_ints(struct tpf_node *n, const char *name, const int64_t *v, size_t count)
+/* Sets attribute `name` of kind INTS or FLOATS to a copy of count elements
+ * of elem bytes at v. */
+static enum tpf_status set_attr_list(struct tpf_node *n, const char *name, enum tpf_attr_kind kind,
+				     const void *v, size_t count, size_t elem)
 {
 	struct tpf_attr a;
-	if (attr_named(n, name, &a, TPF_ATTR_INTS))
+	void *copy = NULL;
+	if (attr_named(n, name, &a, kind))
 		return TPF_ERR_NOMEM;
 	a.n = count;
-	if (count && !(a.ints = tpf_arena_memdup(n->graph->arena, v, count * sizeof(*v))))
+	if (count && !(copy = tpf_arena_memdup(n->graph->arena, v, count * elem)))
 		return TPF_ERR_NOMEM;
+	if (kind == TPF_ATTR_INTS)
+		a.ints = copy;
+	else
+		a.floats = copy;
 	return tpf_node_add_attr(n, &a);
+}
+
+enum tpf_status tpf_node_set_attr_ints(struct tpf_node *n, const char *name, const int64_t *v, size_t count)
+{
+	return set_attr_list(n, name, TPF_ATTR_INTS, v, count, sizeof(*v));
 }
 
 enum tpf_status tpf_node_set_attr_floats(struct tpf_node *n, const char *name, const float *v, size_t count)
 {
-	struct tpf_attr a;
-	if (attr_named(n, name, &a, TPF_ATTR_FLOATS))
-		return TPF_ERR_NOMEM;
-	a.n = count;
-	if (count && !(a.floats = tpf_arena_memdup(n->graph->arena, v, count * sizeof(*v))))
-		return TPF_ERR_NOMEM;
-	return tpf_node_add_attr(n, &a);
+	return set_attr_list(n, name, TPF_ATTR_FLOATS, v, count, sizeof(*v));
 }
 
 enum tpf_status tpf_node_set_attr_tensor(struct tpf_node *n, const char *name, struct tpf_tensor *t)

@@ -905,6 +905,18 @@ static enum tpf_status print_opsets(FILE *f, const struct tpf_opset *ops, size_t
 	return TPF_OK;
 }
 
+/* A model's or a function's opset imports, then its metadata. */
+static enum tpf_status print_opsets_metadata(FILE *f, const struct tpf_opset *ops, size_t n_ops,
+					     size_t n_md, const char *const *keys,
+					     const char *const *vals, int depth)
+{
+	enum tpf_status st = print_opsets(f, ops, n_ops, depth);
+
+	if (st)
+		return st;
+	return print_sorted_pairs(f, "metadata", n_md, keys, vals, depth);
+}
+
 static enum tpf_status print_function(FILE *f, const struct tpf_function *fn)
 {
 	enum tpf_status st;
@@ -931,11 +943,8 @@ static enum tpf_status print_function(FILE *f, const struct tpf_function *fn)
 		print_attr_value(f, &fn->attribute_protos[i]);
 		fputc('\n', f);
 	}
-	st = print_opsets(f, fn->opsets, fn->n_opsets, 1);
-	if (st)
-		return st;
-	st = print_sorted_pairs(f, "metadata", fn->n_metadata, fn->metadata_keys,
-				fn->metadata_values, 1);
+	st = print_opsets_metadata(f, fn->opsets, fn->n_opsets, fn->n_metadata, fn->metadata_keys,
+				   fn->metadata_values, 1);
 	if (st)
 		return st;
 	if (fn->body) {
@@ -970,11 +979,8 @@ enum tpf_status tpf_model_print_text(const struct tpf_model *m, FILE *f)
 	}
 	if (m->model_version)
 		fprintf(f, "model_version %" PRId64 "\n", m->model_version);
-	st = print_opsets(f, m->opsets, m->n_opsets, 0);
-	if (st)
-		return st;
-	st = print_sorted_pairs(f, "metadata", m->n_metadata, m->metadata_keys,
-				m->metadata_values, 0);
+	st = print_opsets_metadata(f, m->opsets, m->n_opsets, m->n_metadata, m->metadata_keys,
+				   m->metadata_values, 0);
 	if (st)
 		return st;
 	if (m->n_training_info)

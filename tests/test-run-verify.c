@@ -338,16 +338,12 @@ static void faulty_rewrite(enum tpf_dtype dt)
 	tpf_model_free(opt_m);
 }
 
-static void test_faulty_rewrite_f32(void **state)
-{
-	(void)state;
-	faulty_rewrite(TPF_DTYPE_FLOAT);
-}
+/* The dtype tests run at: their state (main's table names each run). */
+static enum tpf_dtype f32 = TPF_DTYPE_FLOAT, bf16 = TPF_DTYPE_BFLOAT16;
 
-static void test_faulty_rewrite_bf16(void **state)
+static void test_faulty_rewrite(void **state)
 {
-	(void)state;
-	faulty_rewrite(TPF_DTYPE_BFLOAT16);
+	faulty_rewrite(*(const enum tpf_dtype *)*state);
 }
 
 /* ------------------------------------------------------------------ tolerances */
@@ -451,16 +447,9 @@ static void tolerances(enum tpf_dtype dt)
 	tpf_model_free(m);
 }
 
-static void test_tolerances_f32(void **state)
+static void test_tolerances(void **state)
 {
-	(void)state;
-	tolerances(TPF_DTYPE_FLOAT);
-}
-
-static void test_tolerances_bf16(void **state)
-{
-	(void)state;
-	tolerances(TPF_DTYPE_BFLOAT16);
+	tolerances(*(const enum tpf_dtype *)*state);
 }
 
 /* x -> Cast(to) -> Cast(float) -> output 'y'; x -> Neg -> output 'plain'. */
@@ -574,10 +563,10 @@ static void test_which_outputs_and_mean(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_faulty_rewrite_f32),
-		cmocka_unit_test(test_faulty_rewrite_bf16),
-		cmocka_unit_test(test_tolerances_f32),
-		cmocka_unit_test(test_tolerances_bf16),
+		{"test_faulty_rewrite_f32", test_faulty_rewrite, NULL, NULL, &f32},
+		{"test_faulty_rewrite_bf16", test_faulty_rewrite, NULL, NULL, &bf16},
+		{"test_tolerances_f32", test_tolerances, NULL, NULL, &f32},
+		{"test_tolerances_bf16", test_tolerances, NULL, NULL, &bf16},
 		cmocka_unit_test(test_which_outputs_and_mean),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
