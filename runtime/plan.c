@@ -237,16 +237,25 @@ enum tpf_status tpf_plan_check_model(const struct tpf_model *m, enum tpf_backend
 
 /* ------------------------------------------------------------ values */
 
+/* Room in *arr (n elements of elem bytes used, *cap allocated) for one
+ * more: 0, or -1 when out of memory. */
+static int reserve_one(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? *cap * 2 : 64;
+	void *na = tpf_realloc(*arr, ncap * elem);
+	if (!na)
+		return -1;
+	*arr = na;
+	*cap = ncap;
+	return 0;
+}
+
 static int plan_add_value(struct tpf_plan *p, const struct tpf_value *v, const char *name)
 {
-	if (p->n_values == p->cap_values) {
-		size_t cap = p->cap_values ? p->cap_values * 2 : 64;
-		void *nv = tpf_realloc(p->values, cap * sizeof(*p->values));
-		if (!nv)
-			return -1;
-		p->values = nv;
-		p->cap_values = cap;
-	}
+	if (reserve_one((void **)&p->values, &p->cap_values, p->n_values, sizeof(*p->values)))
+		return -1;
 	struct rt_value *r = &p->values[p->n_values];
 	memset(r, 0, sizeof(*r));
 	r->v = v;
@@ -270,18 +279,19 @@ static int value_index(const struct tpf_plan *p, const struct tpf_value *v)
 	return v->id < p->n_ids ? p->value_of_id[v->id] : -1;
 }
 
+/* The plan value of v when v is a runtime input of known rank, else -1. */
+static int ranked_input(const struct tpf_plan *p, const struct tpf_value *v)
+{
+	int a = value_index(p, v);
+	return a < 0 || !p->values[a].is_input || v->type.shape.rank < 0 ? -1 : a;
+}
+
 static int plan_add_step(struct tpf_plan *p, enum rt_step_kind kind, const struct tpf_node *n,
 			 const struct tpf_kernel *k, enum tpf_kernel_phase ph, const int *ins,
 			 size_t n_in, const int *outs, size_t n_out)
 {
-	if (p->n_steps == p->cap_steps) {
-		size_t cap = p->cap_steps ? p->cap_steps * 2 : 64;
-		void *ns = tpf_realloc(p->steps, cap * sizeof(*p->steps));
-		if (!ns)
-			return -1;
-		p->steps = ns;
-		p->cap_steps = cap;
-	}
+	if (reserve_one((void **)&p->steps, &p->cap_steps, p->n_steps, sizeof(*p->steps)))
+		return -1;
 	struct rt_step *s = &p->steps[p->n_steps];
 	memset(s, 0, sizeof(*s));
 	s->kind = kind;
@@ -627,8 +637,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 	 * the value given for the name, if any */
 	for (size_t i = 0; i < g->n_inputs; i++) {
 		const struct tpf_value *v = g->inputs[i];
-		int a = value_index(p, v);
-		if (a < 0 || !p->values[a].is_input || v->type.shape.rank < 0)
+		int a = ranked_input(p, v);
+		if (a < 0)
 			continue;
 		for (int k = 0; k < v->type.shape.rank; k++) {
 			const char *sym = v->type.shape.dims[k].param;
@@ -650,8 +660,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 			}
 			for (size_t j = 0; j < i; j++) {
 				const struct tpf_value *w = g->inputs[j];
-				int b = value_index(p, w);
-				if (b < 0 || !p->values[b].is_input || w->type.shape.rank < 0)
+				int b = ranked_input(p, w);
+				if (b < 0)
 					continue;
 				for (int l = 0; l < w->type.shape.rank; l++) {
 					const char *s2 = w->type.shape.dims[l].param;
@@ -828,6 +838,18 @@ static const struct tpf_kernel *pick_kernel(const struct tpf_plan *p, enum tpf_b
 	return k;
 }
 
+/* Picks the kernel of n's phase ph for these operands and adds its step. */
+static enum tpf_status add_kernel_step(struct tpf_plan *p, enum tpf_backend b, const struct tpf_node *n,
+				       enum tpf_kernel_phase ph, const int *ins, size_t n_in,
+				       const int *outs, size_t n_out, struct tpf_diag *d)
+{
+	const struct tpf_kernel *k = pick_kernel(p, b, n, ph, ins, n_in, outs, n_out, d);
+	if (!k)
+		return TPF_ERR_UNSUPPORTED;
+	return plan_add_step(p, RT_STEP_KERNEL, n, k, ph, ins, n_in, outs, n_out) < 0 ? TPF_ERR_NOMEM
+										      : TPF_OK;
+}
+
 static int add_temp(struct tpf_plan *p, const struct tpf_node *n, const char *suffix,
 		    enum tpf_dtype dt, int rank, const int64_t *dims)
 {
@@ -986,11 +1008,7 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 				for (int64_t j = n0; j < n0 + 32 && j < N; j++)
 					dst[j * K + k] = src[k * N + j];
 	int ins[4] = {xq, wt, sx, sw};
-	const struct tpf_kernel *k = pick_kernel(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
-	if (!k)
-		return TPF_ERR_UNSUPPORTED;
-	return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1) < 0 ? TPF_ERR_NOMEM
-												: TPF_OK;
+	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
 }
 
 /* ------------------------------------------------------------ transposed operands
@@ -1031,13 +1049,7 @@ static int read_by_bt_gemm(const struct tpf_plan *p, const struct tpf_node *t, c
 static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
-	const struct tpf_kernel *k =
-		pick_kernel(p, p->opt.backend, n, TPF_PHASE_MAIN, ins, n->n_inputs, outs, n->n_outputs, d);
-	if (!k)
-		return TPF_ERR_UNSUPPORTED;
-	return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, ins, n->n_inputs, outs, n->n_outputs) < 0
-		       ? TPF_ERR_NOMEM
-		       : TPF_OK;
+	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MAIN, ins, n->n_inputs, outs, n->n_outputs, d);
 }
 
 /* A Split whose pieces are contiguous runs of its input (every dim before
@@ -1089,7 +1101,6 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 				  const int *outs, struct tpf_diag *d)
 {
 	enum tpf_backend b = p->opt.backend;
-	const struct tpf_kernel *k;
 	enum tpf_status st;
 	size_t n_in = n->n_inputs, n_out = n->n_outputs;
 	int tmp_ins[64];
@@ -1144,11 +1155,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			return TPF_ERR_NOMEM;
 		if (plan_add_step(p, RT_STEP_ALLGATHER, n, NULL, TPF_PHASE_MAIN, ins, 1, &tmp, 1) < 0)
 			return TPF_ERR_NOMEM;
-		if (!(k = pick_kernel(p, b, n, TPF_PHASE_GATHER_REORDER, &tmp, 1, outs, 1, d)))
-			return TPF_ERR_UNSUPPORTED;
-		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_GATHER_REORDER, &tmp, 1, outs, 1) < 0
-			       ? TPF_ERR_NOMEM
-			       : TPF_OK;
+		return add_kernel_step(p, b, n, TPF_PHASE_GATHER_REORDER, &tmp, 1, outs, 1, d);
 	}
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
@@ -1163,12 +1170,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			return TPF_ERR_NOMEM;
 		memcpy(tmp_ins, ins, n_in * sizeof(int));
 		tmp_ins[0] = tmp;
-		if (!(k = pick_kernel(p, b, n, TPF_PHASE_POST_REDUCE, tmp_ins, n_in, outs, n_out, d)))
-			return TPF_ERR_UNSUPPORTED;
-		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_POST_REDUCE, tmp_ins, n_in, outs,
-				     n_out) < 0
-			       ? TPF_ERR_NOMEM
-			       : TPF_OK;
+		return add_kernel_step(p, b, n, TPF_PHASE_POST_REDUCE, tmp_ins, n_in, outs, n_out, d);
 	}
 	case TPF_OP_TPF_SHARDED_RMS_NORM: {
 		if (n_in < 2 || n_in % 2 || n_in > 62)
@@ -1190,10 +1192,8 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 				 : add_temp(p, n, "sumsq", TPF_DTYPE_FLOAT, 2, dims);
 		if (part < 0)
 			return TPF_ERR_NOMEM;
-		if (!(k = pick_kernel(p, b, n, TPF_PHASE_SUMSQ, ins, n_in, &part, 1, d)))
-			return TPF_ERR_UNSUPPORTED;
-		if (plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_SUMSQ, ins, n_in, &part, 1) < 0)
-			return TPF_ERR_NOMEM;
+		if ((st = add_kernel_step(p, b, n, TPF_PHASE_SUMSQ, ins, n_in, &part, 1, d)))
+			return st;
 		int sum = parts ? add_temp(p, n, "sumsq.reduced", TPF_DTYPE_FLOAT, 1, &flat)
 				: add_temp(p, n, "sumsq.reduced", TPF_DTYPE_FLOAT, 2, dims);
 		if (sum < 0)
@@ -1206,10 +1206,8 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			 * ways), then each input is gathered (rank after rank) and
 			 * the part normalized from the gathered values */
 			int none = -1;
-			if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, &sum, 1, &none, 0, d)))
-				return TPF_ERR_UNSUPPORTED;
-			if (plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, &sum, 1, &none, 0) < 0)
-				return TPF_ERR_NOMEM;
+			if ((st = add_kernel_step(p, b, n, TPF_PHASE_MAIN, &sum, 1, &none, 0, d)))
+				return st;
 			for (size_t i = 0; i < n_in / 2; i++) {
 				int64_t all = p->values[ins[i]].t.numel * (p->opt.world > 0 ? p->opt.world : 1);
 				int g = add_temp(p, n, "gathered", p->values[ins[i]].t.dtype, 1, &all);
@@ -1221,21 +1219,11 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			}
 			memcpy(tmp_ins + n_in / 2, ins + n_in / 2, (n_in / 2) * sizeof(int));
 			tmp_ins[n_in] = sum;
-			if (!(k = pick_kernel(p, b, n, TPF_PHASE_MAIN, tmp_ins, n_in + 1, outs, n_out, d)))
-				return TPF_ERR_UNSUPPORTED;
-			return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MAIN, tmp_ins, n_in + 1, outs,
-					     n_out) < 0
-				       ? TPF_ERR_NOMEM
-				       : TPF_OK;
+			return add_kernel_step(p, b, n, TPF_PHASE_MAIN, tmp_ins, n_in + 1, outs, n_out, d);
 		}
 		memcpy(tmp_ins, ins, n_in * sizeof(int));
 		tmp_ins[n_in] = sum;
-		if (!(k = pick_kernel(p, b, n, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs, n_out, d)))
-			return TPF_ERR_UNSUPPORTED;
-		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs,
-				     n_out) < 0
-			       ? TPF_ERR_NOMEM
-			       : TPF_OK;
+		return add_kernel_step(p, b, n, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs, n_out, d);
 	}
 	case TPF_OP_MATMUL: {
 		if (fp8_matmul(p, n))
@@ -1244,11 +1232,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		if (!t)
 			return lower_main(p, n, ins, outs, d);
 		int bt_ins[2] = {ins[0], value_index(p, t->inputs[0])};
-		if (!(k = pick_kernel(p, b, n, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1, d)))
-			return TPF_ERR_UNSUPPORTED;
-		return plan_add_step(p, RT_STEP_KERNEL, n, k, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1) < 0
-			       ? TPF_ERR_NOMEM
-			       : TPF_OK;
+		return add_kernel_step(p, b, n, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1, d);
 	}
 	default:
 		return lower_main(p, n, ins, outs, d);
