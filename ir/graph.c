@@ -942,22 +942,28 @@ static enum tpf_status attr_named(struct tpf_node *n, const char *name, struct t
 	return a->name ? TPF_OK : TPF_ERR_NOMEM;
 }
 
-enum tpf_status tpf_node_set_attr_int(struct tpf_node *n, const char *name, int64_t v)
+/* Sets attribute `name` to the INT i or the FLOAT f (by kind). */
+static enum tpf_status set_attr_scalar(struct tpf_node *n, const char *name, enum tpf_attr_kind kind,
+				       int64_t i, float f)
 {
 	struct tpf_attr a;
-	if (attr_named(n, name, &a, TPF_ATTR_INT))
+	if (attr_named(n, name, &a, kind))
 		return TPF_ERR_NOMEM;
-	a.i = v;
+	if (kind == TPF_ATTR_INT)
+		a.i = i;
+	else
+		a.f = f;
 	return tpf_node_add_attr(n, &a);
+}
+
+enum tpf_status tpf_node_set_attr_int(struct tpf_node *n, const char *name, int64_t v)
+{
+	return set_attr_scalar(n, name, TPF_ATTR_INT, v, 0);
 }
 
 enum tpf_status tpf_node_set_attr_float(struct tpf_node *n, const char *name, float v)
 {
-	struct tpf_attr a;
-	if (attr_named(n, name, &a, TPF_ATTR_FLOAT))
-		return TPF_ERR_NOMEM;
-	a.f = v;
-	return tpf_node_add_attr(n, &a);
+	return set_attr_scalar(n, name, TPF_ATTR_FLOAT, 0, v);
 }
 
 enum tpf_status tpf_node_set_attr_string(struct tpf_node *n, const char *name, const char *v)

@@ -625,7 +625,9 @@ static int apply_checks(const char *path, const struct test_case *c, enum stream
 
 /* ------------------------------------------------------------------ running */
 
-static char *dump(const struct tpf_model *m)
+/* What print writes of obj to a stream, in a malloc'ed string; NULL when
+ * the stream cannot be made or print fails (non-zero). */
+static char *capture(int (*print)(const void *obj, FILE *f), const void *obj)
 {
 	char *buf = NULL;
 	size_t len = 0;
@@ -633,7 +635,7 @@ static char *dump(const struct tpf_model *m)
 
 	if (!f)
 		return NULL;
-	if (tpf_model_print_text(m, f)) {
+	if (print(obj, f)) {
 		fclose(f);
 		free(buf);
 		return NULL;
@@ -642,17 +644,31 @@ static char *dump(const struct tpf_model *m)
 	return buf;
 }
 
+static int print_model(const void *m, FILE *f)
+{
+	return tpf_model_print_text(m, f) != TPF_OK;
+}
+
+static int print_diag(const void *d, FILE *f)
+{
+	tpf_diag_print(d, f);
+	return 0;
+}
+
+static int print_stats(const void *st, FILE *f)
+{
+	tpf_pass_stats_print(st, f);
+	return 0;
+}
+
+static char *dump(const struct tpf_model *m)
+{
+	return capture(print_model, m);
+}
+
 static char *diag_text(const struct tpf_diag *d)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-
-	if (!f)
-		return NULL;
-	tpf_diag_print(d, f);
-	fclose(f);
-	return buf;
+	return capture(print_diag, d);
 }
 
 /* Runs the case's pipeline; the explain text, the notes and the stats come
@@ -691,15 +707,11 @@ static int run_pipeline(const char *path, const struct test_case *c, struct tpf_
 /* Counter lines ("pass counter value") whose value is not 0. */
 static int nonzero_stats(const struct tpf_pass_stats *st, char **text)
 {
-	char *buf = NULL, *save = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
+	char *buf = capture(print_stats, st), *save = NULL;
 	int any = 0;
 
-	if (!f)
+	if (!buf)
 		return 1;
-	tpf_pass_stats_print(st, f);
-	fclose(f);
 	for (char *ln = strtok_r(buf, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
 		char *last = strrchr(ln, ' ');
 		if (last && strcmp(last + 1, "0") != 0) {

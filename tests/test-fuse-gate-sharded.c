@@ -275,24 +275,23 @@ static void test_sharded_numerics(void **state)
 		tpf_model_free(ms[r]);
 }
 
-/* Allocation failures inside the passes: an error status, never a crash. */
-static void test_alloc_failures(void **state)
+/* Allocation failures inside `passes` run at (rank, world) on the Q/K
+ * model: an error status, never a crash; once past the last allocation,
+ * three runs in a row give the full result, which `full` checks. */
+static void alloc_sweep(const char *passes, int rank, int world, void (*full)(struct tpf_model *m))
 {
-	(void)state;
 	int failed = 0, passed = 0;
 	for (uint64_t n = 1; n < 4000 && passed < 3; n++) {
 		struct tpf_model *m = qk_model(0, 2);
 		struct tpf_diag *d = tpf_diag_create();
-		struct tpf_pipeline_options o = {.passes = "fuse-sharded-rmsnorm,fuse-sigmoid-gate",
-		                                 .ctx = {.rank = 0, .world_size = 2}};
+		struct tpf_pipeline_options o = {.passes = passes, .ctx = {.rank = rank, .world_size = world}};
 		tpf_alloc_fail_after(n);
 		enum tpf_status s = tpf_pipeline_run(m, &o, d);
 		tpf_alloc_fail_after(0);
 		assert_true(s == TPF_OK || s == TPF_ERR_NOMEM || s == TPF_ERR_LIMIT);
 		if (s == TPF_OK) {
-			/* past the last allocation: the full result */
 			passed++;
-			assert_int_equal(count_op(m->graph, TPF_OP_TPF_SHARDED_RMS_NORM), 2);
+			full(m);
 		} else {
 			failed++;
 			passed = 0;
@@ -302,6 +301,18 @@ static void test_alloc_failures(void **state)
 	}
 	assert_true(failed > 10);
 	assert_int_equal(passed, 3);
+}
+
+static void both_sharded(struct tpf_model *m)
+{
+	assert_int_equal(count_op(m->graph, TPF_OP_TPF_SHARDED_RMS_NORM), 2);
+}
+
+/* Allocation failures inside the passes. */
+static void test_alloc_failures(void **state)
+{
+	(void)state;
+	alloc_sweep("fuse-sharded-rmsnorm,fuse-sigmoid-gate", 0, 2, both_sharded);
 }
 
 /* The part form's record (ShardedRMSNorm with part_starts/part_ends): a
@@ -354,34 +365,19 @@ static void test_part_form_record(void **state)
 	}
 }
 
+static void part_form_fused(struct tpf_model *m)
+{
+	struct tpf_node *f = find_op(m->graph, TPF_OP_TPF_SHARDED_RMS_NORM);
+	assert_non_null(f);
+	assert_non_null(tpf_node_attr(f, "part_starts"));
+	verify_ok(m);
+}
+
 /* Allocation failures in the part form's fusion (no rank known). */
 static void test_alloc_failures_part_form(void **state)
 {
 	(void)state;
-	int failed = 0, passed = 0;
-	for (uint64_t n = 1; n < 4000 && passed < 3; n++) {
-		struct tpf_model *m = qk_model(0, 2);
-		struct tpf_diag *d = tpf_diag_create();
-		struct tpf_pipeline_options o = {.passes = "fuse-sharded-rmsnorm", .ctx = {.rank = -1}};
-		tpf_alloc_fail_after(n);
-		enum tpf_status s = tpf_pipeline_run(m, &o, d);
-		tpf_alloc_fail_after(0);
-		assert_true(s == TPF_OK || s == TPF_ERR_NOMEM || s == TPF_ERR_LIMIT);
-		if (s == TPF_OK) {
-			passed++;
-			struct tpf_node *f = find_op(m->graph, TPF_OP_TPF_SHARDED_RMS_NORM);
-			assert_non_null(f);
-			assert_non_null(tpf_node_attr(f, "part_starts"));
-			verify_ok(m);
-		} else {
-			failed++;
-			passed = 0;
-		}
-		tpf_diag_free(d);
-		tpf_model_free(m);
-	}
-	assert_true(failed > 10);
-	assert_int_equal(passed, 3);
+	alloc_sweep("fuse-sharded-rmsnorm", -1, 0, part_form_fused);
 }
 
 int main(void)

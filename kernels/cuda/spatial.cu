@@ -122,9 +122,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_conv)
 	const struct tpf_ktensor *x = &c->in[0], *w = &c->in[1], *b;
 	struct tpf_ktensor *y = &c->out[0];
 	struct tpf_conv_geom g;
-	enum tpf_status st = tpf_conv_operands(c, &g, &b);
-	if (st)
-		return st;
+	TPF_KTRY(tpf_conv_operands(c, &g, &b));
 	if (!tpfc_float_ok(x->dtype))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
 	if (!y->numel)
