@@ -5,6 +5,7 @@
  * float32; a residual sum is rounded to the activation dtype before it is
  * normalized, exactly as the unfused Add -> norm chain does. */
 #include "cpu-kernels.h"
+#include "op-geometry.h" /* TPF_KTRY */
 
 #include <math.h>
 #include <stdlib.h>
@@ -138,19 +139,37 @@ static const struct tpf_ktensor *opt_in(const struct tpf_kernel_call *c, size_t 
 	return i < c->n_in && c->in[i].data ? &c->in[i] : NULL;
 }
 
-/* RMSNormalization, SimplifiedLayerNormalization (both domains) */
-TPF_CPU_KERNEL(tpf_cpu_rms_norm)
+/* The job of a norm kernel that reads x = in[0] and gamma = in[gamma] and
+ * writes y = out[0]. */
+static struct rms_job norm_job(const struct tpf_kernel_call *c, size_t gamma)
 {
 	struct rms_job j = {0};
 	j.x = &c->in[0];
-	j.gamma = &c->in[1];
+	j.gamma = &c->in[gamma];
 	j.y = &c->out[0];
-	j.inv_std = opt_out(c, 1);
+	return j;
+}
+
+/* norm_setup, then gamma (and beta, when given) must fit the normalized
+ * size; the messages say which did not. */
+static enum tpf_status norm_check(const struct tpf_kernel_call *c, struct rms_job *j,
+				  struct tpf_norm_attrs *na, const char *axis_msg, const char *gamma_msg)
+{
+	if (norm_setup(c, j, na))
+		return tpf_kfail(c, TPF_ERR_INVALID, "%s", axis_msg);
+	if (!gamma_fits(j->gamma, j->cols) || (j->beta && !gamma_fits(j->beta, j->cols)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "%s", gamma_msg);
+	return TPF_OK;
+}
+
+/* RMSNormalization, SimplifiedLayerNormalization (both domains) */
+TPF_CPU_KERNEL(tpf_cpu_rms_norm)
+{
+	struct rms_job j = norm_job(c, 1);
 	struct tpf_norm_attrs na;
-	if (norm_setup(c, &j, &na))
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	if (!gamma_fits(j.gamma, j.cols))
-		return tpf_kfail(c, TPF_ERR_INVALID, "scale does not broadcast over the normalized dims");
+	j.inv_std = opt_out(c, 1);
+	TPF_KTRY(norm_check(c, &j, &na, "axis out of range",
+			    "scale does not broadcast over the normalized dims"));
 	return rms_run(c, &j);
 }
 
@@ -158,12 +177,9 @@ TPF_CPU_KERNEL(tpf_cpu_rms_norm)
  * -> output, mean (unused), inv_std_var, input_skip_bias_sum */
 TPF_CPU_KERNEL(tpf_cpu_skip_rms_norm)
 {
-	struct rms_job j = {0};
-	j.x = &c->in[0];
+	struct rms_job j = norm_job(c, 2);
 	j.residual = &c->in[1];
-	j.gamma = &c->in[2];
 	j.bias = opt_in(c, 3);
-	j.y = &c->out[0];
 	j.inv_std = opt_out(c, 2);
 	j.sum = opt_out(c, 3);
 	struct tpf_norm_attrs na;
@@ -180,19 +196,14 @@ TPF_CPU_KERNEL(tpf_cpu_skip_rms_norm)
 
 TPF_CPU_KERNEL(tpf_cpu_layer_norm)
 {
-	struct rms_job j = {0};
-	j.x = &c->in[0];
-	j.gamma = &c->in[1];
+	struct rms_job j = norm_job(c, 1);
 	j.beta = opt_in(c, 2);
-	j.y = &c->out[0];
 	j.mean_out = opt_out(c, 1);
 	j.inv_std = opt_out(c, 2);
 	j.center = 1;
 	struct tpf_norm_attrs na;
-	if (norm_setup(c, &j, &na))
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	if (!gamma_fits(j.gamma, j.cols) || (j.beta && !gamma_fits(j.beta, j.cols)))
-		return tpf_kfail(c, TPF_ERR_INVALID, "scale or bias does not broadcast over the normalized dims");
+	TPF_KTRY(norm_check(c, &j, &na, "axis out of range",
+			    "scale or bias does not broadcast over the normalized dims"));
 	return rms_run(c, &j);
 }
 
@@ -200,17 +211,11 @@ TPF_CPU_KERNEL(tpf_cpu_layer_norm)
  * post-reduce phase of AllReduceRMSNorm, whose operand 0 is already summed. */
 static enum tpf_status tpf_norm_common(const struct tpf_kernel_call *c, int allreduce)
 {
-	struct rms_job j = {0};
-	j.x = &c->in[0];
-	j.gamma = &c->in[1];
+	struct rms_job j = norm_job(c, 1);
 	j.residual = opt_in(c, 2);
-	j.y = &c->out[0];
 	j.sum = opt_out(c, 1);
 	struct tpf_norm_attrs na;
-	if (norm_setup(c, &j, &na))
-		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
-	if (!gamma_fits(j.gamma, j.cols))
-		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the normalized size");
+	TPF_KTRY(norm_check(c, &j, &na, "axis out of range", "gamma does not match the normalized size"));
 	if (j.residual && j.residual->numel != j.x->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "residual shape differs from x");
 	(void)allreduce;
@@ -279,8 +284,7 @@ TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_quant_post)
 	norm.host = NULL;
 	if (!norm.data)
 		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
-	j.x = &c->in[0];
-	j.gamma = &c->in[1];
+	j = norm_job(c, 1);
 	j.residual = opt_in(c, 3);
 	j.y = &norm;
 	j.sum = opt_out(c, 1);
