@@ -28,26 +28,9 @@
 #include <cmocka.h>
 
 #include "runtime-internal.h"
+#include "test-util.h"
 
-static struct tpf_graph *G;
-static struct tpf_diag *D;
 static unsigned seed = 12345;
-
-static int setup(void **state)
-{
-	(void)state;
-	G = tpf_graph_create(NULL);
-	D = tpf_diag_create();
-	return G && D ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	tpf_graph_free(G);
-	tpf_diag_free(D);
-	return 0;
-}
 
 static double rnd(void)
 {
@@ -55,42 +38,32 @@ static double rnd(void)
 	return ((seed >> 8) & 0xffff) / 16384.0 - 2.0; /* [-2, 2) */
 }
 
+/* A zeroed tensor of dtype dt and rank dims, read as int64_t from ap. */
+static struct tpf_ktensor vtensor(enum tpf_dtype dt, int rank, va_list ap)
+{
+	int64_t d[TPF_KERNEL_MAX_RANK] = {0};
+	for (int i = 0; i < rank; i++)
+		d[i] = va_arg(ap, int64_t);
+	return zero_ktensor(dt, rank, d);
+}
+
+/* T(dtype, rank, dims as int64_t...): a zeroed tensor. */
 static struct tpf_ktensor T(enum tpf_dtype dt, int rank, ...)
 {
-	struct tpf_ktensor t;
 	va_list ap;
-	memset(&t, 0, sizeof(t));
-	t.dtype = dt;
-	t.rank = rank;
 	va_start(ap, rank);
-	for (int i = 0; i < rank; i++)
-		t.dims[i] = va_arg(ap, int64_t);
+	struct tpf_ktensor t = vtensor(dt, rank, ap);
 	va_end(ap);
-	assert_int_equal(tpf_ktensor_finish(&t), 0);
-	t.data = calloc(t.nbytes ? t.nbytes : 1, 1);
-	assert_non_null(t.data);
-	t.host = t.data;
 	return t;
 }
 
+/* As T, filled with random values that bfloat16 holds exactly. */
 static struct tpf_ktensor R(enum tpf_dtype dt, int rank, ...)
 {
-	struct tpf_ktensor t;
 	va_list ap;
-	int64_t d[8] = {0};
 	va_start(ap, rank);
-	for (int i = 0; i < rank; i++)
-		d[i] = va_arg(ap, int64_t);
+	struct tpf_ktensor t = vtensor(dt, rank, ap);
 	va_end(ap);
-	memset(&t, 0, sizeof(t));
-	t.dtype = dt;
-	t.rank = rank;
-	for (int i = 0; i < rank; i++)
-		t.dims[i] = d[i];
-	assert_int_equal(tpf_ktensor_finish(&t), 0);
-	t.data = calloc(t.nbytes ? t.nbytes : 1, 1);
-	assert_non_null(t.data);
-	t.host = t.data;
 	for (int64_t i = 0; i < t.numel; i++)
 		tpf_elem_store(dt, t.data, i, (double)tpf_bf16_to_f32(tpf_f32_to_bf16((float)rnd())), 1);
 	return t;
@@ -112,7 +85,7 @@ static void free_tensors(struct tpf_ktensor *t, size_t n)
 static struct tpf_node *node(const char *domain, const char *op, size_t nin, size_t nout)
 {
 	struct tpf_value *ins[16] = {0};
-	struct tpf_node *n = tpf_graph_add_node(G, domain, op, op, ins, nin, nout, NULL);
+	struct tpf_node *n = tpf_graph_add_node(kernel_graph, domain, op, op, ins, nin, nout, NULL);
 	assert_non_null(n);
 	return n;
 }
@@ -129,10 +102,10 @@ static void run_cpu(const char *label, struct tpf_node *n, struct tpf_ktensor *i
 		out[i].rank = -1;
 	}
 	struct tpf_kernel_call ic = {.node = n, .opset = 23, .in = in, .n_in = n_in, .out = out, .n_out = n_out,
-				     .rank = 0, .world = 2, .diag = D};
-	if (tpf_rt_infer(n, &ic, D)) {
+				     .rank = 0, .world = 2, .diag = kernel_diag};
+	if (tpf_rt_infer(n, &ic, kernel_diag)) {
 		printf("%s [%s]: shape inference failed\n", label, tpf_dtype_name(in[0].dtype));
-		tpf_diag_print(D, stdout);
+		tpf_diag_print(kernel_diag, stdout);
 		fail_msg("%s: shape inference failed", label);
 	}
 	for (size_t i = 0; i < n_out; i++) {
@@ -153,13 +126,13 @@ static void run_cpu(const char *label, struct tpf_node *n, struct tpf_ktensor *i
 	if (!kc)
 		fail_msg("%s: no cpu kernel for %s", label, tpf_dtype_name(key));
 	struct tpf_kernel_call cc = {.node = n, .opset = 23, .in = in, .n_in = n_in, .out = out, .n_out = n_out,
-				     .rank = 0, .world = 2, .diag = D};
+				     .rank = 0, .world = 2, .diag = kernel_diag};
 	if (kc->run(&cc)) {
 		printf("%s [%s]: cpu kernel failed\n", label, tpf_dtype_name(in[0].dtype));
-		tpf_diag_print(D, stdout);
+		tpf_diag_print(kernel_diag, stdout);
 		fail_msg("%s: cpu kernel failed", label);
 	}
-	tpf_diag_clear(D);
+	tpf_diag_clear(kernel_diag);
 }
 
 static const enum tpf_dtype FL[] = {TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT16, TPF_DTYPE_BFLOAT16};
@@ -280,9 +253,9 @@ static void test_allreduce_rmsnorm_post_residual(void **state)
 				tpf_kernel_find(TPF_BACKEND_CPU, rn->op, TPF_PHASE_POST_REDUCE, in[0].dtype);
 			assert_non_null(k);
 			struct tpf_kernel_call cc = {.node = rn, .opset = 23, .in = in, .n_in = 3, .out = out,
-						     .n_out = 2, .rank = 0, .world = 2, .diag = D};
+						     .n_out = 2, .rank = 0, .world = 2, .diag = kernel_diag};
 			if (k->run(&cc)) {
-				tpf_diag_print(D, stdout);
+				tpf_diag_print(kernel_diag, stdout);
 				fail_msg("AllReduceRMSNorm post-reduce [%s]: cpu kernel failed", tpf_dtype_name(dt));
 			}
 			for (int64_t r = 0; r < 4; r++) {
@@ -307,7 +280,7 @@ static void test_allreduce_rmsnorm_post_residual(void **state)
 							 want);
 				}
 			}
-			tpf_diag_clear(D);
+			tpf_diag_clear(kernel_diag);
 			free_tensors(out, 2);
 			free_tensors(in, 3);
 		}
@@ -368,9 +341,9 @@ static void test_fp8_group(void **state)
 		const struct tpf_kernel *k = tpf_kernel_find(TPF_BACKEND_CPU, ag->op, TPF_PHASE_POST_REDUCE, dt);
 		assert_non_null(k);
 		struct tpf_kernel_call cc = {.node = ag, .opset = 23, .in = in, .n_in = 4, .out = out, .n_out = 4,
-					     .rank = 0, .world = 2, .diag = D};
+					     .rank = 0, .world = 2, .diag = kernel_diag};
 		if (k->run(&cc)) {
-			tpf_diag_print(D, stdout);
+			tpf_diag_print(kernel_diag, stdout);
 			fail_msg("fp8-group [%s]: cpu kernel failed", tpf_dtype_name(dt));
 		}
 		for (int64_t g = 0; g < 6; g++) {
@@ -392,7 +365,7 @@ static void test_fp8_group(void **state)
 						 (long long)(g * 64 + i), got, want);
 			}
 		}
-		tpf_diag_clear(D);
+		tpf_diag_clear(kernel_diag);
 		free_tensors(out, 4);
 		free_tensors(in, 4);
 	}
@@ -409,31 +382,31 @@ static void test_node_forms(void **state)
 	struct tpf_ktensor g[3] = {R(dt, 2, 8, 6), R(dt, 1, 6), R(dt, 2, 8, 6)};
 	struct tpf_ktensor out[1] = {{.dtype = TPF_DTYPE_UNDEFINED, .rank = -1}};
 	struct tpf_kernel_call ic = {.node = gate, .opset = 23, .in = g, .n_in = 3, .out = out, .n_out = 1,
-				     .rank = 0, .world = 2, .diag = D};
-	assert_int_not_equal(tpf_rt_infer(gate, &ic, D), TPF_OK);
-	tpf_diag_clear(D);
+				     .rank = 0, .world = 2, .diag = kernel_diag};
+	assert_int_not_equal(tpf_rt_infer(gate, &ic, kernel_diag), TPF_OK);
+	tpf_diag_clear(kernel_diag);
 	free_tensors(g, 3);
 
 	struct tpf_node *q = node("", "QuantizeLinear", 2, 1);
 	struct tpf_ktensor a[3] = {R(dt, 2, 8, 64), scalar_f(dt, 0.01), T(TPF_DTYPE_FLOAT8E4M3FN, 0)};
 	struct tpf_ktensor qo[1] = {{.dtype = TPF_DTYPE_UNDEFINED, .rank = -1}};
 	struct tpf_kernel_call qc = {.node = q, .opset = 23, .in = a, .n_in = 3, .out = qo, .n_out = 1,
-				     .rank = 0, .world = 2, .diag = D};
-	assert_int_equal(tpf_rt_infer(q, &qc, D), TPF_OK);
+				     .rank = 0, .world = 2, .diag = kernel_diag};
+	assert_int_equal(tpf_rt_infer(q, &qc, kernel_diag), TPF_OK);
 	assert_int_equal(qo[0].dtype, TPF_DTYPE_UINT8);
-	tpf_diag_clear(D);
+	tpf_diag_clear(kernel_diag);
 	free_tensors(a, 3);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_sigmoid_gate_add, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rmsnorm, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_allreduce_rmsnorm_post_residual, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_quantize_fp8, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fp8_group, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_node_forms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sigmoid_gate_add, kernel_setup, kernel_teardown),
+		cmocka_unit_test_setup_teardown(test_rmsnorm, kernel_setup, kernel_teardown),
+		cmocka_unit_test_setup_teardown(test_allreduce_rmsnorm_post_residual, kernel_setup, kernel_teardown),
+		cmocka_unit_test_setup_teardown(test_quantize_fp8, kernel_setup, kernel_teardown),
+		cmocka_unit_test_setup_teardown(test_fp8_group, kernel_setup, kernel_teardown),
+		cmocka_unit_test_setup_teardown(test_node_forms, kernel_setup, kernel_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,30 +24,12 @@
 #include <cmocka.h>
 
 #include "tpf-kernels.h"
-
-static struct tpf_graph *G;
-static struct tpf_diag *D;
-
-static int setup(void **state)
-{
-	(void)state;
-	G = tpf_graph_create(NULL);
-	D = tpf_diag_create();
-	return G && D ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	tpf_graph_free(G);
-	tpf_diag_free(D);
-	return 0;
-}
+#include "test-util.h"
 
 static struct tpf_node *mknode(const char *op, size_t nin)
 {
 	struct tpf_value *ins[8] = {0};
-	struct tpf_node *n = tpf_graph_add_node(G, "", op, op, ins, nin, 1, NULL);
+	struct tpf_node *n = tpf_graph_add_node(kernel_graph, "", op, op, ins, nin, 1, NULL);
 	assert_non_null(n);
 	assert_int_not_equal(n->op, TPF_OP_UNKNOWN);
 	return n;
@@ -56,15 +38,7 @@ static struct tpf_node *mknode(const char *op, size_t nin)
 /* A tensor of dtype dt and dims (rank r) holding v (numel values, as doubles). */
 static struct tpf_ktensor ten(enum tpf_dtype dt, int r, const int64_t *dims, const double *v)
 {
-	struct tpf_ktensor t;
-	memset(&t, 0, sizeof(t));
-	t.dtype = dt;
-	t.rank = r;
-	for (int i = 0; i < r; i++)
-		t.dims[i] = dims[i];
-	assert_int_equal(tpf_ktensor_finish(&t), 0);
-	t.data = calloc(t.nbytes ? t.nbytes : 1, 1);
-	t.host = t.data;
+	struct tpf_ktensor t = zero_ktensor(dt, r, dims);
 	for (int64_t i = 0; v && i < t.numel; i++)
 		tpf_elem_store(dt, t.data, i, v[i], 0);
 	return t;
@@ -101,7 +75,7 @@ static enum tpf_status run(struct tpf_node *n, struct tpf_ktensor *in, size_t ni
 	const struct tpf_kernel *k = tpf_kernel_find(TPF_BACKEND_CPU, n->op, TPF_PHASE_MAIN, key);
 	assert_non_null(k);
 	struct tpf_kernel_call c = {.node = n, .opset = 21, .in = in, .n_in = nin, .out = y, .n_out = 1,
-				    .rank = 0, .world = 1, .diag = D};
+				    .rank = 0, .world = 1, .diag = kernel_diag};
 	return k->run(&c);
 }
 
@@ -120,11 +94,11 @@ static void expect(const struct tpf_ktensor *y, const double *want)
 /* the last diagnostic names the node and says `what` */
 static void expect_error(const char *what)
 {
-	assert_true(D->count > 0);
-	const char *msg = D->entries[D->count - 1].text;
+	assert_true(kernel_diag->count > 0);
+	const char *msg = kernel_diag->entries[kernel_diag->count - 1].text;
 	if (!strstr(msg, "node '") || !strstr(msg, what))
 		fail_msg("message '%s' does not name the node or say '%s'", msg, what);
-	tpf_diag_clear(D);
+	tpf_diag_clear(kernel_diag);
 }
 
 /* ------------------------------------------------------------------ elementwise */
@@ -152,7 +126,7 @@ static void test_logic(void **state)
 	struct tpf_ktensor y = out(TPF_DTYPE_BOOL, 1, d);
 	const struct tpf_kernel *k = tpf_kernel_find(TPF_BACKEND_CPU, TPF_OP_AND, TPF_PHASE_MAIN, TPF_DTYPE_INT64);
 	assert_null(k); /* the planner says so first */
-	struct tpf_kernel_call c = {.node = n, .in = in, .n_in = 2, .out = &y, .n_out = 1, .diag = D};
+	struct tpf_kernel_call c = {.node = n, .in = in, .n_in = 2, .out = &y, .n_out = 1, .diag = kernel_diag};
 	assert_int_equal(tpf_kernel_find_any(TPF_BACKEND_CPU, TPF_OP_AND, TPF_PHASE_MAIN)->run(&c), TPF_ERR_INVALID);
 	expect_error("must be bool");
 	release(in, 2);
@@ -640,5 +614,5 @@ int main(void)
 		cmocka_unit_test(test_tile_trilu),  cmocka_unit_test(test_cumsum_size),
 		cmocka_unit_test(test_conv),        cmocka_unit_test(test_pad),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, kernel_setup, kernel_teardown);
 }

@@ -220,3 +220,40 @@ void dump_diag(const struct tpf_diag *d)
 	for (size_t i = 0; i < d->count; i++)
 		print_message("diag: %s\n", d->entries[i].text);
 }
+
+struct tpf_graph *kernel_graph;
+struct tpf_diag *kernel_diag;
+
+int kernel_setup(void **state)
+{
+	(void)state;
+	kernel_graph = tpf_graph_create(NULL);
+	kernel_diag = tpf_diag_create();
+	return kernel_graph && kernel_diag ? 0 : -1;
+}
+
+int kernel_teardown(void **state)
+{
+	(void)state;
+	tpf_graph_free(kernel_graph);
+	tpf_diag_free(kernel_diag);
+	kernel_graph = NULL;
+	kernel_diag = NULL;
+	return 0;
+}
+
+struct tpf_ktensor zero_ktensor(enum tpf_dtype dt, int rank, const int64_t *dims)
+{
+	struct tpf_ktensor t;
+
+	memset(&t, 0, sizeof(t));
+	t.dtype = dt;
+	t.rank = rank;
+	for (int i = 0; i < rank; i++)
+		t.dims[i] = dims[i];
+	assert_int_equal(tpf_ktensor_finish(&t), 0);
+	t.data = calloc(t.nbytes ? t.nbytes : 1, 1);
+	assert_non_null(t.data);
+	t.host = t.data;
+	return t;
+}

@@ -64,4 +64,15 @@ void verify_ok(const struct tpf_model *m);
 /* tpf_model_infer_shapes must pass (likewise). */
 void infer_ok(struct tpf_model *m);
 
+/* Kernel tests: a graph to add the nodes under test to and a diagnostic
+ * for the kernel calls, made by kernel_setup and freed by kernel_teardown
+ * (cmocka setup and teardown functions, for a group or for each test). */
+extern struct tpf_graph *kernel_graph;
+extern struct tpf_diag *kernel_diag;
+int kernel_setup(void **state);
+int kernel_teardown(void **state);
+/* A host tensor of dtype dt and dims[0..rank), zeroed (data malloc'ed,
+ * for free()). */
+struct tpf_ktensor zero_ktensor(enum tpf_dtype dt, int rank, const int64_t *dims);
+
 #endif /* TPF_TEST_UTIL_H */
