@@ -933,87 +933,54 @@ enum tpf_status tpf_node_remove_attr(struct tpf_node *n, const char *name)
 	return TPF_ERR_INVALID;
 }
 
-static enum tpf_status attr_named(struct tpf_node *n, const char *name, struct tpf_attr *a,
-				  enum tpf_attr_kind kind)
+/* Adds (or replaces) attribute `name` with the kind and value of *a. */
+static enum tpf_status add_named(struct tpf_node *n, const char *name, struct tpf_attr *a)
 {
-	memset(a, 0, sizeof(*a));
 	a->name = tpf_arena_strdup(n->graph->arena, name);
-	a->kind = kind;
-	return a->name ? TPF_OK : TPF_ERR_NOMEM;
-}
-
-/* Sets attribute `name` to the INT i or the FLOAT f (by kind). */
-static enum tpf_status set_attr_scalar(struct tpf_node *n, const char *name, enum tpf_attr_kind kind,
-				       int64_t i, float f)
-{
-	struct tpf_attr a;
-	if (attr_named(n, name, &a, kind))
-		return TPF_ERR_NOMEM;
-	if (kind == TPF_ATTR_INT)
-		a.i = i;
-	else
-		a.f = f;
-	return tpf_node_add_attr(n, &a);
+	return a->name ? tpf_node_add_attr(n, a) : TPF_ERR_NOMEM;
 }
 
 enum tpf_status tpf_node_set_attr_int(struct tpf_node *n, const char *name, int64_t v)
 {
-	return set_attr_scalar(n, name, TPF_ATTR_INT, v, 0);
+	struct tpf_attr a = {.kind = TPF_ATTR_INT, .i = v};
+	return add_named(n, name, &a);
 }
 
 enum tpf_status tpf_node_set_attr_float(struct tpf_node *n, const char *name, float v)
 {
-	return set_attr_scalar(n, name, TPF_ATTR_FLOAT, 0, v);
+	struct tpf_attr a = {.kind = TPF_ATTR_FLOAT, .f = v};
+	return add_named(n, name, &a);
 }
 
 enum tpf_status tpf_node_set_attr_string(struct tpf_node *n, const char *name, const char *v)
 {
-	struct tpf_attr a;
-	if (attr_named(n, name, &a, TPF_ATTR_STRING))
-		return TPF_ERR_NOMEM;
-	a.s = tpf_arena_strdup(n->graph->arena, v);
+	struct tpf_attr a = {.kind = TPF_ATTR_STRING, .s = tpf_arena_strdup(n->graph->arena, v)};
 	if (!a.s)
 		return TPF_ERR_NOMEM;
 	a.s_len = strlen(v);
-	return tpf_node_add_attr(n, &a);
-}
-
-/* Sets attribute `name` of kind INTS or FLOATS to a copy of count elements
- * of elem bytes at v. */
-static enum tpf_status set_attr_list(struct tpf_node *n, const char *name, enum tpf_attr_kind kind,
-				     const void *v, size_t count, size_t elem)
-{
-	struct tpf_attr a;
-	void *copy = NULL;
-	if (attr_named(n, name, &a, kind))
-		return TPF_ERR_NOMEM;
-	a.n = count;
-	if (count && !(copy = tpf_arena_memdup(n->graph->arena, v, count * elem)))
-		return TPF_ERR_NOMEM;
-	if (kind == TPF_ATTR_INTS)
-		a.ints = copy;
-	else
-		a.floats = copy;
-	return tpf_node_add_attr(n, &a);
+	return add_named(n, name, &a);
 }
 
 enum tpf_status tpf_node_set_attr_ints(struct tpf_node *n, const char *name, const int64_t *v, size_t count)
 {
-	return set_attr_list(n, name, TPF_ATTR_INTS, v, count, sizeof(*v));
+	struct tpf_attr a = {.kind = TPF_ATTR_INTS, .n = count};
+	if (count && !(a.ints = tpf_arena_memdup(n->graph->arena, v, count * sizeof(*v))))
+		return TPF_ERR_NOMEM;
+	return add_named(n, name, &a);
 }
 
 enum tpf_status tpf_node_set_attr_floats(struct tpf_node *n, const char *name, const float *v, size_t count)
 {
-	return set_attr_list(n, name, TPF_ATTR_FLOATS, v, count, sizeof(*v));
+	struct tpf_attr a = {.kind = TPF_ATTR_FLOATS, .n = count};
+	if (count && !(a.floats = tpf_arena_memdup(n->graph->arena, v, count * sizeof(*v))))
+		return TPF_ERR_NOMEM;
+	return add_named(n, name, &a);
 }
 
 enum tpf_status tpf_node_set_attr_tensor(struct tpf_node *n, const char *name, struct tpf_tensor *t)
 {
-	struct tpf_attr a;
-	if (attr_named(n, name, &a, TPF_ATTR_TENSOR))
-		return TPF_ERR_NOMEM;
-	a.t = t;
-	return tpf_node_add_attr(n, &a);
+	struct tpf_attr a = {.kind = TPF_ATTR_TENSOR, .t = t};
+	return add_named(n, name, &a);
 }
 
 /* ------------------------------------------------------------ order */
