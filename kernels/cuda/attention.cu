@@ -58,16 +58,17 @@ __global__ void attention_kernel(AttnArgs a)
 		float acc = 0;
 		for (int64_t d = 0; d < a.D; d++)
 			acc += ld_f(a.dq, a.q, ((b * a.Hq + h) * a.S + s) * a.D + d) * kv_load(a, true, b, hk, j, d);
-		acc *= a.scale;
+		// rounded where the unfused chain rounds (as the CPU reference)
+		acc = round_through(a.dq, round_through(a.dq, acc) * a.scale);
 		if (a.softcap > 0)
-			acc = a.softcap * tanhf(acc / a.softcap);
+			acc = round_through(a.dq, a.softcap * round_through(a.dq, tanhf(round_through(a.dq, acc / a.softcap))));
 		if (a.mask) {
 			int64_t off = b * a.mstride[0] + h * a.mstride[1] + s * a.mstride[2] + j * a.mstride[3];
 			if (a.mask_bool) {
 				if (!((const uint8_t *)a.mask)[off])
 					acc = -INFINITY;
 			} else {
-				acc += ld_f(a.dm, a.mask, off);
+				acc = round_through(a.dq, acc + ld_f(a.dm, a.mask, off));
 			}
 		}
 		if (a.causal && j > s + a.P)
@@ -110,11 +111,15 @@ __global__ void attention_kernel(AttnArgs a)
 	}
 	__syncthreads();
 	sum = red[32];
+	// the probabilities rounded as a Softmax output
+	for (int64_t j = threadIdx.x; j < a.T; j += blockDim.x)
+		sc[j] = sum > 0 ? round_through(a.dq, sc[j] / sum) : 0.f;
+	__syncthreads();
 	for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
 		float acc = 0;
 		for (int64_t j = 0; j < a.T; j++)
 			acc += sc[j] * kv_load(a, false, b, hk, j, d);
-		st_f(a.dy, a.y, ((b * a.Hq + h) * a.S + s) * a.Dv + d, sum > 0 ? acc / sum : 0.f);
+		st_f(a.dy, a.y, ((b * a.Hq + h) * a.S + s) * a.Dv + d, acc);
 	}
 }
 
@@ -184,6 +189,12 @@ template <> __device__ __forceinline__ float vec_elem<__nv_bfloat16>(const uint4
 	return __uint_as_float(i & 1 ? w & 0xffff0000u : w << 16);
 }
 
+// v rounded to T (a store and a load).
+template <typename T> __device__ __forceinline__ float rt(float v)
+{
+	return Cvt<T>::in(Cvt<T>::out(v));
+}
+
 // Row j of K (is_k) or V for KV head (b, hk): past rows first.
 template <typename T>
 __device__ __forceinline__ const T *dec_row(const DecArgs &a, bool is_k, int64_t b, int64_t hk, int64_t j)
@@ -235,35 +246,43 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 	const int64_t c1 = min(nchunks, c0 + a.chunks_per_split);
 	const int kk = tid / kKeyThreads, part = tid % kKeyThreads;
 	const int64_t dpart = a.D / kKeyThreads; // a multiple of VN (checked on the host)
-	__syncthreads();
+	const int64_t dbeg = part * dpart, dend = dbeg + dpart;
 	for (int64_t ch = c0; ch < c1; ch++) {
 		const int64_t j0 = ch * kChunk, j = j0 + kk;
 		const int64_t jn = min((int64_t)kChunk, a.T - j0);
-		// the chunk's values of this thread's first column, loaded now so
-		// that they arrive while the scores are computed
+		// every load of the chunk is issued before anything waits: this
+		// thread's first kKVec key vectors and the chunk's values of its
+		// first column (a block of a decode step sees one or two chunks, so
+		// what counts is the number of round trips to memory)
+		const T *kr = j < a.T ? dec_row<T>(a, true, b, hk, j) : nullptr;
+		uint4 kraw[kKVec];
+#pragma unroll
+		for (int u = 0; u < kKVec; u++)
+			if (kr && dbeg + u * VN < dend)
+				kraw[u] = ldg_stream(kr + dbeg + u * VN);
 		T vpre[kChunk];
 #pragma unroll
 		for (int t = 0; t < kChunk; t++)
 			if (t < jn && tid < a.Dv)
 				vpre[t] = dec_row<T>(a, false, b, hk, j0 + t)[tid];
+		if (ch == c0)
+			__syncthreads(); // the queries in shared memory
 		// scores: four threads a key, each a quarter of D
 		float sc[RB];
 #pragma unroll
 		for (int r = 0; r < RB; r++)
 			sc[r] = 0.f;
-		if (j < a.T) {
-			const T *kr = dec_row<T>(a, true, b, hk, j);
+		if (kr) {
 			T *pkr = a.prk ? (T *)a.prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
-			// kKVec vectors in flight before any is used
-			for (int64_t d0 = part * dpart; d0 < (part + 1) * dpart; d0 += kKVec * VN) {
+			for (int64_t d0 = dbeg; d0 < dend; d0 += kKVec * VN) {
 				uint4 raw[kKVec];
 #pragma unroll
 				for (int u = 0; u < kKVec; u++)
-					if (d0 + u * VN < (part + 1) * dpart)
-						raw[u] = ldg_stream(kr + d0 + u * VN);
+					if (d0 + u * VN < dend)
+						raw[u] = d0 == dbeg ? kraw[u] : ldg_stream(kr + d0 + u * VN);
 #pragma unroll
 				for (int u = 0; u < kKVec; u++) {
-					if (d0 + u * VN >= (part + 1) * dpart)
+					if (d0 + u * VN >= dend)
 						break;
 					if (pkr)
 						*(uint4 *)(pkr + d0 + u * VN) = raw[u];
@@ -288,9 +307,11 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 				float x = -INFINITY;
 				if (j < a.T && r < a.R) {
 					int64_t g = r / a.S, s = r % a.S, h = hk * a.G + g;
-					x = sc[r] * a.scale;
+					// rounded to T where the MatMul/Mul/Tanh/Add chain it
+					// replaces rounds (the CPU reference does the same)
+					x = rt<T>(rt<T>(sc[r]) * a.scale);
 					if (a.softcap > 0)
-						x = a.softcap * tanhf(x / a.softcap);
+						x = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(x / a.softcap))));
 					if (a.mask) {
 						int64_t off = b * a.mstride[0] + h * a.mstride[1] + s * a.mstride[2] +
 							      j * a.mstride[3];
@@ -298,7 +319,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 							if (!((const uint8_t *)a.mask)[off])
 								x = -INFINITY;
 						} else {
-							x += ld_f(a.dm, a.mask, off);
+							x = rt<T>(x + ld_f(a.dm, a.mask, off));
 						}
 					}
 					if (a.causal && j > s + a.P)
@@ -358,6 +379,8 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 		}
 		__syncthreads();
 	}
+	if (c0 >= c1)
+		__syncthreads(); // no chunk (not planned so): the running state as set
 	// results: Y directly with one split, else this split's partial
 	const int64_t rows = a.B * a.Hq * a.S;
 #pragma unroll
