@@ -9,29 +9,22 @@
 // rate of an H100, and 16 x 8 accumulators a thread spill.
 //
 // Layout: a block of 256 threads owns a tile of TW = 8 * CT output columns
-// (CT column-threads of 8 consecutive columns, CT = 4 or 2) and a slice of K;
-// the 256 / CT k-lanes of the block stride over its slice in chunks of 8
-// rows.  The slices of a tile are the blocks of one thread-block cluster
-// (Hopper), so a decode shape gets several waves of short blocks instead of
-// a few long walks over the whole of K (see plan_for).  Per chunk a thread
-// reads 8 rows x 8 columns of W with 16-byte loads that do not allocate in
-// L1 and are marked evict-first in L2 (W is read once), and 8 values of each
-// A row with one 16-byte load (A is tiny and stays in L1/L2; the CT
-// column-threads of a k-lane read the same A addresses); the next chunk's
-// loads are issued before the current one is multiplied.  Accumulators are
-// float, rows x 8 per thread.  The k-lanes of a warp are summed with
-// shuffles, the warps through shared memory, the slices of a cluster through
-// distributed shared memory (each block of the cluster adds and stores a
-// share of the tile's outputs); y is rounded to nearest even.  One launch,
-// no workspace, no host synchronization: capturable.
+// (CT column-threads of 8 consecutive columns, CT = 4 or 2) and the whole of
+// K; the 256 / CT k-lanes of the block stride over K in chunks of 8 rows.
+// Per chunk a thread reads 8 rows x 8 columns of W with 16-byte loads that do
+// not allocate in L1 and are marked evict-first in L2 (W is read once), and 8
+// values of each A row with one 16-byte load (A is tiny and stays in L1/L2;
+// the CT column-threads of a k-lane read the same A addresses); the next
+// chunk's loads are issued before the current one is multiplied.
+// Accumulators are float, rows x 8 per thread.  The k-lanes of a warp are summed with
+// shuffles, the warps through shared memory; y is rounded to nearest even.
+// One launch, no workspace, no host synchronization: capturable.
 #include "cuda-common.cuh"
 
-#include <cooperative_groups.h>
 #include <limits.h>
 #include <stdlib.h>
 
 using namespace tpfc;
-namespace cg = cooperative_groups;
 
 namespace {
 
@@ -177,27 +170,17 @@ template <int M> struct MinBlocks {
 	static constexpr int value = M <= 2 ? 2 : 1;
 };
 
-// Block b of the grid is rank b % S (S: the cluster's size, the K split) of
-// the cluster of column tile b / S and multiplies rows
-// [rank * kslice, rank * kslice + kslice) of K (kslice a multiple of 8); the
-// S blocks of a cluster add their partial sums through distributed shared
-// memory, each block storing every S-th output of the tile.  S = 1 (a
-// cluster of one block) takes the whole of K.
 template <typename T, int M, int CT, bool avec>
 __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	gemv_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-		    unsigned short *__restrict__ y, int rows, int K, int N, int kslice)
+		    unsigned short *__restrict__ y, int rows, int K, int N)
 {
 	constexpr int KL = kThreads / CT; // k-lanes
 	constexpr int TW = 8 * CT;        // columns of the tile
 	__shared__ float red[kWarps][M][TW];
-	__shared__ float part[M * TW]; // the block's sums, read by the cluster
 
-	cg::cluster_group cluster = cg::this_cluster();
-	const int S = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
-	const int tile = (int)(blockIdx.x / (unsigned)S);
 	const int tid = threadIdx.x, ct = tid % CT, kl = tid / CT;
-	const int col = tile * TW + ct * 8; // N % 8 == 0: all 8 columns or none
+	const int col = blockIdx.x * TW + ct * 8; // N % 8 == 0: all 8 columns or none
 	float acc[M][8];
 #pragma unroll
 	for (int m = 0; m < M; m++)
@@ -208,8 +191,6 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	if (col < N) {
 		const uint64_t pol = evict_first_policy();
 		const int kfull = K & ~7; // rows in whole chunks
-		const int kbeg = rank * kslice;
-		const int kend = min(kbeg + kslice, kfull); // this block's whole chunks end
 		const int step = KL * 8;
 		const size_t wstep = (size_t)step * N;
 		// rows past `rows` (M rounded up) read row rows - 1; never stored
@@ -220,26 +201,25 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 		// double buffered: the next chunk's loads are in flight while
 		// this one is multiplied
 		Chunk<M> c0, c1;
-		int k = kbeg + kl * 8;
+		int k = kl * 8;
 		const unsigned short *wk = w + col + (size_t)k * N;
-		load_chunk<M, true, avec>(c0, a + k, wk, aoff, K, N, k, k < kend, pol);
-		while (k < kend) {
-			load_chunk<M, true, avec>(c1, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kend,
+		load_chunk<M, true, avec>(c0, a + k, wk, aoff, K, N, k, k < kfull, pol);
+		while (k < kfull) {
+			load_chunk<M, true, avec>(c1, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
 						  pol);
 			mul_chunk<T, M>(acc, c0);
 			k += step;
 			wk += wstep;
-			if (k >= kend)
+			if (k >= kfull)
 				break;
-			load_chunk<M, true, avec>(c0, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kend,
+			load_chunk<M, true, avec>(c0, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
 						  pol);
 			mul_chunk<T, M>(acc, c1);
 			k += step;
 			wk += wstep;
 		}
-		// the partial chunk (K % 8 rows): in the last slice, the k-lane
-		// next in turn
-		if (kfull < K && kfull >= kbeg && kfull - kbeg < kslice && kl == ((kfull - kbeg) / 8) % KL) {
+		// the partial chunk (K % 8 rows): the k-lane next in turn
+		if (kfull < K && kl == (kfull / 8) % KL) {
 			load_chunk<M, false, false>(c0, a + kfull, w + col + (size_t)kfull * N, aoff, K, N, kfull, true,
 						    pol);
 			mul_chunk<T, M>(acc, c0);
@@ -265,30 +245,17 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 			for (int c = 0; c < 8; c++)
 				red[warp][m][lane * 8 + c] = acc[m][c];
 	__syncthreads();
-	// the warps' sums: the block's partial sums of its slice of K
 	for (int o = tid; o < M * TW; o += kThreads) {
 		int m = o / TW, cc = o % TW;
+		int oc = blockIdx.x * TW + cc;
+		if (m >= rows || oc >= N)
+			continue;
 		float s = 0.f;
 #pragma unroll
 		for (int wi = 0; wi < kWarps; wi++)
 			s += red[wi][m][cc];
-		part[o] = s;
-	}
-	// every block's partial sums visible to the cluster
-	cluster.sync();
-	// outputs o = rank, rank + S, ...: the slices' sums in rank order
-	for (int o = rank + tid * S; o < M * TW; o += kThreads * S) {
-		int m = o / TW, cc = o % TW;
-		int oc = tile * TW + cc;
-		if (m >= rows || oc >= N)
-			continue;
-		float s = 0.f;
-		for (int r = 0; r < S; r++)
-			s += cluster.map_shared_rank(part, r)[o];
 		y[(size_t)m * N + oc] = Bits<T>::from_float(s);
 	}
-	// no block leaves while another may still read its shared memory
-	cluster.sync();
 }
 
 // ---------------------------------------------------------------- host
@@ -327,92 +294,34 @@ int sm_count()
 	return n;
 }
 
-// The launch: `tiles` column tiles of 8 * ct columns, each a cluster of
-// `split` blocks over slices of kslice rows of K.
-struct Plan {
-	int ct;
-	int split;
-	int kslice;
-	unsigned tiles;
-};
-
-// The K split: the fewest slices (cluster size 1 to kMaxSplit) that give
-// about 4 blocks an SM, each slice a whole number of passes of the block's
-// k-lanes over 8-row chunks (a pass: 256 x 128 bytes of W); as many slices
-// as kMaxSplit allows when no split gives that many blocks.  32-column tiles
-// (64-byte row pieces of W) unless 16-column ones give more blocks.
-constexpr int kMaxSplit = 8; // the portable cluster size
-
-Plan plan_for(int64_t K, int64_t N, int sms)
-{
-	const int64_t chunks = (K + 7) / 8, target = 4 * (int64_t)sms;
-	Plan best = {0, 0, 0, 0};
-	int64_t best_blocks = 0;
-	for (int ct = 4; ct >= 2; ct -= 2) {
-		const int64_t kl = kThreads / ct, tiles = (N + 8 * ct - 1) / (8 * ct);
-		int64_t passes = 0, split = 0;
-		for (int s = 1; s <= kMaxSplit; s++) {
-			passes = (chunks + s * kl - 1) / (s * kl);
-			split = (chunks + passes * kl - 1) / (passes * kl);
-			if (tiles * split >= target)
-				break;
-		}
-		const int64_t blocks = tiles * split;
-		if (blocks > best_blocks) {
-			best = {ct, (int)split, (int)(passes * kl * 8), (unsigned)tiles};
-			best_blocks = blocks;
-		}
-		if (blocks >= target)
-			break;
-	}
-	return best;
-}
-
-template <typename T, int M, int CT, bool avec>
-cudaError_t launch_k(const Plan &p, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N)
-{
-	cudaLaunchConfig_t cfg = {};
-	cudaLaunchAttribute attr[1];
-	cfg.gridDim = dim3(p.tiles * (unsigned)p.split, 1, 1);
-	cfg.blockDim = dim3(kThreads, 1, 1);
-	cfg.dynamicSmemBytes = 0;
-	cfg.stream = st;
-	attr[0].id = cudaLaunchAttributeClusterDimension;
-	attr[0].val.clusterDim.x = (unsigned)p.split;
-	attr[0].val.clusterDim.y = 1;
-	attr[0].val.clusterDim.z = 1;
-	cfg.attrs = attr;
-	cfg.numAttrs = 1;
-	return cudaLaunchKernelEx(&cfg, gemv_kernel<T, M, CT, avec>, (const unsigned short *)a,
-				  (const unsigned short *)w, (unsigned short *)y, rows, K, N, p.kslice);
-}
-
 template <typename T, int M>
-cudaError_t launch_m(const Plan &p, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
-		     bool avec)
+void launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
+	      bool avec)
 {
-	if (p.ct == 4 && avec)
-		return launch_k<T, M, 4, true>(p, st, a, w, y, rows, K, N);
-	else if (p.ct == 4)
-		return launch_k<T, M, 4, false>(p, st, a, w, y, rows, K, N);
+	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
+	unsigned short *py = (unsigned short *)y;
+	if (ct == 4 && avec)
+		gemv_kernel<T, M, 4, true><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
+	else if (ct == 4)
+		gemv_kernel<T, M, 4, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
 	else if (avec)
-		return launch_k<T, M, 2, true>(p, st, a, w, y, rows, K, N);
+		gemv_kernel<T, M, 2, true><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
 	else
-		return launch_k<T, M, 2, false>(p, st, a, w, y, rows, K, N);
+		gemv_kernel<T, M, 2, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
 }
 
 template <typename T>
-cudaError_t launch(const Plan &p, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
-		   bool avec)
+void launch(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
+	    bool avec)
 {
 	if (rows <= 1)
-		return launch_m<T, 1>(p, st, a, w, y, rows, K, N, avec);
+		launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec);
 	else if (rows <= 2)
-		return launch_m<T, 2>(p, st, a, w, y, rows, K, N, avec);
+		launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec);
 	else if (rows <= 4)
-		return launch_m<T, 4>(p, st, a, w, y, rows, K, N, avec);
+		launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec);
 	else
-		return launch_m<T, 8>(p, st, a, w, y, rows, K, N, avec);
+		launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec);
 }
 
 } // namespace
@@ -430,23 +339,21 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	if ((uintptr_t)w % 16 || (uintptr_t)a % 2 || (uintptr_t)y % 2)
 		return 0;
 	const bool avec = K % 8 == 0 && (uintptr_t)a % 16 == 0;
+	// 32-column tiles (64-byte row pieces of W) when they fill the SMs,
+	// else 16-column tiles for twice the blocks
 	const int sms = sm_count();
-	// a large weight of few columns (fewer 32- or 16-column tiles than an
-	// eighth of the SMs) stays on cuBLASLt
 	int64_t tiles32 = (N + 31) / 32;
-	int ct0 = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
-	int64_t tiles0 = (N + 8 * ct0 - 1) / (8 * ct0);
-	if (tiles0 * 8 < sms && K * N * 2 > (1 << 20))
+	int ct = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
+	unsigned blocks = (unsigned)((N + 8 * ct - 1) / (8 * ct));
+	// a large weight of few columns would stream through a few SMs:
+	// cuBLASLt splits K over more
+	if ((int64_t)blocks * 8 < sms && K * N * 2 > (1 << 20))
 		return 0;
-	const Plan p = plan_for(K, N, sms);
 	cudaStream_t s = tpfc_stream(c);
-	cudaError_t e = dt == TPF_DTYPE_BFLOAT16 ? launch<__nv_bfloat16>(p, s, a, w, y, (int)rows, (int)K, (int)N, avec)
-						 : launch<__half>(p, s, a, w, y, (int)rows, (int)K, (int)N, avec);
-	if (e != cudaSuccess) {
-		(void)cudaGetLastError(); // the launch's error, reported here
-		*st = tpfc_cuda_fail(c, "gemv", e);
-	} else {
-		*st = tpfc_launched(c, "gemv");
-	}
+	if (dt == TPF_DTYPE_BFLOAT16)
+		launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec);
+	else
+		launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec);
+	*st = tpfc_launched(c, "gemv");
 	return 1;
 }
