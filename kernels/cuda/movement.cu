@@ -316,7 +316,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_slice)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	TPF_KTRY(tpfc_need_bytes(c, x->dtype));
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
+		return st;
 	int64_t start[kMaxRank], step[kMaxRank], od[kMaxRank];
 	if (tpf_slice_resolve(c, start, step, od))
 		return tpf_kfail(c, TPF_ERR_INVALID, "starts/ends/axes/steps are not valid known integers");
@@ -441,7 +442,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_expand)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	TPF_KTRY(tpfc_need_bytes(c, x->dtype));
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
+		return st;
 	const struct tpf_ktensor *ins[2] = {x, y};
 	Strided s;
 	if (tpfc_strided_bcast(&s, y, ins, 2))
@@ -453,7 +455,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gather_reorder)
 {
 	const struct tpf_ktensor *x = &c->in[0];
 	struct tpf_ktensor *y = &c->out[0];
-	TPF_KTRY(tpfc_need_bytes(c, y->dtype));
+	if (enum tpf_status st = tpfc_need_bytes(c, y->dtype))
+		return st;
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), y->rank);
 	if (ax < 0 || c->world < 1 || y->dims[ax] % c->world || x->nbytes != y->nbytes)
 		return tpf_kfail(c, TPF_ERR_INVALID, "gathered shape does not split into %d chunks", c->world);
@@ -479,7 +482,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gather)
 {
 	const struct tpf_ktensor *x = &c->in[0], *ix = &c->in[1];
 	struct tpf_ktensor *y = &c->out[0];
-	TPF_KTRY(tpfc_need_bytes(c, x->dtype));
+	if (enum tpf_status st = tpfc_need_bytes(c, x->dtype))
+		return st;
 	int ax = tpf_norm_axis(tpf_node_attr_int(c->node, "axis", 0), x->rank);
 	if (ax < 0)
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
@@ -634,7 +638,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_constant_of_shape)
 {
 	struct tpf_ktensor *y = &c->out[0];
 	const struct tpf_attr *a = tpf_node_attr(c->node, "value");
-	TPF_KTRY(tpfc_need_bytes(c, y->dtype));
+	if (enum tpf_status st = tpfc_need_bytes(c, y->dtype))
+		return st;
 	size_t es = tpf_elem_size(y->dtype);
 	uint64_t bits = 0;
 	if (a && a->t && a->t->data) {
