@@ -14,6 +14,8 @@
 //   over its chunks, and writes present_key/present_value for the rows it
 //   read.  With several splits a combine kernel merges the blocks' partial
 //   results from the call's workspace.  Float32 throughout, one rounding of Y.
+//   A prefill whose keys do not fit the row kernel's shared memory runs here
+//   too, its query rows in chunks of 16.
 // - rows (everything else: long query groups, head sizes the decode kernel
 //   does not take, no workspace): one block per query row, the row's scores in
 //   shared memory, float32.
@@ -154,7 +156,7 @@ struct DecArgs {
 	int dm, mask_bool;
 	int64_t B, Hq, S, D, Hk, L, Dv, P, T, G, R;
 	int64_t mstride[4];
-	int splits, chunks_per_split;
+	int splits, chunks_per_split, row_chunks;
 	float scale, softcap;
 	int causal;
 };
@@ -205,7 +207,10 @@ __device__ __forceinline__ const T *dec_row(const DecArgs &a, bool is_k, int64_t
 	return (const T *)(is_k ? a.k : a.v) + ((b * a.Hk + hk) * a.L + j - a.P) * dd;
 }
 
-// Grid (splits, B * Hk).  RB: rows of the group rounded up (the padding rows'
+// Grid (splits, B * Hk, row chunks).  A group of more than 16 rows (a
+// prefill too long for the row kernel's shared-memory scores) is cut into
+// chunks of RB = 16 rows, blockIdx.z the chunk; only chunk 0 writes present.
+// RB: rows of the group rounded up (the padding rows'
 // queries are zero and their results never stored).
 template <typename T, int RB>
 __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a)
@@ -219,10 +224,12 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 	constexpr int VN = Vec16<T>::n;
 	const int tid = threadIdx.x;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
+	const int64_t r0 = (int64_t)blockIdx.z * RB; // this chunk's first row of the group
+	const bool writes_present = blockIdx.z == 0;
 	// the group's query rows r = g * S + s, head hk * G + g
 #pragma unroll 4
 	for (int64_t i = tid; i < RB * a.D; i += kDecThreads) {
-		int64_t r = i / a.D, d = i % a.D;
+		int64_t r = r0 + i / a.D, d = i % a.D;
 		float v = 0.f;
 		if (r < a.R) {
 			int64_t g = r / a.S, s = r % a.S;
@@ -273,7 +280,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 		for (int r = 0; r < RB; r++)
 			sc[r] = 0.f;
 		if (kr) {
-			T *pkr = a.prk ? (T *)a.prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
+			T *pkr = a.prk && writes_present ? (T *)a.prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
 			for (int64_t d0 = dbeg; d0 < dend; d0 += kKVec * VN) {
 				uint4 raw[kKVec];
 #pragma unroll
@@ -305,8 +312,8 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 #pragma unroll
 			for (int r = 0; r < RB; r++) {
 				float x = -INFINITY;
-				if (j < a.T && r < a.R) {
-					int64_t g = r / a.S, s = r % a.S, h = hk * a.G + g;
+				if (j < a.T && r0 + r < a.R) {
+					int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S, h = hk * a.G + g;
 					// rounded to T where the MatMul/Mul/Tanh/Add chain it
 					// replaces rounds (the CPU reference does the same)
 					x = rt<T>(rt<T>(sc[r]) * a.scale);
@@ -369,7 +376,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 			for (int t = 0; t < kChunk; t++) {
 				if (t >= jn)
 					break;
-				if (a.prv)
+				if (a.prv && writes_present)
 					((T *)a.prv)[((b * a.Hk + hk) * a.T + j0 + t) * a.Dv + d] = raw[t];
 				float vv = Cvt<T>::in(raw[t]);
 #pragma unroll
@@ -385,9 +392,9 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 	const int64_t rows = a.B * a.Hq * a.S;
 #pragma unroll
 	for (int r = 0; r < RB; r++) {
-		if (r >= a.R)
+		if (r0 + r >= a.R)
 			break;
-		int64_t g = r / a.S, s = r % a.S;
+		int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S;
 		int64_t row = (b * a.Hq + hk * a.G + g) * a.S + s;
 		float l = lrow[r];
 #pragma unroll
@@ -450,6 +457,14 @@ __global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 	}
 }
 
+// The row kernel keeps a row's scores in shared memory.
+constexpr int64_t kRowsMaxKeys = 200 * 1024 / sizeof(float);
+
+bool rows_kernel_fits(const struct tpf_attention_ops &o)
+{
+	return o.T <= kRowsMaxKeys;
+}
+
 int sm_count()
 {
 	static int sms[64];
@@ -465,12 +480,14 @@ int sm_count()
 // group rows R, the splits and chunks per split, and the workspace bytes the
 // splits need (0 with one split).
 struct DecPlan {
-	int ok, splits, chunks_per_split;
+	int ok, splits, chunks_per_split, row_chunks;
 	int64_t R, G;
 	size_t ws_bytes;
 };
 
-DecPlan decode_plan(const struct tpf_attention_ops &o)
+// long: the group may have more than 16 rows (cut into chunks of 16): only
+// where the row kernel cannot hold the scores.
+DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 {
 	DecPlan p;
 	memset(&p, 0, sizeof(p));
@@ -491,7 +508,8 @@ DecPlan decode_plan(const struct tpf_attention_ops &o)
 	int vn = 16 / (int)tpf_elem_size(t);
 	p.G = o.Hq / o.Hk;
 	p.R = p.G * o.S;
-	if (p.R < 1 || p.R > kMaxGroupRows || o.D <= 0 || o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv <= 0 ||
+	p.row_chunks = (int)((p.R + kMaxGroupRows - 1) / kMaxGroupRows);
+	if (p.R < 1 || (p.R > kMaxGroupRows && !long_rows) || p.row_chunks > 65535 || o.D <= 0 || o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv <= 0 ||
 	    o.Dv > kMaxDv || o.T <= 0)
 		return p;
 	// 16-byte rows for the vector loads and stores
@@ -499,7 +517,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o)
 	for (const struct tpf_ktensor *x : vec)
 		if (x && x->data && ((uintptr_t)x->data & 15))
 			return p;
-	int64_t groups = o.B * o.Hk, nchunks = (o.T + kChunk - 1) / kChunk;
+	int64_t groups = o.B * o.Hk * p.row_chunks, nchunks = (o.T + kChunk - 1) / kChunk;
 	int64_t want = (2 * (int64_t)sm_count() + groups - 1) / groups;
 	if (want < 1)
 		want = 1;
@@ -523,7 +541,7 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	if (shmem > 48 * 1024)
 		cudaFuncSetAttribute(decode_attention_kernel<T, RB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 				     (int)shmem);
-	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk));
+	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
 	decode_attention_kernel<T, RB><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
 	enum tpf_status e = tpfc_launched(c, "decode attention");
 	if (e || a.splits == 1)
@@ -561,7 +579,7 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 		a.mstride[d] = ra.mstride[d];
 	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
 	a.G = p.G, a.R = p.R;
-	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split;
+	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
 	a.part = (float *)c->workspace;
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
 	switch (o.q->dtype) {
@@ -584,7 +602,7 @@ extern "C" size_t tpf_cu_attention_workspace(const struct tpf_kernel_call *c)
 	quiet.diag = NULL; // a call the kernel will refuse needs none, and says so when it runs
 	if (c->n_in < 3 || c->n_out < 1 || tpf_attention_operands(&quiet, &o))
 		return 0;
-	DecPlan p = decode_plan(o);
+	DecPlan p = decode_plan(o, !rows_kernel_fits(o));
 	return p.ok ? p.ws_bytes : 0;
 }
 
@@ -602,8 +620,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 		if (c->in[i].data && i != 3 && !tpfc_float_ok(c->in[i].dtype))
 			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda",
 					 tpf_dtype_name(c->in[i].dtype));
-	if (a.T * (int64_t)sizeof(float) > 200 * 1024)
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "%lld keys exceed the shared-memory score row", (long long)a.T);
+
 	struct tpf_attention_attrs at;
 	tpf_attention_attrs(c, a.D, &at);
 	a.scale = at.scale;
@@ -647,7 +664,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 	if (rows == 0 || a.Dv == 0 || a.T == 0)
 		goto rows_kernel;
 	{
-		DecPlan dp = decode_plan(o);
+		DecPlan dp = decode_plan(o, !rows_kernel_fits(o));
 		if (dp.ok) {
 			if (dp.splits > 1 && (!c->workspace || c->workspace_bytes < dp.ws_bytes)) {
 				// no room for partial results: one block per KV head walks every chunk
@@ -659,6 +676,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 		}
 	}
 rows_kernel:
+	if (rows > 0 && a.Dv > 0 && !rows_kernel_fits(o))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
+				 "%lld keys exceed the row kernel's shared-memory scores, and the split kernel "
+				 "needs Q/K/V of one float dtype, a head size that is a multiple of %d elements "
+				 "(at most 512) and a value size of at most %d",
+				 (long long)a.T, 4 * 16 / (int)tpf_elem_size(q->dtype), kMaxDv);
 	if (rows > 0 && a.Dv > 0) {
 		size_t shmem = (size_t)(a.T > 0 ? a.T : 1) * sizeof(float);
 		if (shmem > 48 * 1024)

@@ -1380,6 +1380,15 @@ static void attention_decode(void)
 					   omitted(), R(dt, 4, 1, 1, 77, 256), R(dt, 4, 1, 1, 77, 256)};
 		CHECK("Attention decode head size 256, past 77", w, f, 3, 4);
 		free_tensors(f, 6);
+		/* a prefill chunk over more keys than the row kernel's shared
+		 * memory holds: the split kernel in chunks of 16 query rows (40
+		 * rows: 3 chunks), present written once */
+		struct tpf_node *lp = node("", "Attention", 6, 3);
+		tpf_node_set_attr_int(lp, "is_causal", 1);
+		struct tpf_ktensor h[6] = {R(dt, 4, 1, 2, 20, 32), R(dt, 4, 1, 1, 20, 32), R(dt, 4, 1, 1, 20, 32),
+					   omitted(), R(dt, 4, 1, 1, 51300, 32), R(dt, 4, 1, 1, 51300, 32)};
+		CHECK("Attention prefill 20 tokens over 51320 keys (row chunks)", lp, h, 3, 4);
+		free_tensors(h, 6);
 	}
 }
 
