@@ -86,6 +86,16 @@ mutant kernel-gated-silu kernels/cpu/fused-decode.c \
 	"decode-fusions" \
 	"the CPU GatedActivation kernel computes SiLU with sigmoid(-g)"
 
+mutant pass-attention-softmax-axis passes/fuse-attention.c \
+	's|^\(\t*\)if (!(ax == -1 \|\| (r > 0 \&\& ax == r - 1)))$|\1if (!(ax == -1 \|\| (r > 0 \&\& ax == r - 1)) \&\& 0)|' \
+	"passes/fuse-attention-near-misses attention-fusion" \
+	"fuse-attention takes a Softmax along another axis than the keys' into Attention"
+
+mutant runtime-split-view-offset runtime/plan.c \
+	's|^\(\t*\)y->alias_off = x->alias_off + off;$|\1y->alias_off = x->alias_off;|' \
+	"runtime" \
+	"a Split lowered to views puts every piece at the input's first byte"
+
 # ------------------------------------------------------------------ options
 list=0 keep=0 work="" rev=HEAD
 want=()
