@@ -31,7 +31,7 @@
  *
  * h is a constant equal to D/2 (D static), or the exporter's computed
  * D / 2 (Div(Gather(Shape(x), 3), 2)).  RotaryEmbedding is an opset-23 op:
- * a model of a lower default-domain opset is raised to 23 when it still
+ * a model of a default-domain opset from 13 to 22 is raised to 23 when it still
  * verifies there (otherwise the pass leaves it alone and says why).
  */
 #include <inttypes.h>
@@ -688,6 +688,18 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 		has_neg = n->op == TPF_OP_NEG;
 	if (!has_neg)
 		return TPF_OK;
+	if (opset >= 0 && opset < 13) {
+		/* Softmax, LogSoftmax and Hardmax coerce to 2-D before opset 13:
+		 * raising the opset would change what they compute, and the
+		 * verifier cannot see it */
+		if (ctx && ctx->explain)
+			fprintf(ctx->explain,
+			        "near-miss: %s: the model's opset %" PRId64
+			        " is below 13 (raising it to 23 for RotaryEmbedding would change Softmax's "
+			        "meaning)\n",
+			        PASS_NAME, opset);
+		return TPF_OK;
+	}
 	if (opset >= 0 && opset < 23) {
 		/* RotaryEmbedding needs opset 23: raise the model's, if it still
 		 * verifies there */
