@@ -800,10 +800,6 @@ static const struct tpf_pattern *const patterns[] = {&pat_attention, NULL};
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
 {
-	const char *dom = tpf_model_opset(m, "") >= 0 ? "" : "ai.onnx";
-	int64_t opset = tpf_model_opset(m, dom);
-	enum tpf_status st;
-
 	*changed = 0;
 	/* every form has a Softmax: without one there is nothing to do (and no
 	 * reason to verify the model at opset 23) */
@@ -812,43 +808,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 		has_softmax = n->op == TPF_OP_SOFTMAX;
 	if (!has_softmax)
 		return TPF_OK;
-	if (opset >= 0 && opset < 13) {
-		/* Softmax flattened to 2-D before opset 13: another op */
-		if (ctx && ctx->explain)
-			fprintf(ctx->explain,
-			        "near-miss: %s: the model's opset %" PRId64
-			        " is below 13 (Softmax coerces to 2-D there)\n",
-			        PASS_NAME, opset);
-		return TPF_OK;
-	}
-	if (opset >= 0 && opset < 23) {
-		/* Attention needs opset 23: raise the model's, if it still
-		 * verifies there */
-		struct tpf_diag *vd = tpf_diag_create();
-		if (!vd)
-			return TPF_ERR_NOMEM;
-		if ((st = tpf_model_set_opset(m, dom, 23))) {
-			tpf_diag_free(vd);
-			return st;
-		}
-		enum tpf_status vs = tpf_model_verify(m, vd);
-		if (vs != TPF_OK) {
-			if (ctx && ctx->explain) {
-				fprintf(ctx->explain,
-				        "near-miss: %s: the model's opset %" PRId64
-				        " cannot be raised to 23 (Attention): ",
-				        PASS_NAME, opset);
-				tpf_diag_print(vd, ctx->explain);
-			}
-			tpf_diag_free(vd);
-			return tpf_model_set_opset(m, dom, opset);
-		}
-		tpf_diag_free(vd);
-	}
-	st = tpf_pattern_run(m, &tpf_pass_fuse_attention, ctx, changed, d);
-	if (st == TPF_OK && !*changed && opset >= 0 && opset < 23)
-		st = tpf_model_set_opset(m, dom, opset);
-	return st;
+	return tpf_pattern_run_opset23(m, &tpf_pass_fuse_attention, "Attention", ctx, changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_attention = {

@@ -676,10 +676,6 @@ static const struct tpf_pattern *const patterns[] = {&pat_partial, &pat_full, NU
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
 {
-	const char *dom = tpf_model_opset(m, "") >= 0 ? "" : "ai.onnx";
-	int64_t opset = tpf_model_opset(m, dom);
-	enum tpf_status st;
-
 	*changed = 0;
 	/* every form negates half of x: without a Neg there is nothing to do
 	 * (and no reason to verify the model at opset 23) */
@@ -688,46 +684,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 		has_neg = n->op == TPF_OP_NEG;
 	if (!has_neg)
 		return TPF_OK;
-	if (opset >= 0 && opset < 13) {
-		/* Softmax, LogSoftmax and Hardmax coerce to 2-D before opset 13:
-		 * raising the opset would change what they compute, and the
-		 * verifier cannot see it */
-		if (ctx && ctx->explain)
-			fprintf(ctx->explain,
-			        "near-miss: %s: the model's opset %" PRId64
-			        " is below 13 (raising it to 23 for RotaryEmbedding would change Softmax's "
-			        "meaning)\n",
-			        PASS_NAME, opset);
-		return TPF_OK;
-	}
-	if (opset >= 0 && opset < 23) {
-		/* RotaryEmbedding needs opset 23: raise the model's, if it still
-		 * verifies there */
-		struct tpf_diag *vd = tpf_diag_create();
-		if (!vd)
-			return TPF_ERR_NOMEM;
-		if ((st = tpf_model_set_opset(m, dom, 23))) {
-			tpf_diag_free(vd);
-			return st;
-		}
-		enum tpf_status vs = tpf_model_verify(m, vd);
-		if (vs != TPF_OK) {
-			if (ctx && ctx->explain) {
-				fprintf(ctx->explain,
-				        "near-miss: %s: the model's opset %" PRId64
-				        " cannot be raised to 23 (RotaryEmbedding): ",
-				        PASS_NAME, opset);
-				tpf_diag_print(vd, ctx->explain);
-			}
-			tpf_diag_free(vd);
-			return tpf_model_set_opset(m, dom, opset);
-		}
-		tpf_diag_free(vd);
-	}
-	st = tpf_pattern_run(m, &tpf_pass_fuse_rotary_embedding, ctx, changed, d);
-	if (st == TPF_OK && !*changed && opset >= 0 && opset < 23)
-		st = tpf_model_set_opset(m, dom, opset);
-	return st;
+	return tpf_pattern_run_opset23(m, &tpf_pass_fuse_rotary_embedding, "RotaryEmbedding", ctx, changed, d);
 }
 
 const struct tpf_pass tpf_pass_fuse_rotary_embedding = {

@@ -11,6 +11,7 @@
  * branch fails, so a later operand can still reject an earlier choice and
  * the pattern's check can reject a whole match and have the next one tried.
  */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1196,5 +1197,46 @@ enum tpf_status tpf_pattern_run(struct tpf_model *model, const struct tpf_pass *
 	if (changed)
 		*changed = any;
 	tpf_free(m);
+	return st;
+}
+
+enum tpf_status tpf_pattern_run_opset23(struct tpf_model *m, const struct tpf_pass *pass, const char *op,
+					struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d)
+{
+	const char *dom = tpf_model_opset(m, "") >= 0 ? "" : "ai.onnx";
+	int64_t opset = tpf_model_opset(m, dom);
+	enum tpf_status st;
+
+	*changed = 0;
+	if (opset >= 0 && opset < 13) {
+		if (ctx && ctx->explain)
+			fprintf(ctx->explain,
+				"near-miss: %s: the model's opset %" PRId64
+				" is below 13 (raising it to 23 for %s would change Softmax's meaning)\n",
+				pass->name, opset, op);
+		return TPF_OK;
+	}
+	if (opset >= 0 && opset < 23) {
+		struct tpf_diag *vd = tpf_diag_create();
+		if (!vd)
+			return TPF_ERR_NOMEM;
+		if ((st = tpf_model_set_opset(m, dom, 23))) {
+			tpf_diag_free(vd);
+			return st;
+		}
+		if (tpf_model_verify(m, vd) != TPF_OK) {
+			if (ctx && ctx->explain) {
+				fprintf(ctx->explain, "near-miss: %s: the model's opset %" PRId64 " cannot be raised to 23 (%s): ",
+					pass->name, opset, op);
+				tpf_diag_print(vd, ctx->explain);
+			}
+			tpf_diag_free(vd);
+			return tpf_model_set_opset(m, dom, opset);
+		}
+		tpf_diag_free(vd);
+	}
+	st = tpf_pattern_run(m, pass, ctx, changed, d);
+	if (st == TPF_OK && !*changed && opset >= 0 && opset < 23)
+		st = tpf_model_set_opset(m, dom, opset);
 	return st;
 }

@@ -221,6 +221,15 @@ int tpf_pattern_match(const struct tpf_pattern *p, const struct tpf_pattern_cont
 enum tpf_status tpf_pattern_run(struct tpf_model *m, const struct tpf_pass *pass,
 				struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d);
 
+/* tpf_pattern_run for a pass whose rewrite is a standard op of opset 23
+ * (`op`, named in --explain lines): a model of a default-domain opset from
+ * 13 to 22 is raised to 23 when it still verifies there and set back when
+ * nothing fused; below 13 the pass reports the opset and does nothing
+ * (Softmax, LogSoftmax and Hardmax coerce to 2-D there: raising the opset
+ * would change what they compute without the verifier seeing it). */
+enum tpf_status tpf_pattern_run_opset23(struct tpf_model *m, const struct tpf_pass *pass, const char *op,
+					struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d);
+
 /* ------------------------------------------------------------------ helpers */
 
 /* A one-element numeric constant as double; 0 on success. */
