@@ -124,7 +124,8 @@ static void fp4_quantize_shape(struct tpf_shape_call *c)
 	op_type_shape_of(sc, x);
 	/* one scale a block; a partial last block has one too */
 	if (bs > 0 && dim_is_static(&x->dims[ax])) {
-		sc->dims[ax] = dim_of((x->dims[ax].value + bs - 1) / bs);
+		int64_t v = x->dims[ax].value; /* ceil(v / bs) without overflowing near INT64_MAX */
+		sc->dims[ax] = dim_of(v / bs + (v % bs != 0));
 	} else {
 		sc->dims[ax] = dim_unknown();
 	}

@@ -320,7 +320,7 @@ static void allreduce_rms_norm_quant_shape(struct tpf_shape_call *c)
 		int bad = scale->rank != x->rank;
 
 		if (!bad && dim_is_static(h) && dim_is_static(&scale->dims[x->rank - 1]))
-			bad = scale->dims[x->rank - 1].value != (h->value + bs - 1) / bs;
+			bad = scale->dims[x->rank - 1].value != h->value / bs + (h->value % bs != 0);
 		if (bad) {
 			op_error(c, "block scales '%s' %s: expected the input's shape with the last dim "
 				 "in blocks of %" PRId64, op_in_name(c, 2), op_type_str(scale, a, sizeof(a)),
@@ -341,7 +341,7 @@ static void allreduce_rms_norm_quant_shape(struct tpf_shape_call *c)
 			/* one scale a block of the last axis (a partial block too) */
 			struct tpf_dim *h = &ys->dims[x->rank - 1];
 
-			*h = dim_is_static(h) ? dim_of((h->value + bs - 1) / bs) : dim_unknown();
+			*h = dim_is_static(h) ? dim_of(h->value / bs + (h->value % bs != 0)) : dim_unknown();
 		}
 	}
 }
