@@ -8,12 +8,15 @@
 // - decode (split KV, "flash-decoding"): the query rows that share a KV head
 //   (G = Hq / Hk heads times S positions, at most 16 rows) are one group; the
 //   group's keys are cut into chunks of 32 and spread over `splits` blocks, so
-//   a decode step's few heads still fill the GPU.  Each block reads every key
-//   and value row of its chunks once for all the group's query rows (four
-//   threads a key, 16-byte loads), keeps a running softmax (max, sum, output)
-//   over its chunks, and writes present_key/present_value for the rows it
-//   read.  With several splits a combine kernel merges the blocks' partial
-//   results from the call's workspace.  Float32 throughout, one rounding of Y.
+//   a decode step's few heads still fill the GPU (as many splits as the SMs
+//   hold blocks at once).  Each block reads every key and value row of its
+//   chunks once for all the group's query rows; its four warps each take 8
+//   keys of every chunk (four lanes a key for the scores, a lane Dv / 32
+//   columns of every key for the values, vector loads), keep their own
+//   running softmax (max, sum, output) in registers, and are merged at the
+//   end; present_key/present_value are written from the rows read.  With
+//   several splits a combine kernel merges the blocks' partial results from
+//   the call's workspace.  Float32 throughout, one rounding of Y.
 //   A prefill whose keys do not fit the row kernel's shared memory runs here
 //   too, its query rows in chunks of 16.
 // - rows (everything else: long query groups, head sizes the decode kernel
@@ -147,7 +150,6 @@ constexpr int kDecThreads = 128;
 constexpr int kKeyThreads = 4;                         // threads per key (score phase)
 constexpr int kChunk = kDecThreads / kKeyThreads;       // keys per chunk
 constexpr int kMaxGroupRows = 16;
-constexpr int kMaxDv = 2 * kDecThreads;
 
 struct DecArgs {
 	const void *q, *k, *v, *mask, *pk, *pv;
@@ -207,98 +209,175 @@ __device__ __forceinline__ const T *dec_row(const DecArgs &a, bool is_k, int64_t
 	return (const T *)(is_k ? a.k : a.v) + ((b * a.Hk + hk) * a.L + j - a.P) * dd;
 }
 
+// Blocks an SM should hold (registers capped to fit): the splits of a
+// decode step are sized to the resident blocks, one wave.
+template <int RB> struct DecMinBlocks {
+	static constexpr int value = RB <= 4 ? 4 : 2;
+};
+
+constexpr int kDecWarps = kDecThreads / 32;
+constexpr int kWarpKeys = 32 / kKeyThreads; // keys a warp takes of each chunk
+
+// DVL elements of T at p (DVL * sizeof(T) bytes, aligned to that) as 32-bit
+// words (one 16-bit element in the low half of a word).
+template <typename T, int DVL> struct VPiece {
+	static constexpr int bytes = DVL * (int)sizeof(T);
+	static constexpr int words = bytes < 4 ? 1 : bytes / 4;
+	uint32_t w[words];
+	__device__ __forceinline__ void load(const T *p)
+	{
+		const uint32_t *q = (const uint32_t *)p;
+		if constexpr (bytes == 2) {
+			w[0] = __ldcs((const unsigned short *)p);
+		} else if constexpr (words == 1) {
+			w[0] = __ldcs(q);
+		} else if constexpr (words == 2) {
+			uint2 v = __ldcs((const uint2 *)q);
+			w[0] = v.x, w[1] = v.y;
+		} else {
+#pragma unroll
+			for (int i = 0; i < words; i += 4) {
+				uint4 v = __ldcs((const uint4 *)q + i / 4);
+				w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+			}
+		}
+	}
+	__device__ __forceinline__ void store(T *p) const
+	{
+		if constexpr (bytes == 2) {
+			*(unsigned short *)p = (unsigned short)w[0];
+		} else {
+			uint32_t *q = (uint32_t *)p;
+#pragma unroll
+			for (int i = 0; i < words; i++)
+				q[i] = w[i];
+		}
+	}
+	__device__ __forceinline__ float elem(int i) const
+	{
+		if constexpr (sizeof(T) == 4) {
+			return __uint_as_float(w[i]);
+		} else {
+			uint4 u = make_uint4(w[i / 2], 0, 0, 0);
+			return vec_elem<T>(u, i & 1);
+		}
+	}
+	__device__ __forceinline__ void zero()
+	{
+#pragma unroll
+		for (int i = 0; i < words; i++)
+			w[i] = 0u;
+	}
+};
+
 // Grid (splits, B * Hk, row chunks).  A group of more than 16 rows (a
 // prefill too long for the row kernel's shared-memory scores) is cut into
 // chunks of RB = 16 rows, blockIdx.z the chunk; only chunk 0 writes present.
-// RB: rows of the group rounded up (the padding rows'
-// queries are zero and their results never stored).
-template <typename T, int RB>
-__global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a)
+// RB: rows of the group rounded up (the padding rows' queries are zero and
+// their results never stored).
+// Each warp runs on its own: of every 32-key chunk of the block's share it
+// takes 8 keys, four lanes a key for the scores (a quarter of D each, 16-byte
+// loads) and a lane DVL = Dv / 32 columns of every key for the values, with
+// its own running softmax in registers (shuffles, no block barrier in the
+// loop); the four warps' states are merged at the end.
+template <typename T, int RB, int DVL>
+__global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_attention_kernel(DecArgs a)
 {
 	extern __shared__ float dsm[];
-	float *qs = dsm;                    // [RB][D]
-	float *ps = qs + RB * a.D;          // [RB][kChunk] scores, then probabilities
-	float *mrow = ps + RB * kChunk;     // [RB] running max
-	float *lrow = mrow + RB;            // [RB] running sum
-	float *alpha = lrow + RB;           // [RB] rescale of this chunk
+	const int D = (int)a.D, QP = D + D / 32; // query rows padded: the four lanes of a key hit four banks
+	float *qs = dsm;                         // [RB][QP]
+	float *wm = qs + RB * QP;                // [warps][RB] running max
+	float *wl = wm + kDecWarps * RB;         // [warps][RB] running sum
+	float *ob = wl + kDecWarps * RB;         // [RB][Dv] merged outputs
 	constexpr int VN = Vec16<T>::n;
-	const int tid = threadIdx.x;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	const int64_t r0 = (int64_t)blockIdx.z * RB; // this chunk's first row of the group
 	const bool writes_present = blockIdx.z == 0;
 	// the group's query rows r = g * S + s, head hk * G + g
-#pragma unroll 4
-	for (int64_t i = tid; i < RB * a.D; i += kDecThreads) {
-		int64_t r = r0 + i / a.D, d = i % a.D;
+	for (int i = tid; i < RB * D; i += kDecThreads) {
+		int r = i / D, d = i % D;
 		float v = 0.f;
-		if (r < a.R) {
-			int64_t g = r / a.S, s = r % a.S;
+		if (r0 + r < a.R) {
+			int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S;
 			v = Cvt<T>::in(((const T *)a.q)[((b * a.Hq + hk * a.G + g) * a.S + s) * a.D + d]);
 		}
-		qs[i] = v;
+		qs[r * QP + d + d / 32] = v;
 	}
-	if (tid < RB) {
-		mrow[tid] = -INFINITY;
-		lrow[tid] = 0.f;
+	// per row: the query position and head, for the mask and causality
+	int rs[RB], rh[RB]; // (checked on the host: S and Hq fit an int)
+#pragma unroll
+	for (int r = 0; r < RB; r++) {
+		int64_t rr = r0 + r < a.R ? r0 + r : 0;
+		rs[r] = (int)(rr % a.S);
+		rh[r] = (int)(hk * a.G + rr / a.S);
 	}
-	constexpr int DI = kMaxDv / kDecThreads;
-	float acc[RB][DI];
+	__syncthreads();
+	float m[RB], l[RB], acc[RB][DVL];
 #pragma unroll
-	for (int r = 0; r < RB; r++)
+	for (int r = 0; r < RB; r++) {
+		m[r] = -INFINITY;
+		l[r] = 0.f;
 #pragma unroll
-		for (int i = 0; i < DI; i++)
+		for (int i = 0; i < DVL; i++)
 			acc[r][i] = 0.f;
+	}
 	const int64_t nchunks = (a.T + kChunk - 1) / kChunk;
 	const int64_t c0 = (int64_t)blockIdx.x * a.chunks_per_split;
 	const int64_t c1 = min(nchunks, c0 + a.chunks_per_split);
-	const int kk = tid / kKeyThreads, part = tid % kKeyThreads;
-	const int64_t dpart = a.D / kKeyThreads; // a multiple of VN (checked on the host)
-	const int64_t dbeg = part * dpart, dend = dbeg + dpart;
+	const int kk = lane / kKeyThreads, part = lane % kKeyThreads;
+	const int dpart = D / kKeyThreads; // a multiple of VN (checked on the host)
+	const int dbeg = part * dpart;
+	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
+	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
 	for (int64_t ch = c0; ch < c1; ch++) {
-		const int64_t j0 = ch * kChunk, j = j0 + kk;
-		const int64_t jn = min((int64_t)kChunk, a.T - j0);
-		// every load of the chunk is issued before anything waits: this
-		// thread's first kKVec key vectors and the chunk's values of its
-		// first column (a block of a decode step sees one or two chunks, so
-		// what counts is the number of round trips to memory)
+		const int64_t jw = ch * kChunk + warp * kWarpKeys; // the warp's first key
+		if (jw >= a.T)
+			break;
+		const int64_t j = jw + kk;
+		const int jn = (int)min((int64_t)kWarpKeys, a.T - jw);
+		// every load first: the lane's first kKVec key vectors, its columns of the warp's keys
 		const T *kr = j < a.T ? dec_row<T>(a, true, b, hk, j) : nullptr;
 		uint4 kraw[kKVec];
 #pragma unroll
 		for (int u = 0; u < kKVec; u++)
-			if (kr && dbeg + u * VN < dend)
+			if (kr && u * VN < dpart)
 				kraw[u] = ldg_stream(kr + dbeg + u * VN);
-		T vpre[kChunk];
+		VPiece<T, DVL> vp[kWarpKeys];
 #pragma unroll
-		for (int t = 0; t < kChunk; t++)
-			if (t < jn && tid < a.Dv)
-				vpre[t] = dec_row<T>(a, false, b, hk, j0 + t)[tid];
-		if (ch == c0)
-			__syncthreads(); // the queries in shared memory
-		// scores: four threads a key, each a quarter of D
+		for (int t = 0; t < kWarpKeys; t++) {
+			if (t < jn)
+				vp[t].load(dec_row<T>(a, false, b, hk, jw + t) + lane * DVL);
+			else
+				vp[t].zero();
+		}
+		// scores: four lanes a key, each a quarter of D
 		float sc[RB];
 #pragma unroll
 		for (int r = 0; r < RB; r++)
 			sc[r] = 0.f;
 		if (kr) {
-			T *pkr = a.prk && writes_present ? (T *)a.prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
-			for (int64_t d0 = dbeg; d0 < dend; d0 += kKVec * VN) {
+			T *pk = prk ? prk + ((b * a.Hk + hk) * a.T + j) * a.D : nullptr;
+			for (int d0 = 0; d0 < dpart; d0 += kKVec * VN) {
 				uint4 raw[kKVec];
 #pragma unroll
 				for (int u = 0; u < kKVec; u++)
-					if (d0 + u * VN < dend)
-						raw[u] = d0 == dbeg ? kraw[u] : ldg_stream(kr + d0 + u * VN);
+					if (d0 + u * VN < dpart)
+						raw[u] = d0 == 0 ? kraw[u] : ldg_stream(kr + dbeg + d0 + u * VN);
 #pragma unroll
 				for (int u = 0; u < kKVec; u++) {
-					if (d0 + u * VN >= dend)
+					if (d0 + u * VN >= dpart)
 						break;
-					if (pkr)
-						*(uint4 *)(pkr + d0 + u * VN) = raw[u];
+					const int d = dbeg + d0 + u * VN;
+					if (pk)
+						*(uint4 *)(pk + d) = raw[u];
+					const int qo = d + d / 32; // VN <= 8 elements never cross a 32 boundary
 #pragma unroll
 					for (int t = 0; t < VN; t++) {
 						float kv = vec_elem<T>(raw[u], t);
 #pragma unroll
 						for (int r = 0; r < RB; r++)
-							sc[r] += qs[r * a.D + d0 + u * VN + t] * kv;
+							sc[r] += qs[r * QP + qo + t] * kv;
 					}
 				}
 			}
@@ -308,109 +387,116 @@ __global__ void __launch_bounds__(kDecThreads) decode_attention_kernel(DecArgs a
 			sc[r] += __shfl_xor_sync(0xffffffffu, sc[r], 1);
 			sc[r] += __shfl_xor_sync(0xffffffffu, sc[r], 2);
 		}
-		if (part == 0) {
+		// the running softmax of each row over the warp's 8 keys
 #pragma unroll
-			for (int r = 0; r < RB; r++) {
-				float x = -INFINITY;
-				if (j < a.T && r0 + r < a.R) {
-					int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S, h = hk * a.G + g;
-					// rounded to T where the MatMul/Mul/Tanh/Add chain it
-					// replaces rounds (the CPU reference does the same)
-					x = rt<T>(rt<T>(sc[r]) * a.scale);
-					if (a.softcap > 0)
-						x = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(x / a.softcap))));
-					if (a.mask) {
-						int64_t off = b * a.mstride[0] + h * a.mstride[1] + s * a.mstride[2] +
-							      j * a.mstride[3];
-						if (a.mask_bool) {
-							if (!((const uint8_t *)a.mask)[off])
-								x = -INFINITY;
-						} else {
-							x = rt<T>(x + ld_f(a.dm, a.mask, off));
-						}
+		for (int r = 0; r < RB; r++) {
+			float x = -INFINITY;
+			if (j < a.T && r0 + r < a.R) {
+				// rounded to T where the MatMul/Mul/Tanh/Add chain it
+				// replaces rounds (the CPU reference does the same)
+				x = rt<T>(rt<T>(sc[r]) * a.scale);
+				if (a.softcap > 0)
+					x = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(x / a.softcap))));
+				if (a.mask) {
+					int64_t off = b * a.mstride[0] + rh[r] * a.mstride[1] + rs[r] * a.mstride[2] +
+						      j * a.mstride[3];
+					if (a.mask_bool) {
+						if (!((const uint8_t *)a.mask)[off])
+							x = -INFINITY;
+					} else {
+						x = rt<T>(x + ld_f(a.dm, a.mask, off));
 					}
-					if (a.causal && j > s + a.P)
-						x = -INFINITY;
 				}
-				ps[r * kChunk + kk] = x;
+				if (a.causal && j > rs[r] + a.P)
+					x = -INFINITY;
+			}
+			float cm = x;
+			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 4));
+			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 8));
+			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 16));
+			const float mn = fmaxf(m[r], cm);
+			const float p = mn == -INFINITY ? 0.f : __expf(x - mn);
+			float ps = p;
+			ps += __shfl_xor_sync(0xffffffffu, ps, 4);
+			ps += __shfl_xor_sync(0xffffffffu, ps, 8);
+			ps += __shfl_xor_sync(0xffffffffu, ps, 16);
+			const float al = m[r] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f) : __expf(m[r] - mn);
+			l[r] = l[r] * al + ps;
+			m[r] = mn;
+#pragma unroll
+			for (int i = 0; i < DVL; i++)
+				acc[r][i] *= al;
+			// values: the probability of key t from its first lane
+#pragma unroll
+			for (int t = 0; t < kWarpKeys; t++) {
+				const float pt = __shfl_sync(0xffffffffu, p, t * kKeyThreads);
+#pragma unroll
+				for (int i = 0; i < DVL; i++)
+					acc[r][i] += pt * vp[t].elem(i);
 			}
 		}
-		__syncthreads();
-		// running softmax: a warp a row, a lane a key of the chunk
-		for (int r = tid / 32; r < RB; r += kDecThreads / 32) {
-			int lane = tid & 31;
-			float x = ps[r * kChunk + lane];
-			float m = x;
-			for (int o = 16; o > 0; o >>= 1)
-				m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-			float mo = mrow[r], mn = fmaxf(mo, m);
-			float p = mn == -INFINITY ? 0.f : __expf(x - mn);
-			ps[r * kChunk + lane] = p;
-			float sum = p;
-			for (int o = 16; o > 0; o >>= 1)
-				sum += __shfl_xor_sync(0xffffffffu, sum, o);
-			__syncwarp();
-			if (lane == 0) {
-				float al = mo == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f) : __expf(mo - mn);
-				alpha[r] = al;
-				lrow[r] = lrow[r] * al + sum;
-				mrow[r] = mn;
-			}
-		}
-		__syncthreads();
-		// values: a thread a column (two when Dv > 128), every key of the chunk
+		if (prv) {
 #pragma unroll
-		for (int i = 0; i < DI; i++) {
-			int64_t d = tid + i * kDecThreads;
-			if (d >= a.Dv)
-				break;
-#pragma unroll
-			for (int r = 0; r < RB; r++)
-				acc[r][i] *= alpha[r];
-			T raw[kChunk];
-#pragma unroll
-			for (int t = 0; t < kChunk; t++)
+			for (int t = 0; t < kWarpKeys; t++)
 				if (t < jn)
-					raw[t] = i == 0 ? vpre[t] : dec_row<T>(a, false, b, hk, j0 + t)[d];
-#pragma unroll
-			for (int t = 0; t < kChunk; t++) {
-				if (t >= jn)
-					break;
-				if (a.prv && writes_present)
-					((T *)a.prv)[((b * a.Hk + hk) * a.T + j0 + t) * a.Dv + d] = raw[t];
-				float vv = Cvt<T>::in(raw[t]);
-#pragma unroll
-				for (int r = 0; r < RB; r++)
-					acc[r][i] += ps[r * kChunk + t] * vv;
-			}
+					vp[t].store(prv + ((b * a.Hk + hk) * a.T + jw + t) * a.Dv + lane * DVL);
 		}
-		__syncthreads();
 	}
-	if (c0 >= c1)
-		__syncthreads(); // no chunk (not planned so): the running state as set
-	// results: Y directly with one split, else this split's partial
-	const int64_t rows = a.B * a.Hq * a.S;
+	// merge the warps: each one's state rescaled to the block's max
+	if (lane == 0)
+#pragma unroll
+		for (int r = 0; r < RB; r++) {
+			wm[warp * RB + r] = m[r];
+			wl[warp * RB + r] = l[r];
+		}
+	__syncthreads();
+	float bm[RB], bl[RB];
 #pragma unroll
 	for (int r = 0; r < RB; r++) {
-		if (r0 + r >= a.R)
-			break;
-		int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S;
-		int64_t row = (b * a.Hq + hk * a.G + g) * a.S + s;
-		float l = lrow[r];
-#pragma unroll
-		for (int i = 0; i < DI; i++) {
-			int64_t d = tid + i * kDecThreads;
-			if (d >= a.Dv)
-				break;
-			if (a.splits == 1)
-				((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(l > 0 ? acc[r][i] / l : 0.f);
-			else
-				a.part[((int64_t)blockIdx.x * rows + row) * a.Dv + d] = acc[r][i];
+		bm[r] = -INFINITY;
+		for (int w = 0; w < kDecWarps; w++)
+			bm[r] = fmaxf(bm[r], wm[w * RB + r]);
+		bl[r] = 0.f;
+		for (int w = 0; w < kDecWarps; w++) {
+			float mw = wm[w * RB + r];
+			bl[r] += mw == -INFINITY ? 0.f : wl[w * RB + r] * __expf(mw - bm[r]);
 		}
-		if (a.splits > 1 && tid == 0) {
-			float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
-			ml[((int64_t)blockIdx.x * rows + row) * 2] = mrow[r];
-			ml[((int64_t)blockIdx.x * rows + row) * 2 + 1] = l;
+	}
+	for (int w = 0; w < kDecWarps; w++) {
+		if (warp == w)
+#pragma unroll
+			for (int r = 0; r < RB; r++) {
+				const float sw = m[r] == -INFINITY ? 0.f : __expf(m[r] - bm[r]);
+#pragma unroll
+				for (int i = 0; i < DVL; i++) {
+					float *o = ob + r * a.Dv + lane * DVL + i;
+					*o = (w ? *o : 0.f) + acc[r][i] * sw;
+				}
+			}
+		__syncthreads();
+	}
+	// results: Y directly with one split, else this split's partial
+	const int64_t rows = a.B * a.Hq * a.S;
+	for (int i = tid; i < RB * (int)a.Dv; i += kDecThreads) {
+		const int r = i / (int)a.Dv, d = i % (int)a.Dv;
+		if (r0 + r >= a.R)
+			continue;
+		const int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S;
+		const int64_t row = (b * a.Hq + hk * a.G + g) * a.S + s;
+		float bl_r = 0.f, bm_r = -INFINITY;
+#pragma unroll
+		for (int q = 0; q < RB; q++)
+			if (q == r)
+				bl_r = bl[q], bm_r = bm[q];
+		if (a.splits == 1) {
+			((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(bl_r > 0 ? ob[i] / bl_r : 0.f);
+		} else {
+			a.part[((int64_t)blockIdx.x * rows + row) * a.Dv + d] = ob[i];
+			if (d == 0) {
+				float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
+				ml[((int64_t)blockIdx.x * rows + row) * 2] = bm_r;
+				ml[((int64_t)blockIdx.x * rows + row) * 2 + 1] = bl_r;
+			}
 		}
 	}
 }
@@ -509,16 +595,22 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	p.G = o.Hq / o.Hk;
 	p.R = p.G * o.S;
 	p.row_chunks = (int)((p.R + kMaxGroupRows - 1) / kMaxGroupRows);
-	if (p.R < 1 || (p.R > kMaxGroupRows && !long_rows) || p.row_chunks > 65535 || o.D <= 0 || o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv <= 0 ||
-	    o.Dv > kMaxDv || o.T <= 0)
+	// a lane's columns of a value row: Dv / 32 of them, 1, 2, 4 or 8
+	const int64_t dvl = o.Dv / 32;
+	if (p.R < 1 || (p.R > kMaxGroupRows && !long_rows) || p.row_chunks > 65535 || o.D <= 0 ||
+	    o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv % 32 || (dvl != 1 && dvl != 2 && dvl != 4 && dvl != 8) ||
+	    o.T <= 0 || o.S > INT32_MAX || o.Hq > INT32_MAX)
 		return p;
 	// 16-byte rows for the vector loads and stores
-	const struct tpf_ktensor *vec[] = {o.k, o.pk, o.prk};
+	const struct tpf_ktensor *vec[] = {o.k, o.pk, o.prk, o.v, o.pv, o.prv};
 	for (const struct tpf_ktensor *x : vec)
 		if (x && x->data && ((uintptr_t)x->data & 15))
 			return p;
+	// as many splits as fill the blocks the SMs hold at once (DecMinBlocks)
+	const int64_t rb = p.R > 8 ? 16 : p.R > 4 ? 8 : p.R;
+	const int64_t per_sm = rb <= 4 ? 4 : 2;
 	int64_t groups = o.B * o.Hk * p.row_chunks, nchunks = (o.T + kChunk - 1) / kChunk;
-	int64_t want = (2 * (int64_t)sm_count() + groups - 1) / groups;
+	int64_t want = per_sm * (int64_t)sm_count() / groups;
 	if (want < 1)
 		want = 1;
 	if (want > nchunks)
@@ -534,15 +626,25 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	return p;
 }
 
-template <typename T, int RB>
+// Dynamic shared memory of the decode kernel.
+size_t decode_shmem(int RB, int64_t D, int64_t Dv)
+{
+	return ((size_t)RB * (size_t)(D + D / 32) + 2 * (size_t)kDecWarps * RB + (size_t)RB * (size_t)Dv) * sizeof(float);
+}
+
+template <typename T, int RB, int DVL> constexpr auto decode_fn()
+{
+	return decode_attention_kernel<T, RB, DVL>;
+}
+
+template <typename T, int RB, int DVL>
 enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs &a)
 {
-	size_t shmem = ((size_t)RB * (size_t)a.D + (size_t)RB * kChunk + 3 * RB) * sizeof(float);
+	size_t shmem = decode_shmem(RB, a.D, a.Dv);
 	if (shmem > 48 * 1024)
-		cudaFuncSetAttribute(decode_attention_kernel<T, RB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				     (int)shmem);
+		cudaFuncSetAttribute(decode_fn<T, RB, DVL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	decode_attention_kernel<T, RB><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
+	decode_attention_kernel<T, RB, DVL><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
 	enum tpf_status e = tpfc_launched(c, "decode attention");
 	if (e || a.splits == 1)
 		return e;
@@ -551,18 +653,34 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	return tpfc_launched(c, "decode attention combine");
 }
 
+// The lane's columns of a value row: Dv / 32.
+template <typename T, int RB>
+enum tpf_status launch_decode_dv(const struct tpf_kernel_call *c, const DecArgs &a)
+{
+	switch (a.Dv / 32) {
+	case 1:
+		return launch_decode_rb<T, RB, 1>(c, a);
+	case 2:
+		return launch_decode_rb<T, RB, 2>(c, a);
+	case 4:
+		return launch_decode_rb<T, RB, 4>(c, a);
+	default:
+		return launch_decode_rb<T, RB, 8>(c, a);
+	}
+}
+
 template <typename T>
 enum tpf_status launch_decode(const struct tpf_kernel_call *c, const DecArgs &a)
 {
 	if (a.R <= 1)
-		return launch_decode_rb<T, 1>(c, a);
+		return launch_decode_dv<T, 1>(c, a);
 	if (a.R <= 2)
-		return launch_decode_rb<T, 2>(c, a);
+		return launch_decode_dv<T, 2>(c, a);
 	if (a.R <= 4)
-		return launch_decode_rb<T, 4>(c, a);
+		return launch_decode_dv<T, 4>(c, a);
 	if (a.R <= 8)
-		return launch_decode_rb<T, 8>(c, a);
-	return launch_decode_rb<T, 16>(c, a);
+		return launch_decode_dv<T, 8>(c, a);
+	return launch_decode_dv<T, 16>(c, a);
 }
 
 enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_attention_ops &o, const DecPlan &p,
@@ -680,8 +798,8 @@ rows_kernel:
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
 				 "%lld keys exceed the row kernel's shared-memory scores, and the split kernel "
 				 "needs Q/K/V of one float dtype, a head size that is a multiple of %d elements "
-				 "(at most 512) and a value size of at most %d",
-				 (long long)a.T, 4 * 16 / (int)tpf_elem_size(q->dtype), kMaxDv);
+				 "(at most 512) and a value size of 32, 64, 128 or 256",
+				 (long long)a.T, 4 * 16 / (int)tpf_elem_size(q->dtype));
 	if (rows > 0 && a.Dv > 0) {
 		size_t shmem = (size_t)(a.T > 0 ? a.T : 1) * sizeof(float);
 		if (shmem > 48 * 1024)

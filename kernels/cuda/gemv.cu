@@ -1,24 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Small-M MatMul for decode: y[rows, N] = a[rows, K] x w[K, N], bfloat16 or
-// float16, rows = 1..8 (every leading dim of A folded), W row-major and
+// float16, rows = 1..16 (every leading dim of A folded), W row-major and
 // shared by every row.  The weight is streamed from HBM once and every element
-// of it is used for all rows, so the kernel is a bandwidth-bound GEMV with
-// rows kept in registers.  matmul.cu takes this path before cuBLASLt (see
-// tpf_cu_gemv_try for when).  Not for 16 rows: 16 float32 FMAs per weight
-// element at HBM speed would need about three quarters of the FP32 issue
-// rate of an H100, and 16 x 8 accumulators a thread spill.
+// of it is used for all rows, so the kernels are bandwidth-bound.  matmul.cu
+// takes this path before cuBLASLt (see tpf_cu_gemv_try for when).  Two
+// kernels: float FMAs with the rows in registers (1 row by default, up to 8),
+// and tensor cores (mma.sync, 2..16 rows, K a multiple of 16), described
+// below.  With FMAs, 8 rows already cost 64 instructions per 16 bytes of W,
+// about as many as the SMs issue while HBM delivers them.
 //
-// Layout: a block of 256 threads owns a tile of TW = 8 * CT output columns
-// (CT column-threads of 8 consecutive columns, CT = 4 or 2) and the whole of
-// K; the 256 / CT k-lanes of the block stride over K in chunks of 8 rows.
-// Per chunk a thread reads 8 rows x 8 columns of W with 16-byte loads that do
-// not allocate in L1 and are marked evict-first in L2 (W is read once), and 8
-// values of each A row with one 16-byte load (A is tiny and stays in L1/L2;
-// the CT column-threads of a k-lane read the same A addresses); the next
-// chunk's loads are issued before the current one is multiplied.
-// Accumulators are float, rows x 8 per thread.  The k-lanes of a warp are summed with
-// shuffles, the warps through shared memory; y is rounded to nearest even.
-// One launch, no workspace, no host synchronization: capturable.
+// FMA kernel layout: a block of 256 threads owns a tile of TW = 8 * CT output columns
 #include "cuda-common.cuh"
 
 #include <limits.h>
@@ -30,8 +21,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRows = 8;
-constexpr int kDefaultMaxRows = 8;
+constexpr int kMaxRows = 8;         // the FMA kernel
+constexpr int kMaxMmaRows = 16;     // the tensor-core kernel
+constexpr int kDefaultMaxRows = 16;
+constexpr int kDefaultMmaMinRows = 2;
 
 // ---------------------------------------------------------------- element bits
 
@@ -258,22 +251,193 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	}
 }
 
+// ---------------------------------------------------------------- tensor-core kernel
+//
+// For 2..16 rows the float FMAs above (rows x 8 per 16 bytes of W) become
+// the limit; mma.sync m16n8k16 (bf16/fp16 in, float32 accumulators) does
+// 16 x 8 x 16 products an instruction.  The operands come straight from
+// global memory into registers, no shared-memory staging:
+// - A = the rows of `a` (padded to 16 with zeros), the mma's row-major
+//   operand: lane (g, t) (g = lane / 4, t = lane % 4) holds a[g][k0 + 2t,
+//   k0 + 2t + 1], a[g][k0 + 8 + 2t, ...] and the same of row g + 8.
+// - B = 16 rows x 8 columns of W, "column-major" pairs (two consecutive k of
+//   one column in a register).  W is row-major (N contiguous), so lane
+//   (g, t) loads the four W rows k0 + 2t, k0 + 2t + 1, k0 + 8 + 2t,
+//   k0 + 9 + 2t at its 2 * NR columns n0 = base + 2 * NR * g ... (NR 32-bit
+//   words, one 16- or 8-byte load a row) and pairs rows k and k + 1 of one
+//   column with a byte permute.  Word r of the loads gives columns 2r and
+//   2r + 1, i.e. tile 2r and 2r + 1: tile j's column c is base + 2 * NR * c
+//   + j, every lane of a quad reading the same columns and the quad's four
+//   lanes the k pairs of the mma.
+// A warp covers 16 * NR columns over its share of K (in 16-row steps, loads
+// kStages steps ahead); the KW warps of a block split K and are summed in a
+// fixed order through shared memory, so results do not depend on timing.
+
+constexpr int kStages = 3;
+
+template <int NR> struct MmaStage {
+	uint32_t w[4][NR]; // W rows k0 + 2t, + 1, k0 + 8 + 2t, + 1 at the lane's columns
+	uint32_t x[4];     // the A fragment
+};
+
+template <int NR> __device__ __forceinline__ void ld_w(uint32_t (&r)[NR], const unsigned short *p, uint64_t pol)
+{
+	if constexpr (NR == 4) {
+		uint4 v = ld_stream(p, pol);
+		r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+	} else {
+		asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+		    : "=r"(r[0]), "=r"(r[1])
+		    : "l"(p), "l"(pol));
+	}
+}
+
+// Step k0's loads; ok false: zeros (a step past the warp's share).
+template <int NR, bool BIG>
+__device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short *a, const unsigned short *w, int rows,
+					 int K, int N, int n0, bool col_ok, int k0, bool ok, uint64_t pol)
+{
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const int kr[4] = {k0 + 2 * t, k0 + 2 * t + 1, k0 + 8 + 2 * t, k0 + 9 + 2 * t};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (ok && col_ok)
+			ld_w<NR>(st.w[i], w + (size_t)kr[i] * N + n0, pol);
+		else
+#pragma unroll
+			for (int r = 0; r < NR; r++)
+				st.w[i][r] = 0u;
+	}
+	const int ka = k0 + 2 * t, kc = k0 + 8 + 2 * t;
+	st.x[0] = ok && g < rows ? __ldg((const unsigned *)(a + (size_t)g * K + ka)) : 0u;
+	st.x[2] = ok && g < rows ? __ldg((const unsigned *)(a + (size_t)g * K + kc)) : 0u;
+	if constexpr (BIG) {
+		st.x[1] = ok && g + 8 < rows ? __ldg((const unsigned *)(a + (size_t)(g + 8) * K + ka)) : 0u;
+		st.x[3] = ok && g + 8 < rows ? __ldg((const unsigned *)(a + (size_t)(g + 8) * K + kc)) : 0u;
+	} else {
+		st.x[1] = st.x[3] = 0u;
+	}
+}
+
+template <typename T> struct MmaOp;
+template <> struct MmaOp<__nv_bfloat16> {
+	static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+	{
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+			     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+	}
+};
+template <> struct MmaOp<__half> {
+	static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+	{
+		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+			     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+	}
+};
+
+template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&acc)[2 * NR][4], const MmaStage<NR> &st)
+{
+#pragma unroll
+	for (int r = 0; r < NR; r++) {
+		// column 2r (low halves) and 2r + 1 (high halves) of rows k, k + 1
+		uint32_t lo0 = __byte_perm(st.w[0][r], st.w[1][r], 0x5410);
+		uint32_t hi0 = __byte_perm(st.w[0][r], st.w[1][r], 0x7632);
+		uint32_t lo1 = __byte_perm(st.w[2][r], st.w[3][r], 0x5410);
+		uint32_t hi1 = __byte_perm(st.w[2][r], st.w[3][r], 0x7632);
+		MmaOp<T>::run(acc[2 * r], st.x, lo0, lo1);
+		MmaOp<T>::run(acc[2 * r + 1], st.x, hi0, hi1);
+	}
+}
+
+template <typename T, int NR, int KW, bool BIG>
+__global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
+	gemv_mma_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
+			unsigned short *__restrict__ y, int rows, int K, int N)
+{
+	constexpr int CW = 16 * NR; // columns of the block
+	constexpr int RM = BIG ? 16 : 8;
+	__shared__ float red[KW][RM][CW];
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+	const int base = blockIdx.x * CW, n0 = base + 2 * NR * g;
+	const bool col_ok = n0 < N; // N % (2 * NR) == 0: all of the lane's columns or none
+	const int steps = K / 16, s0 = (int)((long long)steps * warp / KW), s1 = (int)((long long)steps * (warp + 1) / KW);
+	float acc[2 * NR][4];
+#pragma unroll
+	for (int j = 0; j < 2 * NR; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			acc[j][e] = 0.f;
+	const uint64_t pol = evict_first_policy();
+	MmaStage<NR> st[kStages];
+#pragma unroll
+	for (int i = 0; i < kStages; i++)
+		mma_load<NR, BIG>(st[i], a, w, rows, K, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
+	for (int s = s0; s < s1; s += kStages) {
+#pragma unroll
+		for (int i = 0; i < kStages; i++) {
+			if (s + i < s1)
+				mma_step<T, NR>(acc, st[i]);
+			mma_load<NR, BIG>(st[i], a, w, rows, K, N, n0, col_ok, (s + i + kStages) * 16,
+					  s + i + kStages < s1, pol);
+		}
+	}
+	// tile j, fragment column c = 2t (+1): output column base + 2 * NR * c + j
+#pragma unroll
+	for (int j = 0; j < 2 * NR; j++) {
+		red[warp][g][2 * NR * (2 * t) + j] = acc[j][0];
+		red[warp][g][2 * NR * (2 * t + 1) + j] = acc[j][1];
+		if constexpr (BIG) {
+			red[warp][g + 8][2 * NR * (2 * t) + j] = acc[j][2];
+			red[warp][g + 8][2 * NR * (2 * t + 1) + j] = acc[j][3];
+		}
+	}
+	__syncthreads();
+	for (int o = tid; o < RM * CW; o += KW * 32) {
+		int m = o / CW, cc = o % CW;
+		if (m >= rows || base + cc >= N)
+			continue;
+		float sum = 0.f;
+#pragma unroll
+		for (int wi = 0; wi < KW; wi++)
+			sum += red[wi][m][cc];
+		y[(size_t)m * N + base + cc] = Bits<T>::from_float(sum);
+	}
+}
+
 // ---------------------------------------------------------------- host
 
-// TPF_GEMV: unset -> rows up to kDefaultMaxRows; "0" -> off; 1..8 -> that
+// A small non-negative integer from the environment (def when unset or
+// not a number), at most hi.
+int env_rows(const char *name, int def, int hi)
+{
+	const char *e = getenv(name);
+	if (!e || !*e)
+		return def;
+	char *end = NULL;
+	long n = strtol(e, &end, 10);
+	if (end == e || *end || n < 0)
+		return def;
+	return (int)(n > hi ? hi : n);
+}
+
+// TPF_GEMV: unset -> rows up to kDefaultMaxRows; "0" -> off; 1..16 -> that
 // many rows at most.  Read once.
 int max_rows()
 {
-	static const int v = [] {
-		const char *e = getenv("TPF_GEMV");
-		if (!e || !*e)
-			return kDefaultMaxRows;
-		char *end = NULL;
-		long n = strtol(e, &end, 10);
-		if (end == e || *end || n < 0)
-			return kDefaultMaxRows;
-		return (int)(n > kMaxRows ? kMaxRows : n);
-	}();
+	static const int v = env_rows("TPF_GEMV", kDefaultMaxRows, kMaxMmaRows);
+	return v;
+}
+
+// TPF_GEMV_MMA: the fewest rows the tensor-core kernel takes (fewer go to
+// the FMA kernel); "0" -> never (the FMA kernel up to 8 rows, cuBLASLt
+// beyond).  Read once.
+int mma_min_rows()
+{
+	static const int v = env_rows("TPF_GEMV_MMA", kDefaultMmaMinRows, kMaxMmaRows + 1);
 	return v;
 }
 
@@ -310,6 +474,39 @@ void launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const voi
 		gemv_kernel<T, M, 2, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
 }
 
+template <typename T, int NR, int KW>
+void launch_mma(unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N)
+{
+	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
+	unsigned short *py = (unsigned short *)y;
+	if (rows > 8)
+		gemv_mma_kernel<T, NR, KW, true><<<blocks, KW * 32, 0, st>>>(pa, pw, py, rows, K, N);
+	else
+		gemv_mma_kernel<T, NR, KW, false><<<blocks, KW * 32, 0, st>>>(pa, pw, py, rows, K, N);
+}
+
+// The tensor-core kernel when it applies (1), else 0.  64-column blocks of
+// 8 warps where they fill the SMs, else 32-column blocks of 16 warps.
+template <typename T>
+int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N)
+{
+	const int lo = mma_min_rows();
+	if (lo == 0 || rows < lo || rows > kMaxMmaRows || K % 16 || N % 8 || (uintptr_t)a % 4 || (uintptr_t)w % 16)
+		return 0;
+	const int sms = sm_count();
+	const bool wide = (N + 63) / 64 >= sms;
+	const unsigned blocks = (unsigned)(wide ? (N + 63) / 64 : (N + 31) / 32);
+	// a large weight of few columns would stream through a few SMs:
+	// cuBLASLt splits K over more
+	if ((int64_t)blocks * 4 < sms && (int64_t)K * N * 2 > (1 << 20))
+		return 0;
+	if (wide)
+		launch_mma<T, 4, 8>(blocks, st, a, w, y, rows, K, N);
+	else
+		launch_mma<T, 2, 16>(blocks, st, a, w, y, rows, K, N);
+	return 1;
+}
+
 template <typename T>
 void launch(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
 	    bool avec)
@@ -338,6 +535,14 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 		return 0;
 	if ((uintptr_t)w % 16 || (uintptr_t)a % 2 || (uintptr_t)y % 2)
 		return 0;
+	cudaStream_t s = tpfc_stream(c);
+	if (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N)
+				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N)) {
+		*st = tpfc_launched(c, "gemv (tensor cores)");
+		return 1;
+	}
+	if (rows > kMaxRows)
+		return 0;
 	const bool avec = K % 8 == 0 && (uintptr_t)a % 16 == 0;
 	// 32-column tiles (64-byte row pieces of W) when they fill the SMs,
 	// else 16-column tiles for twice the blocks
@@ -349,7 +554,6 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	// cuBLASLt splits K over more
 	if ((int64_t)blocks * 8 < sms && K * N * 2 > (1 << 20))
 		return 0;
-	cudaStream_t s = tpfc_stream(c);
 	if (dt == TPF_DTYPE_BFLOAT16)
 		launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec);
 	else

@@ -335,6 +335,82 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_slice)
 	return strided_copy(c, x->data, y->data, base, 0, s, tpf_elem_size(x->dtype), y->numel);
 }
 
+namespace {
+
+// Split's common case: the input is `outer` blocks of src_chunks 16-byte
+// chunks, and output k takes chunks[k] of every block from off[k] on.  One
+// launch for every output (blockIdx.y the output).
+constexpr int kSplitOuts = 8;
+struct SplitBlocks {
+	const uint4 *src;
+	uint4 *dst[kSplitOuts];
+	int64_t chunks[kSplitOuts], off[kSplitOuts];
+	int64_t outer, src_chunks;
+};
+
+__global__ void split_blocks16(SplitBlocks sb)
+{
+	const int k = blockIdx.y;
+	const int64_t n = sb.chunks[k], total = sb.outer * n;
+	uint4 *dst = sb.dst[k];
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t o = i / n, j = i - o * n;
+		dst[i] = sb.src[o * sb.src_chunks + sb.off[k] + j];
+	}
+}
+
+// The one-launch split when every piece is whole 16-byte chunks (1), else 0.
+int split_fast(const struct tpf_kernel_call *c, int ax, enum tpf_status *st)
+{
+	const struct tpf_ktensor *x = &c->in[0];
+	if (c->n_out > kSplitOuts || (uintptr_t)x->data % 16)
+		return 0;
+	const size_t es = tpf_elem_size(x->dtype);
+	int64_t outer = 1, inner = 1;
+	for (int d = 0; d < ax; d++)
+		outer *= x->dims[d];
+	for (int d = ax + 1; d < x->rank; d++)
+		inner *= x->dims[d];
+	const int64_t row = x->dims[ax] * inner * (int64_t)es; // bytes of one input block
+	if (row % 16 || outer <= 0)
+		return 0;
+	SplitBlocks sb;
+	memset(&sb, 0, sizeof(sb));
+	sb.src = (const uint4 *)x->data;
+	sb.outer = outer;
+	sb.src_chunks = row / 16;
+	int n = 0;
+	int64_t pos = 0, most = 0;
+	for (size_t k = 0; k < c->n_out; k++) {
+		const struct tpf_ktensor *y = &c->out[k];
+		for (int d = 0; d < x->rank; d++)
+			if (d != ax && y->dims[d] != x->dims[d])
+				return 0;
+		const int64_t bytes = y->dims[ax] * inner * (int64_t)es, at = pos * inner * (int64_t)es;
+		pos += y->dims[ax];
+		if (!y->data || bytes == 0)
+			continue;
+		if (bytes % 16 || at % 16 || (uintptr_t)y->data % 16)
+			return 0;
+		sb.dst[n] = (uint4 *)y->data;
+		sb.chunks[n] = bytes / 16;
+		sb.off[n] = at / 16;
+		most = outer * sb.chunks[n] > most ? outer * sb.chunks[n] : most;
+		n++;
+	}
+	if (n == 0) {
+		*st = TPF_OK;
+		return 1;
+	}
+	int64_t bx = (most + 255) / 256;
+	dim3 grid((unsigned)(bx > 256 ? 256 : bx), (unsigned)n);
+	split_blocks16<<<grid, 256, 0, tpfc_stream(c)>>>(sb);
+	*st = tpfc_launched(c, "split");
+	return 1;
+}
+
+} // namespace
+
 extern "C" TPF_CUDA_KERNEL(tpf_cu_split)
 {
 	const struct tpf_ktensor *x = &c->in[0];
@@ -349,6 +425,11 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_split)
 		total += c->out[k].data ? c->out[k].dims[ax] : 0;
 	if (total > x->dims[ax])
 		return tpf_kfail(c, TPF_ERR_INVALID, "outputs exceed the split axis");
+	for (size_t k = 0; k < c->n_out; k++)
+		if (c->out[k].data && c->out[k].rank != x->rank)
+			return tpf_kfail(c, TPF_ERR_INVALID, "output %zu rank differs from the input's", k);
+	if (split_fast(c, ax, &st))
+		return st;
 	int64_t xs[kMaxRank], ys[kMaxRank], pos = 0;
 	contiguous_strides(x->dims, x->rank, xs);
 	for (size_t k = 0; k < c->n_out; k++) {

@@ -683,20 +683,24 @@ static void matmuls_bt(void)
 }
 
 /* MatMul of a few rows by a 2-D weight in bfloat16 / float16: the small-M
- * kernel (kernels/cuda/gemv.cu) takes up to 8 rows with N % 8 == 0 and
- * K >= 256; the other cases here are its edges, run by cuBLASLt.  Column
- * tiles of 16 and 32 (N below / above about 3800 on an H100), partial last
- * tiles (N 40, 4104), K not a multiple of 8 (A's rows read element-wise, a
- * partial chunk of W rows), rows rounded up to the next kernel (3, 5).  Sums
- * of K products of inputs in [-2, 2) accumulate in float32 in another order
- * than the CPU's: the tolerance grows with K. */
+ * kernels (kernels/cuda/gemv.cu) take up to 16 rows with N % 8 == 0 and
+ * K >= 256: one row the FMA kernel, 2..16 rows with K % 16 == 0 the
+ * tensor-core kernel (64-column blocks where N / 64 fills the SMs, else
+ * 32-column ones), 2..8 rows with another K the FMA kernel; the other cases
+ * here are their edges, run by cuBLASLt.  Column tiles of 16 and 32 and
+ * blocks of 32 and 64 columns, partial last tiles and blocks (N 40, 4104),
+ * K not a multiple of 8 or 16 (A's rows read element-wise, a partial chunk
+ * of W rows), rows rounded up to the next kernel (3, 5, 12).  Sums of K
+ * products of inputs in [-2, 2) accumulate in float32 in another order than
+ * the CPU's: the tolerance grows with K. */
 static void gemv_matmuls(void)
 {
 	static const int64_t mkn[][3] = {
 		{1, 256, 32},   {3, 256, 32},   {8, 256, 32},	 {1, 4096, 4104}, {3, 4096, 4104}, {8, 4096, 4104},
 		{1, 1000, 3072}, {5, 1000, 3072}, {8, 1000, 3072}, {1, 1003, 48},   {3, 1003, 48},   {8, 1003, 40},
 		{2, 2048, 4096}, {4, 7168, 512}, {16, 1000, 48}, {17, 1000, 48},  {9, 256, 32},	  {3, 256, 36},
-		{3, 128, 64},
+		{3, 128, 64},   {12, 2048, 4096}, {16, 4096, 14336}, {8, 4096, 14336}, {2, 4096, 3072}, {16, 256, 40},
+		{10, 4096, 4104}, {4, 1000, 3072},
 	};
 	static const enum tpf_dtype dts[] = {TPF_DTYPE_BFLOAT16, TPF_DTYPE_FLOAT16};
 	for (int d = 0; d < 2; d++) {
@@ -704,7 +708,7 @@ static void gemv_matmuls(void)
 		for (size_t s = 0; s < sizeof(mkn) / sizeof(mkn[0]); s++) {
 			char lab[96];
 			int64_t M = mkn[s][0], K = mkn[s][1], N = mkn[s][2];
-			int small = M <= 8 && K >= 256 && N % 8 == 0;
+			int small = K >= 256 && N % 8 == 0 && (M <= 8 || (M <= 16 && K % 16 == 0));
 			struct tpf_node *n = node("", "MatMul", 2, 1);
 			struct tpf_ktensor a[2] = {R(dt, 2, M, K), R(dt, 2, K, N)};
 			snprintf(lab, sizeof(lab), "MatMul %lldx%lldx%lld (%s)", (long long)M, (long long)K, (long long)N,
@@ -723,7 +727,7 @@ static void gemv_matmuls(void)
 		CHECK("MatMul [4096]x[4096,64] (small-M kernel)", n, b3, 1, 4);
 		free_tensors(b3, 2);
 		struct tpf_ktensor b4[2] = {R(dt, 3, 3, 3, 512), R(dt, 2, 512, 64)};
-		CHECK("MatMul [3,3,512]x[512,64] (9 rows, cuBLASLt)", n, b4, 1, 2.25);
+		CHECK("MatMul [3,3,512]x[512,64] (9 rows, small-M kernel)", n, b4, 1, 2.25);
 		free_tensors(b4, 2);
 		struct tpf_ktensor b5[2] = {R(dt, 3, 2, 1, 512), R(dt, 3, 2, 512, 64)};
 		CHECK("MatMul [2,1,512]x[2,512,64] (batched W, cuBLASLt)", n, b5, 1, 2.25);
@@ -977,6 +981,14 @@ static void movement(void)
 		struct tpf_ktensor p[2] = {a[0], ints(TPF_DTYPE_INT64, 2, parts)};
 		CHECK("Split axis 3 [3,4]", sp2, p, 2, 1);
 		free(p[1].data);
+		/* merged q/k/v of 8 decode tokens: whole 16-byte pieces (one launch
+		 * for every output) */
+		struct tpf_node *sp3 = node("", "Split", 2, 3);
+		tpf_node_set_attr_int(sp3, "axis", 2);
+		int64_t qkv[] = {256, 64, 64};
+		struct tpf_ktensor q3[2] = {R(dt, 3, 8, 1, 384), ints(TPF_DTYPE_INT64, 3, qkv)};
+		CHECK("Split axis 2 [8,1,384] -> 256/64/64 (16-byte pieces)", sp3, q3, 3, 1);
+		free_tensors(q3, 2);
 		struct tpf_node *cc = node("", "Concat", 3, 1);
 		tpf_node_set_attr_int(cc, "axis", 1);
 		struct tpf_ktensor c[3] = {a[0], R(dt, 4, 2, 1, 5, 7), R(dt, 4, 2, 4, 5, 7)};
