@@ -83,9 +83,6 @@ enum tpf_kernel_phase {
 
 const char *tpf_kernel_phase_name(enum tpf_kernel_phase p);
 
-/* The counters at the start of a kernel workspace (see tpf_kernel_call). */
-#define TPF_WS_COUNTER_BYTES 16384
-
 struct tpf_kernel_call {
 	const struct tpf_node *node; /* attributes, name for messages */
 	int64_t opset;               /* opset of the node's domain in its model */
@@ -93,11 +90,7 @@ struct tpf_kernel_call {
 	size_t n_in;
 	struct tpf_ktensor *out;
 	size_t n_out;
-	/* workspace(call) bytes of backend memory, or NULL.  Zero-filled when
-	 * the session allocates it; its first TPF_WS_COUNTER_BYTES are counters
-	 * that a kernel using them returns to zero before it ends (the
-	 * attention decode kernel's), and no kernel keeps anything else there. */
-	void *workspace;
+	void *workspace; /* workspace(call) bytes of backend memory, or NULL */
 	size_t workspace_bytes;
 	void *stream;    /* backend queue (cudaStream_t); NULL on the CPU */
 	int rank, world; /* of the run, for ops that depend on them */

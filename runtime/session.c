@@ -377,8 +377,8 @@ static void attach(struct tpf_session *s)
 static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call, struct tpf_diag *d);
 
 /* The workspace the plan's kernels ask for (the largest answer), grown when
- * this plan needs more than the session has, zero-filled when allocated.  A
- * CUDA graph captured with the old workspace is dropped with it. */
+ * this plan needs more than the session has.  A CUDA graph captured with
+ * the old workspace is dropped with it. */
 static enum tpf_status bind_workspace(struct tpf_session *s, struct tpf_diag *d)
 {
 	struct tpf_plan *p = s->b->plan;
@@ -407,13 +407,7 @@ static enum tpf_status bind_workspace(struct tpf_session *s, struct tpf_diag *d)
 	if (!s->ws)
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate %zu bytes of kernel workspace on %s", need,
 				     tpf_backend_name(s->dev->kind));
-	/* zero-filled: the counters at its start (TPF_WS_COUNTER_BYTES) begin at 0 */
-	void *zeros = calloc(1, need);
-	if (!zeros)
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of host memory zeroing the kernel workspace");
-	st = s->dev->upload(s->dev, s->ws, zeros, need, d);
-	free(zeros);
-	return st;
+	return TPF_OK;
 }
 
 /* Device memory for the plan, operand arrays, output host buffers. */

@@ -15,10 +15,8 @@
 //   columns of every key for the values, vector loads), keep their own
 //   running softmax (max, sum, output) in registers, and are merged at the
 //   end; present_key/present_value are written from the rows read.  With
-//   several splits the blocks leave partial results in the call's workspace
-//   and the last block of a group to finish merges them (a counter per
-//   group at the workspace's start; TPF_DECODE_MERGE=0 or too many groups:
-//   a combine kernel instead).  Float32 throughout, one rounding of Y.
+//   several splits a combine kernel merges the blocks' partial results from
+//   the call's workspace.  Float32 throughout, one rounding of Y.
 //   A prefill whose keys do not fit the row kernel's shared memory runs here
 //   too, its query rows in chunks of 16.
 // - rows (everything else: long query groups, head sizes the decode kernel
@@ -157,7 +155,6 @@ struct DecArgs {
 	const void *q, *k, *v, *mask, *pk, *pv;
 	void *y, *prk, *prv;
 	float *part;    // [splits][rows][Dv] unnormalized outputs, then [splits][rows][2] (max, sum)
-	unsigned *cnt;  // a counter per (group, row chunk) at the workspace's start, or null (combine kernel)
 	int dm, mask_bool;
 	int64_t B, Hq, S, D, Hk, L, Dv, P, T, G, R;
 	int64_t mstride[4];
@@ -504,61 +501,6 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 			}
 		}
 	}
-	if (a.splits == 1 || !a.cnt)
-		return;
-	// the last split of the group to finish merges the splits' partials
-	// (the same sums in the same order whichever block it is) and returns
-	// the group's counter to zero for the next call
-	__shared__ unsigned s_last;
-	__threadfence();
-	__syncthreads();
-	unsigned *cnt = a.cnt + (blockIdx.y * gridDim.z + blockIdx.z);
-	if (tid == 0)
-		s_last = atomicAdd(cnt, 1u) == (unsigned)a.splits - 1;
-	__syncthreads();
-	if (!s_last)
-		return;
-	__threadfence();
-	float *wt = ob + RB * a.Dv; // [RB][splits] weights, then [RB] 1 / sum
-	float *inv = wt + RB * kDecThreads;
-	const float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
-	for (int r = warp; r < RB; r += kDecWarps) {
-		if (r0 + r >= a.R)
-			continue;
-		const int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S;
-		const int64_t row = (b * a.Hq + hk * a.G + g) * a.S + s;
-		float mx = -INFINITY;
-		for (int sp = lane; sp < a.splits; sp += 32)
-			mx = fmaxf(mx, __ldcg(ml + ((int64_t)sp * rows + row) * 2));
-		for (int o = 16; o > 0; o >>= 1)
-			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-		float lt = 0.f;
-		for (int sp = lane; sp < a.splits; sp += 32) {
-			float msp = __ldcg(ml + ((int64_t)sp * rows + row) * 2);
-			float w = msp == -INFINITY ? 0.f : __expf(msp - mx);
-			wt[r * kDecThreads + sp] = w;
-			lt += w * __ldcg(ml + ((int64_t)sp * rows + row) * 2 + 1);
-		}
-		// the splits' sums in split order (lane order, then the shuffle tree: fixed)
-		for (int o = 16; o > 0; o >>= 1)
-			lt += __shfl_xor_sync(0xffffffffu, lt, o);
-		if (lane == 0)
-			inv[r] = lt > 0 ? 1.f / lt : 0.f;
-	}
-	__syncthreads();
-	for (int i = tid; i < RB * (int)a.Dv; i += kDecThreads) {
-		const int r = i / (int)a.Dv, d = i % (int)a.Dv;
-		if (r0 + r >= a.R)
-			continue;
-		const int64_t g = (r0 + r) / a.S, s = (r0 + r) % a.S;
-		const int64_t row = (b * a.Hq + hk * a.G + g) * a.S + s;
-		float o = 0.f;
-		for (int sp = 0; sp < a.splits; sp++)
-			o += __ldcg(a.part + ((int64_t)sp * rows + row) * a.Dv + d) * wt[r * kDecThreads + sp];
-		((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(o * inv[r]);
-	}
-	if (tid == 0)
-		*cnt = 0u;
 }
 
 // One block a query row: the splits' partial results rescaled to the largest
@@ -681,8 +623,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	p.chunks_per_split = (int)cps;
 	p.splits = (int)((nchunks + cps - 1) / cps);
 	int64_t rows = o.B * o.Hq * o.S;
-	p.ws_bytes = p.splits > 1 ? TPF_WS_COUNTER_BYTES + (size_t)p.splits * (size_t)rows * (size_t)(o.Dv + 2) * sizeof(float)
-				  : 0;
+	p.ws_bytes = p.splits > 1 ? (size_t)p.splits * (size_t)rows * (size_t)(o.Dv + 2) * sizeof(float) : 0;
 	p.ok = 1;
 	return p;
 }
@@ -690,9 +631,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 // Dynamic shared memory of the decode kernel.
 size_t decode_shmem(int RB, int64_t D, int64_t Dv)
 {
-	return ((size_t)RB * (size_t)(D + D / 32) + 2 * (size_t)kDecWarps * RB + (size_t)RB * (size_t)Dv +
-		(size_t)RB * (kDecThreads + 1)) *
-	       sizeof(float);
+	return ((size_t)RB * (size_t)(D + D / 32) + 2 * (size_t)kDecWarps * RB + (size_t)RB * (size_t)Dv) * sizeof(float);
 }
 
 template <typename T, int RB, int DVL> constexpr auto decode_fn()
@@ -709,7 +648,7 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
 	decode_attention_kernel<T, RB, DVL><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
 	enum tpf_status e = tpfc_launched(c, "decode attention");
-	if (e || a.splits == 1 || a.cnt)
+	if (e || a.splits == 1)
 		return e;
 	int64_t rows = a.B * a.Hq * a.S;
 	decode_combine_kernel<T><<<(unsigned)rows, kDecThreads, 0, tpfc_stream(c)>>>(a);
@@ -746,17 +685,6 @@ enum tpf_status launch_decode(const struct tpf_kernel_call *c, const DecArgs &a)
 	return launch_decode_dv<T, 16>(c, a);
 }
 
-// TPF_DECODE_MERGE=0: the splits merged by the combine kernel instead of
-// the last split's block.  Read once.
-bool merge_off()
-{
-	static const bool off = [] {
-		const char *e = getenv("TPF_DECODE_MERGE");
-		return e && !strcmp(e, "0");
-	}();
-	return off;
-}
-
 enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_attention_ops &o, const DecPlan &p,
 			   const AttnArgs &ra)
 {
@@ -772,14 +700,7 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
 	a.G = p.G, a.R = p.R;
 	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
-	// partial results after the counters; the kernel merges them itself
-	// where every (group, row chunk) has a counter
-	a.part = c->workspace ? (float *)((char *)c->workspace + TPF_WS_COUNTER_BYTES) : nullptr;
-	const int64_t counters = o.B * o.Hk * p.row_chunks;
-	a.cnt = c->workspace && p.splits > 1 && counters <= TPF_WS_COUNTER_BYTES / (int64_t)sizeof(unsigned) &&
-				!merge_off()
-			? (unsigned *)c->workspace
-			: nullptr;
+	a.part = (float *)c->workspace;
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
 	switch (o.q->dtype) {
 	case TPF_DTYPE_FLOAT:

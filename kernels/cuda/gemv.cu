@@ -464,11 +464,7 @@ void launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const voi
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
-	if (ct == 1 && avec)
-		gemv_kernel<T, M, 1, true><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
-	else if (ct == 1)
-		gemv_kernel<T, M, 1, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
-	else if (ct == 4 && avec)
+	if (ct == 4 && avec)
 		gemv_kernel<T, M, 4, true><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
 	else if (ct == 4)
 		gemv_kernel<T, M, 4, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
@@ -553,9 +549,6 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	const int sms = sm_count();
 	int64_t tiles32 = (N + 31) / 32;
 	int ct = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
-	static const int force_ct = env_rows("TPF_GEMV_CT", 0, 4);
-	if (force_ct == 1 || force_ct == 2 || force_ct == 4)
-		ct = force_ct;
 	unsigned blocks = (unsigned)((N + 8 * ct - 1) / (8 * ct));
 	// a large weight of few columns would stream through a few SMs:
 	// cuBLASLt splits K over more
