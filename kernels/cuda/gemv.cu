@@ -31,6 +31,7 @@ constexpr int kDefaultMmaMinRows = 2;
 template <typename T> struct Bits;
 
 template <> struct Bits<__nv_bfloat16> {
+	static constexpr bool is_bf16 = true;
 	// low / high element of a packed pair as float
 	static __device__ __forceinline__ float lo(uint32_t v)
 	{
@@ -47,6 +48,7 @@ template <> struct Bits<__nv_bfloat16> {
 };
 
 template <> struct Bits<__half> {
+	static constexpr bool is_bf16 = false;
 	static __device__ __forceinline__ float lo(uint32_t v)
 	{
 		return __half2float(__ushort_as_half((unsigned short)(v & 0xffffu)));
@@ -319,25 +321,22 @@ __device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short 
 	}
 }
 
-template <typename T> struct MmaOp;
-template <> struct MmaOp<__nv_bfloat16> {
-	static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-	{
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-			     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-	}
-};
-template <> struct MmaOp<__half> {
-	static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-	{
-		asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-			     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-			     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-			     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-	}
-};
+// d += a x b, m16n8k16, operands of type TY ("bf16" or "f16"), float32 d
+#define TPF_MMA_16816(TY)                                                                          \
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, " \
+		     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                              \
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                              \
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	if constexpr (sizeof(T) == 2 && Bits<T>::is_bf16)
+		TPF_MMA_16816("bf16");
+	else
+		TPF_MMA_16816("f16");
+}
+#undef TPF_MMA_16816
 
 template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&acc)[2 * NR][4], const MmaStage<NR> &st)
 {
@@ -348,8 +347,8 @@ template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&a
 		uint32_t hi0 = __byte_perm(st.w[0][r], st.w[1][r], 0x7632);
 		uint32_t lo1 = __byte_perm(st.w[2][r], st.w[3][r], 0x5410);
 		uint32_t hi1 = __byte_perm(st.w[2][r], st.w[3][r], 0x7632);
-		MmaOp<T>::run(acc[2 * r], st.x, lo0, lo1);
-		MmaOp<T>::run(acc[2 * r + 1], st.x, hi0, hi1);
+		mma16816<T>(acc[2 * r], st.x, lo0, lo1);
+		mma16816<T>(acc[2 * r + 1], st.x, hi0, hi1);
 	}
 }
 
