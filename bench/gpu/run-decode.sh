@@ -37,6 +37,11 @@
 #   TPF_BENCH_FP8=1   adds the dense_fp8 example
 #   TPF_BENCH_WORLD   ranks (default 2): the models are split that many ways
 #                     and both tpfuse and the peer run that many processes
+#   TPF_BENCH_PROFILE=1  after each batch's timings, an Nsight Compute
+#                     profile of the fused graph, eager, on rank 0 (80 kernel
+#                     launches after the first 400, no cache flush):
+#                     OUTDIR/ncu-bB.csv and its table OUTDIR/ncu-bB.txt
+#                     (bench/ncu_kernels.py --sum); needs ncu in PATH
 #   TPF_BENCH_BUDGET  seconds the whole run may take (llama3-8b: 540, else
 #                     0: no limit): each step runs under `timeout` for at
 #                     most what is left, one with too little left is skipped,
@@ -157,6 +162,25 @@ td() { # tpfuse decode: MODEL LABEL [bench-decode options]
 		--label "$label" "$@" | tee -a "$res" ||
 		echo "bench-decode $model $label $*: failed (exit ${PIPESTATUS[0]})"
 }
+prof() { # BATCH MODEL: the Nsight Compute profile of TPF_BENCH_PROFILE=1
+	local b=$1 model=$2 lim
+	command -v ncu >/dev/null || { echo "profile batch=$b: no ncu in PATH"; return; }
+	lim=$(limit 150)
+	if [ "$lim" -lt 30 ]; then
+		echo "profile batch=$b: skipped (${lim} s of the budget left)"
+		return
+	fi
+	say "batch $b: Nsight Compute profile (rank 0)"
+	# shellcheck disable=SC2016
+	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np "$world" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
+		bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec ncu --cache-control none --launch-skip 400 \
+			--launch-count 80 --csv --metrics \
+			gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread "$@"
+		else exec "$@"; fi' _ "$build/bench/bench-decode" "$model" --backend cuda --iters 20 --warmup 5 \
+		--optimize --no-graph > "$out/ncu-b$b.csv" 2>&1 &&
+		python3 "$here/ncu_kernels.py" "$out/ncu-b$b.csv" --sum > "$out/ncu-b$b.txt" ||
+		echo "profile batch=$b: failed (see $out/ncu-b$b.csv)"
+}
 # tpfuse first (every batch), then the PyTorch peer: what a budget cuts
 # short is the peer's last batches, and the compile mode before the others
 for b in $batches; do
@@ -198,6 +222,7 @@ for b in $batches; do
 			"${peer_args[@]}" 2>"$out/models-b$b.torch.log" | tee -a "$res" ||
 			echo "torch peer batch=$b: exit ${PIPESTATUS[0]} (see $out/models-b$b.torch.log)"
 	fi
+	[ "${TPF_BENCH_PROFILE:-}" = 1 ] && [ -f "$dir/dense.rank0.onnx" ] && prof "$b" "$dir/dense.rank{rank}.onnx"
 	rm -f "$dir"/*.full.onnx
 	[ "$keep" = 1 ] || { rm -f "$dir"/*.onnx && rmdir "$dir" 2>/dev/null; } || true
 done
