@@ -218,39 +218,67 @@ template <int RB> struct DecMinBlocks {
 constexpr int kDecWarps = kDecThreads / 32;
 constexpr int kWarpKeys = 32 / kKeyThreads; // keys a warp takes of each chunk
 
-// DVL elements of T at p (DVL * sizeof(T) bytes, aligned to that) as 32-bit
-// words (one 16-bit element in the low half of a word).
-template <typename T, int DVL> struct VPiece {
+// Up to DVL elements of T from p as 32-bit words (16-bit elements two a
+// word, low half first; one 16-bit element in the low half of a word).
+// A whole piece (n == DVL) of a row whose length is a multiple of DVL is
+// one vector access (vec; p aligned to DVL * sizeof(T)), else element by
+// element, n of them.  FULL: every piece whole and vec (no checks).
+template <typename T, int DVL, bool FULL> struct VPiece {
 	static constexpr int bytes = DVL * (int)sizeof(T);
 	static constexpr int words = bytes < 4 ? 1 : bytes / 4;
 	uint32_t w[words];
-	__device__ __forceinline__ void load(const T *p)
+	__device__ __forceinline__ void load(const T *p, int n, bool vec)
 	{
-		const uint32_t *q = (const uint32_t *)p;
-		if constexpr (bytes == 2) {
-			w[0] = __ldcs((const unsigned short *)p);
-		} else if constexpr (words == 1) {
-			w[0] = __ldcs(q);
-		} else if constexpr (words == 2) {
-			uint2 v = __ldcs((const uint2 *)q);
-			w[0] = v.x, w[1] = v.y;
-		} else {
+		if (FULL || (n == DVL && vec)) {
+			const uint32_t *q = (const uint32_t *)p;
+			if constexpr (bytes == 2) {
+				w[0] = __ldcs((const unsigned short *)p);
+			} else if constexpr (words == 1) {
+				w[0] = __ldcs(q);
+			} else if constexpr (words == 2) {
+				uint2 v = __ldcs((const uint2 *)q);
+				w[0] = v.x, w[1] = v.y;
+			} else {
 #pragma unroll
-			for (int i = 0; i < words; i += 4) {
-				uint4 v = __ldcs((const uint4 *)q + i / 4);
-				w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+				for (int i = 0; i < words; i += 4) {
+					uint4 v = __ldcs((const uint4 *)q + i / 4);
+					w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+				}
+			}
+		} else {
+			zero();
+#pragma unroll
+			for (int i = 0; i < DVL; i++) {
+				if (i >= n)
+					break;
+				if constexpr (sizeof(T) == 4)
+					w[i] = __ldcs((const uint32_t *)p + i);
+				else
+					w[i / 2] |= (uint32_t)__ldcs((const unsigned short *)p + i) << (16 * (i & 1));
 			}
 		}
 	}
-	__device__ __forceinline__ void store(T *p) const
+	__device__ __forceinline__ void store(T *p, int n, bool vec) const
 	{
-		if constexpr (bytes == 2) {
-			*(unsigned short *)p = (unsigned short)w[0];
-		} else {
-			uint32_t *q = (uint32_t *)p;
+		if (FULL || (n == DVL && vec)) {
+			if constexpr (bytes == 2) {
+				*(unsigned short *)p = (unsigned short)w[0];
+			} else {
+				uint32_t *q = (uint32_t *)p;
 #pragma unroll
-			for (int i = 0; i < words; i++)
-				q[i] = w[i];
+				for (int i = 0; i < words; i++)
+					q[i] = w[i];
+			}
+		} else {
+#pragma unroll
+			for (int i = 0; i < DVL; i++) {
+				if (i >= n)
+					break;
+				if constexpr (sizeof(T) == 4)
+					((uint32_t *)p)[i] = w[i];
+				else
+					((unsigned short *)p)[i] = (unsigned short)(w[i / 2] >> (16 * (i & 1)));
+			}
 		}
 	}
 	__device__ __forceinline__ float elem(int i) const
@@ -277,10 +305,11 @@ template <typename T, int DVL> struct VPiece {
 // their results never stored).
 // Each warp runs on its own: of every 32-key chunk of the block's share it
 // takes 8 keys, four lanes a key for the scores (every fourth 16-byte vector
-// of the row each) and a lane DVL = Dv / 32 columns of every key for the values, with
+// of the row each) and a lane DVL columns of every key for the values (DVL
+// the power of two at least Dv / 32; lanes past Dv idle), with
 // its own running softmax in registers (shuffles, no block barrier in the
 // loop); the four warps' states are merged at the end.
-template <typename T, int RB, int DVL>
+template <typename T, int RB, int DVL, bool FULL>
 __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_attention_kernel(DecArgs a)
 {
 	extern __shared__ float dsm[];
@@ -329,6 +358,10 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 	// the lane's vectors of a key row: i * 4 + part (i < nv), so that the
 	// four lanes of a key read 64 contiguous bytes per load
 	const int nv = D / (kKeyThreads * VN); // whole (checked on the host)
+	// the lane's value columns: nval of them from lane * DVL (FULL: Dv is
+	// 32 * DVL, all of them); vector accesses where the pieces are aligned
+	const int nval = FULL ? DVL : (int)max((int64_t)0, min((int64_t)DVL, a.Dv - (int64_t)lane * DVL));
+	const bool vvec = FULL || a.Dv % DVL == 0;
 	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
 	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
 	for (int64_t ch = c0; ch < c1; ch++) {
@@ -344,11 +377,11 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 		for (int u = 0; u < kKVec; u++)
 			if (kr && u < nv)
 				kraw[u] = ldg_stream(kr + (u * kKeyThreads + part) * VN);
-		VPiece<T, DVL> vp[kWarpKeys];
+		VPiece<T, DVL, FULL> vp[kWarpKeys];
 #pragma unroll
 		for (int t = 0; t < kWarpKeys; t++) {
-			if (t < jn)
-				vp[t].load(dec_row<T>(a, false, b, hk, jw + t) + lane * DVL);
+			if (t < jn && (FULL || nval > 0))
+				vp[t].load(dec_row<T>(a, false, b, hk, jw + t) + lane * DVL, nval, vvec);
 			else
 				vp[t].zero();
 		}
@@ -440,8 +473,8 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 		if (prv) {
 #pragma unroll
 			for (int t = 0; t < kWarpKeys; t++)
-				if (t < jn)
-					vp[t].store(prv + ((b * a.Hk + hk) * a.T + jw + t) * a.Dv + lane * DVL);
+				if (t < jn && (FULL || nval > 0))
+					vp[t].store(prv + ((b * a.Hk + hk) * a.T + jw + t) * a.Dv + lane * DVL, nval, vvec);
 		}
 	}
 	// merge the warps: each one's state rescaled to the block's max
@@ -471,6 +504,8 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 				const float sw = m[r] == -INFINITY ? 0.f : __expf(m[r] - bm[r]);
 #pragma unroll
 				for (int i = 0; i < DVL; i++) {
+					if (!FULL && i >= nval)
+						break;
 					float *o = ob + r * a.Dv + lane * DVL + i;
 					*o = (w ? *o : 0.f) + acc[r][i] * sw;
 				}
@@ -597,11 +632,10 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	p.G = o.Hq / o.Hk;
 	p.R = p.G * o.S;
 	p.row_chunks = (int)((p.R + kMaxGroupRows - 1) / kMaxGroupRows);
-	// a lane's columns of a value row: Dv / 32 of them, 1, 2, 4 or 8
-	const int64_t dvl = o.Dv / 32;
-	if (p.R < 1 || (p.R > kMaxGroupRows && !long_rows) || p.row_chunks > 65535 || o.D <= 0 ||
-	    o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv % 32 || (dvl != 1 && dvl != 2 && dvl != 4 && dvl != 8) ||
-	    o.T <= 0 || o.S > INT32_MAX || o.Hq > INT32_MAX)
+	// (value rows: a lane takes up to 8 columns, decode_dvl)
+	if (p.R < 1 || (p.R > kMaxGroupRows && !long_rows) || p.row_chunks > 65535 || o.B * o.Hk > 65535 ||
+	    o.D <= 0 || o.D % (kKeyThreads * vn) || o.D > 512 || o.Dv <= 0 || o.Dv > 256 || o.T <= 0 ||
+	    o.S > INT32_MAX || o.Hq > INT32_MAX)
 		return p;
 	// 16-byte rows for the vector loads and stores
 	const struct tpf_ktensor *vec[] = {o.k, o.pk, o.prk, o.v, o.pv, o.prv};
@@ -634,19 +668,19 @@ size_t decode_shmem(int RB, int64_t D, int64_t Dv)
 	return ((size_t)RB * (size_t)(D + D / 32) + 2 * (size_t)kDecWarps * RB + (size_t)RB * (size_t)Dv) * sizeof(float);
 }
 
-template <typename T, int RB, int DVL> constexpr auto decode_fn()
+template <typename T, int RB, int DVL, bool FULL> constexpr auto decode_fn()
 {
-	return decode_attention_kernel<T, RB, DVL>;
+	return decode_attention_kernel<T, RB, DVL, FULL>;
 }
 
-template <typename T, int RB, int DVL>
+template <typename T, int RB, int DVL, bool FULL>
 enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs &a)
 {
 	size_t shmem = decode_shmem(RB, a.D, a.Dv);
 	if (shmem > 48 * 1024)
-		cudaFuncSetAttribute(decode_fn<T, RB, DVL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
+		cudaFuncSetAttribute(decode_fn<T, RB, DVL, FULL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	decode_attention_kernel<T, RB, DVL><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
+	decode_attention_kernel<T, RB, DVL, FULL><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
 	enum tpf_status e = tpfc_launched(c, "decode attention");
 	if (e || a.splits == 1)
 		return e;
@@ -655,19 +689,32 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	return tpfc_launched(c, "decode attention combine");
 }
 
-// The lane's columns of a value row: Dv / 32.
+// A lane's columns of a value row: the power of two at least Dv / 32.
+int decode_dvl(int64_t Dv)
+{
+	return Dv <= 32 ? 1 : Dv <= 64 ? 2 : Dv <= 128 ? 4 : 8;
+}
+
+template <typename T, int RB, int DVL>
+enum tpf_status launch_decode_vec(const struct tpf_kernel_call *c, const DecArgs &a)
+{
+	if (a.Dv == 32 * DVL)
+		return launch_decode_rb<T, RB, DVL, true>(c, a);
+	return launch_decode_rb<T, RB, DVL, false>(c, a);
+}
+
 template <typename T, int RB>
 enum tpf_status launch_decode_dv(const struct tpf_kernel_call *c, const DecArgs &a)
 {
-	switch (a.Dv / 32) {
+	switch (decode_dvl(a.Dv)) {
 	case 1:
-		return launch_decode_rb<T, RB, 1>(c, a);
+		return launch_decode_vec<T, RB, 1>(c, a);
 	case 2:
-		return launch_decode_rb<T, RB, 2>(c, a);
+		return launch_decode_vec<T, RB, 2>(c, a);
 	case 4:
-		return launch_decode_rb<T, RB, 4>(c, a);
+		return launch_decode_vec<T, RB, 4>(c, a);
 	default:
-		return launch_decode_rb<T, RB, 8>(c, a);
+		return launch_decode_vec<T, RB, 8>(c, a);
 	}
 }
 
@@ -800,7 +847,7 @@ rows_kernel:
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
 				 "%lld keys exceed the row kernel's shared-memory scores, and the split kernel "
 				 "needs Q/K/V of one float dtype, a head size that is a multiple of %d elements "
-				 "(at most 512) and a value size of 32, 64, 128 or 256",
+				 "(at most 512), a value size of at most 256 and at most 65535 batch x KV heads",
 				 (long long)a.T, 4 * 16 / (int)tpf_elem_size(q->dtype));
 	if (rows > 0 && a.Dv > 0) {
 		size_t shmem = (size_t)(a.T > 0 ? a.T : 1) * sizeof(float);

@@ -1352,7 +1352,9 @@ static void quant(void)
 
 /* The split-KV decode kernel: query groups of 1 to 16 rows, KV split over
  * blocks (partial results combined from the workspace), present K/V written
- * by the same kernel, masks, causal, head sizes 64 to 256. */
+ * by the same kernel, masks, causal, head sizes 32 to 256, value sizes that
+ * leave lanes idle (96) or split into partial pieces (90), and a batch whose
+ * (batch, KV head) groups exceed a grid dimension (the row kernel). */
 static void attention_decode(void)
 {
 	for (int d = 0; d < NFL; d++) {
@@ -1392,6 +1394,25 @@ static void attention_decode(void)
 					   omitted(), R(dt, 4, 1, 1, 77, 256), R(dt, 4, 1, 1, 77, 256)};
 		CHECK("Attention decode head size 256, past 77", w, f, 3, 4);
 		free_tensors(f, 6);
+		/* head size 96 (Phi-3): 4 value columns a lane, lanes 24-31 idle */
+		struct tpf_node *p3 = node("", "Attention", 6, 3);
+		struct tpf_ktensor p3a[6] = {R(dt, 4, 2, 8, 1, 96), R(dt, 4, 2, 2, 1, 96), R(dt, 4, 2, 2, 1, 96),
+					     omitted(), R(dt, 4, 2, 2, 300, 96), R(dt, 4, 2, 2, 300, 96)};
+		CHECK("Attention decode head size 96, past 300 (idle value lanes)", p3, p3a, 3, 4);
+		free_tensors(p3a, 6);
+		/* value size 90: rows not a whole number of 4-column pieces, every
+		 * value read and written element by element; additive mask */
+		struct tpf_node *v9 = node("", "Attention", 6, 3);
+		struct tpf_ktensor v9a[6] = {R(dt, 4, 1, 4, 1, 64), R(dt, 4, 1, 2, 1, 64), R(dt, 4, 1, 2, 1, 90),
+					     R(dt, 4, 1, 4, 1, 45), R(dt, 4, 1, 2, 44, 64), R(dt, 4, 1, 2, 44, 90)};
+		CHECK("Attention decode value size 90, additive mask, past 44 (element-wise values)", v9, v9a, 3, 4);
+		free_tensors(v9a, 6);
+		/* more than 65535 (batch, KV head) groups: the row kernel */
+		struct tpf_node *bg = node("", "Attention", 3, 1);
+		struct tpf_ktensor bga[3] = {R(dt, 4, 8200, 16, 1, 32), R(dt, 4, 8200, 8, 3, 32),
+					     R(dt, 4, 8200, 8, 3, 32)};
+		CHECK("Attention decode 8200 x 8 KV heads (row kernel)", bg, bga, 1, 4);
+		free_tensors(bga, 3);
 		/* a prefill chunk over more keys than the row kernel's shared
 		 * memory holds: the split kernel in chunks of 16 query rows (40
 		 * rows: 3 chunks), present written once */
