@@ -77,14 +77,17 @@ static const char *check_gamma_covers(struct tpf_match *m, size_t gamma_index)
 	if (!x || !g)
 		return "the input or gamma is missing";
 	int xr = tpf_pattern_rank(x), gr = tpf_pattern_rank(g);
-	if (xr < 0 || gr < 0)
-		return NULL; /* unknown ranks: the op's own rule decides at run time */
+	if (xr < 0)
+		return NULL; /* unknown rank: the op's own rule decides at run time */
+	/* (a scalar input too: the canonical norm needs an axis to normalize) */
 	int64_t axis = tpf_node_attr_int(r, "axis", -1);
 	if (axis < 0)
 		axis += xr;
 	if (axis < 0 || axis >= xr)
 		return tpf_match_reason(m, "axis %lld is outside the input's rank %d",
 					(long long)tpf_node_attr_int(r, "axis", -1), xr);
+	if (gr < 0)
+		return NULL; /* gamma's rank unknown: its own rule decides at run time */
 	int nr = xr - (int)axis;
 	if (gr > nr)
 		return tpf_match_reason(m, "gamma '%s' has rank %d, more than the %d normalized dims",
