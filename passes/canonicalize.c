@@ -67,9 +67,9 @@ static enum tpf_status emit_norm(struct tpf_rewriter *rw, struct tpf_match *m, s
 /* ------------------------------------------------- RMSNormalization (opset 23) */
 
 /* The canonical norm's gamma must broadcast into x's normalized dims
- * (x.shape[axis:]); a gamma that widens the output (x [8,8,1] with gamma [8])
+ * (x.shape[axis:], axis the one the canonical norm will take); a gamma that widens the output (x [8,8,1] with gamma [8])
  * is left to the original op, which states its own result. */
-static const char *check_gamma_covers(struct tpf_match *m, size_t gamma_index)
+static const char *check_gamma_covers(struct tpf_match *m, size_t gamma_index, int64_t axis)
 {
 	const struct tpf_node *r = m->root;
 	const struct tpf_value *x = r->inputs[0];
@@ -80,12 +80,11 @@ static const char *check_gamma_covers(struct tpf_match *m, size_t gamma_index)
 	if (xr < 0)
 		return NULL; /* unknown rank: the op's own rule decides at run time */
 	/* (a scalar input too: the canonical norm needs an axis to normalize) */
-	int64_t axis = tpf_node_attr_int(r, "axis", -1);
+	const int64_t given = axis;
 	if (axis < 0)
 		axis += xr;
 	if (axis < 0 || axis >= xr)
-		return tpf_match_reason(m, "axis %lld is outside the input's rank %d",
-					(long long)tpf_node_attr_int(r, "axis", -1), xr);
+		return tpf_match_reason(m, "axis %lld is outside the input's rank %d", (long long)given, xr);
 	if (gr < 0)
 		return NULL; /* gamma's rank unknown: its own rule decides at run time */
 	int nr = xr - (int)axis;
@@ -109,7 +108,7 @@ static const char *check_gamma_covers(struct tpf_match *m, size_t gamma_index)
 static const char *check_rms_normalization(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
 	(void)pc;
-	return check_gamma_covers(m, 1);
+	return check_gamma_covers(m, 1, tpf_node_attr_int(m->root, "axis", -1));
 }
 
 static enum tpf_status rewrite_rms_normalization(struct tpf_rewriter *rw, struct tpf_match *m)
@@ -134,7 +133,7 @@ static const char *check_simplified(const struct tpf_pattern_context *pc, struct
 	(void)pc;
 	if (output_used(m->root, 1))
 		return "the inv_std_var output is used";
-	return check_gamma_covers(m, 1);
+	return check_gamma_covers(m, 1, tpf_node_attr_int(m->root, "axis", -1));
 }
 
 static const struct tpf_pattern pat_simplified = {
@@ -162,7 +161,9 @@ static const char *check_skip(const struct tpf_pattern_context *pc, struct tpf_m
 		return "the mean or inv_std_var output is used";
 	if (tpf_pattern_shapes_differ(m->root->inputs[0], m->root->inputs[1]))
 		return "input and skip shapes differ (broadcast skip)";
-	return check_gamma_covers(m, 2);
+	/* the op normalizes the last axis (it has no axis attribute; the
+	 * rewrite's norm takes -1 whatever the node carries) */
+	return check_gamma_covers(m, 2, -1);
 }
 
 static enum tpf_status rewrite_skip(struct tpf_rewriter *rw, struct tpf_match *m)
