@@ -11,7 +11,7 @@
 //   a decode step's few heads still fill the GPU (as many splits as the SMs
 //   hold blocks at once).  Each block reads every key and value row of its
 //   chunks once for all the group's query rows; its four warps each take 8
-//   keys of every chunk (four lanes a key for the scores, a lane Dv / 32
+//   keys of every chunk (four lanes a key for the scores, a lane up to 8
 //   columns of every key for the values, vector loads), keep their own
 //   running softmax (max, sum, output) in registers, and are merged at the
 //   end; present_key/present_value are written from the rows read.  With

@@ -9,7 +9,18 @@
 // below.  With FMAs, 8 rows already cost 64 instructions per 16 bytes of W,
 // about as many as the SMs issue while HBM delivers them.
 //
-// FMA kernel layout: a block of 256 threads owns a tile of TW = 8 * CT output columns
+// FMA kernel layout: a block of 256 threads owns a tile of TW = 8 * CT output
+// columns (CT column-threads of 8 consecutive columns, CT = 4 or 2) and the
+// whole of K; the 256 / CT k-lanes of the block stride over K in chunks of 8
+// rows.  Per chunk a thread reads 8 rows x 8 columns of W with 16-byte loads
+// that do not allocate in L1 and are marked evict-first in L2 (W is read
+// once), and 8 values of each A row with one 16-byte load (A is tiny and
+// stays in L1/L2; the CT column-threads of a k-lane read the same A
+// addresses); the next chunk's loads are issued before the current one is
+// multiplied.  Accumulators are float, rows x 8 per thread.  The k-lanes of a
+// warp are summed with shuffles, the warps through shared memory; y is
+// rounded to nearest even.  Both kernels: one launch, no workspace, no host
+// synchronization (capturable).
 #include "cuda-common.cuh"
 
 #include <limits.h>
@@ -331,7 +342,7 @@ __device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short 
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-	if constexpr (sizeof(T) == 2 && Bits<T>::is_bf16)
+	if constexpr (Bits<T>::is_bf16)
 		TPF_MMA_16816("bf16");
 	else
 		TPF_MMA_16816("f16");

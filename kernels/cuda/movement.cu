@@ -337,75 +337,80 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_slice)
 
 namespace {
 
-// Split's common case: the input is `outer` blocks of src_chunks 16-byte
-// chunks, and output k takes chunks[k] of every block from off[k] on.  One
-// launch for every output (blockIdx.y the output).
-constexpr int kSplitOuts = 8;
-struct SplitBlocks {
-	const uint4 *src;
-	uint4 *dst[kSplitOuts];
-	int64_t chunks[kSplitOuts], off[kSplitOuts];
-	int64_t outer, src_chunks;
+// Concat's and Split's common case, in whole 16-byte chunks: `outer`
+// blocks; piece k (blockIdx.y) copies n[k] chunks of every block from
+// src[k] (blocks src_stride[k] chunks apart) to dst[k] (dst_stride[k]
+// apart), one vector load and store a chunk.  Concat: a piece an input,
+// landing at an offset of the output's blocks; Split: a piece an output,
+// taken from an offset of the input's.
+constexpr int kPieces = 8;
+struct Blocks16 {
+	const uint4 *src[kPieces];
+	uint4 *dst[kPieces];
+	int64_t n[kPieces], src_stride[kPieces], dst_stride[kPieces];
+	int64_t outer;
 };
 
-__global__ void split_blocks16(SplitBlocks sb)
+__global__ void copy_blocks16(Blocks16 b)
 {
 	const int k = blockIdx.y;
-	const int64_t n = sb.chunks[k], total = sb.outer * n;
-	uint4 *dst = sb.dst[k];
+	const int64_t n = b.n[k], total = b.outer * n;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
 		int64_t o = i / n, j = i - o * n;
-		dst[i] = sb.src[o * sb.src_chunks + sb.off[k] + j];
+		b.dst[k][o * b.dst_stride[k] + j] = b.src[k][o * b.src_stride[k] + j];
 	}
 }
 
-// The one-launch split when every piece is whole 16-byte chunks (1), else 0.
+// Launches copy_blocks16 for pieces 0..np-1 (most: the largest outer * n).
+enum tpf_status launch_blocks16(const struct tpf_kernel_call *c, const Blocks16 &b, int np, int64_t most,
+				const char *what)
+{
+	dim3 grid(tpfc_blocks(most, 256), (unsigned)np);
+	copy_blocks16<<<grid, 256, 0, tpfc_stream(c)>>>(b);
+	return tpfc_launched(c, what);
+}
+
+bool is16(int64_t v)
+{
+	return v % 16 == 0;
+}
+
+// Split in one launch when every piece is whole 16-byte chunks (1; *st the
+// launch's status), else 0.
 int split_fast(const struct tpf_kernel_call *c, int ax, enum tpf_status *st)
 {
 	const struct tpf_ktensor *x = &c->in[0];
-	if (c->n_out > kSplitOuts || (uintptr_t)x->data % 16)
+	if (c->n_out > kPieces || !is16((int64_t)(uintptr_t)x->data))
 		return 0;
-	const size_t es = tpf_elem_size(x->dtype);
-	int64_t outer = 1, inner = 1;
-	for (int d = 0; d < ax; d++)
-		outer *= x->dims[d];
-	for (int d = ax + 1; d < x->rank; d++)
-		inner *= x->dims[d];
-	const int64_t row = x->dims[ax] * inner * (int64_t)es; // bytes of one input block
-	if (row % 16 || outer <= 0)
+	const int64_t es = (int64_t)tpf_elem_size(x->dtype);
+	const int64_t outer = tpf_dims_prod(x->dims, 0, ax), inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	const int64_t row = x->dims[ax] * inner * es; // bytes of one input block
+	if (!is16(row) || outer <= 0)
 		return 0;
-	SplitBlocks sb;
-	memset(&sb, 0, sizeof(sb));
-	sb.src = (const uint4 *)x->data;
-	sb.outer = outer;
-	sb.src_chunks = row / 16;
-	int n = 0;
+	Blocks16 b;
+	memset(&b, 0, sizeof(b));
+	b.outer = outer;
+	int np = 0;
 	int64_t pos = 0, most = 0;
 	for (size_t k = 0; k < c->n_out; k++) {
 		const struct tpf_ktensor *y = &c->out[k];
 		for (int d = 0; d < x->rank; d++)
 			if (d != ax && y->dims[d] != x->dims[d])
 				return 0;
-		const int64_t bytes = y->dims[ax] * inner * (int64_t)es, at = pos * inner * (int64_t)es;
+		const int64_t bytes = y->dims[ax] * inner * es, at = pos * inner * es;
 		pos += y->dims[ax];
 		if (!y->data || bytes == 0)
 			continue;
-		if (bytes % 16 || at % 16 || (uintptr_t)y->data % 16)
+		if (!is16(bytes) || !is16(at) || !is16((int64_t)(uintptr_t)y->data))
 			return 0;
-		sb.dst[n] = (uint4 *)y->data;
-		sb.chunks[n] = bytes / 16;
-		sb.off[n] = at / 16;
-		most = outer * sb.chunks[n] > most ? outer * sb.chunks[n] : most;
-		n++;
+		b.src[np] = (const uint4 *)x->data + at / 16;
+		b.dst[np] = (uint4 *)y->data;
+		b.n[np] = b.dst_stride[np] = bytes / 16;
+		b.src_stride[np] = row / 16;
+		most = outer * b.n[np] > most ? outer * b.n[np] : most;
+		np++;
 	}
-	if (n == 0) {
-		*st = TPF_OK;
-		return 1;
-	}
-	int64_t bx = (most + 255) / 256;
-	dim3 grid((unsigned)(bx > 256 ? 256 : bx), (unsigned)n);
-	split_blocks16<<<grid, 256, 0, tpfc_stream(c)>>>(sb);
-	*st = tpfc_launched(c, "split");
+	*st = np ? launch_blocks16(c, b, np, most, "split") : TPF_OK;
 	return 1;
 }
 
@@ -436,8 +441,6 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_split)
 		struct tpf_ktensor *y = &c->out[k];
 		if (!y->data)
 			continue;
-		if (y->rank != x->rank)
-			return tpf_kfail(c, TPF_ERR_INVALID, "output %zu rank differs from the input's", k);
 		contiguous_strides(y->dims, y->rank, ys);
 		Strided s = space_of(y);
 		for (int d = 0; d < y->rank; d++) {
@@ -450,28 +453,6 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_split)
 	}
 	return TPF_OK;
 }
-
-namespace {
-
-// Concat's common case: every input is `outer` contiguous blocks that land
-// at a fixed offset inside the output's blocks; with everything in whole
-// 16-byte chunks, one vector load and store per chunk.
-__global__ void copy_blocks16(const uint4 *src, uint4 *dst, int64_t outer, int64_t in_chunks, int64_t out_chunks,
-			      int64_t off_chunks)
-{
-	int64_t total = outer * in_chunks;
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t o = i / in_chunks, j = i - o * in_chunks;
-		dst[o * out_chunks + off_chunks + j] = src[i];
-	}
-}
-
-bool is16(int64_t v)
-{
-	return v % 16 == 0;
-}
-
-} // namespace
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_concat)
 {
@@ -497,10 +478,14 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_concat)
 		if (is16(in_b) && is16(out_b) && is16(off_b) && is16((int64_t)(uintptr_t)x->data) &&
 		    is16((int64_t)(uintptr_t)y->data)) {
 			if (x->numel) {
-				int64_t chunks = outer * (in_b / 16);
-				copy_blocks16<<<tpfc_blocks(chunks, 256), 256, 0, tpfc_stream(c)>>>(
-					(const uint4 *)x->data, (uint4 *)y->data, outer, in_b / 16, out_b / 16, off_b / 16);
-				if ((st = tpfc_launched(c, "concat")))
+				Blocks16 b;
+				memset(&b, 0, sizeof(b));
+				b.src[0] = (const uint4 *)x->data;
+				b.dst[0] = (uint4 *)y->data + off_b / 16;
+				b.n[0] = b.src_stride[0] = in_b / 16;
+				b.dst_stride[0] = out_b / 16;
+				b.outer = outer;
+				if ((st = launch_blocks16(c, b, 1, outer * (in_b / 16), "concat")))
 					return st;
 			}
 			pos += x->dims[ax];

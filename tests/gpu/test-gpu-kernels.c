@@ -1355,6 +1355,17 @@ static void quant(void)
  * by the same kernel, masks, causal, head sizes 32 to 256, value sizes that
  * leave lanes idle (96) or split into partial pieces (90), and a batch whose
  * (batch, KV head) groups exceed a grid dimension (the row kernel). */
+/* Attention with past key/value and no mask (n carries the attributes):
+ * sz = {B, Hq, Hk, S (query tokens), L (new key/value tokens), D, Dv, P}. */
+static void check_past(const char *label, struct tpf_node *n, enum tpf_dtype dt, const int64_t *sz)
+{
+	int64_t B = sz[0], Hq = sz[1], Hk = sz[2], S = sz[3], L = sz[4], D = sz[5], Dv = sz[6], P = sz[7];
+	struct tpf_ktensor a[6] = {R(dt, 4, B, Hq, S, D), R(dt, 4, B, Hk, L, D), R(dt, 4, B, Hk, L, Dv),
+				   omitted(),		   R(dt, 4, B, Hk, P, D), R(dt, 4, B, Hk, P, Dv)};
+	check(label, n, TPF_PHASE_MAIN, a, 6, NULL, 3, 4);
+	free_tensors(a, 6);
+}
+
 static void attention_decode(void)
 {
 	for (int d = 0; d < NFL; d++) {
@@ -1362,18 +1373,13 @@ static void attention_decode(void)
 		if (dt == TPF_DTYPE_DOUBLE)
 			continue;
 		/* Llama-3-8B at TP2: 16 query heads over 4 KV heads, past 1024 */
-		struct tpf_node *n = node("", "Attention", 6, 3);
-		struct tpf_ktensor a[6] = {R(dt, 4, 1, 16, 1, 128), R(dt, 4, 1, 4, 1, 128), R(dt, 4, 1, 4, 1, 128),
-					   omitted(), R(dt, 4, 1, 4, 1024, 128), R(dt, 4, 1, 4, 1024, 128)};
-		CHECK("Attention decode 16/4 heads of 128, past 1024 (split KV)", n, a, 3, 4);
-		free_tensors(a, 6);
+		check_past("Attention decode 16/4 heads of 128, past 1024 (split KV)", node("", "Attention", 6, 3), dt,
+			   (const int64_t[]){1, 16, 4, 1, 1, 128, 128, 1024});
 		/* the grouped spelling: a KV head's G query heads as its sequence */
 		struct tpf_node *g = node("", "Attention", 6, 3);
 		tpf_node_set_attr_float(g, "scale", 0.0883883f);
-		struct tpf_ktensor b[6] = {R(dt, 4, 2, 4, 4, 128), R(dt, 4, 2, 4, 1, 128), R(dt, 4, 2, 4, 1, 128),
-					   omitted(), R(dt, 4, 2, 4, 299, 128), R(dt, 4, 2, 4, 299, 128)};
-		CHECK("Attention decode grouped rows 4, batch 2, past 299", g, b, 3, 4);
-		free_tensors(b, 6);
+		check_past("Attention decode grouped rows 4, batch 2, past 299", g, dt,
+			   (const int64_t[]){2, 4, 4, 4, 1, 128, 128, 299});
 		/* 2 new tokens, causal, bool mask, 8 rows a group, head size 64 */
 		struct tpf_node *m = node("", "Attention", 6, 3);
 		tpf_node_set_attr_int(m, "is_causal", 1);
@@ -1388,18 +1394,12 @@ static void attention_decode(void)
 					   R(dt, 4, 1, 16, 1, 200)};
 		CHECK("Attention decode 16 rows one KV head, additive mask", q, e, 1, 4);
 		free_tensors(e, 4);
-		/* head size 256, Dv 256: two columns a thread */
-		struct tpf_node *w = node("", "Attention", 6, 3);
-		struct tpf_ktensor f[6] = {R(dt, 4, 1, 2, 1, 256), R(dt, 4, 1, 1, 1, 256), R(dt, 4, 1, 1, 1, 256),
-					   omitted(), R(dt, 4, 1, 1, 77, 256), R(dt, 4, 1, 1, 77, 256)};
-		CHECK("Attention decode head size 256, past 77", w, f, 3, 4);
-		free_tensors(f, 6);
+		/* head size 256, Dv 256: 8 value columns a lane */
+		check_past("Attention decode head size 256, past 77", node("", "Attention", 6, 3), dt,
+			   (const int64_t[]){1, 2, 1, 1, 1, 256, 256, 77});
 		/* head size 96 (Phi-3): 4 value columns a lane, lanes 24-31 idle */
-		struct tpf_node *p3 = node("", "Attention", 6, 3);
-		struct tpf_ktensor p3a[6] = {R(dt, 4, 2, 8, 1, 96), R(dt, 4, 2, 2, 1, 96), R(dt, 4, 2, 2, 1, 96),
-					     omitted(), R(dt, 4, 2, 2, 300, 96), R(dt, 4, 2, 2, 300, 96)};
-		CHECK("Attention decode head size 96, past 300 (idle value lanes)", p3, p3a, 3, 4);
-		free_tensors(p3a, 6);
+		check_past("Attention decode head size 96, past 300 (idle value lanes)", node("", "Attention", 6, 3), dt,
+			   (const int64_t[]){2, 8, 2, 1, 1, 96, 96, 300});
 		/* value size 90: rows not a whole number of 4-column pieces, every
 		 * value read and written element by element; additive mask */
 		struct tpf_node *v9 = node("", "Attention", 6, 3);
@@ -1418,10 +1418,8 @@ static void attention_decode(void)
 		 * rows: 3 chunks), present written once */
 		struct tpf_node *lp = node("", "Attention", 6, 3);
 		tpf_node_set_attr_int(lp, "is_causal", 1);
-		struct tpf_ktensor h[6] = {R(dt, 4, 1, 2, 20, 32), R(dt, 4, 1, 1, 20, 32), R(dt, 4, 1, 1, 20, 32),
-					   omitted(), R(dt, 4, 1, 1, 51300, 32), R(dt, 4, 1, 1, 51300, 32)};
-		CHECK("Attention prefill 20 tokens over 51320 keys (row chunks)", lp, h, 3, 4);
-		free_tensors(h, 6);
+		check_past("Attention prefill 20 tokens over 51320 keys (row chunks)", lp, dt,
+			   (const int64_t[]){1, 2, 1, 20, 20, 32, 32, 51300});
 	}
 }
 
