@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Every example family at world size 2 on the CUDA backend (NCCL ranks).
+"""Every example family at world size 2 (or --world W) on the CUDA backend.
 
 For each family and dtype (float32 and bfloat16) examples/tpmodels.py writes
 the per-rank models and test data (expected outputs: onnxruntime on the
-unsharded model).  Then, under `mpirun -np 2`:
+unsharded model).  Then, under `mpirun -np W`:
 
   cpu    tpf-run run FAMILY.rank{rank}.onnx --backend cpu
   cuda   the same with --backend cuda                    == cpu (float32: == onnxruntime)
@@ -36,14 +36,21 @@ quantized rule), with these element bounds (abs and rel):
             beyond the bf16 bound (at most 25%), mean error 0.046 (cap
             0.06), drift 0.004 (cap 0.01).
 
+Replicated outputs stay replicated: an output file that the CPU backend
+writes bit-identical on every rank (what follows an all-reduce) must be
+bit-identical on every rank in each CUDA mode too (every rank sums the
+peers in the same order; at more than two ranks NCCL's ring order and the
+one-shot kernel's rank order differ, so only agreement across ranks is
+demanded, not bit identity with the CPU).
+
 Each comparison that passes must fail for the GPU's outputs scaled by 1.05
 and 1.15 and shifted by 5% of their mean magnitude (compare.self_check).
 Runs on the CUDA backend print how many collectives went through peer
 memory: the fused graphs and every family with all-reduces must use the
 one-shot kernels, --no-oneshot none.
 
-Usage: gpu_models.py --tpf-run EXE --work DIR [--families a,b] [--dtypes ...]
-Exit 77 (skipped) when there is no GPU, mpirun or onnxruntime.
+Usage: gpu_models.py --tpf-run EXE --work DIR [--world W] [--families a,b] [--dtypes ...]
+Exit 77 (skipped) when there is no GPU (fewer than W), mpirun or onnxruntime.
 """
 import argparse
 import re
@@ -63,8 +70,8 @@ F32_FP8_TOL = 1e-3   # float32 with FP8 GEMMs on the GPU (see above)
 FAMILIES = ["dense", "dense_fp8", "hybrid", "minimax_qk", "qwen_moe", "gdn_a2a"]
 
 
-def mpirun(args, timeout=300):
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+def mpirun(args, world, timeout=300):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world),
            "-x", "NCCL_NVLS_ENABLE=0"] + args
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -75,19 +82,39 @@ def mpirun(args, timeout=300):
     return p.returncode, p.stdout + p.stderr
 
 
+def same_on_every_rank(pattern, world):
+    """The output files of the directory PATTERN ({rank}) whose bytes are the
+    same on every rank, and those that differ (absent counts as differing)."""
+    r0 = pattern.replace("{rank}", "0")
+    same, differ = [], []
+    for f in sorted(os.listdir(r0)) if os.path.isdir(r0) else []:
+        with open(os.path.join(r0, f), "rb") as x:
+            want = x.read()
+        ok = True
+        for r in range(1, world):
+            p = os.path.join(pattern.replace("{rank}", str(r)), f)
+            if not os.path.exists(p) or open(p, "rb").read() != want:
+                ok = False
+        (same if ok else differ).append(f)
+    return same, differ
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tpf-run", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--world", type=int, default=2, help="ranks (one GPU each)")
     a = ap.parse_args()
+    if a.world < 2:
+        ap.error("--world must be at least 2")
     if not shutil.which("mpirun") or not shutil.which("nvidia-smi"):
         print("mpirun or nvidia-smi not found: skipped")
         return 77
     ngpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
-    if ngpu < 2:
-        print(f"{ngpu} GPU(s), 2 needed: skipped")
+    if ngpu < a.world:
+        print(f"{ngpu} GPU(s), {a.world} needed: skipped")
         return 77
     try:
         import onnxruntime  # noqa: F401
@@ -100,7 +127,7 @@ def main():
         out = os.path.join(a.work, dt)
         shutil.rmtree(out, ignore_errors=True)
         gen = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tpmodels.py"), "all",
-                              "--world-size", "2", "--out", out, "--dtype", dt],
+                              "--world-size", str(a.world), "--out", out, "--dtype", dt],
                              capture_output=True, text=True)
         if gen.returncode:
             print(gen.stdout + gen.stderr)
@@ -117,7 +144,7 @@ def main():
                                            "--iters", "3"])):
                 od = os.path.join(out, f"{fam}.{kind}.rank{{rank}}")
                 rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--outputs", od]
-                                 + extra)
+                                 + extra, a.world)
                 res[kind] = od
                 label = f"{dt} {fam} {kind}"
                 if rc:
@@ -135,7 +162,21 @@ def main():
                         print(f"FAIL {label}: one-shot use {n_one} of {n_coll} "
                               f"(expected {'some' if want_one else 'none'})\n{log}")
                         failures.append(label + " one-shot use")
-            for r in range(2):
+            # what the CPU backend replicates, every CUDA mode must
+            if res["cpu"]:
+                replicated, _ = same_on_every_rank(res["cpu"], a.world)
+                for kind in ("cuda", "nccl", "graph", "fused"):
+                    if not res[kind]:
+                        continue
+                    _, differ = same_on_every_rank(res[kind], a.world)
+                    bad = sorted(set(replicated) & set(differ))
+                    label = f"{dt} {fam} {kind}: replicated outputs bit-identical on {a.world} ranks"
+                    if bad:
+                        print(f"FAIL {label}: {', '.join(bad)} differ")
+                        failures.append(label)
+                    else:
+                        print(f"PASS {label} ({len(replicated)} replicated)")
+            for r in range(a.world):
                 def d(kind):
                     return res[kind].replace("{rank}", str(r)) if res[kind] else None
                 want_ort = data.replace("{rank}", str(r))
@@ -165,7 +206,7 @@ def main():
                     else:
                         print(f"PASS {label}")
             rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--backend", "cuda",
-                              "--optimize", "--verify", "--quiet"])
+                              "--optimize", "--verify", "--quiet"], a.world)
             label = f"{dt} {fam} --optimize --verify on cuda"
             print(log.strip())
             if rc:
