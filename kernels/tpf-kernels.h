@@ -50,6 +50,10 @@ struct tpf_ktensor {
 	const void *host; /* host copy when the value was known when the plan was built
 			   * (initializers, constants, shape computations); else NULL.
 			   * On the CPU backend equal to data when set. */
+	int invariant;    /* no step of the run writes it (initializers, constants,
+			   * graph inputs and views of them): a GPU kernel may read
+			   * it before the previous kernel of its stream has
+			   * finished (programmatic dependent launch) */
 };
 
 /* Most ops run as one kernel (MAIN).  Ops lowered around a collective run

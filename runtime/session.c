@@ -265,6 +265,16 @@ static void *value_data(struct tpf_session *s, int idx)
 	return (char *)s->arena + s->b->plan->buffers[r->buffer].offset + r->alias_off;
 }
 
+/* No step of a run writes value idx: it was known when the plan was built,
+ * or it is a graph input, or a view of either (tpf_ktensor.invariant). */
+static int value_invariant(const struct tpf_plan *p, int idx)
+{
+	const struct rt_value *r = &p->values[idx];
+	if (r->alias >= 0)
+		r = &p->values[r->alias];
+	return r->known || r->is_input;
+}
+
 /* ------------------------------------------------------------ memory available */
 
 static int read_u64_file(const char *path, uint64_t *v)
@@ -504,6 +514,7 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 			t->host = p->values[st->ins[i]].known || p->values[st->ins[i]].host_hint
 					  ? p->values[st->ins[i]].host
 					  : NULL;
+			t->invariant = value_invariant(p, st->ins[i]);
 		}
 		for (size_t i = 0; i < st->n_out; i++) {
 			struct tpf_ktensor *t = &s->b->kout[k][i];

@@ -6,11 +6,13 @@
 # (default /opt/tpfdeps).  Writes BUILDDIR/gpu-env.sh, which sets PATH,
 # LD_LIBRARY_PATH and NCCL_NVLS_ENABLE=0 for running the results.
 #
-# Usage: scripts/gpu-build.sh [BUILDDIR]      (default build-gpu)
+# Usage: scripts/gpu-build.sh [BUILDDIR [TARGET...]]  (default build-gpu;
+#   the targets ninja builds, default all)
 #   then: . BUILDDIR/gpu-env.sh && meson test -C BUILDDIR --suite gpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
+shift $(($# > 0 ? 1 : 0))
 prefix=${TPF_DEPS_PREFIX:-/opt/tpfdeps}
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 libdir=$prefix/usr/lib/$arch
@@ -31,7 +33,7 @@ if [ ! -d "$build" ]; then
 	meson setup "$build" -Dcuda=enabled -Dnccl=enabled -Dmpi=enabled -Dpython=python3 \
 		--buildtype=release
 fi
-ninja -C "$build" -j"$(nproc)"
+ninja -C "$build" -j"$(nproc)" "$@"
 cat > "$build/gpu-env.sh" <<ENV
 export PATH="$prefix/usr/bin:$cuda_bin:\$PATH"
 export LD_LIBRARY_PATH="$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"

@@ -545,6 +545,7 @@ __global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 {
 	__shared__ float w[kDecThreads];
 	__shared__ float red[kDecThreads / 32];
+	pdl_trigger(); // the output projection's GEMV may start streaming its weight
 	const int64_t rows = a.B * a.Hq * a.S, row = blockIdx.x;
 	const float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -2,6 +2,7 @@
 // Host helpers shared by the CUDA kernels: broadcast views, launch checks.
 #include "cuda-common.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 using tpfc::Strided;
@@ -84,6 +85,16 @@ unsigned tpfc_blocks(int64_t n, int threads)
 enum tpf_status tpfc_cuda_fail(const struct tpf_kernel_call *c, const char *what, cudaError_t e)
 {
 	return tpf_kfail(c, TPF_ERR_RUNTIME, "cuda %s: %s", what, cudaGetErrorString(e));
+}
+
+int tpfc_pdl_enabled(void)
+{
+	static int v = -1;
+	if (v < 0) {
+		const char *e = getenv("TPF_PDL");
+		v = !(e && !strcmp(e, "0"));
+	}
+	return v;
 }
 
 enum tpf_status tpfc_launched(const struct tpf_kernel_call *c, const char *what)

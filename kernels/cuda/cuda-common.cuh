@@ -331,9 +331,54 @@ template <typename F> void by_elem_size(size_t es, F &&f)
 	}
 }
 
+// ------------------------------------------------------------ dependent launch
+// Programmatic dependent launch (sm_90): a kernel launched with
+// tpfc_launch_pdl may start before the stream's previous kernel has
+// finished, once every block of that kernel has called pdl_trigger (or
+// ended).  Before pdl_wait it may only read what no kernel of the step
+// writes (tpf_ktensor.invariant: weights, graph inputs); pdl_wait returns
+// when the previous kernel has finished and its writes are visible.  On a
+// kernel launched the ordinary way both are no-ops.
+
+__device__ __forceinline__ void pdl_wait()
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// Lets the stream's next kernel, if launched with tpfc_launch_pdl, start
+// (its blocks then take whatever the SMs have free and run up to their
+// pdl_wait).
+__device__ __forceinline__ void pdl_trigger()
+{
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 } // namespace tpfc
 
 // ------------------------------------------------------------ host helpers
+
+// 1 unless TPF_PDL=0: kernels that call pdl_wait before their first
+// dependent access are launched as programmatic dependents.  Read once.
+int tpfc_pdl_enabled(void);
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic
+// dependent of the stream's previous kernel when tpfc_pdl_enabled().
+template <typename... KA, typename... A>
+cudaError_t tpfc_launch_pdl(void (*kernel)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+			    A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = stream;
+	cudaLaunchAttribute attr[1];
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = attr;
+	cfg.numAttrs = tpfc_pdl_enabled() ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, kernel, (KA)args...);
+}
 
 // Broadcast strides of each input against out (numpy rules), with adjacent
 // dims merged where every operand allows.  -1 when an input does not

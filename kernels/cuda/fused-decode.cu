@@ -13,6 +13,7 @@ namespace {
 constexpr int kThreads = 256;
 
 using tpfc::Cvt;
+using tpfc::pdl_trigger;
 
 // v rounded to T (the CPU reference's to_t): each step of the unfused
 // chain rounds to T.
@@ -47,6 +48,7 @@ __global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows,
 {
 	constexpr int N = 16 / sizeof(T);
 	const int64_t cpr = n / N, total = rows * cpr;
+	pdl_trigger(); // the down projection's GEMV may start streaming its weight
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / cpr, c0 = (i % cpr) * N;

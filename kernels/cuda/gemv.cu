@@ -140,19 +140,55 @@ template <int M> struct Chunk {
 // Loads the chunk at row k (nothing, zeros, unless ok): whole when full,
 // else rows below K only.  wk: W's row k at the thread's columns; ak: A's
 // column k; aoff: the offsets of A's rows.
-template <int M, bool full, bool avec>
-__device__ __forceinline__ void load_chunk(Chunk<M> &ch, const unsigned short *ak, const unsigned short *wk,
-					   const int (&aoff)[M], int K, int N, int k, bool ok, uint64_t pol)
+template <int M, bool full>
+__device__ __forceinline__ void load_chunk_w(Chunk<M> &ch, const unsigned short *wk, int K, int N, int k, bool ok,
+					     uint64_t pol)
 {
 #pragma unroll
 	for (int j = 0; j < 8; j++) {
 		ch.w[j] = ok && (full || k + j < K) ? ld_stream(wk, pol) : make_uint4(0, 0, 0, 0);
 		wk += N;
 	}
+}
+
+template <int M, bool full, bool avec>
+__device__ __forceinline__ void load_chunk_a(Chunk<M> &ch, const unsigned short *ak, const int (&aoff)[M], int K,
+					     int k, bool ok)
+{
 #pragma unroll
 	for (int m = 0; m < M; m++)
 		ch.a[m] = ok ? ld_a8<full, avec>(ak + aoff[m], K - k) : make_uint4(0, 0, 0, 0);
 }
+
+template <int M, bool full, bool avec>
+__device__ __forceinline__ void load_chunk(Chunk<M> &ch, const unsigned short *ak, const unsigned short *wk,
+					   const int (&aoff)[M], int K, int N, int k, bool ok, uint64_t pol)
+{
+	load_chunk_w<M, full>(ch, wk, K, N, k, ok, pol);
+	load_chunk_a<M, full, avec>(ch, ak, aoff, K, k, ok);
+}
+
+// Rows [r0, r1) of W at columns [c0, c0 + cols) into L2, 32-byte sectors
+// (cols * 2 a multiple of 32), spread over the `threads` threads from `t`.
+__device__ __forceinline__ void prefetch_w_l2(const unsigned short *w, int N, int r0, int r1, int c0, int cols, int t,
+					      int threads)
+{
+	const int spr = (cols + 15) / 16; // 32-byte pieces a row
+	const int n = (r1 - r0) * spr;
+	for (int i = t; i < n; i += threads) {
+		const unsigned short *p = w + (size_t)(r0 + i / spr) * N + c0 + (i % spr) * 16;
+		asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+	}
+}
+
+// How a GEMV starts when launched as a programmatic dependent (gemv.cu's
+// header): wpre, W is invariant and its first loads are issued before
+// pdl_wait; pf, rows of W past those to prefetch into L2 before it (the FMA
+// kernel: of the block's K; the tensor-core kernel: of each warp's share).
+struct Pre {
+	int wpre;
+	int pf;
+};
 
 template <typename T, int M> __device__ __forceinline__ void mul_chunk(float (&acc)[M][8], const Chunk<M> &ch)
 {
@@ -179,12 +215,13 @@ template <int M> struct MinBlocks {
 template <typename T, int M, int CT, bool avec>
 __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	gemv_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-		    unsigned short *__restrict__ y, int rows, int K, int N)
+		    unsigned short *__restrict__ y, int rows, int K, int N, Pre pre)
 {
 	constexpr int KL = kThreads / CT; // k-lanes
 	constexpr int TW = 8 * CT;        // columns of the tile
 	__shared__ float red[kWarps][M][TW];
 
+	pdl_trigger();
 	const int tid = threadIdx.x, ct = tid % CT, kl = tid / CT;
 	const int col = blockIdx.x * TW + ct * 8; // N % 8 == 0: all 8 columns or none
 	float acc[M][8];
@@ -194,22 +231,33 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 		for (int c = 0; c < 8; c++)
 			acc[m][c] = 0.f;
 
+	const uint64_t pol = evict_first_policy();
+	const int kfull = K & ~7; // rows in whole chunks
+	const int step = KL * 8;
+	const size_t wstep = (size_t)step * N;
+	// double buffered: the next chunk's loads are in flight while this one
+	// is multiplied
+	Chunk<M> c0, c1;
+	int k = kl * 8;
+	const unsigned short *wk = w + col + (size_t)k * N;
+	if (pre.wpre) {
+		// W's first chunk and the rows after it before the previous
+		// kernel has finished (tiles of N's edge: the columns below N)
+		const int tc = min(TW, N - (int)blockIdx.x * TW);
+		prefetch_w_l2(w, N, min(step, kfull), min(step + pre.pf, kfull), blockIdx.x * TW, tc, tid, kThreads);
+		if (col < N)
+			load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
+	}
+	pdl_wait();
 	if (col < N) {
-		const uint64_t pol = evict_first_policy();
-		const int kfull = K & ~7; // rows in whole chunks
-		const int step = KL * 8;
-		const size_t wstep = (size_t)step * N;
 		// rows past `rows` (M rounded up) read row rows - 1; never stored
 		int aoff[M];
 #pragma unroll
 		for (int m = 0; m < M; m++)
 			aoff[m] = (m < rows ? m : rows - 1) * K;
-		// double buffered: the next chunk's loads are in flight while
-		// this one is multiplied
-		Chunk<M> c0, c1;
-		int k = kl * 8;
-		const unsigned short *wk = w + col + (size_t)k * N;
-		load_chunk<M, true, avec>(c0, a + k, wk, aoff, K, N, k, k < kfull, pol);
+		if (!pre.wpre)
+			load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
+		load_chunk_a<M, true, avec>(c0, a + k, aoff, K, k, k < kfull);
 		while (k < kfull) {
 			load_chunk<M, true, avec>(c1, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
 						  pol);
@@ -305,12 +353,12 @@ template <int NR> __device__ __forceinline__ void ld_w(uint32_t (&r)[NR], const 
 	}
 }
 
-// Step k0's loads; ok false: zeros (a step past the warp's share).
-template <int NR, bool BIG>
-__device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short *a, const unsigned short *w, int rows,
-					 int K, int N, int n0, bool col_ok, int k0, bool ok, uint64_t pol)
+// Step k0's loads of W; ok false: zeros (a step past the warp's share).
+template <int NR>
+__device__ __forceinline__ void mma_load_w(MmaStage<NR> &st, const unsigned short *w, int N, int n0, bool col_ok,
+					   int k0, bool ok, uint64_t pol)
 {
-	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const int t = threadIdx.x & 3;
 	const int kr[4] = {k0 + 2 * t, k0 + 2 * t + 1, k0 + 8 + 2 * t, k0 + 9 + 2 * t};
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
@@ -321,6 +369,13 @@ __device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short 
 			for (int r = 0; r < NR; r++)
 				st.w[i][r] = 0u;
 	}
+}
+
+// Step k0's loads of A (the mma's A fragment).
+template <int NR, bool BIG>
+__device__ __forceinline__ void mma_load_x(MmaStage<NR> &st, const unsigned short *a, int rows, int K, int k0, bool ok)
+{
+	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int ka = k0 + 2 * t, kc = k0 + 8 + 2 * t;
 	st.x[0] = ok && g < rows ? __ldg((const unsigned *)(a + (size_t)g * K + ka)) : 0u;
 	st.x[2] = ok && g < rows ? __ldg((const unsigned *)(a + (size_t)g * K + kc)) : 0u;
@@ -330,6 +385,15 @@ __device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short 
 	} else {
 		st.x[1] = st.x[3] = 0u;
 	}
+}
+
+// Step k0's loads, W and A.
+template <int NR, bool BIG>
+__device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short *a, const unsigned short *w, int rows,
+					 int K, int N, int n0, bool col_ok, int k0, bool ok, uint64_t pol)
+{
+	mma_load_w<NR>(st, w, N, n0, col_ok, k0, ok, pol);
+	mma_load_x<NR, BIG>(st, a, rows, K, k0, ok);
 }
 
 // d += a x b, m16n8k16, operands of type TY ("bf16" or "f16"), float32 d
@@ -366,11 +430,12 @@ template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&a
 template <typename T, int NR, int KW, bool BIG>
 __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 	gemv_mma_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-			unsigned short *__restrict__ y, int rows, int K, int N)
+			unsigned short *__restrict__ y, int rows, int K, int N, Pre pre)
 {
 	constexpr int CW = 16 * NR; // columns of the block
 	constexpr int RM = BIG ? 16 : 8;
 	__shared__ float red[KW][RM][CW];
+	pdl_trigger();
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
 	const int base = blockIdx.x * CW, n0 = base + 2 * NR * g;
 	const bool col_ok = n0 < N; // N % (2 * NR) == 0: all of the lane's columns or none
@@ -383,9 +448,22 @@ __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 			acc[j][e] = 0.f;
 	const uint64_t pol = evict_first_policy();
 	MmaStage<NR> st[kStages];
+	if (pre.wpre) {
+		// the first stages' W and the warp's next rows before the
+		// previous kernel has finished
 #pragma unroll
-	for (int i = 0; i < kStages; i++)
-		mma_load<NR, BIG>(st[i], a, w, rows, K, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
+		for (int i = 0; i < kStages; i++)
+			mma_load_w<NR>(st[i], w, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
+		const int r0 = min(s0 + kStages, s1) * 16;
+		prefetch_w_l2(w, N, r0, min(r0 + pre.pf, s1 * 16), base, min(CW, N - base), lane, 32);
+	}
+	pdl_wait();
+#pragma unroll
+	for (int i = 0; i < kStages; i++) {
+		if (!pre.wpre)
+			mma_load_w<NR>(st[i], w, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
+		mma_load_x<NR, BIG>(st[i], a, rows, K, (s0 + i) * 16, s0 + i < s1);
+	}
 	for (int s = s0; s < s1; s += kStages) {
 #pragma unroll
 		for (int i = 0; i < kStages; i++) {
@@ -468,37 +546,60 @@ int sm_count()
 	return n;
 }
 
+// TPF_GEMV_PREFETCH_MB: how much of an invariant weight a GEMV launched as
+// a programmatic dependent prefetches into L2 before the previous kernel
+// has finished (default 16 MB, a third of an H100's L2; 0: none).
+int prefetch_bytes()
+{
+	static const int v = env_rows("TPF_GEMV_PREFETCH_MB", 16, 1024);
+	return v << 20;
+}
+
+// The fraction of W's rows (of `rows` in all) the prefetch covers.
+int prefetch_rows(int rows, int K, int N)
+{
+	const double total = (double)K * N * 2;
+	const double f = total > 0 ? fmin(1.0, prefetch_bytes() / total) : 0.0;
+	return (int)(rows * f);
+}
+
 template <typename T, int M>
-void launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
-	      bool avec)
+cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
+		     int N, bool avec, bool wpre)
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
+	const Pre pre = {wpre, wpre ? prefetch_rows(K, K, N) : 0};
+	const dim3 g(blocks), b(kThreads);
 	if (ct == 4 && avec)
-		gemv_kernel<T, M, 4, true><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
-	else if (ct == 4)
-		gemv_kernel<T, M, 4, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
-	else if (avec)
-		gemv_kernel<T, M, 2, true><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
-	else
-		gemv_kernel<T, M, 2, false><<<blocks, kThreads, 0, st>>>(pa, pw, py, rows, K, N);
+		return tpfc_launch_pdl(gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+	if (ct == 4)
+		return tpfc_launch_pdl(gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+	if (avec)
+		return tpfc_launch_pdl(gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+	return tpfc_launch_pdl(gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
 }
 
 template <typename T, int NR, int KW>
-void launch_mma(unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N)
+cudaError_t launch_mma(unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
+		       bool wpre)
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
+	// a warp's share of K, in rows
+	const Pre pre = {wpre, wpre ? prefetch_rows((K + KW - 1) / KW, K, N) : 0};
+	const dim3 g(blocks), b(KW * 32);
 	if (rows > 8)
-		gemv_mma_kernel<T, NR, KW, true><<<blocks, KW * 32, 0, st>>>(pa, pw, py, rows, K, N);
-	else
-		gemv_mma_kernel<T, NR, KW, false><<<blocks, KW * 32, 0, st>>>(pa, pw, py, rows, K, N);
+		return tpfc_launch_pdl(gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+	return tpfc_launch_pdl(gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
 }
 
-// The tensor-core kernel when it applies (1), else 0.  64-column blocks of
-// 8 warps where they fill the SMs, else 32-column blocks of 16 warps.
+// The tensor-core kernel when it applies (1, *e the launch's status), else
+// 0.  64-column blocks of 8 warps where they fill the SMs, else 32-column
+// blocks of 16 warps.
 template <typename T>
-int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N)
+int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N, bool wpre,
+	    cudaError_t *e)
 {
 	const int lo = mma_min_rows();
 	if (lo == 0 || rows < lo || rows > kMaxMmaRows || K % 16 || N % 8 || (uintptr_t)a % 4 || (uintptr_t)w % 16)
@@ -511,33 +612,44 @@ int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, in
 	if ((int64_t)blocks * 4 < sms && (int64_t)K * N * 2 > (1 << 20))
 		return 0;
 	if (wide)
-		launch_mma<T, 4, 8>(blocks, st, a, w, y, rows, K, N);
+		*e = launch_mma<T, 4, 8>(blocks, st, a, w, y, rows, K, N, wpre);
 	else
-		launch_mma<T, 2, 16>(blocks, st, a, w, y, rows, K, N);
+		*e = launch_mma<T, 2, 16>(blocks, st, a, w, y, rows, K, N, wpre);
 	return 1;
 }
 
 template <typename T>
-void launch(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
-	    bool avec)
+cudaError_t launch(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
+		   int N, bool avec, bool wpre)
 {
 	if (rows <= 1)
-		launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec);
-	else if (rows <= 2)
-		launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec);
-	else if (rows <= 4)
-		launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec);
-	else
-		launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec);
+		return launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+	if (rows <= 2)
+		return launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+	if (rows <= 4)
+		return launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+}
+
+// The status of a launch through cudaLaunchKernelEx (what reports).
+enum tpf_status launched(const struct tpf_kernel_call *c, cudaError_t e, const char *what)
+{
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		return tpfc_cuda_fail(c, what, e);
+	}
+	return tpfc_launched(c, what);
 }
 
 } // namespace
 
 // Declared in matmul.cu.  1 when the product was taken here (*st: the
 // launch's status), 0 when it is not one for this kernel and cuBLASLt runs it.
-// a: [rows, K] contiguous, w: [K, N] row-major, y: [rows, N].
+// a: [rows, K] contiguous, w: [K, N] row-major, y: [rows, N]; w_invariant:
+// no kernel of the step writes w (tpf_ktensor.invariant), so the kernel may
+// start reading it before the previous kernel has finished.
 int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const void *a, const void *w, void *y,
-		    int64_t rows, int64_t K, int64_t N, enum tpf_status *st)
+		    int64_t rows, int64_t K, int64_t N, int w_invariant, enum tpf_status *st)
 {
 	if (dt != TPF_DTYPE_BFLOAT16 && dt != TPF_DTYPE_FLOAT16)
 		return 0;
@@ -546,9 +658,11 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	if ((uintptr_t)w % 16 || (uintptr_t)a % 2 || (uintptr_t)y % 2)
 		return 0;
 	cudaStream_t s = tpfc_stream(c);
-	if (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N)
-				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N)) {
-		*st = tpfc_launched(c, "gemv (tensor cores)");
+	const bool wpre = w_invariant && tpfc_pdl_enabled();
+	cudaError_t e = cudaSuccess;
+	if (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)
+				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)) {
+		*st = launched(c, e, "gemv (tensor cores)");
 		return 1;
 	}
 	if (rows > kMaxRows)
@@ -565,9 +679,9 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	if ((int64_t)blocks * 8 < sms && K * N * 2 > (1 << 20))
 		return 0;
 	if (dt == TPF_DTYPE_BFLOAT16)
-		launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec);
+		e = launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre);
 	else
-		launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec);
-	*st = tpfc_launched(c, "gemv");
+		e = launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre);
+	*st = launched(c, e, "gemv");
 	return 1;
 }
