@@ -319,6 +319,11 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 	float *wl = wm + kDecWarps * RB;         // [warps][RB] running sum
 	float *ob = wl + kDecWarps * RB;         // [RB][Dv] merged outputs
 	constexpr int VN = Vec16<T>::n;
+	// launched as a programmatic dependent (tpfc_pdl_level() 2): the
+	// combine kernel may start now, nothing is read before the previous
+	// kernel has finished
+	pdl_trigger();
+	pdl_wait();
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	const int64_t r0 = (int64_t)blockIdx.z * RB; // this chunk's first row of the group
@@ -545,7 +550,8 @@ __global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 {
 	__shared__ float w[kDecThreads];
 	__shared__ float red[kDecThreads / 32];
-	pdl_trigger(); // the output projection's GEMV may start streaming its weight
+	pdl_trigger(); // the output projection's GEMV may start loading its weight
+	pdl_wait();
 	const int64_t rows = a.B * a.Hq * a.S, row = blockIdx.x;
 	const float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -681,13 +687,16 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	if (shmem > 48 * 1024)
 		cudaFuncSetAttribute(decode_fn<T, RB, DVL, FULL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	decode_attention_kernel<T, RB, DVL, FULL><<<grid, kDecThreads, shmem, tpfc_stream(c)>>>(a);
-	enum tpf_status e = tpfc_launched(c, "decode attention");
+	const bool pdl = tpfc_pdl_level() >= 2;
+	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_fn<T, RB, DVL, FULL>(), grid,
+							       dim3(kDecThreads), shmem, tpfc_stream(c), a),
+					     "decode attention");
 	if (e || a.splits == 1)
 		return e;
 	int64_t rows = a.B * a.Hq * a.S;
-	decode_combine_kernel<T><<<(unsigned)rows, kDecThreads, 0, tpfc_stream(c)>>>(a);
-	return tpfc_launched(c, "decode attention combine");
+	return tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_combine_kernel<T>, dim3((unsigned)rows), dim3(kDecThreads),
+						   0, tpfc_stream(c), a),
+				"decode attention combine");
 }
 
 // A lane's columns of a value row: the power of two at least Dv / 32.

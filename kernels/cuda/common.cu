@@ -87,14 +87,23 @@ enum tpf_status tpfc_cuda_fail(const struct tpf_kernel_call *c, const char *what
 	return tpf_kfail(c, TPF_ERR_RUNTIME, "cuda %s: %s", what, cudaGetErrorString(e));
 }
 
-int tpfc_pdl_enabled(void)
+int tpfc_pdl_level(void)
 {
 	static int v = -1;
 	if (v < 0) {
 		const char *e = getenv("TPF_PDL");
-		v = !(e && !strcmp(e, "0"));
+		v = !e ? 2 : !strcmp(e, "0") ? 0 : !strcmp(e, "gemv") ? 1 : 2;
 	}
 	return v;
+}
+
+enum tpf_status tpfc_launched_ex(const struct tpf_kernel_call *c, cudaError_t e, const char *what)
+{
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		return tpfc_cuda_fail(c, what, e);
+	}
+	return tpfc_launched(c, what);
 }
 
 enum tpf_status tpfc_launched(const struct tpf_kernel_call *c, const char *what)

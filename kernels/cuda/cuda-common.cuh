@@ -357,14 +357,16 @@ __device__ __forceinline__ void pdl_trigger()
 
 // ------------------------------------------------------------ host helpers
 
-// 1 unless TPF_PDL=0: kernels that call pdl_wait before their first
-// dependent access are launched as programmatic dependents.  Read once.
-int tpfc_pdl_enabled(void);
+// Which kernels are launched as programmatic dependents (TPF_PDL, read
+// once): 0 none ("0"), 1 the GEMVs ("gemv"), 2 also the decode step's
+// attention, combine, 16-byte copy and gated-activation kernels (default).
+// The peer-memory kernels follow TPF_PDL=0 alone (ar-norm.cu).
+int tpfc_pdl_level(void);
 
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic
-// dependent of the stream's previous kernel when tpfc_pdl_enabled().
+// dependent of the stream's previous kernel when pdl.
 template <typename... KA, typename... A>
-cudaError_t tpfc_launch_pdl(void (*kernel)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+cudaError_t tpfc_launch_pdl(bool pdl, void (*kernel)(KA...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
 			    A... args)
 {
 	cudaLaunchConfig_t cfg = {};
@@ -376,7 +378,7 @@ cudaError_t tpfc_launch_pdl(void (*kernel)(KA...), dim3 grid, dim3 block, size_t
 	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	attr[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.attrs = attr;
-	cfg.numAttrs = tpfc_pdl_enabled() ? 1 : 0;
+	cfg.numAttrs = pdl ? 1 : 0;
 	return cudaLaunchKernelEx(&cfg, kernel, (KA)args...);
 }
 
@@ -393,6 +395,9 @@ unsigned tpfc_blocks(int64_t n, int threads);
 
 // Status of the last launch: TPF_OK or a message naming the node.
 enum tpf_status tpfc_launched(const struct tpf_kernel_call *c, const char *what);
+// The status of a launch through cudaLaunchKernelEx that returned e (a
+// failed launch's error is cleared, as tpfc_launched does).
+enum tpf_status tpfc_launched_ex(const struct tpf_kernel_call *c, cudaError_t e, const char *what);
 // A message for a failed CUDA runtime call.
 enum tpf_status tpfc_cuda_fail(const struct tpf_kernel_call *c, const char *what, cudaError_t e);
 

@@ -14,6 +14,7 @@ constexpr int kThreads = 256;
 
 using tpfc::Cvt;
 using tpfc::pdl_trigger;
+using tpfc::pdl_wait;
 
 // v rounded to T (the CPU reference's to_t): each step of the unfused
 // chain rounds to T.
@@ -48,7 +49,8 @@ __global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows,
 {
 	constexpr int N = 16 / sizeof(T);
 	const int64_t cpr = n / N, total = rows * cpr;
-	pdl_trigger(); // the down projection's GEMV may start streaming its weight
+	pdl_trigger(); // the down projection's GEMV may start loading its weight
+	pdl_wait();
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / cpr, c0 = (i % cpr) * N;
@@ -86,8 +88,9 @@ void launch_gated(const void *gate, const void *up, void *y, int64_t rows, int64
 	const bool vec = n % N == 0 && stride % N == 0 &&
 			 (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) % 16) == 0;
 	if (vec)
-		gated_vec_kernel<T, A><<<tpfc_blocks(rows * n / N, kThreads), kThreads, 0, st>>>(
-			(const T *)gate, (const T *)up, (T *)y, rows, n, stride, cube);
+		(void)tpfc_launch_pdl(tpfc_pdl_level() >= 2, gated_vec_kernel<T, A>,
+				      dim3(tpfc_blocks(rows * n / N, kThreads)), dim3(kThreads), 0, st, (const T *)gate,
+				      (const T *)up, (T *)y, rows, n, stride, cube);
 	else
 		gated_scalar_kernel<T, A><<<tpfc_blocks(rows * n, kThreads), kThreads, 0, st>>>(
 			(const T *)gate, (const T *)up, (T *)y, rows, n, stride, cube);

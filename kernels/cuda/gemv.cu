@@ -168,27 +168,6 @@ __device__ __forceinline__ void load_chunk(Chunk<M> &ch, const unsigned short *a
 	load_chunk_a<M, full, avec>(ch, ak, aoff, K, k, ok);
 }
 
-// Rows [r0, r1) of W at columns [c0, c0 + cols) into L2, 32-byte sectors
-// (cols * 2 a multiple of 32), spread over the `threads` threads from `t`.
-__device__ __forceinline__ void prefetch_w_l2(const unsigned short *w, int N, int r0, int r1, int c0, int cols, int t,
-					      int threads)
-{
-	const int spr = (cols + 15) / 16; // 32-byte pieces a row
-	const int n = (r1 - r0) * spr;
-	for (int i = t; i < n; i += threads) {
-		const unsigned short *p = w + (size_t)(r0 + i / spr) * N + c0 + (i % spr) * 16;
-		asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-	}
-}
-
-// How a GEMV starts when launched as a programmatic dependent (gemv.cu's
-// header): wpre, W is invariant and its first loads are issued before
-// pdl_wait; pf, rows of W past those to prefetch into L2 before it (the FMA
-// kernel: of the block's K; the tensor-core kernel: of each warp's share).
-struct Pre {
-	int wpre;
-	int pf;
-};
 
 template <typename T, int M> __device__ __forceinline__ void mul_chunk(float (&acc)[M][8], const Chunk<M> &ch)
 {
@@ -215,7 +194,7 @@ template <int M> struct MinBlocks {
 template <typename T, int M, int CT, bool avec>
 __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	gemv_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-		    unsigned short *__restrict__ y, int rows, int K, int N, Pre pre)
+		    unsigned short *__restrict__ y, int rows, int K, int N, int wpre)
 {
 	constexpr int KL = kThreads / CT; // k-lanes
 	constexpr int TW = 8 * CT;        // columns of the tile
@@ -240,14 +219,10 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	Chunk<M> c0, c1;
 	int k = kl * 8;
 	const unsigned short *wk = w + col + (size_t)k * N;
-	if (pre.wpre) {
-		// W's first chunk and the rows after it before the previous
-		// kernel has finished (tiles of N's edge: the columns below N)
-		const int tc = min(TW, N - (int)blockIdx.x * TW);
-		prefetch_w_l2(w, N, min(step, kfull), min(step + pre.pf, kfull), blockIdx.x * TW, tc, tid, kThreads);
-		if (col < N)
-			load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
-	}
+	// W's first chunk before the previous kernel has finished (wpre: W
+	// invariant); A (its output, perhaps) only after
+	if (wpre && col < N)
+		load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
 	pdl_wait();
 	if (col < N) {
 		// rows past `rows` (M rounded up) read row rows - 1; never stored
@@ -255,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 #pragma unroll
 		for (int m = 0; m < M; m++)
 			aoff[m] = (m < rows ? m : rows - 1) * K;
-		if (!pre.wpre)
+		if (!wpre)
 			load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
 		load_chunk_a<M, true, avec>(c0, a + k, aoff, K, k, k < kfull);
 		while (k < kfull) {
@@ -430,7 +405,7 @@ template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&a
 template <typename T, int NR, int KW, bool BIG>
 __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 	gemv_mma_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-			unsigned short *__restrict__ y, int rows, int K, int N, Pre pre)
+			unsigned short *__restrict__ y, int rows, int K, int N, int wpre)
 {
 	constexpr int CW = 16 * NR; // columns of the block
 	constexpr int RM = BIG ? 16 : 8;
@@ -448,19 +423,16 @@ __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 			acc[j][e] = 0.f;
 	const uint64_t pol = evict_first_policy();
 	MmaStage<NR> st[kStages];
-	if (pre.wpre) {
-		// the first stages' W and the warp's next rows before the
-		// previous kernel has finished
+	// the first stages' W before the previous kernel has finished (wpre: W
+	// invariant); A (its output, perhaps) only after
+	if (wpre)
 #pragma unroll
 		for (int i = 0; i < kStages; i++)
 			mma_load_w<NR>(st[i], w, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
-		const int r0 = min(s0 + kStages, s1) * 16;
-		prefetch_w_l2(w, N, r0, min(r0 + pre.pf, s1 * 16), base, min(CW, N - base), lane, 32);
-	}
 	pdl_wait();
 #pragma unroll
 	for (int i = 0; i < kStages; i++) {
-		if (!pre.wpre)
+		if (!wpre)
 			mma_load_w<NR>(st[i], w, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
 		mma_load_x<NR, BIG>(st[i], a, rows, K, (s0 + i) * 16, s0 + i < s1);
 	}
@@ -546,38 +518,22 @@ int sm_count()
 	return n;
 }
 
-// TPF_GEMV_PREFETCH_MB: how much of an invariant weight a GEMV launched as
-// a programmatic dependent prefetches into L2 before the previous kernel
-// has finished (default 16 MB, a third of an H100's L2; 0: none).
-int prefetch_bytes()
-{
-	static const int v = env_rows("TPF_GEMV_PREFETCH_MB", 16, 1024);
-	return v << 20;
-}
-
-// The fraction of W's rows (of `rows` in all) the prefetch covers.
-int prefetch_rows(int rows, int K, int N)
-{
-	const double total = (double)K * N * 2;
-	const double f = total > 0 ? fmin(1.0, prefetch_bytes() / total) : 0.0;
-	return (int)(rows * f);
-}
-
 template <typename T, int M>
 cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
 		     int N, bool avec, bool wpre)
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
-	const Pre pre = {wpre, wpre ? prefetch_rows(K, K, N) : 0};
 	const dim3 g(blocks), b(kThreads);
+	const bool pdl = tpfc_pdl_level() >= 1;
+	const int pre = pdl && wpre;
 	if (ct == 4 && avec)
-		return tpfc_launch_pdl(gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
 	if (ct == 4)
-		return tpfc_launch_pdl(gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
 	if (avec)
-		return tpfc_launch_pdl(gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
-	return tpfc_launch_pdl(gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
 }
 
 template <typename T, int NR, int KW>
@@ -586,12 +542,12 @@ cudaError_t launch_mma(unsigned blocks, cudaStream_t st, const void *a, const vo
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
-	// a warp's share of K, in rows
-	const Pre pre = {wpre, wpre ? prefetch_rows((K + KW - 1) / KW, K, N) : 0};
 	const dim3 g(blocks), b(KW * 32);
+	const bool pdl = tpfc_pdl_level() >= 1;
+	const int pre = pdl && wpre;
 	if (rows > 8)
-		return tpfc_launch_pdl(gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
-	return tpfc_launch_pdl(gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+	return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
 }
 
 // The tensor-core kernel when it applies (1, *e the launch's status), else
@@ -631,16 +587,6 @@ cudaError_t launch(int ct, unsigned blocks, cudaStream_t st, const void *a, cons
 	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
 }
 
-// The status of a launch through cudaLaunchKernelEx (what reports).
-enum tpf_status launched(const struct tpf_kernel_call *c, cudaError_t e, const char *what)
-{
-	if (e != cudaSuccess) {
-		(void)cudaGetLastError();
-		return tpfc_cuda_fail(c, what, e);
-	}
-	return tpfc_launched(c, what);
-}
-
 } // namespace
 
 // Declared in matmul.cu.  1 when the product was taken here (*st: the
@@ -658,11 +604,11 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	if ((uintptr_t)w % 16 || (uintptr_t)a % 2 || (uintptr_t)y % 2)
 		return 0;
 	cudaStream_t s = tpfc_stream(c);
-	const bool wpre = w_invariant && tpfc_pdl_enabled();
+	const bool wpre = w_invariant;
 	cudaError_t e = cudaSuccess;
 	if (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)
 				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)) {
-		*st = launched(c, e, "gemv (tensor cores)");
+		*st = tpfc_launched_ex(c, e, "gemv (tensor cores)");
 		return 1;
 	}
 	if (rows > kMaxRows)
@@ -682,6 +628,6 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 		e = launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre);
 	else
 		e = launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre);
-	*st = launched(c, e, "gemv");
+	*st = tpfc_launched_ex(c, e, "gemv");
 	return 1;
 }

@@ -353,6 +353,8 @@ struct Blocks16 {
 
 __global__ void copy_blocks16(Blocks16 b)
 {
+	pdl_trigger(); // the next kernel (the decode attention) may start: it waits
+	pdl_wait();
 	const int k = blockIdx.y;
 	const int64_t n = b.n[k], total = b.outer * n;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -366,8 +368,8 @@ enum tpf_status launch_blocks16(const struct tpf_kernel_call *c, const Blocks16 
 				const char *what)
 {
 	dim3 grid(tpfc_blocks(most, 256), (unsigned)np);
-	copy_blocks16<<<grid, 256, 0, tpfc_stream(c)>>>(b);
-	return tpfc_launched(c, what);
+	return tpfc_launched_ex(
+		c, tpfc_launch_pdl(tpfc_pdl_level() >= 2, copy_blocks16, grid, dim3(256), 0, tpfc_stream(c), b), what);
 }
 
 bool is16(int64_t v)
