@@ -92,7 +92,7 @@ int tpfc_pdl_level(void)
 	static int v = -1;
 	if (v < 0) {
 		const char *e = getenv("TPF_PDL");
-		v = !e ? 2 : !strcmp(e, "0") ? 0 : !strcmp(e, "gemv") ? 1 : 2;
+		v = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
 	}
 	return v;
 }
