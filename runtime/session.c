@@ -275,6 +275,19 @@ static int value_invariant(const struct tpf_plan *p, int idx)
 	return r->known || r->is_input;
 }
 
+const struct tpf_ktensor *tpf_session_bound_input(const struct tpf_session *s, const char *node, size_t input)
+{
+	const struct tpf_plan *p = s ? s->b->plan : NULL;
+	if (!p || !s->b->kin || !node)
+		return NULL;
+	for (size_t k = 0; k < p->n_steps; k++) {
+		const struct rt_step *st = &p->steps[k];
+		if (st->node && st->node->name && !strcmp(st->node->name, node) && input < st->n_in)
+			return s->b->kin[k] ? &s->b->kin[k][input] : NULL;
+	}
+	return NULL;
+}
+
 /* ------------------------------------------------------------ memory available */
 
 static int read_u64_file(const char *path, uint64_t *v)

@@ -56,6 +56,11 @@ mutant runtime-buffer-reuse runtime/plan.c \
 	"runtime oracle" \
 	"the memory planner lets a step's output share the bytes of an input that the same step still reads"
 
+mutant runtime-invariant-operands runtime/session.c \
+	's|^\(\t*\)return r->known \|\| r->is_input;$|\1return 1;|' \
+	"runtime" \
+	"every kernel operand is marked invariant, computed ones too (a GPU kernel would read a weight computed in the step before the kernel computing it has finished)"
+
 mutant attention-softcap-refused kernels/cpu/attention.c \
 	's|^\(\t*\)int causal = at.causal;$|&\n\1if (softcap > 0.0f)\n\1\treturn tpf_kfail(c, TPF_ERR_UNSUPPORTED, "softcap is not supported");|' \
 	"onnx-node-tests kernels-cpu" \
@@ -225,7 +230,8 @@ for i in "${sel[@]}"; do
 	ran=()
 	for k in ${killers[$i]}; do
 		ran+=("$k")
-		if ! run_test "$k" "$log.$k.log"; then
+		# test names such as passes/fuse-attention-near-misses hold slashes
+		if ! run_test "$k" "$log.${k//\//_}.log"; then
 			verdict="KILLED by $k"
 			break
 		fi

@@ -314,6 +314,75 @@ static void test_views(void **state)
 	tpf_model_free(m);
 }
 
+/* Each kernel operand says whether a step of the run writes it
+ * (tpf_ktensor.invariant): initializers, graph inputs and views of them do
+ * not, and GPU kernels read those before the previous kernel has finished;
+ * anything computed in the run, a weight included, must say it may change. */
+static void test_invariant_operands(void **state)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	struct tpf_diag *d = tpf_diag_create();
+	tpf_model_set_opset(m, "", 23);
+	int64_t xd[2] = {4, 16}, wd[2] = {16, 8}, d2 = 2, shape[2] = {4, 16};
+	float w[128], xv[64], wv[128];
+	for (int i = 0; i < 128; i++)
+		w[i] = (float)(i % 7) - 3.0f, wv[i] = (float)(i % 5) - 2.0f;
+	for (int i = 0; i < 64; i++)
+		xv[i] = (float)(i % 9) - 4.0f;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 2, xd);
+	struct tpf_value *win = tpf_graph_add_input(g, "w_in", TPF_DTYPE_FLOAT, 2, wd);
+	struct tpf_value *wi = tpf_graph_add_initializer(g, "w", TPF_DTYPE_FLOAT, 2, wd, w, sizeof(w));
+	struct tpf_value *shp = tpf_graph_add_initializer(g, "shape", TPF_DTYPE_INT64, 1, &d2, shape, sizeof(shape));
+	struct tpf_node *r = tpf_graph_add_node(g, "", "Relu", "relu", &x, 1, 1, NULL);
+	struct tpf_value *m1in[2] = {r->outputs[0], wi};
+	struct tpf_node *mm1 = tpf_graph_add_node(g, "", "MatMul", "mm1", m1in, 2, 1, NULL);
+	struct tpf_node *neg = tpf_graph_add_node(g, "", "Neg", "neg", &win, 1, 1, NULL);
+	struct tpf_value *vin[2] = {x, shp};
+	struct tpf_node *view = tpf_graph_add_node(g, "", "Reshape", "x_view", vin, 2, 1, NULL);
+	struct tpf_value *m2in[2] = {view->outputs[0], neg->outputs[0]};
+	struct tpf_node *mm2 = tpf_graph_add_node(g, "", "MatMul", "mm2", m2in, 2, 1, NULL);
+	struct tpf_value *ain[2] = {mm1->outputs[0], mm2->outputs[0]};
+	struct tpf_node *add = tpf_graph_add_node(g, "", "Add", "add", ain, 2, 1, NULL);
+	tpf_graph_add_output(g, add->outputs[0]);
+	struct tpf_host_tensor in[2] = {host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, xv),
+					host_tensor("w_in", TPF_DTYPE_FLOAT, 2, wd, wv)};
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
+	assert_null(tpf_session_bound_input(s, "mm1", 0)); /* nothing bound yet */
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, in, 2, &out, &n_out, d), TPF_OK);
+	const struct tpf_ktensor *t;
+	assert_non_null(t = tpf_session_bound_input(s, "mm1", 0)); /* relu(x) */
+	assert_int_equal(t->invariant, 0);
+	assert_non_null(t = tpf_session_bound_input(s, "mm1", 1)); /* initializer */
+	assert_int_equal(t->invariant, 1);
+	assert_non_null(t = tpf_session_bound_input(s, "neg", 0)); /* graph input */
+	assert_int_equal(t->invariant, 1);
+	assert_non_null(t = tpf_session_bound_input(s, "mm2", 0)); /* view of x */
+	assert_int_equal(t->invariant, 1);
+	assert_non_null(t = tpf_session_bound_input(s, "mm2", 1)); /* computed weight */
+	assert_int_equal(t->invariant, 0);
+	assert_non_null(t = tpf_session_bound_input(s, "add", 0));
+	assert_int_equal(t->invariant, 0);
+	assert_null(tpf_session_bound_input(s, "x_view", 0)); /* a view: no step */
+	assert_null(tpf_session_bound_input(s, "mm1", 2));
+	/* relu(x) @ w - x @ w_in */
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 8; j++) {
+			float want = 0;
+			for (int k = 0; k < 16; k++) {
+				float a = xv[i * 16 + k];
+				want += (a > 0 ? a : 0) * w[k * 8 + j] - a * wv[k * 8 + j];
+			}
+			assert_true(fabsf(((float *)out[0].data)[i * 8 + j] - want) < 1e-4f);
+		}
+	tpf_session_free(s);
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
 /* A fused norm's all-reduce input stays live through its post-reduce step
  * (the CUDA one-shot kernel reads it while writing the outputs): its buffer
  * never overlaps an output of that step. */
@@ -571,6 +640,7 @@ int main(void)
 		cmocka_unit_test(test_profile_and_replay),
 		cmocka_unit_test(test_views),
 		cmocka_unit_test(test_split_views),
+		cmocka_unit_test(test_invariant_operands),
 		cmocka_unit_test(test_fused_norm_input_lifetime),
 		cmocka_unit_test(test_input_errors),
 		cmocka_unit_test(test_unsupported_and_world),
