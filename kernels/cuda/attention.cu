@@ -595,17 +595,6 @@ bool rows_kernel_fits(const struct tpf_attention_ops &o)
 	return o.T <= kRowsMaxKeys;
 }
 
-int sm_count()
-{
-	static int sms[64];
-	int dev = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-		return 132;
-	if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-		sms[dev] = 132;
-	return sms[dev] > 0 ? sms[dev] : 132;
-}
-
 // The decode kernel's plan for a call: 0 when it does not apply, else the
 // group rows R, the splits and chunks per split, and the workspace bytes the
 // splits need (0 with one split).
@@ -653,7 +642,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	const int64_t rb = p.R > 8 ? 16 : p.R > 4 ? 8 : p.R;
 	const int64_t per_sm = rb <= 4 ? 4 : 2;
 	int64_t groups = o.B * o.Hk * p.row_chunks, nchunks = (o.T + kChunk - 1) / kChunk;
-	int64_t want = per_sm * (int64_t)sm_count() / groups;
+	int64_t want = per_sm * (int64_t)tpfc_sm_count() / groups;
 	if (want < 1)
 		want = 1;
 	if (want > nchunks)

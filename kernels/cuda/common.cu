@@ -87,6 +87,22 @@ enum tpf_status tpfc_cuda_fail(const struct tpf_kernel_call *c, const char *what
 	return tpf_kfail(c, TPF_ERR_RUNTIME, "cuda %s: %s", what, cudaGetErrorString(e));
 }
 
+int tpfc_sm_count(void)
+{
+	constexpr int kDev = 64;
+	static int cache[kDev];
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDev)
+		return 132;
+	if (cache[dev] <= 0) {
+		int n = 0;
+		if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+			n = 132;
+		cache[dev] = n;
+	}
+	return cache[dev];
+}
+
 int tpfc_pdl_level(void)
 {
 	static int v = -1;

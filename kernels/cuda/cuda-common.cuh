@@ -392,6 +392,10 @@ int tpfc_strided_bcast(tpfc::Strided *s, const struct tpf_ktensor *out,
 // One operand with explicit strides (in elements) over out dims; merges dims.
 void tpfc_strided_collapse(tpfc::Strided *s);
 
+// Multiprocessors of the current device (cached per device; 132 when the
+// query fails).
+int tpfc_sm_count(void);
+
 // Blocks for a grid-stride loop over n items.
 unsigned tpfc_blocks(int64_t n, int threads);
 

@@ -501,23 +501,6 @@ int mma_min_rows()
 	return v;
 }
 
-int sm_count()
-{
-	constexpr int kDev = 16;
-	static int cache[kDev];
-	int dev = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess)
-		return 132;
-	if (dev >= 0 && dev < kDev && cache[dev] > 0)
-		return cache[dev];
-	int n = 0;
-	if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-		n = 132;
-	if (dev >= 0 && dev < kDev)
-		cache[dev] = n;
-	return n;
-}
-
 template <typename T, int M>
 cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
 		     int N, bool avec, bool wpre)
@@ -560,7 +543,7 @@ int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, in
 	const int lo = mma_min_rows();
 	if (lo == 0 || rows < lo || rows > kMaxMmaRows || K % 16 || N % 8 || (uintptr_t)a % 4 || (uintptr_t)w % 16)
 		return 0;
-	const int sms = sm_count();
+	const int sms = tpfc_sm_count();
 	const bool wide = (N + 63) / 64 >= sms;
 	const unsigned blocks = (unsigned)(wide ? (N + 63) / 64 : (N + 31) / 32);
 	// a large weight of few columns would stream through a few SMs:
@@ -616,7 +599,7 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	const bool avec = K % 8 == 0 && (uintptr_t)a % 16 == 0;
 	// 32-column tiles (64-byte row pieces of W) when they fill the SMs,
 	// else 16-column tiles for twice the blocks
-	const int sms = sm_count();
+	const int sms = tpfc_sm_count();
 	int64_t tiles32 = (N + 31) / 32;
 	int ct = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
 	unsigned blocks = (unsigned)((N + 8 * ct - 1) / (8 * ct));
