@@ -50,10 +50,13 @@ struct tpf_ktensor {
 	const void *host; /* host copy when the value was known when the plan was built
 			   * (initializers, constants, shape computations); else NULL.
 			   * On the CPU backend equal to data when set. */
-	int invariant;    /* no step of the run writes it (initializers, constants,
-			   * graph inputs and views of them): a GPU kernel may read
-			   * it before the previous kernel of its stream has
-			   * finished (programmatic dependent launch) */
+	int invariant;    /* no step of the same run writes it (initializers,
+			   * constants, graph inputs and views of them): a GPU
+			   * kernel may read it before the previous kernel of its
+			   * stream has finished (programmatic dependent launch).
+			   * Eager replays without new inputs (tpf_session_replay)
+			   * are timing runs on the last run's bytes: an input's
+			   * buffer a later step reused may be read mid-rewrite */
 };
 
 /* Most ops run as one kernel (MAIN).  Ops lowered around a collective run

@@ -1665,6 +1665,19 @@ static void sort_by_size(int *idx, size_t n, struct rt_buffer *bufs)
 	}
 }
 
+/* Steps s, s + 1, s + 2 are a Pack, the AllToAll of its output and the
+ * Unpack of that (coalesce-alltoall's layout). */
+static int is_a2a_run(const struct tpf_plan *p, size_t s)
+{
+	if (s + 2 >= p->n_steps)
+		return 0;
+	const struct rt_step *pk = &p->steps[s], *a2a = &p->steps[s + 1], *up = &p->steps[s + 2];
+	return pk->kind == RT_STEP_KERNEL && pk->node->op == TPF_OP_TPF_PACK && pk->n_out >= 1 &&
+	       a2a->kind == RT_STEP_ALLTOALL && a2a->n_in >= 1 && a2a->n_out >= 1 && a2a->ins[0] == pk->outs[0] &&
+	       up->kind == RT_STEP_KERNEL && up->node->op == TPF_OP_TPF_UNPACK && up->n_in >= 1 &&
+	       up->ins[0] == a2a->outs[0];
+}
+
 static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 {
 	size_t align = p->opt.alignment ? p->opt.alignment : 256;
@@ -1679,6 +1692,12 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 		if (st->kind == RT_STEP_ALLREDUCE && s + 1 < p->n_steps && p->steps[s + 1].node == st->node &&
 		    p->steps[s + 1].phase == TPF_PHASE_POST_REDUCE)
 			upto = (int)s + 1;
+		/* likewise a Pack -> AllToAll -> Unpack run, which the session may
+		 * run as one grouped exchange from the Pack's inputs straight into
+		 * the Unpack's outputs: the inputs live through the Unpack step, so
+		 * no piece is received into bytes another piece still sends from */
+		if (is_a2a_run(p, s))
+			upto = (int)s + 2;
 		for (size_t i = 0; i < st->n_in; i++)
 			if (st->ins[i] >= 0 && p->values[st->ins[i]].last_step < upto)
 				p->values[st->ins[i]].last_step = upto;

@@ -103,12 +103,12 @@ enum tpf_status tpf_unsupported_report(const struct tpf_unsupported *u, enum tpf
 /* Fills the output dtypes and dims of a call whose inputs are bound (host
  * copies set where known).  out[i] of omitted outputs are left alone (the
  * caller marks them with dtype UNDEFINED and rank -1). */
+enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c,
+			     struct tpf_diag *d);
+
 /* Operand `input` of the first step of the session's current plan that runs
  * node `node`, as bound for its kernel (data, invariant, ...); NULL when
  * there is no such step or no plan is bound yet.  For tests. */
 const struct tpf_ktensor *tpf_session_bound_input(const struct tpf_session *s, const char *node, size_t input);
-
-enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c,
-			     struct tpf_diag *d);
 
 #endif /* TPF_RUNTIME_INTERNAL_H */

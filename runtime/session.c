@@ -793,6 +793,22 @@ static int segments_canonical(const struct tpf_node *n, const int64_t *c, size_t
 	return ok;
 }
 
+/* 1 when a piece would be received into bytes that a piece (another or
+ * itself) is sent from: the grouped exchange runs all of them at once.  The
+ * planner keeps the Pack's inputs live through the Unpack (plan_memory), so
+ * this only guards that. */
+static int pieces_overlap(const struct tpf_ktensor *send, const struct tpf_ktensor *recv, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < n; j++) {
+			const char *a = send[i].data, *b = recv[j].data;
+			if (a && b && send[i].nbytes && recv[j].nbytes && a < b + recv[j].nbytes &&
+			    b < a + send[i].nbytes)
+				return 1;
+		}
+	return 0;
+}
+
 /* Finds the direct runs of the current plan; every rank must agree. */
 static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
@@ -824,7 +840,8 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 			c[i] = ok ? x->numel / s->comm->world : 0;
 		}
 		if (!ok || !segments_canonical(pk->node, c, n, s->comm->world, 1) ||
-		    !segments_canonical(up->node, c, n, s->comm->world, 0))
+		    !segments_canonical(up->node, c, n, s->comm->world, 0) ||
+		    pieces_overlap(s->b->kin[k], s->b->kout[k + 2], n))
 			continue;
 		if (!s->b->a2a_direct && !(s->b->a2a_direct = tpf_calloc(p->n_steps + 1, 1)))
 			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");

@@ -15,6 +15,11 @@ as an fp8-gemm step on the codes, with no DequantizeLinear step left for
 them; MatMuls that do not qualify (K or N not a multiple of 16) keep their
 dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 
+Coalesced all-to-all: in the plan of the gdn_a2a example (coalesce-alltoall
+writes Pack -> AllToAll -> Unpack, which the session may run as one grouped
+exchange from the Pack's inputs straight into the Unpack's outputs), no
+Unpack output's buffer shares a byte with a Pack input's buffer.
+
 Usage: plan_lowering.py --tpfuse EXE --work DIR
 Exit 77 (skipped) when onnx is missing.
 """
@@ -69,6 +74,31 @@ def plan(tpfuse, model, backend, extra=(), env=None):
         raise SystemExit(f"tpfuse plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
     return (len(re.findall(r"\[fp8-gemm\]", p.stdout)),
             len(re.findall(r"\(DequantizeLinear\)", p.stdout)), p.stdout)
+
+
+def a2a_overlaps(text):
+    """Pairs (Pack input, Unpack output) of one Pack -> AllToAll -> Unpack run
+    of a printed plan whose buffers share bytes, and the number of runs."""
+    bufs = {m.group(1): (int(m.group(2)), int(m.group(2)) + int(m.group(3)))
+            for m in re.finditer(r"^  (b\d+) +offset +(\d+) size +(\d+) live", text, re.M)}
+    lines = text.splitlines()
+    bad, runs, pack_in = [], 0, None
+    for i, line in enumerate(lines):
+        if i + 1 >= len(lines) or not re.match(r"^  #\d+ ", line):
+            continue
+        ops = lines[i + 1]
+        ins, _, outs = ops.partition(" -> ")
+        if "(ai.tpfuse::Pack)" in line:
+            pack_in = re.findall(r"@(b\d+)", ins)
+        elif "(ai.tpfuse::Unpack)" in line and pack_in is not None:
+            runs += 1
+            for o in re.findall(r"@(b\d+)", outs):
+                for x in pack_in:
+                    (a0, a1), (b0, b1) = bufs[x], bufs[o]
+                    if a0 < b1 and b0 < a1:
+                        bad.append(f"{x}/{o}")
+            pack_in = None
+    return bad, runs
 
 
 def main():
@@ -167,6 +197,14 @@ def main():
             check(f"{label}: matmul-bt steps", len(re.findall(r"\[matmul-bt\]", p.stdout)), want_bt)
             check(f"{label}: Transpose steps left", len(re.findall(r"\(Transpose\)", p.stdout)),
                   n_tr - n_bt)
+    # coalesced all-to-all: the grouped exchange's send and receive buffers
+    a2a_model = os.path.join(ROOT, "tests", "fuzz", "corpus", "model", "example_gdn_a2a.rank0.onnx")
+    for backend in backends or ["cpu"]:
+        _, _, text = plan(a.tpfuse, a2a_model, backend, ["--optimize"])
+        bad, runs = a2a_overlaps(text)
+        check(f"gdn_a2a {backend} --optimize: Pack -> AllToAll -> Unpack runs", runs, 2)
+        check(f"gdn_a2a {backend} --optimize: Unpack outputs sharing bytes with Pack inputs",
+              ", ".join(bad) or "none", "none")
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
 

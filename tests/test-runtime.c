@@ -342,9 +342,15 @@ static void test_invariant_operands(void **state)
 	struct tpf_node *view = tpf_graph_add_node(g, "", "Reshape", "x_view", vin, 2, 1, NULL);
 	struct tpf_value *m2in[2] = {view->outputs[0], neg->outputs[0]};
 	struct tpf_node *mm2 = tpf_graph_add_node(g, "", "MatMul", "mm2", m2in, 2, 1, NULL);
+	/* a view of a computed value is not invariant either */
+	struct tpf_value *rvin[2] = {r->outputs[0], shp};
+	struct tpf_node *rview = tpf_graph_add_node(g, "", "Reshape", "relu_view", rvin, 2, 1, NULL);
+	struct tpf_value *m3in[2] = {rview->outputs[0], wi};
+	struct tpf_node *mm3 = tpf_graph_add_node(g, "", "MatMul", "mm3", m3in, 2, 1, NULL);
 	struct tpf_value *ain[2] = {mm1->outputs[0], mm2->outputs[0]};
 	struct tpf_node *add = tpf_graph_add_node(g, "", "Add", "add", ain, 2, 1, NULL);
 	tpf_graph_add_output(g, add->outputs[0]);
+	tpf_graph_add_output(g, mm3->outputs[0]);
 	struct tpf_host_tensor in[2] = {host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, xv),
 					host_tensor("w_in", TPF_DTYPE_FLOAT, 2, wd, wv)};
 	struct tpf_session *s = NULL;
@@ -366,6 +372,10 @@ static void test_invariant_operands(void **state)
 	assert_int_equal(t->invariant, 0);
 	assert_non_null(t = tpf_session_bound_input(s, "add", 0));
 	assert_int_equal(t->invariant, 0);
+	assert_non_null(t = tpf_session_bound_input(s, "mm3", 0)); /* view of relu(x) */
+	assert_int_equal(t->invariant, 0);
+	assert_non_null(t = tpf_session_bound_input(s, "mm3", 1));
+	assert_int_equal(t->invariant, 1);
 	assert_null(tpf_session_bound_input(s, "x_view", 0)); /* a view: no step */
 	assert_null(tpf_session_bound_input(s, "mm1", 2));
 	/* relu(x) @ w - x @ w_in */

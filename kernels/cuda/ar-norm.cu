@@ -407,8 +407,8 @@ template <typename T> __device__ inline bool wait16(const uint4 *src, uint4 &v, 
 // launch the grid may start before the previous kernel of the stream has
 // finished; nothing is read or written before that kernel's results are
 // visible.  The stream's next kernel may start at once (launch_dependents:
-// a GEMV launched as a dependent streams its weights while this one waits
-// for the peers).  Returns the call counter.
+// a GEMV launched as a dependent loads its first weight rows while this one
+// waits for the peers).  Returns the call counter.
 __device__ inline unsigned call_start(const ArParams &p, unsigned *s_iter)
 {
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -80,36 +80,34 @@ __global__ void gated_scalar_kernel(const T *gate, const T *up, T *y, int64_t ro
 	}
 }
 
+// The launch's status (cudaLaunchKernelEx's, or the last error).
 template <typename T, int A>
-void launch_gated(const void *gate, const void *up, void *y, int64_t rows, int64_t n, int64_t stride, bool cube,
-		  cudaStream_t st)
+cudaError_t launch_gated(const void *gate, const void *up, void *y, int64_t rows, int64_t n, int64_t stride,
+			 bool cube, cudaStream_t st)
 {
 	constexpr int N = 16 / sizeof(T);
 	const bool vec = n % N == 0 && stride % N == 0 &&
 			 (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) % 16) == 0;
 	if (vec)
-		(void)tpfc_launch_pdl(tpfc_pdl_level() >= 2, gated_vec_kernel<T, A>,
-				      dim3(tpfc_blocks(rows * n / N, kThreads)), dim3(kThreads), 0, st, (const T *)gate,
-				      (const T *)up, (T *)y, rows, n, stride, cube);
-	else
-		gated_scalar_kernel<T, A><<<tpfc_blocks(rows * n, kThreads), kThreads, 0, st>>>(
-			(const T *)gate, (const T *)up, (T *)y, rows, n, stride, cube);
+		return tpfc_launch_pdl(tpfc_pdl_level() >= 2, gated_vec_kernel<T, A>,
+				       dim3(tpfc_blocks(rows * n / N, kThreads)), dim3(kThreads), 0, st, (const T *)gate,
+				       (const T *)up, (T *)y, rows, n, stride, cube);
+	gated_scalar_kernel<T, A><<<tpfc_blocks(rows * n, kThreads), kThreads, 0, st>>>(
+		(const T *)gate, (const T *)up, (T *)y, rows, n, stride, cube);
+	return cudaSuccess;
 }
 
 template <typename T>
-void launch_gated_act(enum tpf_gated_act a, const void *gate, const void *up, void *y, int64_t rows, int64_t n,
-		      int64_t stride, bool cube, cudaStream_t st)
+cudaError_t launch_gated_act(enum tpf_gated_act a, const void *gate, const void *up, void *y, int64_t rows,
+			     int64_t n, int64_t stride, bool cube, cudaStream_t st)
 {
 	switch (a) {
 	case TPF_GATED_GELU:
-		launch_gated<T, TPF_GATED_GELU>(gate, up, y, rows, n, stride, cube, st);
-		break;
+		return launch_gated<T, TPF_GATED_GELU>(gate, up, y, rows, n, stride, cube, st);
 	case TPF_GATED_GELU_TANH:
-		launch_gated<T, TPF_GATED_GELU_TANH>(gate, up, y, rows, n, stride, cube, st);
-		break;
+		return launch_gated<T, TPF_GATED_GELU_TANH>(gate, up, y, rows, n, stride, cube, st);
 	default:
-		launch_gated<T, TPF_GATED_SILU>(gate, up, y, rows, n, stride, cube, st);
-		break;
+		return launch_gated<T, TPF_GATED_SILU>(gate, up, y, rows, n, stride, cube, st);
 	}
 }
 
@@ -181,20 +179,22 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gated_activation)
 	size_t esz = tpf_elem_size(y->dtype);
 	const void *up = g.packed ? (const void *)(gate + (size_t)g.n * esz) : c->in[1].data;
 	cudaStream_t st = tpfc_stream(c);
+	const bool cube = g.cube_as_product != 0;
+	cudaError_t e;
 	switch (y->dtype) {
 	case TPF_DTYPE_FLOAT:
-		launch_gated_act<float>(g.act, gate, up, y->data, g.rows, g.n, g.stride, g.cube_as_product != 0, st);
+		e = launch_gated_act<float>(g.act, gate, up, y->data, g.rows, g.n, g.stride, cube, st);
 		break;
 	case TPF_DTYPE_FLOAT16:
-		launch_gated_act<__half>(g.act, gate, up, y->data, g.rows, g.n, g.stride, g.cube_as_product != 0, st);
+		e = launch_gated_act<__half>(g.act, gate, up, y->data, g.rows, g.n, g.stride, cube, st);
 		break;
 	case TPF_DTYPE_BFLOAT16:
-		launch_gated_act<__nv_bfloat16>(g.act, gate, up, y->data, g.rows, g.n, g.stride, g.cube_as_product != 0, st);
+		e = launch_gated_act<__nv_bfloat16>(g.act, gate, up, y->data, g.rows, g.n, g.stride, cube, st);
 		break;
 	default:
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(y->dtype));
 	}
-	return tpfc_launched(c, "gated activation");
+	return tpfc_launched_ex(c, e, "gated activation");
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_rotary_embedding)

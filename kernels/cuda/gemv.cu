@@ -107,7 +107,7 @@ __device__ __forceinline__ uint64_t evict_first_policy()
 __device__ __forceinline__ uint4 ld_stream(const void *p, uint64_t pol)
 {
 	uint4 r;
-	asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+	asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
 	    : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
 	    : "l"(p), "l"(pol));
 	return r;
@@ -322,7 +322,7 @@ template <int NR> __device__ __forceinline__ void ld_w(uint32_t (&r)[NR], const 
 		uint4 v = ld_stream(p, pol);
 		r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
 	} else {
-		asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+		asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
 		    : "=r"(r[0]), "=r"(r[1])
 		    : "l"(p), "l"(pol));
 	}

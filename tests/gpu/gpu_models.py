@@ -162,14 +162,19 @@ def main():
                         print(f"FAIL {label}: one-shot use {n_one} of {n_coll} "
                               f"(expected {'some' if want_one else 'none'})\n{log}")
                         failures.append(label + " one-shot use")
-            # what the CPU backend replicates, every CUDA mode must
+            # what the CPU backend replicates, every CUDA mode must (every
+            # family ends in a replicated output: none would make the
+            # check empty)
             if res["cpu"]:
                 replicated, _ = same_on_every_rank(res["cpu"], a.world)
+                if not replicated:
+                    print(f"FAIL {dt} {fam}: no output is replicated on the CPU backend")
+                    failures.append(f"{dt} {fam} replicated outputs")
                 for kind in ("cuda", "nccl", "graph", "fused"):
                     if not res[kind]:
                         continue
-                    _, differ = same_on_every_rank(res[kind], a.world)
-                    bad = sorted(set(replicated) & set(differ))
+                    same, _ = same_on_every_rank(res[kind], a.world)
+                    bad = sorted(set(replicated) - set(same))
                     label = f"{dt} {fam} {kind}: replicated outputs bit-identical on {a.world} ranks"
                     if bad:
                         print(f"FAIL {label}: {', '.join(bad)} differ")
