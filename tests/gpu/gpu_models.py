@@ -10,6 +10,8 @@ unsharded model).  Then, under `mpirun -np W`:
   nccl   --backend cuda --no-oneshot (NCCL only)         == cpu
   graph  --backend cuda --cuda-graph --iters 3           == cpu
   fused  --backend cuda --optimize --cuda-graph --iters 3  == cpu
+  fused_pdl_all  the same with TPF_PDL=all (the decode kernels launched as
+         programmatic dependents too)                     == cpu
   verify --backend cuda --optimize --verify               exit 0 (fused == unfused)
 
 Outputs are compared with tests/mpi/compare.py (element bound, drift caps,
@@ -70,11 +72,14 @@ F32_FP8_TOL = 1e-3   # float32 with FP8 GEMMs on the GPU (see above)
 FAMILIES = ["dense", "dense_fp8", "hybrid", "minimax_qk", "qwen_moe", "gdn_a2a"]
 
 
-def mpirun(args, world, timeout=300):
+def mpirun(args, world, timeout=300, extra_env=None):
+    xs = []
+    for k in extra_env or {}:
+        xs += ["-x", k]
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world),
-           "-x", "NCCL_NVLS_ENABLE=0"] + args
+           "-x", "NCCL_NVLS_ENABLE=0"] + xs + args
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **(extra_env or {}))
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
@@ -141,10 +146,14 @@ def main():
                                 ("nccl", ["--backend", "cuda", "--no-oneshot"]),
                                 ("graph", ["--backend", "cuda", "--cuda-graph", "--iters", "3"]),
                                 ("fused", ["--backend", "cuda", "--optimize", "--cuda-graph",
-                                           "--iters", "3"])):
+                                           "--iters", "3"]),
+                                ("fused_pdl_all", ["--backend", "cuda", "--optimize", "--cuda-graph",
+                                                   "--iters", "3"])):
                 od = os.path.join(out, f"{fam}.{kind}.rank{{rank}}")
+                # fused_pdl_all: the decode kernels launched as dependents too
+                env = {"TPF_PDL": "all"} if kind == "fused_pdl_all" else None
                 rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--outputs", od]
-                                 + extra, a.world)
+                                 + extra, a.world, extra_env=env)
                 res[kind] = od
                 label = f"{dt} {fam} {kind}"
                 if rc:
@@ -170,7 +179,7 @@ def main():
                 if not replicated:
                     print(f"FAIL {dt} {fam}: no output is replicated on the CPU backend")
                     failures.append(f"{dt} {fam} replicated outputs")
-                for kind in ("cuda", "nccl", "graph", "fused"):
+                for kind in ("cuda", "nccl", "graph", "fused", "fused_pdl_all"):
                     if not res[kind]:
                         continue
                     same, _ = same_on_every_rank(res[kind], a.world)
@@ -187,7 +196,8 @@ def main():
                 want_ort = data.replace("{rank}", str(r))
                 quant = fam == "dense_fp8"
                 pairs = [("cuda vs cpu", d("cuda"), d("cpu")), ("nccl vs cpu", d("nccl"), d("cpu")),
-                         ("graph vs cpu", d("graph"), d("cpu")), ("fused vs cpu", d("fused"), d("cpu"))]
+                         ("graph vs cpu", d("graph"), d("cpu")), ("fused vs cpu", d("fused"), d("cpu")),
+                         ("fused TPF_PDL=all vs cpu", d("fused_pdl_all"), d("cpu"))]
                 # onnxruntime's outputs for float32 models (as tests/mpi/oracle.py: a
                 # bfloat16 model with FP8 QDQ rounds differently from the float
                 # reference, on the CPU backend as well)
