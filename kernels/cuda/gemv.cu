@@ -20,7 +20,9 @@
 // multiplied.  Accumulators are float, rows x 8 per thread.  The k-lanes of a
 // warp are summed with shuffles, the warps through shared memory; y is
 // rounded to nearest even.  Both kernels: one launch, no workspace, no host
-// synchronization (capturable).
+// synchronization (capturable), launched as programmatic dependents of the
+// previous kernel (cuda-common.cuh): with an invariant weight a block loads
+// its first W rows before griddepcontrol.wait, everything else after it.
 #include "cuda-common.cuh"
 
 #include <limits.h>
