@@ -1665,9 +1665,7 @@ static void sort_by_size(int *idx, size_t n, struct rt_buffer *bufs)
 	}
 }
 
-/* Steps s, s + 1, s + 2 are a Pack, the AllToAll of its output and the
- * Unpack of that (coalesce-alltoall's layout). */
-static int is_a2a_run(const struct tpf_plan *p, size_t s)
+int tpf_plan_a2a_run(const struct tpf_plan *p, size_t s)
 {
 	if (s + 2 >= p->n_steps)
 		return 0;
@@ -1696,7 +1694,7 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 		 * run as one grouped exchange from the Pack's inputs straight into
 		 * the Unpack's outputs: the inputs live through the Unpack step, so
 		 * no piece is received into bytes another piece still sends from */
-		if (is_a2a_run(p, s))
+		if (tpf_plan_a2a_run(p, s))
 			upto = (int)s + 2;
 		for (size_t i = 0; i < st->n_in; i++)
 			if (st->ins[i] >= 0 && p->values[st->ins[i]].last_step < upto)

@@ -106,6 +106,12 @@ enum tpf_status tpf_unsupported_report(const struct tpf_unsupported *u, enum tpf
 enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c,
 			     struct tpf_diag *d);
 
+/* Steps s, s + 1, s + 2 of the plan are a Pack, the AllToAll of its output
+ * and the Unpack of that (coalesce-alltoall's layout): the run the session
+ * may do as one grouped exchange, whose Pack inputs the planner keeps live
+ * through the Unpack. */
+int tpf_plan_a2a_run(const struct tpf_plan *p, size_t s);
+
 /* Operand `input` of the first step of the session's current plan that runs
  * node `node`, as bound for its kernel (data, invariant, ...); NULL when
  * there is no such step or no plan is bound yet.  For tests. */

@@ -793,22 +793,6 @@ static int segments_canonical(const struct tpf_node *n, const int64_t *c, size_t
 	return ok;
 }
 
-/* 1 when a piece would be received into bytes that a piece (another or
- * itself) is sent from: the grouped exchange runs all of them at once.  The
- * planner keeps the Pack's inputs live through the Unpack (plan_memory), so
- * this only guards that. */
-static int pieces_overlap(const struct tpf_ktensor *send, const struct tpf_ktensor *recv, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		for (size_t j = 0; j < n; j++) {
-			const char *a = send[i].data, *b = recv[j].data;
-			if (a && b && send[i].nbytes && recv[j].nbytes && a < b + recv[j].nbytes &&
-			    b < a + send[i].nbytes)
-				return 1;
-		}
-	return 0;
-}
-
 /* Finds the direct runs of the current plan; every rank must agree. */
 static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
@@ -822,10 +806,7 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
 		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
-		if (pk->kind != RT_STEP_KERNEL || pk->node->op != TPF_OP_TPF_PACK || a2a->kind != RT_STEP_ALLTOALL ||
-		    up->kind != RT_STEP_KERNEL || up->node->op != TPF_OP_TPF_UNPACK || pk->n_out < 1 ||
-		    a2a->n_in < 1 || a2a->n_out < 1 || up->n_in < 1 || pk->outs[0] != a2a->ins[0] ||
-		    a2a->outs[0] != up->ins[0] || pk->n_in != up->n_out || pk->n_in == 0 || pk->n_in > 4096)
+		if (!tpf_plan_a2a_run(p, k) || pk->n_in != up->n_out || pk->n_in == 0 || pk->n_in > 4096)
 			continue;
 		if ((long)pk->n_in > max_pieces || value_used_elsewhere(p, pk->outs[0], k + 1) ||
 		    value_used_elsewhere(p, a2a->outs[0], k + 2))
@@ -840,8 +821,7 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 			c[i] = ok ? x->numel / s->comm->world : 0;
 		}
 		if (!ok || !segments_canonical(pk->node, c, n, s->comm->world, 1) ||
-		    !segments_canonical(up->node, c, n, s->comm->world, 0) ||
-		    pieces_overlap(s->b->kin[k], s->b->kout[k + 2], n))
+		    !segments_canonical(up->node, c, n, s->comm->world, 0))
 			continue;
 		if (!s->b->a2a_direct && !(s->b->a2a_direct = tpf_calloc(p->n_steps + 1, 1)))
 			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");

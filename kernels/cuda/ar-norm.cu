@@ -411,8 +411,8 @@ template <typename T> __device__ inline bool wait16(const uint4 *src, uint4 &v, 
 // waits for the peers).  Returns the call counter.
 __device__ inline unsigned call_start(const ArParams &p, unsigned *s_iter)
 {
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	asm volatile("griddepcontrol.wait;" ::: "memory");
+	tpfc::pdl_trigger();
+	tpfc::pdl_wait();
 	if (threadIdx.x == 0)
 		*s_iter = *reinterpret_cast<volatile unsigned *>(&p.state->iter);
 	__syncthreads();

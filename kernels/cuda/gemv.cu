@@ -170,7 +170,6 @@ __device__ __forceinline__ void load_chunk(Chunk<M> &ch, const unsigned short *a
 	load_chunk_a<M, full, avec>(ch, ak, aoff, K, k, ok);
 }
 
-
 template <typename T, int M> __device__ __forceinline__ void mul_chunk(float (&acc)[M][8], const Chunk<M> &ch)
 {
 #pragma unroll
@@ -511,14 +510,13 @@ cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, co
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(kThreads);
 	const bool pdl = tpfc_pdl_level() >= 1;
-	const int pre = pdl && wpre;
 	if (ct == 4 && avec)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
 	if (ct == 4)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
 	if (avec)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
-	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
+	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
 }
 
 template <typename T, int NR, int KW>
@@ -529,10 +527,9 @@ cudaError_t launch_mma(unsigned blocks, cudaStream_t st, const void *a, const vo
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(KW * 32);
 	const bool pdl = tpfc_pdl_level() >= 1;
-	const int pre = pdl && wpre;
 	if (rows > 8)
-		return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
-	return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, pre);
+		return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
+	return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
 }
 
 // The tensor-core kernel when it applies (1, *e the launch's status), else
@@ -589,7 +586,8 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	if ((uintptr_t)w % 16 || (uintptr_t)a % 2 || (uintptr_t)y % 2)
 		return 0;
 	cudaStream_t s = tpfc_stream(c);
-	const bool wpre = w_invariant;
+	// W's first rows before the wait: only launched as a dependent
+	const bool wpre = w_invariant && tpfc_pdl_level() >= 1;
 	cudaError_t e = cudaSuccess;
 	if (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)
 				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)) {
