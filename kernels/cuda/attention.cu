@@ -4,7 +4,7 @@
 // attention), optional attn_mask (bool or additive), past_key/past_value in
 // front of K/V, is_causal, scale, softcap; present_key/present_value.
 //
-// Two kernels:
+// Three kernels:
 // - decode (split KV, "flash-decoding"): the query rows that share a KV head
 //   (G = Hq / Hk heads times S positions, at most 16 rows) are one group; the
 //   group's keys are cut into chunks of 32 and spread over `splits` blocks, so
@@ -19,6 +19,10 @@
 //   the call's workspace.  Float32 throughout, one rounding of Y.
 //   A prefill whose keys do not fit the row kernel's shared memory runs here
 //   too, its query rows in chunks of 16.
+// - decode on tensor cores: the same split and partial results for
+//   bf16/fp16 with head size = value size = 64 or 128 (the common decode
+//   case), the scores and the weighted values as mma.sync products (below,
+//   "tensor-core decode kernel").
 // - rows (everything else: long query groups, head sizes the decode kernel
 //   does not take, no workspace): one block per query row, the row's scores in
 //   shared memory, float32.
@@ -555,6 +559,13 @@ __global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 	const int64_t rows = a.B * a.Hq * a.S, row = blockIdx.x;
 	const float *ml = a.part + (int64_t)a.splits * rows * a.Dv;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	// the first kPre splits' values of the thread's first column, read
+	// while the weights are worked out
+	constexpr int kPre = 16;
+	float pre[kPre];
+#pragma unroll
+	for (int sp = 0; sp < kPre; sp++)
+		pre[sp] = sp < a.splits && tid < a.Dv ? a.part[((int64_t)sp * rows + row) * a.Dv + tid] : 0.f;
 	float m = tid < a.splits ? ml[((int64_t)tid * rows + row) * 2] : -INFINITY;
 	float l = tid < a.splits ? ml[((int64_t)tid * rows + row) * 2 + 1] : 0.f;
 	float mx = m;
@@ -580,10 +591,325 @@ __global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 		L += red[k];
 	for (int64_t d = tid; d < a.Dv; d += kDecThreads) {
 		float o = 0.f;
+		int sp = 0;
+		if (d == tid)
+#pragma unroll
+			for (; sp < kPre; sp++)
+				o += sp < a.splits ? pre[sp] * w[sp] : 0.f;
 #pragma unroll 8
-		for (int sp = 0; sp < a.splits; sp++)
+		for (; sp < a.splits; sp++)
 			o += a.part[((int64_t)sp * rows + row) * a.Dv + d] * w[sp];
 		((T *)a.y)[row * a.Dv + d] = Cvt<T>::out(L > 0 ? o / L : 0.f);
+	}
+}
+
+// ------------------------------------------------------------ tensor-core decode kernel
+//
+// The decode kernel's work on tensor cores (bf16/fp16, head size = value
+// size = 64 or 128, the common decode case): the scores and the weighted
+// values are two mma.sync m16n8k16 products per 16 keys, the group's query
+// rows the mma's 16 rows (8 or 16 of them used).  The operands come from
+// global memory straight into registers; the layouts of the mma fragments
+// are met by permuting what the products sum over, which leaves them
+// unchanged:
+// - scores S = Q K^T: the sum runs over the head dims, so lane (g, c)
+//   (g = lane / 4, c = lane % 4) holds the 16-byte pieces c, c + 4, ... of
+//   its query rows and of key g of each 8-key half (the four lanes of a key
+//   read 64 contiguous bytes a load); the mma's k pairs are consecutive
+//   words of those pieces.
+// - values O += P V: the sum runs over the keys, and the output columns may
+//   be stored in any order, so lane (g, c) loads the 16-byte pieces g, g + 8
+//   of keys 2c, 2c + 1, 2c + 8, 2c + 9 of the tile (eight lanes read 128
+//   contiguous bytes of a key a load) and pairs two keys' elements of a
+//   column with a byte permute.
+// - P: the score fragments of the two 8-key halves are the A fragment of the
+//   value product (the probabilities rounded to T: the CPU reference rounds
+//   the normalized ones).
+// A block's share of the keys is a run of 16-key tiles (splits as for the
+// float kernel, in tiles); its warps take TP tiles at a time in turn (all
+// their loads in flight before the first product; the first step's before
+// the query rows'), each with its own running softmax; the four warps are
+// merged in shared memory; partial results and the combine kernel as for
+// the float kernel.
+constexpr int kMmaTile = 16; // keys of a tile
+
+// Tiles a warp loads at once: two with 8 query rows (registers allow), one with 16.
+template <int MR> struct MmaTiles {
+	static constexpr int value = MR == 8 ? 2 : 1;
+};
+
+int mma_tiles(int64_t R)
+{
+	return R <= 8 ? MmaTiles<8>::value : MmaTiles<16>::value;
+}
+
+// Column of the value product's output: 8-column tile n, column q of it.
+template <int D> __device__ __forceinline__ int mma_vcol(int n, int q)
+{
+	return ((n / 8) * 8 + q) * 8 + n % 8;
+}
+
+// MR: query rows the block holds (8: rows g; 16: rows g and g + 8).
+template <typename T, int D, int MR>
+__global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
+{
+	constexpr int TP = MmaTiles<MR>::value;
+	constexpr int NS = D / 16;	   // k steps of the scores
+	constexpr int KV = D / 32;	   // 16-byte pieces of a key a lane loads
+	constexpr int NT = D / 8;	   // 8-column tiles of the values
+	constexpr int VV = D / 64;	   // 16-byte pieces of a value row a lane loads
+	constexpr int NH = MR / 8;	   // row halves a lane holds
+	constexpr int OS = D + D / 32 + 4; // a merged output row in shared memory (bank skew)
+	constexpr int STEP = kDecWarps * kMmaTile * TP;
+	__shared__ float wm[kDecWarps][MR], wl[kDecWarps][MR], bm_s[MR], bl_s[MR];
+	__shared__ float ob[MR * OS];
+	pdl_trigger();
+	pdl_wait();
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
+	const int64_t r0 = (int64_t)blockIdx.z * kMaxGroupRows;
+	const bool writes_present = blockIdx.z == 0;
+	const int64_t k0 = (int64_t)blockIdx.x * a.chunks_per_split * kMmaTile;
+	const int64_t k1 = min(a.T, k0 + (int64_t)a.chunks_per_split * kMmaTile);
+	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
+	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
+	const int64_t kvrow = (b * a.Hk + hk) * a.T; // present rows of this KV head
+	// a step's loads: key g of each 8-key half, keys 2c, 2c+1, 2c+8, 2c+9
+	uint4 kr[TP][2][KV], vr[TP][4][VV];
+	auto load = [&](int64_t kb) {
+#pragma unroll
+		for (int tp = 0; tp < TP; tp++) {
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int64_t j = kb + tp * kMmaTile + 8 * h + g;
+				const T *p = j < k1 ? dec_row<T>(a, true, b, hk, j) : nullptr;
+#pragma unroll
+				for (int v = 0; v < KV; v++)
+					kr[tp][h][v] = p ? ldg_stream(p + (v * 4 + c) * 8) : make_uint4(0u, 0u, 0u, 0u);
+			}
+#pragma unroll
+			for (int t = 0; t < 4; t++) {
+				const int64_t j = kb + tp * kMmaTile + 2 * c + (t & 1) + 8 * (t >> 1);
+				const T *p = j < k1 ? dec_row<T>(a, false, b, hk, j) : nullptr;
+#pragma unroll
+				for (int v = 0; v < VV; v++)
+					vr[tp][t][v] = p ? ldg_stream(p + (v * 8 + g) * 8) : make_uint4(0u, 0u, 0u, 0u);
+			}
+		}
+	};
+	int64_t kb = k0 + (int64_t)warp * kMmaTile * TP;
+	if (kb < k1)
+		load(kb);
+	// this lane's query rows g (and g + 8), as A fragments
+	bool rok[NH];
+	int rs[NH], rh[NH];
+	uint32_t qa[NS][4];
+#pragma unroll
+	for (int s = 0; s < NS; s++)
+		qa[s][0] = qa[s][1] = qa[s][2] = qa[s][3] = 0u;
+#pragma unroll
+	for (int i = 0; i < NH; i++) {
+		const int64_t r = r0 + g + 8 * i;
+		rok[i] = r < a.R;
+		const int64_t rr = rok[i] ? r : 0;
+		rs[i] = (int)(rr % a.S);
+		rh[i] = (int)(hk * a.G + rr / a.S);
+		if (rok[i]) {
+			const T *qp = (const T *)a.q + ((b * a.Hq + rh[i]) * a.S + rs[i]) * D;
+#pragma unroll
+			for (int v = 0; v < KV; v++) {
+				const uint4 u = *(const uint4 *)(qp + (v * 4 + c) * 8);
+				// words 4v .. 4v + 3 of the lane's: k step 2v (x, y) and 2v + 1 (z, w)
+				qa[2 * v][i] = u.x, qa[2 * v][2 + i] = u.y;
+				qa[2 * v + 1][i] = u.z, qa[2 * v + 1][2 + i] = u.w;
+			}
+		}
+	}
+	float m[NH], l[NH], o[NT][2 * NH];
+	float dz0 = 0.f, dz1 = 0.f; // rows 8-15 of the value product with MR = 8 (all zero)
+#pragma unroll
+	for (int i = 0; i < NH; i++)
+		m[i] = -INFINITY, l[i] = 0.f;
+#pragma unroll
+	for (int n = 0; n < NT; n++)
+#pragma unroll
+		for (int e = 0; e < 2 * NH; e++)
+			o[n][e] = 0.f;
+	while (kb < k1) {
+#pragma unroll
+		for (int tp = 0; tp < TP; tp++) {
+			const int64_t kt = kb + tp * kMmaTile;
+			// present rows, as read
+			if (prk)
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int64_t j = kt + 8 * h + g;
+					if (j < k1)
+#pragma unroll
+						for (int v = 0; v < KV; v++)
+							*(uint4 *)(prk + (kvrow + j) * D + (v * 4 + c) * 8) = kr[tp][h][v];
+				}
+			if (prv)
+#pragma unroll
+				for (int t = 0; t < 4; t++) {
+					const int64_t j = kt + 2 * c + (t & 1) + 8 * (t >> 1);
+					if (j < k1)
+#pragma unroll
+						for (int v = 0; v < VV; v++)
+							*(uint4 *)(prv + (kvrow + j) * D + (v * 8 + g) * 8) = vr[tp][t][v];
+				}
+			// scores of the 16 keys: sc[h] = rows (g, g + 8) x keys 8h + 2c, +1
+			float sc[2][4];
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				sc[h][0] = sc[h][1] = sc[h][2] = sc[h][3] = 0.f;
+#pragma unroll
+				for (int s = 0; s < NS; s++) {
+					const uint4 &u = kr[tp][h][s / 2];
+					// (rows 8-15 zero with MR = 8)
+					mma16816<T>(sc[h][0], sc[h][1], sc[h][2], sc[h][3], qa[s][0], NH == 2 ? qa[s][1] : 0u,
+						    qa[s][2], NH == 2 ? qa[s][3] : 0u, (s & 1) ? u.z : u.x,
+						    (s & 1) ? u.w : u.y);
+				}
+			}
+			// the running softmax of each row over the tile's keys
+			float p[2][4];
+#pragma unroll
+			for (int i = 0; i < NH; i++) {
+				float x[2][2];
+				float cm = -INFINITY;
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int64_t j = kt + 8 * h + 2 * c + e;
+						float v = -INFINITY;
+						if (rok[i] && j < k1) {
+							v = rt<T>(rt<T>(sc[h][2 * i + e]) * a.scale);
+							if (a.softcap > 0)
+								v = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(v / a.softcap))));
+							if (a.mask) {
+								int64_t off = b * a.mstride[0] + rh[i] * a.mstride[1] +
+									      rs[i] * a.mstride[2] + j * a.mstride[3];
+								if (a.mask_bool) {
+									if (!((const uint8_t *)a.mask)[off])
+										v = -INFINITY;
+								} else {
+									v = rt<T>(v + ld_f(a.dm, a.mask, off));
+								}
+							}
+							if (a.causal && j > rs[i] + a.P)
+								v = -INFINITY;
+						}
+						x[h][e] = v;
+						cm = fmaxf(cm, v);
+					}
+				cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 1));
+				cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 2));
+				const float mn = fmaxf(m[i], cm);
+				const float al = m[i] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f) : __expf(m[i] - mn);
+				float ps = 0.f;
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const float pe = mn == -INFINITY ? 0.f : rt<T>(__expf(x[h][e] - mn));
+						p[h][2 * i + e] = pe;
+						ps += pe;
+					}
+				l[i] = l[i] * al + ps;
+				m[i] = mn;
+#pragma unroll
+				for (int n = 0; n < NT; n++)
+					o[n][2 * i] *= al, o[n][2 * i + 1] *= al;
+			}
+			if constexpr (NH == 1)
+				p[0][2] = p[0][3] = p[1][2] = p[1][3] = 0.f;
+			// the weighted values: P (rows x 16 keys) x V (16 keys x D)
+			const uint32_t pa0 = Bits<T>::pack(p[0][0], p[0][1]), pa1 = Bits<T>::pack(p[0][2], p[0][3]);
+			const uint32_t pa2 = Bits<T>::pack(p[1][0], p[1][1]), pa3 = Bits<T>::pack(p[1][2], p[1][3]);
+#pragma unroll
+			for (int n = 0; n < NT; n++) {
+				// element n of keys (2c, 2c+1) and (2c+8, 2c+9): piece n / 8, word (n % 8) / 2
+				const int v = n / 8, e = (n % 8) / 2;
+				const unsigned sel = (n & 1) ? 0x7632u : 0x5410u;
+				uint32_t w[4];
+#pragma unroll
+				for (int t = 0; t < 4; t++) {
+					const uint4 &u = vr[tp][t][v];
+					w[t] = e == 0 ? u.x : e == 1 ? u.y : e == 2 ? u.z : u.w;
+				}
+				const uint32_t b0 = __byte_perm(w[0], w[1], sel), b1 = __byte_perm(w[2], w[3], sel);
+				if constexpr (NH == 2)
+					mma16816<T>(o[n][0], o[n][1], o[n][2], o[n][3], pa0, pa1, pa2, pa3, b0, b1);
+				else
+					mma16816<T>(o[n][0], o[n][1], dz0, dz1, pa0, pa1, pa2, pa3, b0, b1);
+			}
+		}
+		kb += STEP;
+		if (kb < k1)
+			load(kb);
+	}
+	// the row sums over the four lanes of a row
+#pragma unroll
+	for (int i = 0; i < NH; i++) {
+		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+	}
+	// merge the warps: each one's state rescaled to the block's max
+	if (c == 0)
+#pragma unroll
+		for (int i = 0; i < NH; i++)
+			wm[warp][g + 8 * i] = m[i], wl[warp][g + 8 * i] = l[i];
+	__syncthreads();
+	float sw[NH];
+#pragma unroll
+	for (int i = 0; i < NH; i++) {
+		const int r = g + 8 * i;
+		float bm = -INFINITY, bl = 0.f;
+#pragma unroll
+		for (int w = 0; w < kDecWarps; w++)
+			bm = fmaxf(bm, wm[w][r]);
+#pragma unroll
+		for (int w = 0; w < kDecWarps; w++)
+			bl += wm[w][r] == -INFINITY ? 0.f : wl[w][r] * __expf(wm[w][r] - bm);
+		sw[i] = m[i] == -INFINITY ? 0.f : __expf(m[i] - bm);
+		if (warp == 0 && c == 0)
+			bm_s[r] = bm, bl_s[r] = bl;
+	}
+	for (int w = 0; w < kDecWarps; w++) {
+		if (warp == w)
+#pragma unroll
+			for (int i = 0; i < NH; i++)
+#pragma unroll
+				for (int n = 0; n < NT; n++)
+#pragma unroll
+					for (int e = 0; e < 2; e++) {
+						const int col = mma_vcol<D>(n, 2 * c + e);
+						float *op = ob + (g + 8 * i) * OS + col + col / 32;
+						*op = (w ? *op : 0.f) + o[n][2 * i + e] * sw[i];
+					}
+		__syncthreads();
+	}
+	// results: Y directly with one split, else this split's partial
+	const int64_t rows = a.B * a.Hq * a.S;
+	for (int i = threadIdx.x; i < MR * D; i += kDecThreads) {
+		const int r = i / D, d = i % D;
+		if (r0 + r >= a.R)
+			continue;
+		const int64_t gq = (r0 + r) / a.S, s = (r0 + r) % a.S;
+		const int64_t row = (b * a.Hq + hk * a.G + gq) * a.S + s;
+		const float v = ob[r * OS + d + d / 32];
+		if (a.splits == 1) {
+			((T *)a.y)[row * D + d] = Cvt<T>::out(bl_s[r] > 0 ? v / bl_s[r] : 0.f);
+		} else {
+			a.part[((int64_t)blockIdx.x * rows + row) * D + d] = v;
+			if (d == 0) {
+				float *ml = a.part + (int64_t)a.splits * rows * D;
+				ml[((int64_t)blockIdx.x * rows + row) * 2] = bm_s[r];
+				ml[((int64_t)blockIdx.x * rows + row) * 2 + 1] = bl_s[r];
+			}
+		}
 	}
 }
 
@@ -599,10 +925,25 @@ bool rows_kernel_fits(const struct tpf_attention_ops &o)
 // group rows R, the splits and chunks per split, and the workspace bytes the
 // splits need (0 with one split).
 struct DecPlan {
-	int ok, splits, chunks_per_split, row_chunks;
+	int ok, mma, chunk, splits, chunks_per_split, row_chunks;
 	int64_t R, G;
 	size_t ws_bytes;
 };
+
+// The tensor-core kernel takes the call (TPF_DECODE_MMA=0 keeps every call
+// on the float kernel): bf16/fp16, head size = value size = 64 or 128, Q
+// rows 16-byte aligned (the caller checks K/V).
+bool decode_mma_ok(const struct tpf_attention_ops &o)
+{
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("TPF_DECODE_MMA");
+		off = e && !strcmp(e, "0");
+	}
+	enum tpf_dtype t = o.q->dtype;
+	return !off && (t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_BFLOAT16) && o.D == o.Dv &&
+	       (o.D == 64 || o.D == 128) && !((uintptr_t)o.q->data & 15);
+}
 
 // long: the group may have more than 16 rows (cut into chunks of 16): only
 // where the row kernel cannot hold the scores.
@@ -638,10 +979,13 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	for (const struct tpf_ktensor *x : vec)
 		if (x && x->data && ((uintptr_t)x->data & 15))
 			return p;
-	// as many splits as fill the blocks the SMs hold at once (DecMinBlocks)
+	// as many splits as fill the blocks the SMs hold at once (DecMinBlocks,
+	// the tensor-core kernel's launch bounds)
 	const int64_t rb = p.R > 8 ? 16 : p.R > 4 ? 8 : p.R;
-	const int64_t per_sm = rb <= 4 ? 4 : 2;
-	int64_t groups = o.B * o.Hk * p.row_chunks, nchunks = (o.T + kChunk - 1) / kChunk;
+	p.mma = decode_mma_ok(o);
+	p.chunk = p.mma ? kMmaTile : kChunk;
+	const int64_t per_sm = p.mma ? 2 : rb <= 4 ? 4 : 2;
+	int64_t groups = o.B * o.Hk * p.row_chunks, nchunks = (o.T + p.chunk - 1) / p.chunk;
 	int64_t want = per_sm * (int64_t)tpfc_sm_count() / groups;
 	if (want < 1)
 		want = 1;
@@ -650,6 +994,11 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	if (want > kDecThreads) // the combine kernel's thread a split
 		want = kDecThreads;
 	int64_t cps = (nchunks + want - 1) / want;
+	// the tensor-core kernel: splits of whole 16-key tiles, at least one
+	// step of two warps (fewer, longer splits for the combine kernel to
+	// read where the SMs have room to spare)
+	if (p.mma && cps < 2 * mma_tiles(p.R))
+		cps = nchunks < 2 * mma_tiles(p.R) ? nchunks : 2 * mma_tiles(p.R);
 	p.chunks_per_split = (int)cps;
 	p.splits = (int)((nchunks + cps - 1) / cps);
 	int64_t rows = o.B * o.Hq * o.S;
@@ -669,6 +1018,15 @@ template <typename T, int RB, int DVL, bool FULL> constexpr auto decode_fn()
 	return decode_attention_kernel<T, RB, DVL, FULL>;
 }
 
+// The combine kernel after a split call, a block a query row.
+template <typename T> enum tpf_status launch_combine(const struct tpf_kernel_call *c, const DecArgs &a, bool pdl)
+{
+	int64_t rows = a.B * a.Hq * a.S;
+	return tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_combine_kernel<T>, dim3((unsigned)rows), dim3(kDecThreads),
+						   0, tpfc_stream(c), a),
+				"decode attention combine");
+}
+
 template <typename T, int RB, int DVL, bool FULL>
 enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs &a)
 {
@@ -680,12 +1038,26 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_fn<T, RB, DVL, FULL>(), grid,
 							       dim3(kDecThreads), shmem, tpfc_stream(c), a),
 					     "decode attention");
-	if (e || a.splits == 1)
-		return e;
-	int64_t rows = a.B * a.Hq * a.S;
-	return tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_combine_kernel<T>, dim3((unsigned)rows), dim3(kDecThreads),
-						   0, tpfc_stream(c), a),
-				"decode attention combine");
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl);
+}
+
+template <typename T, int D, int MR>
+enum tpf_status launch_mma_rows(const struct tpf_kernel_call *c, const DecArgs &a)
+{
+	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
+	const bool pdl = tpfc_pdl_level() >= 2;
+	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_mma_kernel<T, D, MR>, grid, dim3(kDecThreads),
+							       0, tpfc_stream(c), a),
+					     "decode attention (tensor cores)");
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl);
+}
+
+template <typename T>
+enum tpf_status launch_mma(const struct tpf_kernel_call *c, const DecArgs &a)
+{
+	if (a.D == 64)
+		return a.R <= 8 ? launch_mma_rows<T, 64, 8>(c, a) : launch_mma_rows<T, 64, 16>(c, a);
+	return a.R <= 8 ? launch_mma_rows<T, 128, 8>(c, a) : launch_mma_rows<T, 128, 16>(c, a);
 }
 
 // A lane's columns of a value row: the power of two at least Dv / 32.
@@ -748,6 +1120,8 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
 	a.part = (float *)c->workspace;
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
+	if (p.mma)
+		return o.q->dtype == TPF_DTYPE_FLOAT16 ? launch_mma<__half>(c, a) : launch_mma<__nv_bfloat16>(c, a);
 	switch (o.q->dtype) {
 	case TPF_DTYPE_FLOAT:
 		return launch_decode<float>(c, a);
@@ -834,7 +1208,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 		if (dp.ok) {
 			if (dp.splits > 1 && (!c->workspace || c->workspace_bytes < dp.ws_bytes)) {
 				// no room for partial results: one block per KV head walks every chunk
-				int64_t nchunks = (a.T + kChunk - 1) / kChunk;
+				int64_t nchunks = (a.T + dp.chunk - 1) / dp.chunk;
 				dp.splits = 1;
 				dp.chunks_per_split = (int)nchunks;
 			}

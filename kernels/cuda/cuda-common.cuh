@@ -331,6 +331,80 @@ template <typename F> void by_elem_size(size_t es, F &&f)
 	}
 }
 
+// ------------------------------------------------------------ packed 16-bit pairs
+// The two elements of a 32-bit word holding two bf16 or fp16 values (the
+// lower index in the low half), and the mma operand type name.
+
+template <typename T> struct Bits;
+
+template <> struct Bits<__nv_bfloat16> {
+	static constexpr bool is_bf16 = true;
+	// low / high element of a packed pair as float
+	static __device__ __forceinline__ float lo(uint32_t v)
+	{
+		return __uint_as_float(v << 16);
+	}
+	static __device__ __forceinline__ float hi(uint32_t v)
+	{
+		return __uint_as_float(v & 0xffff0000u);
+	}
+	static __device__ __forceinline__ unsigned short from_float(float v)
+	{
+		return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+	}
+	// lo and hi rounded to a packed pair
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+	{
+		__nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+		return *(uint32_t *)&p;
+	}
+};
+
+template <> struct Bits<__half> {
+	static constexpr bool is_bf16 = false;
+	static __device__ __forceinline__ float lo(uint32_t v)
+	{
+		return __half2float(__ushort_as_half((unsigned short)(v & 0xffffu)));
+	}
+	static __device__ __forceinline__ float hi(uint32_t v)
+	{
+		return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+	}
+	static __device__ __forceinline__ unsigned short from_float(float v)
+	{
+		return __half_as_ushort(__float2half_rn(v));
+	}
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+	{
+		__half2 p = __floats2half2_rn(lo, hi);
+		return *(uint32_t *)&p;
+	}
+};
+
+// d += a x b, mma.sync m16n8k16 (row-major A, column-major B), operands of
+// type T (bf16 or fp16) packed two a word, float32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float &d3, uint32_t a0, uint32_t a1,
+					 uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1)
+{
+#define TPF_MMA_16816(TY)                                                                          \
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, " \
+		     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                              \
+		     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                      \
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+	if constexpr (Bits<T>::is_bf16)
+		TPF_MMA_16816("bf16");
+	else
+		TPF_MMA_16816("f16");
+#undef TPF_MMA_16816
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	mma16816<T>(d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b0, b1);
+}
+
 // ------------------------------------------------------------ dependent launch
 // Programmatic dependent launch (sm_90): a kernel launched with
 // tpfc_launch_pdl may start before the stream's previous kernel has

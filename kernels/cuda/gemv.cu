@@ -39,43 +39,6 @@ constexpr int kMaxMmaRows = 16;     // the tensor-core kernel
 constexpr int kDefaultMaxRows = 16;
 constexpr int kDefaultMmaMinRows = 2;
 
-// ---------------------------------------------------------------- element bits
-
-template <typename T> struct Bits;
-
-template <> struct Bits<__nv_bfloat16> {
-	static constexpr bool is_bf16 = true;
-	// low / high element of a packed pair as float
-	static __device__ __forceinline__ float lo(uint32_t v)
-	{
-		return __uint_as_float(v << 16);
-	}
-	static __device__ __forceinline__ float hi(uint32_t v)
-	{
-		return __uint_as_float(v & 0xffff0000u);
-	}
-	static __device__ __forceinline__ unsigned short from_float(float v)
-	{
-		return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-	}
-};
-
-template <> struct Bits<__half> {
-	static constexpr bool is_bf16 = false;
-	static __device__ __forceinline__ float lo(uint32_t v)
-	{
-		return __half2float(__ushort_as_half((unsigned short)(v & 0xffffu)));
-	}
-	static __device__ __forceinline__ float hi(uint32_t v)
-	{
-		return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
-	}
-	static __device__ __forceinline__ unsigned short from_float(float v)
-	{
-		return __half_as_ushort(__float2half_rn(v));
-	}
-};
-
 template <typename T> __device__ __forceinline__ void unpack8(const uint4 &u, float f[8])
 {
 	f[0] = Bits<T>::lo(u.x);
@@ -371,23 +334,6 @@ __device__ __forceinline__ void mma_load(MmaStage<NR> &st, const unsigned short 
 	mma_load_w<NR>(st, w, N, n0, col_ok, k0, ok, pol);
 	mma_load_x<NR, BIG>(st, a, rows, K, k0, ok);
 }
-
-// d += a x b, m16n8k16, operands of type TY ("bf16" or "f16"), float32 d
-#define TPF_MMA_16816(TY)                                                                          \
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0, %1, %2, %3}, " \
-		     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                              \
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                              \
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-	if constexpr (Bits<T>::is_bf16)
-		TPF_MMA_16816("bf16");
-	else
-		TPF_MMA_16816("f16");
-}
-#undef TPF_MMA_16816
 
 template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&acc)[2 * NR][4], const MmaStage<NR> &st)
 {

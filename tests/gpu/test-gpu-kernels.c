@@ -1356,11 +1356,15 @@ static void quant(void)
 	}
 }
 
-/* The split-KV decode kernel: query groups of 1 to 16 rows, KV split over
+/* The split-KV decode kernels: query groups of 1 to 16 rows, KV split over
  * blocks (partial results combined from the workspace), present K/V written
- * by the same kernel, masks, causal, head sizes 32 to 256, value sizes that
- * leave lanes idle (96) or split into partial pieces (90), and a batch whose
- * (batch, KV head) groups exceed a grid dimension (the row kernel). */
+ * by the same kernel, masks, causal, softcap, head sizes 32 to 256, value
+ * sizes that leave lanes idle (96) or split into partial pieces (90), and a
+ * batch whose (batch, KV head) groups exceed a grid dimension (the row
+ * kernel).  bf16/fp16 with head size 64 or 128 take the tensor-core kernel
+ * (8 rows: 16/4 heads, the causal softcap case, the bool-mask case; 16 rows:
+ * the grouped spelling, the additive-mask case), everything else the float
+ * kernel. */
 /* Attention with past key/value and no mask (n carries the attributes):
  * sz = {B, Hq, Hk, S (query tokens), L (new key/value tokens), D, Dv, P}. */
 static void check_past(const char *label, struct tpf_node *n, enum tpf_dtype dt, const int64_t *sz)
@@ -1394,6 +1398,14 @@ static void attention_decode(void)
 					   R(dt, 4, 1, 2, 40, 64), R(dt, 4, 1, 2, 40, 64)};
 		CHECK("Attention decode 2 tokens causal + bool mask, 8 rows, D 64", m, c, 3, 4);
 		free_tensors(c, 6);
+		/* everything the score epilogue applies on the tensor-core path
+		 * (bf16/fp16, head size 128, 8 rows): 2 new tokens, causal,
+		 * softcap 2, past and new keys in one 16-key tile */
+		struct tpf_node *cs = node("", "Attention", 6, 3);
+		tpf_node_set_attr_int(cs, "is_causal", 1);
+		tpf_node_set_attr_float(cs, "softcap", 2.0f);
+		check_past("Attention decode causal softcap 2, 2 tokens, 8 rows, head 128, past 333", cs, dt,
+			   (const int64_t[]){2, 8, 2, 2, 2, 128, 128, 333});
 		/* one KV head for 16 query heads, additive mask, no past */
 		struct tpf_node *q = node("", "Attention", 4, 1);
 		struct tpf_ktensor e[4] = {R(dt, 4, 1, 16, 1, 64), R(dt, 4, 1, 1, 200, 64), R(dt, 4, 1, 1, 200, 64),
