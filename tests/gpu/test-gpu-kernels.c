@@ -1363,8 +1363,8 @@ static void quant(void)
  * batch whose (batch, KV head) groups exceed a grid dimension (the row
  * kernel).  bf16/fp16 with head size 64 or 128 take the tensor-core kernel
  * (8 rows: 16/4 heads, the causal softcap case, the bool-mask case; 16 rows:
- * the grouped spelling, the additive-mask case), everything else the float
- * kernel. */
+ * the grouped spelling, the additive-mask case, the head-128 prefill in row
+ * chunks), everything else the float kernel. */
 /* Attention with past key/value and no mask (n carries the attributes):
  * sz = {B, Hq, Hk, S (query tokens), L (new key/value tokens), D, Dv, P}. */
 static void check_past(const char *label, struct tpf_node *n, enum tpf_dtype dt, const int64_t *sz)
@@ -1438,6 +1438,12 @@ static void attention_decode(void)
 		tpf_node_set_attr_int(lp, "is_causal", 1);
 		check_past("Attention prefill 20 tokens over 51320 keys (row chunks)", lp, dt,
 			   (const int64_t[]){1, 2, 1, 20, 20, 32, 32, 51300});
+		/* the same at head size 128: bf16/fp16 on the tensor-core kernel,
+		 * 16 rows a chunk */
+		struct tpf_node *lq = node("", "Attention", 6, 3);
+		tpf_node_set_attr_int(lq, "is_causal", 1);
+		check_past("Attention prefill 20 tokens over 51320 keys, head 128 (row chunks)", lq, dt,
+			   (const int64_t[]){1, 2, 1, 20, 20, 128, 128, 51300});
 	}
 }
 
