@@ -213,6 +213,29 @@ __device__ __forceinline__ const T *dec_row(const DecArgs &a, bool is_k, int64_t
 	return (const T *)(is_k ? a.k : a.v) + ((b * a.Hk + hk) * a.L + j - a.P) * dd;
 }
 
+// Score sc of key j for the query row of head rh at position rs, rounded
+// to T where the MatMul/Mul/Tanh/Add chain it replaces rounds (the CPU
+// reference does the same), -inf where the mask or causality drops it.
+template <typename T>
+__device__ __forceinline__ float dec_score(const DecArgs &a, float sc, int64_t b, int rh, int rs, int64_t j)
+{
+	float x = rt<T>(rt<T>(sc) * a.scale);
+	if (a.softcap > 0)
+		x = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(x / a.softcap))));
+	if (a.mask) {
+		int64_t off = b * a.mstride[0] + rh * a.mstride[1] + rs * a.mstride[2] + j * a.mstride[3];
+		if (a.mask_bool) {
+			if (!((const uint8_t *)a.mask)[off])
+				x = -INFINITY;
+		} else {
+			x = rt<T>(x + ld_f(a.dm, a.mask, off));
+		}
+	}
+	if (a.causal && j > rs + a.P)
+		x = -INFINITY;
+	return x;
+}
+
 // Blocks an SM should hold (registers capped to fit): the splits of a
 // decode step are sized to the resident blocks, one wave.
 template <int RB> struct DecMinBlocks {
@@ -435,25 +458,8 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 #pragma unroll
 		for (int r = 0; r < RB; r++) {
 			float x = -INFINITY;
-			if (j < a.T && r0 + r < a.R) {
-				// rounded to T where the MatMul/Mul/Tanh/Add chain it
-				// replaces rounds (the CPU reference does the same)
-				x = rt<T>(rt<T>(sc[r]) * a.scale);
-				if (a.softcap > 0)
-					x = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(x / a.softcap))));
-				if (a.mask) {
-					int64_t off = b * a.mstride[0] + rh[r] * a.mstride[1] + rs[r] * a.mstride[2] +
-						      j * a.mstride[3];
-					if (a.mask_bool) {
-						if (!((const uint8_t *)a.mask)[off])
-							x = -INFINITY;
-					} else {
-						x = rt<T>(x + ld_f(a.dm, a.mask, off));
-					}
-				}
-				if (a.causal && j > rs[r] + a.P)
-					x = -INFINITY;
-			}
+			if (j < a.T && r0 + r < a.R)
+				x = dec_score<T>(a, sc[r], b, rh[r], rs[r], j);
 			float cm = x;
 			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 4));
 			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 8));
@@ -783,24 +789,9 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 #pragma unroll
 					for (int e = 0; e < 2; e++) {
 						const int64_t j = kt + 8 * h + 2 * c + e;
-						float v = -INFINITY;
-						if (rok[i] && j < k1) {
-							v = rt<T>(rt<T>(sc[h][2 * i + e]) * a.scale);
-							if (a.softcap > 0)
-								v = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(v / a.softcap))));
-							if (a.mask) {
-								int64_t off = b * a.mstride[0] + rh[i] * a.mstride[1] +
-									      rs[i] * a.mstride[2] + j * a.mstride[3];
-								if (a.mask_bool) {
-									if (!((const uint8_t *)a.mask)[off])
-										v = -INFINITY;
-								} else {
-									v = rt<T>(v + ld_f(a.dm, a.mask, off));
-								}
-							}
-							if (a.causal && j > rs[i] + a.P)
-								v = -INFINITY;
-						}
+						const float v = rok[i] && j < k1
+									? dec_score<T>(a, sc[h][2 * i + e], b, rh[i], rs[i], j)
+									: -INFINITY;
 						x[h][e] = v;
 						cm = fmaxf(cm, v);
 					}
