@@ -45,6 +45,32 @@ struct AttnArgs {
 	int causal, mask_bool;
 };
 
+// Score acc of key j for the query of head h at position s (batch b),
+// rounded by rnd (to the operands' dtype) where the MatMul/Mul/Tanh/Add
+// chain it replaces rounds (the CPU reference does the same), -inf where
+// the mask or causality drops it.  A: AttnArgs or DecArgs (the same
+// scale, softcap, mask and causality fields).
+template <typename A, typename R>
+__device__ __forceinline__ float masked_score(const A &a, R rnd, float acc, int64_t b, int64_t h, int64_t s,
+					      int64_t j)
+{
+	acc = rnd(rnd(acc) * a.scale);
+	if (a.softcap > 0)
+		acc = rnd(a.softcap * rnd(tanhf(rnd(acc / a.softcap))));
+	if (a.mask) {
+		int64_t off = b * a.mstride[0] + h * a.mstride[1] + s * a.mstride[2] + j * a.mstride[3];
+		if (a.mask_bool) {
+			if (!((const uint8_t *)a.mask)[off])
+				acc = -INFINITY;
+		} else {
+			acc = rnd(acc + ld_f(a.dm, a.mask, off));
+		}
+	}
+	if (a.causal && j > s + a.P)
+		acc = -INFINITY;
+	return acc;
+}
+
 __device__ __forceinline__ float kv_load(const AttnArgs &a, bool is_k, int64_t b, int64_t h, int64_t j, int64_t d)
 {
 	int64_t dd = is_k ? a.D : a.Dv;
@@ -67,21 +93,7 @@ __global__ void attention_kernel(AttnArgs a)
 		float acc = 0;
 		for (int64_t d = 0; d < a.D; d++)
 			acc += ld_f(a.dq, a.q, ((b * a.Hq + h) * a.S + s) * a.D + d) * kv_load(a, true, b, hk, j, d);
-		// rounded where the unfused chain rounds (as the CPU reference)
-		acc = round_through(a.dq, round_through(a.dq, acc) * a.scale);
-		if (a.softcap > 0)
-			acc = round_through(a.dq, a.softcap * round_through(a.dq, tanhf(round_through(a.dq, acc / a.softcap))));
-		if (a.mask) {
-			int64_t off = b * a.mstride[0] + h * a.mstride[1] + s * a.mstride[2] + j * a.mstride[3];
-			if (a.mask_bool) {
-				if (!((const uint8_t *)a.mask)[off])
-					acc = -INFINITY;
-			} else {
-				acc = round_through(a.dq, acc + ld_f(a.dm, a.mask, off));
-			}
-		}
-		if (a.causal && j > s + a.P)
-			acc = -INFINITY;
+		acc = masked_score(a, [&](float v) { return round_through(a.dq, v); }, acc, b, h, s, j);
 		sc[j] = acc;
 		mx = acc > mx ? acc : mx;
 	}
@@ -211,29 +223,6 @@ __device__ __forceinline__ const T *dec_row(const DecArgs &a, bool is_k, int64_t
 	if (j < a.P)
 		return (const T *)(is_k ? a.pk : a.pv) + ((b * a.Hk + hk) * a.P + j) * dd;
 	return (const T *)(is_k ? a.k : a.v) + ((b * a.Hk + hk) * a.L + j - a.P) * dd;
-}
-
-// Score sc of key j for the query row of head rh at position rs, rounded
-// to T where the MatMul/Mul/Tanh/Add chain it replaces rounds (the CPU
-// reference does the same), -inf where the mask or causality drops it.
-template <typename T>
-__device__ __forceinline__ float dec_score(const DecArgs &a, float sc, int64_t b, int rh, int rs, int64_t j)
-{
-	float x = rt<T>(rt<T>(sc) * a.scale);
-	if (a.softcap > 0)
-		x = rt<T>(a.softcap * rt<T>(tanhf(rt<T>(x / a.softcap))));
-	if (a.mask) {
-		int64_t off = b * a.mstride[0] + rh * a.mstride[1] + rs * a.mstride[2] + j * a.mstride[3];
-		if (a.mask_bool) {
-			if (!((const uint8_t *)a.mask)[off])
-				x = -INFINITY;
-		} else {
-			x = rt<T>(x + ld_f(a.dm, a.mask, off));
-		}
-	}
-	if (a.causal && j > rs + a.P)
-		x = -INFINITY;
-	return x;
 }
 
 // Blocks an SM should hold (registers capped to fit): the splits of a
@@ -459,7 +448,7 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 		for (int r = 0; r < RB; r++) {
 			float x = -INFINITY;
 			if (j < a.T && r0 + r < a.R)
-				x = dec_score<T>(a, sc[r], b, rh[r], rs[r], j);
+				x = masked_score(a, [](float v) { return rt<T>(v); }, sc[r], b, rh[r], rs[r], j);
 			float cm = x;
 			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 4));
 			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 8));
@@ -650,7 +639,7 @@ int mma_tiles(int64_t R)
 }
 
 // Column of the value product's output: 8-column tile n, column q of it.
-template <int D> __device__ __forceinline__ int mma_vcol(int n, int q)
+__device__ __forceinline__ int mma_vcol(int n, int q)
 {
 	return ((n / 8) * 8 + q) * 8 + n % 8;
 }
@@ -790,7 +779,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 					for (int e = 0; e < 2; e++) {
 						const int64_t j = kt + 8 * h + 2 * c + e;
 						const float v = rok[i] && j < k1
-									? dec_score<T>(a, sc[h][2 * i + e], b, rh[i], rs[i], j)
+									? masked_score(a, [](float v) { return rt<T>(v); }, sc[h][2 * i + e], b, rh[i], rs[i], j)
 									: -INFINITY;
 						x[h][e] = v;
 						cm = fmaxf(cm, v);
@@ -876,7 +865,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 				for (int n = 0; n < NT; n++)
 #pragma unroll
 					for (int e = 0; e < 2; e++) {
-						const int col = mma_vcol<D>(n, 2 * c + e);
+						const int col = mma_vcol(n, 2 * c + e);
 						float *op = ob + (g + 8 * i) * OS + col + col / 32;
 						*op = (w ? *op : 0.f) + o[n][2 * i + e] * sw[i];
 					}
@@ -921,16 +910,19 @@ struct DecPlan {
 	size_t ws_bytes;
 };
 
+// The environment variable is "0" (a kernel turned off).
+bool env_zero(const char *name)
+{
+	const char *e = getenv(name);
+	return e && !strcmp(e, "0");
+}
+
 // The tensor-core kernel takes the call (TPF_DECODE_MMA=0 keeps every call
 // on the float kernel): bf16/fp16, head size = value size = 64 or 128, Q
 // rows 16-byte aligned (the caller checks K/V).
 bool decode_mma_ok(const struct tpf_attention_ops &o)
 {
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("TPF_DECODE_MMA");
-		off = e && !strcmp(e, "0");
-	}
+	static const bool off = env_zero("TPF_DECODE_MMA");
 	enum tpf_dtype t = o.q->dtype;
 	return !off && (t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_BFLOAT16) && o.D == o.Dv &&
 	       (o.D == 64 || o.D == 128) && !((uintptr_t)o.q->data & 15);
@@ -942,11 +934,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 {
 	DecPlan p;
 	memset(&p, 0, sizeof(p));
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("TPF_DECODE_ATTENTION");
-		off = e && !strcmp(e, "0");
-	}
+	static const bool off = env_zero("TPF_DECODE_ATTENTION");
 	if (off)
 		return p;
 	enum tpf_dtype t = o.q->dtype;
