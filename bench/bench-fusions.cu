@@ -141,7 +141,7 @@ int main(int argc, char **argv)
 	// ---------------------------------------------------------- sharded Q/K norm
 	{
 		const int64_t Dq = 6144, Dk = 1024, wq = Dq / W, wk = Dk / W;
-		const int Ns[] = {1, 16, 128, 1024, 8192};
+		const int Ns[] = {1, 16, 128, 1024, 2048, 4096, 8192};
 		struct tpf_cuda_arnorm *fx;
 		ok(tpf_cuda_arnorm_create(rank, W, TPF_DTYPE_FLOAT, 8192 * 2, &ex, &fx, g_diag));
 		bf16 *gq_full = device_random(Dq, 3), *gk_full = device_random(Dk, 4);
@@ -150,7 +150,7 @@ int main(int argc, char **argv)
 			       "tokens", "gather", "variance", "oneshot", "speedup vs gather");
 		if (jf)
 			fprintf(jf, "\"sharded_qk\": [\n");
-		for (int ci = 0; ci < 5; ci++) {
+		for (int ci = 0; ci < (int)(sizeof(Ns) / sizeof(Ns[0])); ci++) {
 			int64_t N = Ns[ci];
 			bf16 *q = device_random(N * wq, 10 + rank), *k = device_random(N * wk, 20 + rank);
 			bf16 *gq, *gk, *fq, *fk, *nq, *nk, *oq, *ok_, *oq2, *ok2;

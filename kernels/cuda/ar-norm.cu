@@ -114,27 +114,26 @@ __device__ inline void store_volatile(uint4 *p, uint4 v)
 		     : "memory");
 }
 
-// Sum over the block; every thread gets the result.  `scratch` holds 33 floats.
-__device__ inline float block_sum(float v, float *scratch)
+// Sum over the block with one barrier; every thread gets the result (every
+// warp reduces the warps' partial sums in the same order).  `scratch` holds
+// 64 floats and successive calls alternate between its halves (`phase`,
+// flipped here): a warp that reaches the next call's write has passed this
+// call's barrier, which no warp reaches before it has read the previous
+// call's half.
+__device__ inline float block_sum(float v, float *scratch, int &phase)
 {
 	for (int o = 16; o > 0; o >>= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, o);
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+	float *half = scratch + 32 * phase;
+	phase ^= 1;
 	if (lane == 0)
-		scratch[warp] = v;
+		half[warp] = v;
 	__syncthreads();
-	if (warp == 0) {
-		int nw = (blockDim.x + 31) >> 5;
-		float s = lane < nw ? scratch[lane] : 0.f;
-		for (int o = 16; o > 0; o >>= 1)
-			s += __shfl_xor_sync(0xffffffffu, s, o);
-		if (lane == 0)
-			scratch[32] = s;
-	}
-	__syncthreads();
-	float r = scratch[32];
-	__syncthreads(); // scratch is reused by the next row
-	return r;
+	float s = lane < nw ? half[lane] : 0.f;
+	for (int o = 16; o > 0; o >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	return s;
 }
 
 struct NormOut {
@@ -144,24 +143,47 @@ struct NormOut {
 	void *fp4_out, *fp4_scales; // NVFP4: packed e2m1 pairs, one E4M3 scale per 16
 	void *group_out;            // FP8 per group: codes, float32 scales
 	float *group_scales;
-	float eps, weight_offset, fp8_scale, fp4_global, group_floor;
+	float eps, weight_offset, fp4_global, group_floor;
+	double r_fp8_scale, r_fp4_global; // 1 / fp8_scale, 1 / fp4_global (tpfc::div_by)
 	int group;
 	int64_t hidden;
 };
+
+// What a row's finish reads besides the sum: its residual chunks and the
+// gamma chunks, loaded before the sum is waited for so that their latency
+// overlaps the wait.
+struct RowIn {
+	uint4 res[kMaxChunksPerThread];
+	uint4 gam[kMaxChunksPerThread];
+};
+
+template <typename T> __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, RowIn &in)
+{
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		const int c = threadIdx.x + k * blockDim.x;
+		if (c >= chunks)
+			continue;
+		if (o.residual)
+			in.res[k] = reinterpret_cast<const uint4 *>(o.residual)[row * chunks + c];
+		if (o.gamma)
+			in.gam[k] = reinterpret_cast<const uint4 *>(o.gamma)[c];
+	}
+}
 
 // The rounded norm of chunk c (v, N values) and the largest magnitude over
 // the `span` neighbouring chunks of its block, held by neighbouring lanes
 // (their maxima meet through shuffles; every lane of the warp takes part,
 // a lane past the row with nothing of its own).
 template <typename T>
-__device__ inline float chunk_norm_amax(const float *acc, int c, int chunks, const NormOut &o, float inv, int span,
-					float *v)
+__device__ inline float chunk_norm_amax(const float *acc, uint4 gam, int c, int chunks, const NormOut &o, float inv,
+					int span, float *v)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	float amax = 0.f;
 	if (c < chunks) {
 		float g[8];
-		unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
+		unpack<T>(gam, g);
 #pragma unroll
 		for (int i = 0; i < N; i++) {
 			v[i] = round_to<T>(acc[i] * inv * (g[i] + o.weight_offset));
@@ -178,7 +200,8 @@ __device__ inline float chunk_norm_amax(const float *acc, int c, int chunks, con
 // e2m1 codes of norm / (scale * global), the norm rounded to T first; a
 // block spans 16 / N neighbouring chunks.
 template <typename T>
-__device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o, float inv)
+__device__ inline void finish_fp4(float (*acc)[8], const RowIn &in, int64_t row, int chunks, const NormOut &o,
+				  float inv)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * o.hidden;
@@ -188,19 +211,21 @@ __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, cons
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block: no lane has a chunk here
 		float v[8];
-		const float amax = chunk_norm_amax<T>(acc[k], c, chunks, o, inv, 16 / N, v);
+		const float amax = chunk_norm_amax<T>(acc[k], in.gam[k], c, chunks, o, inv, 16 / N, v);
 		if (c >= chunks)
 			continue;
-		const __nv_fp8_storage_t s8 = __nv_cvt_float_to_fp8(amax / 6.0f / o.fp4_global, __NV_SATFINITE, __NV_E4M3);
+		const __nv_fp8_storage_t s8 = __nv_cvt_float_to_fp8(
+			tpfc::div_by(tpfc::div_by(amax, 1.0 / 6.0), o.r_fp4_global), __NV_SATFINITE, __NV_E4M3);
 		const float sb = __half2float(__half(__nv_cvt_fp8_to_halfraw(s8, __NV_E4M3))) * o.fp4_global;
 		const int64_t e0 = base + (int64_t)c * N;
 		if (c % (16 / N) == 0)
 			reinterpret_cast<uint8_t *>(o.fp4_scales)[e0 / 16] = (uint8_t)s8;
 		uint32_t packed = 0;
+		const double rsb = 1.0 / (double)sb;
 #pragma unroll
-		for (int i = 0; i < N; i += 2) {
-			unsigned lo = tpfc::f_to_e2m1(sb != 0 ? v[i] / sb : 0.f);
-			unsigned hi = tpfc::f_to_e2m1(sb != 0 ? v[i + 1] / sb : 0.f);
+		for (int i = 0; i < N; i += 2) { // a zero scale codes every value as +0
+			unsigned lo = sb != 0 ? tpfc::f_to_e2m1(tpfc::div_by(v[i], rsb)) : 0u;
+			unsigned hi = sb != 0 ? tpfc::f_to_e2m1(tpfc::div_by(v[i + 1], rsb)) : 0u;
 			packed |= (lo | (hi << 4)) << (4 * i);
 		}
 		uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp4_out) + e0 / 2;
@@ -216,7 +241,8 @@ __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, cons
 // of norm / scale, the norm rounded to T first.  A group spans o.group / N
 // neighbouring chunks (at most a warp's lanes, checked on the host).
 template <typename T>
-__device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks, const NormOut &o, float inv)
+__device__ inline void finish_fp8_group(float (*acc)[8], const RowIn &in, int64_t row, int chunks,
+					const NormOut &o, float inv)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * o.hidden;
@@ -227,19 +253,20 @@ __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block
 		float v[8];
-		const float amax = chunk_norm_amax<T>(acc[k], c, chunks, o, inv, span, v);
+		const float amax = chunk_norm_amax<T>(acc[k], in.gam[k], c, chunks, o, inv, span, v);
 		if (c >= chunks)
 			continue;
-		float sc = amax / 448.0f;
+		float sc = tpfc::div_by(amax, 1.0 / 448.0);
 		if (!(sc >= o.group_floor))
 			sc = o.group_floor;
 		const int64_t e0 = base + (int64_t)c * N;
 		if (c % span == 0)
 			o.group_scales[e0 / o.group] = sc;
 		uint8_t q[8];
+		const double rsc = 1.0 / (double)sc;
 #pragma unroll
 		for (int i = 0; i < N; i++)
-			q[i] = (uint8_t)__nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3);
+			q[i] = (uint8_t)__nv_cvt_float_to_fp8(tpfc::div_by(v[i], rsc), __NV_SATFINITE, __NV_E4M3);
 		uint8_t *dst = reinterpret_cast<uint8_t *>(o.group_out) + e0;
 		if (N == 8)
 			*reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<uint2 *>(q);
@@ -248,10 +275,11 @@ __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks
 	}
 }
 
-// Finishes one row held in registers: acc holds x (already rounded to T).
+// Finishes one row held in registers: acc holds x (already rounded to T),
+// `in` the row's residual and gamma (load_row_in).
 template <typename T>
-__device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, const NormOut &o,
-				  float *scratch)
+__device__ inline void finish_row(float (*acc)[8], const RowIn &in, int64_t row, int chunks, const NormOut &o,
+				  float *scratch, int &phase)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * (o.hidden / N);
@@ -263,7 +291,7 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 			continue;
 		if (o.residual) {
 			float r[8];
-			unpack<T>(reinterpret_cast<const uint4 *>(o.residual)[base + c], r);
+			unpack<T>(in.res[k], r);
 #pragma unroll
 			for (int i = 0; i < N; i++)
 				acc[k][i] = round_to<T>(acc[k][i] + r[i]);
@@ -277,7 +305,7 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 	}
 	if (!o.gamma)
 		return; // a bare all-reduce: no norm (uniform over the block)
-	float total = block_sum(sumsq, scratch);
+	float total = block_sum(sumsq, scratch, phase);
 	float inv = rsqrtf(total / (float)o.hidden + o.eps);
 #pragma unroll
 	for (int k = 0; k < kMaxChunksPerThread; k++) {
@@ -285,7 +313,7 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 		if (c >= chunks)
 			continue;
 		float g[8], y[8];
-		unpack<T>(reinterpret_cast<const uint4 *>(o.gamma)[c], g);
+		unpack<T>(in.gam[k], g);
 #pragma unroll
 		for (int i = 0; i < N; i++) // docs/ops.md: computed in float, rounded once
 			y[i] = acc[k][i] * inv * (g[i] + o.weight_offset);
@@ -295,7 +323,7 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 			uint8_t q[8];
 #pragma unroll
 			for (int i = 0; i < N; i++) {
-				float v = round_to<T>(y[i]) / o.fp8_scale;
+				float v = tpfc::div_by(round_to<T>(y[i]), o.r_fp8_scale);
 				q[i] = (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 			}
 			uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp8_out) + (base + c) * N;
@@ -306,27 +334,40 @@ __device__ inline void finish_row(float (*acc)[8], int64_t row, int chunks, cons
 		}
 	}
 	if (o.fp4_out)
-		finish_fp4<T>(acc, row, chunks, o, inv);
+		finish_fp4<T>(acc, in, row, chunks, o, inv);
 	if (o.group_out)
-		finish_fp8_group<T>(acc, row, chunks, o, inv);
+		finish_fp8_group<T>(acc, in, row, chunks, o, inv);
+}
+
+// Loads the 16-byte chunks of `row` this thread handles.
+template <typename T> __device__ inline void load_chunks(const void *x, int64_t row, int chunks, uint4 *v)
+{
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		const int c = threadIdx.x + k * blockDim.x;
+		if (c < chunks)
+			v[k] = reinterpret_cast<const uint4 *>(x)[row * chunks + c];
+	}
 }
 
 // Local residual add + norm: one block per row (grid-stride).
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_kernel(const void *x, int64_t rows, NormOut o)
 {
-	__shared__ float scratch[33];
-	constexpr int N = Elem<T>::kPerChunk;
-	const int chunks = (int)(o.hidden / N);
+	__shared__ float scratch[64];
+	int phase = 0;
+	const int chunks = (int)(o.hidden / Elem<T>::kPerChunk);
 	for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+		uint4 xv[kMaxChunksPerThread];
+		RowIn in;
+		load_chunks<T>(x, row, chunks, xv);
+		load_row_in<T>(o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
 #pragma unroll
-		for (int k = 0; k < kMaxChunksPerThread; k++) {
-			int c = threadIdx.x + k * blockDim.x;
-			if (c < chunks)
-				unpack<T>(reinterpret_cast<const uint4 *>(x)[row * chunks + c], acc[k]);
-		}
-		finish_row<T>(acc, row, chunks, o, scratch);
+		for (int k = 0; k < kMaxChunksPerThread; k++)
+			if (threadIdx.x + k * blockDim.x < chunks)
+				unpack<T>(xv[k], acc[k]);
+		finish_row<T>(acc, in, row, chunks, o, scratch, phase);
 	}
 }
 
@@ -346,15 +387,23 @@ template <typename T> __global__ void quant_fp8_kernel(const T *x, uint8_t *out,
 }
 
 // ---------------------------------------------------------------- one-shot
+//
+// Protocol of the peer-memory kernels.  Each rank has a receive area of
+// three buffers; call n uses buffer n % 3 on every rank.  A buffer's unused
+// 16-byte units hold -0.0 placeholders (0x80000000 words for the sharded
+// norm's floats); writers store real data (-0.0 scrubbed to +0.0) and
+// readers spin until a unit holds no placeholder, then put the placeholders
+// back at once: every unit a call writes is read exactly once, by the rank
+// that owns the buffer, in the same call.  No rank writes buffer n % 3 again
+// before call n + 3, and a rank gets there only after every rank has
+// started call n + 2 (each call waits on data from every rank, directly or
+// through the owner of its rows), so the reset is done by then.
 
 struct ArState {
-	unsigned iter;                   // calls completed
-	unsigned done;                   // blocks finished in the current call
-	unsigned timed_out;              // a wait gave up (sticky: later waits give up at once)
+	unsigned iter;      // calls begun (advanced once per call by its last block to read it)
+	unsigned arrived;   // blocks of the current call that have read iter
+	unsigned timed_out; // a wait gave up (sticky: later waits give up at once)
 	unsigned pad;
-	unsigned long long red_bytes[3]; // bytes per source slot written by the call that used buffer b
-	unsigned long long gat_bytes[3]; // bytes of the gather slot written by that call,
-	unsigned long long gat_skip[3][2]; // but for this byte range (the rows it owned)
 };
 
 // Buffer b of a rank's receive area: world source slots, then one gather slot.
@@ -378,20 +427,26 @@ __device__ inline unsigned long long now_ns()
 	return t;
 }
 
-// Waits until the 16 bytes at src hold no placeholder.  Gives up (false,
-// v zeroed) after p.timeout_ns, or at once after any earlier wait of this
-// context gave up, so that a rank whose peer never arrives ends its kernel
-// and the host reports it instead of hanging.
-template <typename T> __device__ inline bool wait16(const uint4 *src, uint4 &v, const ArParams &p)
+// Waits until the 16 bytes at src hold no placeholder, then puts the
+// placeholders back.  Gives up (false, v zeroed) after p.timeout_ns, or at
+// once after any earlier wait of this context gave up, so that a rank whose
+// peer never arrives ends its kernel and the host reports it instead of
+// hanging.
+template <typename T> __device__ inline bool take16(uint4 *src, uint4 &v, const ArParams &p)
 {
+	const uint32_t w = placeholder_word<T>();
 	v = load_volatile(src);
-	if (!has_placeholder<T>(v))
+	if (!has_placeholder<T>(v)) {
+		store_volatile(src, make_uint4(w, w, w, w));
 		return true;
+	}
 	const unsigned long long t0 = now_ns();
 	for (unsigned spins = 1;; spins++) {
 		v = load_volatile(src);
-		if (!has_placeholder<T>(v))
+		if (!has_placeholder<T>(v)) {
+			store_volatile(src, make_uint4(w, w, w, w));
 			return true;
+		}
 		if ((spins & 255u) == 0) {
 			if (*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) ||
 			    now_ns() - t0 > p.timeout_ns) {
@@ -408,68 +463,60 @@ template <typename T> __device__ inline bool wait16(const uint4 *src, uint4 &v, 
 // finished; nothing is read or written before that kernel's results are
 // visible.  The stream's next kernel may start at once (launch_dependents:
 // a GEMV launched as a dependent loads its first weight rows while this one
-// waits for the peers).  Returns the call counter.
-__device__ inline unsigned call_start(const ArParams &p, unsigned *s_iter)
+// waits for the peers).
+__device__ inline void peer_begin()
 {
 	tpfc::pdl_trigger();
 	tpfc::pdl_wait();
-	if (threadIdx.x == 0)
-		*s_iter = *reinterpret_cast<volatile unsigned *>(&p.state->iter);
+}
+
+// The call counter, in two steps so that the read overlaps a kernel's
+// first loads: read_counter (thread 0 issues the read) at the kernel's
+// start, then call_counter, which publishes it to the block and counts the
+// block in (the atomic releases the read: the block that counts last knows
+// every block has read the counter).  Returns the counter; `*ticket` is the
+// block's place, for call_end.
+__device__ inline unsigned read_counter(const ArParams &p)
+{
+	return threadIdx.x == 0 ? *reinterpret_cast<volatile unsigned *>(&p.state->iter) : 0u;
+}
+
+__device__ inline unsigned call_counter(const ArParams &p, unsigned it, unsigned *s_iter, unsigned *ticket)
+{
+	if (threadIdx.x == 0) {
+		*s_iter = it;
+		unsigned t;
+		asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(t) : "l"(&p.state->arrived) : "memory");
+		*ticket = t;
+	}
 	__syncthreads();
 	return *s_iter;
 }
 
-// The end of every peer-memory kernel: resets what the previous call wrote
-// into this rank's buffers (no rank writes that buffer again before every
-// rank has finished the next call), and the last block to finish records
-// what this call wrote and advances the counter.  `word` is the
-// placeholder, `red`/`gat` this call's bytes per source slot and of the
-// gather slot (whole 16-byte units).
-__device__ inline void call_end(const ArParams &p, unsigned iter, uint32_t word, unsigned long long red,
-				unsigned long long gat, unsigned long long skip0 = 0, unsigned long long skip1 = 0)
+// The end of every peer-memory kernel: the block that counted in last
+// advances the counter for the next call (which reads it only after this
+// kernel has finished).
+__device__ inline void call_end(const ArParams &p, unsigned iter, unsigned ticket)
 {
-	const int b = (int)(iter % 3), pb = (b + 2) % 3;
-	char *own = p.peer[p.rank];
-	const uint4 fill = make_uint4(word, word, word, word);
-	const size_t per_slot = (size_t)(p.state->red_bytes[pb] / 16);
-	const size_t s0 = (size_t)(p.state->gat_skip[pb][0] / 16), s1 = (size_t)(p.state->gat_skip[pb][1] / 16);
-	const size_t gather = (size_t)(p.state->gat_bytes[pb] / 16) - (s1 - s0);
-	const size_t total = per_slot * p.world + gather;
-	uint4 *gslot = reinterpret_cast<uint4 *>(own + p.slot(pb, p.world));
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-		if (i < per_slot * p.world) {
-			reinterpret_cast<uint4 *>(own + p.slot(pb, (int)(i / per_slot)))[i % per_slot] = fill;
-		} else {
-			size_t j = i - per_slot * p.world;
-			gslot[j < s0 ? j : j + (s1 - s0)] = fill;
-		}
-	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		__threadfence();
-		unsigned finished = atomicAdd(&p.state->done, 1u);
-		if (finished == gridDim.x - 1) {
-			p.state->red_bytes[b] = red;
-			p.state->gat_bytes[b] = gat;
-			p.state->gat_skip[b][0] = skip0;
-			p.state->gat_skip[b][1] = skip1;
-			p.state->done = 0;
-			__threadfence();
-			atomicExch(&p.state->iter, iter + 1);
-		}
+	if (threadIdx.x == 0 && ticket == gridDim.x - 1) {
+		*reinterpret_cast<volatile unsigned *>(&p.state->arrived) = 0;
+		*reinterpret_cast<volatile unsigned *>(&p.state->iter) = iter + 1;
 	}
 }
 
-// Sums slot q = 0..world-1 of row `lrow` (in rank order, the same on every
-// rank, so that every rank's result is bit-identical) into acc, rounded to T.
+// Sums slot q = 0..world-1 of row `lrow` of buffer b (in rank order, the
+// same on every rank, so that every rank's result is bit-identical) into
+// acc, rounded to T.  This rank's own contribution comes from `mine`, its
+// chunks of the row in registers (scrubbed, as the peers received them).
 // (Issuing several slots' loads before checking any measured no faster on
 // 2x H100: 6.64 us against 6.05 at 1 x 4096.)
 template <typename T>
-__device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8])
+__device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8],
+				 const uint4 *mine)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	const char *own = p.peer[p.rank];
+	char *own = p.peer[p.rank];
 #pragma unroll
 	for (int k = 0; k < kMaxChunksPerThread; k++) {
 		int c = threadIdx.x + k * blockDim.x;
@@ -480,7 +527,11 @@ __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chu
 			acc[k][i] = 0.f;
 		for (int q = 0; q < p.world; q++) {
 			uint4 v;
-			wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, q) + lrow * row_bytes + (size_t)c * 16), v, p);
+			if (q == p.rank)
+				v = scrub<T>(mine[k]);
+			else
+				take16<T>(reinterpret_cast<uint4 *>(own + p.slot(b, q) + lrow * row_bytes + (size_t)c * 16), v,
+					  p);
 			float f[8];
 			unpack<T>(v, f);
 #pragma unroll
@@ -493,60 +544,87 @@ __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chu
 	}
 }
 
-// One-shot: every rank stores its rows into slot `rank` of every rank's
-// buffer, then reduces all rows itself.
+// One-shot: every rank stores its rows into slot `rank` of every other
+// rank's buffer, then reduces all rows itself (its own from registers).
 template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_oneshot_kernel(ArParams p)
 {
-	__shared__ float scratch[33];
+	__shared__ float scratch[64];
 	__shared__ unsigned s_iter;
-	constexpr int N = Elem<T>::kPerChunk;
-	const int chunks = (int)(p.o.hidden / N);
+	int phase = 0;
+	const int chunks = (int)(p.o.hidden / Elem<T>::kPerChunk);
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	const unsigned iter = call_start(p, &s_iter);
+	peer_begin();
+	// the counter, the first row's data, residual and gamma in flight
+	// together (one row a block whenever the rows fit the grid)
+	const unsigned it0 = read_counter(p);
+	const bool single = blockIdx.x + gridDim.x >= p.rows;
+	uint4 xv[kMaxChunksPerThread];
+	RowIn in;
+	load_chunks<T>(p.x, blockIdx.x, chunks, xv);
+	load_row_in<T>(p.o, blockIdx.x, chunks, in);
+	unsigned ticket = 0;
+	const unsigned iter = call_counter(p, it0, &s_iter, &ticket);
 	const int b = (int)(iter % 3);
 
-	// 1. push this rank's rows into slot `rank` of buffer b of every rank
-	//    (all of them first: a block waits for the peers' rows only after
-	//    its own are on their way, so the waits overlap)
+	// 1. push this rank's rows into slot `rank` of buffer b of every other
+	//    rank (all of them first: a block waits for the peers' rows only
+	//    after its own are on their way, so the waits overlap)
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+		uint4 v[kMaxChunksPerThread];
+		if (row == blockIdx.x) {
+#pragma unroll
+			for (int k = 0; k < kMaxChunksPerThread; k++)
+				v[k] = xv[k];
+		} else {
+			load_chunks<T>(p.x, row, chunks, v);
+		}
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
 			int c = threadIdx.x + k * blockDim.x;
 			if (c >= chunks)
 				continue;
-			uint4 v = scrub<T>(reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]);
+			const uint4 s = scrub<T>(v[k]);
 			size_t off = p.slot(b, p.rank) + row * row_bytes + (size_t)c * 16;
 			for (int q = 0; q < p.world; q++)
-				store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off), v);
+				if (q != p.rank)
+					store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off), s);
 		}
 	}
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-		// 2. wait for every rank's row in our buffer b, sum in float
+		if (!single) {
+			load_chunks<T>(p.x, row, chunks, xv);
+			load_row_in<T>(p.o, row, chunks, in);
+		}
+		// 2. wait for every other rank's row in our buffer b, sum in float
 		float acc[kMaxChunksPerThread][8];
-		sum_slots<T>(p, b, row, chunks, acc);
+		sum_slots<T>(p, b, row, chunks, acc, xv);
 		// 3. residual, norm, quantization in registers
-		finish_row<T>(acc, row, chunks, p.o, scratch);
+		finish_row<T>(acc, in, row, chunks, p.o, scratch, phase);
 	}
-	call_end(p, iter, placeholder_word<T>(), (unsigned long long)p.rows * row_bytes, 0);
+	call_end(p, iter, ticket);
 }
 
 // Two-shot: rank q owns rows [q*per, (q+1)*per).  1. every rank stores each
-// row into slot `rank` of the owner's buffer (a reduce-scatter); 2. each
-// owner sums its rows, stores the rounded sums into the gather slot of every
-// rank's buffer (an all-gather) and finishes them; 3. every rank finishes
-// the rows it does not own from its gather slot.  Each rank moves
-// 2 x (world-1)/world of the tensor instead of (world-1) times it; the
-// residual add, norm and quantization run on every rank from the same
-// summed rows, so the outputs are the same everywhere.  No wait depends on
-// a later phase, and the grid is resident as a whole, so it cannot deadlock.
+// row it does not own into slot `rank` of the owner's buffer (a
+// reduce-scatter); 2. each owner sums its rows (its own part from x),
+// stores the rounded sums into the gather slot of every other rank's buffer
+// (an all-gather) and finishes them; 3. every rank finishes the rows it
+// does not own from its gather slot.  Each rank moves 2 x (world-1)/world
+// of the tensor instead of (world-1) times it; the residual add, norm and
+// quantization run on every rank from the same summed rows, so the outputs
+// are the same everywhere.  No wait depends on a later phase, and the grid
+// is resident as a whole, so it cannot deadlock.
 template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twoshot_kernel(ArParams p)
 {
-	__shared__ float scratch[33];
+	__shared__ float scratch[64];
 	__shared__ unsigned s_iter;
+	int phase = 0;
 	constexpr int N = Elem<T>::kPerChunk;
 	const int chunks = (int)(p.o.hidden / N);
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	const unsigned iter = call_start(p, &s_iter);
+	peer_begin();
+	unsigned ticket = 0;
+	const unsigned iter = call_counter(p, read_counter(p), &s_iter, &ticket);
 	const int b = (int)(iter % 3);
 	const int64_t per = (p.rows + p.world - 1) / p.world;
 	const int64_t mine0 = (int64_t)p.rank * per;
@@ -554,8 +632,11 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 	const int64_t n_mine = mine1 > mine0 ? mine1 - mine0 : 0;
 
 	// 1. scatter: row r to its owner's slot `rank`, at the owner's local row
+	//    (the owned rows stay: step 2 reads them from x)
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
 		const int owner = (int)(row / per);
+		if (owner == p.rank)
+			continue;
 		const size_t off = p.slot(b, p.rank) + (row - owner * per) * row_bytes;
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
@@ -568,8 +649,12 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 	// 2. reduce the owned rows, gather them to every rank, finish them
 	for (int64_t j = blockIdx.x; j < n_mine; j += gridDim.x) {
 		const int64_t row = mine0 + j;
+		RowIn in;
+		uint4 xv[kMaxChunksPerThread];
+		load_chunks<T>(p.x, row, chunks, xv);
+		load_row_in<T>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
-		sum_slots<T>(p, b, j, chunks, acc);
+		sum_slots<T>(p, b, j, chunks, acc, xv);
 		const size_t off = p.slot(b, p.world) + row * row_bytes;
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
@@ -584,12 +669,14 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 				if (q != p.rank)
 					store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off + (size_t)c * 16), v);
 		}
-		finish_row<T>(acc, row, chunks, p.o, scratch);
+		finish_row<T>(acc, in, row, chunks, p.o, scratch, phase);
 	}
 	// 3. the other ranks' rows from the gather slot
-	const char *own = p.peer[p.rank];
+	char *own = p.peer[p.rank];
 	for (int64_t j = blockIdx.x; j < p.rows - n_mine; j += gridDim.x) {
 		const int64_t row = j < mine0 ? j : j + n_mine;
+		RowIn in;
+		load_row_in<T>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
@@ -597,14 +684,12 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 			if (c >= chunks)
 				continue;
 			uint4 v;
-			wait16<T>(reinterpret_cast<const uint4 *>(own + p.slot(b, p.world) + row * row_bytes + (size_t)c * 16), v, p);
+			take16<T>(reinterpret_cast<uint4 *>(own + p.slot(b, p.world) + row * row_bytes + (size_t)c * 16), v, p);
 			unpack<T>(v, acc[k]);
 		}
-		finish_row<T>(acc, row, chunks, p.o, scratch);
+		finish_row<T>(acc, in, row, chunks, p.o, scratch, phase);
 	}
-	call_end(p, iter, placeholder_word<T>(), (unsigned long long)per * row_bytes,
-		 (unsigned long long)p.rows * row_bytes, (unsigned long long)mine0 * row_bytes,
-		 (unsigned long long)(mine0 + n_mine) * row_bytes);
+	call_end(p, iter, ticket);
 }
 
 template <typename T> __global__ void fill_placeholder_kernel(uint4 *p, size_t n)
@@ -682,7 +767,8 @@ NormOut norm_out_of(const struct tpf_cuda_norm_args *a)
 	o.fp8_out = a->fp8_out;
 	o.eps = a->epsilon;
 	o.weight_offset = a->weight_offset;
-	o.fp8_scale = a->fp8_scale;
+	o.r_fp8_scale = 1.0 / (double)a->fp8_scale;
+	o.r_fp4_global = 1.0 / (double)a->fp4_global;
 	o.fp4_out = a->fp4_out;
 	o.fp4_scales = a->fp4_scales;
 	o.fp4_global = a->fp4_global;
@@ -806,6 +892,7 @@ struct tpf_cuda_arnorm {
 	char *peer[kMaxWorld];       // every rank's receive area mapped here
 	ArState *state;
 	int max_grid;                // blocks that are surely resident together
+	int max_grid_sharded;        // the same for the sharded norm's kernel (0: not yet known)
 	unsigned long long timeout_ns;
 	bool pdl;                    // programmatic dependent launch
 };
@@ -900,6 +987,7 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHand
 	}
 	per_sm = a1 < a2 ? a1 : a2;
 	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
+
 	return TPF_OK;
 }
 
@@ -1060,7 +1148,7 @@ struct ShardedParams {
 
 // Partial sum of squares of row `row` of tensor i, over the block.
 template <typename T>
-__device__ float row_sumsq(const ShardedParams &p, int i, int64_t row, float *scratch)
+__device__ float row_sumsq(const ShardedParams &p, int i, int64_t row, float *scratch, int &phase)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int chunks = (int)(p.width[i] / N);
@@ -1073,7 +1161,7 @@ __device__ float row_sumsq(const ShardedParams &p, int i, int64_t row, float *sc
 		for (int k = 0; k < N; k++)
 			s += f[k] * f[k];
 	}
-	return block_sum(s, scratch);
+	return block_sum(s, scratch, phase);
 }
 
 template <typename T>
@@ -1098,10 +1186,11 @@ __device__ void row_normalize(const ShardedParams &p, int i, int64_t row, float 
 
 template <typename T> __global__ void __launch_bounds__(kMaxThreads) sharded_sumsq_kernel(ShardedParams p, float *sums)
 {
-	__shared__ float scratch[33];
+	__shared__ float scratch[64];
+	int phase = 0;
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x)
 		for (int i = 0; i < p.n; i++) {
-			float s = row_sumsq<T>(p, i, row, scratch);
+			float s = row_sumsq<T>(p, i, row, scratch, phase);
 			if (threadIdx.x == 0)
 				sums[row * p.n + i] = s;
 		}
@@ -1115,59 +1204,100 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_normalize_kernel(ShardedP
 			row_normalize<T>(p, i, row, sums[row * p.n + i]);
 }
 
-// One kernel: partial sums, push n floats per row to every rank, wait, normalize.
+// take16 for one float of the sharded norm's exchange (placeholder
+// 0x80000000): waits for it, puts the placeholder back, gives up after
+// p.timeout_ns (0).
+__device__ inline float take32(uint32_t *src, const ArParams &p)
+{
+	uint32_t bits;
+	asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
+	if (bits == 0x80000000u) {
+		const unsigned long long t0 = now_ns();
+		for (unsigned spins = 1; bits == 0x80000000u; spins++) {
+			asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
+			if ((spins & 255u) == 0 && bits == 0x80000000u &&
+			    (*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) || now_ns() - t0 > p.timeout_ns)) {
+				atomicExch(&p.state->timed_out, 1u);
+				return 0.f;
+			}
+		}
+	}
+	asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(src), "r"(0x80000000u) : "memory");
+	return __uint_as_float(bits);
+}
+
+// Rows a block of the sharded norm's one-shot kernel pushes before it waits
+// for the first of them: the peers' sums of a group arrive together, and the
+// group's rows are still in L1 when they are normalized.
+constexpr int kShardedGroup = 4;
+
+// One kernel: partial sums, push n floats per row to every rank, wait,
+// normalize.  Thread i handles tensor i's exchange.  A block takes its rows
+// in groups: every row's sums of a group go out before any is waited for; a
+// block with one row keeps its own sums in a register instead of its own
+// slot.  Each row's total is the ranks' sums added in rank order.
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedParams p, ArParams ar)
 {
-	__shared__ float scratch[33];
+	__shared__ float scratch[64];
 	__shared__ float totals[TPF_CUDA_SHARDED_MAX];
 	__shared__ unsigned s_iter;
-	const unsigned iter = call_start(ar, &s_iter);
-	const int b = (int)(iter % 3);
+	int phase = 0;
+	peer_begin();
+	const unsigned it0 = read_counter(ar);
+	const bool single = blockIdx.x + gridDim.x >= p.rows;
+	unsigned ticket = 0, iter = 0;
 	char *own = ar.peer[ar.rank];
 	const size_t row_bytes = (size_t)p.n * sizeof(float);
-	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-		for (int i = 0; i < p.n; i++) {
-			float s = row_sumsq<T>(p, i, row, scratch);
-			if (threadIdx.x == 0) {
-				uint32_t bits = __float_as_uint(s);
+	const int64_t stride = gridDim.x;
+	float mine = 0.f;
+	for (int64_t r0 = blockIdx.x; r0 < p.rows; r0 += kShardedGroup * stride) {
+		// 1. this rank's partial sums of the group's rows, pushed
+		for (int64_t row = r0; row < p.rows && row < r0 + kShardedGroup * stride; row += stride) {
+			for (int i = 0; i < p.n; i++) {
+				const float s = row_sumsq<T>(p, i, row, scratch, phase);
+				if (threadIdx.x == i)
+					mine = s;
+			}
+			if (row == blockIdx.x) // uniform: the block's first row (every block has one)
+				iter = call_counter(ar, it0, &s_iter, &ticket);
+			if (threadIdx.x < p.n) {
+				uint32_t bits = __float_as_uint(mine);
 				if (bits == 0x80000000u)
 					bits = 0;
-				size_t off = ar.slot(b, ar.rank) + row * row_bytes + i * 4;
+				mine = __uint_as_float(bits);
+				const size_t off = ar.slot((int)(iter % 3), ar.rank) + row * row_bytes + threadIdx.x * 4;
 				for (int q = 0; q < ar.world; q++)
-					asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(ar.peer[q] + off), "r"(bits)
-						     : "memory");
+					if (q != ar.rank || !single)
+						asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(ar.peer[q] + off), "r"(bits)
+							     : "memory");
 			}
 		}
-		if (threadIdx.x < p.n) {
-			float t = 0.f;
-			for (int q = 0; q < ar.world; q++) {
-				const char *src = own + ar.slot(b, q) + row * row_bytes + threadIdx.x * 4;
-				uint32_t bits;
-				asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
-				if (bits == 0x80000000u) {
-					const unsigned long long t0 = now_ns();
-					for (unsigned spins = 1; bits == 0x80000000u; spins++) {
-						asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
-						if ((spins & 255u) == 0 && bits == 0x80000000u &&
-						    (*reinterpret_cast<volatile unsigned *>(&ar.state->timed_out) ||
-						     now_ns() - t0 > ar.timeout_ns)) {
-							atomicExch(&ar.state->timed_out, 1u);
-							bits = 0;
-						}
-					}
-				}
-				t += __uint_as_float(bits);
+		// 2. every rank's sums of the group's rows, then the local normalize
+		const int b = (int)(iter % 3);
+		for (int64_t row = r0; row < p.rows && row < r0 + kShardedGroup * stride; row += stride) {
+			if (single) // gamma on its way into L1 while the peers' sums arrive
+				for (int i = 0; i < p.n; i++)
+					for (int c = threadIdx.x; c < (int)(p.width[i] / Elem<T>::kPerChunk); c += blockDim.x)
+						asm volatile("prefetch.global.L1 [%0];" ::"l"(
+							reinterpret_cast<const uint4 *>(p.gamma[i]) + c));
+			if (threadIdx.x < p.n) {
+				float t = 0.f;
+				for (int q = 0; q < ar.world; q++)
+					t += q == ar.rank && single
+						     ? mine
+						     : take32(reinterpret_cast<uint32_t *>(own + ar.slot(b, q) +
+											   row * row_bytes + threadIdx.x * 4),
+							      ar);
+				totals[threadIdx.x] = t;
 			}
-			totals[threadIdx.x] = t;
+			__syncthreads();
+			for (int i = 0; i < p.n; i++)
+				row_normalize<T>(p, i, row, totals[i]);
+			__syncthreads();
 		}
-		__syncthreads();
-		for (int i = 0; i < p.n; i++)
-			row_normalize<T>(p, i, row, totals[i]);
-		__syncthreads();
 	}
-	// whole 16-byte units, so that the reset covers what was written
-	call_end(ar, iter, 0x80000000u, ((unsigned long long)p.rows * row_bytes + 15) / 16 * 16, 0);
+	call_end(ar, iter, ticket);
 }
 
 enum tpf_status sharded_params(const struct tpf_cuda_sharded_args *a, ShardedParams *p, int *threads,
@@ -1275,7 +1405,14 @@ extern "C" enum tpf_status tpf_cuda_sharded_rmsnorm_run(struct tpf_cuda_arnorm *
 	ar.slot_bytes = c->slot_bytes;
 	ar.state = c->state;
 	ar.timeout_ns = c->timeout_ns;
-	int grid = (int)(a->rows < c->max_grid ? a->rows : c->max_grid);
+	if (!c->max_grid_sharded) { // its kernel is smaller than the all-reduce's: more blocks fit
+		int dev = 0, sms = 0, per_sm = 0;
+		cudaGetDevice(&dev);
+		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sharded_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+		c->max_grid_sharded = sms * (per_sm > 0 ? per_sm : 1);
+	}
+	int grid = (int)(a->rows < c->max_grid_sharded ? a->rows : c->max_grid_sharded);
 	cudaStream_t s = (cudaStream_t)stream;
 	cudaError_t e;
 	switch (a->dtype) {

@@ -32,30 +32,27 @@ __device__ __forceinline__ float e2m1_to_f(unsigned code)
 }
 
 // Round to nearest even e2m1 code, saturating at 6; NaN gives -0 (code 8).
+// The magnitude code counts the rounding boundaries at or below |v| (ties
+// go to the even code: <= at boundaries whose lower code is even), without
+// branches, so that several values convert side by side.
 __device__ __forceinline__ unsigned f_to_e2m1(float v)
 {
 	if (isnan(v))
 		return 8;
-	unsigned s = signbit(v) ? 8u : 0u;
-	float a = fabsf(v);
-	unsigned c;
-	if (a <= 0.25f)
-		c = 0;
-	else if (a < 0.75f)
-		c = 1;
-	else if (a <= 1.25f)
-		c = 2;
-	else if (a < 1.75f)
-		c = 3;
-	else if (a <= 2.5f)
-		c = 4;
-	else if (a < 3.5f)
-		c = 5;
-	else if (a <= 5.f)
-		c = 6;
-	else
-		c = 7;
-	return s | c;
+	const float a = fabsf(v);
+	const unsigned c = (unsigned)(a > 0.25f) + (unsigned)(a >= 0.75f) + (unsigned)(a > 1.25f) +
+			   (unsigned)(a >= 1.75f) + (unsigned)(a > 2.5f) + (unsigned)(a >= 3.5f) + (unsigned)(a > 5.f);
+	return (signbit(v) ? 8u : 0u) | c;
+}
+
+// v / d rounded to float, given rd = 1 / (double)d: the exact quotient of
+// two floats lies at least about 2^-49 (relative) from any point where
+// float rounding changes, and the double product is within about 2^-52 of
+// it, so this is the float division's value (zeros and infinities keep
+// their signs), without a division and its slow-path branch per value.
+__device__ __forceinline__ float div_by(float v, double rd)
+{
+	return __double2float_rn((double)v * rd);
 }
 
 // Element i of a bool or an 8 to 64 bit signed, or 8 to 32 bit unsigned,

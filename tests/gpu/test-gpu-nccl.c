@@ -3,7 +3,10 @@
  * The NCCL communicator and the CUDA device under `mpirun -np 2` (or more):
  * allreduce (float32, bfloat16, int64, in place too), allgather, alltoall
  * and broadcast on device buffers; the host-memory path (structure and
- * status agreement) through MPI; CUDA graph capture of a collective.
+ * status agreement) through MPI; CUDA graph capture of a collective; the
+ * peer-memory kernels (one-shot and two-shot all-reduce + RMSNorm, the
+ * sharded norm's exchange) over a sequence of calls of changing sizes,
+ * each checked against the host.
  *
  * With --stall: a stalled collective (the last rank skips it and sleeps
  * for 10 minutes, so it never ends the job itself) must end in an error
@@ -121,6 +124,167 @@ static int stall_peer(struct tpf_comm *c, struct tpf_device *dev, struct tpf_dia
 	fflush(stdout);
 	tpf_comm_abort(c, in_time ? 3 : 1);
 	return 1;
+}
+
+/* Small multiples of 1/8, exact in bfloat16 and in float sums of a few
+ * ranks: the reduced sums have one right answer. */
+static float seq_val(int rank, int call, int64_t i, int salt)
+{
+	return (float)((int)((i * 7 + call * 13 + rank * 5 + salt * 3) % 17) - 8) / 8.0f;
+}
+
+/* The peer-memory kernels over a sequence of calls on one context: row
+ * counts (and so grids) and hidden sizes change from call to call, one-shot
+ * and two-shot alternate, and the sharded norm's exchange runs on its own
+ * float context in between.  Each call's outputs are checked against the
+ * host: the residual sum exactly (the rank-order sum is exact here), the
+ * norm within two bfloat16 roundings.  A buffer rotation or reset that goes
+ * wrong shows as stale or missing rows in a later call. */
+static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
+{
+	static const struct {
+		int rows, hidden, two;
+	} seq[] = {{1, 4096, 0}, {7, 4096, 1}, {64, 2048, 0}, {3, 8192, 1}, {200, 4096, 0}, {1, 8192, 1},
+		   {130, 1024, 1}, {5, 4096, 0}, {1, 4096, 0}, {1, 4096, 1}, {2, 8192, 0}, {300, 2048, 1}};
+	enum { MAXE = 300 * 4096 };
+	const int W = c->world;
+	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
+	struct tpf_cuda_arnorm *ar = NULL, *sh = NULL;
+	enum tpf_status st = tpf_cuda_arnorm_create(c->rank, W, TPF_DTYPE_BFLOAT16, MAXE, &ex, &ar, d);
+	st = st ? st : tpf_cuda_arnorm_create(c->rank, W, TPF_DTYPE_FLOAT, 64, &ex, &sh, d);
+	expect(st == TPF_OK, "peer-memory contexts (bfloat16 sums, float exchange)");
+	if (st) {
+		tpf_diag_print(d, stdout);
+		tpf_cuda_arnorm_free(ar);
+		tpf_cuda_arnorm_free(sh);
+		return;
+	}
+	uint16_t *hx = malloc(MAXE * 2), *hr = malloc(MAXE * 2), *hg = malloc(8192 * 2);
+	uint16_t *ho = malloc(MAXE * 2), *hs = malloc(MAXE * 2);
+	void *x = dev->alloc(dev, MAXE * 2), *r = dev->alloc(dev, MAXE * 2), *g = dev->alloc(dev, 8192 * 2);
+	void *out = dev->alloc(dev, MAXE * 2), *sum = dev->alloc(dev, MAXE * 2);
+	void *qx[2], *qg[2], *qo[2];
+	for (int i = 0; i < 2; i++) {
+		qx[i] = dev->alloc(dev, 3 * 48 * 2);
+		qg[i] = dev->alloc(dev, 48 * 2);
+		qo[i] = dev->alloc(dev, 3 * 48 * 2);
+	}
+	int bad_sum = 0, bad_norm = 0, bad_sharded = 0, calls = 0;
+	for (int k = 0; k < (int)(sizeof(seq) / sizeof(seq[0])) && !st; k++) {
+		const int T = seq[k].rows, H = seq[k].hidden;
+		const int64_t n = (int64_t)T * H;
+		for (int64_t i = 0; i < n; i++) {
+			hx[i] = tpf_f32_to_bf16(seq_val(c->rank, k, i, 0));
+			hr[i] = tpf_f32_to_bf16(seq_val(0, k, i, 1));
+		}
+		if (c->rank == 0)
+			hx[0] = 0x8000; /* -0.0: a value that looks like the kernels' placeholder */
+		for (int i = 0; i < H; i++)
+			hg[i] = tpf_f32_to_bf16(seq_val(0, k, i, 2) + 1.0f);
+		st = dev->upload(dev, x, hx, (size_t)n * 2, d);
+		st = st ? st : dev->upload(dev, r, hr, (size_t)n * 2, d);
+		st = st ? st : dev->upload(dev, g, hg, (size_t)H * 2, d);
+		struct tpf_cuda_norm_args a;
+		memset(&a, 0, sizeof(a));
+		a.dtype = TPF_DTYPE_BFLOAT16;
+		a.rows = T;
+		a.hidden = H;
+		a.x = x;
+		a.residual = r;
+		a.gamma = g;
+		a.epsilon = 1e-6f;
+		a.norm_out = out;
+		a.residual_out = sum;
+		a.path = seq[k].two ? TPF_CUDA_AR_TWOSHOT : TPF_CUDA_AR_ONESHOT;
+		st = st ? st : tpf_cuda_arnorm_run(ar, &a, dev->stream, d);
+		st = st ? st : dev->download(dev, ho, out, (size_t)n * 2, d);
+		st = st ? st : dev->download(dev, hs, sum, (size_t)n * 2, d);
+		if (st)
+			break;
+		calls++;
+		for (int t = 0; t < T; t++) {
+			double ss = 0;
+			for (int i = 0; i < H; i++) {
+				const int64_t e = (int64_t)t * H + i;
+				float acc = 0.f;
+				for (int q = 0; q < W; q++)
+					acc += q == 0 && e == 0 ? -0.0f : seq_val(q, k, e, 0);
+				const float want = tpf_bf16_to_f32(tpf_f32_to_bf16(acc + seq_val(0, k, e, 1)));
+				bad_sum += tpf_bf16_to_f32(hs[e]) != want;
+				ss += (double)want * want;
+			}
+			const double inv = 1.0 / sqrt(ss / H + 1e-6);
+			for (int i = 0; i < H; i++) {
+				const int64_t e = (int64_t)t * H + i;
+				const double want = (double)tpf_bf16_to_f32(hs[e]) * inv * tpf_bf16_to_f32(hg[i]);
+				bad_norm += fabs(tpf_bf16_to_f32(ho[e]) - want) > fabs(want) / 64.0 + 1e-3;
+			}
+		}
+		/* a sharded Q/K norm exchange (parts of 48 and 16 per rank) between */
+		struct tpf_cuda_sharded_args sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.dtype = TPF_DTYPE_BFLOAT16;
+		sa.n = 2;
+		sa.rows = 1 + k % 3;
+		uint16_t hq[2][3 * 48], hgq[2][48];
+		for (int i = 0; i < 2; i++) {
+			sa.width[i] = i ? 16 : 48;
+			sa.full_dim[i] = sa.width[i] * W;
+			sa.epsilon[i] = 1e-6f;
+			for (int64_t e = 0; e < sa.rows * sa.width[i]; e++)
+				hq[i][e] = tpf_f32_to_bf16(seq_val(c->rank, k, e, 3 + i));
+			for (int e = 0; e < sa.width[i]; e++)
+				hgq[i][e] = tpf_f32_to_bf16(seq_val(c->rank, k, e, 5 + i) + 1.0f);
+			sa.x[i] = qx[i];
+			sa.gamma[i] = qg[i];
+			sa.out[i] = qo[i];
+			st = st ? st : dev->upload(dev, qx[i], hq[i], (size_t)(sa.rows * sa.width[i]) * 2, d);
+			st = st ? st : dev->upload(dev, qg[i], hgq[i], (size_t)sa.width[i] * 2, d);
+		}
+		st = st ? st : tpf_cuda_sharded_rmsnorm_run(sh, &sa, dev->stream, d);
+		for (int i = 0; i < 2 && !st; i++) {
+			st = dev->download(dev, hq[i], qo[i], (size_t)(sa.rows * sa.width[i]) * 2, d);
+			for (int t = 0; t < sa.rows && !st; t++) {
+				double ss = 0;
+				for (int q = 0; q < W; q++)
+					for (int e = 0; e < sa.width[i]; e++) {
+						const double v = seq_val(q, k, t * sa.width[i] + e, 3 + i);
+						ss += v * v;
+					}
+				const double inv = 1.0 / sqrt(ss / (double)sa.full_dim[i] + 1e-6);
+				for (int e = 0; e < sa.width[i]; e++) {
+					const double want = seq_val(c->rank, k, t * sa.width[i] + e, 3 + i) * inv *
+							    tpf_bf16_to_f32(hgq[i][e]);
+					bad_sharded += fabs(tpf_bf16_to_f32(hq[i][t * sa.width[i] + e]) - want) >
+						       fabs(want) / 64.0 + 1e-3;
+				}
+			}
+		}
+	}
+	if (st)
+		tpf_diag_print(d, stdout);
+	printf("rank %d: peer sequence: %d calls, %d sums, %d norms and %d sharded norms off\n", RANK, calls, bad_sum,
+	       bad_norm, bad_sharded);
+	expect(!st && calls == (int)(sizeof(seq) / sizeof(seq[0])) && !bad_sum && !bad_norm && !bad_sharded,
+	       "one-shot and two-shot all-reduce + norm and the sharded norm's exchange over 12 calls of changing sizes");
+	tpf_diag_clear(d);
+	dev->free(dev, x);
+	dev->free(dev, r);
+	dev->free(dev, g);
+	dev->free(dev, out);
+	dev->free(dev, sum);
+	for (int i = 0; i < 2; i++) {
+		dev->free(dev, qx[i]);
+		dev->free(dev, qg[i]);
+		dev->free(dev, qo[i]);
+	}
+	free(hx);
+	free(hr);
+	free(hg);
+	free(ho);
+	free(hs);
+	tpf_cuda_arnorm_free(ar);
+	tpf_cuda_arnorm_free(sh);
 }
 
 int main(int argc, char **argv)
@@ -246,6 +410,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 50 && ok; i++)
 		ok = hr[i] == (float)(W - 1 + i);
 	expect(ok, "broadcast");
+	/* the peer-memory kernels over calls of changing sizes and paths */
+	peer_sequence(c, dev, d);
 	/* host path: agreement and a difference named */
 	st = tpf_comm_check_same(c, 42, "a value", d);
 	expect(!st, "host-memory check_same (equal)");
