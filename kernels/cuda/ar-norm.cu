@@ -892,7 +892,7 @@ struct tpf_cuda_arnorm {
 	char *peer[kMaxWorld];       // every rank's receive area mapped here
 	ArState *state;
 	int max_grid;                // blocks that are surely resident together
-	int max_grid_sharded;        // the same for the sharded norm's kernel (0: not yet known)
+	int max_grid_sharded;        // the same for the sharded norm's kernel (a smaller one: more fit)
 	unsigned long long timeout_ns;
 	bool pdl;                    // programmatic dependent launch
 };
@@ -948,6 +948,8 @@ struct PeerHandle {
 
 namespace {
 
+int sharded_blocks_per_sm(); // defined with the sharded norm's kernel
+
 // Everything before the exchange: buffers, state, placeholders, handle.
 enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHandle_t *mine, struct tpf_diag *d)
 {
@@ -987,6 +989,7 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHand
 	}
 	per_sm = a1 < a2 ? a1 : a2;
 	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
+	c->max_grid_sharded = sms * sharded_blocks_per_sm();
 
 	return TPF_OK;
 }
@@ -1300,6 +1303,19 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 	call_end(ar, iter, ticket);
 }
 
+// Blocks of the sharded norm's kernel (at its largest block size) that
+// surely fit an SM together, over its three instances.
+int sharded_blocks_per_sm()
+{
+	int a[3] = {0, 0, 0};
+	cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a[0], sharded_oneshot_kernel<float>, kMaxThreads, 0);
+	cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a[1], sharded_oneshot_kernel<__half>, kMaxThreads, 0);
+	cudaOccupancyMaxActiveBlocksPerMultiprocessor(&a[2], sharded_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
+	int m = a[0] < a[1] ? a[0] : a[1];
+	m = m < a[2] ? m : a[2];
+	return m > 0 ? m : 1;
+}
+
 enum tpf_status sharded_params(const struct tpf_cuda_sharded_args *a, ShardedParams *p, int *threads,
 			       struct tpf_diag *d)
 {
@@ -1405,13 +1421,6 @@ extern "C" enum tpf_status tpf_cuda_sharded_rmsnorm_run(struct tpf_cuda_arnorm *
 	ar.slot_bytes = c->slot_bytes;
 	ar.state = c->state;
 	ar.timeout_ns = c->timeout_ns;
-	if (!c->max_grid_sharded) { // its kernel is smaller than the all-reduce's: more blocks fit
-		int dev = 0, sms = 0, per_sm = 0;
-		cudaGetDevice(&dev);
-		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sharded_oneshot_kernel<__nv_bfloat16>, kMaxThreads, 0);
-		c->max_grid_sharded = sms * (per_sm > 0 ? per_sm : 1);
-	}
 	int grid = (int)(a->rows < c->max_grid_sharded ? a->rows : c->max_grid_sharded);
 	cudaStream_t s = (cudaStream_t)stream;
 	cudaError_t e;

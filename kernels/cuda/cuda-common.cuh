@@ -45,11 +45,14 @@ __device__ __forceinline__ unsigned f_to_e2m1(float v)
 	return (signbit(v) ? 8u : 0u) | c;
 }
 
-// v / d rounded to float, given rd = 1 / (double)d: the exact quotient of
+// v / d rounded to float, given rd = 1 / (double)d.  Where the quotient is
+// a normal float this is the float division's value: the exact quotient of
 // two floats lies at least about 2^-49 (relative) from any point where
 // float rounding changes, and the double product is within about 2^-52 of
-// it, so this is the float division's value (zeros and infinities keep
-// their signs), without a division and its slow-path branch per value.
+// it.  Subnormal quotients may differ by one unit at ties (the callers
+// convert to FP8 / e2m1, where every subnormal float codes as zero);
+// zeros, infinities and NaNs come out as from the division.  No division
+// and its slow-path branch per value.
 __device__ __forceinline__ float div_by(float v, double rd)
 {
 	return __double2float_rn((double)v * rd);

@@ -146,12 +146,14 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		int rows, hidden, two;
 	} seq[] = {{1, 4096, 0}, {7, 4096, 1}, {64, 2048, 0}, {3, 8192, 1}, {200, 4096, 0}, {1, 8192, 1},
 		   {130, 1024, 1}, {5, 4096, 0}, {1, 4096, 0}, {1, 4096, 1}, {2, 8192, 0}, {300, 2048, 1}};
-	enum { MAXE = 300 * 4096 };
+	/* QROWS: more sharded-norm rows than the kernel's grid (a few hundred
+	 * blocks), so that blocks take several groups of rows */
+	enum { MAXE = 300 * 4096, QROWS = 1000 };
 	const int W = c->world;
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
 	struct tpf_cuda_arnorm *ar = NULL, *sh = NULL;
 	enum tpf_status st = tpf_cuda_arnorm_create(c->rank, W, TPF_DTYPE_BFLOAT16, MAXE, &ex, &ar, d);
-	st = st ? st : tpf_cuda_arnorm_create(c->rank, W, TPF_DTYPE_FLOAT, 64, &ex, &sh, d);
+	st = st ? st : tpf_cuda_arnorm_create(c->rank, W, TPF_DTYPE_FLOAT, 2 * QROWS, &ex, &sh, d);
 	expect(st == TPF_OK, "peer-memory contexts (bfloat16 sums, float exchange)");
 	if (st) {
 		tpf_diag_print(d, stdout);
@@ -164,11 +166,15 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 	void *x = dev->alloc(dev, MAXE * 2), *r = dev->alloc(dev, MAXE * 2), *g = dev->alloc(dev, 8192 * 2);
 	void *out = dev->alloc(dev, MAXE * 2), *sum = dev->alloc(dev, MAXE * 2);
 	void *qx[2], *qg[2], *qo[2];
+	uint16_t *hq[2];
 	for (int i = 0; i < 2; i++) {
-		qx[i] = dev->alloc(dev, 3 * 48 * 2);
+		qx[i] = dev->alloc(dev, QROWS * 48 * 2);
 		qg[i] = dev->alloc(dev, 48 * 2);
-		qo[i] = dev->alloc(dev, 3 * 48 * 2);
+		qo[i] = dev->alloc(dev, QROWS * 48 * 2);
+		hq[i] = malloc(QROWS * 48 * 2);
 	}
+	if (!hx || !hr || !hg || !ho || !hs || !hq[0] || !hq[1])
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer sequence: out of host memory");
 	int bad_sum = 0, bad_norm = 0, bad_sharded = 0, calls = 0;
 	for (int k = 0; k < (int)(sizeof(seq) / sizeof(seq[0])) && !st; k++) {
 		const int T = seq[k].rows, H = seq[k].hidden;
@@ -225,8 +231,8 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		memset(&sa, 0, sizeof(sa));
 		sa.dtype = TPF_DTYPE_BFLOAT16;
 		sa.n = 2;
-		sa.rows = 1 + k % 3;
-		uint16_t hq[2][3 * 48], hgq[2][48];
+		sa.rows = k % 4 == 3 ? QROWS : 1 + k % 3;
+		uint16_t hgq[2][48];
 		for (int i = 0; i < 2; i++) {
 			sa.width[i] = i ? 16 : 48;
 			sa.full_dim[i] = sa.width[i] * W;
@@ -277,6 +283,7 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		dev->free(dev, qx[i]);
 		dev->free(dev, qg[i]);
 		dev->free(dev, qo[i]);
+		free(hq[i]);
 	}
 	free(hx);
 	free(hr);
