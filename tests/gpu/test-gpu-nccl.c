@@ -148,7 +148,7 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		   {130, 1024, 1}, {5, 4096, 0}, {1, 4096, 0}, {1, 4096, 1}, {2, 8192, 0}, {300, 2048, 1}};
 	/* QROWS: more sharded-norm rows than the kernel's grid (a few hundred
 	 * blocks), so that blocks take several groups of rows */
-	enum { MAXE = 300 * 4096, QROWS = 1000 };
+	enum { MAXE = 300 * 4096, QROWS = 2000 };
 	const int W = c->world;
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
 	struct tpf_cuda_arnorm *ar = NULL, *sh = NULL;
