@@ -403,7 +403,6 @@ struct ArState {
 	unsigned iter;      // calls begun (advanced once per call by its last block to read it)
 	unsigned arrived;   // blocks of the current call that have read iter
 	unsigned timed_out; // a wait gave up (sticky: later waits give up at once)
-	unsigned pad;
 };
 
 // Buffer b of a rank's receive area: world source slots, then one gather slot.
@@ -427,35 +426,36 @@ __device__ inline unsigned long long now_ns()
 	return t;
 }
 
+// Whether a wait that began at t0 gives up: after p.timeout_ns, or at once
+// once any earlier wait of this context gave up (then marked for the host),
+// so that a rank whose peer never arrives ends its kernel and the host
+// reports it instead of hanging.  Checked every 256 spins.
+__device__ inline bool wait_expired(const ArParams &p, unsigned long long t0)
+{
+	if (!*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) && now_ns() - t0 <= p.timeout_ns)
+		return false;
+	atomicExch(&p.state->timed_out, 1u);
+	return true;
+}
+
 // Waits until the 16 bytes at src hold no placeholder, then puts the
-// placeholders back.  Gives up (false, v zeroed) after p.timeout_ns, or at
-// once after any earlier wait of this context gave up, so that a rank whose
-// peer never arrives ends its kernel and the host reports it instead of
-// hanging.
+// placeholders back.  Gives up (false, v zeroed) when wait_expired says so.
 template <typename T> __device__ inline bool take16(uint4 *src, uint4 &v, const ArParams &p)
 {
-	const uint32_t w = placeholder_word<T>();
+	unsigned long long t0 = 0;
 	v = load_volatile(src);
-	if (!has_placeholder<T>(v)) {
-		store_volatile(src, make_uint4(w, w, w, w));
-		return true;
-	}
-	const unsigned long long t0 = now_ns();
-	for (unsigned spins = 1;; spins++) {
+	for (unsigned spins = 0; has_placeholder<T>(v); spins++) {
+		if (spins == 0) {
+			t0 = now_ns();
+		} else if ((spins & 255u) == 0 && wait_expired(p, t0)) {
+			v = make_uint4(0, 0, 0, 0);
+			return false;
+		}
 		v = load_volatile(src);
-		if (!has_placeholder<T>(v)) {
-			store_volatile(src, make_uint4(w, w, w, w));
-			return true;
-		}
-		if ((spins & 255u) == 0) {
-			if (*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) ||
-			    now_ns() - t0 > p.timeout_ns) {
-				atomicExch(&p.state->timed_out, 1u);
-				v = make_uint4(0, 0, 0, 0);
-				return false;
-			}
-		}
 	}
+	const uint32_t w = placeholder_word<T>();
+	store_volatile(src, make_uint4(w, w, w, w));
+	return true;
 }
 
 // The start of every peer-memory kernel: with programmatic dependent
@@ -1208,22 +1208,19 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_normalize_kernel(ShardedP
 }
 
 // take16 for one float of the sharded norm's exchange (placeholder
-// 0x80000000): waits for it, puts the placeholder back, gives up after
-// p.timeout_ns (0).
+// 0x80000000): waits for it, puts the placeholder back, gives up (0) when
+// wait_expired says so.
 __device__ inline float take32(uint32_t *src, const ArParams &p)
 {
+	unsigned long long t0 = 0;
 	uint32_t bits;
 	asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
-	if (bits == 0x80000000u) {
-		const unsigned long long t0 = now_ns();
-		for (unsigned spins = 1; bits == 0x80000000u; spins++) {
-			asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
-			if ((spins & 255u) == 0 && bits == 0x80000000u &&
-			    (*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) || now_ns() - t0 > p.timeout_ns)) {
-				atomicExch(&p.state->timed_out, 1u);
-				return 0.f;
-			}
-		}
+	for (unsigned spins = 0; bits == 0x80000000u; spins++) {
+		if (spins == 0)
+			t0 = now_ns();
+		else if ((spins & 255u) == 0 && wait_expired(p, t0))
+			return 0.f;
+		asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
 	}
 	asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(src), "r"(0x80000000u) : "memory");
 	return __uint_as_float(bits);
