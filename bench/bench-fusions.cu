@@ -10,8 +10,11 @@
 //   all-to-all of 4 sections x S sequences (2048, 2048, 32, 32 columns):
 //     many       one AllToAll per sequence and section
 //     coalesced  tpfuse Pack -> one AllToAll -> Unpack
-//     direct     one NCCL group of every piece's sends and receives (the runtime's
-//                path for a coalesced run: no packing copies)
+//     direct     one NCCL group of every piece's sends and receives (no packing
+//                copies)
+//     peer       tpfuse's peer-memory all-to-all: one kernel moves every piece
+//                from and into its own buffers (the runtime's path for a
+//                coalesced run on CUDA)
 //   sigmoid gate final + sigmoid(gate[T,1]) * shared, H 4096 (each GPU alone):
 //     unfused    Sigmoid, Mul, Add kernels
 //     fused      tpfuse SigmoidGateAdd
@@ -223,8 +226,12 @@ int main(int argc, char **argv)
 		const int Ss[] = {1, 4, 16};
 		const int64_t widths[4] = {2048, 2048, 32, 32};
 		if (rank == 0)
-			printf("all-to-all, 4 sections x S sequences, %d tokens per rank\n%6s %6s %12s %12s %12s %12s  %s\n", 16384 / W,
-			       "S", "calls", "many", "coalesced", "direct", "one_a2a", "best vs many");
+			printf("all-to-all, 4 sections x S sequences, %d tokens per rank\n%6s %6s %12s %12s %12s %12s %12s  %s\n", 16384 / W,
+			       "S", "calls", "many", "coalesced", "direct", "peer", "one_a2a", "best vs many");
+		// bytes a destination: the largest case's, each piece padded to 16
+		struct tpf_cuda_a2a *pa = NULL;
+		ok(tpf_cuda_a2a_create(rank, W, (size_t)(16384 / W) * (2048 + 2048 + 32 + 32) * 2 / W + 64 * 16, &ex, &pa,
+				       g_diag));
 		if (jf)
 			fprintf(jf, "\"a2a\": [\n");
 		for (int ci = 0; ci < 3; ci++) {
@@ -292,6 +299,13 @@ int main(int argc, char **argv)
 				}
 				NK(ncclGroupEnd());
 			};
+			std::vector<size_t> pbytes(nb);
+			for (int i = 0; i < nb; i++)
+				pbytes[i] = (size_t)(elems[i] / W) * 2;
+			auto peer = [&] {
+				ok(tpf_cuda_a2a_run(pa, (const void *const *)in.data(), (void *const *)out2.data(), pbytes.data(),
+						    (size_t)nb, s, g_diag));
+			};
 			many();
 			coalesced();
 			CK(cudaStreamSynchronize(s));
@@ -308,22 +322,37 @@ int main(int argc, char **argv)
 				double d = max_diff(out[i], out2[i], elems[i]);
 				md = d > md ? d : md;
 			}
+			// the peer path twice (both of its buffers), each checked
+			for (int r = 0; r < 2; r++) {
+				for (int i = 0; i < nb; i++)
+					CK(cudaMemset(out2[i], 0, elems[i] * 2));
+				peer();
+				CK(cudaStreamSynchronize(s));
+				ok(tpf_cuda_a2a_check(pa, g_diag));
+				for (int i = 0; i < nb; i++) {
+					double d = max_diff(out[i], out2[i], elems[i]);
+					md = d > md ? d : md;
+				}
+			}
 			int case_bad = md != 0.0;
 			double tm = graph_time(s, many), tc = graph_time(s, coalesced), t1 = graph_time(s, one);
-			double td = graph_time(s, direct);
+			double td = graph_time(s, direct), tp = graph_time(s, peer);
+			ok(tpf_cuda_a2a_check(pa, g_diag));
 			int any_bad;
 			MPI_Allreduce(&case_bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 			bad |= any_bad;
 			if (rank == 0)
-				printf("%6d %6d %12.2f %12.2f %12.2f %12.2f  %.2fx%s\n", S, nb, tm, tc, td, t1, tm / fmin(tc, td),
+				printf("%6d %6d %12.2f %12.2f %12.2f %12.2f %12.2f  %.2fx%s\n", S, nb, tm, tc, td, tp, t1,
+				       tm / fmin(fmin(tc, td), tp),
 				       any_bad ? " MISMATCH" : "");
 			if (jf)
-				fprintf(jf, "%s {\"S\": %d, \"calls\": %d, \"bytes\": %lld, \"many\": %.3f, \"coalesced\": %.3f, \"direct\": %.3f, \"one_a2a\": %.3f, \"ok\": %s}\n",
-					ci ? "," : "", S, nb, (long long)(total * 2), tm, tc, td, t1, any_bad ? "false" : "true");
+				fprintf(jf, "%s {\"S\": %d, \"calls\": %d, \"bytes\": %lld, \"many\": %.3f, \"coalesced\": %.3f, \"direct\": %.3f, \"peer\": %.3f, \"one_a2a\": %.3f, \"ok\": %s}\n",
+					ci ? "," : "", S, nb, (long long)(total * 2), tm, tc, td, tp, t1, any_bad ? "false" : "true");
 			for (int i = 0; i < nb; i++)
 				cudaFree(in[i]), cudaFree(out[i]), cudaFree(out2[i]);
 			cudaFree(dps), cudaFree(dus), cudaFree(din), cudaFree(dout), cudaFree(packed), cudaFree(recv);
 		}
+		tpf_cuda_a2a_free(pa);
 		if (jf)
 			fprintf(jf, "],\n");
 	}

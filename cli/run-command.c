@@ -706,9 +706,13 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 		printf("collectives: %zu step%s, %zu through peer memory (one-shot kernels), the rest NCCL\n", n_coll,
 		       n_coll == 1 ? "" : "s", n_one);
 	}
-	if (!o.quiet && comm->rank == 0 && tpf_session_direct_alltoalls(s))
-		printf("all-to-alls: %zu coalesced exchange%s run direct between the pieces' buffers (no packing)\n",
-		       tpf_session_direct_alltoalls(s), tpf_session_direct_alltoalls(s) == 1 ? "" : "s");
+	if (!o.quiet && comm->rank == 0 && tpf_session_direct_alltoalls(s, NULL)) {
+		size_t peer;
+		size_t n = tpf_session_direct_alltoalls(s, &peer);
+		printf("all-to-alls: %zu coalesced exchange%s run direct between the pieces' buffers (no packing), "
+		       "%zu through peer memory\n",
+		       n, n == 1 ? "" : "s", peer);
+	}
 	if (o.outputs)
 		st = write_outputs(&o, comm->rank, comm->world, outs, n_outs, d);
 	if (!o.quiet && comm->rank == 0 && !st)

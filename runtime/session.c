@@ -153,8 +153,9 @@ struct bound {
 	struct tpf_ktensor **kin, **kout;
 	struct tpf_host_tensor *outs;
 	size_t n_outs;
-	/* per step: 1 where a Pack -> AllToAll -> Unpack run starts that goes
-	 * as one grouped exchange between the pieces' own buffers */
+	/* per step: where a Pack -> AllToAll -> Unpack run starts that goes
+	 * as one exchange between the pieces' own buffers, how (enum
+	 * a2a_mode) */
 	unsigned char *a2a_direct;
 	size_t n_a2a_direct; /* runs found */
 	/* CUDA one-shot collectives (peer memory): per step of the plan what
@@ -191,6 +192,7 @@ struct tpf_session {
 	 * needs more */
 	struct tpf_cuda_arnorm *os_ctx[TPF_DTYPE_COUNT]; /* sums, by dtype */
 	struct tpf_cuda_arnorm *os_sharded;               /* sharded-norm exchange */
+	struct tpf_cuda_a2a *os_a2a;                      /* direct all-to-alls */
 	int os_failed;                                    /* set-up failed once: NCCL only */
 #endif
 	/* the strategy table: options', TPF_STRATEGY_TABLE's (owned) or built-in */
@@ -793,16 +795,31 @@ static int segments_canonical(const struct tpf_node *n, const int64_t *c, size_t
 	return ok;
 }
 
+#ifdef TPF_HAVE_CUDA
+#define TPF_A2A_PEER_MAX_PIECES TPF_CUDA_A2A_MAX_PIECES
+#else
+#define TPF_A2A_PEER_MAX_PIECES 16
+#endif
+
+enum a2a_mode {
+	A2A_GROUPED = 1, /* the communicator's alltoall_pieces (NCCL: one group of sends and receives) */
+	A2A_PEER = 2,    /* CUDA peer memory: one kernel (tpf_cuda_a2a_run) */
+};
+
+static int peer_a2a_possible(const struct tpf_session *s);
+
 /* Finds the direct runs of the current plan; every rank must agree. */
 static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
 	const struct tpf_plan *p = s->b->plan;
 	const char *e = getenv("TPF_A2A_DIRECT"), *mp = getenv("TPF_A2A_DIRECT_MAX_PIECES");
 	int wanted = !(e && !strcmp(e, "0")) && s->comm->world > 1 && s->comm->ops->alltoall_pieces;
-	/* Many small pieces go faster packed: 2x H100, 68 MB in 4 / 16 / 64
-	 * pieces: direct 174 / 251 / 596 us, packed 239 / 259 / 261 us
-	 * (bench-fusions).  The default bound sits between the two. */
-	long max_pieces = mp && *mp ? strtol(mp, NULL, 10) : 16;
+	/* Many small pieces go faster packed through NCCL's grouped calls: 2x
+	 * H100, 68 MB in 4 / 16 / 64 pieces: direct 174 / 251 / 596 us, packed
+	 * 239 / 259 / 261 us (bench-fusions); the default bound sits between
+	 * the two.  The peer-memory kernel takes any number up to its limit at
+	 * the speed of one raw all-to-all (136 / 140 / 137 us against 143). */
+	long max_pieces = mp && *mp ? strtol(mp, NULL, 10) : peer_a2a_possible(s) ? TPF_A2A_PEER_MAX_PIECES : 16;
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
 		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
@@ -825,7 +842,7 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 			continue;
 		if (!s->b->a2a_direct && !(s->b->a2a_direct = tpf_calloc(p->n_steps + 1, 1)))
 			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-		s->b->a2a_direct[k] = 1;
+		s->b->a2a_direct[k] = A2A_GROUPED;
 		s->b->n_a2a_direct++;
 		h = (h ^ (uint64_t)k) * UINT64_C(0x100000001b3);
 		k += 2;
@@ -854,11 +871,18 @@ static enum tpf_status a2a_direct_run(struct tpf_session *s, size_t k, struct tp
 			recv[i] = s->b->kout[k + 2][i].data;
 			bytes[i] = (size_t)s->b->kin[k][i].numel / (size_t)s->comm->world * es;
 		}
-		st = s->comm->ops->alltoall_pieces(s->comm, send, (void *const *)recv, bytes, n, s->dev->stream, d);
+#ifdef TPF_HAVE_CUDA
+		if (s->b->a2a_direct[k] == A2A_PEER)
+			st = tpf_cuda_a2a_run(s->os_a2a, send, (void *const *)recv, bytes, n, s->dev->stream, d);
+		else
+#endif
+			st = s->comm->ops->alltoall_pieces(s->comm, send, (void *const *)recv, bytes, n,
+							   s->dev->stream, d);
 		if (st) {
 			char who[256];
-			tpf_diag_add(d, TPF_SEV_ERROR, "in %s (direct, %zu pieces)",
-				     tpf_node_describe(s->b->plan->steps[k + 1].node, who, sizeof(who)), n);
+			tpf_diag_add(d, TPF_SEV_ERROR, "in %s (direct%s, %zu pieces)",
+				     tpf_node_describe(s->b->plan->steps[k + 1].node, who, sizeof(who)),
+				     s->b->a2a_direct[k] == A2A_PEER ? " through peer memory" : "", n);
 		}
 	}
 	tpf_free(send);
@@ -897,6 +921,39 @@ static int oneshot_wanted(const struct tpf_session *s)
 	return !s->opt.no_oneshot && !s->os_failed && !(e && !strcmp(e, "0"));
 }
 
+/* Whether direct all-to-alls go through the peer-memory kernel (as the
+ * one-shot collectives; TPF_A2A_PEER=0 keeps NCCL's grouped calls). */
+static int peer_a2a_possible(const struct tpf_session *s)
+{
+	const char *e = getenv("TPF_A2A_PEER");
+	return oneshot_possible(s) && oneshot_wanted(s) && !(e && !strcmp(e, "0"));
+}
+
+/* Marks the direct all-to-alls that fit the peer-memory kernel; the most
+ * bytes one of them sends a destination. */
+static size_t peer_a2a_mark(struct tpf_session *s)
+{
+	size_t need = 0;
+	const struct tpf_plan *p = s->b->plan;
+	for (size_t k = 0; s->b->a2a_direct && peer_a2a_possible(s) && k < p->n_steps; k++) {
+		if (!s->b->a2a_direct[k] || p->steps[k].n_in > TPF_CUDA_A2A_MAX_PIECES)
+			continue;
+		size_t total = 0, es = (tpf_dtype_bits(s->b->kin[k][0].dtype) + 7) / 8;
+		for (size_t i = 0; i < p->steps[k].n_in; i++)
+			total += ((size_t)s->b->kin[k][i].numel / (size_t)s->comm->world * es + 15) / 16 * 16;
+		s->b->a2a_direct[k] = A2A_PEER;
+		need = total > need ? total : need;
+	}
+	return need;
+}
+
+static void peer_a2a_unmark(struct tpf_session *s)
+{
+	for (size_t k = 0; s->b->a2a_direct && k < s->b->plan->n_steps; k++)
+		if (s->b->a2a_direct[k] == A2A_PEER)
+			s->b->a2a_direct[k] = A2A_GROUPED;
+}
+
 static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
 {
 	struct tpf_comm *c = ctx;
@@ -911,6 +968,8 @@ static void oneshot_free(struct tpf_session *s)
 	}
 	tpf_cuda_arnorm_free(s->os_sharded);
 	s->os_sharded = NULL;
+	tpf_cuda_a2a_free(s->os_a2a);
+	s->os_a2a = NULL;
 }
 
 /* A context holding at least `elems`; replaced when smaller (collective). */
@@ -998,13 +1057,15 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 	 * no_oneshot and the strategy table are per process): one rank in a
 	 * one-shot kernel and another in NCCL would wait for each other
 	 * forever. */
+	const size_t need_a2a = peer_a2a_mark(s);
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; k < p->n_steps; k++)
-		h = (h ^ s->b->oneshot[k]) * UINT64_C(0x100000001b3);
+		h = (h ^ s->b->oneshot[k] ^ (s->b->a2a_direct ? (unsigned)s->b->a2a_direct[k] << 8 : 0u)) *
+		    UINT64_C(0x100000001b3);
 	enum tpf_status cs = tpf_comm_check_same(s->comm, h,
 						 "the peer-memory collectives chosen (TPF_ONESHOT, "
-						 "TPF_ONESHOT_MAX_BYTES, --no-oneshot and the strategy "
-						 "table must agree)",
+						 "TPF_ONESHOT_MAX_BYTES, TPF_A2A_PEER, --no-oneshot and the "
+						 "strategy table must agree)",
 						 d);
 	if (cs)
 		return cs;
@@ -1019,6 +1080,15 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 			st = r;
 	if (need_sharded && (r = oneshot_ctx(s, &s->os_sharded, TPF_DTYPE_FLOAT, need_sharded, local)) && !st)
 		st = r;
+	if (need_a2a && (!s->os_a2a || tpf_cuda_a2a_max_bytes(s->os_a2a) < need_a2a)) {
+		struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
+		tpf_cuda_a2a_free(s->os_a2a);
+		s->os_a2a = NULL;
+		if ((r = tpf_cuda_a2a_create(s->comm->rank, s->comm->world, need_a2a, &ex, &s->os_a2a, local)) && !st)
+			st = r;
+		if (s->os_a2a)
+			tpf_cuda_a2a_set_timeout(s->os_a2a, s->comm->timeout_s);
+	}
 	if (tpf_comm_agree(s->comm, st, "setting up peer memory for one-shot collectives", local)) {
 		/* not an error: the run goes on through NCCL; the caller's
 		 * diagnostic says why (the library prints nothing) */
@@ -1027,6 +1097,7 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
 		oneshot_free(s);
 		memset(s->b->oneshot, 0, s->b->n_oneshot);
+		peer_a2a_unmark(s);
 		s->os_failed = 1;
 	}
 	tpf_diag_free(local);
@@ -1040,7 +1111,9 @@ static enum tpf_status oneshot_check(struct tpf_session *s, struct tpf_diag *d)
 	for (int t = 0; t < TPF_DTYPE_COUNT; t++)
 		if (s->os_ctx[t] && (st = tpf_cuda_arnorm_check(s->os_ctx[t], d)))
 			return st;
-	return s->os_sharded ? tpf_cuda_arnorm_check(s->os_sharded, d) : TPF_OK;
+	if (s->os_sharded && (st = tpf_cuda_arnorm_check(s->os_sharded, d)))
+		return st;
+	return s->os_a2a ? tpf_cuda_a2a_check(s->os_a2a, d) : TPF_OK;
 }
 
 /* Runs the one-shot form of the steps from k; *used: how many steps it covered. */
@@ -1075,6 +1148,12 @@ static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used
 		tpf_diag_add(d, TPF_SEV_ERROR, "in %s (one-shot)",
 			     tpf_node_describe(s->b->plan->steps[k].node, who, sizeof(who)));
 	return st;
+}
+#else
+static int peer_a2a_possible(const struct tpf_session *s)
+{
+	(void)s;
+	return 0;
 }
 #endif
 
@@ -1249,8 +1328,13 @@ void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectiv
 	}
 }
 
-size_t tpf_session_direct_alltoalls(const struct tpf_session *s)
+size_t tpf_session_direct_alltoalls(const struct tpf_session *s, size_t *peer)
 {
+	if (peer) {
+		*peer = 0;
+		for (size_t k = 0; s->b->plan && s->b->a2a_direct && k < s->b->plan->n_steps; k++)
+			*peer += s->b->a2a_direct[k] == A2A_PEER;
+	}
 	return s->b->plan ? s->b->n_a2a_direct : 0;
 }
 

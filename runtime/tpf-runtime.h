@@ -342,9 +342,11 @@ const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
  * peer memory (one-shot kernels) instead of the communicator. */
 void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot);
 /* Coalesced all-to-alls (Pack -> AllToAll -> Unpack) of the current plan
- * that run as one grouped exchange between the pieces' own buffers
- * (TPF_A2A_DIRECT=0 turns that off). */
-size_t tpf_session_direct_alltoalls(const struct tpf_session *s);
+ * that run as one exchange between the pieces' own buffers
+ * (TPF_A2A_DIRECT=0 turns that off); *peer (may be NULL): how many of them
+ * go through the CUDA peer-memory kernel (TPF_A2A_PEER=0 turns that off)
+ * rather than the communicator's grouped calls. */
+size_t tpf_session_direct_alltoalls(const struct tpf_session *s, size_t *peer);
 /* Plans the session keeps now and, in *builds (may be NULL), how many it
  * has built so far. */
 size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);

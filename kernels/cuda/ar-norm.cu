@@ -171,37 +171,47 @@ template <typename T> __device__ inline void load_row_in(const NormOut &o, int64
 	}
 }
 
-// The rounded norm of chunk c (v, N values) and the largest magnitude over
-// the `span` neighbouring chunks of its block, held by neighbouring lanes
-// (their maxima meet through shuffles; every lane of the warp takes part,
-// a lane past the row with nothing of its own).
-template <typename T>
-__device__ inline float chunk_norm_amax(const float *acc, uint4 gam, int c, int chunks, const NormOut &o, float inv,
-					int span, float *v)
+// The largest magnitude of chunk c's N values v over the `span`
+// neighbouring chunks of its block, held by neighbouring lanes (their
+// maxima meet through shuffles; every lane of the warp takes part, a lane
+// past the row with nothing of its own).
+template <typename T> __device__ inline float chunk_amax(const float *v, int c, int chunks, int span)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	float amax = 0.f;
 	if (c < chunks) {
-		float g[8];
-		unpack<T>(gam, g);
 #pragma unroll
-		for (int i = 0; i < N; i++) {
-			v[i] = round_to<T>(acc[i] * inv * (g[i] + o.weight_offset));
+		for (int i = 0; i < N; i++)
 			amax = fmaxf(amax, fabsf(v[i]));
-		}
 	}
 	for (int m = 1; m < span; m <<= 1)
 		amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
 	return amax;
 }
 
+// acc = the norm of acc's values rounded to T, as finish_row's norm
+// output (the block quantizations take their scales over it).
+template <typename T>
+__device__ inline void norm_into(float (*acc)[8], const RowIn &in, int chunks, const NormOut &o, float inv)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+#pragma unroll
+	for (int k = 0; k < kMaxChunksPerThread; k++) {
+		if (threadIdx.x + k * blockDim.x >= chunks)
+			continue;
+		float g[8];
+		unpack<T>(in.gam[k], g);
+#pragma unroll
+		for (int i = 0; i < N; i++)
+			acc[k][i] = round_to<T>(acc[k][i] * inv * (g[i] + o.weight_offset));
+	}
+}
+
 // NVFP4 output of one row (docs/ops.md, AllReduceRMSNormQuant "nvfp4"):
 // per block of 16 along the row, the E4M3 scale amax / 6 / global and the
-// e2m1 codes of norm / (scale * global), the norm rounded to T first; a
-// block spans 16 / N neighbouring chunks.
-template <typename T>
-__device__ inline void finish_fp4(float (*acc)[8], const RowIn &in, int64_t row, int chunks, const NormOut &o,
-				  float inv)
+// e2m1 codes of norm / (scale * global), the norm rounded to T first (acc
+// holds it: finish_row); a block spans 16 / N neighbouring chunks.
+template <typename T> __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * o.hidden;
@@ -210,8 +220,8 @@ __device__ inline void finish_fp4(float (*acc)[8], const RowIn &in, int64_t row,
 		const int c = threadIdx.x + k * blockDim.x;
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block: no lane has a chunk here
-		float v[8];
-		const float amax = chunk_norm_amax<T>(acc[k], in.gam[k], c, chunks, o, inv, 16 / N, v);
+		const float *v = acc[k];
+		const float amax = chunk_amax<T>(v, c, chunks, 16 / N);
 		if (c >= chunks)
 			continue;
 		const __nv_fp8_storage_t s8 = __nv_cvt_float_to_fp8(
@@ -221,12 +231,11 @@ __device__ inline void finish_fp4(float (*acc)[8], const RowIn &in, int64_t row,
 		if (c % (16 / N) == 0)
 			reinterpret_cast<uint8_t *>(o.fp4_scales)[e0 / 16] = (uint8_t)s8;
 		uint32_t packed = 0;
-		const double rsb = 1.0 / (double)sb;
+		if (sb != 0) { // a zero scale codes every value as +0
+			const double rsb = tpfc::rcp_double(sb);
 #pragma unroll
-		for (int i = 0; i < N; i += 2) { // a zero scale codes every value as +0
-			unsigned lo = sb != 0 ? tpfc::f_to_e2m1(tpfc::div_by(v[i], rsb)) : 0u;
-			unsigned hi = sb != 0 ? tpfc::f_to_e2m1(tpfc::div_by(v[i + 1], rsb)) : 0u;
-			packed |= (lo | (hi << 4)) << (4 * i);
+			for (int i = 0; i < N; i++)
+				packed |= tpfc::f_to_e2m1(tpfc::div_by(v[i], rsb)) << (4 * i);
 		}
 		uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp4_out) + e0 / 2;
 		if (N == 8)
@@ -238,11 +247,10 @@ __device__ inline void finish_fp4(float (*acc)[8], const RowIn &in, int64_t row,
 
 // FP8 per group of o.group values (docs/ops.md, AllReduceRMSNormQuant
 // "fp8-group"): the float32 scale max(amax / 448, floor) and the E4M3 codes
-// of norm / scale, the norm rounded to T first.  A group spans o.group / N
-// neighbouring chunks (at most a warp's lanes, checked on the host).
-template <typename T>
-__device__ inline void finish_fp8_group(float (*acc)[8], const RowIn &in, int64_t row, int chunks,
-					const NormOut &o, float inv)
+// of norm / scale, the norm rounded to T first (acc holds it: finish_row).
+// A group spans o.group / N neighbouring chunks (at most a warp's lanes,
+// checked on the host).
+template <typename T> __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * o.hidden;
@@ -252,8 +260,8 @@ __device__ inline void finish_fp8_group(float (*acc)[8], const RowIn &in, int64_
 		const int c = threadIdx.x + k * blockDim.x;
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block
-		float v[8];
-		const float amax = chunk_norm_amax<T>(acc[k], in.gam[k], c, chunks, o, inv, span, v);
+		const float *v = acc[k];
+		const float amax = chunk_amax<T>(v, c, chunks, span);
 		if (c >= chunks)
 			continue;
 		float sc = tpfc::div_by(amax, 1.0 / 448.0);
@@ -263,7 +271,7 @@ __device__ inline void finish_fp8_group(float (*acc)[8], const RowIn &in, int64_
 		if (c % span == 0)
 			o.group_scales[e0 / o.group] = sc;
 		uint8_t q[8];
-		const double rsc = 1.0 / (double)sc;
+		const double rsc = tpfc::rcp_double(sc);
 #pragma unroll
 		for (int i = 0; i < N; i++)
 			q[i] = (uint8_t)__nv_cvt_float_to_fp8(tpfc::div_by(v[i], rsc), __NV_SATFINITE, __NV_E4M3);
@@ -333,10 +341,12 @@ __device__ inline void finish_row(float (*acc)[8], const RowIn &in, int64_t row,
 				*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
 		}
 	}
+	if (o.fp4_out || o.group_out) // their block scales are over the rounded norm
+		norm_into<T>(acc, in, chunks, o, inv);
 	if (o.fp4_out)
-		finish_fp4<T>(acc, in, row, chunks, o, inv);
+		finish_fp4<T>(acc, row, chunks, o);
 	if (o.group_out)
-		finish_fp8_group<T>(acc, in, row, chunks, o, inv);
+		finish_fp8_group<T>(acc, row, chunks, o);
 }
 
 // Loads the 16-byte chunks of `row` this thread handles.

@@ -32,17 +32,20 @@ __device__ __forceinline__ float e2m1_to_f(unsigned code)
 }
 
 // Round to nearest even e2m1 code, saturating at 6; NaN gives -0 (code 8).
-// The magnitude code counts the rounding boundaries at or below |v| (ties
-// go to the even code: <= at boundaries whose lower code is even), without
-// branches, so that several values convert side by side.
+// Integer steps on the float's bits, no branches: from 1 up the code is the
+// float rounded to one mantissa bit (the 22 bits below it rounded to
+// nearest even into the exponent and that bit, less the bits of 1.0 plus
+// 2); below 1 it is rint(2|v|), which adding 2^23 rounds.  Equal to
+// counting the rounding boundaries (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5;
+// ties to the even code) for every one of the 2^32 floats, in half the
+// instructions.
 __device__ __forceinline__ unsigned f_to_e2m1(float v)
 {
-	if (isnan(v))
-		return 8;
-	const float a = fabsf(v);
-	const unsigned c = (unsigned)(a > 0.25f) + (unsigned)(a >= 0.75f) + (unsigned)(a > 1.25f) +
-			   (unsigned)(a >= 1.75f) + (unsigned)(a > 2.5f) + (unsigned)(a >= 3.5f) + (unsigned)(a > 5.f);
-	return (signbit(v) ? 8u : 0u) | c;
+	const unsigned b = __float_as_uint(v), ab = b & 0x7fffffffu;
+	const unsigned lo = __float_as_uint(fmaf(__uint_as_float(ab), 2.f, 8388608.f)) - 0x4B000000u;
+	const unsigned hi = min(((ab + 0x1FFFFFu + ((ab >> 22) & 1u)) >> 22) - 252u, 7u);
+	const unsigned c = ab < 0x3f800000u ? lo : hi;
+	return ab > 0x7f800000u ? 8u : (((b >> 28) & 8u) | c);
 }
 
 // v / d rounded to float, given rd = 1 / (double)d.  Where the quotient is
@@ -56,6 +59,23 @@ __device__ __forceinline__ unsigned f_to_e2m1(float v)
 __device__ __forceinline__ float div_by(float v, double rd)
 {
 	return __double2float_rn((double)v * rd);
+}
+
+// 1 / (double)d for a positive normal float d, within an ulp of double
+// (what div_by needs: it is off the correctly rounded reciprocal by far
+// less than the 2^-49 margin it relies on): the hardware's approximate
+// reciprocal refined by two Newton steps, without the division's range
+// checks and slow path; zero, subnormal, infinite or NaN d take the
+// division.
+__device__ __forceinline__ double rcp_double(float d)
+{
+	if (!(d >= 1.17549435e-38f && d <= 3.40282347e38f))
+		return 1.0 / (double)d;
+	const double x = (double)d;
+	double r;
+	asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(x));
+	r = fma(r, fma(-x, r, 1.0), r);
+	return fma(r, fma(-x, r, 1.0), r);
 }
 
 // Element i of a bool or an 8 to 64 bit signed, or 8 to 32 bit unsigned,

@@ -101,6 +101,35 @@ void tpf_cuda_arnorm_set_timeout(struct tpf_cuda_arnorm *c, double seconds);
 enum tpf_status tpf_cuda_arnorm_check(struct tpf_cuda_arnorm *c, struct tpf_diag *d);
 
 
+/* ------------------------------------------------ peer-memory all-to-all
+ *
+ * Several all-to-alls as one exchange, each piece from and into its own
+ * buffers (tpf_comm_ops.alltoall_pieces' contract): one kernel stores each
+ * destination's chunk of every piece into that rank's receive area (peer
+ * memory mapped through CUDA IPC; its own chunk straight into recv), counts
+ * itself in at every peer, waits for every peer's count and copies the
+ * received chunks into recv.  No packing copy on the sender; a device-side
+ * call counter and two alternating buffers make it safe in CUDA graphs.
+ * Every rank must make the same sequence of calls with the same piece
+ * sizes. */
+struct tpf_cuda_a2a;
+
+#define TPF_CUDA_A2A_MAX_PIECES 128 /* pieces a call */
+
+/* max_bytes: the most bytes a call sends one destination, over all pieces
+ * (each rounded up to 16). */
+enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_bytes, const struct tpf_cuda_exchange *ex,
+				    struct tpf_cuda_a2a **out, struct tpf_diag *d);
+void tpf_cuda_a2a_free(struct tpf_cuda_a2a *c);
+size_t tpf_cuda_a2a_max_bytes(const struct tpf_cuda_a2a *c);
+/* send[i] is world chunks of bytes_per_rank[i] (chunk q for rank q); recv[i]
+ * receives world such chunks (chunk q from rank q). */
+enum tpf_status tpf_cuda_a2a_run(struct tpf_cuda_a2a *c, const void *const *send, void *const *recv,
+				 const size_t *bytes_per_rank, size_t n, void *stream, struct tpf_diag *d);
+void tpf_cuda_a2a_set_timeout(struct tpf_cuda_a2a *c, double seconds);
+/* After the stream is synchronized: an error when a wait gave up. */
+enum tpf_status tpf_cuda_a2a_check(struct tpf_cuda_a2a *c, struct tpf_diag *d);
+
 /* ------------------------------------------------ sharded RMSNorm
  * n tensors (Q and K of one projection, say), each sharded over the last
  * dimension: y_i = x_i * rsqrt(sum over ranks of sum(x_i^2) / full_dim_i + eps_i)

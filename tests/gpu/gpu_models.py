@@ -171,6 +171,17 @@ def main():
                         print(f"FAIL {label}: one-shot use {n_one} of {n_coll} "
                               f"(expected {'some' if want_one else 'none'})\n{log}")
                         failures.append(label + " one-shot use")
+                # the coalesced all-to-alls of the optimized graph go through
+                # the peer-memory kernel (and --no-oneshot keeps NCCL's)
+                if fam == "gdn_a2a" and kind in ("fused", "fused_pdl_all", "nccl"):
+                    m = re.search(r"all-to-alls: (\d+) coalesced exchanges? run direct.*?(\d+) through peer memory",
+                                  log)
+                    n_peer = int(m.group(2)) if m else 0
+                    print(f"-- {label}: {m.group(1) if m else 0} direct all-to-alls, {n_peer} through peer memory")
+                    if (n_peer > 0) != (kind != "nccl"):
+                        print(f"FAIL {label}: {n_peer} all-to-alls through peer memory "
+                              f"(expected {'some' if kind != 'nccl' else 'none'})\n{log}")
+                        failures.append(label + " peer all-to-all use")
             # what the CPU backend replicates, every CUDA mode must (every
             # family ends in a replicated output: none would make the
             # check empty)

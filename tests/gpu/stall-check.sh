@@ -13,9 +13,10 @@
 #     finish within 8 s" or the communicator's "timed out after 8 s") and
 #     the test's "PASS: stalled allreduce failed after" line, and the
 #     stalled rank reported that it skipped the allreduce.
-# With MODE --stall-peer the skipped call is a peer-memory all-reduce
-# (one-shot and two-shot kernels): the message is the kernels' own ("waited
-# more than 3 s") and the timeout is theirs.
+# With MODE --stall-peer the skipped calls are peer-memory all-reduces
+# (one-shot and two-shot kernels) and a peer-memory all-to-all: the
+# messages are the kernels' own ("waited more than 3 s", one for each) and
+# the timeouts are theirs.
 # Exit 77 (skipped) when the program skips (no GPU, fewer than 2 GPUs).
 #
 # Usage: stall-check.sh TEST_GPU_NCCL [DEADLINE_S [MODE]]
@@ -48,10 +49,13 @@ elif [ "$rc" != 3 ]; then
 	bad "exit status $rc; the abort after an in-time error exits 3"
 fi
 if [ "$mode" = --stall-peer ]; then
-	grep -q "skipping a peer-memory all-reduce" "$log" || bad "the stalled rank never reported skipping the call"
+	grep -q "skipping peer-memory all-reduces and an all-to-all" "$log" ||
+		bad "the stalled rank never reported skipping the calls"
 	grep -q "waited more than 3 s for another rank's data" "$log" ||
-		bad "no timeout message (\"waited more than 3 s for another rank's data\")"
-	grep -q "PASS: stalled peer-memory all-reduce failed after" "$log" ||
+		bad "no all-reduce timeout message (\"waited more than 3 s for another rank's data\")"
+	grep -q "peer-memory all-to-all waited more than 3 s for another rank's pieces" "$log" ||
+		bad "no all-to-all timeout message (\"waited more than 3 s for another rank's pieces\")"
+	grep -q "PASS: stalled peer-memory all-reduce and all-to-all failed after" "$log" ||
 		bad "the waiting rank did not report an in-time failure"
 else
 	grep -q "skipping an allreduce" "$log" || bad "the stalled rank never reported skipping the allreduce"

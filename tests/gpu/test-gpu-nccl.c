@@ -6,7 +6,8 @@
  * status agreement) through MPI; CUDA graph capture of a collective; the
  * peer-memory kernels (one-shot and two-shot all-reduce + RMSNorm, the
  * sharded norm's exchange) over a sequence of calls of changing sizes,
- * each checked against the host.
+ * each checked against the host; the peer-memory all-to-all over calls of
+ * changing piece counts, sizes and alignments, checked byte for byte.
  *
  * With --stall: a stalled collective (the last rank skips it and sleeps
  * for 10 minutes, so it never ends the job itself) must end in an error
@@ -70,8 +71,8 @@ static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
 	return c->ops->allgather(c, send, recv, bytes, NULL, NULL) != TPF_OK;
 }
 
-/* --stall-peer: one rank skips a peer-memory call (one-shot, then
- * two-shot); the other's waits must give up within the 3 s timeout. */
+/* --stall-peer: one rank skips peer-memory calls (one-shot, two-shot, the
+ * all-to-all); the other's waits must give up within the 3 s timeouts. */
 static int stall_peer(struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
 {
 	enum { ROWS = 64, H = 4096 };
@@ -83,6 +84,21 @@ static int stall_peer(struct tpf_comm *c, struct tpf_device *dev, struct tpf_dia
 		return 1;
 	}
 	tpf_cuda_arnorm_set_timeout(ar, 3);
+	struct tpf_cuda_a2a *a2a = NULL;
+	if ((st = tpf_cuda_a2a_create(c->rank, c->world, 1 << 20, &ex, &a2a, d))) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	tpf_cuda_a2a_set_timeout(a2a, 3);
+	const size_t ab = (1 << 20) / 4;
+	const void *asend[4];
+	void *arecv[4];
+	size_t abytes[4];
+	for (int i = 0; i < 4; i++) {
+		asend[i] = dev->alloc(dev, ab * (size_t)c->world);
+		arecv[i] = dev->alloc(dev, ab * (size_t)c->world);
+		abytes[i] = ab;
+	}
 	struct tpf_cuda_norm_args a;
 	memset(&a, 0, sizeof(a));
 	a.dtype = TPF_DTYPE_BFLOAT16;
@@ -94,16 +110,18 @@ static int stall_peer(struct tpf_comm *c, struct tpf_device *dev, struct tpf_dia
 	a.epsilon = 1e-6f;
 	/* one call together first: the kernels work when every rank comes */
 	st = tpf_cuda_arnorm_run(ar, &a, dev->stream, d);
+	st = st ? st : tpf_cuda_a2a_run(a2a, asend, arecv, abytes, 4, dev->stream, d);
 	st = st ? st : dev->sync(dev, d);
 	st = st ? st : tpf_cuda_arnorm_check(ar, d);
-	expect(st == TPF_OK, "one-shot all-reduce + norm with every rank");
+	st = st ? st : tpf_cuda_a2a_check(a2a, d);
+	expect(st == TPF_OK, "one-shot all-reduce + norm and peer-memory all-to-all with every rank");
 	if (st) {
 		tpf_diag_print(d, stdout);
 		return 1;
 	}
 	c->ops->barrier(c, d);
 	if (c->rank == c->world - 1) {
-		printf("rank %d: skipping a peer-memory all-reduce\n", RANK);
+		printf("rank %d: skipping peer-memory all-reduces and an all-to-all\n", RANK);
 		fflush(stdout);
 		alarm(700);
 		sleep(600);
@@ -114,12 +132,15 @@ static int stall_peer(struct tpf_comm *c, struct tpf_device *dev, struct tpf_dia
 		a.path = path ? TPF_CUDA_AR_TWOSHOT : TPF_CUDA_AR_ONESHOT;
 		st = tpf_cuda_arnorm_run(ar, &a, dev->stream, d);
 	}
+	st = st ? st : tpf_cuda_a2a_run(a2a, asend, arecv, abytes, 4, dev->stream, d);
 	st = st ? st : dev->sync(dev, d);
-	st = st ? st : tpf_cuda_arnorm_check(ar, d);
+	enum tpf_status st_ar = st ? st : tpf_cuda_arnorm_check(ar, d);
+	enum tpf_status st_a2a = st ? st : tpf_cuda_a2a_check(a2a, d);
 	double dt = now_s() - t0;
 	tpf_diag_print(d, stdout);
-	int in_time = st != TPF_OK && dt < 30;
-	printf("rank %d: %s: stalled peer-memory all-reduce failed after %.1f s (timeout 3 s); aborting the job\n",
+	int in_time = st_ar != TPF_OK && st_a2a != TPF_OK && dt < 30;
+	printf("rank %d: %s: stalled peer-memory all-reduce and all-to-all failed after %.1f s (timeouts 3 s); "
+	       "aborting the job\n",
 	       RANK, in_time ? "PASS" : "FAIL", dt);
 	fflush(stdout);
 	tpf_comm_abort(c, in_time ? 3 : 1);
@@ -294,6 +315,125 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 	tpf_cuda_arnorm_free(sh);
 }
 
+/* The byte that rank `from` sends rank `to` at offset i of piece k, call n. */
+static unsigned char a2a_byte(int n, int k, int from, int to, size_t i)
+{
+	return (unsigned char)(n * 131 + k * 31 + from * 17 + to * 7 + i * 13 + (i >> 8));
+}
+
+struct a2a_call {
+	struct tpf_cuda_a2a *a2a;
+	const void *const *send;
+	void *const *recv;
+	const size_t *bytes;
+	size_t n;
+	struct tpf_device *dev;
+};
+
+static enum tpf_status a2a_body(void *p, struct tpf_diag *d)
+{
+	struct a2a_call *x = p;
+	return tpf_cuda_a2a_run(x->a2a, x->send, x->recv, x->bytes, x->n, x->dev->stream, d);
+}
+
+/* Calls of the peer-memory all-to-all on one context: 16-byte, 4-byte and
+ * odd piece sizes (the kernel's three unit widths), 1 to the largest
+ * number of pieces, sizes from a few bytes to megabytes, each call's
+ * results downloaded and checked, and the last one run again through a
+ * CUDA graph. */
+static void peer_alltoall(struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
+{
+	static const struct {
+		int pieces;
+		size_t bytes; /* a destination's chunk of piece k: bytes + k * step */
+		size_t step;
+	} seq[] = {{1, 4096, 0},	{16, 65536, 16}, {4, 1000, 4},	 {TPF_CUDA_A2A_MAX_PIECES, 48, 16},
+		   {3, 777, 1},		{2, 3 << 20, 0}, {64, 100, 12},	 {5, 16, 0}};
+	const int W = c->world, me = c->rank, ns = (int)(sizeof(seq) / sizeof(seq[0]));
+	size_t most = 0;
+	for (int n = 0; n < ns; n++) {
+		size_t t = 0;
+		for (int k = 0; k < seq[n].pieces; k++)
+			t += (seq[n].bytes + k * seq[n].step + 15) / 16 * 16;
+		most = t > most ? t : most;
+	}
+	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
+	struct tpf_cuda_a2a *a2a = NULL;
+	enum tpf_status st = tpf_cuda_a2a_create(me, W, most, &ex, &a2a, d);
+	expect(st == TPF_OK, "peer-memory all-to-all context");
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return;
+	}
+	const void *send[TPF_CUDA_A2A_MAX_PIECES];
+	void *recv[TPF_CUDA_A2A_MAX_PIECES];
+	size_t bytes[TPF_CUDA_A2A_MAX_PIECES];
+	for (int n = 0; n <= ns; n++) {
+		const int q = n < ns ? n : ns - 1; /* the last one again, graph-captured */
+		const int np = seq[q].pieces;
+		unsigned char *h = NULL;
+		int ok = 1;
+		for (int k = 0; k < np; k++) {
+			bytes[k] = seq[q].bytes + k * seq[q].step;
+			const size_t all = bytes[k] * (size_t)W;
+			unsigned char *buf = malloc(all);
+			send[k] = dev->alloc(dev, all);
+			recv[k] = dev->alloc(dev, all);
+			ok &= buf && send[k] && recv[k];
+			for (int to = 0; buf && to < W; to++)
+				for (size_t i = 0; i < bytes[k]; i++)
+					buf[to * bytes[k] + i] = a2a_byte(n, k, me, to, i);
+			if (buf) {
+				dev->upload(dev, (void *)send[k], buf, all, d);
+				memset(buf, 0, all);
+				dev->upload(dev, recv[k], buf, all, d);
+			}
+			free(buf);
+		}
+		if (n < ns) {
+			st = ok ? tpf_cuda_a2a_run(a2a, send, recv, bytes, (size_t)np, dev->stream, d) : TPF_ERR_NOMEM;
+		} else {
+			/* eager, captured and launched, launched; then recv cleared
+			 * and the graph launched once more, the call checked */
+			struct a2a_call x = {a2a, send, recv, bytes, (size_t)np, dev};
+			st = ok ? TPF_OK : TPF_ERR_NOMEM;
+			for (int rep = 0; rep < 3 && !st; rep++)
+				st = tpf_cuda_device_run_graph(dev, 0xa2a, a2a_body, &x, d);
+			for (int k = 0; k < np && !st; k++) {
+				unsigned char *z = calloc(1, bytes[k] * (size_t)W);
+				st = z ? dev->upload(dev, recv[k], z, bytes[k] * (size_t)W, d) : TPF_ERR_NOMEM;
+				free(z);
+			}
+			st = st ? st : tpf_cuda_device_run_graph(dev, 0xa2a, a2a_body, &x, d);
+			tpf_cuda_device_drop_graph(dev);
+		}
+		st = st ? st : dev->sync(dev, d);
+		st = st ? st : tpf_cuda_a2a_check(a2a, d);
+		for (int k = 0; k < np && !st && ok; k++) {
+			const size_t all = bytes[k] * (size_t)W;
+			h = realloc(h, all);
+			st = dev->download(dev, h, recv[k], all, d);
+			for (int from = 0; from < W && ok && !st; from++)
+				for (size_t i = 0; i < bytes[k] && ok; i++)
+					ok = h[from * bytes[k] + i] == a2a_byte(n, k, from, me, i);
+		}
+		char what[160];
+		snprintf(what, sizeof(what), "peer-memory all-to-all call %d%s: %d pieces of %zu bytes a rank%s", n,
+			 n == ns ? " (CUDA graph)" : "", np, seq[q].bytes,
+			 seq[q].step ? " and up" : "");
+		expect(!st && ok, what);
+		if (st)
+			tpf_diag_print(d, stdout);
+		tpf_diag_clear(d);
+		free(h);
+		for (int k = 0; k < np; k++) {
+			dev->free(dev, (void *)send[k]);
+			dev->free(dev, recv[k]);
+		}
+	}
+	tpf_cuda_a2a_free(a2a);
+}
+
 int main(int argc, char **argv)
 {
 	int stall = argc > 1 && !strcmp(argv[1], "--stall");
@@ -443,6 +583,8 @@ int main(int argc, char **argv)
 		tpf_diag_print(d, stdout);
 	expect(ok, "CUDA graph: 1 eager run, 1 capture, 3 launches of a captured allreduce");
 	tpf_diag_clear(d);
+	/* after the graph counts above: it captures a graph of its own */
+	peer_alltoall(c, dev, d);
 	free(h);
 	free(hr);
 	int local_fails = fails;

@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: MIT
+// Several all-to-alls in one kernel through peer memory: every piece moves
+// from where its producer left it, with no packing copy on the sender.
+// See tpf-cuda.h (tpf_cuda_a2a_*).
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda-common.cuh"
+#include "tpf-cuda.h"
+
+namespace {
+
+constexpr int kMaxWorld = 8;
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4; // units a thread has in flight
+
+// The context's device state, at the start of its peer-mapped area: the
+// call counter (as in the one-shot all-reduce: read by every block at its
+// start, advanced by the block that counts in last) and, per sender, how
+// many of its blocks have finished writing into this rank's area (over
+// all calls: a call waits for the count of calls so far times the
+// sender's grid).
+struct A2AState {
+	unsigned iter, arrived, timed_out, pad;
+	unsigned from[kMaxWorld];
+};
+constexpr size_t kStateBytes = 256;
+static_assert(sizeof(A2AState) <= kStateBytes, "state area");
+
+struct A2APiece {
+	const char *send; // world chunks of `bytes`, chunk q for rank q
+	char *recv;       // world chunks of `bytes`, chunk q from rank q
+	unsigned long long bytes;
+};
+
+struct A2AParams {
+	char *area[kMaxWorld];      // every rank's area (state first), as mapped here
+	int rank, world, n, unit_shift;
+	int grid[kMaxWorld];        // each rank's grid: the blocks that count in
+	size_t slot_bytes;          // one sender's slot of one buffer
+	unsigned long long total;   // the pieces' bytes a destination, each padded to 16
+	unsigned long long timeout_ns;
+	A2APiece pc[TPF_CUDA_A2A_MAX_PIECES];
+
+	__device__ A2AState *state(int q) const { return reinterpret_cast<A2AState *>(area[q]); }
+	// receiver r's slot for sender s in buffer b
+	__device__ char *slot(int r, int b, int s) const
+	{
+		const int idx = s < r ? s : s - 1;
+		return area[r] + kStateBytes + ((size_t)b * (world - 1) + idx) * slot_bytes;
+	}
+};
+
+__device__ inline unsigned long long now_ns()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+__device__ inline unsigned load_acquire_sys(const unsigned *p)
+{
+	unsigned v;
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+template <int U> struct Unit;
+template <> struct Unit<16> {
+	typedef uint4 T;
+};
+template <> struct Unit<4> {
+	typedef unsigned T;
+};
+template <> struct Unit<1> {
+	typedef unsigned char T;
+};
+
+// Copies units [lo, hi) of the concatenation over pieces (each piece's
+// `bytes`, padded to 16 in the concatenation) from src_of(i, off) to
+// dst_of(i, off), off the piece's byte offset in the concatenation; the
+// block's threads side by side, kUnroll loads in flight a thread.
+template <int U, typename Src, typename Dst>
+__device__ inline void copy_range(const A2AParams &p, unsigned long long lo, unsigned long long hi, Src src_of,
+				  Dst dst_of)
+{
+	typedef typename Unit<U>::T V;
+	unsigned long long start = 0; // the piece's first unit
+	for (int i = 0; i < p.n && start < hi; i++) {
+		const unsigned long long units = p.pc[i].bytes / U, next = start + (p.pc[i].bytes + 15) / 16 * 16 / U;
+		const unsigned long long a = lo > start ? lo - start : 0, b = hi - start < units ? hi - start : units;
+		if (a < b) {
+			const V *s = reinterpret_cast<const V *>(src_of(i, start * U));
+			V *d = reinterpret_cast<V *>(dst_of(i, start * U));
+			unsigned long long u = a + threadIdx.x;
+			for (; u + (kUnroll - 1) * kThreads < b; u += kUnroll * kThreads) {
+				V v[kUnroll];
+#pragma unroll
+				for (int k = 0; k < kUnroll; k++)
+					v[k] = s[u + k * kThreads];
+#pragma unroll
+				for (int k = 0; k < kUnroll; k++)
+					d[u + k * kThreads] = v[k];
+			}
+			for (; u < b; u += kThreads)
+				d[u] = s[u];
+		}
+		start = next;
+	}
+}
+
+// 1. every destination's chunk of every piece: this rank's own straight
+//    into recv, the others' into this rank's slot of their area (the grid
+//    splits the destinations' units evenly); 2. each block counts itself in
+//    at every peer; 3. once every block of every peer has, the peers'
+//    chunks are copied from this rank's slots into recv.  Two buffers
+//    alternate: a sender writes buffer b again two calls later, which it
+//    begins only after this rank has begun the next call, so after this
+//    call has ended here.
+template <int U> __global__ void __launch_bounds__(kThreads) a2a_kernel(A2AParams p)
+{
+	__shared__ unsigned s_iter;
+	tpfc::pdl_trigger();
+	tpfc::pdl_wait();
+	A2AState *me = p.state(p.rank);
+	unsigned ticket = 0;
+	if (threadIdx.x == 0) {
+		s_iter = *reinterpret_cast<volatile unsigned *>(&me->iter);
+		unsigned t;
+		asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(t) : "l"(&me->arrived) : "memory");
+		ticket = t;
+	}
+	__syncthreads();
+	const unsigned iter = s_iter;
+	const int b = (int)(iter & 1u);
+	const unsigned long long tu = p.total >> p.unit_shift;
+
+	// 1. all destinations, as one range of world x tu units split over the grid
+	const unsigned long long all = (unsigned long long)p.world * tu;
+	const unsigned long long lo = all * blockIdx.x / gridDim.x, hi = all * (blockIdx.x + 1) / gridDim.x;
+	for (int q = 0; q < p.world; q++) {
+		const unsigned long long qlo = lo > q * tu ? lo - q * tu : 0;
+		const unsigned long long qhi = hi < (q + 1) * tu ? hi - q * tu : tu;
+		if (hi <= q * tu || lo >= (q + 1) * tu || qlo >= qhi)
+			continue;
+		char *slot = q == p.rank ? nullptr : p.slot(q, b, p.rank);
+		copy_range<U>(
+			p, qlo, qhi,
+			[&](int i, unsigned long long) { return p.pc[i].send + (size_t)q * p.pc[i].bytes; },
+			[&](int i, unsigned long long off) {
+				return q == p.rank ? p.pc[i].recv + (size_t)q * p.pc[i].bytes : slot + off;
+			});
+	}
+	// 2. count in at every peer once this block's writes are visible there
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence_system();
+		for (int q = 0; q < p.world; q++)
+			if (q != p.rank)
+				atomicAdd_system(&p.state(q)->from[p.rank], 1u);
+	}
+	// 3. wait for every block of every peer, then copy out of the slots
+	if (threadIdx.x == 0) {
+		for (int q = 0; q < p.world; q++) {
+			if (q == p.rank)
+				continue;
+			const unsigned want = (iter + 1u) * (unsigned)p.grid[q];
+			unsigned long long t0 = 0;
+			for (unsigned spins = 0; (int)(load_acquire_sys(&me->from[q]) - want) < 0; spins++) {
+				if (spins == 0) {
+					t0 = now_ns();
+				} else if ((spins & 255u) == 0 &&
+					   (*reinterpret_cast<volatile unsigned *>(&me->timed_out) ||
+					    now_ns() - t0 > p.timeout_ns)) {
+					atomicExch(&me->timed_out, 1u);
+					break;
+				}
+			}
+		}
+	}
+	__syncthreads();
+	const unsigned long long rall = (unsigned long long)(p.world - 1) * tu;
+	const unsigned long long rlo = rall * blockIdx.x / gridDim.x, rhi = rall * (blockIdx.x + 1) / gridDim.x;
+	for (int k = 0; k < p.world - 1; k++) {
+		const int q = k < p.rank ? k : k + 1;
+		const unsigned long long qlo = rlo > k * tu ? rlo - k * tu : 0;
+		const unsigned long long qhi = rhi < (k + 1) * tu ? rhi - k * tu : tu;
+		if (rhi <= k * tu || rlo >= (k + 1) * tu || qlo >= qhi)
+			continue;
+		const char *slot = p.slot(p.rank, b, q);
+		copy_range<U>(
+			p, qlo, qhi, [&](int, unsigned long long off) { return slot + off; },
+			[&](int i, unsigned long long) { return p.pc[i].recv + (size_t)q * p.pc[i].bytes; });
+	}
+	if (threadIdx.x == 0 && ticket == gridDim.x - 1) {
+		*reinterpret_cast<volatile unsigned *>(&me->arrived) = 0;
+		*reinterpret_cast<volatile unsigned *>(&me->iter) = iter + 1;
+	}
+}
+
+} // namespace
+
+struct tpf_cuda_a2a {
+	int rank, world;
+	size_t slot_bytes;
+	char *local;
+	char *area[kMaxWorld];
+	int grid;
+	int grids[kMaxWorld];
+	unsigned long long timeout_ns;
+	bool pdl;
+};
+
+namespace {
+
+enum tpf_status a2a_fail(struct tpf_diag *d, const char *what, cudaError_t e)
+{
+	return tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: %s: %s", what, cudaGetErrorString(e));
+}
+
+struct A2AHandle {
+	cudaIpcMemHandle_t handle;
+	int ok, grid;
+};
+
+} // namespace
+
+extern "C" void tpf_cuda_a2a_free(struct tpf_cuda_a2a *c)
+{
+	if (!c)
+		return;
+	for (int q = 0; q < c->world; q++)
+		if (q != c->rank && c->area[q])
+			cudaIpcCloseMemHandle(c->area[q]);
+	if (c->local)
+		cudaFree(c->local);
+	tpf_free(c);
+}
+
+extern "C" size_t tpf_cuda_a2a_max_bytes(const struct tpf_cuda_a2a *c)
+{
+	return c->slot_bytes;
+}
+
+extern "C" enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_bytes,
+					      const struct tpf_cuda_exchange *ex, struct tpf_cuda_a2a **out,
+					      struct tpf_diag *d)
+{
+	*out = NULL;
+	if (world < 2 || world > kMaxWorld || rank < 0 || rank >= world)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				     "peer-memory all-to-all: world size %d (rank %d) outside 2..%d", world, rank,
+				     kMaxWorld);
+	struct tpf_cuda_a2a *c = (struct tpf_cuda_a2a *)tpf_calloc(1, sizeof(*c));
+	A2AHandle *all = (A2AHandle *)tpf_calloc((size_t)world, sizeof(A2AHandle));
+	A2AHandle mine;
+	memset(&mine, 0, sizeof(mine));
+	enum tpf_status st = TPF_OK;
+	if (!c || !all) {
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer-memory all-to-all: out of memory");
+	} else {
+		c->rank = rank;
+		c->world = world;
+		c->timeout_ns = 60ull * 1000000000ull;
+		const char *pdl = getenv("TPF_PDL");
+		c->pdl = !(pdl && !strcmp(pdl, "0"));
+		c->slot_bytes = (max_bytes + 255) / 256 * 256;
+		const size_t area = kStateBytes + 2 * (size_t)(world - 1) * c->slot_bytes;
+		cudaError_t e = cudaMalloc((void **)&c->local, area);
+		if (e == cudaSuccess)
+			e = cudaMemset(c->local, 0, kStateBytes);
+		if (e == cudaSuccess)
+			e = cudaDeviceSynchronize();
+		if (e == cudaSuccess)
+			e = cudaIpcGetMemHandle(&mine.handle, c->local);
+		int dev = 0, sms = 0, per_sm = 0;
+		if (e == cudaSuccess)
+			e = cudaGetDevice(&dev);
+		if (e == cudaSuccess)
+			e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+		if (e == cudaSuccess)
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, a2a_kernel<16>, kThreads, 0);
+		if (e != cudaSuccess) {
+			st = a2a_fail(d, "setting up the buffers", e);
+		} else {
+			// every block resident at once (they wait for the peers'), two an SM
+			c->grid = sms * (per_sm < 2 ? (per_sm < 1 ? 1 : per_sm) : 2);
+			mine.grid = c->grid;
+		}
+	}
+	mine.ok = st == TPF_OK;
+	// Every rank takes part in the exchange, failed or not.
+	A2AHandle scratch[kMaxWorld];
+	if (ex->allgather(ex->ctx, &mine, all ? all : scratch, sizeof(mine)) != 0) {
+		if (st == TPF_OK)
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: exchanging peer handles failed");
+		goto out_fail;
+	}
+	if (st != TPF_OK)
+		goto out_fail;
+	for (int q = 0; q < world; q++) {
+		if (!all[q].ok) {
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: rank %d could not set up its buffer",
+					   q);
+			goto out_fail;
+		}
+		c->grids[q] = all[q].grid;
+	}
+	for (int q = 0; q < world; q++) {
+		if (q == rank) {
+			c->area[q] = c->local;
+			continue;
+		}
+		void *p = NULL;
+		cudaError_t e = cudaIpcOpenMemHandle(&p, all[q].handle, cudaIpcMemLazyEnablePeerAccess);
+		if (e != cudaSuccess) {
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: mapping rank %d's buffer: %s", q,
+					   cudaGetErrorString(e));
+			goto out_fail;
+		}
+		c->area[q] = (char *)p;
+	}
+	tpf_free(all);
+	*out = c;
+	return TPF_OK;
+
+out_fail:
+	tpf_free(all);
+	tpf_cuda_a2a_free(c);
+	return st;
+}
+
+extern "C" void tpf_cuda_a2a_set_timeout(struct tpf_cuda_a2a *c, double seconds)
+{
+	c->timeout_ns = seconds > 0 ? (unsigned long long)(seconds * 1e9) : 60ull * 1000000000ull;
+}
+
+extern "C" enum tpf_status tpf_cuda_a2a_run(struct tpf_cuda_a2a *c, const void *const *send, void *const *recv,
+					   const size_t *bytes_per_rank, size_t n, void *stream, struct tpf_diag *d)
+{
+	if (n > TPF_CUDA_A2A_MAX_PIECES)
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "peer-memory all-to-all: %zu pieces, at most %d a call", n,
+				     TPF_CUDA_A2A_MAX_PIECES);
+	A2AParams p;
+	memset(&p, 0, sizeof(p));
+	uintptr_t bits = 0;
+	unsigned long long total = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!send[i] || !recv[i])
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "peer-memory all-to-all: piece %zu has no buffer", i);
+		p.pc[i].send = (const char *)send[i];
+		p.pc[i].recv = (char *)recv[i];
+		p.pc[i].bytes = bytes_per_rank[i];
+		bits |= (uintptr_t)send[i] | (uintptr_t)recv[i] | (uintptr_t)bytes_per_rank[i];
+		total += (bytes_per_rank[i] + 15) / 16 * 16;
+	}
+	if (total > c->slot_bytes)
+		return tpf_diag_fail(d, TPF_ERR_LIMIT,
+				     "peer-memory all-to-all: %llu bytes a destination exceed the buffer (%zu)", total,
+				     c->slot_bytes);
+	if (total == 0)
+		return TPF_OK;
+	for (int q = 0; q < c->world; q++) {
+		p.area[q] = c->area[q];
+		p.grid[q] = c->grids[q];
+	}
+	p.rank = c->rank;
+	p.world = c->world;
+	p.n = (int)n;
+	p.slot_bytes = c->slot_bytes;
+	p.total = total;
+	p.timeout_ns = c->timeout_ns;
+	const int unit = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+	p.unit_shift = unit == 16 ? 4 : unit == 4 ? 2 : 0;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = dim3((unsigned)c->grid);
+	cfg.blockDim = dim3((unsigned)kThreads);
+	cfg.stream = (cudaStream_t)stream;
+	cudaLaunchAttribute attr[1];
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = attr;
+	cfg.numAttrs = c->pdl ? 1 : 0;
+	cudaError_t e = unit == 16 ? cudaLaunchKernelEx(&cfg, a2a_kernel<16>, p)
+			: unit == 4 ? cudaLaunchKernelEx(&cfg, a2a_kernel<4>, p)
+				    : cudaLaunchKernelEx(&cfg, a2a_kernel<1>, p);
+	return e == cudaSuccess ? TPF_OK : a2a_fail(d, "launch", e);
+}
+
+extern "C" enum tpf_status tpf_cuda_a2a_check(struct tpf_cuda_a2a *c, struct tpf_diag *d)
+{
+	unsigned timed_out = 0;
+	cudaError_t e = cudaMemcpy(&timed_out, &reinterpret_cast<A2AState *>(c->local)->timed_out, sizeof(timed_out),
+				   cudaMemcpyDeviceToHost);
+	if (e != cudaSuccess)
+		return a2a_fail(d, "reading its state", e);
+	if (timed_out)
+		return tpf_diag_fail(d, TPF_ERR_RUNTIME,
+				     "rank %d: a peer-memory all-to-all waited more than %.0f s for another rank's "
+				     "pieces (did every rank reach the same all-to-all?); this context stays unusable",
+				     c->rank, (double)c->timeout_ns / 1e9);
+	return TPF_OK;
+}
