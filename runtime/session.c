@@ -808,6 +808,14 @@ enum a2a_mode {
 
 static int peer_a2a_possible(const struct tpf_session *s);
 
+/* The most pieces a direct run takes through the communicator's grouped
+ * calls (TPF_A2A_DIRECT_MAX_PIECES, default 16). */
+static long grouped_max_pieces(void)
+{
+	const char *mp = getenv("TPF_A2A_DIRECT_MAX_PIECES");
+	return mp && *mp ? strtol(mp, NULL, 10) : 16;
+}
+
 /* Finds the direct runs of the current plan; every rank must agree. */
 static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
@@ -819,7 +827,7 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 	 * 239 / 259 / 261 us (bench-fusions); the default bound sits between
 	 * the two.  The peer-memory kernel takes any number up to its limit at
 	 * the speed of one raw all-to-all (136 / 140 / 137 us against 143). */
-	long max_pieces = mp && *mp ? strtol(mp, NULL, 10) : peer_a2a_possible(s) ? TPF_A2A_PEER_MAX_PIECES : 16;
+	long max_pieces = peer_a2a_possible(s) && !(mp && *mp) ? TPF_A2A_PEER_MAX_PIECES : grouped_max_pieces();
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
 		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
@@ -834,7 +842,8 @@ static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag
 		for (size_t i = 0; i < n && ok; i++) {
 			const struct tpf_ktensor *x = &s->b->kin[k][i], *y = &s->b->kout[k + 2][i];
 			ok = pk->ins[i] >= 0 && up->outs[i] >= 0 && x->dtype == s->b->kin[k + 1][0].dtype &&
-			     y->dtype == x->dtype && x->numel == y->numel && x->numel % s->comm->world == 0;
+			     y->dtype == x->dtype && x->numel == y->numel && x->numel % s->comm->world == 0 &&
+			     tpf_dtype_bits(x->dtype) % 8 == 0; /* whole bytes a chunk */
 			c[i] = ok ? x->numel / s->comm->world : 0;
 		}
 		if (!ok || !segments_canonical(pk->node, c, n, s->comm->world, 1) ||
@@ -941,17 +950,33 @@ static size_t peer_a2a_mark(struct tpf_session *s)
 		size_t total = 0, es = (tpf_dtype_bits(s->b->kin[k][0].dtype) + 7) / 8;
 		for (size_t i = 0; i < p->steps[k].n_in; i++)
 			total += ((size_t)s->b->kin[k][i].numel / (size_t)s->comm->world * es + 15) / 16 * 16;
+		if (total > oneshot_max_bytes()) /* the receive area is 2 (world - 1) times this */
+			continue;
 		s->b->a2a_direct[k] = A2A_PEER;
 		need = total > need ? total : need;
 	}
 	return need;
 }
 
+/* Without the peer-memory kernel (its set-up failed on some rank): in
+ * every bound plan, a run marked for it goes through the communicator's
+ * grouped calls, or packed where it has more pieces than those take well.
+ * The same on every rank (after tpf_comm_agree). */
 static void peer_a2a_unmark(struct tpf_session *s)
 {
-	for (size_t k = 0; s->b->a2a_direct && k < s->b->plan->n_steps; k++)
-		if (s->b->a2a_direct[k] == A2A_PEER)
-			s->b->a2a_direct[k] = A2A_GROUPED;
+	for (int i = 0; i < TPF_SESSION_PLANS; i++) {
+		struct bound *b = &s->slots[i];
+		for (size_t k = 0; b->plan && b->a2a_direct && k < b->plan->n_steps; k++) {
+			if (b->a2a_direct[k] != A2A_PEER)
+				continue;
+			if ((long)b->plan->steps[k].n_in > grouped_max_pieces()) {
+				b->a2a_direct[k] = 0;
+				b->n_a2a_direct--;
+			} else {
+				b->a2a_direct[k] = A2A_GROUPED;
+			}
+		}
+	}
 }
 
 static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
@@ -1080,15 +1105,6 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 			st = r;
 	if (need_sharded && (r = oneshot_ctx(s, &s->os_sharded, TPF_DTYPE_FLOAT, need_sharded, local)) && !st)
 		st = r;
-	if (need_a2a && (!s->os_a2a || tpf_cuda_a2a_max_bytes(s->os_a2a) < need_a2a)) {
-		struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
-		tpf_cuda_a2a_free(s->os_a2a);
-		s->os_a2a = NULL;
-		if ((r = tpf_cuda_a2a_create(s->comm->rank, s->comm->world, need_a2a, &ex, &s->os_a2a, local)) && !st)
-			st = r;
-		if (s->os_a2a)
-			tpf_cuda_a2a_set_timeout(s->os_a2a, s->comm->timeout_s);
-	}
 	if (tpf_comm_agree(s->comm, st, "setting up peer memory for one-shot collectives", local)) {
 		/* not an error: the run goes on through NCCL; the caller's
 		 * diagnostic says why (the library prints nothing) */
@@ -1096,9 +1112,34 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 		for (size_t i = 0; local && i < local->count; i++)
 			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
 		oneshot_free(s);
-		memset(s->b->oneshot, 0, s->b->n_oneshot);
+		/* every bound plan: a cached one must not find a freed context */
+		for (int i = 0; i < TPF_SESSION_PLANS; i++)
+			if (s->slots[i].oneshot)
+				memset(s->slots[i].oneshot, 0, s->slots[i].n_oneshot);
 		peer_a2a_unmark(s);
 		s->os_failed = 1;
+		tpf_diag_free(local);
+		return TPF_OK;
+	}
+	/* the all-to-all's context on its own: its failure keeps the one-shot
+	 * all-reduces */
+	st = TPF_OK;
+	tpf_diag_clear(local);
+	if (need_a2a && (!s->os_a2a || tpf_cuda_a2a_max_bytes(s->os_a2a) < need_a2a)) {
+		struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
+		tpf_cuda_a2a_free(s->os_a2a);
+		s->os_a2a = NULL;
+		st = tpf_cuda_a2a_create(s->comm->rank, s->comm->world, need_a2a, &ex, &s->os_a2a, local);
+		if (s->os_a2a)
+			tpf_cuda_a2a_set_timeout(s->os_a2a, s->comm->timeout_s);
+	}
+	if (tpf_comm_agree(s->comm, st, "setting up peer memory for all-to-alls", local)) {
+		tpf_diag_add(d, TPF_SEV_WARNING, "peer-memory all-to-alls are off, NCCL runs them");
+		for (size_t i = 0; local && i < local->count; i++)
+			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
+		tpf_cuda_a2a_free(s->os_a2a);
+		s->os_a2a = NULL;
+		peer_a2a_unmark(s);
 	}
 	tpf_diag_free(local);
 	return TPF_OK;

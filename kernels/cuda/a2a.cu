@@ -120,7 +120,7 @@ __device__ inline void copy_range(const A2AParams &p, unsigned long long lo, uns
 //    alternate: a sender writes buffer b again two calls later, which it
 //    begins only after this rank has begun the next call, so after this
 //    call has ended here.
-template <int U> __global__ void __launch_bounds__(kThreads) a2a_kernel(A2AParams p)
+template <int U> __global__ void __launch_bounds__(kThreads, 2) a2a_kernel(A2AParams p)
 {
 	__shared__ unsigned s_iter;
 	tpfc::pdl_trigger();
@@ -281,8 +281,16 @@ extern "C" enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_b
 			e = cudaGetDevice(&dev);
 		if (e == cudaSuccess)
 			e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+		// the least of the three instances: every block of any of them must fit
+		int o16 = 0, o4 = 0, o1 = 0;
 		if (e == cudaSuccess)
-			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, a2a_kernel<16>, kThreads, 0);
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o16, a2a_kernel<16>, kThreads, 0);
+		if (e == cudaSuccess)
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o4, a2a_kernel<4>, kThreads, 0);
+		if (e == cudaSuccess)
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o1, a2a_kernel<1>, kThreads, 0);
+		per_sm = o16 < o4 ? o16 : o4;
+		per_sm = per_sm < o1 ? per_sm : o1;
 		if (e != cudaSuccess) {
 			st = a2a_fail(d, "setting up the buffers", e);
 		} else {

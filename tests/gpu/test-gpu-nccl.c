@@ -336,6 +336,71 @@ static enum tpf_status a2a_body(void *p, struct tpf_diag *d)
 	return tpf_cuda_a2a_run(x->a2a, x->send, x->recv, x->bytes, x->n, x->dev->stream, d);
 }
 
+/* A burst of calls back to back on one context (both receive buffers
+ * several times over, no host wait between), each with its own data and
+ * buffers, rank 0 late to the first: checked after one synchronization,
+ * with 64 canary bytes after every receive buffer that no call may touch. */
+static void a2a_burst(struct tpf_cuda_a2a *a2a, struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
+{
+	enum { CALLS = 8, PIECES = 6, CANARY = 64 };
+	const int W = c->world, me = c->rank;
+	const void *send[CALLS][PIECES];
+	void *recv[CALLS][PIECES];
+	size_t bytes[CALLS][PIECES];
+	unsigned char *h = malloc(65536 * (size_t)W + CANARY);
+	int ok = h != NULL;
+	enum tpf_status st = TPF_OK;
+	for (int n = 0; n < CALLS; n++)
+		for (int k = 0; k < PIECES; k++) {
+			bytes[n][k] = 4096 + 16 * (size_t)k + 32 * (size_t)n;
+			const size_t all = bytes[n][k] * (size_t)W;
+			send[n][k] = dev->alloc(dev, all);
+			recv[n][k] = dev->alloc(dev, all + CANARY);
+			ok &= send[n][k] && recv[n][k];
+			if (!ok)
+				continue;
+			for (int to = 0; to < W; to++)
+				for (size_t i = 0; i < bytes[n][k]; i++)
+					h[to * bytes[n][k] + i] = a2a_byte(100 + n, k, me, to, i);
+			st = st ? st : dev->upload(dev, (void *)send[n][k], h, all, d);
+			memset(h, 0xa5, all + CANARY);
+			st = st ? st : dev->upload(dev, recv[n][k], h, all + CANARY, d);
+		}
+	st = st ? st : dev->sync(dev, d);
+	if (me == 0)
+		usleep(50000); /* the others' kernels wait for this rank's pieces */
+	for (int n = 0; n < CALLS && ok && !st; n++)
+		st = tpf_cuda_a2a_run(a2a, send[n], recv[n], bytes[n], PIECES, dev->stream, d);
+	st = st ? st : dev->sync(dev, d);
+	st = st ? st : tpf_cuda_a2a_check(a2a, d);
+	int bad_data = 0, bad_canary = 0;
+	for (int n = 0; n < CALLS && ok && !st; n++)
+		for (int k = 0; k < PIECES && !st; k++) {
+			const size_t all = bytes[n][k] * (size_t)W;
+			st = dev->download(dev, h, recv[n][k], all + CANARY, d);
+			for (int from = 0; from < W; from++)
+				for (size_t i = 0; i < bytes[n][k]; i++)
+					bad_data += h[from * bytes[n][k] + i] != a2a_byte(100 + n, k, from, me, i);
+			for (size_t i = 0; i < CANARY; i++)
+				bad_canary += h[all + i] != 0xa5;
+		}
+	char what[160];
+	snprintf(what, sizeof(what),
+		 "peer-memory all-to-all: %d calls back to back, rank 0 late: %d bytes wrong, %d canary bytes "
+		 "overwritten",
+		 CALLS, bad_data, bad_canary);
+	expect(ok && !st && !bad_data && !bad_canary, what);
+	if (st)
+		tpf_diag_print(d, stdout);
+	tpf_diag_clear(d);
+	for (int n = 0; n < CALLS; n++)
+		for (int k = 0; k < PIECES; k++) {
+			dev->free(dev, (void *)send[n][k]);
+			dev->free(dev, recv[n][k]);
+		}
+	free(h);
+}
+
 /* Calls of the peer-memory all-to-all on one context: 16-byte, 4-byte and
  * odd piece sizes (the kernel's three unit widths), 1 to the largest
  * number of pieces, sizes from a few bytes to megabytes, each call's
@@ -431,6 +496,7 @@ static void peer_alltoall(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 			dev->free(dev, recv[k]);
 		}
 	}
+	a2a_burst(a2a, c, dev, d);
 	tpf_cuda_a2a_free(a2a);
 }
 
