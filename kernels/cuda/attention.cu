@@ -917,7 +917,9 @@ bool env_zero(const char *name)
 	return e && !strcmp(e, "0");
 }
 
-// The tensor-core kernel takes the call (TPF_DECODE_MMA=0 keeps every call
+constexpr int64_t kMmaMinRows = 4; // group rows from which decode_plan takes the tensor-core kernel
+
+// The tensor-core kernel may take the call (TPF_DECODE_MMA=0 keeps every call
 // on the float kernel): bf16/fp16, head size = value size = 64 or 128, Q
 // rows 16-byte aligned (the caller checks K/V).
 bool decode_mma_ok(const struct tpf_attention_ops &o)
@@ -961,7 +963,15 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	// as many splits as fill the blocks the SMs hold at once (DecMinBlocks,
 	// the tensor-core kernel's launch bounds)
 	const int64_t rb = p.R > 8 ? 16 : p.R > 4 ? 8 : p.R;
-	p.mma = decode_mma_ok(o);
+	// The tensor-core kernel from 4 group rows (a decode step's query heads
+	// a KV head): its 16-row products cost the same for 1 to 8 rows, the
+	// float kernel's work grows with them.  Decode steps on 2x H100 (4
+	// layers, hidden 2048, 16 query heads of 128): 8 KV heads (2 rows) the
+	// float kernel 166.1 / 218.8 us at batch 1 / 8 against 177.7 / 231.9
+	// (256 keys), 172.6 / 270.4 against 180.1 / 275.9 (1024 keys); 4 KV
+	// heads (4 rows) the tensor cores 174.3 / 228.3 against 177.7 / 226.9
+	// (256 keys), 178.3 / 240.2 against 183.7 / 252.4 (1024 keys).
+	p.mma = decode_mma_ok(o) && p.R >= kMmaMinRows;
 	p.chunk = p.mma ? kMmaTile : kChunk;
 	const int64_t per_sm = p.mma ? 2 : rb <= 4 ? 4 : 2;
 	int64_t groups = o.B * o.Hk * p.row_chunks, nchunks = (o.T + p.chunk - 1) / p.chunk;

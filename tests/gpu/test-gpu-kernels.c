@@ -1361,10 +1361,11 @@ static void quant(void)
  * by the same kernel, masks, causal, softcap, head sizes 32 to 256, value
  * sizes that leave lanes idle (96) or split into partial pieces (90), and a
  * batch whose (batch, KV head) groups exceed a grid dimension (the row
- * kernel).  bf16/fp16 with head size 64 or 128 take the tensor-core kernel
- * (8 rows: 16/4 heads, the causal softcap case, the bool-mask case; 16 rows:
- * the grouped spelling, the additive-mask case, the head-128 prefill in row
- * chunks), everything else the float kernel. */
+ * kernel).  bf16/fp16 with head size 64 or 128 and at least 4 group rows
+ * take the tensor-core kernel (8 rows: 16/4 heads, the causal softcap case,
+ * the bool-mask case; 16 rows: the grouped spelling, the additive-mask
+ * case, the head-128 prefill in row chunks), everything else the float
+ * kernel (16/8 heads: 2 rows). */
 /* Attention with past key/value and no mask (n carries the attributes):
  * sz = {B, Hq, Hk, S (query tokens), L (new key/value tokens), D, Dv, P}. */
 static void check_past(const char *label, struct tpf_node *n, enum tpf_dtype dt, const int64_t *sz)
@@ -1385,6 +1386,10 @@ static void attention_decode(void)
 		/* Llama-3-8B at TP2: 16 query heads over 4 KV heads, past 1024 */
 		check_past("Attention decode 16/4 heads of 128, past 1024 (split KV)", node("", "Attention", 6, 3), dt,
 			   (const int64_t[]){1, 16, 4, 1, 1, 128, 128, 1024});
+		/* 16 query heads over 8 KV heads: 2 rows a group, the float kernel
+		 * for every dtype */
+		check_past("Attention decode 16/8 heads of 128, past 256 (2 rows)", node("", "Attention", 6, 3), dt,
+			   (const int64_t[]){1, 16, 8, 1, 1, 128, 128, 256});
 		/* the grouped spelling: a KV head's G query heads as its sequence */
 		struct tpf_node *g = node("", "Attention", 6, 3);
 		tpf_node_set_attr_float(g, "scale", 0.0883883f);
