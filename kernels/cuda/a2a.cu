@@ -9,22 +9,22 @@
 #include <string.h>
 
 #include "cuda-common.cuh"
+#include "peer.cuh"
 #include "tpf-cuda.h"
 
 namespace {
 
-constexpr int kMaxWorld = 8;
+constexpr int kMaxWorld = tpfc::kPeerMaxWorld;
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4; // units a thread has in flight
 
 // The context's device state, at the start of its peer-mapped area: the
-// call counter (as in the one-shot all-reduce: read by every block at its
-// start, advanced by the block that counts in last) and, per sender, how
-// many of its blocks have finished writing into this rank's area (over
-// all calls: a call waits for the count of calls so far times the
-// sender's grid).
+// call counter and give-up flag every peer-memory kernel keeps (peer.cuh)
+// and, per sender, how many of its blocks have finished writing into this
+// rank's area (over all calls: a call waits for the count of calls so far
+// times the sender's grid).
 struct A2AState {
-	unsigned iter, arrived, timed_out, pad;
+	tpfc::PeerState s;
 	unsigned from[kMaxWorld];
 };
 constexpr size_t kStateBytes = 256;
@@ -53,13 +53,6 @@ struct A2AParams {
 		return area[r] + kStateBytes + ((size_t)b * (world - 1) + idx) * slot_bytes;
 	}
 };
-
-__device__ inline unsigned long long now_ns()
-{
-	unsigned long long t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
 
 __device__ inline unsigned load_acquire_sys(const unsigned *p)
 {
@@ -112,6 +105,19 @@ __device__ inline void copy_range(const A2AParams &p, unsigned long long lo, uns
 	}
 }
 
+// This block's share of n ranges of tu units each, split evenly over the
+// grid as one range of n x tu, clipped to range k: [a, b), false when
+// empty.
+__device__ __forceinline__ bool block_share(int n, unsigned long long tu, int k, unsigned long long &a,
+					    unsigned long long &b)
+{
+	const unsigned long long all = (unsigned long long)n * tu, first = k * tu;
+	const unsigned long long lo = all * blockIdx.x / gridDim.x, hi = all * (blockIdx.x + 1) / gridDim.x;
+	a = lo > first ? lo - first : 0;
+	b = hi < first + tu ? hi - first : tu;
+	return hi > first && lo < first + tu && a < b;
+}
+
 // 1. every destination's chunk of every piece: this rank's own straight
 //    into recv, the others' into this rank's slot of their area (the grid
 //    splits the destinations' units evenly); 2. each block counts itself in
@@ -127,24 +133,14 @@ template <int U> __global__ void __launch_bounds__(kThreads, 2) a2a_kernel(A2APa
 	tpfc::pdl_wait();
 	A2AState *me = p.state(p.rank);
 	unsigned ticket = 0;
-	if (threadIdx.x == 0) {
-		s_iter = *reinterpret_cast<volatile unsigned *>(&me->iter);
-		unsigned t;
-		asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(t) : "l"(&me->arrived) : "memory");
-		ticket = t;
-	}
-	__syncthreads();
-	const unsigned iter = s_iter;
+	const unsigned iter = tpfc::call_counter(&me->s, tpfc::read_counter(&me->s), &s_iter, &ticket);
 	const int b = (int)(iter & 1u);
 	const unsigned long long tu = p.total >> p.unit_shift;
 
 	// 1. all destinations, as one range of world x tu units split over the grid
-	const unsigned long long all = (unsigned long long)p.world * tu;
-	const unsigned long long lo = all * blockIdx.x / gridDim.x, hi = all * (blockIdx.x + 1) / gridDim.x;
 	for (int q = 0; q < p.world; q++) {
-		const unsigned long long qlo = lo > q * tu ? lo - q * tu : 0;
-		const unsigned long long qhi = hi < (q + 1) * tu ? hi - q * tu : tu;
-		if (hi <= q * tu || lo >= (q + 1) * tu || qlo >= qhi)
+		unsigned long long qlo, qhi;
+		if (!block_share(p.world, tu, q, qlo, qhi))
 			continue;
 		char *slot = q == p.rank ? nullptr : p.slot(q, b, p.rank);
 		copy_range<U>(
@@ -170,35 +166,25 @@ template <int U> __global__ void __launch_bounds__(kThreads, 2) a2a_kernel(A2APa
 			const unsigned want = (iter + 1u) * (unsigned)p.grid[q];
 			unsigned long long t0 = 0;
 			for (unsigned spins = 0; (int)(load_acquire_sys(&me->from[q]) - want) < 0; spins++) {
-				if (spins == 0) {
-					t0 = now_ns();
-				} else if ((spins & 255u) == 0 &&
-					   (*reinterpret_cast<volatile unsigned *>(&me->timed_out) ||
-					    now_ns() - t0 > p.timeout_ns)) {
-					atomicExch(&me->timed_out, 1u);
+				if (spins == 0)
+					t0 = tpfc::now_ns();
+				else if ((spins & 255u) == 0 && tpfc::wait_expired(&me->s, p.timeout_ns, t0))
 					break;
-				}
 			}
 		}
 	}
 	__syncthreads();
-	const unsigned long long rall = (unsigned long long)(p.world - 1) * tu;
-	const unsigned long long rlo = rall * blockIdx.x / gridDim.x, rhi = rall * (blockIdx.x + 1) / gridDim.x;
 	for (int k = 0; k < p.world - 1; k++) {
 		const int q = k < p.rank ? k : k + 1;
-		const unsigned long long qlo = rlo > k * tu ? rlo - k * tu : 0;
-		const unsigned long long qhi = rhi < (k + 1) * tu ? rhi - k * tu : tu;
-		if (rhi <= k * tu || rlo >= (k + 1) * tu || qlo >= qhi)
+		unsigned long long qlo, qhi;
+		if (!block_share(p.world - 1, tu, k, qlo, qhi))
 			continue;
 		const char *slot = p.slot(p.rank, b, q);
 		copy_range<U>(
 			p, qlo, qhi, [&](int, unsigned long long off) { return slot + off; },
 			[&](int i, unsigned long long) { return p.pc[i].recv + (size_t)q * p.pc[i].bytes; });
 	}
-	if (threadIdx.x == 0 && ticket == gridDim.x - 1) {
-		*reinterpret_cast<volatile unsigned *>(&me->arrived) = 0;
-		*reinterpret_cast<volatile unsigned *>(&me->iter) = iter + 1;
-	}
+	tpfc::call_end(&me->s, iter, ticket);
 }
 
 } // namespace
@@ -220,11 +206,6 @@ enum tpf_status a2a_fail(struct tpf_diag *d, const char *what, cudaError_t e)
 {
 	return tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: %s: %s", what, cudaGetErrorString(e));
 }
-
-struct A2AHandle {
-	cudaIpcMemHandle_t handle;
-	int ok, grid;
-};
 
 } // namespace
 
@@ -255,11 +236,8 @@ extern "C" enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_b
 				     "peer-memory all-to-all: world size %d (rank %d) outside 2..%d", world, rank,
 				     kMaxWorld);
 	struct tpf_cuda_a2a *c = (struct tpf_cuda_a2a *)tpf_calloc(1, sizeof(*c));
-	A2AHandle *all = (A2AHandle *)tpf_calloc((size_t)world, sizeof(A2AHandle));
-	A2AHandle mine;
-	memset(&mine, 0, sizeof(mine));
 	enum tpf_status st = TPF_OK;
-	if (!c || !all) {
+	if (!c) {
 		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer-memory all-to-all: out of memory");
 	} else {
 		c->rank = rank;
@@ -274,8 +252,6 @@ extern "C" enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_b
 			e = cudaMemset(c->local, 0, kStateBytes);
 		if (e == cudaSuccess)
 			e = cudaDeviceSynchronize();
-		if (e == cudaSuccess)
-			e = cudaIpcGetMemHandle(&mine.handle, c->local);
 		int dev = 0, sms = 0, per_sm = 0;
 		if (e == cudaSuccess)
 			e = cudaGetDevice(&dev);
@@ -296,49 +272,18 @@ extern "C" enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_b
 		} else {
 			// every block resident at once (they wait for the peers'), two an SM
 			c->grid = sms * (per_sm < 2 ? (per_sm < 1 ? 1 : per_sm) : 2);
-			mine.grid = c->grid;
 		}
 	}
-	mine.ok = st == TPF_OK;
-	// Every rank takes part in the exchange, failed or not.
-	A2AHandle scratch[kMaxWorld];
-	if (ex->allgather(ex->ctx, &mine, all ? all : scratch, sizeof(mine)) != 0) {
-		if (st == TPF_OK)
-			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: exchanging peer handles failed");
-		goto out_fail;
+	char *none[kMaxWorld];
+	int grids[kMaxWorld];
+	st = tpfc::map_peers(rank, world, ex, st, c ? c->local : NULL, c ? c->grid : 0, c ? c->area : none,
+			     c ? c->grids : grids, "peer-memory all-to-all", d);
+	if (st != TPF_OK) {
+		tpf_cuda_a2a_free(c);
+		return st;
 	}
-	if (st != TPF_OK)
-		goto out_fail;
-	for (int q = 0; q < world; q++) {
-		if (!all[q].ok) {
-			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: rank %d could not set up its buffer",
-					   q);
-			goto out_fail;
-		}
-		c->grids[q] = all[q].grid;
-	}
-	for (int q = 0; q < world; q++) {
-		if (q == rank) {
-			c->area[q] = c->local;
-			continue;
-		}
-		void *p = NULL;
-		cudaError_t e = cudaIpcOpenMemHandle(&p, all[q].handle, cudaIpcMemLazyEnablePeerAccess);
-		if (e != cudaSuccess) {
-			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "peer-memory all-to-all: mapping rank %d's buffer: %s", q,
-					   cudaGetErrorString(e));
-			goto out_fail;
-		}
-		c->area[q] = (char *)p;
-	}
-	tpf_free(all);
 	*out = c;
 	return TPF_OK;
-
-out_fail:
-	tpf_free(all);
-	tpf_cuda_a2a_free(c);
-	return st;
 }
 
 extern "C" void tpf_cuda_a2a_set_timeout(struct tpf_cuda_a2a *c, double seconds)
@@ -401,7 +346,7 @@ extern "C" enum tpf_status tpf_cuda_a2a_run(struct tpf_cuda_a2a *c, const void *
 extern "C" enum tpf_status tpf_cuda_a2a_check(struct tpf_cuda_a2a *c, struct tpf_diag *d)
 {
 	unsigned timed_out = 0;
-	cudaError_t e = cudaMemcpy(&timed_out, &reinterpret_cast<A2AState *>(c->local)->timed_out, sizeof(timed_out),
+	cudaError_t e = cudaMemcpy(&timed_out, &reinterpret_cast<A2AState *>(c->local)->s.timed_out, sizeof(timed_out),
 				   cudaMemcpyDeviceToHost);
 	if (e != cudaSuccess)
 		return a2a_fail(d, "reading its state", e);

@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "cuda-common.cuh"
+#include "peer.cuh"
 #include "tpf-cuda.h"
 
 namespace {
 
-constexpr int kMaxWorld = 8;
+constexpr int kMaxWorld = tpfc::kPeerMaxWorld;
 constexpr int kMaxChunksPerThread = 4; // 16-byte chunks a thread keeps in registers
 constexpr int kMaxThreads = 512;
 
@@ -409,18 +410,12 @@ template <typename T> __global__ void quant_fp8_kernel(const T *x, uint8_t *out,
 // started call n + 2 (each call waits on data from every rank, directly or
 // through the owner of its rows), so the reset is done by then.
 
-struct ArState {
-	unsigned iter;      // calls begun (advanced once per call by its last block to read it)
-	unsigned arrived;   // blocks of the current call that have read iter
-	unsigned timed_out; // a wait gave up (sticky: later waits give up at once)
-};
-
 // Buffer b of a rank's receive area: world source slots, then one gather slot.
 struct ArParams {
 	char *peer[kMaxWorld]; // receive area of each rank, as mapped here
 	int rank, world;
 	size_t slot_bytes;     // one slot of one buffer
-	ArState *state;
+	tpfc::PeerState *state;
 	unsigned long long timeout_ns; // a wait gives up after this long
 	const void *x;
 	int64_t rows;
@@ -429,35 +424,17 @@ struct ArParams {
 	__device__ size_t slot(int b, int q) const { return ((size_t)b * (world + 1) + q) * slot_bytes; }
 };
 
-__device__ inline unsigned long long now_ns()
-{
-	unsigned long long t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
-
-// Whether a wait that began at t0 gives up: after p.timeout_ns, or at once
-// once any earlier wait of this context gave up (then marked for the host),
-// so that a rank whose peer never arrives ends its kernel and the host
-// reports it instead of hanging.  Checked every 256 spins.
-__device__ inline bool wait_expired(const ArParams &p, unsigned long long t0)
-{
-	if (!*reinterpret_cast<volatile unsigned *>(&p.state->timed_out) && now_ns() - t0 <= p.timeout_ns)
-		return false;
-	atomicExch(&p.state->timed_out, 1u);
-	return true;
-}
-
 // Waits until the 16 bytes at src hold no placeholder, then puts the
-// placeholders back.  Gives up (false, v zeroed) when wait_expired says so.
+// placeholders back.  Gives up (false, v zeroed) when tpfc::wait_expired
+// says so.
 template <typename T> __device__ inline bool take16(uint4 *src, uint4 &v, const ArParams &p)
 {
 	unsigned long long t0 = 0;
 	v = load_volatile(src);
 	for (unsigned spins = 0; has_placeholder<T>(v); spins++) {
 		if (spins == 0) {
-			t0 = now_ns();
-		} else if ((spins & 255u) == 0 && wait_expired(p, t0)) {
+			t0 = tpfc::now_ns();
+		} else if ((spins & 255u) == 0 && tpfc::wait_expired(p.state, p.timeout_ns, t0)) {
 			v = make_uint4(0, 0, 0, 0);
 			return false;
 		}
@@ -478,40 +455,6 @@ __device__ inline void peer_begin()
 {
 	tpfc::pdl_trigger();
 	tpfc::pdl_wait();
-}
-
-// The call counter, in two steps so that the read overlaps a kernel's
-// first loads: read_counter (thread 0 issues the read) at the kernel's
-// start, then call_counter, which publishes it to the block and counts the
-// block in (the atomic releases the read: the block that counts last knows
-// every block has read the counter).  Returns the counter; `*ticket` is the
-// block's place, for call_end.
-__device__ inline unsigned read_counter(const ArParams &p)
-{
-	return threadIdx.x == 0 ? *reinterpret_cast<volatile unsigned *>(&p.state->iter) : 0u;
-}
-
-__device__ inline unsigned call_counter(const ArParams &p, unsigned it, unsigned *s_iter, unsigned *ticket)
-{
-	if (threadIdx.x == 0) {
-		*s_iter = it;
-		unsigned t;
-		asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(t) : "l"(&p.state->arrived) : "memory");
-		*ticket = t;
-	}
-	__syncthreads();
-	return *s_iter;
-}
-
-// The end of every peer-memory kernel: the block that counted in last
-// advances the counter for the next call (which reads it only after this
-// kernel has finished).
-__device__ inline void call_end(const ArParams &p, unsigned iter, unsigned ticket)
-{
-	if (threadIdx.x == 0 && ticket == gridDim.x - 1) {
-		*reinterpret_cast<volatile unsigned *>(&p.state->arrived) = 0;
-		*reinterpret_cast<volatile unsigned *>(&p.state->iter) = iter + 1;
-	}
 }
 
 // Sums slot q = 0..world-1 of row `lrow` of buffer b (in rank order, the
@@ -566,14 +509,14 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_ones
 	peer_begin();
 	// the counter, the first row's data, residual and gamma in flight
 	// together (one row a block whenever the rows fit the grid)
-	const unsigned it0 = read_counter(p);
+	const unsigned it0 = tpfc::read_counter(p.state);
 	const bool single = blockIdx.x + gridDim.x >= p.rows;
 	uint4 xv[kMaxChunksPerThread];
 	RowIn in;
 	load_chunks<T>(p.x, blockIdx.x, chunks, xv);
 	load_row_in<T>(p.o, blockIdx.x, chunks, in);
 	unsigned ticket = 0;
-	const unsigned iter = call_counter(p, it0, &s_iter, &ticket);
+	const unsigned iter = tpfc::call_counter(p.state, it0, &s_iter, &ticket);
 	const int b = (int)(iter % 3);
 
 	// 1. push this rank's rows into slot `rank` of buffer b of every other
@@ -611,7 +554,7 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_ones
 		// 3. residual, norm, quantization in registers
 		finish_row<T>(acc, in, row, chunks, p.o, scratch, phase);
 	}
-	call_end(p, iter, ticket);
+	tpfc::call_end(p.state, iter, ticket);
 }
 
 // Two-shot: rank q owns rows [q*per, (q+1)*per).  1. every rank stores each
@@ -634,7 +577,7 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
 	peer_begin();
 	unsigned ticket = 0;
-	const unsigned iter = call_counter(p, read_counter(p), &s_iter, &ticket);
+	const unsigned iter = tpfc::call_counter(p.state, tpfc::read_counter(p.state), &s_iter, &ticket);
 	const int b = (int)(iter % 3);
 	const int64_t per = (p.rows + p.world - 1) / p.world;
 	const int64_t mine0 = (int64_t)p.rank * per;
@@ -699,7 +642,7 @@ template <typename T> __global__ void __launch_bounds__(kMaxThreads) arnorm_twos
 		}
 		finish_row<T>(acc, in, row, chunks, p.o, scratch, phase);
 	}
-	call_end(p, iter, ticket);
+	tpfc::call_end(p.state, iter, ticket);
 }
 
 template <typename T> __global__ void fill_placeholder_kernel(uint4 *p, size_t n)
@@ -900,7 +843,7 @@ struct tpf_cuda_arnorm {
 	size_t max_elems, slot_bytes;
 	char *local;                 // our receive area (3 buffers x world slots)
 	char *peer[kMaxWorld];       // every rank's receive area mapped here
-	ArState *state;
+	tpfc::PeerState *state;
 	int max_grid;                // blocks that are surely resident together
 	int max_grid_sharded;        // the same for the sharded norm's kernel (a smaller one: more fit)
 	unsigned long long timeout_ns;
@@ -949,19 +892,12 @@ extern "C" size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c)
 	return c->max_elems;
 }
 
-// What each rank contributes to the exchange: its buffer's handle, or the
-// news that it has none (so that every rank fails together).
-struct PeerHandle {
-	cudaIpcMemHandle_t handle;
-	int ok;
-};
-
 namespace {
 
 int sharded_blocks_per_sm(); // defined with the sharded norm's kernel
 
-// Everything before the exchange: buffers, state, placeholders, handle.
-enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHandle_t *mine, struct tpf_diag *d)
+// Everything before the exchange: buffers, state, placeholders, grid limits.
+enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, struct tpf_diag *d)
 {
 	c->slot_bytes = (c->max_elems * (size_t)es + 255) / 256 * 256;
 	// 3 buffers of world source slots and one gather slot (two-shot)
@@ -969,9 +905,9 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHand
 	cudaError_t e = cudaMalloc((void **)&c->local, area);
 	if (e != cudaSuccess)
 		return cuda_fail(d, "one-shot all-reduce buffers", e);
-	e = cudaMalloc((void **)&c->state, sizeof(ArState));
+	e = cudaMalloc((void **)&c->state, sizeof(tpfc::PeerState));
 	if (e == cudaSuccess)
-		e = cudaMemset(c->state, 0, sizeof(ArState));
+		e = cudaMemset(c->state, 0, sizeof(tpfc::PeerState));
 	if (e != cudaSuccess)
 		return cuda_fail(d, "one-shot all-reduce state", e);
 	size_t n = area / 16;
@@ -982,9 +918,6 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, cudaIpcMemHand
 	e = cudaDeviceSynchronize();
 	if (e != cudaSuccess)
 		return cuda_fail(d, "one-shot all-reduce init", e);
-	e = cudaIpcGetMemHandle(mine, c->local);
-	if (e != cudaSuccess)
-		return cuda_fail(d, "cudaIpcGetMemHandle", e);
 	int dev = 0, sms = 0, per_sm = 0;
 	cudaGetDevice(&dev);
 	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -1021,11 +954,8 @@ extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "one-shot all-reduce: world size %d (rank %d) outside 1..%d",
 				     world, rank, kMaxWorld);
 	struct tpf_cuda_arnorm *c = (struct tpf_cuda_arnorm *)tpf_calloc(1, sizeof(*c));
-	PeerHandle *all = (PeerHandle *)tpf_calloc((size_t)world, sizeof(PeerHandle));
-	PeerHandle mine;
-	memset(&mine, 0, sizeof(mine));
 	enum tpf_status st = TPF_OK;
-	if (!c || !all) {
+	if (!c) {
 		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "one-shot all-reduce: out of memory");
 	} else {
 		c->rank = rank;
@@ -1035,45 +965,17 @@ extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_
 		c->timeout_ns = 60ull * 1000000000ull;
 		const char *pdl = getenv("TPF_PDL");
 		c->pdl = !(pdl && !strcmp(pdl, "0"));
-		st = arnorm_prepare(c, es, &mine.handle, d);
+		st = arnorm_prepare(c, es, d);
 	}
-	mine.ok = st == TPF_OK;
-	// Every rank takes part in the exchange, failed or not.
-	PeerHandle scratch[kMaxWorld];
-	if (ex->allgather(ex->ctx, &mine, all ? all : scratch, sizeof(mine)) != 0) {
-		if (st == TPF_OK)
-			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: exchanging peer handles failed");
-		goto out_fail;
+	char *none[kMaxWorld];
+	st = tpfc::map_peers(rank, world, ex, st, c ? c->local : NULL, 0, c ? c->peer : none, NULL, "one-shot all-reduce",
+			     d);
+	if (st != TPF_OK) {
+		tpf_cuda_arnorm_free(c);
+		return st;
 	}
-	if (st != TPF_OK)
-		goto out_fail;
-	for (int q = 0; q < world; q++)
-		if (!all[q].ok) {
-			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: rank %d could not set up its buffer", q);
-			goto out_fail;
-		}
-	for (int q = 0; q < world; q++) {
-		if (q == rank) {
-			c->peer[q] = c->local;
-			continue;
-		}
-		void *p = NULL;
-		cudaError_t e = cudaIpcOpenMemHandle(&p, all[q].handle, cudaIpcMemLazyEnablePeerAccess);
-		if (e != cudaSuccess) {
-			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "one-shot all-reduce: mapping rank %d's buffer: %s", q,
-					   cudaGetErrorString(e));
-			goto out_fail;
-		}
-		c->peer[q] = (char *)p;
-	}
-	tpf_free(all);
 	*out = c;
 	return TPF_OK;
-
-out_fail:
-	tpf_free(all);
-	tpf_cuda_arnorm_free(c);
-	return st;
 }
 
 extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const struct tpf_cuda_norm_args *a,
@@ -1227,8 +1129,8 @@ __device__ inline float take32(uint32_t *src, const ArParams &p)
 	asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
 	for (unsigned spins = 0; bits == 0x80000000u; spins++) {
 		if (spins == 0)
-			t0 = now_ns();
-		else if ((spins & 255u) == 0 && wait_expired(p, t0))
+			t0 = tpfc::now_ns();
+		else if ((spins & 255u) == 0 && tpfc::wait_expired(p.state, p.timeout_ns, t0))
 			return 0.f;
 		asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(bits) : "l"(src));
 	}
@@ -1254,7 +1156,7 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 	__shared__ unsigned s_iter;
 	int phase = 0;
 	peer_begin();
-	const unsigned it0 = read_counter(ar);
+	const unsigned it0 = tpfc::read_counter(ar.state);
 	const bool single = blockIdx.x + gridDim.x >= p.rows;
 	unsigned ticket = 0, iter = 0;
 	char *own = ar.peer[ar.rank];
@@ -1270,7 +1172,7 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 					mine = s;
 			}
 			if (row == blockIdx.x) // uniform: the block's first row (every block has one)
-				iter = call_counter(ar, it0, &s_iter, &ticket);
+				iter = tpfc::call_counter(ar.state, it0, &s_iter, &ticket);
 			if (threadIdx.x < p.n) {
 				uint32_t bits = __float_as_uint(mine);
 				if (bits == 0x80000000u)
@@ -1307,7 +1209,7 @@ __global__ void __launch_bounds__(kMaxThreads) sharded_oneshot_kernel(ShardedPar
 			__syncthreads();
 		}
 	}
-	call_end(ar, iter, ticket);
+	tpfc::call_end(ar.state, iter, ticket);
 }
 
 // Blocks of the sharded norm's kernel (at its largest block size) that
