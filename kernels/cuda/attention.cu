@@ -628,14 +628,18 @@ __global__ void __launch_bounds__(kDecThreads) decode_combine_kernel(DecArgs a)
 // the float kernel.
 constexpr int kMmaTile = 16; // keys of a tile
 
-// Tiles a warp loads at once: two with 8 query rows (registers allow), one with 16.
-template <int MR> struct MmaTiles {
-	static constexpr int value = MR == 8 ? 2 : 1;
+// Tiles a warp loads at once: two with 8 query rows of head size 64, else
+// one.  Two tiles of head size 128 need more than the 255 registers a
+// thread may have: the compiler spilled to local memory (Nsight Compute on
+// 2x H100, Llama-3-8B shapes at batch 1: 8,088 spill requests, one
+// instruction issued every 10.5 cycles, 12.5 us a call).
+template <int D, int MR> struct MmaTiles {
+	static constexpr int value = MR == 8 && D <= 64 ? 2 : 1;
 };
 
-int mma_tiles(int64_t R)
+int mma_tiles(int64_t R, int64_t D)
 {
-	return R <= 8 ? MmaTiles<8>::value : MmaTiles<16>::value;
+	return R <= 8 ? (D <= 64 ? MmaTiles<64, 8>::value : MmaTiles<128, 8>::value) : MmaTiles<128, 16>::value;
 }
 
 // Column of the value product's output: 8-column tile n, column q of it.
@@ -648,7 +652,7 @@ __device__ __forceinline__ int mma_vcol(int n, int q)
 template <typename T, int D, int MR>
 __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 {
-	constexpr int TP = MmaTiles<MR>::value;
+	constexpr int TP = MmaTiles<D, MR>::value;
 	constexpr int NS = D / 16;	   // k steps of the scores
 	constexpr int KV = D / 32;	   // 16-byte pieces of a key a lane loads
 	constexpr int NT = D / 8;	   // 8-column tiles of the values
@@ -986,8 +990,9 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	// the tensor-core kernel: splits of whole 16-key tiles, at least one
 	// step of two warps (fewer, longer splits for the combine kernel to
 	// read where the SMs have room to spare)
-	if (p.mma && cps < 2 * mma_tiles(p.R))
-		cps = nchunks < 2 * mma_tiles(p.R) ? nchunks : 2 * mma_tiles(p.R);
+	const int64_t min_cps = 2 * mma_tiles(p.R, o.D);
+	if (p.mma && cps < min_cps)
+		cps = nchunks < min_cps ? nchunks : min_cps;
 	p.chunks_per_split = (int)cps;
 	p.splits = (int)((nchunks + cps - 1) / cps);
 	int64_t rows = o.B * o.Hq * o.S;
