@@ -6,7 +6,9 @@
  * status agreement) through MPI; CUDA graph capture of a collective; the
  * peer-memory kernels (one-shot and two-shot all-reduce + RMSNorm, the
  * sharded norm's exchange) over a sequence of calls of changing sizes,
- * each checked against the host; the peer-memory all-to-all over calls of
+ * each checked against the host; their FP8, NVFP4 and FP8-group outputs
+ * (each kind its own kernel instance, and all three in one call) byte for
+ * byte against the single-GPU fused kernel; the peer-memory all-to-all over calls of
  * changing piece counts, sizes and alignments, checked byte for byte.
  *
  * With --stall: a stalled collective (the last rank skips it and sleeps
@@ -313,6 +315,143 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 	free(hs);
 	tpf_cuda_arnorm_free(ar);
 	tpf_cuda_arnorm_free(sh);
+}
+
+/* The peer-memory kernels with quantized outputs: FP8 per tensor, NVFP4,
+ * FP8 per group of 128, and all three in one call, one-shot and two-shot.
+ * Each kind runs as its own kernel instance; every output byte (sum, norm,
+ * codes, scales) must equal that of the single-GPU fused kernel run on the
+ * reduced sum (exact here, so both finish the same rows).  Values are
+ * multiples of 1/8 with gamma 1 + multiples of 1/8, which put many
+ * quotients exactly on rounding boundaries of the narrow formats. */
+enum { QK_FP8 = 1, QK_FP4 = 2, QK_GROUP = 4 };
+
+static void peer_quant(struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
+{
+	static const struct {
+		int rows, hidden, two, kinds;
+	} cs[] = {{1, 8192, 0, QK_FP8}, {1, 8192, 1, QK_FP4}, {5, 4096, 0, QK_FP4}, {5, 4096, 1, QK_GROUP},
+		  {64, 2048, 0, QK_GROUP}, {3, 4096, 0, QK_FP8 | QK_FP4 | QK_GROUP},
+		  {2, 8192, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {33, 1024, 1, QK_FP8}};
+	enum { MAXE = 64 * 2048, NB = 8 };
+	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
+	struct tpf_cuda_arnorm *ar = NULL;
+	enum tpf_status st = tpf_cuda_arnorm_create(c->rank, c->world, TPF_DTYPE_BFLOAT16, MAXE, &ex, &ar, d);
+	expect(st == TPF_OK, "peer-memory context for the quantized outputs");
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return;
+	}
+	/* the outputs, each twice (peer kernel, reference): norm, sum, fp8,
+	 * fp4 codes, fp4 scales, group codes, group scales */
+	static const size_t bytes_per_elem_x16[] = {32, 32, 16, 8, 1, 16, 0};
+	void *o[2][NB] = {{0}};
+	unsigned char *h[2][NB] = {{0}};
+	const size_t cap = (size_t)MAXE * 2 + 64;
+	for (int v = 0; v < 2; v++)
+		for (int b = 0; b < 7; b++) {
+			o[v][b] = dev->alloc(dev, cap);
+			h[v][b] = malloc(cap);
+		}
+	uint16_t *hx = malloc(MAXE * 2), *hs = malloc(MAXE * 2), *hr = malloc(MAXE * 2), *hg = malloc(8192 * 2);
+	void *x = dev->alloc(dev, MAXE * 2), *xs = dev->alloc(dev, MAXE * 2), *r = dev->alloc(dev, MAXE * 2);
+	void *g = dev->alloc(dev, 8192 * 2);
+	if (!hx || !hs || !hr || !hg)
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer quant: out of host memory");
+	for (int v = 0; v < 2; v++)
+		for (int b = 0; b < 7; b++)
+			if (!h[v][b] || !o[v][b])
+				st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer quant: out of memory");
+	long off_bytes = 0, calls = 0;
+	for (int k = 0; k < (int)(sizeof(cs) / sizeof(cs[0])) && !st; k++) {
+		const int T = cs[k].rows, H = cs[k].hidden;
+		const int64_t n = (int64_t)T * H;
+		for (int64_t i = 0; i < n; i++) {
+			float acc = 0.f;
+			for (int q = 0; q < c->world; q++)
+				acc += seq_val(q, 20 + k, i, 7);
+			hx[i] = tpf_f32_to_bf16(seq_val(c->rank, 20 + k, i, 7));
+			hs[i] = tpf_f32_to_bf16(acc);
+			hr[i] = tpf_f32_to_bf16(seq_val(0, 20 + k, i, 8));
+		}
+		for (int i = 0; i < H; i++)
+			hg[i] = tpf_f32_to_bf16(seq_val(0, 20 + k, i, 9) + 1.0f);
+		st = dev->upload(dev, x, hx, (size_t)n * 2, d);
+		st = st ? st : dev->upload(dev, xs, hs, (size_t)n * 2, d);
+		st = st ? st : dev->upload(dev, r, hr, (size_t)n * 2, d);
+		st = st ? st : dev->upload(dev, g, hg, (size_t)H * 2, d);
+		for (int v = 0; v < 2 && !st; v++) {
+			/* a different filler in each copy: a byte a kernel leaves unwritten differs */
+			for (int b = 0; b < 7 && !st; b++) {
+				memset(h[v][b], v ? 0x5a : 0xa5, cap);
+				st = dev->upload(dev, o[v][b], h[v][b], cap, d);
+			}
+			struct tpf_cuda_norm_args a;
+			memset(&a, 0, sizeof(a));
+			a.dtype = TPF_DTYPE_BFLOAT16;
+			a.rows = T;
+			a.hidden = H;
+			a.x = v ? xs : x;
+			a.residual = r;
+			a.gamma = g;
+			a.epsilon = 1e-6f;
+			a.norm_out = o[v][0];
+			a.residual_out = o[v][1];
+			if (cs[k].kinds & QK_FP8)
+				a.fp8_out = o[v][2], a.fp8_scale = 1.0f / 64;
+			if (cs[k].kinds & QK_FP4)
+				a.fp4_out = o[v][3], a.fp4_scales = o[v][4], a.fp4_global = 1.0f / 96;
+			if (cs[k].kinds & QK_GROUP)
+				a.group_out = o[v][5], a.group_scales = o[v][6], a.group = 128, a.group_floor = 1e-6f;
+			a.path = cs[k].two ? TPF_CUDA_AR_TWOSHOT : TPF_CUDA_AR_ONESHOT;
+			st = v ? tpf_cuda_add_rmsnorm(&a, dev->stream, d) : tpf_cuda_arnorm_run(ar, &a, dev->stream, d);
+		}
+		for (int v = 0; v < 2 && !st; v++)
+			for (int b = 0; b < 7 && !st; b++) {
+				size_t nb = b == 6 ? (size_t)(n / 128) * 4 : (size_t)n * bytes_per_elem_x16[b] / 16;
+				int used = b < 2 || (b == 2 && (cs[k].kinds & QK_FP8)) ||
+					   ((b == 3 || b == 4) && (cs[k].kinds & QK_FP4)) ||
+					   (b >= 5 && (cs[k].kinds & QK_GROUP));
+				if (used)
+					st = dev->download(dev, h[v][b], o[v][b], nb, d);
+			}
+		if (st)
+			break;
+		calls++;
+		long off = 0;
+		for (int b = 0; b < 7; b++) {
+			size_t nb = b == 6 ? (size_t)(n / 128) * 4 : (size_t)n * bytes_per_elem_x16[b] / 16;
+			int used = b < 2 || (b == 2 && (cs[k].kinds & QK_FP8)) || ((b == 3 || b == 4) && (cs[k].kinds & QK_FP4)) ||
+				   (b >= 5 && (cs[k].kinds & QK_GROUP));
+			for (size_t i = 0; used && i < nb; i++)
+				off += h[0][b][i] != h[1][b][i];
+		}
+		if (off)
+			printf("rank %d: peer quant case %d (%d x %d, %s, kinds %d): %ld bytes differ\n", RANK, k, T, H,
+			       cs[k].two ? "two-shot" : "one-shot", cs[k].kinds, off);
+		off_bytes += off;
+	}
+	if (st)
+		tpf_diag_print(d, stdout);
+	printf("rank %d: peer quant: %ld calls, %ld output bytes differ from the single-GPU kernel\n", RANK, calls,
+	       off_bytes);
+	expect(!st && calls == (long)(sizeof(cs) / sizeof(cs[0])) && off_bytes == 0,
+	       "one-shot and two-shot all-reduce + norm with FP8, NVFP4, FP8-group and all three outputs, byte for byte");
+	tpf_diag_clear(d);
+	for (int v = 0; v < 2; v++)
+		for (int b = 0; b < 7; b++) {
+			dev->free(dev, o[v][b]);
+			free(h[v][b]);
+		}
+	dev->free(dev, x);
+	dev->free(dev, xs);
+	dev->free(dev, r);
+	dev->free(dev, g);
+	free(hx);
+	free(hs);
+	free(hr);
+	free(hg);
+	tpf_cuda_arnorm_free(ar);
 }
 
 /* The byte that rank `from` sends rank `to` at offset i of piece k, call n. */
@@ -625,6 +764,7 @@ int main(int argc, char **argv)
 	expect(ok, "broadcast");
 	/* the peer-memory kernels over calls of changing sizes and paths */
 	peer_sequence(c, dev, d);
+	peer_quant(c, dev, d);
 	/* host path: agreement and a difference named */
 	st = tpf_comm_check_same(c, 42, "a value", d);
 	expect(!st, "host-memory check_same (equal)");
