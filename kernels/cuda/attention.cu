@@ -921,6 +921,14 @@ bool env_zero(const char *name)
 	return e && !strcmp(e, "0");
 }
 
+// A positive integer from the environment, else 0.
+int env_int(const char *name)
+{
+	const char *e = getenv(name);
+	int v = e ? atoi(e) : 0;
+	return v > 0 ? v : 0;
+}
+
 constexpr int64_t kMmaMinRows = 4; // group rows from which decode_plan takes the tensor-core kernel
 
 // The tensor-core kernel may take the call (TPF_DECODE_MMA=0 keeps every call
@@ -990,7 +998,12 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	// the tensor-core kernel: splits of whole 16-key tiles, at least one
 	// step of two warps (fewer, longer splits for the combine kernel to
 	// read where the SMs have room to spare)
-	const int64_t min_cps = 2 * mma_tiles(p.R, o.D);
+	// (TPF_DECODE_SPLIT_TILES: another least number of tiles a split.
+	// 2x H100, Llama-3-8B decode step at batch 1, 4 rows of head size 128:
+	// 418.99 us a step with 4, 421.5-421.9 with the default 2, 427.4 with
+	// 1; batch 8 even: docs/gpu.md.)
+	static const int split_tiles = env_int("TPF_DECODE_SPLIT_TILES");
+	const int64_t min_cps = split_tiles > 0 ? split_tiles : 2 * mma_tiles(p.R, o.D);
 	if (p.mma && cps < min_cps)
 		cps = nchunks < min_cps ? nchunks : min_cps;
 	p.chunks_per_split = (int)cps;

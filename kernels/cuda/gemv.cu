@@ -448,6 +448,14 @@ int mma_min_rows()
 	return v;
 }
 
+// TPF_GEMV_COLS: 16 or 32 forces the FMA kernel's tile width (else it is
+// chosen by the SM count, below).  Read once.
+int forced_cols()
+{
+	static const int v = env_rows("TPF_GEMV_COLS", 0, 32);
+	return v == 16 || v == 32 ? v : 0;
+}
+
 template <typename T, int M>
 cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
 		     int N, bool avec, bool wpre)
@@ -544,10 +552,15 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 		return 0;
 	const bool avec = K % 8 == 0 && (uintptr_t)a % 16 == 0;
 	// 32-column tiles (64-byte row pieces of W) when they fill the SMs,
-	// else 16-column tiles for twice the blocks
+	// else 16-column tiles for twice the blocks.  (2x H100, Llama-3-8B
+	// decode step at batch 1: q/k/v with K 4096, N 3072 forced to 96
+	// blocks of 32 columns, TPF_GEMV_COLS=32, took 419.0-419.6 us a step
+	// against 421.5-421.9 as 192 blocks of 16: docs/gpu.md.)
 	const int sms = tpfc_sm_count();
 	int64_t tiles32 = (N + 31) / 32;
 	int ct = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
+	if (forced_cols())
+		ct = forced_cols() / 8;
 	unsigned blocks = (unsigned)((N + 8 * ct - 1) / (8 * ct));
 	// a large weight of few columns would stream through a few SMs:
 	// cuBLASLt splits K over more
