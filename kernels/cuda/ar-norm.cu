@@ -857,7 +857,7 @@ template <typename T> void (*peer_kernel(bool two, int q))(ArParams)
 }
 
 // The fewest blocks of kMaxThreads an SM holds of any of dtype T's peer
-// kernels (float, or the 16-bit types: the same code).
+// kernels.
 template <typename T> int least_resident()
 {
 	int least = 1 << 30;
@@ -956,7 +956,9 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, struct tpf_dia
 	cudaGetDevice(&dev);
 	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
 	// The kernels at their largest block size; smaller blocks only fit more.
-	per_sm = c->dtype == TPF_DTYPE_FLOAT ? least_resident<float>() : least_resident<__nv_bfloat16>();
+	per_sm = c->dtype == TPF_DTYPE_FLOAT	 ? least_resident<float>()
+		 : c->dtype == TPF_DTYPE_FLOAT16 ? least_resident<__half>()
+						 : least_resident<__nv_bfloat16>();
 	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
 	c->max_grid_sharded = sms * sharded_blocks_per_sm();
 

@@ -29,6 +29,7 @@
 #include "cuda-common.cuh"
 #include "op-geometry.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 using namespace tpfc;
@@ -921,12 +922,15 @@ bool env_zero(const char *name)
 	return e && !strcmp(e, "0");
 }
 
-// A positive integer from the environment, else 0.
+// A positive integer (up to 1 << 20) from the environment, else 0.
 int env_int(const char *name)
 {
 	const char *e = getenv(name);
-	int v = e ? atoi(e) : 0;
-	return v > 0 ? v : 0;
+	if (!e || !*e)
+		return 0;
+	char *end = NULL;
+	long v = strtol(e, &end, 10);
+	return *end || v <= 0 || v > (1 << 20) ? 0 : (int)v;
 }
 
 constexpr int64_t kMmaMinRows = 4; // group rows from which decode_plan takes the tensor-core kernel

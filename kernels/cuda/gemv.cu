@@ -452,7 +452,7 @@ int mma_min_rows()
 // chosen by the SM count, below).  Read once.
 int forced_cols()
 {
-	static const int v = env_rows("TPF_GEMV_COLS", 0, 32);
+	static const int v = env_rows("TPF_GEMV_COLS", 0, INT_MAX);
 	return v == 16 || v == 32 ? v : 0;
 }
 

@@ -356,8 +356,8 @@ static void peer_quant(struct tpf_comm *c, struct tpf_device *dev, struct tpf_di
 	uint16_t *hx = malloc(MAXE * 2), *hs = malloc(MAXE * 2), *hr = malloc(MAXE * 2), *hg = malloc(8192 * 2);
 	void *x = dev->alloc(dev, MAXE * 2), *xs = dev->alloc(dev, MAXE * 2), *r = dev->alloc(dev, MAXE * 2);
 	void *g = dev->alloc(dev, 8192 * 2);
-	if (!hx || !hs || !hr || !hg)
-		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer quant: out of host memory");
+	if (!hx || !hs || !hr || !hg || !x || !xs || !r || !g)
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "peer quant: out of memory");
 	for (int v = 0; v < 2; v++)
 		for (int b = 0; b < 7; b++)
 			if (!h[v][b] || !o[v][b])
