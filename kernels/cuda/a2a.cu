@@ -243,8 +243,7 @@ extern "C" enum tpf_status tpf_cuda_a2a_create(int rank, int world, size_t max_b
 		c->rank = rank;
 		c->world = world;
 		c->timeout_ns = 60ull * 1000000000ull;
-		const char *pdl = getenv("TPF_PDL");
-		c->pdl = !(pdl && !strcmp(pdl, "0"));
+		c->pdl = tpfc::peer_pdl();
 		c->slot_bytes = (max_bytes + 255) / 256 * 256;
 		const size_t area = kStateBytes + 2 * (size_t)(world - 1) * c->slot_bytes;
 		cudaError_t e = cudaMalloc((void **)&c->local, area);

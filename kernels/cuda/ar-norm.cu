@@ -870,7 +870,6 @@ template <typename T> int least_resident()
 	return least;
 }
 
-
 struct tpf_cuda_arnorm {
 	int rank, world;
 	enum tpf_dtype dtype;
@@ -991,8 +990,7 @@ extern "C" enum tpf_status tpf_cuda_arnorm_create(int rank, int world, enum tpf_
 		c->dtype = dtype;
 		c->max_elems = max_elems;
 		c->timeout_ns = 60ull * 1000000000ull;
-		const char *pdl = getenv("TPF_PDL");
-		c->pdl = !(pdl && !strcmp(pdl, "0"));
+		c->pdl = tpfc::peer_pdl();
 		st = arnorm_prepare(c, es, d);
 	}
 	char *none[kMaxWorld];

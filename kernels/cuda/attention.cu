@@ -29,7 +29,6 @@
 #include "cuda-common.cuh"
 #include "op-geometry.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 using namespace tpfc;
@@ -922,17 +921,6 @@ bool env_zero(const char *name)
 	return e && !strcmp(e, "0");
 }
 
-// A positive integer (up to 1 << 20) from the environment, else 0.
-int env_int(const char *name)
-{
-	const char *e = getenv(name);
-	if (!e || !*e)
-		return 0;
-	char *end = NULL;
-	long v = strtol(e, &end, 10);
-	return *end || v <= 0 || v > (1 << 20) ? 0 : (int)v;
-}
-
 constexpr int64_t kMmaMinRows = 4; // group rows from which decode_plan takes the tensor-core kernel
 
 // The tensor-core kernel may take the call (TPF_DECODE_MMA=0 keeps every call
@@ -1006,7 +994,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	// 2x H100, Llama-3-8B decode step at batch 1, 4 rows of head size 128:
 	// 418.99 us a step with 4, 421.5-421.9 with the default 2, 427.4 with
 	// 1; batch 8 even: docs/gpu.md.)
-	static const int split_tiles = env_int("TPF_DECODE_SPLIT_TILES");
+	static const int split_tiles = tpfc_env_int("TPF_DECODE_SPLIT_TILES", 0, 1 << 20);
 	const int64_t min_cps = split_tiles > 0 ? split_tiles : 2 * mma_tiles(p.R, o.D);
 	if (p.mma && cps < min_cps)
 		cps = nchunks < min_cps ? nchunks : min_cps;

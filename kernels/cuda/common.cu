@@ -103,6 +103,18 @@ int tpfc_sm_count(void)
 	return cache[dev];
 }
 
+int tpfc_env_int(const char *name, int def, int hi)
+{
+	const char *e = getenv(name);
+	if (!e || !*e)
+		return def;
+	char *end = NULL;
+	long n = strtol(e, &end, 10);
+	if (end == e || *end || n < 0)
+		return def;
+	return (int)(n > hi ? hi : n);
+}
+
 int tpfc_pdl_level(void)
 {
 	static int v = -1;

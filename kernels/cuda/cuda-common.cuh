@@ -460,8 +460,12 @@ __device__ __forceinline__ void pdl_trigger()
 // attention, combine, 16-byte copy and gated-activation kernels ("all":
 // 2x H100, Llama-3-8B shapes, one call: batch 8 562.5 us a step against
 // 568.8, but batch 1 490.4 against 456.9).  The peer-memory kernels follow
-// TPF_PDL=0 alone (ar-norm.cu).
+// TPF_PDL=0 alone (peer.cuh: tpfc::peer_pdl).
 int tpfc_pdl_level(void);
+
+// A non-negative integer from the environment (def when unset or not a
+// number), at most hi: the kernels' tuning options.
+int tpfc_env_int(const char *name, int def, int hi);
 
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic
 // dependent of the stream's previous kernel when pdl.

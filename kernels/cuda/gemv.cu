@@ -417,25 +417,11 @@ __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 
 // ---------------------------------------------------------------- host
 
-// A small non-negative integer from the environment (def when unset or
-// not a number), at most hi.
-int env_rows(const char *name, int def, int hi)
-{
-	const char *e = getenv(name);
-	if (!e || !*e)
-		return def;
-	char *end = NULL;
-	long n = strtol(e, &end, 10);
-	if (end == e || *end || n < 0)
-		return def;
-	return (int)(n > hi ? hi : n);
-}
-
 // TPF_GEMV: unset -> rows up to kDefaultMaxRows; "0" -> off; 1..16 -> that
 // many rows at most.  Read once.
 int max_rows()
 {
-	static const int v = env_rows("TPF_GEMV", kDefaultMaxRows, kMaxMmaRows);
+	static const int v = tpfc_env_int("TPF_GEMV", kDefaultMaxRows, kMaxMmaRows);
 	return v;
 }
 
@@ -444,7 +430,7 @@ int max_rows()
 // beyond).  Read once.
 int mma_min_rows()
 {
-	static const int v = env_rows("TPF_GEMV_MMA", kDefaultMmaMinRows, kMaxMmaRows + 1);
+	static const int v = tpfc_env_int("TPF_GEMV_MMA", kDefaultMmaMinRows, kMaxMmaRows + 1);
 	return v;
 }
 
@@ -452,7 +438,7 @@ int mma_min_rows()
 // chosen by the SM count, below).  Read once.
 int forced_cols()
 {
-	static const int v = env_rows("TPF_GEMV_COLS", 0, INT_MAX);
+	static const int v = tpfc_env_int("TPF_GEMV_COLS", 0, INT_MAX);
 	return v == 16 || v == 32 ? v : 0;
 }
 

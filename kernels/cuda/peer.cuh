@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda-common.cuh"
@@ -74,6 +75,15 @@ __device__ inline void call_end(PeerState *s, unsigned iter, unsigned ticket)
 		*reinterpret_cast<volatile unsigned *>(&s->arrived) = 0;
 		*reinterpret_cast<volatile unsigned *>(&s->iter) = iter + 1;
 	}
+}
+
+// Whether the peer-memory kernels are launched as programmatic dependents:
+// unless TPF_PDL=0.  Read here rather than through tpfc_pdl_level so that
+// these kernels build without common.cu (bench/gpu/run.sh).
+inline bool peer_pdl()
+{
+	const char *e = getenv("TPF_PDL");
+	return !(e && !strcmp(e, "0"));
 }
 
 // What each rank contributes to the exchange: its buffer's handle and grid,
