@@ -159,6 +159,7 @@ const char *tpf_kernel_phase_name(enum tpf_kernel_phase p)
 		[TPF_PHASE_GATHER_REORDER] = "gather-reorder",
 		[TPF_PHASE_FP8_GEMM] = "fp8-gemm",
 		[TPF_PHASE_MATMUL_BT] = "matmul-bt",
+		[TPF_PHASE_MATMUL_TILED] = "matmul-tiled",
 	};
 	return (unsigned)p < TPF_PHASE_COUNT ? names[p] : "?";
 }
@@ -476,5 +477,39 @@ int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode)
 		return i < 0 ? i + n : i;
 	default:
 		return -1;
+	}
+}
+
+/* ------------------------------------------------------------ packed weights */
+
+size_t tpf_gemv_packed_bytes(int64_t K, int64_t N, int tw, size_t es)
+{
+	return (size_t)((N + tw - 1) / tw) * (size_t)K * (size_t)tw * es;
+}
+
+void tpf_gemv_pack(const void *w, void *packed, int64_t K, int64_t N, int tw, size_t es)
+{
+	const char *src = w;
+	char *dst = packed;
+	for (int64_t t = 0; t * tw < N; t++) {
+		size_t cols = (size_t)(N - t * tw < tw ? N - t * tw : tw);
+		for (int64_t k = 0; k < K; k++) {
+			char *d = dst + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es;
+			memcpy(d, src + ((size_t)k * (size_t)N + (size_t)t * (size_t)tw) * es, cols * es);
+			if (cols < (size_t)tw)
+				memset(d + cols * es, 0, ((size_t)tw - cols) * es);
+		}
+	}
+}
+
+void tpf_gemv_unpack(const void *packed, void *w, int64_t K, int64_t N, int tw, size_t es)
+{
+	const char *src = packed;
+	char *dst = w;
+	for (int64_t t = 0; t * tw < N; t++) {
+		size_t cols = (size_t)(N - t * tw < tw ? N - t * tw : tw);
+		for (int64_t k = 0; k < K; k++)
+			memcpy(dst + ((size_t)k * (size_t)N + (size_t)t * (size_t)tw) * es,
+			       src + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es, cols * es);
 	}
 }

@@ -85,6 +85,12 @@ enum tpf_kernel_phase {
 	 * axes: operand 1 is the Transpose's input ([..., N, K]), read
 	 * transposed; the Transpose itself is not run (runtime/plan.c). */
 	TPF_PHASE_MATMUL_BT,
+	/* MatMul of a few rows by a known 2-D weight [K, N], the weight packed
+	 * for the small-M kernels (runtime/plan.c): operand 1 is
+	 * [ceil(N / TW), K, TW], column tile t holding columns t * TW ..
+	 * t * TW + TW - 1 of every row of K (the last tile's columns past N
+	 * zero); N is the output's last dim.  TW is 16 or 32. */
+	TPF_PHASE_MATMUL_TILED,
 	TPF_PHASE_COUNT
 };
 
@@ -134,6 +140,13 @@ const struct tpf_kernel *const *tpf_kernel_list(size_t *count);
 
 /* Fills numel and nbytes from dtype, rank and dims; -1 on overflow. */
 int tpf_ktensor_finish(struct tpf_ktensor *t);
+
+/* A weight W [K, N] row-major <-> packed in column tiles [ceil(N / tw), K,
+ * tw] (TPF_PHASE_MATMUL_TILED), es-byte elements; pack writes the last
+ * tile's columns past N as zero bytes. */
+size_t tpf_gemv_packed_bytes(int64_t K, int64_t N, int tw, size_t es);
+void tpf_gemv_pack(const void *w, void *packed, int64_t K, int64_t N, int tw, size_t es);
+void tpf_gemv_unpack(const void *packed, void *w, int64_t K, int64_t N, int tw, size_t es);
 
 /* ------------------------------------------------------ scalar conversions
  * Exact: round to nearest, ties to even.  `saturate` follows ONNX Cast:

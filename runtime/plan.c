@@ -5,6 +5,10 @@
  * buffer in one arena by liveness. */
 #include "runtime-internal.h"
 
+#ifdef TPF_HAVE_CUDA
+#include "cuda/tpf-cuda.h"
+#endif
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -1011,6 +1015,70 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
 }
 
+/* ------------------------------------------------------------ packed weights
+ * MatMul(a, w) with w a known 2-D weight [K, N] and few rows of a: the CUDA
+ * backend's small-M kernel streams w in column tiles (each block one tile
+ * over the whole of K), and reads those at more of the memory's bandwidth
+ * when each tile is one contiguous run (2x H100, Llama-3-8B gate/up at one
+ * row: 2.80 against 2.60 TB/s, docs/gpu.md).  The plan packs such a
+ * weight as [ceil(N / TW), K, TW] on the host (once per weight and width)
+ * and the product reads the packed copy (TPF_PHASE_MATMUL_TILED); w itself
+ * goes to the device only if another step reads it.  TPF_GEMV_TILED=0
+ * turns this off; TPF_GEMV_TILED=16 or 32 forces that tile width, and on
+ * the CPU backend packs every such product (its kernel unpacks: tests). */
+static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
+{
+	const char *e = getenv("TPF_GEMV_TILED");
+	int forced = e && (!strcmp(e, "16") || !strcmp(e, "32")) ? atoi(e) : 0;
+	if ((e && !strcmp(e, "0")) || n->n_inputs != 2 || n->n_outputs != 1 || ins[0] < 0 || outs[0] < 0)
+		return 0;
+	int w = known_index(p, n->inputs[1]);
+	if (w < 0 || p->values[w].t.rank != 2 || p->values[ins[0]].known)
+		return 0;
+	const struct tpf_ktensor *a = &p->values[ins[0]].t, *b = &p->values[w].t, *y = &p->values[outs[0]].t;
+	int64_t K = b->dims[0], N = b->dims[1];
+	if (a->rank < 1 || a->dims[a->rank - 1] != K || K < 1 || N < 1 || a->dtype != b->dtype ||
+	    y->dtype != b->dtype || y->rank < 1 || y->dims[y->rank - 1] != N)
+		return 0;
+#ifdef TPF_HAVE_CUDA
+	if (p->opt.backend == TPF_BACKEND_CUDA) {
+		int tw = tpf_cuda_gemv_tile_cols(b->dtype, a->numel / K, K, N);
+		return tw && forced ? forced : tw;
+	}
+#endif
+	if (forced)
+		return tpf_kernel_find(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_MATMUL_TILED, b->dtype) ? forced : 0;
+	return 0;
+}
+
+static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
+					  const int *outs, int tw, struct tpf_diag *d)
+{
+	int w = known_index(p, n->inputs[1]), wp = -1;
+	for (size_t i = 0; i < p->n_values && wp < 0; i++)
+		if (p->values[i].packed_tw == tw && p->values[i].packed_src == w)
+			wp = (int)i;
+	if (wp < 0) {
+		const struct tpf_ktensor bt = p->values[w].t; /* add_temp may move the values array */
+		int64_t dims[3] = {(bt.dims[1] + tw - 1) / tw, bt.dims[0], tw};
+		size_t es = bt.numel ? bt.nbytes / (size_t)bt.numel : 0;
+		wp = add_temp(p, n, "weight.tiled", bt.dtype, 3, dims);
+		if (wp < 0 || !es)
+			return TPF_ERR_NOMEM;
+		struct rt_value *t = &p->values[wp];
+		t->host = tpf_malloc(t->t.nbytes ? t->t.nbytes : 1);
+		if (!t->host)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory packing weight '%s'", p->values[w].name);
+		t->owns_host = 1;
+		t->known = 1;
+		t->packed_tw = tw;
+		t->packed_src = w;
+		tpf_gemv_pack(p->values[w].host, t->host, bt.dims[0], bt.dims[1], tw, es);
+	}
+	int tins[2] = {ins[0], wp};
+	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
+}
+
 /* ------------------------------------------------------------ transposed operands
  * MatMul(a, Transpose(b, perm swapping the last two axes)): the GEMM reads
  * b transposed (matmul-bt) and the Transpose, when only such products read
@@ -1229,8 +1297,10 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		if (fp8_matmul(p, n))
 			return lower_fp8_matmul(p, n, outs, d);
 		const struct tpf_node *t = bt_transpose(p, n);
-		if (!t)
-			return lower_main(p, n, ins, outs, d);
+		if (!t) {
+			int tw = tiled_width(p, n, ins, outs);
+			return tw ? lower_tiled_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
+		}
 		int bt_ins[2] = {ins[0], value_index(p, t->inputs[0])};
 		return add_kernel_step(p, b, n, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1, d);
 	}

@@ -29,6 +29,10 @@ struct rt_value {
 				    * host); other hints are dropped after lowering */
 	int poisoned;              /* produced by a node the runtime cannot run: no
 				    * shape (planning goes on to list every such node) */
+	int packed_tw;             /* known weight packed in column tiles of this
+				    * width for the small-M MatMul kernel
+				    * (TPF_PHASE_MATMUL_TILED), else 0 */
+	int packed_src;            /* packed_tw: the value it was packed from */
 };
 
 enum rt_step_kind {

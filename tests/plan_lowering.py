@@ -15,6 +15,13 @@ as an fp8-gemm step on the codes, with no DequantizeLinear step left for
 them; MatMuls that do not qualify (K or N not a multiple of 16) keep their
 dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 
+Packed weights: with TPF_GEMV_TILED=16 or 32 every MatMul of a known
+2-D weight runs as a matmul-tiled step on a copy of the weight packed in
+column tiles, on the CPU backend too; the outputs of `tpfuse run` are then
+the same bytes as without packing (plain and --optimize).  With
+TPF_GEMV_TILED=0, and by default on the CPU, no product is packed; on the
+CUDA backend (where built) the one-row products are packed by default.
+
 Coalesced all-to-all: in the plan of the gdn_a2a example (coalesce-alltoall
 writes Pack -> AllToAll -> Unpack, which the session may run as one grouped
 exchange from the Pack's inputs straight into the Unpack's outputs), no
@@ -197,6 +204,61 @@ def main():
             check(f"{label}: matmul-bt steps", len(re.findall(r"\[matmul-bt\]", p.stdout)), want_bt)
             check(f"{label}: Transpose steps left", len(re.findall(r"\(Transpose\)", p.stdout)),
                   n_tr - n_bt)
+    # packed weights, on a one-rank bf16 decode model (one row, K >= 256)
+    out = os.path.join(a.work, "tiled")
+    gen = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tpmodels.py"), "dense",
+                          "--world-size", "1", "--out", out, "--dtype", "bfloat16", "--batch", "1",
+                          "--past", "8", "--hidden", "512", "--ffn", "1024", "--heads", "8",
+                          "--kv-heads", "4", "--head-dim", "64"], capture_output=True, text=True)
+    if gen.returncode:
+        print(gen.stdout + gen.stderr)
+        return 1
+    model = os.path.join(out, "dense.rank0.onnx")
+    opt = os.path.join(out, "dense.opt.rank0.onnx")
+    o = subprocess.run([a.tpfuse, "optimize", model, "-o", opt], capture_output=True, text=True)
+    if o.returncode:
+        raise SystemExit(f"tpfuse optimize failed:\n{o.stdout}{o.stderr}")
+
+    def weight_products(path):
+        g = onnx.load(path, load_external_data=False).graph
+        inits = {i.name: list(i.dims) for i in g.initializer}
+        return sum(1 for n in g.node if n.op_type == "MatMul" and len(inits.get(n.input[1], [])) == 2)
+
+    n_w, n_wo = weight_products(model), weight_products(opt)
+    if n_w == 0 or n_wo == 0:
+        failures.append("the decode model has no MatMul of a 2-D weight")
+
+    def tiled_plan(backend, extra, env):
+        p = subprocess.run([a.tpfuse, "plan", model, "--random-inputs", "1", "--backend", backend, *extra],
+                           capture_output=True, text=True, env=dict(os.environ, **env))
+        if p.returncode:
+            raise SystemExit(f"tpfuse plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        return len(re.findall(r"\[matmul-tiled\]", p.stdout))
+
+    for backend in backends or ["cpu"]:
+        for extra, want in (([], n_w), (["--optimize"], n_wo)):
+            lab = f"decode {backend} {' '.join(extra)}".strip()
+            for tw in ("16", "32"):
+                check(f"{lab} TPF_GEMV_TILED={tw}: matmul-tiled steps",
+                      tiled_plan(backend, extra, {"TPF_GEMV_TILED": tw}), want)
+            check(f"{lab} TPF_GEMV_TILED=0: matmul-tiled steps",
+                  tiled_plan(backend, extra, {"TPF_GEMV_TILED": "0"}), 0)
+            check(f"{lab} default: matmul-tiled steps", tiled_plan(backend, extra, {}),
+                  want if backend == "cuda" else 0)
+    base_env = {k: v for k, v in os.environ.items() if k != "TPF_GEMV_TILED"}
+    for extra in ([], ["--optimize"]):
+        outs = {}
+        for tw in ("0", "16", "32"):
+            d = os.path.join(out, f"out{tw}{'-opt' if extra else ''}")
+            r = subprocess.run([a.tpfuse, "run", model, "--random-inputs", "3", "--outputs", d, "--quiet", *extra],
+                               capture_output=True, text=True, env=dict(base_env, TPF_GEMV_TILED=tw))
+            if r.returncode:
+                raise SystemExit(f"tpfuse run failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+            outs[tw] = {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+        for tw in ("16", "32"):
+            same = outs[tw] == outs["0"] and len(outs["0"]) > 0
+            check(f"decode cpu {' '.join(extra)} TPF_GEMV_TILED={tw}: outputs equal unpacked ones".replace("  ", " "),
+                  same, True)
     # coalesced all-to-all: the grouped exchange's send and receive buffers
     a2a_model = os.path.join(ROOT, "tests", "fuzz", "corpus", "model", "example_gdn_a2a.rank0.onnx")
     for backend in backends or ["cpu"]:

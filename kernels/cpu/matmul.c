@@ -162,6 +162,39 @@ TPF_CPU_KERNEL(tpf_cpu_matmul_bt)
 	return matmul(c, 1);
 }
 
+/* Operand 1 packed in column tiles [T, K, TW] (TPF_PHASE_MATMUL_TILED):
+ * unpacked to [K, N] (N: the output's last dim) and multiplied as a plain
+ * MatMul, so the result is the same bits as the unpacked product's. */
+TPF_CPU_KERNEL(tpf_cpu_matmul_tiled)
+{
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
+	const struct tpf_ktensor *y = &c->out[0];
+	if (c->n_in != 2 || b->rank != 3 || a->rank < 1 || y->rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects A and a weight packed as [tiles, K, 16 or 32]");
+	int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], N = y->dims[y->rank - 1];
+	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || (N + TW - 1) / TW != T || a->dtype != b->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID,
+				 "packed weight [%lld, %lld, %lld] does not fit A [..., %lld] and output [..., %lld]",
+				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)N);
+	size_t es = b->numel ? b->nbytes / (size_t)b->numel : 0;
+	struct tpf_ktensor w = *b;
+	w.rank = 2;
+	w.dims[0] = K;
+	w.dims[1] = N;
+	if (tpf_ktensor_finish(&w) || !es)
+		return tpf_kfail(c, TPF_ERR_INVALID, "packed weight has no elements");
+	w.data = tpf_malloc(w.nbytes ? w.nbytes : 1);
+	if (!w.data)
+		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+	tpf_gemv_unpack(b->data, w.data, K, N, (int)TW, es);
+	struct tpf_ktensor in[2] = {*a, w};
+	struct tpf_kernel_call cc = *c;
+	cc.in = in;
+	enum tpf_status st = matmul(&cc, 0);
+	tpf_free(w.data);
+	return st;
+}
+
 TPF_CPU_KERNEL(tpf_cpu_gemm)
 {
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];

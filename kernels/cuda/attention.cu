@@ -990,12 +990,13 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	// the tensor-core kernel: splits of whole 16-key tiles, at least one
 	// step of two warps (fewer, longer splits for the combine kernel to
 	// read where the SMs have room to spare)
-	// (TPF_DECODE_SPLIT_TILES: another least number of tiles a split.
-	// 2x H100, Llama-3-8B decode step at batch 1, 4 rows of head size 128:
-	// 418.99 us a step with 4, 421.5-421.9 with the default 2, 427.4 with
-	// 1; batch 8 even: docs/gpu.md.)
+	// four tiles, or two steps of a warp where a step is two tiles.
+	// (Llama-3-8B decode step at batch 1, 4 rows of head size 128: 2x H100
+	// 418.99 us with four tiles against 421.5-421.9 with two, 427.4 with
+	// one; 2x H200 326.8 against 328.9; batch 8 even: docs/gpu.md.
+	// TPF_DECODE_SPLIT_TILES sets another least number.)
 	static const int split_tiles = tpfc_env_int("TPF_DECODE_SPLIT_TILES", 0, 1 << 20);
-	const int64_t min_cps = split_tiles > 0 ? split_tiles : 2 * mma_tiles(p.R, o.D);
+	const int64_t min_cps = split_tiles > 0 ? split_tiles : (int64_t)max(4, 2 * mma_tiles(p.R, o.D));
 	if (p.mma && cps < min_cps)
 		cps = nchunks < min_cps ? nchunks : min_cps;
 	p.chunks_per_split = (int)cps;

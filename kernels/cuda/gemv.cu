@@ -24,6 +24,7 @@
 // previous kernel (cuda-common.cuh): with an invariant weight a block loads
 // its first W rows before griddepcontrol.wait, everything else after it.
 #include "cuda-common.cuh"
+#include "tpf-cuda.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -158,7 +159,7 @@ template <int M> struct MinBlocks {
 template <typename T, int M, int CT, bool avec>
 __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	gemv_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-		    unsigned short *__restrict__ y, int rows, int K, int N, int wpre)
+		    unsigned short *__restrict__ y, int rows, int K, int N, int wpre, int tiled)
 {
 	constexpr int KL = kThreads / CT; // k-lanes
 	constexpr int TW = 8 * CT;        // columns of the tile
@@ -177,16 +178,20 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	const uint64_t pol = evict_first_policy();
 	const int kfull = K & ~7; // rows in whole chunks
 	const int step = KL * 8;
-	const size_t wstep = (size_t)step * N;
+	// W row-major ([K, N]), or tiled: [N / TW][K][TW], this block's columns
+	// one contiguous run of K rows (tpf_cu_gemv_pack)
+	const int ldw = tiled ? TW : N;
+	const unsigned short *wt = tiled ? w + (size_t)blockIdx.x * K * TW + ct * 8 : w + col;
+	const size_t wstep = (size_t)step * ldw;
 	// double buffered: the next chunk's loads are in flight while this one
 	// is multiplied
 	Chunk<M> c0, c1;
 	int k = kl * 8;
-	const unsigned short *wk = w + col + (size_t)k * N;
+	const unsigned short *wk = wt + (size_t)k * ldw;
 	// W's first chunk before the previous kernel has finished (wpre: W
 	// invariant); A (its output, perhaps) only after
 	if (wpre && col < N)
-		load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
+		load_chunk_w<M, true>(c0, wk, K, ldw, k, k < kfull, pol);
 	pdl_wait();
 	if (col < N) {
 		// rows past `rows` (M rounded up) read row rows - 1; never stored
@@ -195,17 +200,17 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 		for (int m = 0; m < M; m++)
 			aoff[m] = (m < rows ? m : rows - 1) * K;
 		if (!wpre)
-			load_chunk_w<M, true>(c0, wk, K, N, k, k < kfull, pol);
+			load_chunk_w<M, true>(c0, wk, K, ldw, k, k < kfull, pol);
 		load_chunk_a<M, true, avec>(c0, a + k, aoff, K, k, k < kfull);
 		while (k < kfull) {
-			load_chunk<M, true, avec>(c1, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
+			load_chunk<M, true, avec>(c1, a + k + step, wk + wstep, aoff, K, ldw, k + step, k + step < kfull,
 						  pol);
 			mul_chunk<T, M>(acc, c0);
 			k += step;
 			wk += wstep;
 			if (k >= kfull)
 				break;
-			load_chunk<M, true, avec>(c0, a + k + step, wk + wstep, aoff, K, N, k + step, k + step < kfull,
+			load_chunk<M, true, avec>(c0, a + k + step, wk + wstep, aoff, K, ldw, k + step, k + step < kfull,
 						  pol);
 			mul_chunk<T, M>(acc, c1);
 			k += step;
@@ -213,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 		}
 		// the partial chunk (K % 8 rows): the k-lane next in turn
 		if (kfull < K && kl == (kfull / 8) % KL) {
-			load_chunk<M, false, false>(c0, a + kfull, w + col + (size_t)kfull * N, aoff, K, N, kfull, true,
+			load_chunk<M, false, false>(c0, a + kfull, wt + (size_t)kfull * ldw, aoff, K, ldw, kfull, true,
 						    pol);
 			mul_chunk<T, M>(acc, c0);
 		}
@@ -444,19 +449,20 @@ int forced_cols()
 
 template <typename T, int M>
 cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
-		     int N, bool avec, bool wpre)
+		     int N, bool avec, bool wpre, bool tiled)
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(kThreads);
 	const bool pdl = tpfc_pdl_level() >= 1;
+	const int ti = tiled;
 	if (ct == 4 && avec)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
 	if (ct == 4)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
 	if (avec)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
-	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
+	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
 }
 
 template <typename T, int NR, int KW>
@@ -498,27 +504,67 @@ int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, in
 
 template <typename T>
 cudaError_t launch(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
-		   int N, bool avec, bool wpre)
+		   int N, bool avec, bool wpre, bool tiled)
 {
 	if (rows <= 1)
-		return launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+		return launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
 	if (rows <= 2)
-		return launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+		return launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
 	if (rows <= 4)
-		return launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
-	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre);
+		return launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
+	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
+}
+
+// The FMA kernel's tile width for N columns: 32-column tiles (64-byte row
+// pieces of W) where they give at least 0.7 blocks an SM, else 16-column
+// tiles for twice the blocks.  (Llama-3-8B decode step at batch 1, q/k/v
+// with K 4096, N 3072 as 96 blocks of 32 columns against 192 of 16: 2x
+// H100 419.0-419.6 us a step against 421.5-421.9 (W row-major); 2x H200
+// 327.1 against 328.9-329.2 (W in column tiles): docs/gpu.md.)
+int fma_cols(int64_t N)
+{
+	if (forced_cols())
+		return forced_cols();
+	const int sms = tpfc_sm_count();
+	const int64_t tiles32 = (N + 31) / 32;
+	return tiles32 * 10 >= (int64_t)sms * 7 ? 32 : 16;
 }
 
 } // namespace
+
+// Declared in tpf-cuda.h.
+int tpf_cuda_gemv_tile_cols(enum tpf_dtype dt, int64_t rows, int64_t K, int64_t N)
+{
+	if (dt != TPF_DTYPE_BFLOAT16 && dt != TPF_DTYPE_FLOAT16)
+		return 0;
+	if (rows < 1 || rows > max_rows() || rows > kMaxRows || K < 256 || N < 8 || N % 8 || K > INT_MAX / 16 ||
+	    N > INT_MAX / 16)
+		return 0;
+	const int lo = mma_min_rows();
+	if (lo != 0 && rows >= lo && K % 16 == 0)
+		return 0; // the tensor-core kernel's
+	const int cols = fma_cols(N);
+	// a large weight of few columns would stream through a few SMs:
+	// cuBLASLt splits K over more
+	if ((N + cols - 1) / cols * 8 < tpfc_sm_count() && K * N * 2 > (1 << 20))
+		return 0;
+	return cols;
+}
 
 // Declared in matmul.cu.  1 when the product was taken here (*st: the
 // launch's status), 0 when it is not one for this kernel and cuBLASLt runs it.
 // a: [rows, K] contiguous, w: [K, N] row-major, y: [rows, N]; w_invariant:
 // no kernel of the step writes w (tpf_ktensor.invariant), so the kernel may
-// start reading it before the previous kernel has finished.
+// start reading it before the previous kernel has finished.  w_tiled: 0, or
+// W is packed in column tiles of that width (16 or 32; [ceil(N / w_tiled)]
+// [K][w_tiled], TPF_PHASE_MATMUL_TILED), which only the FMA kernel reads:
+// only for shapes tpf_cuda_gemv_tile_cols takes (the plan packs with the
+// width it gives, or the one TPF_GEMV_TILED forces).
 int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const void *a, const void *w, void *y,
-		    int64_t rows, int64_t K, int64_t N, int w_invariant, enum tpf_status *st)
+		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, enum tpf_status *st)
 {
+	if (w_tiled && ((w_tiled != 16 && w_tiled != 32) || !tpf_cuda_gemv_tile_cols(dt, rows, K, N)))
+		return 0;
 	if (dt != TPF_DTYPE_BFLOAT16 && dt != TPF_DTYPE_FLOAT16)
 		return 0;
 	if (rows < 1 || rows > max_rows() || K < 256 || N < 8 || N % 8 || K > INT_MAX / 16 || N > INT_MAX / 16)
@@ -529,33 +575,53 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	// W's first rows before the wait: only launched as a dependent
 	const bool wpre = w_invariant && tpfc_pdl_level() >= 1;
 	cudaError_t e = cudaSuccess;
-	if (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)
-				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)) {
+	if (!w_tiled && (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)
+				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e))) {
 		*st = tpfc_launched_ex(c, e, "gemv (tensor cores)");
 		return 1;
 	}
 	if (rows > kMaxRows)
 		return 0;
 	const bool avec = K % 8 == 0 && (uintptr_t)a % 16 == 0;
-	// 32-column tiles (64-byte row pieces of W) when they fill the SMs,
-	// else 16-column tiles for twice the blocks.  (2x H100, Llama-3-8B
-	// decode step at batch 1: q/k/v with K 4096, N 3072 forced to 96
-	// blocks of 32 columns, TPF_GEMV_COLS=32, took 419.0-419.6 us a step
-	// against 421.5-421.9 as 192 blocks of 16: docs/gpu.md.)
-	const int sms = tpfc_sm_count();
-	int64_t tiles32 = (N + 31) / 32;
-	int ct = tiles32 * 10 >= (int64_t)sms * 9 ? 4 : 2;
-	if (forced_cols())
-		ct = forced_cols() / 8;
+	const int ct = (w_tiled ? w_tiled : fma_cols(N)) / 8;
 	unsigned blocks = (unsigned)((N + 8 * ct - 1) / (8 * ct));
 	// a large weight of few columns would stream through a few SMs:
-	// cuBLASLt splits K over more
-	if ((int64_t)blocks * 8 < sms && K * N * 2 > (1 << 20))
+	// cuBLASLt splits K over more (tpf_cuda_gemv_tile_cols checks the same)
+	if (!w_tiled && (int64_t)blocks * 8 < tpfc_sm_count() && K * N * 2 > (1 << 20))
 		return 0;
 	if (dt == TPF_DTYPE_BFLOAT16)
-		e = launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre);
+		e = launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre, w_tiled != 0);
 	else
-		e = launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre);
+		e = launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre, w_tiled != 0);
 	*st = tpfc_launched_ex(c, e, "gemv");
 	return 1;
+}
+
+// MatMul with the weight packed in column tiles (TPF_PHASE_MATMUL_TILED):
+// the plan packs a known weight so only where tpf_cuda_gemv_tile_cols takes
+// the product's shape, so the FMA kernel always takes it (unless
+// TPF_GEMV_TILED forced packing for a shape it does not take: an error).
+extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_tiled)
+{
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
+	struct tpf_ktensor *y = &c->out[0];
+	if (c->n_in != 2 || b->rank != 3 || a->rank < 1 || y->rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects A and a weight packed as [tiles, K, 16 or 32]");
+	const int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], N = y->dims[y->rank - 1];
+	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || (N + TW - 1) / TW != T || a->dtype != b->dtype ||
+	    y->dtype != a->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID,
+				 "packed weight [%lld, %lld, %lld] does not fit A [..., %lld] and output [..., %lld]",
+				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)N);
+	const int64_t rows = K ? a->numel / K : 0;
+	if (rows * N != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld", (long long)y->numel,
+				 (long long)(rows * N));
+	enum tpf_status st = TPF_OK;
+	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, N, b->invariant, (int)TW, &st))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
+				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
+				 "(expected a bfloat16/float16 product it runs with FMAs; TPF_GEMV_TILED forced?)",
+				 (long long)rows, (long long)K, (long long)N, (long long)TW);
+	return st;
 }

@@ -214,6 +214,13 @@ enum tpf_status tpf_cuda_unpack(const void *src, void *const *bufs, const struct
  * (cudaMemGetInfo); 0 ok, -1 when CUDA cannot say. */
 int tpf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
+/* The column-tile width (16 or 32) the small-M MatMul kernel reads a
+ * weight [K, N] in for `rows` rows of A, when that kernel takes packed
+ * weights for this shape (the FMA kernel: bfloat16/float16, rows within
+ * TPF_GEMV and below the tensor-core kernel's, K >= 256, N % 8 == 0), else
+ * 0.  The plan packs known weights for it (TPF_PHASE_MATMUL_TILED). */
+int tpf_cuda_gemv_tile_cols(enum tpf_dtype dt, int64_t rows, int64_t K, int64_t N);
+
 #ifdef __cplusplus
 }
 #endif

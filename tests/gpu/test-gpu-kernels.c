@@ -21,6 +21,7 @@
 
 #include "runtime-internal.h"
 #include "tpf-cuda-runtime.h"
+#include "cuda/tpf-cuda.h"
 
 static struct tpf_graph *G;
 static struct tpf_diag *D;
@@ -721,6 +722,34 @@ static void gemv_matmuls(void)
 				CHECK(lab, n, a, 1, 2.0 + (double)K / 2048);
 			}
 			free_tensors(a, 2);
+		}
+		/* the weight packed in column tiles (matmul-tiled): every shape
+		 * the plan packs for (the tile width the kernel asks for this
+		 * GPU), W invariant or not; partial last tiles (N 4104, 40) */
+		static const int64_t tiled[][3] = {{1, 4096, 4104}, {1, 1000, 3072}, {3, 1003, 40}, {1, 256, 14336},
+						   {1, 7168, 4096}, {8, 1000, 48}, {5, 4100, 1032}};
+		for (size_t s = 0; s < sizeof(tiled) / sizeof(tiled[0]); s++) {
+			int64_t M = tiled[s][0], K = tiled[s][1], N = tiled[s][2];
+			int tw = tpf_cuda_gemv_tile_cols(dt, M, K, N);
+			char lab[112];
+			if (!tw) {
+				snprintf(lab, sizeof(lab), "MatMul %lldx%lldx%lld: no tile width", (long long)M,
+					 (long long)K, (long long)N);
+				printf("FAIL %-58s tpf_cuda_gemv_tile_cols gave 0 for a shape of the FMA kernel\n", lab);
+				n_fail++;
+				continue;
+			}
+			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_ktensor a[2] = {R(dt, 2, M, K), R(dt, 3, (N + tw - 1) / tw, K, (int64_t)tw)};
+			struct tpf_ktensor tpl = T(dt, 2, M, N);
+			for (int inv = 0; inv < 2; inv++) {
+				a[1].invariant = inv;
+				snprintf(lab, sizeof(lab), "MatMul matmul-tiled %lldx%lldx%lld (%d-column tiles%s)",
+					 (long long)M, (long long)K, (long long)N, tw, inv ? ", W invariant" : "");
+				check(lab, n, TPF_PHASE_MATMUL_TILED, a, 2, &tpl, 1, 2.0 + (double)K / 2048);
+			}
+			free_tensors(a, 2);
+			free_tensors(&tpl, 1);
 		}
 		struct tpf_node *n = node("", "MatMul", 2, 1);
 		struct tpf_ktensor b1[2] = {R(dt, 3, 2, 4, 4096), R(dt, 2, 4096, 3072)};
