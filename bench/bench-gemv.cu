@@ -23,7 +23,8 @@
 #include "tpf-kernels.h"
 
 int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const void *a, const void *w, void *y,
-		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, enum tpf_status *st);
+		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, int gated,
+		    enum tpf_status *st);
 
 
 #define CK(x)                                                                                                          \
@@ -86,7 +87,7 @@ static double time_calls(cudaStream_t s, const std::vector<Call> &calls, const v
 	auto run = [&]() {
 		for (const Call &k : calls) {
 			enum tpf_status st = TPF_OK;
-			if (!tpf_cu_gemv_try(&c, TPF_DTYPE_BFLOAT16, a, k.w, y, rows, k.K, k.N, 1, k.tiled, &st) ||
+			if (!tpf_cu_gemv_try(&c, TPF_DTYPE_BFLOAT16, a, k.w, y, rows, k.K, k.N, 1, k.tiled, 0, &st) ||
 			    st != TPF_OK) {
 				fprintf(stderr, "gemv not taken or failed: %lld x %lld x %lld\n", (long long)rows,
 					(long long)k.K, (long long)k.N);
@@ -148,7 +149,7 @@ int main(int argc, char **argv)
 	FILE *jf = json ? fopen(json, "a") : NULL;
 	cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
-	const char *opts[] = {"TPF_GEMV", "TPF_GEMV_MMA", "TPF_GEMV_COLS", "TPF_PDL"};
+	const char *opts[] = {"TPF_GEMV", "TPF_GEMV_MMA", "TPF_GEMV_COLS", "TPF_GEMV_MMA_STAGES", "TPF_GEMV_TILED", "TPF_PDL"};
 	char variant[256] = "";
 	for (const char *o : opts)
 		if (getenv(o)) {

@@ -27,11 +27,12 @@ struct tpf_gated_geom {
 	int64_t rows, n, stride;
 };
 
-static inline int tpf_gated_geom(const struct tpf_kernel_call *c, struct tpf_gated_geom *g)
+/* The node's activation, packed and cube_as_product attributes; 0, or -1
+ * with the message added. */
+static inline int tpf_gated_attrs(const struct tpf_kernel_call *c, struct tpf_gated_geom *g)
 {
 	memset(g, 0, sizeof(*g));
 	const char *a = tpf_node_attr_string(c->node, "activation", "silu");
-	const struct tpf_ktensor *x = &c->in[0], *y = &c->out[0];
 	if (!strcmp(a, "silu"))
 		g->act = TPF_GATED_SILU;
 	else if (!strcmp(a, "gelu"))
@@ -44,6 +45,14 @@ static inline int tpf_gated_geom(const struct tpf_kernel_call *c, struct tpf_gat
 	}
 	g->packed = (int)tpf_node_attr_int(c->node, "packed", 0);
 	g->cube_as_product = tpf_node_attr_int(c->node, "cube_as_product", 0) != 0;
+	return 0;
+}
+
+static inline int tpf_gated_geom(const struct tpf_kernel_call *c, struct tpf_gated_geom *g)
+{
+	const struct tpf_ktensor *x = &c->in[0], *y = &c->out[0];
+	if (tpf_gated_attrs(c, g))
+		return -1;
 	if (c->n_out != 1 || (g->packed ? c->n_in != 1 : c->n_in != 2)) {
 		tpf_kfail(c, TPF_ERR_INVALID, "expects %s and one output",
 			  g->packed ? "one packed input [..., 2N]" : "gate and up");

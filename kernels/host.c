@@ -513,3 +513,31 @@ void tpf_gemv_unpack(const void *packed, void *w, int64_t K, int64_t N, int tw, 
 			       src + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es, cols * es);
 	}
 }
+
+void tpf_gemv_pack_gated(const void *w, void *packed, int64_t K, int64_t F, int tw, size_t es)
+{
+	const char *src = w;
+	char *dst = packed;
+	const size_t h = (size_t)tw / 2;
+	for (int64_t t = 0; t * (int64_t)h < F; t++)
+		for (int64_t k = 0; k < K; k++) {
+			char *d = dst + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es;
+			const char *row = src + (size_t)k * 2 * (size_t)F * es;
+			memcpy(d, row + (size_t)t * h * es, h * es);
+			memcpy(d + h * es, row + ((size_t)F + (size_t)t * h) * es, h * es);
+		}
+}
+
+void tpf_gemv_unpack_gated(const void *packed, void *w, int64_t K, int64_t F, int tw, size_t es)
+{
+	const char *src = packed;
+	char *dst = w;
+	const size_t h = (size_t)tw / 2;
+	for (int64_t t = 0; t * (int64_t)h < F; t++)
+		for (int64_t k = 0; k < K; k++) {
+			const char *d = src + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es;
+			char *row = dst + (size_t)k * 2 * (size_t)F * es;
+			memcpy(row + (size_t)t * h * es, d, h * es);
+			memcpy(row + ((size_t)F + (size_t)t * h) * es, d + h * es, h * es);
+		}
+}

@@ -89,7 +89,10 @@ enum tpf_kernel_phase {
 	 * for the small-M kernels (runtime/plan.c): operand 1 is
 	 * [ceil(N / TW), K, TW], column tile t holding columns t * TW ..
 	 * t * TW + TW - 1 of every row of K (the last tile's columns past N
-	 * zero); N is the output's last dim.  TW is 16 or 32. */
+	 * zero); N is the output's last dim.  TW is 16 or 32.  Also
+	 * ai.tpfuse.GatedActivation (packed) of such a product: operands A and
+	 * the merged gate/up weight packed by tpf_gemv_pack_gated, output
+	 * [..., F], the product never stored. */
 	TPF_PHASE_MATMUL_TILED,
 	TPF_PHASE_COUNT
 };
@@ -147,6 +150,13 @@ int tpf_ktensor_finish(struct tpf_ktensor *t);
 size_t tpf_gemv_packed_bytes(int64_t K, int64_t N, int tw, size_t es);
 void tpf_gemv_pack(const void *w, void *packed, int64_t K, int64_t N, int tw, size_t es);
 void tpf_gemv_unpack(const void *packed, void *w, int64_t K, int64_t N, int tw, size_t es);
+/* The same for the merged gate/up weight of a gated MLP, [K, 2F] (gate
+ * columns first), F a multiple of tw / 2: tile t holds gate columns
+ * t * tw / 2 .. + tw / 2 - 1 then the up columns of the same indices, so a
+ * tile's sums are the gate and up values of the same outputs (the
+ * GatedActivation folded into the product, TPF_PHASE_MATMUL_TILED). */
+void tpf_gemv_pack_gated(const void *w, void *packed, int64_t K, int64_t F, int tw, size_t es);
+void tpf_gemv_unpack_gated(const void *packed, void *w, int64_t K, int64_t F, int tw, size_t es);
 
 /* ------------------------------------------------------ scalar conversions
  * Exact: round to nearest, ties to even.  `saturate` follows ONNX Cast:

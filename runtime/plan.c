@@ -1026,6 +1026,8 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
  * goes to the device only if another step reads it.  TPF_GEMV_TILED=0
  * turns this off; TPF_GEMV_TILED=16 or 32 forces that tile width, and on
  * the CPU backend packs every such product (its kernel unpacks: tests). */
+static const struct tpf_node *bt_transpose(const struct tpf_plan *p, const struct tpf_node *mm);
+
 static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
 {
 	const char *e = getenv("TPF_GEMV_TILED");
@@ -1051,32 +1053,91 @@ static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const
 	return 0;
 }
 
+/* The copy of known weight w packed in column tiles of width tw (gated:
+ * by tpf_gemv_pack_gated), made once; -1 out of memory. */
+static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, int tw, int gated, struct tpf_diag *d)
+{
+	for (size_t i = 0; i < p->n_values; i++)
+		if (p->values[i].packed_tw == tw && p->values[i].packed_src == w && p->values[i].packed_gated == gated)
+			return (int)i;
+	const struct tpf_ktensor bt = p->values[w].t; /* add_temp may move the values array */
+	int64_t dims[3] = {(bt.dims[1] + tw - 1) / tw, bt.dims[0], tw};
+	size_t es = bt.numel ? bt.nbytes / (size_t)bt.numel : 0;
+	int wp = es ? add_temp(p, n, gated ? "weight.tiled.gated" : "weight.tiled", bt.dtype, 3, dims) : -1;
+	struct rt_value *t = wp >= 0 ? &p->values[wp] : NULL;
+	if (t)
+		t->host = tpf_malloc(t->t.nbytes ? t->t.nbytes : 1);
+	if (!t || !t->host) {
+		tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory packing weight '%s'", p->values[w].name);
+		return -1;
+	}
+	t->owns_host = 1;
+	t->known = 1;
+	t->packed_tw = tw;
+	t->packed_src = w;
+	t->packed_gated = gated;
+	if (gated)
+		tpf_gemv_pack_gated(p->values[w].host, t->host, bt.dims[0], bt.dims[1] / 2, tw, es);
+	else
+		tpf_gemv_pack(p->values[w].host, t->host, bt.dims[0], bt.dims[1], tw, es);
+	return wp;
+}
+
 static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 					  const int *outs, int tw, struct tpf_diag *d)
 {
-	int w = known_index(p, n->inputs[1]), wp = -1;
-	for (size_t i = 0; i < p->n_values && wp < 0; i++)
-		if (p->values[i].packed_tw == tw && p->values[i].packed_src == w)
-			wp = (int)i;
-	if (wp < 0) {
-		const struct tpf_ktensor bt = p->values[w].t; /* add_temp may move the values array */
-		int64_t dims[3] = {(bt.dims[1] + tw - 1) / tw, bt.dims[0], tw};
-		size_t es = bt.numel ? bt.nbytes / (size_t)bt.numel : 0;
-		wp = add_temp(p, n, "weight.tiled", bt.dtype, 3, dims);
-		if (wp < 0 || !es)
-			return TPF_ERR_NOMEM;
-		struct rt_value *t = &p->values[wp];
-		t->host = tpf_malloc(t->t.nbytes ? t->t.nbytes : 1);
-		if (!t->host)
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory packing weight '%s'", p->values[w].name);
-		t->owns_host = 1;
-		t->known = 1;
-		t->packed_tw = tw;
-		t->packed_src = w;
-		tpf_gemv_pack(p->values[w].host, t->host, bt.dims[0], bt.dims[1], tw, es);
-	}
+	int wp = packed_weight(p, n, known_index(p, n->inputs[1]), tw, 0, d);
+	if (wp < 0)
+		return TPF_ERR_NOMEM;
 	int tins[2] = {ins[0], wp};
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
+}
+
+/* A GatedActivation (packed) whose input is a MatMul of a known merged
+ * gate/up weight [K, 2F] that the packed product takes (tiled_width), read
+ * by nothing else: the activation is folded into the product's epilogue
+ * (the gated-matmul-tiled kernel), the weight packed so that each tile
+ * holds the gate and up columns of the same outputs, and the MatMul is
+ * not run.  The tile width of the fold for the MatMul mm, else 0.
+ * TPF_GEMV_GATED=0 turns it off. */
+static int gated_fold_width(const struct tpf_plan *p, const struct tpf_node *mm)
+{
+	const char *e = getenv("TPF_GEMV_GATED");
+	if ((e && !strcmp(e, "0")) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1 ||
+	    fp8_matmul(p, mm) || bt_transpose(p, mm))
+		return 0;
+	const struct tpf_value *y = mm->outputs[0];
+	if (!y || y->n_output_refs || y->n_uses != 1)
+		return 0;
+	const struct tpf_node *g = y->uses[0].node;
+	if (!g || g->graph != mm->graph || g->op != TPF_OP_TPF_GATED_ACTIVATION || y->uses[0].index != 0 ||
+	    g->n_inputs != 1 || g->n_outputs != 1 || tpf_node_attr_int(g, "packed", 0) != 1)
+		return 0;
+	int ins[2] = {value_index(p, mm->inputs[0]), value_index(p, mm->inputs[1])};
+	int outs[1] = {value_index(p, y)};
+	if (ins[0] < 0 || outs[0] < 0)
+		return 0;
+	int tw = tiled_width(p, mm, ins, outs);
+	int w = known_index(p, mm->inputs[1]);
+	/* (the GatedActivation's output has the dtype of its input: the
+	 * kernel checks; it is not planned yet when the MatMul is skipped) */
+	if (!tw || w < 0 || p->values[w].t.dims[1] % 2 || (p->values[w].t.dims[1] / 2) % (tw / 2))
+		return 0;
+	return tpf_kernel_find(p->opt.backend, TPF_OP_TPF_GATED_ACTIVATION, TPF_PHASE_MATMUL_TILED,
+			       p->values[w].t.dtype)
+		       ? tw
+		       : 0;
+}
+
+static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_node *g, const int *outs, int tw,
+					  struct tpf_diag *d)
+{
+	const struct tpf_node *mm = g->inputs[0]->producer;
+	int wp = packed_weight(p, g, known_index(p, mm->inputs[1]), tw, 1, d);
+	if (wp < 0)
+		return TPF_ERR_NOMEM;
+	int tins[2] = {value_index(p, mm->inputs[0]), wp};
+	return add_kernel_step(p, p->opt.backend, g, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
 }
 
 /* ------------------------------------------------------------ transposed operands
@@ -1292,6 +1353,11 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		memcpy(tmp_ins, ins, n_in * sizeof(int));
 		tmp_ins[n_in] = sum;
 		return add_kernel_step(p, b, n, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs, n_out, d);
+	}
+	case TPF_OP_TPF_GATED_ACTIVATION: {
+		const struct tpf_node *mm = n->n_inputs == 1 && n->inputs[0] ? n->inputs[0]->producer : NULL;
+		int tw = mm ? gated_fold_width(p, mm) : 0;
+		return tw ? lower_gated_matmul(p, n, outs, tw, d) : lower_main(p, n, ins, outs, d);
 	}
 	case TPF_OP_MATMUL: {
 		if (fp8_matmul(p, n))
@@ -1651,6 +1717,8 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			continue; /* its fp8 GEMMs read the codes */
 		if (n->op == TPF_OP_TRANSPOSE && only_read_by(p, n, read_by_bt_gemm))
 			continue; /* its products read the input transposed */
+		if (n->op == TPF_OP_MATMUL && gated_fold_width(p, n))
+			continue; /* its GatedActivation runs it (lower_gated_matmul) */
 		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
 		if ((all_known || n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE) && !is_collective(n->op) &&
 		    out_elems <= fold_max) {

@@ -33,6 +33,8 @@ struct rt_value {
 				    * width for the small-M MatMul kernel
 				    * (TPF_PHASE_MATMUL_TILED), else 0 */
 	int packed_src;            /* packed_tw: the value it was packed from */
+	int packed_gated;          /* packed_tw: a merged gate/up weight packed
+				    * by tpf_gemv_pack_gated */
 };
 
 enum rt_step_kind {

@@ -101,6 +101,16 @@ mutant runtime-split-view-offset runtime/plan.c \
 	"runtime" \
 	"a Split lowered to views puts every piece at the input's first byte"
 
+mutant kernel-gemv-pack-gated kernels/host.c \
+	's|^\(\t*\)memcpy(d + h \* es, row + ((size_t)F + (size_t)t \* h) \* es, h \* es);$|\1memcpy(d + h * es, row + (size_t)t * h * es, h * es);|' \
+	"plan-lowering" \
+	"the merged gate/up weight packed for the folded GatedActivation holds the gate columns twice (no up columns)"
+
+mutant runtime-gated-fold-unrun runtime/plan.c \
+	's|^\(\t*\)return tw ? lower_gated_matmul(p, n, outs, tw, d) : lower_main(p, n, ins, outs, d);$|\1return lower_main(p, n, ins, outs, d);|' \
+	"plan-lowering" \
+	"the MatMul of a folded GatedActivation is skipped but the activation runs alone, on a product nothing wrote"
+
 # ------------------------------------------------------------------ options
 list=0 keep=0 work="" rev=HEAD
 want=()

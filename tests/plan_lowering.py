@@ -17,8 +17,10 @@ dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 
 Packed weights: with TPF_GEMV_TILED=16 or 32 every MatMul of a known
 2-D weight runs as a matmul-tiled step on a copy of the weight packed in
-column tiles, on the CPU backend too; the outputs of `tpfuse run` are then
-the same bytes as without packing (plain and --optimize).  With
+column tiles, on the CPU backend too, and a packed GatedActivation of such
+a product runs it (one gated-matmul-tiled step for both; with
+TPF_GEMV_GATED=0 the two steps); the outputs of `tpfuse run` are then the
+same bytes as without packing (plain and --optimize).  With
 TPF_GEMV_TILED=0, and by default on the CPU, no product is packed; on the
 CUDA backend (where built) the one-row products are packed by default.
 
@@ -228,19 +230,37 @@ def main():
     if n_w == 0 or n_wo == 0:
         failures.append("the decode model has no MatMul of a 2-D weight")
 
-    def tiled_plan(backend, extra, env):
+    g_opt = onnx.load(opt, load_external_data=False).graph
+    n_gated = sum(1 for n in g_opt.node if n.op_type == "GatedActivation"
+                  and any(x.name == "packed" and x.i == 1 for x in n.attribute))
+    if n_gated == 0:
+        failures.append("the optimized decode model has no packed GatedActivation")
+
+    def tiled_plan(backend, extra, env, what=r"\[matmul-tiled\]"):
         p = subprocess.run([a.tpfuse, "plan", model, "--random-inputs", "1", "--backend", backend, *extra],
                            capture_output=True, text=True, env=dict(os.environ, **env))
         if p.returncode:
             raise SystemExit(f"tpfuse plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-        return len(re.findall(r"\[matmul-tiled\]", p.stdout))
+        return len(re.findall(what, p.stdout))
 
     for backend in backends or ["cpu"]:
         for extra, want in (([], n_w), (["--optimize"], n_wo)):
             lab = f"decode {backend} {' '.join(extra)}".strip()
+            # the packed GatedActivation runs its MatMul: one matmul-tiled
+            # step for the two nodes, and no gated-activation step
+            fold = n_gated if extra else 0
             for tw in ("16", "32"):
-                check(f"{lab} TPF_GEMV_TILED={tw}: matmul-tiled steps",
-                      tiled_plan(backend, extra, {"TPF_GEMV_TILED": tw}), want)
+                env = {"TPF_GEMV_TILED": tw}
+                check(f"{lab} TPF_GEMV_TILED={tw}: matmul-tiled steps", tiled_plan(backend, extra, env), want)
+                check(f"{lab} TPF_GEMV_TILED={tw}: gated-matmul-tiled steps",
+                      tiled_plan(backend, extra, env, r"\.gated-matmul-tiled "), fold)
+                check(f"{lab} TPF_GEMV_TILED={tw}: gated-activation steps left",
+                      tiled_plan(backend, extra, env, r"\.gated-activation "), 0)
+                env["TPF_GEMV_GATED"] = "0"
+                check(f"{lab} TPF_GEMV_TILED={tw} TPF_GEMV_GATED=0: gated-matmul-tiled steps",
+                      tiled_plan(backend, extra, env, r"\.gated-matmul-tiled "), 0)
+                check(f"{lab} TPF_GEMV_TILED={tw} TPF_GEMV_GATED=0: gated-activation steps",
+                      tiled_plan(backend, extra, env, r"\.gated-activation "), fold)
             check(f"{lab} TPF_GEMV_TILED=0: matmul-tiled steps",
                   tiled_plan(backend, extra, {"TPF_GEMV_TILED": "0"}), 0)
             check(f"{lab} default: matmul-tiled steps", tiled_plan(backend, extra, {}),
@@ -249,6 +269,7 @@ def main():
     for extra in ([], ["--optimize"]):
         outs = {}
         for tw in ("0", "16", "32"):
+            # (TPF_GEMV_TILED=0 also runs the GatedActivation unfolded)
             d = os.path.join(out, f"out{tw}{'-opt' if extra else ''}")
             r = subprocess.run([a.tpfuse, "run", model, "--random-inputs", "3", "--outputs", d, "--quiet", *extra],
                                capture_output=True, text=True, env=dict(base_env, TPF_GEMV_TILED=tw))

@@ -20,6 +20,7 @@ TPF_CPU_KERNEL(tpf_cpu_sigmoid_gate_add);
 TPF_CPU_KERNEL(tpf_cpu_matmul);
 TPF_CPU_KERNEL(tpf_cpu_matmul_bt);
 TPF_CPU_KERNEL(tpf_cpu_matmul_tiled);
+TPF_CPU_KERNEL(tpf_cpu_gated_matmul_tiled);
 TPF_CPU_KERNEL(tpf_cpu_matmul_fp8);
 TPF_CPU_KERNEL(tpf_cpu_gemm);
 /* reduce.c */

@@ -29,6 +29,7 @@ TPF_CUDA_KERNEL(tpf_cu_gemm);
 TPF_CUDA_KERNEL(tpf_cu_matmul_fp8);
 TPF_CUDA_KERNEL(tpf_cu_matmul_bt);
 TPF_CUDA_KERNEL(tpf_cu_matmul_tiled);
+TPF_CUDA_KERNEL(tpf_cu_gated_matmul_tiled);
 /* reduce.cu */
 TPF_CUDA_KERNEL(tpf_cu_reduce);
 TPF_CUDA_KERNEL(tpf_cu_softmax);

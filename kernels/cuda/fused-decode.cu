@@ -7,6 +7,7 @@
 // fused-decode-host.h on both backends.
 #include "cuda-common.cuh"
 #include "fused-decode-host.h"
+#include "gated-act.cuh"
 
 namespace {
 
@@ -15,30 +16,8 @@ constexpr int kThreads = 256;
 using tpfc::Cvt;
 using tpfc::pdl_trigger;
 using tpfc::pdl_wait;
-
-// v rounded to T (the CPU reference's to_t): each step of the unfused
-// chain rounds to T.
-template <typename T> __device__ __forceinline__ float round_t(float v)
-{
-	return Cvt<T>::in(Cvt<T>::out(v));
-}
-
-// act(g) rounded to T at every step of the decomposed chain, as the CPU
-// reference (gated_act) computes it.
-template <typename T, int A> __device__ __forceinline__ float act(float g, bool cube_as_product)
-{
-	if (A == TPF_GATED_GELU) {
-		const float e = round_t<T>(erff(round_t<T>(g / round_t<T>(1.4142135623730951f))));
-		return round_t<T>(round_t<T>(g * round_t<T>(1.0f + e)) * 0.5f);
-	}
-	if (A == TPF_GATED_GELU_TANH) {
-		float c = cube_as_product ? round_t<T>(g * round_t<T>(g * g)) : round_t<T>(g * g * g);
-		c = round_t<T>(g + round_t<T>(round_t<T>(0.044715f) * c));
-		c = round_t<T>(tanhf(round_t<T>(round_t<T>(0.79788456080286536f) * c)));
-		return round_t<T>(g * round_t<T>(0.5f * round_t<T>(1.0f + c)));
-	}
-	return round_t<T>(g * round_t<T>(1.0f / (1.0f + expf(-g))));
-}
+using tpfc::gated_act;
+using tpfc::gated_round;
 
 // Vectorized: 16-byte chunks of gate, up and Y (n and both base pointers a
 // multiple of the chunk).  Row r's gate starts at gate + r * stride, its
@@ -62,7 +41,7 @@ __global__ void gated_vec_kernel(const T *gate, const T *up, T *y, int64_t rows,
 		T *o = reinterpret_cast<T *>(&ou);
 #pragma unroll
 		for (int k = 0; k < N; k++)
-			o[k] = Cvt<T>::out(act<T, A>(Cvt<T>::in(g[k]), cube) * Cvt<T>::in(u[k]));
+			o[k] = Cvt<T>::out(gated_act<T, A>(Cvt<T>::in(g[k]), cube) * Cvt<T>::in(u[k]));
 		*reinterpret_cast<uint4 *>(y + r * n + c0) = ou;
 	}
 }
@@ -75,7 +54,7 @@ __global__ void gated_scalar_kernel(const T *gate, const T *up, T *y, int64_t ro
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
 	     i += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t r = i / n, j = i % n;
-		y[i] = Cvt<T>::out(act<T, A>(Cvt<T>::in(gate[r * stride + j]), cube) *
+		y[i] = Cvt<T>::out(gated_act<T, A>(Cvt<T>::in(gate[r * stride + j]), cube) *
 				      Cvt<T>::in(up[r * stride + j]));
 	}
 }
@@ -150,8 +129,8 @@ __global__ void rotary_kernel(const T *x, const T *cosc, const T *sinc, const in
 		}
 		const float c = Cvt<T>::in(cosc[row * half + k]), sn = Cvt<T>::in(sinc[row * half + k]);
 		const float x1 = Cvt<T>::in(x[base + i1]), x2 = Cvt<T>::in(x[base + i2]);
-		y[base + i1] = Cvt<T>::out(round_t<T>(c * x1) - round_t<T>(sn * x2));
-		y[base + i2] = Cvt<T>::out(round_t<T>(sn * x1) + round_t<T>(c * x2));
+		y[base + i1] = Cvt<T>::out(gated_round<T>(c * x1) - gated_round<T>(sn * x2));
+		y[base + i2] = Cvt<T>::out(gated_round<T>(sn * x1) + gated_round<T>(c * x2));
 	}
 }
 

@@ -24,6 +24,7 @@
 // previous kernel (cuda-common.cuh): with an invariant weight a block loads
 // its first W rows before griddepcontrol.wait, everything else after it.
 #include "cuda-common.cuh"
+#include "gated-act.cuh"
 #include "tpf-cuda.h"
 
 #include <limits.h>
@@ -159,11 +160,13 @@ template <int M> struct MinBlocks {
 template <typename T, int M, int CT, bool avec>
 __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	gemv_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-		    unsigned short *__restrict__ y, int rows, int K, int N, int wpre, int tiled)
+		    unsigned short *__restrict__ y, int rows, int K, int N, int wpre, int tiled,
+		    int gated)
 {
 	constexpr int KL = kThreads / CT; // k-lanes
 	constexpr int TW = 8 * CT;        // columns of the tile
 	__shared__ float red[kWarps][M][TW];
+	__shared__ float tot[M][TW]; // gated: the tile's sums, gate then up
 
 	pdl_trigger();
 	const int tid = threadIdx.x, ct = tid % CT, kl = tid / CT;
@@ -252,7 +255,27 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 #pragma unroll
 		for (int wi = 0; wi < kWarps; wi++)
 			s += red[wi][m][cc];
-		y[(size_t)m * N + oc] = Bits<T>::from_float(s);
+		if (gated)
+			tot[m][cc] = s;
+		else
+			y[(size_t)m * N + oc] = Bits<T>::from_float(s);
+	}
+	if (!gated)
+		return;
+	// GatedActivation folded in (W packed by tpf_gemv_pack_gated): the
+	// tile's first half are gate sums, the second the up sums of the same
+	// outputs; each rounded to T as the product's output would be, then
+	// the activation as the gated-activation kernel computes it.  Y is
+	// [rows, N / 2].
+	__syncthreads();
+	const int h = TW / 2, F = N / 2, act = (gated - 1) & 15;
+	const bool cube = gated >> 4;
+	for (int o = tid; o < M * h; o += kThreads) {
+		const int m = o / h, cc = o % h, oc = blockIdx.x * h + cc;
+		if (m >= rows || oc >= F)
+			continue;
+		const float g = gated_round<T>(tot[m][cc]), u = gated_round<T>(tot[m][cc + h]);
+		y[(size_t)m * F + oc] = Bits<T>::from_float(gated_act_rt<T>(act, g, cube) * u);
 	}
 }
 
@@ -449,7 +472,7 @@ int forced_cols()
 
 template <typename T, int M>
 cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
-		     int N, bool avec, bool wpre, bool tiled)
+		     int N, bool avec, bool wpre, bool tiled, int gated)
 {
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
@@ -457,12 +480,16 @@ cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, co
 	const bool pdl = tpfc_pdl_level() >= 1;
 	const int ti = tiled;
 	if (ct == 4 && avec)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
+				       gated);
 	if (ct == 4)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
+				       gated);
 	if (avec)
-		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
-	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti);
+		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
+				       gated);
+	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
+				       gated);
 }
 
 template <typename T, int NR, int KW>
@@ -504,15 +531,15 @@ int try_mma(cudaStream_t st, const void *a, const void *w, void *y, int rows, in
 
 template <typename T>
 cudaError_t launch(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
-		   int N, bool avec, bool wpre, bool tiled)
+		   int N, bool avec, bool wpre, bool tiled, int gated)
 {
 	if (rows <= 1)
-		return launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
+		return launch_m<T, 1>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled, gated);
 	if (rows <= 2)
-		return launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
+		return launch_m<T, 2>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled, gated);
 	if (rows <= 4)
-		return launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
-	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled);
+		return launch_m<T, 4>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled, gated);
+	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled, gated);
 }
 
 // The FMA kernel's tile width for N columns: 32-column tiles (64-byte row
@@ -555,15 +582,20 @@ int tpf_cuda_gemv_tile_cols(enum tpf_dtype dt, int64_t rows, int64_t K, int64_t 
 // launch's status), 0 when it is not one for this kernel and cuBLASLt runs it.
 // a: [rows, K] contiguous, w: [K, N] row-major, y: [rows, N]; w_invariant:
 // no kernel of the step writes w (tpf_ktensor.invariant), so the kernel may
-// start reading it before the previous kernel has finished.  w_tiled: 0, or
+// start reading it before the previous kernel has finished.  gated: 0, or
+// 1 + the activation (+ 16 with cube_as_product): W packed by
+// tpf_gemv_pack_gated (w_tiled its tile width, N = 2F) and y [rows, F] the
+// GatedActivation of the product.  w_tiled: 0, or
 // W is packed in column tiles of that width (16 or 32; [ceil(N / w_tiled)]
 // [K][w_tiled], TPF_PHASE_MATMUL_TILED), which only the FMA kernel reads:
 // only for shapes tpf_cuda_gemv_tile_cols takes (the plan packs with the
 // width it gives, or the one TPF_GEMV_TILED forces).
 int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const void *a, const void *w, void *y,
-		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, enum tpf_status *st)
+		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, int gated, enum tpf_status *st)
 {
 	if (w_tiled && ((w_tiled != 16 && w_tiled != 32) || !tpf_cuda_gemv_tile_cols(dt, rows, K, N)))
+		return 0;
+	if (gated && (!w_tiled || N % w_tiled))
 		return 0;
 	if (dt != TPF_DTYPE_BFLOAT16 && dt != TPF_DTYPE_FLOAT16)
 		return 0;
@@ -590,9 +622,11 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	if (!w_tiled && (int64_t)blocks * 8 < tpfc_sm_count() && K * N * 2 > (1 << 20))
 		return 0;
 	if (dt == TPF_DTYPE_BFLOAT16)
-		e = launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre, w_tiled != 0);
+		e = launch<__nv_bfloat16>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre, w_tiled != 0,
+					  gated);
 	else
-		e = launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre, w_tiled != 0);
+		e = launch<__half>(ct, blocks, s, a, w, y, (int)rows, (int)K, (int)N, avec, wpre, w_tiled != 0,
+					  gated);
 	*st = tpfc_launched_ex(c, e, "gemv");
 	return 1;
 }
@@ -618,10 +652,46 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_tiled)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld", (long long)y->numel,
 				 (long long)(rows * N));
 	enum tpf_status st = TPF_OK;
-	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, N, b->invariant, (int)TW, &st))
+	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, N, b->invariant, (int)TW, 0, &st))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
 				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
 				 "(expected a bfloat16/float16 product it runs with FMAs; TPF_GEMV_TILED forced?)",
 				 (long long)rows, (long long)K, (long long)N, (long long)TW);
+	return st;
+}
+
+// GatedActivation (packed) of MatMul(A, W), W the merged gate/up weight
+// packed by tpf_gemv_pack_gated (TPF_PHASE_MATMUL_TILED on the
+// GatedActivation node): the FMA kernel with the activation in its
+// epilogue; the product is never stored.
+extern "C" TPF_CUDA_KERNEL(tpf_cu_gated_matmul_tiled)
+{
+	struct tpf_gated_geom g;
+	if (tpf_gated_attrs(c, &g))
+		return TPF_ERR_INVALID;
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
+	if (!g.packed || c->n_in != 2 || c->n_out != 1 || b->rank != 3 || a->rank < 1 || c->out[0].rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects A, a gate/up weight packed as [tiles, K, 16 or 32] "
+						     "and one output (packed = 1)");
+	struct tpf_ktensor *y = &c->out[0];
+	const int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], F = y->dims[y->rank - 1];
+	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || F % (TW / 2) || F / (TW / 2) != T ||
+	    a->dtype != b->dtype || y->dtype != a->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID,
+				 "packed gate/up weight [%lld, %lld, %lld] does not fit A [..., %lld] and output "
+				 "[..., %lld]",
+				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)F);
+	const int64_t rows = K ? a->numel / K : 0;
+	if (rows * F != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld", (long long)y->numel,
+				 (long long)(rows * F));
+	const int gated = 1 + (int)g.act + (g.cube_as_product ? 16 : 0);
+	enum tpf_status st = TPF_OK;
+	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, 2 * F, b->invariant, (int)TW, gated,
+			     &st))
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
+				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
+				 "(expected a bfloat16/float16 product it runs with FMAs; TPF_GEMV_TILED forced?)",
+				 (long long)rows, (long long)K, (long long)(2 * F), (long long)TW);
 	return st;
 }

@@ -221,7 +221,8 @@ __global__ void bcast_copy_kernel(int dx, const void *x, int dy, void *y, I n, S
 // status), 0 when the product is not one for it.  w_invariant: no kernel of
 // the step writes w (it may be read before the previous kernel finishes).
 int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const void *a, const void *w, void *y,
-		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, enum tpf_status *st);
+		    int64_t rows, int64_t K, int64_t N, int w_invariant, int w_tiled, int gated,
+		    enum tpf_status *st);
 
 extern "C" void tpf_cuda_kernels_release(void)
 {
@@ -287,7 +288,7 @@ enum tpf_status matmul(const struct tpf_kernel_call *c, bool bt)
 	if (!bt && b->rank == 2) {
 		// W shared by every batch: A's rows (leading dims folded) times W
 		enum tpf_status gs = TPF_OK;
-		if (tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, batches * M, K, N, b->invariant, 0, &gs))
+		if (tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, batches * M, K, N, b->invariant, 0, 0, &gs))
 			return gs;
 	}
 	Problem p;

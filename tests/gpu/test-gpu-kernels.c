@@ -751,6 +751,37 @@ static void gemv_matmuls(void)
 			free_tensors(a, 2);
 			free_tensors(&tpl, 1);
 		}
+		/* a packed GatedActivation of such a product (gated-matmul-tiled:
+		 * the gate/up weight packed by tpf_gemv_pack_gated, the
+		 * activation in the GEMV's epilogue), every activation */
+		static const int64_t gmkf[][3] = {{1, 4096, 7168}, {1, 1000, 1536}, {3, 1003, 32}, {8, 1000, 48}};
+		static const char *const gacts[] = {"silu", "gelu", "gelu_tanh", "gelu_tanh"};
+		for (size_t s = 0; s < sizeof(gmkf) / sizeof(gmkf[0]); s++) {
+			int64_t M = gmkf[s][0], K = gmkf[s][1], F = gmkf[s][2];
+			int tw = tpf_cuda_gemv_tile_cols(dt, M, K, 2 * F);
+			char lab[112];
+			if (!tw || F % (tw / 2)) {
+				printf("FAIL %-58s no tile width for a gated %lldx%lldx%lld product\n", "gated-matmul-tiled",
+				       (long long)M, (long long)K, (long long)(2 * F));
+				n_fail++;
+				continue;
+			}
+			struct tpf_ktensor a[2] = {R(dt, 2, M, K), R(dt, 3, F / (tw / 2), K, (int64_t)tw)};
+			struct tpf_ktensor tpl = T(dt, 2, M, F);
+			for (int ai = 0; ai < 4; ai++) {
+				struct tpf_node *n = node("ai.tpfuse", "GatedActivation", 1, 1);
+				tpf_node_set_attr_string(n, "activation", gacts[ai]);
+				tpf_node_set_attr_int(n, "packed", 1);
+				if (ai == 3)
+					tpf_node_set_attr_int(n, "cube_as_product", 1);
+				a[1].invariant = ai & 1;
+				snprintf(lab, sizeof(lab), "gated-matmul-tiled %s%s %lldx%lldx%lld (%d-col tiles)", gacts[ai],
+					 ai == 3 ? " cube" : "", (long long)M, (long long)K, (long long)F, tw);
+				check(lab, n, TPF_PHASE_MATMUL_TILED, a, 2, &tpl, 1, 4.0 + (double)K / 1024);
+			}
+			free_tensors(a, 2);
+			free_tensors(&tpl, 1);
+		}
 		struct tpf_node *n = node("", "MatMul", 2, 1);
 		struct tpf_ktensor b1[2] = {R(dt, 3, 2, 4, 4096), R(dt, 2, 4096, 3072)};
 		CHECK("MatMul [2,4,4096]x[4096,3072] (8 rows, small-M kernel)", n, b1, 1, 4);
