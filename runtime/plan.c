@@ -1855,7 +1855,10 @@ static enum tpf_status plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 	for (size_t i = 0; i < p->n_values; i++) {
 		struct rt_value *r = &p->values[i];
 		if (r->known) {
-			p->constant_bytes += r->t.nbytes;
+			/* what goes to the device: the constants a step reads (not
+			 * a weight only its packed or transposed copy is read for) */
+			if (r->last_step >= 0)
+				p->constant_bytes += r->t.nbytes;
 			continue;
 		}
 		if (r->alias >= 0)

@@ -199,7 +199,8 @@ struct tpf_plan_stats {
 	size_t n_buffers;
 	size_t arena_bytes;    /* peak of the arena with reuse */
 	size_t unshared_bytes; /* sum of all buffers: the arena without reuse */
-	size_t constant_bytes; /* initializers and folded constants */
+	size_t constant_bytes; /* initializers, folded constants and packed or
+				* transposed weights that a step reads */
 };
 void tpf_plan_get_stats(const struct tpf_plan *p, struct tpf_plan_stats *st);
 
