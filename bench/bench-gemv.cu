@@ -149,7 +149,7 @@ int main(int argc, char **argv)
 	FILE *jf = json ? fopen(json, "a") : NULL;
 	cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
-	const char *opts[] = {"TPF_GEMV", "TPF_GEMV_MMA", "TPF_GEMV_COLS", "TPF_GEMV_MMA_STAGES", "TPF_GEMV_TILED", "TPF_PDL"};
+	const char *opts[] = {"TPF_GEMV", "TPF_GEMV_MMA", "TPF_GEMV_COLS", "TPF_PDL"};
 	char variant[256] = "";
 	for (const char *o : opts)
 		if (getenv(o)) {

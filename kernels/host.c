@@ -491,15 +491,15 @@ void tpf_gemv_pack(const void *w, void *packed, int64_t K, int64_t N, int tw, si
 {
 	const char *src = w;
 	char *dst = packed;
-	for (int64_t t = 0; t * tw < N; t++) {
-		size_t cols = (size_t)(N - t * tw < tw ? N - t * tw : tw);
-		for (int64_t k = 0; k < K; k++) {
+	/* row by row: W is read in order (weights are large, often mapped) */
+	for (int64_t k = 0; k < K; k++)
+		for (int64_t t = 0; t * tw < N; t++) {
+			size_t cols = (size_t)(N - t * tw < tw ? N - t * tw : tw);
 			char *d = dst + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es;
 			memcpy(d, src + ((size_t)k * (size_t)N + (size_t)t * (size_t)tw) * es, cols * es);
 			if (cols < (size_t)tw)
 				memset(d + cols * es, 0, ((size_t)tw - cols) * es);
 		}
-	}
 }
 
 void tpf_gemv_unpack(const void *packed, void *w, int64_t K, int64_t N, int tw, size_t es)
@@ -519,8 +519,8 @@ void tpf_gemv_pack_gated(const void *w, void *packed, int64_t K, int64_t F, int 
 	const char *src = w;
 	char *dst = packed;
 	const size_t h = (size_t)tw / 2;
-	for (int64_t t = 0; t * (int64_t)h < F; t++)
-		for (int64_t k = 0; k < K; k++) {
+	for (int64_t k = 0; k < K; k++)
+		for (int64_t t = 0; t * (int64_t)h < F; t++) {
 			char *d = dst + ((size_t)t * (size_t)K + (size_t)k) * (size_t)tw * es;
 			const char *row = src + (size_t)k * 2 * (size_t)F * es;
 			memcpy(d, row + (size_t)t * h * es, h * es);

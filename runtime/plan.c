@@ -1027,6 +1027,8 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
  * turns this off; TPF_GEMV_TILED=16 or 32 forces that tile width, and on
  * the CPU backend packs every such product (its kernel unpacks: tests). */
 static const struct tpf_node *bt_transpose(const struct tpf_plan *p, const struct tpf_node *mm);
+static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs,
+				  struct tpf_diag *d);
 
 static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
 {
@@ -1054,23 +1056,33 @@ static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const
 }
 
 /* The copy of known weight w packed in column tiles of width tw (gated:
- * by tpf_gemv_pack_gated), made once; -1 out of memory. */
-static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, int tw, int gated, struct tpf_diag *d)
+ * by tpf_gemv_pack_gated), -1 when there is none. */
+static int find_packed(const struct tpf_plan *p, int w, int tw, int gated)
 {
 	for (size_t i = 0; i < p->n_values; i++)
 		if (p->values[i].packed_tw == tw && p->values[i].packed_src == w && p->values[i].packed_gated == gated)
 			return (int)i;
+	return -1;
+}
+
+/* That copy, made once; -1 when it cannot be made (out of host memory:
+ * the caller keeps the row-major product). */
+static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, int tw, int gated)
+{
+	int wp = w >= 0 ? find_packed(p, w, tw, gated) : -1;
+	if (wp >= 0 || w < 0)
+		return wp;
 	const struct tpf_ktensor bt = p->values[w].t; /* add_temp may move the values array */
 	int64_t dims[3] = {(bt.dims[1] + tw - 1) / tw, bt.dims[0], tw};
 	size_t es = bt.numel ? bt.nbytes / (size_t)bt.numel : 0;
-	int wp = es ? add_temp(p, n, gated ? "weight.tiled.gated" : "weight.tiled", bt.dtype, 3, dims) : -1;
-	struct rt_value *t = wp >= 0 ? &p->values[wp] : NULL;
-	if (t)
-		t->host = tpf_malloc(t->t.nbytes ? t->t.nbytes : 1);
-	if (!t || !t->host) {
-		tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory packing weight '%s'", p->values[w].name);
+	void *host = es ? tpf_malloc((size_t)dims[0] * (size_t)dims[1] * (size_t)tw * es) : NULL;
+	wp = host ? add_temp(p, n, gated ? "weight.tiled.gated" : "weight.tiled", bt.dtype, 3, dims) : -1;
+	if (wp < 0) {
+		tpf_free(host);
 		return -1;
 	}
+	struct rt_value *t = &p->values[wp];
+	t->host = host;
 	t->owns_host = 1;
 	t->known = 1;
 	t->packed_tw = tw;
@@ -1086,9 +1098,9 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 					  const int *outs, int tw, struct tpf_diag *d)
 {
-	int wp = packed_weight(p, n, known_index(p, n->inputs[1]), tw, 0, d);
+	int wp = packed_weight(p, n, known_index(p, n->inputs[1]), tw, 0);
 	if (wp < 0)
-		return TPF_ERR_NOMEM;
+		return lower_main(p, n, ins, outs, d);
 	int tins[2] = {ins[0], wp};
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
 }
@@ -1129,13 +1141,15 @@ static int gated_fold_width(const struct tpf_plan *p, const struct tpf_node *mm)
 		       : 0;
 }
 
-static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_node *g, const int *outs, int tw,
-					  struct tpf_diag *d)
+/* The fold's packed weight, made when the MatMul was skipped (the main
+ * loop): without it the MatMul ran and the activation runs alone. */
+static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_node *g, const int *ins,
+					  const int *outs, int tw, struct tpf_diag *d)
 {
 	const struct tpf_node *mm = g->inputs[0]->producer;
-	int wp = packed_weight(p, g, known_index(p, mm->inputs[1]), tw, 1, d);
+	int wp = find_packed(p, known_index(p, mm->inputs[1]), tw, 1);
 	if (wp < 0)
-		return TPF_ERR_NOMEM;
+		return lower_main(p, g, ins, outs, d);
 	int tins[2] = {value_index(p, mm->inputs[0]), wp};
 	return add_kernel_step(p, p->opt.backend, g, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
 }
@@ -1357,7 +1371,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	case TPF_OP_TPF_GATED_ACTIVATION: {
 		const struct tpf_node *mm = n->n_inputs == 1 && n->inputs[0] ? n->inputs[0]->producer : NULL;
 		int tw = mm ? gated_fold_width(p, mm) : 0;
-		return tw ? lower_gated_matmul(p, n, outs, tw, d) : lower_main(p, n, ins, outs, d);
+		return tw ? lower_gated_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
 	}
 	case TPF_OP_MATMUL: {
 		if (fp8_matmul(p, n))
@@ -1717,8 +1731,11 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			continue; /* its fp8 GEMMs read the codes */
 		if (n->op == TPF_OP_TRANSPOSE && only_read_by(p, n, read_by_bt_gemm))
 			continue; /* its products read the input transposed */
-		if (n->op == TPF_OP_MATMUL && gated_fold_width(p, n))
-			continue; /* its GatedActivation runs it (lower_gated_matmul) */
+		if (n->op == TPF_OP_MATMUL) {
+			int gtw = gated_fold_width(p, n);
+			if (gtw && packed_weight(p, n, known_index(p, n->inputs[1]), gtw, 1) >= 0)
+				continue; /* its GatedActivation runs it (lower_gated_matmul) */
+		}
 		size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
 		if ((all_known || n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE) && !is_collective(n->op) &&
 		    out_elems <= fold_max) {

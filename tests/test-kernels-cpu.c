@@ -504,6 +504,102 @@ static void test_matmul_gemm(void **state)
 	kfree(out, 1);
 }
 
+/* Weights packed in column tiles (TPF_PHASE_MATMUL_TILED): pack/unpack
+ * round trips with a partial last tile (zeros past N), the tiled MatMul
+ * and the folded GatedActivation giving the bits of the unpacked chain,
+ * and shapes that do not fit refused. */
+static void test_matmul_tiled(void **state)
+{
+	(void)state;
+	const int64_t K = 5, N = 40, F = 32, M = 3;
+	for (int tw = 16; tw <= 32; tw += 16) {
+		/* pack / unpack, N % tw != 0 with tw = 32 */
+		int64_t dw[2] = {K, N}, dp[3] = {(N + tw - 1) / tw, K, tw}, dx[2] = {M, K}, dy[2] = {M, N};
+		struct tpf_ktensor w, pk, back, in[2], out[2];
+		kt(&w, TPF_DTYPE_BFLOAT16, 2, dw);
+		kt(&pk, TPF_DTYPE_BFLOAT16, 3, dp);
+		kt(&back, TPF_DTYPE_BFLOAT16, 2, dw);
+		fill_rand(&w, 31);
+		assert_int_equal(tpf_gemv_packed_bytes(K, N, tw, 2), pk.nbytes);
+		memset(pk.data, 0x7f, pk.nbytes);
+		tpf_gemv_pack(w.data, pk.data, K, N, tw, 2);
+		for (int64_t t = 0; t < dp[0]; t++)
+			for (int64_t k = 0; k < K; k++)
+				for (int64_t c = 0; c < tw; c++) {
+					int64_t n = t * tw + c;
+					double v = at(&pk, (t * K + k) * tw + c);
+					assert_true(n < N ? v == at(&w, k * N + n) : v == 0.0);
+				}
+		tpf_gemv_unpack(pk.data, back.data, K, N, tw, 2);
+		assert_memory_equal(back.data, w.data, w.nbytes);
+		/* the tiled MatMul: the plain MatMul's bits */
+		kt(&in[0], TPF_DTYPE_BFLOAT16, 2, dx);
+		fill_rand(&in[0], 32);
+		in[1] = w;
+		kt(&out[0], TPF_DTYPE_BFLOAT16, 2, dy);
+		kt(&out[1], TPF_DTYPE_BFLOAT16, 2, dy);
+		struct tpf_node *mm = mknode("", "MatMul", 2, 1);
+		assert_int_equal(run(mm, in, 2, &out[0], 1), TPF_OK);
+		in[1] = pk;
+		assert_int_equal(run_phase(mm, TPF_PHASE_MATMUL_TILED, in, 2, &out[1], 1, 23), TPF_OK);
+		assert_memory_equal(out[0].data, out[1].data, out[0].nbytes);
+		/* a packed weight of another K, or of too few tiles, is refused */
+		int64_t bad[3] = {dp[0] - 1, K, tw};
+		struct tpf_ktensor pb;
+		kt(&pb, TPF_DTYPE_BFLOAT16, 3, bad);
+		in[1] = pb;
+		assert_int_equal(run_phase(mm, TPF_PHASE_MATMUL_TILED, in, 2, &out[1], 1, 23), TPF_ERR_INVALID);
+		kfree(&pb, 1);
+		kfree(&out[0], 2);
+		kfree(&back, 1);
+		kfree(&pk, 1);
+		/* the folded GatedActivation: gate/up [K, 2F], F % (tw / 2) == 0 */
+		int64_t dg[2] = {K, 2 * F}, dgp[3] = {F / (tw / 2), K, tw}, dgy[2] = {M, 2 * F}, dgo[2] = {M, F};
+		struct tpf_ktensor wg, gp, gback, prod, ref, got;
+		kt(&wg, TPF_DTYPE_BFLOAT16, 2, dg);
+		kt(&gp, TPF_DTYPE_BFLOAT16, 3, dgp);
+		kt(&gback, TPF_DTYPE_BFLOAT16, 2, dg);
+		fill_rand(&wg, 33);
+		tpf_gemv_pack_gated(wg.data, gp.data, K, F, tw, 2);
+		for (int64_t k = 0; k < K; k++)
+			for (int64_t j = 0; j < F; j++) {
+				int64_t t = j / (tw / 2), c = j % (tw / 2);
+				assert_true(at(&gp, (t * K + k) * tw + c) == at(&wg, k * 2 * F + j));
+				assert_true(at(&gp, (t * K + k) * tw + tw / 2 + c) == at(&wg, k * 2 * F + F + j));
+			}
+		tpf_gemv_unpack_gated(gp.data, gback.data, K, F, tw, 2);
+		assert_memory_equal(gback.data, wg.data, wg.nbytes);
+		kt(&prod, TPF_DTYPE_BFLOAT16, 2, dgy);
+		kt(&ref, TPF_DTYPE_BFLOAT16, 2, dgo);
+		kt(&got, TPF_DTYPE_BFLOAT16, 2, dgo);
+		in[1] = wg;
+		assert_int_equal(run(mm, in, 2, &prod, 1), TPF_OK);
+		static const char *const acts[] = {"silu", "gelu", "gelu_tanh"};
+		for (int a = 0; a < 3; a++) {
+			struct tpf_node *g = mknode("ai.tpfuse", "GatedActivation", 1, 1);
+			tpf_node_set_attr_string(g, "activation", acts[a]);
+			tpf_node_set_attr_int(g, "packed", 1);
+			assert_int_equal(run(g, &prod, 1, &ref, 1), TPF_OK);
+			in[1] = gp;
+			memset(got.data, 0, got.nbytes);
+			assert_int_equal(run_phase(g, TPF_PHASE_MATMUL_TILED, in, 2, &got, 1, 23), TPF_OK);
+			assert_memory_equal(got.data, ref.data, ref.nbytes);
+			/* unpacked GatedActivation attributes: refused */
+			struct tpf_node *u = mknode("ai.tpfuse", "GatedActivation", 1, 1);
+			tpf_node_set_attr_string(u, "activation", acts[a]);
+			assert_int_equal(run_phase(u, TPF_PHASE_MATMUL_TILED, in, 2, &got, 1, 23), TPF_ERR_INVALID);
+		}
+		kfree(&in[0], 1);
+		kfree(&w, 1);
+		kfree(&wg, 1);
+		kfree(&gp, 1);
+		kfree(&gback, 1);
+		kfree(&prod, 1);
+		kfree(&ref, 1);
+		kfree(&got, 1);
+	}
+}
+
 /* ------------------------------------------------------------ reductions */
 
 static void test_reduce_softmax_topk(void **state)
@@ -975,6 +1071,7 @@ int main(void)
 		cmocka_unit_test(test_binary_broadcast),
 		cmocka_unit_test(test_unary_where_cast),
 		cmocka_unit_test(test_matmul_gemm),
+		cmocka_unit_test(test_matmul_tiled),
 		cmocka_unit_test(test_reduce_softmax_topk),
 		cmocka_unit_test(test_norms),
 		cmocka_unit_test(test_quant),

@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	const uint64_t pol = evict_first_policy();
 	const int kfull = K & ~7; // rows in whole chunks
 	const int step = KL * 8;
-	// W row-major ([K, N]), or tiled: [N / TW][K][TW], this block's columns
-	// one contiguous run of K rows (tpf_cu_gemv_pack)
+	// W row-major ([K, N]), or tiled: [ceil(N / TW)][K][TW], this block's
+	// columns one contiguous run of K rows (tpf_gemv_pack)
 	const int ldw = tiled ? TW : N;
 	const unsigned short *wt = tiled ? w + (size_t)blockIdx.x * K * TW + ct * 8 : w + col;
 	const size_t wstep = (size_t)step * ldw;
@@ -633,8 +633,8 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 
 // MatMul with the weight packed in column tiles (TPF_PHASE_MATMUL_TILED):
 // the plan packs a known weight so only where tpf_cuda_gemv_tile_cols takes
-// the product's shape, so the FMA kernel always takes it (unless
-// TPF_GEMV_TILED forced packing for a shape it does not take: an error).
+// the product's shape, so the FMA kernel always takes it (the error below
+// is for a direct call with another shape).
 extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_tiled)
 {
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
@@ -655,7 +655,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_tiled)
 	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, N, b->invariant, (int)TW, 0, &st))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
 				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
-				 "(expected a bfloat16/float16 product it runs with FMAs; TPF_GEMV_TILED forced?)",
+				 "(expected a bfloat16/float16 product it runs with FMAs)",
 				 (long long)rows, (long long)K, (long long)N, (long long)TW);
 	return st;
 }
@@ -691,7 +691,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gated_matmul_tiled)
 			     &st))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
 				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
-				 "(expected a bfloat16/float16 product it runs with FMAs; TPF_GEMV_TILED forced?)",
+				 "(expected a bfloat16/float16 product it runs with FMAs)",
 				 (long long)rows, (long long)K, (long long)(2 * F), (long long)TW);
 	return st;
 }

@@ -216,9 +216,11 @@ int tpf_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* The column-tile width (16 or 32) the small-M MatMul kernel reads a
  * weight [K, N] in for `rows` rows of A, when that kernel takes packed
- * weights for this shape (the FMA kernel: bfloat16/float16, rows within
- * TPF_GEMV and below the tensor-core kernel's, K >= 256, N % 8 == 0), else
- * 0.  The plan packs known weights for it (TPF_PHASE_MATMUL_TILED). */
+ * weights for this shape, else 0: the FMA kernel's products, bfloat16 or
+ * float16, 1 to 8 rows within TPF_GEMV, the tensor-core kernel's rows only
+ * where K % 16 != 0, K >= 256, N % 8 == 0, and not a weight over 1 MiB of
+ * so few column tiles that they would occupy a small part of the SMs.  The
+ * plan packs known weights for it (TPF_PHASE_MATMUL_TILED). */
 int tpf_cuda_gemv_tile_cols(enum tpf_dtype dt, int64_t rows, int64_t K, int64_t N);
 
 #ifdef __cplusplus
