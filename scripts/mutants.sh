@@ -107,7 +107,7 @@ mutant kernel-gemv-pack-gated kernels/host.c \
 	"the merged gate/up weight packed for the folded GatedActivation holds the gate columns twice (no up columns)"
 
 mutant runtime-gated-fold-unrun runtime/plan.c \
-	's|^\(\t*\)return tw ? lower_gated_matmul(p, n, outs, tw, d) : lower_main(p, n, ins, outs, d);$|\1return lower_main(p, n, ins, outs, d);|' \
+	's|^\(\t*\)return tw ? lower_gated_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);$|\1return lower_main(p, n, ins, outs, d);|' \
 	"plan-lowering" \
 	"the MatMul of a folded GatedActivation is skipped but the activation runs alone, on a product nothing wrote"
 
