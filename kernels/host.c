@@ -482,6 +482,32 @@ int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode)
 
 /* ------------------------------------------------------------ packed weights */
 
+enum tpf_status tpf_tiled_geom(const struct tpf_kernel_call *c, int gated, struct tpf_tiled_geom *g)
+{
+	const char *what = gated ? "gate/up weight" : "weight";
+	if (c->n_in != 2 || c->n_out != 1 || c->in[1].rank != 3 || c->in[0].rank < 1 || c->out[0].rank < 1)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects A, a %s packed as [tiles, K, 16 or 32] and one output",
+				 what);
+	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1], *y = &c->out[0];
+	const int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], out = y->dims[y->rank - 1];
+	const int64_t per = gated ? TW / 2 : TW; /* output columns a tile holds */
+	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || (gated && out % per) ||
+	    (out + per - 1) / per != T || a->dtype != b->dtype || y->dtype != a->dtype)
+		return tpf_kfail(c, TPF_ERR_INVALID,
+				 "packed %s [%lld, %lld, %lld] does not fit A [..., %lld] and output [..., %lld]", what,
+				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1],
+				 (long long)out);
+	const int64_t rows = K ? a->numel / K : 0;
+	if (rows * out != y->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld", (long long)y->numel,
+				 (long long)(rows * out));
+	g->rows = rows;
+	g->K = K;
+	g->N = gated ? 2 * out : out;
+	g->tw = TW;
+	return TPF_OK;
+}
+
 size_t tpf_gemv_packed_bytes(int64_t K, int64_t N, int tw, size_t es)
 {
 	return (size_t)((N + tw - 1) / tw) * (size_t)K * (size_t)tw * es;

@@ -68,6 +68,17 @@ struct tpf_gemm_attrs {
 };
 enum tpf_status tpf_gemm_attrs(const struct tpf_kernel_call *c, struct tpf_gemm_attrs *g);
 
+/* The operands of the matmul-tiled phase (TPF_PHASE_MATMUL_TILED): A
+ * [..., K], the weight packed as [tiles, K, tw] (tw 16 or 32) and the
+ * output [..., N] of A's rows, all of one dtype; gated: the phase of a
+ * packed GatedActivation, the weight packed by tpf_gemv_pack_gated and the
+ * output [..., N / 2].  N is the product's columns.  TPF_ERR_INVALID with
+ * a message when they do not fit. */
+struct tpf_tiled_geom {
+	int64_t rows, K, N, tw;
+};
+enum tpf_status tpf_tiled_geom(const struct tpf_kernel_call *c, int gated, struct tpf_tiled_geom *g);
+
 /* Attention: the softmax scale (1/sqrt(head_dim) when the attribute is 0 or
  * absent), is_causal and softcap (0: none). */
 struct tpf_attention_attrs {

@@ -72,60 +72,6 @@ TPF_CPU_KERNEL(tpf_cpu_gated_activation)
 	return TPF_OK;
 }
 
-/* GatedActivation (packed) of MatMul(A, W) with the merged gate/up weight
- * packed by tpf_gemv_pack_gated (TPF_PHASE_MATMUL_TILED): W unpacked, the
- * product rounded to T as the MatMul stores it, then the gated activation:
- * the same bits as the two kernels of the unfused plan. */
-TPF_CPU_KERNEL(tpf_cpu_gated_matmul_tiled)
-{
-	struct tpf_gated_geom g;
-	if (tpf_gated_attrs(c, &g))
-		return TPF_ERR_INVALID;
-	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
-	if (!g.packed || c->n_in != 2 || c->n_out != 1 || b->rank != 3 || a->rank < 1 || c->out[0].rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects A, a gate/up weight packed as [tiles, K, 16 or 32] "
-						     "and one output (packed = 1)");
-	const struct tpf_ktensor *y = &c->out[0];
-	int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], F = y->dims[y->rank - 1];
-	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || F % (TW / 2) || F / (TW / 2) != T ||
-	    a->dtype != b->dtype || y->dtype != a->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID,
-				 "packed gate/up weight [%lld, %lld, %lld] does not fit A [..., %lld] and output "
-				 "[..., %lld]",
-				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)F);
-	struct tpf_ktensor w = *b, t = *y;
-	w.rank = 2;
-	w.dims[0] = K;
-	w.dims[1] = 2 * F;
-	t.dims[t.rank - 1] = 2 * F;
-	if (tpf_ktensor_finish(&w) || tpf_ktensor_finish(&t) || !w.numel)
-		return tpf_kfail(c, TPF_ERR_INVALID, "packed gate/up weight has no elements");
-	w.data = tpf_malloc(w.nbytes);
-	t.data = tpf_malloc(t.nbytes ? t.nbytes : 1);
-	enum tpf_status st = TPF_OK;
-	if (!w.data || !t.data) {
-		st = tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
-		goto out;
-	}
-	tpf_gemv_unpack_gated(b->data, w.data, K, F, (int)TW, w.nbytes / (size_t)w.numel);
-	struct tpf_ktensor mm_in[2] = {*a, w};
-	struct tpf_kernel_call mc = *c;
-	mc.in = mm_in;
-	mc.n_in = 2;
-	mc.out = &t;
-	mc.n_out = 1;
-	if ((st = tpf_cpu_matmul(&mc)))
-		goto out;
-	struct tpf_kernel_call gc = *c;
-	gc.in = &t;
-	gc.n_in = 1;
-	st = tpf_cpu_gated_activation(&gc);
-out:
-	tpf_free(w.data);
-	tpf_free(t.data);
-	return st;
-}
-
 TPF_CPU_KERNEL(tpf_cpu_rotary_embedding)
 {
 	struct tpf_rotary_geom g;

@@ -162,36 +162,77 @@ TPF_CPU_KERNEL(tpf_cpu_matmul_bt)
 	return matmul(c, 1);
 }
 
+/* The packed weight of a matmul-tiled call unpacked to [K, N] (freed by
+ * the caller); TPF_OK or a message. */
+static enum tpf_status unpacked_weight(const struct tpf_kernel_call *c, const struct tpf_tiled_geom *g, int gated,
+				       struct tpf_ktensor *w)
+{
+	const struct tpf_ktensor *b = &c->in[1];
+	*w = *b;
+	w->rank = 2;
+	w->dims[0] = g->K;
+	w->dims[1] = g->N;
+	if (tpf_ktensor_finish(w) || !w->numel)
+		return tpf_kfail(c, TPF_ERR_INVALID, "packed weight has no elements");
+	w->data = tpf_malloc(w->nbytes);
+	if (!w->data)
+		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+	size_t es = w->nbytes / (size_t)w->numel;
+	if (gated)
+		tpf_gemv_unpack_gated(b->data, w->data, g->K, g->N / 2, (int)g->tw, es);
+	else
+		tpf_gemv_unpack(b->data, w->data, g->K, g->N, (int)g->tw, es);
+	return TPF_OK;
+}
+
 /* Operand 1 packed in column tiles [T, K, TW] (TPF_PHASE_MATMUL_TILED):
- * unpacked to [K, N] (N: the output's last dim) and multiplied as a plain
- * MatMul, so the result is the same bits as the unpacked product's. */
+ * unpacked to [K, N] and multiplied as a plain MatMul, so the result is
+ * the same bits as the unpacked product's. */
 TPF_CPU_KERNEL(tpf_cpu_matmul_tiled)
 {
-	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
-	const struct tpf_ktensor *y = &c->out[0];
-	if (c->n_in != 2 || b->rank != 3 || a->rank < 1 || y->rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects A and a weight packed as [tiles, K, 16 or 32]");
-	int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], N = y->dims[y->rank - 1];
-	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || (N + TW - 1) / TW != T || a->dtype != b->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID,
-				 "packed weight [%lld, %lld, %lld] does not fit A [..., %lld] and output [..., %lld]",
-				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)N);
-	size_t es = b->numel ? b->nbytes / (size_t)b->numel : 0;
-	struct tpf_ktensor w = *b;
-	w.rank = 2;
-	w.dims[0] = K;
-	w.dims[1] = N;
-	if (tpf_ktensor_finish(&w) || !es)
-		return tpf_kfail(c, TPF_ERR_INVALID, "packed weight has no elements");
-	w.data = tpf_malloc(w.nbytes ? w.nbytes : 1);
-	if (!w.data)
-		return tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
-	tpf_gemv_unpack(b->data, w.data, K, N, (int)TW, es);
-	struct tpf_ktensor in[2] = {*a, w};
+	struct tpf_tiled_geom g;
+	struct tpf_ktensor in[2] = {c->in[0]};
+	enum tpf_status st = tpf_tiled_geom(c, 0, &g);
+	if (st || (st = unpacked_weight(c, &g, 0, &in[1])))
+		return st;
 	struct tpf_kernel_call cc = *c;
 	cc.in = in;
-	enum tpf_status st = matmul(&cc, 0);
-	tpf_free(w.data);
+	st = matmul(&cc, 0);
+	tpf_free(in[1].data);
+	return st;
+}
+
+/* GatedActivation (packed) of MatMul(A, W), the merged gate/up weight
+ * packed by tpf_gemv_pack_gated (the GatedActivation's matmul-tiled phase):
+ * W unpacked, the product rounded to T as the MatMul stores it, then the
+ * gated activation: the same bits as the two kernels of the unfused plan. */
+TPF_CPU_KERNEL(tpf_cpu_gated_matmul_tiled)
+{
+	if (!tpf_node_attr_int(c->node, "packed", 0))
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects a packed GatedActivation (packed = 1)");
+	struct tpf_tiled_geom g;
+	struct tpf_ktensor in[2] = {c->in[0]}, t = c->out[0];
+	enum tpf_status st = tpf_tiled_geom(c, 1, &g);
+	if (st || (st = unpacked_weight(c, &g, 1, &in[1])))
+		return st;
+	t.dims[t.rank - 1] = g.N; /* the product, [..., 2F] */
+	t.data = NULL;
+	if (tpf_ktensor_finish(&t) || !(t.data = tpf_malloc(t.nbytes ? t.nbytes : 1))) {
+		st = tpf_kfail(c, TPF_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	struct tpf_kernel_call mc = *c;
+	mc.in = in;
+	mc.out = &t;
+	if ((st = matmul(&mc, 0)))
+		goto out;
+	struct tpf_kernel_call gc = *c;
+	gc.in = &t;
+	gc.n_in = 1;
+	st = tpf_cpu_gated_activation(&gc);
+out:
+	tpf_free(in[1].data);
+	tpf_free(t.data);
 	return st;
 }
 

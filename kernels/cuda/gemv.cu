@@ -631,33 +631,30 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 	return 1;
 }
 
-// MatMul with the weight packed in column tiles (TPF_PHASE_MATMUL_TILED):
-// the plan packs a known weight so only where tpf_cuda_gemv_tile_cols takes
-// the product's shape, so the FMA kernel always takes it (the error below
-// is for a direct call with another shape).
-extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_tiled)
+// The matmul-tiled phase on the FMA kernel: the plan packs a known weight
+// only where tpf_cuda_gemv_tile_cols takes the product's shape, so the
+// kernel always takes it (the error is for a direct call with another
+// shape).  gated: see tpf_cu_gemv_try.
+static enum tpf_status run_tiled(const struct tpf_kernel_call *c, int gated)
 {
+	struct tpf_tiled_geom g;
+	enum tpf_status st = tpf_tiled_geom(c, gated != 0, &g);
+	if (st)
+		return st;
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
-	struct tpf_ktensor *y = &c->out[0];
-	if (c->n_in != 2 || b->rank != 3 || a->rank < 1 || y->rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects A and a weight packed as [tiles, K, 16 or 32]");
-	const int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], N = y->dims[y->rank - 1];
-	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || (N + TW - 1) / TW != T || a->dtype != b->dtype ||
-	    y->dtype != a->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID,
-				 "packed weight [%lld, %lld, %lld] does not fit A [..., %lld] and output [..., %lld]",
-				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)N);
-	const int64_t rows = K ? a->numel / K : 0;
-	if (rows * N != y->numel)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld", (long long)y->numel,
-				 (long long)(rows * N));
-	enum tpf_status st = TPF_OK;
-	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, N, b->invariant, (int)TW, 0, &st))
+	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, c->out[0].data, g.rows, g.K, g.N, b->invariant, (int)g.tw,
+			     gated, &st))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
 				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
 				 "(expected a bfloat16/float16 product it runs with FMAs)",
-				 (long long)rows, (long long)K, (long long)N, (long long)TW);
+				 (long long)g.rows, (long long)g.K, (long long)g.N, (long long)g.tw);
 	return st;
+}
+
+// MatMul with the weight packed in column tiles (TPF_PHASE_MATMUL_TILED).
+extern "C" TPF_CUDA_KERNEL(tpf_cu_matmul_tiled)
+{
+	return run_tiled(c, 0);
 }
 
 // GatedActivation (packed) of MatMul(A, W), W the merged gate/up weight
@@ -669,29 +666,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gated_matmul_tiled)
 	struct tpf_gated_geom g;
 	if (tpf_gated_attrs(c, &g))
 		return TPF_ERR_INVALID;
-	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
-	if (!g.packed || c->n_in != 2 || c->n_out != 1 || b->rank != 3 || a->rank < 1 || c->out[0].rank < 1)
-		return tpf_kfail(c, TPF_ERR_INVALID, "expects A, a gate/up weight packed as [tiles, K, 16 or 32] "
-						     "and one output (packed = 1)");
-	struct tpf_ktensor *y = &c->out[0];
-	const int64_t T = b->dims[0], K = b->dims[1], TW = b->dims[2], F = y->dims[y->rank - 1];
-	if ((TW != 16 && TW != 32) || a->dims[a->rank - 1] != K || F % (TW / 2) || F / (TW / 2) != T ||
-	    a->dtype != b->dtype || y->dtype != a->dtype)
-		return tpf_kfail(c, TPF_ERR_INVALID,
-				 "packed gate/up weight [%lld, %lld, %lld] does not fit A [..., %lld] and output "
-				 "[..., %lld]",
-				 (long long)T, (long long)K, (long long)TW, (long long)a->dims[a->rank - 1], (long long)F);
-	const int64_t rows = K ? a->numel / K : 0;
-	if (rows * F != y->numel)
-		return tpf_kfail(c, TPF_ERR_INVALID, "output has %lld elements, expected %lld", (long long)y->numel,
-				 (long long)(rows * F));
-	const int gated = 1 + (int)g.act + (g.cube_as_product ? 16 : 0);
-	enum tpf_status st = TPF_OK;
-	if (!tpf_cu_gemv_try(c, a->dtype, a->data, b->data, y->data, rows, K, 2 * F, b->invariant, (int)TW, gated,
-			     &st))
-		return tpf_kfail(c, TPF_ERR_UNSUPPORTED,
-				 "the small-M kernel does not take %lld rows x K %lld x N %lld with %lld-column tiles "
-				 "(expected a bfloat16/float16 product it runs with FMAs)",
-				 (long long)rows, (long long)K, (long long)(2 * F), (long long)TW);
-	return st;
+	if (!g.packed)
+		return tpf_kfail(c, TPF_ERR_INVALID, "expects a packed GatedActivation (packed = 1)");
+	return run_tiled(c, 1 + (int)g.act + (g.cube_as_product ? 16 : 0));
 }
