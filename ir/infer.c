@@ -78,10 +78,22 @@ static void set_output(struct infer_ctx *c, const struct tpf_node *n, size_t j,
 	struct tpf_type ty;
 	int changed = 0, conflict = 0, i;
 
-	if (!v || v->type.kind == TPF_TYPE_OPAQUE)
+	if (!v || (t->dtype == TPF_DTYPE_UNDEFINED && t->rank < 0))
 		return;
-	if (t->dtype == TPF_DTYPE_UNDEFINED && t->rank < 0)
+	if (v->type.kind == TPF_TYPE_OPAQUE) {
+		/* a sequence, map, optional or sparse type (or a tensor of an
+		 * element type newer than the IR): where the inputs give a tensor
+		 * of a known dtype, that declaration contradicts them (and would
+		 * hide every shape downstream from the checks) */
+		if (t->dtype != TPF_DTYPE_UNDEFINED && !t->weak) {
+			char want[256];
+
+			node_error(c, n, "output %zu '%s' is declared a non-tensor type (sequence, "
+			           "map, optional or sparse) but its inputs give the tensor %s",
+			           j, v->name, op_type_str(t, want, sizeof(want)));
+		}
 		return;
+	}
 	op_type_from_value(v, &cur);
 	if (v->type.kind != TPF_TYPE_TENSOR) {
 		cur.dtype = TPF_DTYPE_UNDEFINED;

@@ -14,8 +14,15 @@
 #     cp build-fuzz/findings/TARGET/crash-... tests/fuzz/regressions/TARGET/NAME
 #
 # Environment: BUILD_DIR (default build-fuzz), FUZZ_JOBS (parallel fuzzing
-# jobs per target, default 1), FUZZ_ARGS (extra libFuzzer flags), NINJA_ARGS
-# (extra ninja arguments, such as -j2).
+# jobs per target, default 1), FUZZ_SEED (libFuzzer's random seed; unset: a
+# new one each run), FUZZ_ARGS (extra libFuzzer flags), NINJA_ARGS (extra
+# ninja arguments, such as -j2).
+#
+# With FUZZ_SEED set and one job, a target tries the same inputs in the same
+# order on every run from the same corpus: a shorter run (a slower machine)
+# tries a prefix of what a longer one tries.  CI fixes the seed, so what it
+# finds on a commit a longer run of the same seed here finds first; runs
+# without it explore further.
 # Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev).
 set -euo pipefail
 
@@ -68,10 +75,13 @@ for t in "${targets[@]}"; do
 	done
 	max_len=32768
 	[ "$t" = builder ] && max_len=1024
-	jobs=()
+	opts=()
+	if [ -n "${FUZZ_SEED:-}" ]; then
+		opts=(-seed="$FUZZ_SEED")
+	fi
 	if [ "${FUZZ_JOBS:-1}" -gt 1 ]; then
 		# libFuzzer then writes one log per job into the current folder
-		jobs=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
+		opts+=(-jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS")
 	fi
 	say "fuzzing $t for $seconds s (log: $log)"
 	stamp=$build_dir/findings/.start-$t
@@ -79,7 +89,7 @@ for t in "${targets[@]}"; do
 	rc=0
 	# shellcheck disable=SC2086
 	"$exe" -max_total_time="$seconds" -max_len=$max_len -timeout=20 -rss_limit_mb=3072 \
-		"${jobs[@]}" -print_final_stats=1 -artifact_prefix="$findings/" ${FUZZ_ARGS:-} \
+		"${opts[@]}" -print_final_stats=1 -artifact_prefix="$findings/" ${FUZZ_ARGS:-} \
 		"$work" >"$log" 2>&1 || rc=$?
 	for jl in fuzz-[0-9]*.log; do
 		if [ -f "$jl" ]; then

@@ -510,6 +510,44 @@ static void test_infer_contradictions(void **state)
 	tpf_model_free(m);
 }
 
+/* A tensor op's output declared as a sequence (or map, optional, sparse)
+ * contradicts its inputs; left unchecked it hid a wrong declared shape
+ * further down, which a fusion then carried onto its own op. */
+static void test_infer_opaque_output(void **state)
+{
+	(void)state;
+	static const char text[] =
+	    "ir_version 10\n"
+	    "opset \"\" 23\n"
+	    "graph \"g\" {\n"
+	    "  input %0: f32[2,8] \"x\"\n"
+	    "  input %1: f32[2,8] \"res\"\n"
+	    "  input %2: opaque \"seq\"\n"
+	    "  %3 = Add(%0, %1) : opaque  # add\n"
+	    "  %4 = Relu(%3) : f32[8]  # -> r\n"
+	    "  %5 = Identity(%2) : opaque  # -> same\n"
+	    "  output %4: f32[8] \"r\"\n"
+	    "  output %5: opaque \"same\"\n"
+	    "}\n";
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *m = NULL;
+
+	assert_int_equal(tpf_model_parse_text(text, sizeof(text) - 1, "t", &m, d), TPF_OK);
+	assert_int_equal(tpf_model_verify(m, d), TPF_OK);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+	assert_int_equal(tpf_model_parse_text(text, sizeof(text) - 1, "t", &m, NULL), TPF_OK);
+	/* the Identity of a sequence stays as declared: only the Add is wrong */
+	expect_infer_errors(m, (const char *[]){"node 'add' (Add): output 0 '%3' is declared a "
+	                                        "non-tensor type",
+	                                        "its inputs give the tensor f32[2,8]", NULL});
+	d = tpf_diag_create();
+	tpf_model_infer_shapes(m, d);
+	assert_false(diag_mentions(d, "Identity"));
+	tpf_diag_free(d);
+	tpf_model_free(m);
+}
+
 /* ------------------------------------------------------------------ subgraphs */
 
 static void test_subgraphs(void **state)
@@ -660,6 +698,7 @@ int main(void)
 	    cmocka_unit_test(test_infer_keeps_declared),
 	    cmocka_unit_test(test_dtype_mismatches),
 	    cmocka_unit_test(test_infer_contradictions),
+	    cmocka_unit_test(test_infer_opaque_output),
 	    cmocka_unit_test(test_subgraphs),
 	    cmocka_unit_test(test_allocation_failure),
 	    cmocka_unit_test(test_15000_nodes),
