@@ -316,6 +316,13 @@ static int plan_add_step(struct tpf_plan *p, enum rt_step_kind kind, const struc
 	return (int)p->n_steps++;
 }
 
+/* The session's store when known value w is the model's own bytes (which
+ * outlive the plan, so its derived copies may be shared); NULL otherwise. */
+static struct tpf_const_store *shared_store(const struct tpf_plan *p, int w)
+{
+	return p->store && w >= 0 && p->values[w].known && !p->values[w].owns_host ? p->store : NULL;
+}
+
 void tpf_plan_free(struct tpf_plan *p)
 {
 	if (!p)
@@ -999,18 +1006,24 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 	if (wt < 0)
 		return TPF_ERR_NOMEM;
 	struct rt_value *t = &p->values[wt];
-	t->host = tpf_malloc((size_t)(N * K));
-	if (!t->host)
-		return TPF_ERR_NOMEM;
-	t->owns_host = 1;
-	t->known = 1;
 	const uint8_t *src = p->values[w].host;
-	uint8_t *dst = t->host;
-	for (int64_t k0 = 0; k0 < K; k0 += 32) /* 32 x 32 tiles */
-		for (int64_t n0 = 0; n0 < N; n0 += 32)
-			for (int64_t k = k0; k < k0 + 32 && k < K; k++)
-				for (int64_t j = n0; j < n0 + 32 && j < N; j++)
-					dst[j * K + k] = src[k * N + j];
+	size_t bytes = (size_t)(N * K);
+	struct tpf_const_store *cs = shared_store(p, w);
+	t->known = 1;
+	t->host = cs ? tpf_const_store_derived(cs, src, bytes, TPF_CS_FP8_TRANSPOSED, 0) : NULL;
+	if (!t->host) {
+		uint8_t *dst = t->host = tpf_malloc(bytes);
+		if (!dst)
+			return TPF_ERR_NOMEM;
+		t->owns_host = 1;
+		for (int64_t k0 = 0; k0 < K; k0 += 32) /* 32 x 32 tiles */
+			for (int64_t n0 = 0; n0 < N; n0 += 32)
+				for (int64_t k = k0; k < k0 + 32 && k < K; k++)
+					for (int64_t j = n0; j < n0 + 32 && j < N; j++)
+						dst[j * K + k] = src[k * N + j];
+		if (cs && !tpf_const_store_add_derived(cs, src, bytes, TPF_CS_FP8_TRANSPOSED, 0, dst, bytes))
+			t->owns_host = 0;
+	}
 	int ins[4] = {xq, wt, sx, sw};
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
 }
@@ -1073,25 +1086,37 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 	if (wp >= 0 || w < 0)
 		return wp;
 	const struct tpf_ktensor bt = p->values[w].t; /* add_temp may move the values array */
+	const void *src = p->values[w].host;
 	int64_t dims[3] = {(bt.dims[1] + tw - 1) / tw, bt.dims[0], tw};
 	size_t es = bt.numel ? bt.nbytes / (size_t)bt.numel : 0;
-	void *host = es ? tpf_malloc((size_t)dims[0] * (size_t)dims[1] * (size_t)tw * es) : NULL;
+	size_t bytes = (size_t)dims[0] * (size_t)dims[1] * (size_t)tw * es;
+	int kind = gated ? TPF_CS_PACKED_GATED : TPF_CS_PACKED;
+	struct tpf_const_store *cs = shared_store(p, w);
+	void *host = cs ? tpf_const_store_derived(cs, src, bt.nbytes, kind, tw) : NULL;
+	int made = !host;
+	if (made)
+		host = es ? tpf_malloc(bytes) : NULL;
 	wp = host ? add_temp(p, n, gated ? "weight.tiled.gated" : "weight.tiled", bt.dtype, 3, dims) : -1;
 	if (wp < 0) {
-		tpf_free(host);
+		if (made)
+			tpf_free(host);
 		return -1;
 	}
 	struct rt_value *t = &p->values[wp];
 	t->host = host;
-	t->owns_host = 1;
+	t->owns_host = made;
 	t->known = 1;
 	t->packed_tw = tw;
 	t->packed_src = w;
 	t->packed_gated = gated;
+	if (!made)
+		return wp;
 	if (gated)
-		tpf_gemv_pack_gated(p->values[w].host, t->host, bt.dims[0], bt.dims[1] / 2, tw, es);
+		tpf_gemv_pack_gated(src, t->host, bt.dims[0], bt.dims[1] / 2, tw, es);
 	else
-		tpf_gemv_pack(p->values[w].host, t->host, bt.dims[0], bt.dims[1], tw, es);
+		tpf_gemv_pack(src, t->host, bt.dims[0], bt.dims[1], tw, es);
+	if (cs && !tpf_const_store_add_derived(cs, src, bt.nbytes, kind, tw, t->host, bytes))
+		t->owns_host = 0;
 	return wp;
 }
 
@@ -1963,6 +1988,13 @@ enum tpf_status tpf_plan_build(const struct tpf_model *m, const struct tpf_host_
 			       size_t n_inputs, const struct tpf_plan_options *o,
 			       struct tpf_plan **out, struct tpf_diag *d)
 {
+	return tpf_plan_build_shared(m, inputs, n_inputs, o, NULL, out, d);
+}
+
+enum tpf_status tpf_plan_build_shared(const struct tpf_model *m, const struct tpf_host_tensor *inputs,
+				      size_t n_inputs, const struct tpf_plan_options *o,
+				      struct tpf_const_store *store, struct tpf_plan **out, struct tpf_diag *d)
+{
 	enum tpf_status st;
 	const struct tpf_node **order = NULL;
 	size_t n_order = 0;
@@ -1974,6 +2006,7 @@ enum tpf_status tpf_plan_build(const struct tpf_model *m, const struct tpf_host_
 		return TPF_ERR_NOMEM;
 	p->model = m;
 	p->graph = m->graph;
+	p->store = store;
 	if (o)
 		p->opt = *o;
 	if (p->opt.world <= 0)
@@ -2021,6 +2054,7 @@ enum tpf_status tpf_plan_build(const struct tpf_model *m, const struct tpf_host_
 	if ((st = plan_memory(p, d)))
 		goto out_fail;
 	p->shape_hash = inputs_hash(inputs, n_inputs);
+	p->store = NULL;
 	tpf_free(order);
 	*out = p;
 	return TPF_OK;

@@ -79,7 +79,44 @@ struct tpf_plan {
 	int *outputs; /* rt value per graph output */
 	size_t n_outputs;
 	uint64_t shape_hash; /* of the bound inputs */
+	struct tpf_const_store *store; /* the session's, while building; may be NULL */
 };
+
+/* The constants a session's plans share (const-store.c): derived host
+ * copies of the model's weights (packed, transposed) and device copies of
+ * constant bytes, each made once per session and freed with it.  Only bytes
+ * that outlive every plan may be keys: the model's tensors and the store's
+ * own copies. */
+struct tpf_const_store;
+enum tpf_const_derivation {
+	TPF_CS_PACKED,       /* param: tile width (tpf_gemv_pack) */
+	TPF_CS_PACKED_GATED, /* param: tile width (tpf_gemv_pack_gated) */
+	TPF_CS_FP8_TRANSPOSED
+};
+struct tpf_const_store *tpf_const_store_create(void);
+/* Frees the device copies on dev (which must still exist) and the host copies. */
+void tpf_const_store_free(struct tpf_const_store *cs, struct tpf_device *dev);
+/* The derived copy of src made earlier; NULL when there is none. */
+void *tpf_const_store_derived(const struct tpf_const_store *cs, const void *src, size_t src_bytes, int kind,
+			      int param);
+/* Keeps host (from tpf_malloc; the store frees it) as that copy. */
+enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const void *src, size_t src_bytes,
+					    int kind, int param, void *host, size_t nbytes);
+/* Whether host's bytes already have a device copy. */
+int tpf_const_store_on_device(const struct tpf_const_store *cs, const void *host, size_t nbytes);
+/* The device copy of host's bytes, uploaded on the first call (name: for
+ * the error message). */
+enum tpf_status tpf_const_store_device(struct tpf_const_store *cs, struct tpf_device *dev, const void *host,
+				       size_t nbytes, const char *name, void **out, struct tpf_diag *d);
+size_t tpf_const_store_device_bytes(const struct tpf_const_store *cs);
+size_t tpf_const_store_host_bytes(const struct tpf_const_store *cs);
+
+/* tpf_plan_build with a session's store: derived copies of the model's
+ * weights come from it (made there when missing) instead of being owned
+ * by the plan. */
+enum tpf_status tpf_plan_build_shared(const struct tpf_model *m, const struct tpf_host_tensor *inputs,
+				      size_t n_inputs, const struct tpf_plan_options *o,
+				      struct tpf_const_store *store, struct tpf_plan **out, struct tpf_diag *d);
 
 /* Integer inputs of at most this many elements (and float scalars) are
  * read when the plan is built (Split sizes, Reshape shapes, Range bounds

@@ -195,6 +195,13 @@ struct tpf_session {
 	struct tpf_cuda_a2a *os_a2a;                      /* direct all-to-alls */
 	int os_failed;                                    /* set-up failed once: NCCL only */
 #endif
+	/* constants shared by the plans: derived copies of the weights and
+	 * device copies (const-store.c) */
+	struct tpf_const_store *consts;
+	/* constants live in memory of their own, uploaded (a GPU; on the CPU
+	 * backend with TPF_CPU_COPY_CONSTANTS=1, for tests); else the kernels
+	 * read the host bytes */
+	int dev_consts;
 	/* the strategy table: options', TPF_STRATEGY_TABLE's (owned) or built-in */
 	const struct tpf_strategy_table *strategy;
 	struct tpf_strategy_table *strategy_owned;
@@ -219,9 +226,10 @@ static void unbind(struct tpf_session *s)
 	struct tpf_plan *p = s->b->plan;
 	if (!p)
 		return;
-	if (s->b->const_dev) {
+	/* the plan's own constants (folded values): the store keeps the rest */
+	if (s->b->const_dev && s->dev_consts) {
 		for (size_t i = 0; i < p->n_values; i++)
-			if (s->b->const_dev[i] && s->dev->kind != TPF_BACKEND_CPU)
+			if (s->b->const_dev[i] && p->values[i].owns_host)
 				s->dev->free(s->dev, s->b->const_dev[i]);
 	}
 	if (s->b->kin) {
@@ -448,9 +456,12 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		for (size_t i = 0; i < p->steps[k].n_in; i++)
 			if (p->steps[k].ins[i] >= 0)
 				read[p->steps[k].ins[i]] = 1;
-	for (size_t i = 0; s->dev->kind != TPF_BACKEND_CPU && i < p->n_values; i++)
-		if (p->values[i].known && read[i] && tpf_add_size(upload, p->values[i].t.nbytes, &upload))
+	for (size_t i = 0; s->dev_consts && i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (r->known && read[i] && (r->owns_host || !tpf_const_store_on_device(s->consts, r->host, r->t.nbytes)) &&
+		    tpf_add_size(upload, r->t.nbytes, &upload))
 			upload = SIZE_MAX;
+	}
 	if (p->arena_bytes > s->arena_cap || !s->arena)
 		need = p->arena_bytes;
 	if (tpf_add_size(need, upload, &need))
@@ -492,20 +503,27 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		}
 	}
 	/* constants go to the device only when a step reads them (an fp8 GEMM
-	 * reads the transposed weight, not the initializer) */
+	 * reads the transposed weight, not the initializer); the model's bytes
+	 * and the store's copies once per session, folded values per plan */
 	for (size_t i = 0; i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];
 		if (!r->known)
 			continue;
-		if (s->dev->kind == TPF_BACKEND_CPU) {
+		if (!s->dev_consts) {
 			s->b->const_dev[i] = r->host;
 			continue;
 		}
 		if (!read[i])
 			continue;
-		s->b->const_dev[i] = s->dev->alloc(s->dev, r->t.nbytes ? r->t.nbytes : 1);
-		enum tpf_status st = s->b->const_dev[i] ? s->dev->upload(s->dev, s->b->const_dev[i], r->host, r->t.nbytes, d)
-						     : tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate constant '%s'", r->name);
+		if (!r->owns_host) {
+			st = tpf_const_store_device(s->consts, s->dev, r->host, r->t.nbytes, r->name, &s->b->const_dev[i],
+						    d);
+		} else {
+			s->b->const_dev[i] = s->dev->alloc(s->dev, r->t.nbytes ? r->t.nbytes : 1);
+			st = s->b->const_dev[i]
+				     ? s->dev->upload(s->dev, s->b->const_dev[i], r->host, r->t.nbytes, d)
+				     : tpf_diag_fail(d, TPF_ERR_NOMEM, "cannot allocate constant '%s'", r->name);
+		}
 		if (st) {
 			tpf_free(read);
 			return st;
@@ -608,6 +626,13 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 	}
 	if ((st = tpf_device_create(s->opt.backend, s->comm->local_rank, &s->dev, d)))
 		goto out_fail;
+	s->consts = tpf_const_store_create();
+	if (!s->consts) {
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		goto out_fail;
+	}
+	const char *cc = getenv("TPF_CPU_COPY_CONSTANTS");
+	s->dev_consts = s->dev->kind != TPF_BACKEND_CPU || (cc && !strcmp(cc, "1"));
 	s->strategy = s->opt.strategy;
 	if (!s->strategy) {
 		const char *tab = getenv("TPF_STRATEGY_TABLE");
@@ -646,6 +671,7 @@ void tpf_session_free(struct tpf_session *s)
 		s->b = &s->slots[i];
 		unbind(s);
 	}
+	tpf_const_store_free(s->consts, s->dev);
 #ifdef TPF_HAVE_CUDA
 	oneshot_free(s);
 #endif
@@ -663,6 +689,14 @@ void tpf_session_free(struct tpf_session *s)
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s)
 {
 	return s->b->plan;
+}
+
+void tpf_session_constant_bytes(const struct tpf_session *s, size_t *device, size_t *derived)
+{
+	if (device)
+		*device = tpf_const_store_device_bytes(s->consts);
+	if (derived)
+		*derived = tpf_const_store_host_bytes(s->consts);
 }
 
 size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds)
@@ -1491,7 +1525,7 @@ static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const str
 	if ((st = tpf_comm_check_same(s->comm, key, "the input names, dtypes and shapes", d)))
 		return st;
 	uint64_t deps = 0;
-	st = tpf_plan_build(s->model, inputs, n_inputs, &po, &s->b->plan, d);
+	st = tpf_plan_build_shared(s->model, inputs, n_inputs, &po, s->consts, &s->b->plan, d);
 	if (!st) {
 		s->builds++;
 		s->b->shape_key = key;

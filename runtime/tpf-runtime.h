@@ -351,6 +351,13 @@ size_t tpf_session_direct_alltoalls(const struct tpf_session *s, size_t *peer);
 /* Plans the session keeps now and, in *builds (may be NULL), how many it
  * has built so far. */
 size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
+/* Constants the session's plans share, each made once per session (either
+ * pointer may be NULL): *device, the bytes of the device copies of the
+ * model's constants and of their packed or transposed forms (0 on the CPU
+ * backend, whose kernels read the host bytes); *derived, the bytes of
+ * those packed or transposed host copies.  A plan's folded values are its
+ * own and not counted. */
+void tpf_session_constant_bytes(const struct tpf_session *s, size_t *device, size_t *derived);
 
 /* ------------------------------------------------------------ --verify
  * The comparison of `tpfuse run --verify`: the optimized graph's outputs

@@ -230,6 +230,132 @@ static void test_plan_per_signature(void **state)
 	tpf_model_free(m);
 }
 
+/* The plans of a session share one copy of each constant derived from the
+ * model: a weight packed in column tiles is packed once (the same host
+ * bytes in every plan), and a device keeps one copy of it however many
+ * plans read it (TPF_CPU_COPY_CONSTANTS=1 makes the CPU backend copy
+ * constants as a device does).  A plan's folded values (the row index
+ * below) stay its own. */
+enum { SH_K = 8, SH_N = 20 };
+
+static char *shared_model_text(void)
+{
+	size_t cap = 8192, len = 0;
+	char *t = malloc(cap);
+	assert_non_null(t);
+	len += (size_t)snprintf(t + len, cap - len,
+				"ir_version 10\nopset \"\" 21\ngraph \"g\" {\n"
+				"  input %%0: f32[T,%d] \"x\"\n  init %%1: f32[%d,%d] \"w\" = [",
+				SH_K, SH_K, SH_N);
+	for (int i = 0; i < SH_K * SH_N; i++)
+		len += (size_t)snprintf(t + len, cap - len, "%s%d.0", i ? ", " : "", (i * 5) % 7 - 3);
+	len += (size_t)snprintf(t + len, cap - len,
+				"]\n  init %%2: i64[] \"zero\" = 0\n  init %%3: i64[] \"one\" = 1\n"
+				"  init %%4: i64[1] \"axis1\" = [1]\n"
+				"  %%5 = MatMul(%%0, %%1)  # mm\n"
+				"  %%6 = Shape(%%0)\n  %%7 = Gather(%%6, %%2) {axis=0}\n"
+				"  %%8 = Range(%%2, %%7, %%3)\n  %%9 = Unsqueeze(%%8, %%4)\n"
+				"  %%10 = Cast(%%9) {to=1}\n  %%11 = Mul(%%5, %%10)\n"
+				"  output %%11: f32[T,%d] \"y\"\n}\n",
+				SH_N);
+	assert_true(len < cap);
+	return t;
+}
+
+static void run_shared_case(struct tpf_session *s, int64_t T, struct tpf_diag *d)
+{
+	float x[4 * SH_K];
+	for (int64_t i = 0; i < T * SH_K; i++)
+		x[i] = (float)((i * 3 + T) % 5) - 2.0f;
+	int64_t xd[2] = {T, SH_K};
+	struct tpf_host_tensor in[1] = {host_tensor("x", TPF_DTYPE_FLOAT, 2, xd, x)};
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	enum tpf_status st = tpf_session_run(s, in, 1, &out, &n_out, d);
+	if (st)
+		dump_diag(d);
+	assert_int_equal(st, TPF_OK);
+	assert_int_equal(out[0].dims[0], T);
+	const float *y = out[0].data;
+	for (int64_t t = 0; t < T; t++)
+		for (int j = 0; j < SH_N; j++) {
+			float sum = 0; /* small integers: exact in any order */
+			for (int k = 0; k < SH_K; k++)
+				sum += x[t * SH_K + k] * (float)((k * SH_N + j) * 5 % 7 - 3);
+			if (y[t * SH_N + j] != sum * (float)t)
+				fail_msg("T=%lld: y[%lld,%d] = %g, expected %g", (long long)T, (long long)t, j,
+					 (double)y[t * SH_N + j], (double)(sum * (float)t));
+		}
+}
+
+/* One session over T = 1, 2, 3, 1: checks the results and what the plans
+ * share; returns the (device, derived) byte counts. */
+static void shared_constants_case(const char *tiled, const char *copy, size_t *device, size_t *derived)
+{
+	char *text = shared_model_text();
+	struct tpf_model *m = parse_model(text);
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_session *s = NULL;
+	if (tiled)
+		setenv("TPF_GEMV_TILED", tiled, 1);
+	if (copy)
+		setenv("TPF_CPU_COPY_CONSTANTS", copy, 1);
+	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
+	const void *w_host = NULL, *w_data = NULL;
+	size_t dev0 = 0, der0 = 0;
+	int64_t Ts[4] = {1, 2, 3, 1};
+	for (int k = 0; k < 4; k++) {
+		run_shared_case(s, Ts[k], d);
+		const struct tpf_ktensor *w = tpf_session_bound_input(s, "mm", 1);
+		assert_non_null(w);
+		if (!k) {
+			w_host = w->host;
+			w_data = w->data;
+			tpf_session_constant_bytes(s, &dev0, &der0);
+		}
+		/* every plan reads the same weight bytes, on the host and the device */
+		assert_ptr_equal(w->host, w_host);
+		assert_ptr_equal(w->data, w_data);
+		tpf_session_constant_bytes(s, device, derived);
+		assert_int_equal(*device, dev0);
+		assert_int_equal(*derived, der0);
+	}
+	size_t builds;
+	assert_int_equal(tpf_session_plan_count(s, &builds), 3);
+	assert_int_equal(builds, 3);
+	tpf_session_free(s);
+	unsetenv("TPF_GEMV_TILED");
+	unsetenv("TPF_CPU_COPY_CONSTANTS");
+	tpf_diag_free(d);
+	tpf_model_free(m);
+	free(text);
+}
+
+static void test_constants_shared_between_plans(void **state)
+{
+	(void)state;
+	size_t dev, der;
+	const size_t w_bytes = SH_K * SH_N * sizeof(float);
+	const size_t packed = 2 * SH_K * 16 * sizeof(float); /* two 16-column tiles, the second padded */
+	/* kernels read the model's bytes: nothing copied, nothing derived */
+	shared_constants_case(NULL, NULL, &dev, &der);
+	assert_int_equal(dev, 0);
+	assert_int_equal(der, 0);
+	/* one device copy of the weight for three plans; the plans' folded row
+	 * index is not among them */
+	shared_constants_case(NULL, "1", &dev, &der);
+	assert_int_equal(dev, w_bytes);
+	assert_int_equal(der, 0);
+	/* packed once: the product reads only the packed copy, whose device
+	 * copy is the only one */
+	shared_constants_case("16", NULL, &dev, &der);
+	assert_int_equal(dev, 0);
+	assert_int_equal(der, packed);
+	shared_constants_case("16", "1", &dev, &der);
+	assert_int_equal(dev, packed);
+	assert_int_equal(der, packed);
+}
+
 /* An input whose values decide a shape (a Reshape target) keys the plan by
  * its values; one that only feeds data (the ids above) does not. */
 static void test_value_dependent_inputs(void **state)
@@ -362,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_refusal_lists_every_op),
 		cmocka_unit_test(test_plan_time_listing),
 		cmocka_unit_test(test_plan_per_signature),
+		cmocka_unit_test(test_constants_shared_between_plans),
 		cmocka_unit_test(test_value_dependent_inputs),
 		cmocka_unit_test(test_float_range_inputs),
 		cmocka_unit_test(test_memory_checks),
