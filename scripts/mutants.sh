@@ -111,6 +111,16 @@ mutant runtime-gated-fold-unrun runtime/plan.c \
 	"plan-lowering" \
 	"the MatMul of a folded GatedActivation is skipped but the activation runs alone, on a product nothing wrote"
 
+mutant runtime-constants-per-plan runtime/session.c \
+	's|^\(\t*\)if (!r->owns_host) {$|\1if (0) {|' \
+	"plan-support" \
+	"every plan uploads its own device copy of the model's constants again (the session's store is not used)"
+
+mutant runtime-shared-constant-freed runtime/session.c \
+	's|^\(\t*\)if (s->b->const_dev\[i\] \&\& p->values\[i\].owns_host)$|\1if (s->b->const_dev[i])|' \
+	"plan-support" \
+	"a plan that goes frees the device copies its constants share with the session's other plans"
+
 # ------------------------------------------------------------------ options
 list=0 keep=0 work="" rev=HEAD
 want=()
