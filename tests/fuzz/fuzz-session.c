@@ -10,7 +10,11 @@
  *   bit  2    run the "default" pipeline first (on each rank, for its rank)
  *   bits 3-4  symbolic and unknown input dims become 1 + these bits
  *   bits 5-7  seed of the input data (as `tpfuse run --random-inputs`:
- *             floats in [-1, 1), integers 0..3)
+ *             floats in [-1, 1), integers 0..3); with bit 7 set, the
+ *             sessions also copy their constants as a device does and pack
+ *             every product of a known 2-D weight in 16-column tiles
+ *             (TPF_CPU_COPY_CONSTANTS=1, TPF_GEMV_TILED=16): the session's
+ *             constant store and the packed kernels
  * Every rank gets the same inputs; the model's tp_rank/tp_world_size
  * metadata are set to the rank and world size it runs as.
  *
@@ -692,9 +696,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int64_t sym_dim = 1 + ((cfg >> 3) & 3);
 	uint64_t seed = (uint64_t)(cfg >> 5) + 1;
 
+	if (cfg >> 7) {
+		setenv("TPF_CPU_COPY_CONSTANTS", "1", 1);
+		setenv("TPF_GEMV_TILED", "16", 1);
+	}
 	if (worlds != 2)
 		run_world(data + 1, size - 1, 1, optimize, sym_dim, seed);
 	if (worlds != 1)
 		run_world(data + 1, size - 1, 2, optimize, sym_dim, seed);
+	unsetenv("TPF_CPU_COPY_CONSTANTS");
+	unsetenv("TPF_GEMV_TILED");
 	return 0;
 }
