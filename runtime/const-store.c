@@ -17,10 +17,13 @@
  *     tensors, or a derived copy above).
  *
  * Keys are addresses: only bytes that live as long as the session (the
- * model's tensors, the store's own copies) may be entered, never a plan's
- * folded values, whose addresses a later allocation may reuse.  Nothing is
- * dropped before the session ends: everything here derives from the
- * model's weights, at most a few copies of each.
+ * model's tensors, the store's own copies: rt_value.lasting) may be
+ * entered, never a plan's folded values or a Constant's scalar that the
+ * IR makes anew for each plan, whose addresses a later allocation may
+ * reuse.  A derived copy's key also holds its source's geometry: two
+ * tensors may share bytes (external data mapped at one offset).  Nothing
+ * is dropped before the session ends: everything here is the model's
+ * tensors or derives from its weights, at most a few forms of each.
  */
 #include <stdint.h>
 #include <string.h>
@@ -30,9 +33,9 @@
 enum { CS_BYTES = -1 }; /* an entry of bytes that may have a device copy */
 
 struct cs_entry {
-	const void *src;  /* key: the bytes (CS_BYTES) or the source of a derivation */
-	size_t src_bytes;
-	int kind, param;
+	/* key: for CS_BYTES the bytes (src, rows = their count); else the
+	 * derivation's source and geometry */
+	struct tpf_const_key key;
 	void *host;       /* derivations: the copy (owned) */
 	size_t nbytes;
 	void *dev;        /* CS_BYTES: the device copy, NULL until asked */
@@ -46,42 +49,52 @@ struct tpf_const_store {
 	size_t dev_bytes, host_bytes;
 };
 
-static size_t key_hash(const void *src, size_t bytes, int kind, int param)
+static uint64_t mix(uint64_t h, uint64_t v)
 {
-	uint64_t h = (uint64_t)(uintptr_t)src * UINT64_C(0x9e3779b97f4a7c15);
-	h ^= (uint64_t)bytes + UINT64_C(0x632be59bd9b4e019) + (h << 6) + (h >> 2);
-	h ^= (uint64_t)(uint32_t)kind * UINT64_C(0xbf58476d1ce4e5b9) + (uint64_t)(uint32_t)param;
-	h ^= h >> 31;
-	return (size_t)h;
+	h ^= v + UINT64_C(0x9e3779b97f4a7c15) + (h << 6) + (h >> 2);
+	return h * UINT64_C(0xbf58476d1ce4e5b9);
 }
 
-static struct cs_entry *find(const struct tpf_const_store *cs, const void *src, size_t bytes, int kind,
-			     int param)
+static size_t key_hash(const struct tpf_const_key *k)
+{
+	uint64_t h = mix(0, (uint64_t)(uintptr_t)k->src);
+	h = mix(h, (uint64_t)k->rows);
+	h = mix(h, (uint64_t)k->cols);
+	h = mix(h, ((uint64_t)(uint32_t)k->elem_bytes << 32) | (uint32_t)k->kind);
+	h = mix(h, (uint64_t)(uint32_t)k->param);
+	return (size_t)(h ^ (h >> 31));
+}
+
+static int key_eq(const struct tpf_const_key *a, const struct tpf_const_key *b)
+{
+	return a->src == b->src && a->rows == b->rows && a->cols == b->cols && a->elem_bytes == b->elem_bytes &&
+	       a->kind == b->kind && a->param == b->param;
+}
+
+static struct cs_entry *find(const struct tpf_const_store *cs, const struct tpf_const_key *k)
 {
 	if (!cs || !cs->n_slots)
 		return NULL;
 	size_t mask = cs->n_slots - 1;
-	for (size_t i = key_hash(src, bytes, kind, param) & mask;; i = (i + 1) & mask) {
+	for (size_t i = key_hash(k) & mask;; i = (i + 1) & mask) {
 		uint32_t s = cs->slot[i];
 		if (!s)
 			return NULL;
-		struct cs_entry *e = &cs->e[s - 1];
-		if (e->src == src && e->src_bytes == bytes && e->kind == kind && e->param == param)
-			return e;
+		if (key_eq(&cs->e[s - 1].key, k))
+			return &cs->e[s - 1];
 	}
 }
 
 static void place(struct tpf_const_store *cs, size_t idx)
 {
-	const struct cs_entry *e = &cs->e[idx];
-	size_t mask = cs->n_slots - 1, i = key_hash(e->src, e->src_bytes, e->kind, e->param) & mask;
+	size_t mask = cs->n_slots - 1, i = key_hash(&cs->e[idx].key) & mask;
 	while (cs->slot[i])
 		i = (i + 1) & mask;
 	cs->slot[i] = (uint32_t)(idx + 1);
 }
 
 /* A new entry (its key set, the rest zero); NULL when out of memory. */
-static struct cs_entry *add(struct tpf_const_store *cs, const void *src, size_t bytes, int kind, int param)
+static struct cs_entry *add(struct tpf_const_store *cs, const struct tpf_const_key *k)
 {
 	if (cs->n == UINT32_MAX - 1)
 		return NULL;
@@ -106,12 +119,14 @@ static struct cs_entry *add(struct tpf_const_store *cs, const void *src, size_t 
 	}
 	struct cs_entry *e = &cs->e[cs->n];
 	memset(e, 0, sizeof(*e));
-	e->src = src;
-	e->src_bytes = bytes;
-	e->kind = kind;
-	e->param = param;
+	e->key = *k;
 	place(cs, cs->n++);
 	return e;
+}
+
+static struct tpf_const_key bytes_key(const void *host, size_t nbytes)
+{
+	return (struct tpf_const_key){.src = host, .rows = (int64_t)nbytes, .kind = CS_BYTES};
 }
 
 struct tpf_const_store *tpf_const_store_create(void)
@@ -133,19 +148,18 @@ void tpf_const_store_free(struct tpf_const_store *cs, struct tpf_device *dev)
 	tpf_free(cs);
 }
 
-void *tpf_const_store_derived(const struct tpf_const_store *cs, const void *src, size_t src_bytes, int kind,
-			      int param)
+void *tpf_const_store_derived(const struct tpf_const_store *cs, const struct tpf_const_key *k)
 {
-	const struct cs_entry *e = kind >= 0 ? find(cs, src, src_bytes, kind, param) : NULL;
+	const struct cs_entry *e = k->kind >= 0 ? find(cs, k) : NULL;
 	return e ? e->host : NULL;
 }
 
-enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const void *src, size_t src_bytes,
-					    int kind, int param, void *host, size_t nbytes)
+enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const struct tpf_const_key *k,
+					    void *host, size_t nbytes)
 {
-	if (!cs || kind < 0 || !host || find(cs, src, src_bytes, kind, param))
+	if (!cs || k->kind < 0 || !host || find(cs, k))
 		return TPF_ERR_INVALID;
-	struct cs_entry *e = add(cs, src, src_bytes, kind, param);
+	struct cs_entry *e = add(cs, k);
 	if (!e)
 		return TPF_ERR_NOMEM;
 	e->host = host;
@@ -156,16 +170,18 @@ enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const vo
 
 int tpf_const_store_on_device(const struct tpf_const_store *cs, const void *host, size_t nbytes)
 {
-	const struct cs_entry *e = find(cs, host, nbytes, CS_BYTES, 0);
+	struct tpf_const_key k = bytes_key(host, nbytes);
+	const struct cs_entry *e = find(cs, &k);
 	return e && e->dev;
 }
 
 enum tpf_status tpf_const_store_device(struct tpf_const_store *cs, struct tpf_device *dev, const void *host,
 				       size_t nbytes, const char *name, void **out, struct tpf_diag *d)
 {
-	struct cs_entry *e = find(cs, host, nbytes, CS_BYTES, 0);
+	struct tpf_const_key k = bytes_key(host, nbytes);
+	struct cs_entry *e = find(cs, &k);
 	*out = NULL;
-	if (!e && !(e = add(cs, host, nbytes, CS_BYTES, 0)))
+	if (!e && !(e = add(cs, &k)))
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	if (!e->dev) {
 		void *p = dev->alloc(dev, nbytes ? nbytes : 1);

@@ -316,11 +316,11 @@ static int plan_add_step(struct tpf_plan *p, enum rt_step_kind kind, const struc
 	return (int)p->n_steps++;
 }
 
-/* The session's store when known value w is the model's own bytes (which
- * outlive the plan, so its derived copies may be shared); NULL otherwise. */
+/* The session's store when known value w outlives the plan (the model's
+ * own bytes), so that its derived copies may be shared; NULL otherwise. */
 static struct tpf_const_store *shared_store(const struct tpf_plan *p, int w)
 {
-	return p->store && w >= 0 && p->values[w].known && !p->values[w].owns_host ? p->store : NULL;
+	return p->store && w >= 0 && p->values[w].known && p->values[w].lasting ? p->store : NULL;
 }
 
 void tpf_plan_free(struct tpf_plan *p)
@@ -572,6 +572,7 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 		if (!t) {
 			if (v->init && v->init->data) {
 				r->known = 1;
+				r->lasting = 1;
 				r->host = (void *)v->init->data;
 				r->t.dtype = v->init->dtype;
 				r->t.rank = v->init->rank;
@@ -723,6 +724,7 @@ static enum tpf_status bind_initializers(struct tpf_plan *p, struct tpf_diag *d)
 					     t->data ? t->nbytes : 0, r->t.nbytes,
 					     t->is_external && !t->data ? " (external data not loaded)" : "");
 		r->known = 1;
+		r->lasting = 1;
 		r->host = (void *)t->data;
 	}
 	return TPF_OK;
@@ -1009,8 +1011,10 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 	const uint8_t *src = p->values[w].host;
 	size_t bytes = (size_t)(N * K);
 	struct tpf_const_store *cs = shared_store(p, w);
+	struct tpf_const_key key = {.src = src, .rows = K, .cols = N, .elem_bytes = 1, .kind = TPF_CS_FP8_TRANSPOSED};
 	t->known = 1;
-	t->host = cs ? tpf_const_store_derived(cs, src, bytes, TPF_CS_FP8_TRANSPOSED, 0) : NULL;
+	t->host = cs ? tpf_const_store_derived(cs, &key) : NULL;
+	t->lasting = t->host != NULL;
 	if (!t->host) {
 		uint8_t *dst = t->host = tpf_malloc(bytes);
 		if (!dst)
@@ -1021,8 +1025,10 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 				for (int64_t k = k0; k < k0 + 32 && k < K; k++)
 					for (int64_t j = n0; j < n0 + 32 && j < N; j++)
 						dst[j * K + k] = src[k * N + j];
-		if (cs && !tpf_const_store_add_derived(cs, src, bytes, TPF_CS_FP8_TRANSPOSED, 0, dst, bytes))
+		if (cs && !tpf_const_store_add_derived(cs, &key, dst, bytes)) {
 			t->owns_host = 0;
+			t->lasting = 1;
+		}
 	}
 	int ins[4] = {xq, wt, sx, sw};
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
@@ -1090,9 +1096,10 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 	int64_t dims[3] = {(bt.dims[1] + tw - 1) / tw, bt.dims[0], tw};
 	size_t es = bt.numel ? bt.nbytes / (size_t)bt.numel : 0;
 	size_t bytes = (size_t)dims[0] * (size_t)dims[1] * (size_t)tw * es;
-	int kind = gated ? TPF_CS_PACKED_GATED : TPF_CS_PACKED;
 	struct tpf_const_store *cs = shared_store(p, w);
-	void *host = cs ? tpf_const_store_derived(cs, src, bt.nbytes, kind, tw) : NULL;
+	struct tpf_const_key key = {.src = src, .rows = bt.dims[0], .cols = bt.dims[1], .elem_bytes = (int)es,
+				    .kind = gated ? TPF_CS_PACKED_GATED : TPF_CS_PACKED, .param = tw};
+	void *host = cs ? tpf_const_store_derived(cs, &key) : NULL;
 	int made = !host;
 	if (made)
 		host = es ? tpf_malloc(bytes) : NULL;
@@ -1105,6 +1112,7 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 	struct rt_value *t = &p->values[wp];
 	t->host = host;
 	t->owns_host = made;
+	t->lasting = !made;
 	t->known = 1;
 	t->packed_tw = tw;
 	t->packed_src = w;
@@ -1115,8 +1123,10 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 		tpf_gemv_pack_gated(src, t->host, bt.dims[0], bt.dims[1] / 2, tw, es);
 	else
 		tpf_gemv_pack(src, t->host, bt.dims[0], bt.dims[1], tw, es);
-	if (cs && !tpf_const_store_add_derived(cs, src, bt.nbytes, kind, tw, t->host, bytes))
+	if (cs && !tpf_const_store_add_derived(cs, &key, t->host, bytes)) {
 		t->owns_host = 0;
+		t->lasting = 1;
+	}
 	return wp;
 }
 
@@ -1689,6 +1699,9 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			}
 			r->known = 1;
 			r->host = (void *)t->data;
+			/* a 'value' tensor is the model's; value_float and the like
+			 * are made anew for each plan (tpf_value_constant) */
+			r->lasting = n->attrs[0].kind == TPF_ATTR_TENSOR;
 			p->n_folded++;
 			continue;
 		}

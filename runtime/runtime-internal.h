@@ -13,6 +13,11 @@ struct rt_value {
 	int known;                 /* value known when the plan was built */
 	void *host;                /* its bytes when known */
 	int owns_host;             /* host allocated by the plan (folded) */
+	int lasting;               /* host outlives the plan: the model's own
+				    * bytes (an initializer, an input's default,
+				    * a Constant's tensor) or a copy the
+				    * session's store owns; only these are
+				    * shared between plans */
 	int host_hint;             /* a small integer input: host holds this run's
 				    * values for shape functions; the plan is
 				    * rebuilt when they change */
@@ -85,9 +90,18 @@ struct tpf_plan {
 /* The constants a session's plans share (const-store.c): derived host
  * copies of the model's weights (packed, transposed) and device copies of
  * constant bytes, each made once per session and freed with it.  Only bytes
- * that outlive every plan may be keys: the model's tensors and the store's
- * own copies. */
+ * that outlive every plan may be keys (rt_value.lasting): the model's
+ * tensors and the store's own copies.  A derived copy is keyed by its
+ * source's address and its geometry (rows, columns, element size: two
+ * tensors may share bytes, external data mapped at one offset). */
 struct tpf_const_store;
+struct tpf_const_key {
+	const void *src;
+	int64_t rows, cols;
+	int elem_bytes;
+	int kind;  /* enum tpf_const_derivation */
+	int param; /* the tile width, or 0 */
+};
 enum tpf_const_derivation {
 	TPF_CS_PACKED,       /* param: tile width (tpf_gemv_pack) */
 	TPF_CS_PACKED_GATED, /* param: tile width (tpf_gemv_pack_gated) */
@@ -96,12 +110,11 @@ enum tpf_const_derivation {
 struct tpf_const_store *tpf_const_store_create(void);
 /* Frees the device copies on dev (which must still exist) and the host copies. */
 void tpf_const_store_free(struct tpf_const_store *cs, struct tpf_device *dev);
-/* The derived copy of src made earlier; NULL when there is none. */
-void *tpf_const_store_derived(const struct tpf_const_store *cs, const void *src, size_t src_bytes, int kind,
-			      int param);
+/* The derived copy made earlier; NULL when there is none. */
+void *tpf_const_store_derived(const struct tpf_const_store *cs, const struct tpf_const_key *k);
 /* Keeps host (from tpf_malloc; the store frees it) as that copy. */
-enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const void *src, size_t src_bytes,
-					    int kind, int param, void *host, size_t nbytes);
+enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const struct tpf_const_key *k,
+					    void *host, size_t nbytes);
 /* Whether host's bytes already have a device copy. */
 int tpf_const_store_on_device(const struct tpf_const_store *cs, const void *host, size_t nbytes);
 /* The device copy of host's bytes, uploaded on the first call (name: for

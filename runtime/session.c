@@ -226,10 +226,11 @@ static void unbind(struct tpf_session *s)
 	struct tpf_plan *p = s->b->plan;
 	if (!p)
 		return;
-	/* the plan's own constants (folded values): the store keeps the rest */
+	/* the plan's own constants (folded values, a Constant's scalar): the
+	 * store keeps the rest */
 	if (s->b->const_dev && s->dev_consts) {
 		for (size_t i = 0; i < p->n_values; i++)
-			if (s->b->const_dev[i] && p->values[i].owns_host)
+			if (s->b->const_dev[i] && !p->values[i].lasting)
 				s->dev->free(s->dev, s->b->const_dev[i]);
 	}
 	if (s->b->kin) {
@@ -458,17 +459,16 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 				read[p->steps[k].ins[i]] = 1;
 	for (size_t i = 0; s->dev_consts && i < p->n_values; i++) {
 		const struct rt_value *r = &p->values[i];
-		if (r->known && read[i] && (r->owns_host || !tpf_const_store_on_device(s->consts, r->host, r->t.nbytes)) &&
+		if (r->known && read[i] && (!r->lasting || !tpf_const_store_on_device(s->consts, r->host, r->t.nbytes)) &&
 		    tpf_add_size(upload, r->t.nbytes, &upload))
 			upload = SIZE_MAX;
 	}
+	/* a larger arena replaces the old one, which is given back first */
 	if (p->arena_bytes > s->arena_cap || !s->arena)
-		need = p->arena_bytes;
+		need = p->arena_bytes - (s->arena ? s->arena_cap : 0);
 	if (tpf_add_size(need, upload, &need))
 		need = SIZE_MAX;
-	/* the old arena is given back first */
-	if (need && (st = tpf_memory_check(s->dev->kind, need > s->arena_cap ? need - s->arena_cap : 0,
-					  "the plan's buffers and constants", d))) {
+	if (need && (st = tpf_memory_check(s->dev->kind, need, "the plan's buffers and constants", d))) {
 		tpf_free(read);
 		tpf_diag_add(d, TPF_SEV_NOTE, "the arena holds %zu buffers in %zu bytes at its peak (%zu without reuse)",
 			     p->n_buffers, p->arena_bytes, p->unshared_bytes);
@@ -515,7 +515,7 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		}
 		if (!read[i])
 			continue;
-		if (!r->owns_host) {
+		if (r->lasting) {
 			st = tpf_const_store_device(s->consts, s->dev, r->host, r->t.nbytes, r->name, &s->b->const_dev[i],
 						    d);
 		} else {

@@ -308,7 +308,10 @@ struct tpf_session_options {
 
 /* Checks the model against the communicator (world size metadata, the
  * same graph structure on every rank) and lists every op the backend
- * cannot run (tpf_plan_check_model): before any input exists. */
+ * cannot run (tpf_plan_check_model): before any input exists.  The session
+ * reads the model until it is freed, and keeps what it derives from the
+ * model's weights (packed copies, device copies) for its whole life: the
+ * model must stay as it is while a session of it exists. */
 enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_session_options *o,
 				   struct tpf_session **out, struct tpf_diag *d);
 void tpf_session_free(struct tpf_session *s);
@@ -354,9 +357,10 @@ size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
 /* Constants the session's plans share, each made once per session (either
  * pointer may be NULL): *device, the bytes of the device copies of the
  * model's constants and of their packed or transposed forms (0 on the CPU
- * backend, whose kernels read the host bytes); *derived, the bytes of
- * those packed or transposed host copies.  A plan's folded values are its
- * own and not counted. */
+ * backend, whose kernels read the host bytes, unless TPF_CPU_COPY_CONSTANTS
+ * is 1); *derived, the bytes of those packed or transposed host copies.  A
+ * plan's folded values and a Constant node's scalar (value_float and the
+ * like) are its own and not counted. */
 void tpf_session_constant_bytes(const struct tpf_session *s, size_t *device, size_t *derived);
 
 /* ------------------------------------------------------------ --verify

@@ -116,6 +116,11 @@ mutant runtime-constants-per-plan runtime/session.c \
 	"plan-support" \
 	"every plan uploads its own device copy of the model's constants again (the session's store is not used)"
 
+mutant runtime-constant-scalar-shared runtime/plan.c \
+	's|^\(\t*\)r->lasting = n->attrs\[0\].kind == TPF_ATTR_TENSOR;$|\1r->lasting = 1;|' \
+	"plan-support" \
+	"a Constant's value_float, made anew for each plan, is kept by the session as if it were the model's bytes: device memory grows with every plan"
+
 mutant runtime-shared-constant-freed runtime/session.c \
 	's|^\(\t*\)if (s->b->const_dev\[i\] \&\& p->values\[i\].owns_host)$|\1if (s->b->const_dev[i])|' \
 	"plan-support" \

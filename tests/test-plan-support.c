@@ -233,9 +233,10 @@ static void test_plan_per_signature(void **state)
 /* The plans of a session share one copy of each constant derived from the
  * model: a weight packed in column tiles is packed once (the same host
  * bytes in every plan), and a device keeps one copy of it however many
- * plans read it (TPF_CPU_COPY_CONSTANTS=1 makes the CPU backend copy
- * constants as a device does).  A plan's folded values (the row index
- * below) stay its own. */
+ * plans read it, also after the plans that made it went (TPF_CPU_COPY_
+ * CONSTANTS=1 makes the CPU backend copy constants as a device does).  A
+ * plan's folded values (the row index below) and a Constant's scalar,
+ * which the IR makes anew for each plan, stay the plan's own. */
 enum { SH_K = 8, SH_N = 20 };
 
 static char *shared_model_text(void)
@@ -256,7 +257,8 @@ static char *shared_model_text(void)
 				"  %%6 = Shape(%%0)\n  %%7 = Gather(%%6, %%2) {axis=0}\n"
 				"  %%8 = Range(%%2, %%7, %%3)\n  %%9 = Unsqueeze(%%8, %%4)\n"
 				"  %%10 = Cast(%%9) {to=1}\n  %%11 = Mul(%%5, %%10)\n"
-				"  output %%11: f32[T,%d] \"y\"\n}\n",
+				"  %%12 = Constant() {value_float=2.0}\n  %%13 = Mul(%%11, %%12)\n"
+				"  output %%13: f32[T,%d] \"y\"\n}\n",
 				SH_N);
 	assert_true(len < cap);
 	return t;
@@ -264,7 +266,7 @@ static char *shared_model_text(void)
 
 static void run_shared_case(struct tpf_session *s, int64_t T, struct tpf_diag *d)
 {
-	float x[4 * SH_K];
+	float x[16 * SH_K];
 	for (int64_t i = 0; i < T * SH_K; i++)
 		x[i] = (float)((i * 3 + T) % 5) - 2.0f;
 	int64_t xd[2] = {T, SH_K};
@@ -282,14 +284,15 @@ static void run_shared_case(struct tpf_session *s, int64_t T, struct tpf_diag *d
 			float sum = 0; /* small integers: exact in any order */
 			for (int k = 0; k < SH_K; k++)
 				sum += x[t * SH_K + k] * (float)((k * SH_N + j) * 5 % 7 - 3);
-			if (y[t * SH_N + j] != sum * (float)t)
+			if (y[t * SH_N + j] != sum * (float)t * 2.0f)
 				fail_msg("T=%lld: y[%lld,%d] = %g, expected %g", (long long)T, (long long)t, j,
-					 (double)y[t * SH_N + j], (double)(sum * (float)t));
+					 (double)y[t * SH_N + j], (double)(sum * (float)t * 2.0f));
 		}
 }
 
-/* One session over T = 1, 2, 3, 1: checks the results and what the plans
- * share; returns the (device, derived) byte counts. */
+/* One session over T = 1, 2, 3, 1, then 4 to 12 (T = 1, 2 and 3 are
+ * evicted: the session keeps 8 plans) and 1, 2 again: checks the results
+ * and what the plans share; returns the (device, derived) byte counts. */
 static void shared_constants_case(const char *tiled, const char *copy, size_t *device, size_t *derived)
 {
 	char *text = shared_model_text();
@@ -303,8 +306,8 @@ static void shared_constants_case(const char *tiled, const char *copy, size_t *d
 	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
 	const void *w_host = NULL, *w_data = NULL;
 	size_t dev0 = 0, der0 = 0;
-	int64_t Ts[4] = {1, 2, 3, 1};
-	for (int k = 0; k < 4; k++) {
+	static const int64_t Ts[] = {1, 2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2};
+	for (size_t k = 0; k < sizeof(Ts) / sizeof(Ts[0]); k++) {
 		run_shared_case(s, Ts[k], d);
 		const struct tpf_ktensor *w = tpf_session_bound_input(s, "mm", 1);
 		assert_non_null(w);
@@ -321,8 +324,8 @@ static void shared_constants_case(const char *tiled, const char *copy, size_t *d
 		assert_int_equal(*derived, der0);
 	}
 	size_t builds;
-	assert_int_equal(tpf_session_plan_count(s, &builds), 3);
-	assert_int_equal(builds, 3);
+	assert_int_equal(tpf_session_plan_count(s, &builds), 8);
+	assert_int_equal(builds, 14);
 	tpf_session_free(s);
 	unsetenv("TPF_GEMV_TILED");
 	unsetenv("TPF_CPU_COPY_CONSTANTS");
