@@ -112,7 +112,7 @@ mutant runtime-gated-fold-unrun runtime/plan.c \
 	"the MatMul of a folded GatedActivation is skipped but the activation runs alone, on a product nothing wrote"
 
 mutant runtime-constants-per-plan runtime/session.c \
-	's|^\(\t*\)if (!r->owns_host) {$|\1if (0) {|' \
+	's|^\(\t*\)if (r->lasting) {$|\1if (0) {|' \
 	"plan-support" \
 	"every plan uploads its own device copy of the model's constants again (the session's store is not used)"
 
@@ -122,7 +122,7 @@ mutant runtime-constant-scalar-shared runtime/plan.c \
 	"a Constant's value_float, made anew for each plan, is kept by the session as if it were the model's bytes: device memory grows with every plan"
 
 mutant runtime-shared-constant-freed runtime/session.c \
-	's|^\(\t*\)if (s->b->const_dev\[i\] \&\& p->values\[i\].owns_host)$|\1if (s->b->const_dev[i])|' \
+	's|^\(\t*\)if (s->b->const_dev\[i\] \&\& !p->values\[i\].lasting)$|\1if (s->b->const_dev[i])|' \
 	"plan-support" \
 	"a plan that goes frees the device copies its constants share with the session's other plans"
 
