@@ -41,6 +41,11 @@ mutant verifier-mixed-dtypes ir/ops/shape.c \
 	"verify malformed" \
 	"the verifier accepts inputs of different dtypes where an op needs one dtype"
 
+mutant infer-opaque-output ir/infer.c \
+	's|^\(\t*\)if (t->dtype != TPF_DTYPE_UNDEFINED \&\& !t->weak) {$|\1if (0) {|' \
+	"verify fuzz-replay-model" \
+	"inference accepts a tensor op's output declared as a sequence or map, which hides every shape after it from the checks"
+
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (t_y != t_s \&\& t_y != t_g)$|\1if (t_y != t_s \&\& t_y != t_g \&\& 0)|' \
 	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \
