@@ -177,6 +177,7 @@ struct DecArgs {
 	int splits, chunks_per_split, row_chunks;
 	float scale, softcap;
 	int causal;
+	int prefetch; // tensor-core kernel: a warp's steps of past K/V prefetched into L2 ahead of its loads
 };
 
 constexpr int kKVec = 4; // key vectors a thread loads before it computes
@@ -661,15 +662,30 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	constexpr int OS = D + D / 32 + 4; // a merged output row in shared memory (bank skew)
 	constexpr int STEP = kDecWarps * kMmaTile * TP;
 	__shared__ float wm[kDecWarps][MR], wl[kDecWarps][MR], bm_s[MR], bl_s[MR];
-	__shared__ float ob[MR * OS];
+	__shared__ float ob[kDecWarps][MR * OS];
+	__shared__ long long orow[MR];
 	pdl_trigger();
-	pdl_wait();
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	const int64_t r0 = (int64_t)blockIdx.z * kMaxGroupRows;
 	const bool writes_present = blockIdx.z == 0;
 	const int64_t k0 = (int64_t)blockIdx.x * a.chunks_per_split * kMmaTile;
 	const int64_t k1 = min(a.T, k0 + (int64_t)a.chunks_per_split * kMmaTile);
+	// a step's past rows of K and V into L2 (lane 0 of the warp that loads
+	// them): the first a.prefetch steps now, before the wait (past K/V are
+	// inputs; a prefetch only warms L2), then a step ahead of each load, so
+	// HBM streams while the warps compute
+	auto prefetch = [&](int64_t kt) {
+		const int64_t e = min(min(k1, a.P), kt + (int64_t)kMmaTile * TP);
+		if (lane || kt >= e)
+			return;
+		const int64_t off = ((b * a.Hk + hk) * a.P + kt) * D;
+		l2_prefetch((const T *)a.pk + off, (e - kt) * D * (int64_t)sizeof(T));
+		l2_prefetch((const T *)a.pv + off, (e - kt) * D * (int64_t)sizeof(T));
+	};
+	for (int i = 0; i < a.prefetch; i++)
+		prefetch(k0 + (int64_t)warp * kMmaTile * TP + (int64_t)i * STEP);
+	pdl_wait();
 	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
 	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
 	const int64_t kvrow = (b * a.Hk + hk) * a.T; // present rows of this KV head
@@ -831,6 +847,8 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 			}
 		}
 		kb += STEP;
+		if (a.prefetch)
+			prefetch(kb + (int64_t)(a.prefetch - 1) * STEP);
 		if (kb < k1)
 			load(kb);
 	}
@@ -840,11 +858,17 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
 		l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
 	}
-	// merge the warps: each one's state rescaled to the block's max
+	// merge the warps: each one's state rescaled to the block's max, every
+	// warp's output in its own slice of ob, summed below in warp order
 	if (c == 0)
 #pragma unroll
 		for (int i = 0; i < NH; i++)
 			wm[warp][g + 8 * i] = m[i], wl[warp][g + 8 * i] = l[i];
+	if (threadIdx.x < MR) {
+		// the output row of group row r (-1: a padding row)
+		const int64_t rr = r0 + threadIdx.x;
+		orow[threadIdx.x] = rr < a.R ? (b * a.Hq + hk * a.G + rr / a.S) * a.S + rr % a.S : -1;
+	}
 	__syncthreads();
 	float sw[NH];
 #pragma unroll
@@ -861,29 +885,33 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 		if (warp == 0 && c == 0)
 			bm_s[r] = bm, bl_s[r] = bl;
 	}
-	for (int w = 0; w < kDecWarps; w++) {
-		if (warp == w)
 #pragma unroll
-			for (int i = 0; i < NH; i++)
+	for (int i = 0; i < NH; i++)
 #pragma unroll
-				for (int n = 0; n < NT; n++)
+		for (int n = 0; n < NT; n++)
 #pragma unroll
-					for (int e = 0; e < 2; e++) {
-						const int col = mma_vcol(n, 2 * c + e);
-						float *op = ob + (g + 8 * i) * OS + col + col / 32;
-						*op = (w ? *op : 0.f) + o[n][2 * i + e] * sw[i];
-					}
-		__syncthreads();
-	}
+			for (int e = 0; e < 2; e++) {
+				const int col = mma_vcol(n, 2 * c + e);
+				ob[warp][(g + 8 * i) * OS + col + col / 32] = o[n][2 * i + e] * sw[i];
+			}
+	__syncthreads();
+	// a merged output element (the warps in order)
+	auto merged = [&](int r, int d) {
+		const int x = r * OS + d + d / 32;
+		float v = ob[0][x];
+#pragma unroll
+		for (int w = 1; w < kDecWarps; w++)
+			v += ob[w][x];
+		return v;
+	};
 	// results: Y directly with one split, else this split's partial
 	const int64_t rows = a.B * a.Hq * a.S;
 	for (int i = threadIdx.x; i < MR * D; i += kDecThreads) {
 		const int r = i / D, d = i % D;
-		if (r0 + r >= a.R)
+		const int64_t row = orow[r];
+		if (row < 0)
 			continue;
-		const int64_t gq = (r0 + r) / a.S, s = (r0 + r) % a.S;
-		const int64_t row = (b * a.Hq + hk * a.G + gq) * a.S + s;
-		const float v = ob[r * OS + d + d / 32];
+		const float v = merged(r, d);
 		if (a.splits == 1) {
 			((T *)a.y)[row * D + d] = Cvt<T>::out(bl_s[r] > 0 ? v / bl_s[r] : 0.f);
 		} else {
@@ -932,6 +960,14 @@ bool decode_mma_ok(const struct tpf_attention_ops &o)
 	enum tpf_dtype t = o.q->dtype;
 	return !off && (t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_BFLOAT16) && o.D == o.Dv &&
 	       (o.D == 64 || o.D == 128) && !((uintptr_t)o.q->data & 15);
+}
+
+// TPF_DECODE_PREFETCH: steps of past K/V a warp of the tensor-core kernel
+// prefetches into L2 ahead of its loads (default 2; "0": none).  Read once.
+int mma_prefetch_steps()
+{
+	static const int v = tpfc_env_int("TPF_DECODE_PREFETCH", 2, 64);
+	return v;
 }
 
 // long: the group may have more than 16 rows (cut into chunks of 16): only
@@ -1018,6 +1054,15 @@ template <typename T, int RB, int DVL, bool FULL> constexpr auto decode_fn()
 	return decode_attention_kernel<T, RB, DVL, FULL>;
 }
 
+// The combine kernel a programmatic dependent of the tensor-core kernel
+// also at TPF_PDL=1 (its few small blocks wait beside the attention's, not
+// in the way of a GEMV's); TPF_DECODE_COMBINE_PDL=0: only at TPF_PDL=2.
+bool combine_pdl()
+{
+	static const bool v = tpfc_pdl_level() >= 1 && !env_zero("TPF_DECODE_COMBINE_PDL");
+	return v;
+}
+
 // The combine kernel after a split call, a block a query row.
 template <typename T> enum tpf_status launch_combine(const struct tpf_kernel_call *c, const DecArgs &a, bool pdl)
 {
@@ -1049,7 +1094,7 @@ enum tpf_status launch_mma_rows(const struct tpf_kernel_call *c, const DecArgs &
 	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_mma_kernel<T, D, MR>, grid, dim3(kDecThreads),
 							       0, tpfc_stream(c), a),
 					     "decode attention (tensor cores)");
-	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl);
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl || combine_pdl());
 }
 
 template <typename T>
@@ -1120,6 +1165,7 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
 	a.part = (float *)c->workspace;
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
+	a.prefetch = p.mma ? mma_prefetch_steps() : 0;
 	if (p.mma)
 		return o.q->dtype == TPF_DTYPE_FLOAT16 ? launch_mma<__half>(c, a) : launch_mma<__nv_bfloat16>(c, a);
 	switch (o.q->dtype) {
