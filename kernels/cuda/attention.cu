@@ -672,9 +672,10 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	const int64_t k0 = (int64_t)blockIdx.x * a.chunks_per_split * kMmaTile;
 	const int64_t k1 = min(a.T, k0 + (int64_t)a.chunks_per_split * kMmaTile);
 	// a step's past rows of K and V into L2 (lane 0 of the warp that loads
-	// them): the first a.prefetch steps now, before the wait (past K/V are
-	// inputs; a prefetch only warms L2), then a step ahead of each load, so
-	// HBM streams while the warps compute
+	// them), a.prefetch steps ahead of its loads: steps 1 to a.prefetch now,
+	// before the wait (past K/V are inputs; a prefetch only warms L2), then
+	// one more a step, so HBM streams while the warps compute.  (Step 0's
+	// loads follow at once: prefetching it too made a batch-1 step slower.)
 	auto prefetch = [&](int64_t kt) {
 		const int64_t e = min(min(k1, a.P), kt + (int64_t)kMmaTile * TP);
 		if (lane || kt >= e)
@@ -683,7 +684,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 		l2_prefetch((const T *)a.pk + off, (e - kt) * D * (int64_t)sizeof(T));
 		l2_prefetch((const T *)a.pv + off, (e - kt) * D * (int64_t)sizeof(T));
 	};
-	for (int i = 0; i < a.prefetch; i++)
+	for (int i = 1; i <= a.prefetch; i++)
 		prefetch(k0 + (int64_t)warp * kMmaTile * TP + (int64_t)i * STEP);
 	pdl_wait();
 	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
@@ -848,7 +849,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 		}
 		kb += STEP;
 		if (a.prefetch)
-			prefetch(kb + (int64_t)(a.prefetch - 1) * STEP);
+			prefetch(kb + (int64_t)a.prefetch * STEP);
 		if (kb < k1)
 			load(kb);
 	}
@@ -1054,15 +1055,6 @@ template <typename T, int RB, int DVL, bool FULL> constexpr auto decode_fn()
 	return decode_attention_kernel<T, RB, DVL, FULL>;
 }
 
-// The combine kernel a programmatic dependent of the tensor-core kernel
-// also at TPF_PDL=1 (its few small blocks wait beside the attention's, not
-// in the way of a GEMV's); TPF_DECODE_COMBINE_PDL=0: only at TPF_PDL=2.
-bool combine_pdl()
-{
-	static const bool v = tpfc_pdl_level() >= 1 && !env_zero("TPF_DECODE_COMBINE_PDL");
-	return v;
-}
-
 // The combine kernel after a split call, a block a query row.
 template <typename T> enum tpf_status launch_combine(const struct tpf_kernel_call *c, const DecArgs &a, bool pdl)
 {
@@ -1094,7 +1086,7 @@ enum tpf_status launch_mma_rows(const struct tpf_kernel_call *c, const DecArgs &
 	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_mma_kernel<T, D, MR>, grid, dim3(kDecThreads),
 							       0, tpfc_stream(c), a),
 					     "decode attention (tensor cores)");
-	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl || combine_pdl());
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl);
 }
 
 template <typename T>

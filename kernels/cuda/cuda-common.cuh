@@ -452,26 +452,14 @@ __device__ __forceinline__ void pdl_trigger()
 }
 
 // ------------------------------------------------------------ L2 prefetch
-// Bulk prefetches into L2 (sm_90 cp.async.bulk.prefetch): hints that start
-// HBM streaming early, never reads a kernel depends on (L2 is coherent, so
-// a line prefetched while another kernel writes it is not stale).
-
-// `bytes` (a multiple of 16) at p (16-byte aligned).
+// `bytes` (a multiple of 16) at p (16-byte aligned) into L2, one bulk
+// prefetch (sm_90 cp.async.bulk.prefetch): a hint that starts HBM
+// streaming early, never a read a kernel depends on (L2 is coherent, so a
+// line prefetched while another kernel writes it is not stale).
 __device__ __forceinline__ void l2_prefetch(const void *p, int64_t bytes)
 {
 	if (bytes > 0)
 		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes) : "memory");
-}
-
-// Share i of n of the S bytes at p (16-byte aligned, S a multiple of 16),
-// by the calling warp's lanes in 32 KB pieces: n blocks that each take
-// their share stream the whole buffer into L2 at once.
-__device__ __forceinline__ void l2_prefetch_share(const void *p, int64_t S, int64_t i, int64_t n)
-{
-	constexpr int64_t piece = 32 << 10;
-	const int64_t b0 = (S * i / n) & ~(int64_t)15, b1 = i + 1 >= n ? S : (S * (i + 1) / n) & ~(int64_t)15;
-	for (int64_t o = b0 + (int64_t)(threadIdx.x & 31) * piece; o < b1; o += 32 * piece)
-		l2_prefetch((const char *)p + o, b1 - o < piece ? b1 - o : piece);
 }
 
 } // namespace tpfc

@@ -161,7 +161,7 @@ template <typename T, int M, int CT, bool avec>
 __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	gemv_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
 		    unsigned short *__restrict__ y, int rows, int K, int N, int wpre, int tiled,
-		    int gated, int pf)
+		    int gated)
 {
 	constexpr int KL = kThreads / CT; // k-lanes
 	constexpr int TW = 8 * CT;        // columns of the tile
@@ -191,17 +191,11 @@ __global__ void __launch_bounds__(kThreads, MinBlocks<M>::value)
 	Chunk<M> c0, c1;
 	int k = kl * 8;
 	const unsigned short *wk = wt + (size_t)k * ldw;
-	// pf: this block's share of the whole of W into L2 (l2_prefetch_share)
-	const int64_t wbytes = (tiled ? (int64_t)gridDim.x * TW : (int64_t)N) * K * (int64_t)sizeof(T);
-	if (pf && wpre && tid < 32)
-		l2_prefetch_share(w, wbytes, blockIdx.x, gridDim.x);
 	// W's first chunk before the previous kernel has finished (wpre: W
 	// invariant); A (its output, perhaps) only after
 	if (wpre && col < N)
 		load_chunk_w<M, true>(c0, wk, K, ldw, k, k < kfull, pol);
 	pdl_wait();
-	if (pf && !wpre && tid < 32)
-		l2_prefetch_share(w, wbytes, blockIdx.x, gridDim.x);
 	if (col < N) {
 		// rows past `rows` (M rounded up) read row rows - 1; never stored
 		int aoff[M];
@@ -386,7 +380,7 @@ template <typename T, int NR> __device__ __forceinline__ void mma_step(float (&a
 template <typename T, int NR, int KW, bool BIG>
 __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 	gemv_mma_kernel(const unsigned short *__restrict__ a, const unsigned short *__restrict__ w,
-			unsigned short *__restrict__ y, int rows, int K, int N, int wpre, int pf)
+			unsigned short *__restrict__ y, int rows, int K, int N, int wpre)
 {
 	constexpr int CW = 16 * NR; // columns of the block
 	constexpr int RM = BIG ? 16 : 8;
@@ -404,10 +398,6 @@ __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 			acc[j][e] = 0.f;
 	const uint64_t pol = evict_first_policy();
 	MmaStage<NR> st[kStages];
-	// pf: this block's share of the whole of W into L2 (l2_prefetch_share)
-	const int64_t wbytes = (int64_t)K * N * (int64_t)sizeof(T);
-	if (pf && wpre && tid < 32)
-		l2_prefetch_share(w, wbytes, blockIdx.x, gridDim.x);
 	// the first stages' W before the previous kernel has finished (wpre: W
 	// invariant); A (its output, perhaps) only after
 	if (wpre)
@@ -415,8 +405,6 @@ __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 		for (int i = 0; i < kStages; i++)
 			mma_load_w<NR>(st[i], w, N, n0, col_ok, (s0 + i) * 16, s0 + i < s1, pol);
 	pdl_wait();
-	if (pf && !wpre && tid < 32)
-		l2_prefetch_share(w, wbytes, blockIdx.x, gridDim.x);
 #pragma unroll
 	for (int i = 0; i < kStages; i++) {
 		if (!wpre)
@@ -482,29 +470,10 @@ int forced_cols()
 	return v == 16 || v == 32 ? v : 0;
 }
 
-// TPF_GEMV_PREFETCH: the largest weight (MB) a GEMV streams into L2 whole
-// at its start, every block a share (l2_prefetch_share; default 32, "0":
-// none); larger weights are only read as the k-lanes reach them.  Read
-// once.
-int prefetch_mb()
-{
-	static const int v = tpfc_env_int("TPF_GEMV_PREFETCH", 32, 1 << 20);
-	return v;
-}
-
-// Whether a GEMV prefetches its weight: the bytes it spans (tiled: the
-// padded tiles, else K x N elements).
-int prefetch_w(int64_t tiled_bytes, int64_t plain_bytes, bool tiled)
-{
-	const int64_t bytes = tiled ? tiled_bytes : plain_bytes;
-	return prefetch_mb() > 0 && bytes <= (int64_t)prefetch_mb() << 20;
-}
-
 template <typename T, int M>
 cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K,
 		     int N, bool avec, bool wpre, bool tiled, int gated)
 {
-	const int pf = prefetch_w((int64_t)blocks * (tiled ? 8 * ct : 0) * K * 2, (int64_t)K * N * 2, tiled);
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(kThreads);
@@ -512,29 +481,28 @@ cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, co
 	const int ti = tiled;
 	if (ct == 4 && avec)
 		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
-				       gated, pf);
+				       gated);
 	if (ct == 4)
 		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
-				       gated, pf);
+				       gated);
 	if (avec)
 		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
-				       gated, pf);
+				       gated);
 	return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 2, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
-				       gated, pf);
+				       gated);
 }
 
 template <typename T, int NR, int KW>
 cudaError_t launch_mma(unsigned blocks, cudaStream_t st, const void *a, const void *w, void *y, int rows, int K, int N,
 		       bool wpre)
 {
-	const int pf = prefetch_w(0, (int64_t)K * N * 2, false);
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(KW * 32);
 	const bool pdl = tpfc_pdl_level() >= 1;
 	if (rows > 8)
-		return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, pf);
-	return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, pf);
+		return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
+	return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
 }
 
 // The tensor-core kernel when it applies (1, *e the launch's status), else
