@@ -177,7 +177,6 @@ struct DecArgs {
 	int splits, chunks_per_split, row_chunks;
 	float scale, softcap;
 	int causal;
-	int prefetch; // tensor-core kernel: a warp's steps of past K/V prefetched into L2 ahead of its loads
 };
 
 constexpr int kKVec = 4; // key vectors a thread loads before it computes
@@ -665,28 +664,13 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	__shared__ float ob[kDecWarps][MR * OS];
 	__shared__ long long orow[MR];
 	pdl_trigger();
+	pdl_wait();
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	const int64_t r0 = (int64_t)blockIdx.z * kMaxGroupRows;
 	const bool writes_present = blockIdx.z == 0;
 	const int64_t k0 = (int64_t)blockIdx.x * a.chunks_per_split * kMmaTile;
 	const int64_t k1 = min(a.T, k0 + (int64_t)a.chunks_per_split * kMmaTile);
-	// a step's past rows of K and V into L2 (lane 0 of the warp that loads
-	// them), a.prefetch steps ahead of its loads: steps 1 to a.prefetch now,
-	// before the wait (past K/V are inputs; a prefetch only warms L2), then
-	// one more a step, so HBM streams while the warps compute.  (Step 0's
-	// loads follow at once: prefetching it too made a batch-1 step slower.)
-	auto prefetch = [&](int64_t kt) {
-		const int64_t e = min(min(k1, a.P), kt + (int64_t)kMmaTile * TP);
-		if (lane || kt >= e)
-			return;
-		const int64_t off = ((b * a.Hk + hk) * a.P + kt) * D;
-		l2_prefetch((const T *)a.pk + off, (e - kt) * D * (int64_t)sizeof(T));
-		l2_prefetch((const T *)a.pv + off, (e - kt) * D * (int64_t)sizeof(T));
-	};
-	for (int i = 1; i <= a.prefetch; i++)
-		prefetch(k0 + (int64_t)warp * kMmaTile * TP + (int64_t)i * STEP);
-	pdl_wait();
 	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
 	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
 	const int64_t kvrow = (b * a.Hk + hk) * a.T; // present rows of this KV head
@@ -848,8 +832,6 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 			}
 		}
 		kb += STEP;
-		if (a.prefetch)
-			prefetch(kb + (int64_t)a.prefetch * STEP);
 		if (kb < k1)
 			load(kb);
 	}
@@ -961,14 +943,6 @@ bool decode_mma_ok(const struct tpf_attention_ops &o)
 	enum tpf_dtype t = o.q->dtype;
 	return !off && (t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_BFLOAT16) && o.D == o.Dv &&
 	       (o.D == 64 || o.D == 128) && !((uintptr_t)o.q->data & 15);
-}
-
-// TPF_DECODE_PREFETCH: steps of past K/V a warp of the tensor-core kernel
-// prefetches into L2 ahead of its loads (default 2; "0": none).  Read once.
-int mma_prefetch_steps()
-{
-	static const int v = tpfc_env_int("TPF_DECODE_PREFETCH", 2, 64);
-	return v;
 }
 
 // long: the group may have more than 16 rows (cut into chunks of 16): only
@@ -1157,7 +1131,6 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
 	a.part = (float *)c->workspace;
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
-	a.prefetch = p.mma ? mma_prefetch_steps() : 0;
 	if (p.mma)
 		return o.q->dtype == TPF_DTYPE_FLOAT16 ? launch_mma<__half>(c, a) : launch_mma<__nv_bfloat16>(c, a);
 	switch (o.q->dtype) {

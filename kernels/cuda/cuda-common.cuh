@@ -451,17 +451,6 @@ __device__ __forceinline__ void pdl_trigger()
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// ------------------------------------------------------------ L2 prefetch
-// `bytes` (a multiple of 16) at p (16-byte aligned) into L2, one bulk
-// prefetch (sm_90 cp.async.bulk.prefetch): a hint that starts HBM
-// streaming early, never a read a kernel depends on (L2 is coherent, so a
-// line prefetched while another kernel writes it is not stale).
-__device__ __forceinline__ void l2_prefetch(const void *p, int64_t bytes)
-{
-	if (bytes > 0)
-		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes) : "memory");
-}
-
 } // namespace tpfc
 
 // ------------------------------------------------------------ host helpers

@@ -1417,8 +1417,7 @@ static void quant(void)
 }
 
 /* The split-KV decode kernels: query groups of 1 to 16 rows, KV split over
- * blocks (partial results combined from the workspace; gpu-kernels-plain
- * runs these again without the L2 prefetch), present K/V written
+ * blocks (partial results combined from the workspace), present K/V written
  * by the same kernel, masks, causal, softcap, head sizes 32 to 256, value
  * sizes that leave lanes idle (96) or split into partial pieces (90), and a
  * batch whose (batch, KV head) groups exceed a grid dimension (the row
@@ -1448,7 +1447,7 @@ static void attention_decode(void)
 		check_past("Attention decode 16/4 heads of 128, past 1024 (split KV)", node("", "Attention", 6, 3), dt,
 			   (const int64_t[]){1, 16, 4, 1, 1, 128, 128, 1024});
 		/* the same at batch 8: 32 (batch, KV head) groups of 8 splits,
-		 * two and three 16-key tiles a warp (the prefetch ahead) */
+		 * two and three 16-key tiles a warp */
 		check_past("Attention decode batch 8, 16/4 heads of 128, past 1024 (split KV)", node("", "Attention", 6, 3),
 			   dt, (const int64_t[]){8, 16, 4, 1, 1, 128, 128, 1024});
 		/* 16 query heads over 8 KV heads: 2 rows a group, the float kernel
