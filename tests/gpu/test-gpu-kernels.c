@@ -1446,8 +1446,8 @@ static void attention_decode(void)
 		/* Llama-3-8B at TP2: 16 query heads over 4 KV heads, past 1024 */
 		check_past("Attention decode 16/4 heads of 128, past 1024 (split KV)", node("", "Attention", 6, 3), dt,
 			   (const int64_t[]){1, 16, 4, 1, 1, 128, 128, 1024});
-		/* the same at batch 8: 32 (batch, KV head) groups of 8 splits,
-		 * two and three 16-key tiles a warp */
+		/* the same at batch 8: 32 (batch, KV head) groups, several
+		 * 16-key tiles a warp (8 splits of up to 9 tiles on 132 SMs) */
 		check_past("Attention decode batch 8, 16/4 heads of 128, past 1024 (split KV)", node("", "Attention", 6, 3),
 			   dt, (const int64_t[]){8, 16, 4, 1, 1, 128, 128, 1024});
 		/* 16 query heads over 8 KV heads: 2 rows a group, the float kernel
