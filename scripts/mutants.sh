@@ -46,6 +46,11 @@ mutant infer-opaque-output ir/infer.c \
 	"verify fuzz-replay-model" \
 	"inference accepts a tensor op's output declared as a sequence or map, which hides every shape after it from the checks"
 
+mutant pass-merge-element-size passes/merge-parallel-matmuls.c \
+	's|^\(\t*\)esz = tpf_dtype_bits(first->dt) / 8;$|\1esz = tpf_dtype_bits(cs[0].dt) / 8;|' \
+	"passes/merge-parallel-matmuls fuzz-replay-model" \
+	"merge-parallel-matmuls sizes the merged weight by the first MatMul reading the input, which need not be in the group (0 bytes when it is no candidate)"
+
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (t_y != t_s \&\& t_y != t_g)$|\1if (t_y != t_s \&\& t_y != t_g \&\& 0)|' \
 	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \
