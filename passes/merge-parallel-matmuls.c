@@ -163,7 +163,7 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
                                    int group, struct tpf_pass_context *ctx)
 {
 	enum tpf_status st = TPF_ERR_NOMEM;
-	size_t k = 0, esz = 0;
+	size_t k = 0;
 	struct cand *first = NULL;
 	int64_t total = 0;
 
@@ -174,9 +174,9 @@ static enum tpf_status merge_group(struct tpf_graph *g, int64_t opset, struct ca
 			total += cs[i].n;
 			k++;
 		}
-	/* the group's element size: the first candidate's, not cs[0]'s (a
-	 * reader that is no candidate has no dtype) */
-	esz = tpf_dtype_bits(first->dt) / 8;
+	/* the group's element size: its first member's, not cs[0]'s (a reader
+	 * that is no candidate has no dtype) */
+	const size_t esz = tpf_dtype_bits(first->dt) / 8;
 	int64_t K = first->k, dims[TPF_MAX_RANK];
 	int rank = first->t->rank;
 	for (int i = 0; i + 1 < rank; i++)

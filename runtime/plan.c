@@ -323,6 +323,17 @@ static struct tpf_const_store *shared_store(const struct tpf_plan *p, int w)
 	return p->store && w >= 0 && p->values[w].known && p->values[w].lasting ? p->store : NULL;
 }
 
+/* A derived copy the plan has just made (t->host, owned) goes to the
+ * session's store, when there is one, for later plans to share. */
+static void share_derived(struct tpf_const_store *cs, const struct tpf_const_key *k, struct rt_value *t,
+			  size_t bytes)
+{
+	if (cs && tpf_const_store_add_derived(cs, k, t->host, bytes) == TPF_OK) {
+		t->owns_host = 0;
+		t->lasting = 1;
+	}
+}
+
 void tpf_plan_free(struct tpf_plan *p)
 {
 	if (!p)
@@ -1013,7 +1024,7 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 	struct tpf_const_store *cs = shared_store(p, w);
 	struct tpf_const_key key = {.src = src, .rows = K, .cols = N, .elem_bytes = 1, .kind = TPF_CS_FP8_TRANSPOSED};
 	t->known = 1;
-	t->host = cs ? tpf_const_store_derived(cs, &key) : NULL;
+	t->host = tpf_const_store_derived(cs, &key);
 	t->lasting = t->host != NULL;
 	if (!t->host) {
 		uint8_t *dst = t->host = tpf_malloc(bytes);
@@ -1025,10 +1036,7 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 				for (int64_t k = k0; k < k0 + 32 && k < K; k++)
 					for (int64_t j = n0; j < n0 + 32 && j < N; j++)
 						dst[j * K + k] = src[k * N + j];
-		if (cs && !tpf_const_store_add_derived(cs, &key, dst, bytes)) {
-			t->owns_host = 0;
-			t->lasting = 1;
-		}
+		share_derived(cs, &key, t, bytes);
 	}
 	int ins[4] = {xq, wt, sx, sw};
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
@@ -1099,7 +1107,7 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 	struct tpf_const_store *cs = shared_store(p, w);
 	struct tpf_const_key key = {.src = src, .rows = bt.dims[0], .cols = bt.dims[1], .elem_bytes = (int)es,
 				    .kind = gated ? TPF_CS_PACKED_GATED : TPF_CS_PACKED, .param = tw};
-	void *host = cs ? tpf_const_store_derived(cs, &key) : NULL;
+	void *host = tpf_const_store_derived(cs, &key);
 	int made = !host;
 	if (made)
 		host = es ? tpf_malloc(bytes) : NULL;
@@ -1123,10 +1131,7 @@ static int packed_weight(struct tpf_plan *p, const struct tpf_node *n, int w, in
 		tpf_gemv_pack_gated(src, t->host, bt.dims[0], bt.dims[1] / 2, tw, es);
 	else
 		tpf_gemv_pack(src, t->host, bt.dims[0], bt.dims[1], tw, es);
-	if (cs && !tpf_const_store_add_derived(cs, &key, t->host, bytes)) {
-		t->owns_host = 0;
-		t->lasting = 1;
-	}
+	share_derived(cs, &key, t, bytes);
 	return wp;
 }
 

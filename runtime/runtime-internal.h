@@ -110,7 +110,7 @@ enum tpf_const_derivation {
 struct tpf_const_store *tpf_const_store_create(void);
 /* Frees the device copies on dev (which must still exist) and the host copies. */
 void tpf_const_store_free(struct tpf_const_store *cs, struct tpf_device *dev);
-/* The derived copy made earlier; NULL when there is none. */
+/* The derived copy made earlier; NULL when there is none (or no store). */
 void *tpf_const_store_derived(const struct tpf_const_store *cs, const struct tpf_const_key *k);
 /* Keeps host (from tpf_malloc; the store frees it) as that copy. */
 enum tpf_status tpf_const_store_add_derived(struct tpf_const_store *cs, const struct tpf_const_key *k,

@@ -47,7 +47,7 @@ mutant infer-opaque-output ir/infer.c \
 	"inference accepts a tensor op's output declared as a sequence or map, which hides every shape after it from the checks"
 
 mutant pass-merge-element-size passes/merge-parallel-matmuls.c \
-	's|^\(\t*\)esz = tpf_dtype_bits(first->dt) / 8;$|\1esz = tpf_dtype_bits(cs[0].dt) / 8;|' \
+	's|^\(\t*\)const size_t esz = tpf_dtype_bits(first->dt) / 8;$|\1const size_t esz = tpf_dtype_bits(cs[0].dt) / 8;|' \
 	"passes/merge-parallel-matmuls fuzz-replay-model" \
 	"merge-parallel-matmuls sizes the merged weight by the first MatMul reading the input, which need not be in the group (0 bytes when it is no candidate)"
 
