@@ -177,6 +177,9 @@ struct DecArgs {
 	int splits, chunks_per_split, row_chunks;
 	float scale, softcap;
 	int causal;
+	// past K/V rows are loaded before the dependent-launch wait (the
+	// tensor-core kernel launched as a dependent, past K/V invariant)
+	int kv_pre;
 };
 
 constexpr int kKVec = 4; // key vectors a thread loads before it computes
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 	float *wl = wm + kDecWarps * RB;         // [warps][RB] running sum
 	float *ob = wl + kDecWarps * RB;         // [RB][Dv] merged outputs
 	constexpr int VN = Vec16<T>::n;
-	// launched as a programmatic dependent (tpfc_pdl_level() 2): the
+	// launched as a programmatic dependent (TPFC_PDL_ATTENTION): the
 	// combine kernel may start now, nothing is read before the previous
 	// kernel has finished
 	pdl_trigger();
@@ -664,7 +667,6 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	__shared__ float ob[kDecWarps][MR * OS];
 	__shared__ long long orow[MR];
 	pdl_trigger();
-	pdl_wait();
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	const int64_t r0 = (int64_t)blockIdx.z * kMaxGroupRows;
@@ -676,30 +678,46 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	const int64_t kvrow = (b * a.Hk + hk) * a.T; // present rows of this KV head
 	// a step's loads: key g of each 8-key half, keys 2c, 2c+1, 2c+8, 2c+9
 	uint4 kr[TP][2][KV], vr[TP][4][VV];
-	auto load = [&](int64_t kb) {
+	// part 0: every row of the step; 1: its past rows only (the others
+	// zero), before the dependent-launch wait; 2: its other rows only (the
+	// past ones kept), after it
+	auto load = [&](int64_t kb, int part) {
+		auto want = [&](int64_t j) { return j < k1 && (part == 0 || (part == 1) == (j < a.P)); };
 #pragma unroll
 		for (int tp = 0; tp < TP; tp++) {
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
 				const int64_t j = kb + tp * kMmaTile + 8 * h + g;
-				const T *p = j < k1 ? dec_row<T>(a, true, b, hk, j) : nullptr;
+				const T *p = want(j) ? dec_row<T>(a, true, b, hk, j) : nullptr;
+				if (part != 2 || p)
 #pragma unroll
-				for (int v = 0; v < KV; v++)
-					kr[tp][h][v] = p ? ldg_stream(p + (v * 4 + c) * 8) : make_uint4(0u, 0u, 0u, 0u);
+					for (int v = 0; v < KV; v++)
+						kr[tp][h][v] = p ? ldg_stream(p + (v * 4 + c) * 8) : make_uint4(0u, 0u, 0u, 0u);
 			}
 #pragma unroll
 			for (int t = 0; t < 4; t++) {
 				const int64_t j = kb + tp * kMmaTile + 2 * c + (t & 1) + 8 * (t >> 1);
-				const T *p = j < k1 ? dec_row<T>(a, false, b, hk, j) : nullptr;
+				const T *p = want(j) ? dec_row<T>(a, false, b, hk, j) : nullptr;
+				if (part != 2 || p)
 #pragma unroll
-				for (int v = 0; v < VV; v++)
-					vr[tp][t][v] = p ? ldg_stream(p + (v * 8 + g) * 8) : make_uint4(0u, 0u, 0u, 0u);
+					for (int v = 0; v < VV; v++)
+						vr[tp][t][v] = p ? ldg_stream(p + (v * 8 + g) * 8) : make_uint4(0u, 0u, 0u, 0u);
 			}
 		}
 	};
 	int64_t kb = k0 + (int64_t)warp * kMmaTile * TP;
-	if (kb < k1)
-		load(kb);
+	if (a.kv_pre) {
+		// the first step's past rows while the previous kernel finishes
+		if (kb < k1)
+			load(kb, 1);
+		pdl_wait();
+		if (kb < k1 && kb + kMmaTile * TP > a.P)
+			load(kb, 2);
+	} else {
+		pdl_wait();
+		if (kb < k1)
+			load(kb, 0);
+	}
 	// this lane's query rows g (and g + 8), as A fragments
 	bool rok[NH];
 	int rs[NH], rh[NH];
@@ -833,7 +851,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 		}
 		kb += STEP;
 		if (kb < k1)
-			load(kb);
+			load(kb, 0);
 	}
 	// the row sums over the four lanes of a row
 #pragma unroll
@@ -1045,22 +1063,20 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	if (shmem > 48 * 1024)
 		cudaFuncSetAttribute(decode_fn<T, RB, DVL, FULL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	const bool pdl = tpfc_pdl_level() >= 2;
-	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_fn<T, RB, DVL, FULL>(), grid,
-							       dim3(kDecThreads), shmem, tpfc_stream(c), a),
+	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(tpfc_pdl(TPFC_PDL_ATTENTION), decode_fn<T, RB, DVL, FULL>(),
+							       grid, dim3(kDecThreads), shmem, tpfc_stream(c), a),
 					     "decode attention");
-	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl);
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, tpfc_pdl(TPFC_PDL_COMBINE));
 }
 
 template <typename T, int D, int MR>
 enum tpf_status launch_mma_rows(const struct tpf_kernel_call *c, const DecArgs &a)
 {
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	const bool pdl = tpfc_pdl_level() >= 2;
-	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(pdl, decode_mma_kernel<T, D, MR>, grid, dim3(kDecThreads),
-							       0, tpfc_stream(c), a),
+	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(tpfc_pdl(TPFC_PDL_ATTENTION), decode_mma_kernel<T, D, MR>,
+							       grid, dim3(kDecThreads), 0, tpfc_stream(c), a),
 					     "decode attention (tensor cores)");
-	return e || a.splits == 1 ? e : launch_combine<T>(c, a, pdl);
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, tpfc_pdl(TPFC_PDL_COMBINE));
 }
 
 template <typename T>
@@ -1131,6 +1147,10 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
 	a.part = (float *)c->workspace;
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
+	// launched as a dependent, the tensor-core kernel loads its first
+	// step's past K/V before the wait where no kernel of the step writes
+	// them
+	a.kv_pre = p.mma && tpfc_pdl(TPFC_PDL_ATTENTION) && (!o.pk || o.pk->invariant) && (!o.pv || o.pv->invariant);
 	if (p.mma)
 		return o.q->dtype == TPF_DTYPE_FLOAT16 ? launch_mma<__half>(c, a) : launch_mma<__nv_bfloat16>(c, a);
 	switch (o.q->dtype) {

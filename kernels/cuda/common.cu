@@ -115,14 +115,30 @@ int tpfc_env_int(const char *name, int def, int hi)
 	return (int)(n > hi ? hi : n);
 }
 
-int tpfc_pdl_level(void)
+bool tpfc_pdl(enum tpfc_pdl_kind k)
 {
-	static int v = -1;
-	if (v < 0) {
+	static int mask = -1;
+	if (mask < 0) {
+		static const char *const names[TPFC_PDL_KINDS] = {"gemv", "copy", "gated", "attention", "combine"};
 		const char *e = getenv("TPF_PDL");
-		v = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
+		int m = 1 << TPFC_PDL_GEMV | 1 << TPFC_PDL_COPY | 1 << TPFC_PDL_GATED;
+		if (e && !strcmp(e, "0")) {
+			m = 0;
+		} else if (e && !strcmp(e, "all")) {
+			m = (1 << TPFC_PDL_KINDS) - 1;
+		} else if (e && *e) {
+			m = 0;
+			for (const char *p = e; *p;) {
+				const size_t n = strcspn(p, ",");
+				for (int i = 0; i < TPFC_PDL_KINDS; i++)
+					if (strlen(names[i]) == n && !strncmp(p, names[i], n))
+						m |= 1 << i;
+				p += n + (p[n] == ',');
+			}
+		}
+		mask = m;
 	}
-	return v;
+	return (mask >> k) & 1;
 }
 
 enum tpf_status tpfc_launched_ex(const struct tpf_kernel_call *c, cudaError_t e, const char *what)

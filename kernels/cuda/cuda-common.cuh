@@ -455,13 +455,24 @@ __device__ __forceinline__ void pdl_trigger()
 
 // ------------------------------------------------------------ host helpers
 
-// Which kernels are launched as programmatic dependents (TPF_PDL, read
-// once): 0 none ("0"); 1 the GEMVs (default); 2 also the decode step's
-// attention, combine, 16-byte copy and gated-activation kernels ("all":
-// 2x H100, Llama-3-8B shapes, one call: batch 8 562.5 us a step against
-// 568.8, but batch 1 490.4 against 456.9).  The peer-memory kernels follow
-// TPF_PDL=0 alone (peer.cuh: tpfc::peer_pdl).
-int tpfc_pdl_level(void);
+// The kernels that may be launched as programmatic dependents of the
+// stream's previous kernel (each waits before its first access to what
+// that kernel may write, docs/gpu.md).
+enum tpfc_pdl_kind {
+	TPFC_PDL_GEMV,	    // the small-M GEMVs ("gemv")
+	TPFC_PDL_COPY,	    // the 16-byte Split/Concat copy ("copy")
+	TPFC_PDL_GATED,	    // the gated activation ("gated")
+	TPFC_PDL_ATTENTION, // the decode attention ("attention")
+	TPFC_PDL_COMBINE,   // its combine kernel ("combine")
+	TPFC_PDL_KINDS
+};
+
+// Whether kernels of kind k are launched as dependents (TPF_PDL, read
+// once): "0" none, "all" every kind, a comma-separated list of the kinds'
+// names those, unset the default set: the GEMVs, the copy and the gated
+// activation (docs/gpu.md has the measurements).  The peer-memory kernels
+// follow TPF_PDL=0 alone (peer.cuh: tpfc::peer_pdl).
+bool tpfc_pdl(enum tpfc_pdl_kind k);
 
 // A non-negative integer from the environment (def when unset or not a
 // number), at most hi: the kernels' tuning options.

@@ -78,7 +78,7 @@ __device__ inline void call_end(PeerState *s, unsigned iter, unsigned ticket)
 }
 
 // Whether the peer-memory kernels are launched as programmatic dependents:
-// unless TPF_PDL=0.  Read here rather than through tpfc_pdl_level so that
+// unless TPF_PDL=0.  Read here rather than through tpfc_pdl so that
 // these kernels build without common.cu (bench/gpu/run.sh).
 inline bool peer_pdl()
 {
