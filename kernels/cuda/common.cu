@@ -121,20 +121,30 @@ bool tpfc_pdl(enum tpfc_pdl_kind k)
 	if (mask < 0) {
 		static const char *const names[TPFC_PDL_KINDS] = {"gemv", "copy", "gated", "attention", "combine"};
 		const char *e = getenv("TPF_PDL");
-		int m = 1 << TPFC_PDL_GEMV | 1 << TPFC_PDL_COPY | 1 << TPFC_PDL_GATED;
+		const int def = 1 << TPFC_PDL_GEMV | 1 << TPFC_PDL_COPY | 1 << TPFC_PDL_GATED;
+		int m = def;
 		if (e && !strcmp(e, "0")) {
 			m = 0;
-		} else if (e && !strcmp(e, "all")) {
+		} else if (e && (!strcmp(e, "all") || !strcmp(e, "2"))) {
 			m = (1 << TPFC_PDL_KINDS) - 1;
-		} else if (e && *e) {
+		} else if (e && *e && strcmp(e, "1")) {
+			// a list: names between commas, blanks around them dropped;
+			// a list that names no kind keeps the default
+			int named = 0;
 			m = 0;
 			for (const char *p = e; *p;) {
-				const size_t n = strcspn(p, ",");
+				p += strspn(p, " \t");
+				size_t n = strcspn(p, ",");
+				const size_t adv = n + (p[n] == ',');
+				while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+					n--;
 				for (int i = 0; i < TPFC_PDL_KINDS; i++)
 					if (strlen(names[i]) == n && !strncmp(p, names[i], n))
-						m |= 1 << i;
-				p += n + (p[n] == ',');
+						m |= 1 << i, named = 1;
+				p += adv;
 			}
+			if (!named)
+				m = def;
 		}
 		mask = m;
 	}

@@ -468,9 +468,10 @@ enum tpfc_pdl_kind {
 };
 
 // Whether kernels of kind k are launched as dependents (TPF_PDL, read
-// once): "0" none, "all" every kind, a comma-separated list of the kinds'
-// names those, unset the default set: the GEMVs, the copy and the gated
-// activation (docs/gpu.md has the measurements).  The peer-memory kernels
+// once): "0" none, "all" (or "2") every kind, a comma-separated list of
+// the kinds' names those (unknown names ignored; a list naming none, "1"
+// or unset: the default set, the GEMVs, the copy and the gated
+// activation; docs/gpu.md has the measurements).  The peer-memory kernels
 // follow TPF_PDL=0 alone (peer.cuh: tpfc::peer_pdl).
 bool tpfc_pdl(enum tpfc_pdl_kind k);
 

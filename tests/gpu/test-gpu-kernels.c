@@ -368,7 +368,9 @@ static void check(const char *label, struct tpf_node *n, enum tpf_kernel_phase p
 		gin[i].data = dptr[nd++] = DEV->alloc(DEV, in[i].nbytes ? in[i].nbytes : 1);
 		DEV->upload(DEV, gin[i].data, in[i].data, in[i].nbytes, D);
 		gin[i].host = in[i].data; /* as for plan constants */
-		gin[i].invariant = 1;     /* no kernel writes it (the decode attention loads past K/V early) */
+		/* as the case says; every Attention operand invariant (nothing
+		 * writes them: the decode attention may load past K/V early) */
+		gin[i].invariant = in[i].invariant || n->op == TPF_OP_ATTENTION;
 	}
 	for (size_t i = 0; i < n_out; i++) {
 		gout[i] = cout[i];
