@@ -162,6 +162,26 @@ int tpf_pad_resolve(const struct tpf_kernel_call *c, int64_t *begin, int *mode);
  * leading pad `begin`; -1 for the constant. */
 int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode);
 
+/* ------------------------------------------------------------ launches */
+
+/* The kinds of GPU kernel that may be launched as programmatic dependents
+ * of the stream's previous kernel (docs/gpu.md). */
+enum tpf_pdl_kind {
+	TPF_PDL_GEMV,      /* the small-M GEMVs ("gemv") */
+	TPF_PDL_COPY,      /* the 16-byte Split/Concat copy ("copy") */
+	TPF_PDL_GATED,     /* the gated activation ("gated") */
+	TPF_PDL_ATTENTION, /* the decode attention ("attention") */
+	TPF_PDL_COMBINE,   /* its combine kernel ("combine") */
+	TPF_PDL_KINDS
+};
+#define TPF_PDL_DEFAULT (1u << TPF_PDL_GEMV | 1u << TPF_PDL_COPY | 1u << TPF_PDL_GATED)
+
+/* The kinds (bit 1 << kind) a TPF_PDL value names: NULL, "" or "1" the
+ * default set; "0" none; "all" or "2" every kind; else a comma-separated
+ * list of the kinds' names (blanks around a name dropped, unknown names
+ * ignored; a list that names none: the default set). */
+unsigned tpf_pdl_kinds_parse(const char *spec);
+
 #ifdef __cplusplus
 }
 #endif

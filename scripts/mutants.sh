@@ -51,6 +51,11 @@ mutant pass-merge-element-size passes/merge-parallel-matmuls.c \
 	"passes/merge-parallel-matmuls fuzz-replay-model" \
 	"merge-parallel-matmuls sizes the merged weight by the first MatMul reading the input, which need not be in the group (0 bytes when it is no candidate)"
 
+mutant kernel-pdl-unknown-kind kernels/host.c \
+	's|^\(\t*\)return m ? m : TPF_PDL_DEFAULT;$|\1return m;|' \
+	"pdl-kinds" \
+	"a TPF_PDL list that names no kind (a typo, a former level such as 'none') turns every dependent launch of the GPU kernels off instead of keeping the default"
+
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (t_y != t_s \&\& t_y != t_g)$|\1if (t_y != t_s \&\& t_y != t_g \&\& 0)|' \
 	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \

@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 	float *wl = wm + kDecWarps * RB;         // [warps][RB] running sum
 	float *ob = wl + kDecWarps * RB;         // [RB][Dv] merged outputs
 	constexpr int VN = Vec16<T>::n;
-	// launched as a programmatic dependent (TPFC_PDL_ATTENTION): the
+	// launched as a programmatic dependent (TPF_PDL_ATTENTION): the
 	// combine kernel may start now, nothing is read before the previous
 	// kernel has finished
 	pdl_trigger();
@@ -1063,20 +1063,20 @@ enum tpf_status launch_decode_rb(const struct tpf_kernel_call *c, const DecArgs 
 	if (shmem > 48 * 1024)
 		cudaFuncSetAttribute(decode_fn<T, RB, DVL, FULL>(), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(tpfc_pdl(TPFC_PDL_ATTENTION), decode_fn<T, RB, DVL, FULL>(),
+	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(tpfc_pdl(TPF_PDL_ATTENTION), decode_fn<T, RB, DVL, FULL>(),
 							       grid, dim3(kDecThreads), shmem, tpfc_stream(c), a),
 					     "decode attention");
-	return e || a.splits == 1 ? e : launch_combine<T>(c, a, tpfc_pdl(TPFC_PDL_COMBINE));
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, tpfc_pdl(TPF_PDL_COMBINE));
 }
 
 template <typename T, int D, int MR>
 enum tpf_status launch_mma_rows(const struct tpf_kernel_call *c, const DecArgs &a)
 {
 	dim3 grid((unsigned)a.splits, (unsigned)(a.B * a.Hk), (unsigned)a.row_chunks);
-	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(tpfc_pdl(TPFC_PDL_ATTENTION), decode_mma_kernel<T, D, MR>,
+	enum tpf_status e = tpfc_launched_ex(c, tpfc_launch_pdl(tpfc_pdl(TPF_PDL_ATTENTION), decode_mma_kernel<T, D, MR>,
 							       grid, dim3(kDecThreads), 0, tpfc_stream(c), a),
 					     "decode attention (tensor cores)");
-	return e || a.splits == 1 ? e : launch_combine<T>(c, a, tpfc_pdl(TPFC_PDL_COMBINE));
+	return e || a.splits == 1 ? e : launch_combine<T>(c, a, tpfc_pdl(TPF_PDL_COMBINE));
 }
 
 template <typename T>
@@ -1150,7 +1150,7 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	// launched as a dependent, the tensor-core kernel loads its first
 	// step's past K/V before the wait where no kernel of the step writes
 	// them
-	a.kv_pre = p.mma && tpfc_pdl(TPFC_PDL_ATTENTION) && (!o.pk || o.pk->invariant) && (!o.pv || o.pv->invariant);
+	a.kv_pre = p.mma && tpfc_pdl(TPF_PDL_ATTENTION) && (!o.pk || o.pk->invariant) && (!o.pv || o.pv->invariant);
 	if (p.mma)
 		return o.q->dtype == TPF_DTYPE_FLOAT16 ? launch_mma<__half>(c, a) : launch_mma<__nv_bfloat16>(c, a);
 	switch (o.q->dtype) {

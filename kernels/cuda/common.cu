@@ -115,40 +115,10 @@ int tpfc_env_int(const char *name, int def, int hi)
 	return (int)(n > hi ? hi : n);
 }
 
-bool tpfc_pdl(enum tpfc_pdl_kind k)
+bool tpfc_pdl(enum tpf_pdl_kind k)
 {
-	static int mask = -1;
-	if (mask < 0) {
-		static const char *const names[TPFC_PDL_KINDS] = {"gemv", "copy", "gated", "attention", "combine"};
-		const char *e = getenv("TPF_PDL");
-		const int def = 1 << TPFC_PDL_GEMV | 1 << TPFC_PDL_COPY | 1 << TPFC_PDL_GATED;
-		int m = def;
-		if (e && !strcmp(e, "0")) {
-			m = 0;
-		} else if (e && (!strcmp(e, "all") || !strcmp(e, "2"))) {
-			m = (1 << TPFC_PDL_KINDS) - 1;
-		} else if (e && *e && strcmp(e, "1")) {
-			// a list: names between commas, blanks around them dropped;
-			// a list that names no kind keeps the default
-			int named = 0;
-			m = 0;
-			for (const char *p = e; *p;) {
-				p += strspn(p, " \t");
-				size_t n = strcspn(p, ",");
-				const size_t adv = n + (p[n] == ',');
-				while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-					n--;
-				for (int i = 0; i < TPFC_PDL_KINDS; i++)
-					if (strlen(names[i]) == n && !strncmp(p, names[i], n))
-						m |= 1 << i, named = 1;
-				p += adv;
-			}
-			if (!named)
-				m = def;
-		}
-		mask = m;
-	}
-	return (mask >> k) & 1;
+	static const unsigned mask = tpf_pdl_kinds_parse(getenv("TPF_PDL"));
+	return (mask >> k) & 1u;
 }
 
 enum tpf_status tpfc_launched_ex(const struct tpf_kernel_call *c, cudaError_t e, const char *what)

@@ -455,25 +455,13 @@ __device__ __forceinline__ void pdl_trigger()
 
 // ------------------------------------------------------------ host helpers
 
-// The kernels that may be launched as programmatic dependents of the
-// stream's previous kernel (each waits before its first access to what
-// that kernel may write, docs/gpu.md).
-enum tpfc_pdl_kind {
-	TPFC_PDL_GEMV,	    // the small-M GEMVs ("gemv")
-	TPFC_PDL_COPY,	    // the 16-byte Split/Concat copy ("copy")
-	TPFC_PDL_GATED,	    // the gated activation ("gated")
-	TPFC_PDL_ATTENTION, // the decode attention ("attention")
-	TPFC_PDL_COMBINE,   // its combine kernel ("combine")
-	TPFC_PDL_KINDS
-};
-
-// Whether kernels of kind k are launched as dependents (TPF_PDL, read
-// once): "0" none, "all" (or "2") every kind, a comma-separated list of
-// the kinds' names those (unknown names ignored; a list naming none, "1"
-// or unset: the default set, the GEMVs, the copy and the gated
-// activation; docs/gpu.md has the measurements).  The peer-memory kernels
-// follow TPF_PDL=0 alone (peer.cuh: tpfc::peer_pdl).
-bool tpfc_pdl(enum tpfc_pdl_kind k);
+// Whether kernels of kind k (kernel-host.h: tpf_pdl_kind) are launched as
+// programmatic dependents of the stream's previous kernel, each waiting
+// before its first access to what that kernel may write: TPF_PDL, read
+// once (tpf_pdl_kinds_parse; docs/gpu.md has the measurements behind the
+// default).  The peer-memory kernels follow TPF_PDL=0 alone (peer.cuh:
+// tpfc::peer_pdl).
+bool tpfc_pdl(enum tpf_pdl_kind k);
 
 // A non-negative integer from the environment (def when unset or not a
 // number), at most hi: the kernels' tuning options.

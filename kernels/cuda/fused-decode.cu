@@ -68,7 +68,7 @@ cudaError_t launch_gated(const void *gate, const void *up, void *y, int64_t rows
 	const bool vec = n % N == 0 && stride % N == 0 &&
 			 (((uintptr_t)gate | (uintptr_t)up | (uintptr_t)y) % 16) == 0;
 	if (vec)
-		return tpfc_launch_pdl(tpfc_pdl(TPFC_PDL_GATED), gated_vec_kernel<T, A>,
+		return tpfc_launch_pdl(tpfc_pdl(TPF_PDL_GATED), gated_vec_kernel<T, A>,
 				       dim3(tpfc_blocks(rows * n / N, kThreads)), dim3(kThreads), 0, st, (const T *)gate,
 				       (const T *)up, (T *)y, rows, n, stride, cube);
 	gated_scalar_kernel<T, A><<<tpfc_blocks(rows * n, kThreads), kThreads, 0, st>>>(

@@ -477,7 +477,7 @@ cudaError_t launch_m(int ct, unsigned blocks, cudaStream_t st, const void *a, co
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(kThreads);
-	const bool pdl = tpfc_pdl(TPFC_PDL_GEMV);
+	const bool pdl = tpfc_pdl(TPF_PDL_GEMV);
 	const int ti = tiled;
 	if (ct == 4 && avec)
 		return tpfc_launch_pdl(pdl, gemv_kernel<T, M, 4, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre, ti,
@@ -499,7 +499,7 @@ cudaError_t launch_mma(unsigned blocks, cudaStream_t st, const void *a, const vo
 	const unsigned short *pa = (const unsigned short *)a, *pw = (const unsigned short *)w;
 	unsigned short *py = (unsigned short *)y;
 	const dim3 g(blocks), b(KW * 32);
-	const bool pdl = tpfc_pdl(TPFC_PDL_GEMV);
+	const bool pdl = tpfc_pdl(TPF_PDL_GEMV);
 	if (rows > 8)
 		return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, true>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
 	return tpfc_launch_pdl(pdl, gemv_mma_kernel<T, NR, KW, false>, g, b, 0, st, pa, pw, py, rows, K, N, wpre);
@@ -605,7 +605,7 @@ int tpf_cu_gemv_try(const struct tpf_kernel_call *c, enum tpf_dtype dt, const vo
 		return 0;
 	cudaStream_t s = tpfc_stream(c);
 	// W's first rows before the wait: only launched as a dependent
-	const bool wpre = w_invariant && tpfc_pdl(TPFC_PDL_GEMV);
+	const bool wpre = w_invariant && tpfc_pdl(TPF_PDL_GEMV);
 	cudaError_t e = cudaSuccess;
 	if (!w_tiled && (dt == TPF_DTYPE_BFLOAT16 ? try_mma<__nv_bfloat16>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e)
 				     : try_mma<__half>(s, a, w, y, (int)rows, (int)K, (int)N, wpre, &e))) {

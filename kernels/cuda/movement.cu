@@ -369,7 +369,7 @@ enum tpf_status launch_blocks16(const struct tpf_kernel_call *c, const Blocks16 
 {
 	dim3 grid(tpfc_blocks(most, 256), (unsigned)np);
 	return tpfc_launched_ex(
-		c, tpfc_launch_pdl(tpfc_pdl(TPFC_PDL_COPY), copy_blocks16, grid, dim3(256), 0, tpfc_stream(c), b), what);
+		c, tpfc_launch_pdl(tpfc_pdl(TPF_PDL_COPY), copy_blocks16, grid, dim3(256), 0, tpfc_stream(c), b), what);
 }
 
 bool is16(int64_t v)
