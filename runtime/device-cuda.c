@@ -20,6 +20,7 @@ struct cuda_dev {
 	cudaGraphExec_t exec;
 	unsigned long captures, replays, eager;
 	int stuck; /* a wait timed out: later waits only check once */
+	char model[256]; /* the GPU's name (tpf_device.model) */
 	/* timing marks (profiling): events recorded on the stream */
 	cudaEvent_t *marks;
 	size_t n_marks;
@@ -331,6 +332,13 @@ enum tpf_status tpf_device_create_cuda(int local_rank, struct tpf_device **out, 
 	dev->mark = dev_mark;
 	dev->elapsed_ms = dev_elapsed_ms;
 	dev->destroy = dev_destroy;
+	struct cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, cd->device) == cudaSuccess) {
+		snprintf(cd->model, sizeof(cd->model), "%s", prop.name);
+		dev->model = cd->model;
+	} else {
+		cudaGetLastError();
+	}
 	*out = dev;
 	return TPF_OK;
 }

@@ -643,7 +643,7 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 			}
 			s->strategy = s->strategy_owned;
 		} else {
-			s->strategy = tpf_strategy_builtin();
+			s->strategy = tpf_strategy_builtin_for(s->dev->model);
 		}
 	}
 	if ((st = check_model_world(m, s->comm, d)))

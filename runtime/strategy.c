@@ -41,10 +41,13 @@ const char *tpf_coll_path_name(enum tpf_coll_path p)
 	return p >= TPF_PATH_NCCL && p <= TPF_PATH_TWOSHOT ? path_names[p] : "?";
 }
 
-/* Measured on 2x NVIDIA H100 80GB HBM3 (NVLink), bf16, CUDA graphs, by
- * `tpfuse tune` (docs/benchmarks.md has the figures). */
+/* Measured by `tpfuse tune` (docs/benchmarks.md has the figures): H100
+ * rows, for H100 and every GPU without rows of its own; H200 rows. */
 static const struct tpf_strategy_row builtin_rows[] = {
 #include "strategy-table.inc"
+};
+static const struct tpf_strategy_row builtin_rows_h200[] = {
+#include "strategy-table-h200.inc"
 };
 
 const struct tpf_strategy_table *tpf_strategy_builtin(void)
@@ -55,6 +58,16 @@ const struct tpf_strategy_table *tpf_strategy_builtin(void)
 		.source = "built-in",
 	};
 	return &t;
+}
+
+const struct tpf_strategy_table *tpf_strategy_builtin_for(const char *gpu)
+{
+	static const struct tpf_strategy_table h200 = {
+		.rows = (struct tpf_strategy_row *)builtin_rows_h200,
+		.n = sizeof(builtin_rows_h200) / sizeof(builtin_rows_h200[0]),
+		.source = "built-in (H200)",
+	};
+	return gpu && strstr(gpu, "H200") ? &h200 : tpf_strategy_builtin();
 }
 
 void tpf_strategy_free(struct tpf_strategy_table *t)

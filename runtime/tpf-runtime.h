@@ -129,6 +129,7 @@ struct tpf_device {
 	enum tpf_status (*mark)(struct tpf_device *dev, size_t i, struct tpf_diag *d);
 	double (*elapsed_ms)(struct tpf_device *dev, size_t a, size_t b);
 	void (*destroy)(struct tpf_device *dev);
+	const char *model; /* the device's model (CUDA: the GPU's name), or NULL */
 };
 
 enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct tpf_device **out,
@@ -256,8 +257,11 @@ struct tpf_strategy_table {
 };
 const char *tpf_coll_kind_name(enum tpf_coll_kind k);
 const char *tpf_coll_path_name(enum tpf_coll_path p);
-/* The table compiled in (measured on 2x H100; never freed). */
+/* The table compiled in (measured on H100; never freed). */
 const struct tpf_strategy_table *tpf_strategy_builtin(void);
+/* The table compiled in for a GPU model (tpf_device.model): the H200 rows
+ * where the name contains "H200", else tpf_strategy_builtin(). */
+const struct tpf_strategy_table *tpf_strategy_builtin_for(const char *gpu);
 enum tpf_status tpf_strategy_parse(const char *text, const char *source, struct tpf_strategy_table **out,
 				   struct tpf_diag *d);
 enum tpf_status tpf_strategy_load(const char *path, struct tpf_strategy_table **out, struct tpf_diag *d);

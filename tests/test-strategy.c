@@ -138,10 +138,8 @@ static void test_errors(void **state)
 	tpf_diag_free(d);
 }
 
-static void test_builtin(void **state)
+static void check_builtin(const struct tpf_strategy_table *b)
 {
-	(void)state;
-	const struct tpf_strategy_table *b = tpf_strategy_builtin();
 	assert_true(b->n > 0);
 	for (size_t i = 0; i < b->n; i++) {
 		const struct tpf_strategy_row *r = &b->rows[i];
@@ -154,9 +152,37 @@ static void test_builtin(void **state)
 			fail_msg("built-in row %zu (world %d %s %lld) has no unbounded row", i, r->world,
 				 tpf_coll_kind_name(r->kind), (long long)r->hidden);
 	}
-	/* one token of a fused norm goes through peer memory on two ranks */
+	/* one token of a fused norm goes through peer memory on two and four ranks */
 	assert_int_not_equal(tpf_strategy_choose(b, 2, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_NCCL);
+	assert_int_not_equal(tpf_strategy_choose(b, 4, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_NCCL);
+	assert_int_not_equal(tpf_strategy_choose(b, 2, TPF_COLL_SHARDED, 2, 1, 2), TPF_PATH_NCCL);
+}
+
+static void test_builtin(void **state)
+{
+	(void)state;
+	const struct tpf_strategy_table *b = tpf_strategy_builtin();
+	check_builtin(b);
 	assert_int_not_equal(tpf_strategy_choose(NULL, 2, TPF_COLL_ARNORM, 4096, 1, 2), TPF_PATH_NCCL);
+
+	/* per GPU model: H200 has rows of its own, everything else the H100's */
+	const struct tpf_strategy_table *h200 = tpf_strategy_builtin_for("NVIDIA H200");
+	check_builtin(h200);
+	assert_ptr_not_equal(h200, b);
+	assert_string_equal(h200->source, "built-in (H200)");
+	assert_ptr_equal(tpf_strategy_builtin_for("NVIDIA H100 80GB HBM3"), b);
+	assert_ptr_equal(tpf_strategy_builtin_for(NULL), b);
+	assert_ptr_equal(tpf_strategy_builtin_for(""), b);
+	/* where they differ (bench/results/strategy-2xH*.txt): a plain all-reduce
+	 * of 200 x 8192 stays one-shot on H200 and goes two-shot on H100 */
+	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ALLREDUCE, 8192, 200, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(b, 2, TPF_COLL_ALLREDUCE, 8192, 200, 2), TPF_PATH_TWOSHOT);
+	/* and where they agree */
+	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ARNORM, 8192, 128, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ARNORM, 8192, 129, 2), TPF_PATH_TWOSHOT);
+	/* world 4 (measured on H100 only) is in both */
+	assert_int_equal(tpf_strategy_choose(h200, 4, TPF_COLL_ARNORM, 8192, 4096, 2),
+			 tpf_strategy_choose(b, 4, TPF_COLL_ARNORM, 8192, 4096, 2));
 }
 
 int main(void)

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda-common.cuh"
@@ -18,6 +19,10 @@ namespace {
 constexpr int kMaxWorld = tpfc::kPeerMaxWorld;
 constexpr int kMaxChunksPerThread = 4; // 16-byte chunks a thread keeps in registers
 constexpr int kMaxThreads = 512;
+// The one-shot kernel's wide instances: a row of up to kWideThreads chunks
+// at one chunk a thread, for few rows of 513 to 1024 chunks (hidden 8192 in
+// 16-bit types), where one block's chain of work per row decides the time.
+constexpr int kWideThreads = 1024;
 
 template <typename T> struct Elem;
 template <> struct Elem<float> {
@@ -153,15 +158,17 @@ struct NormOut {
 // What a row's finish reads besides the sum: its residual chunks and the
 // gamma chunks, loaded before the sum is waited for so that their latency
 // overlaps the wait.
-struct RowIn {
-	uint4 res[kMaxChunksPerThread];
-	uint4 gam[kMaxChunksPerThread];
+template <int CPT = kMaxChunksPerThread> struct RowInT {
+	uint4 res[CPT];
+	uint4 gam[CPT];
 };
+using RowIn = RowInT<>;
 
-template <typename T> __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, RowIn &in)
+template <typename T, int CPT = kMaxChunksPerThread>
+__device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, RowInT<CPT> &in)
 {
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		const int c = threadIdx.x + k * blockDim.x;
 		if (c >= chunks)
 			continue;
@@ -170,6 +177,48 @@ template <typename T> __device__ inline void load_row_in(const NormOut &o, int64
 		if (o.gamma)
 			in.gam[k] = reinterpret_cast<const uint4 *>(o.gamma)[c];
 	}
+}
+
+// The sum of squares of a row that the block holds CPT chunks a thread
+// (chunk c in thread c % blockDim.x), in an order fixed by the chunks
+// alone, not by the block size: each chunk's values in order, each run of
+// 32 neighbouring chunks by a warp's butterfly, those runs' sums (at most
+// 64) by lane, two runs a lane, and a butterfly.  So the kMaxThreads-thread
+// instances (up to four chunks a thread) and the wide ones (one) give the
+// same bits.  One barrier; `scratch` holds 128 floats whose halves
+// successive calls alternate (`phase`), as in block_sum.
+template <typename T, int CPT>
+__device__ inline float chunks_sumsq(float (*acc)[8], int chunks, float *scratch, int &phase)
+{
+	constexpr int N = Elem<T>::kPerChunk;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+	float *runs = scratch + 64 * phase;
+	phase ^= 1;
+	int nruns = 0;
+#pragma unroll
+	for (int k = 0; k < CPT; k++) {
+		if (k * (int)blockDim.x >= chunks)
+			break; // uniform over the block
+		const int c = threadIdx.x + k * blockDim.x;
+		float v = 0.f;
+		if (c < chunks) {
+#pragma unroll
+			for (int i = 0; i < N; i++)
+				v += acc[k][i] * acc[k][i];
+		}
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_xor_sync(0xffffffffu, v, o);
+		if (lane == 0)
+			runs[warp + k * nw] = v; // run c / 32
+		nruns = (k + 1) * nw;
+	}
+	__syncthreads();
+	float s = lane < nruns ? runs[lane] : 0.f;
+	if (lane + 32 < nruns)
+		s += runs[lane + 32];
+	for (int o = 16; o > 0; o >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	return s;
 }
 
 // The largest magnitude of chunk c's N values v over the `span`
@@ -194,12 +243,13 @@ template <typename T> __device__ inline float chunk_amax(const float *v, int c, 
 // per block of 16 along the row, the E4M3 scale amax / 6 / global and the
 // e2m1 codes of norm / (scale * global), the norm rounded to T first (acc
 // holds it: finish_row); a block spans 16 / N neighbouring chunks.
-template <typename T> __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
+template <typename T, int CPT = kMaxChunksPerThread>
+__device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * o.hidden;
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		const int c = threadIdx.x + k * blockDim.x;
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block: no lane has a chunk here
@@ -233,13 +283,14 @@ template <typename T> __device__ inline void finish_fp4(float (*acc)[8], int64_t
 // of norm / scale, the norm rounded to T first (acc holds it: finish_row).
 // A group spans o.group / N neighbouring chunks (at most a warp's lanes,
 // checked on the host).
-template <typename T> __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
+template <typename T, int CPT = kMaxChunksPerThread>
+__device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * o.hidden;
 	const int span = o.group / N;
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		const int c = threadIdx.x + k * blockDim.x;
 		if (k * (int)blockDim.x >= chunks)
 			break; // uniform over the block
@@ -283,15 +334,14 @@ inline int quant_kind(const NormOut &o)
 
 // Finishes one row held in registers: acc holds x (already rounded to T),
 // `in` the row's residual and gamma (load_row_in).  Q: QuantKind.
-template <typename T, int Q = kQAny>
-__device__ inline void finish_row(float (*acc)[8], const RowIn &in, int64_t row, int chunks, const NormOut &o,
+template <typename T, int Q = kQAny, int CPT = kMaxChunksPerThread>
+__device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_t row, int chunks, const NormOut &o,
 				  float *scratch, int &phase)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const int64_t base = row * (o.hidden / N);
-	float sumsq = 0.f;
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		int c = threadIdx.x + k * blockDim.x;
 		if (c >= chunks)
 			continue;
@@ -305,9 +355,6 @@ __device__ inline void finish_row(float (*acc)[8], const RowIn &in, int64_t row,
 		// the sum (with no residual: the bare reduced value) for its other users
 		if (o.residual_out)
 			reinterpret_cast<uint4 *>(o.residual_out)[base + c] = pack<T>(acc[k]);
-#pragma unroll
-		for (int i = 0; i < N; i++)
-			sumsq += acc[k][i] * acc[k][i];
 	}
 	if (!o.gamma)
 		return; // a bare all-reduce: no norm (uniform over the block)
@@ -316,10 +363,10 @@ __device__ inline void finish_row(float (*acc)[8], const RowIn &in, int64_t row,
 	// the block quantizations take their scales over the rounded norm,
 	// which acc holds for them after this loop
 	const bool blocks = (fp4 && o.fp4_out) || (group && o.group_out);
-	float total = block_sum(sumsq, scratch, phase);
+	float total = chunks_sumsq<T, CPT>(acc, chunks, scratch, phase);
 	float inv = rsqrtf(total / (float)o.hidden + o.eps);
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		int c = threadIdx.x + k * blockDim.x;
 		if (c >= chunks)
 			continue;
@@ -349,16 +396,17 @@ __device__ inline void finish_row(float (*acc)[8], const RowIn &in, int64_t row,
 				acc[k][i] = round_to<T>(y[i]);
 	}
 	if (fp4 && o.fp4_out)
-		finish_fp4<T>(acc, row, chunks, o);
+		finish_fp4<T, CPT>(acc, row, chunks, o);
 	if (group && o.group_out)
-		finish_fp8_group<T>(acc, row, chunks, o);
+		finish_fp8_group<T, CPT>(acc, row, chunks, o);
 }
 
 // Loads the 16-byte chunks of `row` this thread handles.
-template <typename T> __device__ inline void load_chunks(const void *x, int64_t row, int chunks, uint4 *v)
+template <typename T, int CPT = kMaxChunksPerThread>
+__device__ inline void load_chunks(const void *x, int64_t row, int chunks, uint4 *v)
 {
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		const int c = threadIdx.x + k * blockDim.x;
 		if (c < chunks)
 			v[k] = reinterpret_cast<const uint4 *>(x)[row * chunks + c];
@@ -369,7 +417,7 @@ template <typename T> __device__ inline void load_chunks(const void *x, int64_t 
 template <typename T>
 __global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_kernel(const void *x, int64_t rows, NormOut o)
 {
-	__shared__ float scratch[64];
+	__shared__ float scratch[128];
 	int phase = 0;
 	const int chunks = (int)(o.hidden / Elem<T>::kPerChunk);
 	for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -467,7 +515,7 @@ __device__ inline void peer_begin()
 // chunks of the row in registers (scrubbed, as the peers received them).
 // (Issuing several slots' loads before checking any measured no faster on
 // 2x H100: 6.64 us against 6.05 at 1 x 4096.)
-template <typename T>
+template <typename T, int CPT = kMaxChunksPerThread>
 __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8],
 				 const uint4 *mine)
 {
@@ -475,7 +523,7 @@ __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chu
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
 	char *own = p.peer[p.rank];
 #pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
+	for (int k = 0; k < CPT; k++) {
 		int c = threadIdx.x + k * blockDim.x;
 		if (c >= chunks)
 			continue;
@@ -503,9 +551,10 @@ __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chu
 
 // One-shot: every rank stores its rows into slot `rank` of every other
 // rank's buffer, then reduces all rows itself (its own from registers).
-template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arnorm_oneshot_kernel(ArParams p)
+template <typename T, int Q, int CPT = kMaxChunksPerThread>
+__global__ void __launch_bounds__(CPT == 1 ? kWideThreads : kMaxThreads) arnorm_oneshot_kernel(ArParams p)
 {
-	__shared__ float scratch[64];
+	__shared__ float scratch[128];
 	__shared__ unsigned s_iter;
 	int phase = 0;
 	const int chunks = (int)(p.o.hidden / Elem<T>::kPerChunk);
@@ -515,10 +564,10 @@ template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arno
 	// together (one row a block whenever the rows fit the grid)
 	const unsigned it0 = tpfc::read_counter(p.state);
 	const bool single = blockIdx.x + gridDim.x >= p.rows;
-	uint4 xv[kMaxChunksPerThread];
-	RowIn in;
-	load_chunks<T>(p.x, blockIdx.x, chunks, xv);
-	load_row_in<T>(p.o, blockIdx.x, chunks, in);
+	uint4 xv[CPT];
+	RowInT<CPT> in;
+	load_chunks<T, CPT>(p.x, blockIdx.x, chunks, xv);
+	load_row_in<T, CPT>(p.o, blockIdx.x, chunks, in);
 	unsigned ticket = 0;
 	const unsigned iter = tpfc::call_counter(p.state, it0, &s_iter, &ticket);
 	const int b = (int)(iter % 3);
@@ -527,16 +576,16 @@ template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arno
 	//    rank (all of them first: a block waits for the peers' rows only
 	//    after its own are on their way, so the waits overlap)
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-		uint4 v[kMaxChunksPerThread];
+		uint4 v[CPT];
 		if (row == blockIdx.x) {
 #pragma unroll
-			for (int k = 0; k < kMaxChunksPerThread; k++)
+			for (int k = 0; k < CPT; k++)
 				v[k] = xv[k];
 		} else {
-			load_chunks<T>(p.x, row, chunks, v);
+			load_chunks<T, CPT>(p.x, row, chunks, v);
 		}
 #pragma unroll
-		for (int k = 0; k < kMaxChunksPerThread; k++) {
+		for (int k = 0; k < CPT; k++) {
 			int c = threadIdx.x + k * blockDim.x;
 			if (c >= chunks)
 				continue;
@@ -549,14 +598,14 @@ template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arno
 	}
 	for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
 		if (!single) {
-			load_chunks<T>(p.x, row, chunks, xv);
-			load_row_in<T>(p.o, row, chunks, in);
+			load_chunks<T, CPT>(p.x, row, chunks, xv);
+			load_row_in<T, CPT>(p.o, row, chunks, in);
 		}
 		// 2. wait for every other rank's row in our buffer b, sum in float
-		float acc[kMaxChunksPerThread][8];
-		sum_slots<T>(p, b, row, chunks, acc, xv);
+		float acc[CPT][8];
+		sum_slots<T, CPT>(p, b, row, chunks, acc, xv);
 		// 3. residual, norm, quantization in registers
-		finish_row<T, Q>(acc, in, row, chunks, p.o, scratch, phase);
+		finish_row<T, Q, CPT>(acc, in, row, chunks, p.o, scratch, phase);
 	}
 	tpfc::call_end(p.state, iter, ticket);
 }
@@ -573,7 +622,7 @@ template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arno
 // is resident as a whole, so it cannot deadlock.
 template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arnorm_twoshot_kernel(ArParams p)
 {
-	__shared__ float scratch[64];
+	__shared__ float scratch[128];
 	__shared__ unsigned s_iter;
 	int phase = 0;
 	constexpr int N = Elem<T>::kPerChunk;
@@ -841,19 +890,37 @@ extern "C" enum tpf_status tpf_cuda_quantize_fp8(enum tpf_dtype dt, const void *
 
 // ---------------------------------------------------------------- one-shot host side
 
-// The one-shot or two-shot kernel for dtype T and QuantKind q.
-template <typename T> void (*peer_kernel(bool two, int q))(ArParams)
+// The one-shot or two-shot kernel for dtype T and QuantKind q (the one-shot
+// at one chunk a thread where `wide`).
+template <typename T> void (*peer_kernel(bool two, int q, bool wide = false))(ArParams)
 {
 	switch (q) {
 	case kQPlain:
-		return two ? arnorm_twoshot_kernel<T, kQPlain> : arnorm_oneshot_kernel<T, kQPlain>;
+		return two ? arnorm_twoshot_kernel<T, kQPlain>
+		       : wide ? arnorm_oneshot_kernel<T, kQPlain, 1> : arnorm_oneshot_kernel<T, kQPlain>;
 	case kQFp4:
-		return two ? arnorm_twoshot_kernel<T, kQFp4> : arnorm_oneshot_kernel<T, kQFp4>;
+		return two ? arnorm_twoshot_kernel<T, kQFp4>
+		       : wide ? arnorm_oneshot_kernel<T, kQFp4, 1> : arnorm_oneshot_kernel<T, kQFp4>;
 	case kQGroup:
-		return two ? arnorm_twoshot_kernel<T, kQGroup> : arnorm_oneshot_kernel<T, kQGroup>;
+		return two ? arnorm_twoshot_kernel<T, kQGroup>
+		       : wide ? arnorm_oneshot_kernel<T, kQGroup, 1> : arnorm_oneshot_kernel<T, kQGroup>;
 	default:
-		return two ? arnorm_twoshot_kernel<T, kQAny> : arnorm_oneshot_kernel<T, kQAny>;
+		return two ? arnorm_twoshot_kernel<T, kQAny>
+		       : wide ? arnorm_oneshot_kernel<T, kQAny, 1> : arnorm_oneshot_kernel<T, kQAny>;
 	}
+}
+
+// The fewest blocks of kWideThreads an SM holds of any of dtype T's wide
+// one-shot kernels.
+template <typename T> int least_resident_wide()
+{
+	int least = 1 << 30;
+	for (int q = kQAny; q <= kQGroup; q++) {
+		int n = 0;
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, peer_kernel<T>(false, q, true), kWideThreads, 0);
+		least = n < least ? n : least;
+	}
+	return least;
 }
 
 // The fewest blocks of kMaxThreads an SM holds of any of dtype T's peer
@@ -879,6 +946,7 @@ struct tpf_cuda_arnorm {
 	tpfc::PeerState *state;
 	int max_grid;                // blocks that are surely resident together
 	int max_grid_sharded;        // the same for the sharded norm's kernel (a smaller one: more fit)
+	int64_t wide_rows;           // one-shot calls of at most this many rows take the wide instances
 	unsigned long long timeout_ns;
 	bool pdl;                    // programmatic dependent launch
 };
@@ -960,6 +1028,17 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, struct tpf_dia
 						 : least_resident<__nv_bfloat16>();
 	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
 	c->max_grid_sharded = sms * sharded_blocks_per_sm();
+	{ // the wide one-shot: only where its whole grid (a block a row) is resident
+		int wide = c->dtype == TPF_DTYPE_FLOAT	   ? least_resident_wide<float>()
+			   : c->dtype == TPF_DTYPE_FLOAT16 ? least_resident_wide<__half>()
+							   : least_resident_wide<__nv_bfloat16>();
+		c->wide_rows = (int64_t)sms * (wide > 0 ? wide : 0);
+		const char *env = getenv("TPF_AR_WIDE_ROWS");
+		if (env && *env) {
+			long long w = atoll(env);
+			c->wide_rows = w < c->wide_rows ? w : c->wide_rows;
+		}
+	}
 
 	return TPF_OK;
 }
@@ -1035,17 +1114,22 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 	int grid = (int)(a->rows < c->max_grid ? a->rows : c->max_grid);
 	cudaStream_t s = (cudaStream_t)stream;
 	const bool two = a->path == TPF_CUDA_AR_TWOSHOT && c->world > 1;
+	const bool wide = !two && chunks > kMaxThreads && chunks <= kWideThreads && a->rows <= c->wide_rows;
+	if (wide) {
+		threads = (chunks + 31) / 32 * 32;
+		grid = (int)a->rows;
+	}
 	const int q = quant_kind(p.o);
 	cudaError_t e;
 	switch (a->dtype) {
 	case TPF_DTYPE_FLOAT:
-		e = launch_peer(c, peer_kernel<float>(two, q), grid, threads, s, p);
+		e = launch_peer(c, peer_kernel<float>(two, q, wide), grid, threads, s, p);
 		break;
 	case TPF_DTYPE_FLOAT16:
-		e = launch_peer(c, peer_kernel<__half>(two, q), grid, threads, s, p);
+		e = launch_peer(c, peer_kernel<__half>(two, q, wide), grid, threads, s, p);
 		break;
 	default:
-		e = launch_peer(c, peer_kernel<__nv_bfloat16>(two, q), grid, threads, s, p);
+		e = launch_peer(c, peer_kernel<__nv_bfloat16>(two, q, wide), grid, threads, s, p);
 		break;
 	}
 	return e == cudaSuccess ? TPF_OK : cuda_fail(d, two ? "two-shot all-reduce launch" : "one-shot all-reduce launch", e);
