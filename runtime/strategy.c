@@ -67,7 +67,8 @@ const struct tpf_strategy_table *tpf_strategy_builtin_for(const char *gpu)
 		.n = sizeof(builtin_rows_h200) / sizeof(builtin_rows_h200[0]),
 		.source = "built-in (H200)",
 	};
-	return gpu && strstr(gpu, "H200") ? &h200 : tpf_strategy_builtin();
+	/* H200 boards, not the Grace Hopper GH200 (another interconnect) */
+	return gpu && strstr(gpu, "H200") && !strstr(gpu, "GH200") ? &h200 : tpf_strategy_builtin();
 }
 
 void tpf_strategy_free(struct tpf_strategy_table *t)

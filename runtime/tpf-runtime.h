@@ -260,7 +260,7 @@ const char *tpf_coll_path_name(enum tpf_coll_path p);
 /* The table compiled in (measured on H100; never freed). */
 const struct tpf_strategy_table *tpf_strategy_builtin(void);
 /* The table compiled in for a GPU model (tpf_device.model): the H200 rows
- * where the name contains "H200", else tpf_strategy_builtin(). */
+ * where the name names an H200 (not a GH200), else tpf_strategy_builtin(). */
 const struct tpf_strategy_table *tpf_strategy_builtin_for(const char *gpu);
 enum tpf_status tpf_strategy_parse(const char *text, const char *source, struct tpf_strategy_table **out,
 				   struct tpf_diag *d);

@@ -141,6 +141,11 @@ static void test_errors(void **state)
 static void check_builtin(const struct tpf_strategy_table *b)
 {
 	assert_true(b->n > 0);
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t j = i + 1; j < b->n; j++)
+			if (b->rows[i].world == b->rows[j].world && b->rows[i].kind == b->rows[j].kind &&
+			    b->rows[i].hidden == b->rows[j].hidden && b->rows[i].max_tokens == b->rows[j].max_tokens)
+				fail_msg("built-in rows %zu and %zu have the same world, kind, hidden and bound", i, j);
 	for (size_t i = 0; i < b->n; i++) {
 		const struct tpf_strategy_row *r = &b->rows[i];
 		assert_true(r->world >= 2 && r->hidden > 0);
@@ -173,13 +178,20 @@ static void test_builtin(void **state)
 	assert_ptr_equal(tpf_strategy_builtin_for("NVIDIA H100 80GB HBM3"), b);
 	assert_ptr_equal(tpf_strategy_builtin_for(NULL), b);
 	assert_ptr_equal(tpf_strategy_builtin_for(""), b);
+	assert_ptr_equal(tpf_strategy_builtin_for("NVIDIA GH200 480GB"), b);
+	assert_ptr_equal(tpf_strategy_builtin_for("NVIDIA H200 NVL"), h200);
 	/* where they differ (bench/results/strategy-2xH*.txt): a plain all-reduce
 	 * of 200 x 8192 stays one-shot on H200 and goes two-shot on H100 */
 	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ALLREDUCE, 8192, 200, 2), TPF_PATH_ONESHOT);
 	assert_int_equal(tpf_strategy_choose(b, 2, TPF_COLL_ALLREDUCE, 8192, 200, 2), TPF_PATH_TWOSHOT);
 	/* and where they agree */
-	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ARNORM, 8192, 128, 2), TPF_PATH_ONESHOT);
-	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ARNORM, 8192, 129, 2), TPF_PATH_TWOSHOT);
+	for (int g = 0; g < 2; g++) {
+		const struct tpf_strategy_table *t = g ? h200 : b;
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 128, 2), TPF_PATH_ONESHOT);
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 129, 2), TPF_PATH_TWOSHOT);
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 8192, 128, 2), TPF_PATH_ONESHOT);
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 8192, 257, 2), TPF_PATH_TWOSHOT);
+	}
 	/* world 4 (measured on H100 only) is in both */
 	assert_int_equal(tpf_strategy_choose(h200, 4, TPF_COLL_ARNORM, 8192, 4096, 2),
 			 tpf_strategy_choose(b, 4, TPF_COLL_ARNORM, 8192, 4096, 2));

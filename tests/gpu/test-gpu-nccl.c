@@ -332,7 +332,9 @@ static void peer_quant(struct tpf_comm *c, struct tpf_device *dev, struct tpf_di
 		int rows, hidden, two, kinds;
 	} cs[] = {{1, 8192, 0, QK_FP8}, {1, 8192, 1, QK_FP4}, {5, 4096, 0, QK_FP4}, {5, 4096, 1, QK_GROUP},
 		  {64, 2048, 0, QK_GROUP}, {3, 4096, 0, QK_FP8 | QK_FP4 | QK_GROUP},
-		  {2, 8192, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {33, 1024, 1, QK_FP8}};
+		  {2, 8192, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {33, 1024, 1, QK_FP8},
+		  /* one-shot rows of 1024 chunks: the wide instances */
+		  {4, 8192, 0, QK_FP4}, {3, 8192, 0, QK_FP8 | QK_FP4 | QK_GROUP}};
 	enum { MAXE = 64 * 2048, NB = 8 };
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
 	struct tpf_cuda_arnorm *ar = NULL;
