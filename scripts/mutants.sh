@@ -56,6 +56,11 @@ mutant kernel-pdl-unknown-kind kernels/host.c \
 	"pdl-kinds" \
 	"a TPF_PDL list that names no kind (a typo, a former level such as 'none') turns every dependent launch of the GPU kernels off instead of keeping the default"
 
+mutant strategy-gpu-table runtime/strategy.c \
+	's|^\(\t*\)return gpu \&\& strstr(gpu, "H200") \&\& !strstr(gpu, "GH200")|\1return gpu \&\& strstr(gpu, "H2O0") \&\& !strstr(gpu, "GH200")|' \
+	"strategy" \
+	"every GPU takes the H100 strategy table, so an H200 runs the plain all-reduce of 129 to 256 tokens at hidden 8192 two-shot where its own measurements say one-shot"
+
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (t_y != t_s \&\& t_y != t_g)$|\1if (t_y != t_s \&\& t_y != t_g \&\& 0)|' \
 	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \
