@@ -63,6 +63,10 @@ static const char *const run_help =
 	"  --no-oneshot          (cuda, several ranks) run every collective through\n"
 	"                        NCCL; by default all-reduces and fused norms that\n"
 	"                        fit run as one-shot kernels through peer memory\n"
+	"  --strategy-table FILE (cuda, several ranks) the collective strategy\n"
+	"                        table (`tpfuse tune -o FILE`) that picks NCCL,\n"
+	"                        one-shot or two-shot per call; default\n"
+	"                        TPF_STRATEGY_TABLE, else the built-in table of the GPU\n"
 	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
 	"  --quiet               print no output summary\n"
 	"\n"
@@ -90,6 +94,7 @@ struct run_opts {
 	int n_dims;
 	long iters, warmup;
 	int optimize, verify, quiet, cuda_graph, no_oneshot, profile;
+	const char *strategy_table;
 	enum tpf_backend backend;
 	double timeout;
 	int rank, world; /* plan only */
@@ -196,6 +201,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->cuda_graph = 1;
 		} else if (!strcmp(a, "--no-oneshot") && !is_plan) {
 			o->no_oneshot = 1;
+		} else if (!strcmp(a, "--strategy-table") && !is_plan) {
+			NEED();
+			o->strategy_table = next;
 		} else if (!strcmp(a, "--profile") && !is_plan) {
 			o->profile = 1;
 		} else if (!strcmp(a, "--backend")) {
@@ -609,6 +617,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	struct tpf_host_tensor *in = NULL, *ref_out = NULL;
 	size_t n_in = 0, n_ref_out = 0;
 	char *path = NULL;
+	struct tpf_strategy_table *table = NULL;
 	enum tpf_status st;
 	int synced = 1; /* every rank knows about an error at this point */
 	struct tpf_comm_options co = {.timeout_s = o.timeout};
@@ -641,11 +650,20 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "loading the model", d)))
 		goto out;
+	/* a malformed table is an error on every backend (line and file named) */
+	if (o.strategy_table) {
+		st = tpf_strategy_load(o.strategy_table, &table, d);
+		if (st)
+			tpf_diag_add(d, TPF_SEV_ERROR, "(the file --strategy-table names)");
+		print_diag(d);
+		if ((st = tpf_comm_agree(comm, st, "reading the strategy table", d)))
+			goto out;
+	}
 	/* sessions before inputs: ops the backend cannot run are named before
 	 * any input is read or made */
 	struct tpf_session_options so = {.backend = o.backend, .comm = comm,
 					 .cuda_graph = o.cuda_graph, .no_oneshot = o.no_oneshot,
-					 .profile = o.profile};
+					 .profile = o.profile, .strategy = table};
 	so.plan.dims = o.dims;
 	so.plan.n_dims = (size_t)o.n_dims;
 	st = tpf_session_create(m, &so, &s, d);
@@ -742,6 +760,7 @@ out:
 	}
 	tpf_session_free(s);
 	tpf_session_free(sref);
+	tpf_strategy_free(table);
 	tpf_host_tensors_release(in, n_in);
 	tpf_host_tensors_release(ref_out, n_ref_out);
 	tpf_model_free(m);

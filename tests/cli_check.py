@@ -146,6 +146,23 @@ def main():
     rc, _, err = tpfuse("optimize", model, "-o", w("x.onnx"), "--passes", "no-such-pass")
     expect(rc != 0 and "no-such-pass" in err, "unknown pass is named in the error")
 
+    # run --strategy-table: the table is read (and checked) before anything runs
+    bad = w("bad-table.txt")
+    with open(bad, "w") as f:
+        f.write("2 allreduce-rmsnorm 4096 128 oneshot\n2 bogus 1 2 3\n")
+    good = w("good-table.txt")
+    with open(good, "w") as f:
+        f.write("# a table\n2 allreduce-rmsnorm 4096 inf twoshot\n")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--quiet", "--strategy-table", bad)
+    expect(rc == 1 and "bad-table.txt:2: expected" in err,
+           "run --strategy-table with a malformed line: exit 1 naming the file and the line")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--quiet", "--strategy-table", w("no-table.txt"))
+    expect(rc == 3 and "no-table.txt" in err, "run --strategy-table with a missing file: exit 3 naming it")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--quiet", "--strategy-table", good)
+    expect(rc == 0 and err == "", "run --strategy-table with a valid table: exit 0")
+    rc, _, err = tpfuse("run", model, "--strategy-table")
+    expect(rc == 2 and "--strategy-table" in err, "run --strategy-table without a file: exit 2")
+
     # tune measures GPUs under mpirun; its usage errors hold everywhere
     rc, out, _ = tpfuse("tune", "--help")
     expect(rc == 0 and "TPF_STRATEGY_TABLE" in out, "tune --help: exit 0, says how the table is used")
