@@ -833,6 +833,28 @@ enum tpf_status tpf_value_replace_uses(struct tpf_value *from, struct tpf_value 
 	return TPF_OK;
 }
 
+/* Whether t holds exactly the value of a (value_float, value_int,
+ * value_floats or value_ints). */
+static int attr_tensor_matches(const struct tpf_tensor *t, const struct tpf_attr *a)
+{
+	switch (a->kind) {
+	case TPF_ATTR_FLOAT:
+		return t->dtype == TPF_DTYPE_FLOAT && t->rank == 0 && t->nbytes == sizeof(float) &&
+		       !memcmp(t->data, &a->f, sizeof(float));
+	case TPF_ATTR_INT:
+		return t->dtype == TPF_DTYPE_INT64 && t->rank == 0 && t->nbytes == sizeof(int64_t) &&
+		       !memcmp(t->data, &a->i, sizeof(int64_t));
+	case TPF_ATTR_FLOATS:
+		return t->dtype == TPF_DTYPE_FLOAT && t->rank == 1 && t->dims[0] == (int64_t)a->n &&
+		       t->nbytes == a->n * sizeof(float) && (!a->n || !memcmp(t->data, a->floats, t->nbytes));
+	case TPF_ATTR_INTS:
+		return t->dtype == TPF_DTYPE_INT64 && t->rank == 1 && t->dims[0] == (int64_t)a->n &&
+		       t->nbytes == a->n * sizeof(int64_t) && (!a->n || !memcmp(t->data, a->ints, t->nbytes));
+	default:
+		return 0;
+	}
+}
+
 const struct tpf_tensor *tpf_value_constant(const struct tpf_value *v)
 {
 	if (!v)
@@ -845,32 +867,47 @@ const struct tpf_tensor *tpf_value_constant(const struct tpf_value *v)
 	if (!n || n->op != TPF_OP_CONSTANT || n->n_attrs != 1)
 		return NULL;
 	const struct tpf_attr *a = &n->attrs[0];
-	struct tpf_arena *arena = v->graph->arena;
-	int64_t dim;
-	switch (a->kind) {
-	case TPF_ATTR_TENSOR:
+	if (a->kind == TPF_ATTR_TENSOR)
 		return strcmp(a->name, "value") == 0 ? a->t : NULL;
-	case TPF_ATTR_FLOAT:
-		return strcmp(a->name, "value_float") == 0
-			       ? tpf_tensor_create(arena, v->name, TPF_DTYPE_FLOAT, 0, NULL, &a->f, sizeof(float))
-			       : NULL;
-	case TPF_ATTR_INT:
-		return strcmp(a->name, "value_int") == 0
-			       ? tpf_tensor_create(arena, v->name, TPF_DTYPE_INT64, 0, NULL, &a->i, sizeof(int64_t))
-			       : NULL;
-	case TPF_ATTR_FLOATS:
-		dim = (int64_t)a->n;
-		return strcmp(a->name, "value_floats") == 0
-			       ? tpf_tensor_create(arena, v->name, TPF_DTYPE_FLOAT, 1, &dim, a->floats, a->n * sizeof(float))
-			       : NULL;
-	case TPF_ATTR_INTS:
-		dim = (int64_t)a->n;
-		return strcmp(a->name, "value_ints") == 0
-			       ? tpf_tensor_create(arena, v->name, TPF_DTYPE_INT64, 1, &dim, a->ints, a->n * sizeof(int64_t))
-			       : NULL;
-	default:
+	static const struct {
+		enum tpf_attr_kind kind;
+		const char *name;
+	} forms[] = {{TPF_ATTR_FLOAT, "value_float"},
+		     {TPF_ATTR_INT, "value_int"},
+		     {TPF_ATTR_FLOATS, "value_floats"},
+		     {TPF_ATTR_INTS, "value_ints"}};
+	size_t f = 0;
+	while (f < sizeof(forms) / sizeof(forms[0]) && (forms[f].kind != a->kind || strcmp(a->name, forms[f].name)))
+		f++;
+	if (f == sizeof(forms) / sizeof(forms[0]))
 		return NULL;
+	/* made once and kept: the plans and inferences that ask again get the
+	 * same bytes, and the graph's arena does not grow with every ask */
+	if (v->attr_const && v->attr_const_of == a && attr_tensor_matches(v->attr_const, a))
+		return v->attr_const;
+	struct tpf_arena *arena = v->graph->arena;
+	int64_t dim = (int64_t)a->n;
+	struct tpf_tensor *t = NULL;
+	switch (a->kind) {
+	case TPF_ATTR_FLOAT:
+		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_FLOAT, 0, NULL, &a->f, sizeof(float));
+		break;
+	case TPF_ATTR_INT:
+		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_INT64, 0, NULL, &a->i, sizeof(int64_t));
+		break;
+	case TPF_ATTR_FLOATS:
+		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_FLOAT, 1, &dim, a->floats, a->n * sizeof(float));
+		break;
+	default:
+		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_INT64, 1, &dim, a->ints, a->n * sizeof(int64_t));
+		break;
 	}
+	if (t) { /* a cache on a value the caller holds as const */
+		struct tpf_value *mv = (struct tpf_value *)v;
+		mv->attr_const = t;
+		mv->attr_const_of = a;
+	}
+	return t;
 }
 
 /* ------------------------------------------------------------ attributes */

@@ -361,6 +361,11 @@ struct tpf_value {
 	/* metadata_props of ValueInfoProto */
 	size_t n_metadata;
 	const char **metadata_keys, **metadata_values;
+	/* tpf_value_constant's tensor for the output of a Constant given as
+	 * value_float, value_int, value_floats or value_ints: made once (in the
+	 * graph's arena) and kept while that attribute stays the same */
+	struct tpf_tensor *attr_const;
+	const struct tpf_attr *attr_const_of;
 };
 
 /* ------------------------------------------------------------------ nodes */

@@ -1704,9 +1704,9 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			}
 			r->known = 1;
 			r->host = (void *)t->data;
-			/* a 'value' tensor is the model's; value_float and the like
-			 * are made anew for each plan (tpf_value_constant) */
-			r->lasting = n->attrs[0].kind == TPF_ATTR_TENSOR;
+			/* the model's tensor: a 'value' tensor, or the one
+			 * tpf_value_constant made once for value_float and the like */
+			r->lasting = 1;
 			p->n_folded++;
 			continue;
 		}

@@ -672,6 +672,55 @@ static void test_replace_and_erase(void **state)
 	tpf_model_free(m);
 }
 
+/* A Constant given as value_float / value_ints: tpf_value_constant makes
+ * its tensor once (the same pointer, the arena not growing, however often
+ * plans and inference ask) and anew when the attribute changes. */
+static void test_attribute_constants(void **state)
+{
+	(void)state;
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *kf = tpf_graph_add_node(g, "", "Constant", "kf", NULL, 0, 1, NULL);
+	struct tpf_node *ki = tpf_graph_add_node(g, "", "Constant", "ki", NULL, 0, 1, NULL);
+	assert_non_null(kf);
+	assert_non_null(ki);
+	assert_int_equal(tpf_node_set_attr_float(kf, "value_float", 2.5f), TPF_OK);
+	const int64_t ints[3] = {4, -1, 7};
+	assert_int_equal(tpf_node_set_attr_ints(ki, "value_ints", ints, 3), TPF_OK);
+
+	const struct tpf_tensor *f1 = tpf_value_constant(kf->outputs[0]);
+	const struct tpf_tensor *i1 = tpf_value_constant(ki->outputs[0]);
+	assert_non_null(f1);
+	assert_non_null(i1);
+	assert_int_equal(f1->dtype, TPF_DTYPE_FLOAT);
+	assert_int_equal(f1->rank, 0);
+	assert_true(*(const float *)f1->data == 2.5f);
+	assert_int_equal(i1->dtype, TPF_DTYPE_INT64);
+	assert_int_equal(i1->rank, 1);
+	assert_int_equal(i1->dims[0], 3);
+	assert_memory_equal(i1->data, ints, sizeof(ints));
+	const size_t bytes = tpf_arena_bytes(g->arena);
+	for (int k = 0; k < 100; k++) {
+		assert_ptr_equal(tpf_value_constant(kf->outputs[0]), f1);
+		assert_ptr_equal(tpf_value_constant(ki->outputs[0]), i1);
+	}
+	assert_int_equal(tpf_arena_bytes(g->arena), bytes);
+
+	/* a changed attribute: a new tensor with the new value */
+	assert_int_equal(tpf_node_set_attr_float(kf, "value_float", -1.0f), TPF_OK);
+	const struct tpf_tensor *f2 = tpf_value_constant(kf->outputs[0]);
+	assert_non_null(f2);
+	assert_true(*(const float *)f2->data == -1.0f);
+	assert_ptr_equal(tpf_value_constant(kf->outputs[0]), f2);
+	const int64_t ints2[2] = {1, 2};
+	assert_int_equal(tpf_node_set_attr_ints(ki, "value_ints", ints2, 2), TPF_OK);
+	const struct tpf_tensor *i2 = tpf_value_constant(ki->outputs[0]);
+	assert_non_null(i2);
+	assert_int_equal(i2->dims[0], 2);
+	assert_memory_equal(i2->data, ints2, sizeof(ints2));
+	tpf_model_free(m);
+}
+
 static void test_attributes(void **state)
 {
 	struct tpf_model *m = tpf_model_create();
@@ -977,6 +1026,7 @@ int main(void)
 		cmocka_unit_test(test_nodes_and_uses),
 		cmocka_unit_test(test_replace_and_erase),
 		cmocka_unit_test(test_attributes),
+		cmocka_unit_test(test_attribute_constants),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_insert_move_toposort),
 		cmocka_unit_test(test_subgraph),

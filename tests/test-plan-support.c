@@ -235,8 +235,10 @@ static void test_plan_per_signature(void **state)
  * bytes in every plan), and a device keeps one copy of it however many
  * plans read it, also after the plans that made it went (TPF_CPU_COPY_
  * CONSTANTS=1 makes the CPU backend copy constants as a device does).  A
- * plan's folded values (the row index below) and a Constant's scalar,
- * which the IR makes anew for each plan, stay the plan's own. */
+ * Constant's scalar (value_float) is the model's too: the IR makes its
+ * tensor once, so every plan reads the same bytes and the model's arena
+ * does not grow with the plans.  A plan's folded values (the row index
+ * below) stay the plan's own. */
 enum { SH_K = 8, SH_N = 20 };
 
 static char *shared_model_text(void)
@@ -257,7 +259,7 @@ static char *shared_model_text(void)
 				"  %%6 = Shape(%%0)\n  %%7 = Gather(%%6, %%2) {axis=0}\n"
 				"  %%8 = Range(%%2, %%7, %%3)\n  %%9 = Unsqueeze(%%8, %%4)\n"
 				"  %%10 = Cast(%%9) {to=1}\n  %%11 = Mul(%%5, %%10)\n"
-				"  %%12 = Constant() {value_float=2.0}\n  %%13 = Mul(%%11, %%12)\n"
+				"  %%12 = Constant() {value_float=2.0}\n  %%13 = Mul(%%11, %%12)  # scale\n"
 				"  output %%13: f32[T,%d] \"y\"\n}\n",
 				SH_N);
 	assert_true(len < cap);
@@ -304,21 +306,29 @@ static void shared_constants_case(const char *tiled, const char *copy, size_t *d
 	if (copy)
 		setenv("TPF_CPU_COPY_CONSTANTS", copy, 1);
 	assert_int_equal(tpf_session_create(m, &(struct tpf_session_options){0}, &s, d), TPF_OK);
-	const void *w_host = NULL, *w_data = NULL;
-	size_t dev0 = 0, der0 = 0;
+	const void *w_host = NULL, *w_data = NULL, *c_host = NULL;
+	size_t dev0 = 0, der0 = 0, arena0 = 0;
 	static const int64_t Ts[] = {1, 2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2};
 	for (size_t k = 0; k < sizeof(Ts) / sizeof(Ts[0]); k++) {
 		run_shared_case(s, Ts[k], d);
 		const struct tpf_ktensor *w = tpf_session_bound_input(s, "mm", 1);
+		const struct tpf_ktensor *c = tpf_session_bound_input(s, "scale", 1);
 		assert_non_null(w);
+		assert_non_null(c);
 		if (!k) {
 			w_host = w->host;
 			w_data = w->data;
+			c_host = c->host;
 			tpf_session_constant_bytes(s, &dev0, &der0);
+			arena0 = tpf_arena_bytes(m->graph->arena);
 		}
-		/* every plan reads the same weight bytes, on the host and the device */
+		/* every plan reads the same weight and scalar bytes, on the host
+		 * and the device */
 		assert_ptr_equal(w->host, w_host);
 		assert_ptr_equal(w->data, w_data);
+		assert_ptr_equal(c->host, c_host);
+		assert_true(*(const float *)c->host == 2.0f);
+		assert_int_equal(tpf_arena_bytes(m->graph->arena), arena0);
 		tpf_session_constant_bytes(s, device, derived);
 		assert_int_equal(*device, dev0);
 		assert_int_equal(*derived, der0);
@@ -344,10 +354,10 @@ static void test_constants_shared_between_plans(void **state)
 	shared_constants_case(NULL, NULL, &dev, &der);
 	assert_int_equal(dev, 0);
 	assert_int_equal(der, 0);
-	/* one device copy of the weight for three plans; the plans' folded row
-	 * index is not among them */
+	/* one device copy of the weight and of the Constant's scalar for every
+	 * plan; the plans' folded row index is not among them */
 	shared_constants_case(NULL, "1", &dev, &der);
-	assert_int_equal(dev, w_bytes);
+	assert_int_equal(dev, w_bytes + sizeof(float));
 	assert_int_equal(der, 0);
 	/* packed once: the product reads only the packed copy, whose device
 	 * copy is the only one */
@@ -355,7 +365,7 @@ static void test_constants_shared_between_plans(void **state)
 	assert_int_equal(dev, 0);
 	assert_int_equal(der, packed);
 	shared_constants_case("16", "1", &dev, &der);
-	assert_int_equal(dev, packed);
+	assert_int_equal(dev, packed + sizeof(float));
 	assert_int_equal(der, packed);
 }
 
