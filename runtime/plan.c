@@ -1704,9 +1704,9 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			}
 			r->known = 1;
 			r->host = (void *)t->data;
-			/* the model's tensor: a 'value' tensor, or the one
-			 * tpf_value_constant made once for value_float and the like */
-			r->lasting = 1;
+			/* a 'value' tensor, or the one tpf_value_constant made once
+			 * for value_float and the like */
+			r->lasting = 1; /* the Constant's tensor is the model's */
 			p->n_folded++;
 			continue;
 		}

@@ -142,9 +142,9 @@ mutant runtime-constants-per-plan runtime/session.c \
 	"every plan uploads its own device copy of the model's constants again (the session's store is not used)"
 
 mutant runtime-constant-scalar-shared runtime/plan.c \
-	's|^\(\t*\)r->lasting = n->attrs\[0\].kind == TPF_ATTR_TENSOR;$|\1r->lasting = 1;|' \
+	's|^\(\t*\)r->lasting = 1; /\* the Constant.s tensor is the model.s \*/$|\1r->lasting = n->attrs[0].kind == TPF_ATTR_TENSOR;|' \
 	"plan-support" \
-	"a Constant's value_float, made anew for each plan, is kept by the session as if it were the model's bytes: device memory grows with every plan"
+	"a Constant's value_float is the plan's own again: every plan uploads its own copy of the scalar the model holds once"
 
 mutant runtime-shared-constant-freed runtime/session.c \
 	's|^\(\t*\)if (s->b->const_dev\[i\] \&\& !p->values\[i\].lasting)$|\1if (s->b->const_dev[i])|' \
