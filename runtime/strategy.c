@@ -130,8 +130,10 @@ enum tpf_status tpf_strategy_parse(const char *text, const char *source, struct 
 		line_no++;
 		char line[512];
 		if (len >= sizeof(line)) {
+			enum tpf_status st = tpf_diag_fail(d, TPF_ERR_INVALID, "%s:%zu: line too long (at most %zu characters)",
+							   t->source, line_no, sizeof(line) - 1);
 			tpf_strategy_free(t);
-			return tpf_diag_fail(d, TPF_ERR_INVALID, "%s:%zu: line too long", t->source, line_no);
+			return st;
 		}
 		memcpy(line, p, len);
 		line[len] = 0;

@@ -160,6 +160,12 @@ def main():
     expect(rc == 3 and "no-table.txt" in err, "run --strategy-table with a missing file: exit 3 naming it")
     rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--quiet", "--strategy-table", good)
     expect(rc == 0 and err == "", "run --strategy-table with a valid table: exit 0")
+    long_line = w("long-table.txt")
+    with open(long_line, "w") as f:
+        f.write("2 allreduce 4096 inf nccl\n# " + "x" * 600 + "\n")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--quiet", "--strategy-table", long_line)
+    expect(rc == 1 and "long-table.txt:2: line too long" in err,
+           "run --strategy-table with a 600-character line: exit 1 naming the file and the line")
     rc, _, err = tpfuse("run", model, "--strategy-table")
     expect(rc == 2 and "--strategy-table" in err, "run --strategy-table without a file: exit 2")
 
