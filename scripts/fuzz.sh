@@ -33,7 +33,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-	targets=(model builder tensor session)
+	targets=(model builder tensor session strategy)
 fi
 
 say() { printf '==> %s\n' "$*"; }

@@ -2,7 +2,8 @@
 """Writes the seed corpus of the fuzz targets.
 
     make_corpus.py OUTDIR        writes OUTDIR/model/*.onnx, OUTDIR/builder/*,
-                                 OUTDIR/tensor/*.pb and OUTDIR/session/*
+                                 OUTDIR/tensor/*.pb, OUTDIR/session/* and
+                                 OUTDIR/strategy/*
 
 model/ holds small valid models (the round-trip fixtures, one rank of each
 example family, and models made here for each fusion pattern) plus broken
@@ -11,7 +12,8 @@ data that points out of the model's folder, absurd shapes).  builder/ holds a
 few byte programs for the structure-aware target (tests/fuzz/fuzz-builder.c),
 tensor/ test-data TensorProto files (tests/fuzz/fuzz-tensor.c), session/
 the valid models of model/ behind a byte that says how to run them
-(tests/fuzz/fuzz-session.c).
+(tests/fuzz/fuzz-session.c), strategy/ collective strategy tables, the
+measured ones of bench/results and broken ones (tests/fuzz/fuzz-strategy.c).
 
 The committed corpus (tests/fuzz/corpus/) was made with this script; files
 larger than 24 KiB are left out to keep the corpus small.
@@ -245,6 +247,32 @@ def session_seeds(mdir):
     return out
 
 
+def strategy_seeds():
+    """Strategy tables: the measured ones (bench/results/strategy-*.txt) and
+    small valid and broken ones."""
+    out = {}
+    res = os.path.join(ROOT, "bench", "results")
+    for f in sorted(os.listdir(res)):
+        if f.startswith("strategy-") and f.endswith(".txt"):
+            with open(os.path.join(res, f), "rb") as fh:
+                out[f[: -len(".txt")]] = fh.read()
+    out["small"] = (b"# world kind hidden max_tokens path\n2 allreduce-rmsnorm 4096 128 oneshot  # decode\n"
+                    b"2 allreduce-rmsnorm 4096 inf twoshot\n4 sharded-rmsnorm 2 2048 oneshot\n"
+                    b"4 sharded-rmsnorm 2 inf nccl\n8 allreduce-rmsnorm-fp8 8192 16 oneshot\n")
+    out["crlf_tabs"] = b"2\tallreduce\t2048\t64\toneshot\r\n2 allreduce 2048 inf\ttwoshot\r\n"
+    out["empty"] = b""
+    out["comments_only"] = b"# nothing\n\n   \n#\n"
+    out["bad_kind"] = b"2 allreduce-norm 4096 128 oneshot\n"
+    out["bad_path"] = b"2 allreduce 4096 128 fastest\n"
+    out["bad_count"] = b"2 allreduce 4096 0 nccl\n2 allreduce 4096 -5 nccl\n"
+    out["bad_world"] = b"1025 allreduce 4096 inf nccl\n"
+    out["bad_fields"] = b"2 allreduce 4096 inf nccl extra\n2 allreduce\n"
+    out["bad_long_line"] = b"2 allreduce 4096 inf nccl\n# " + b"x" * 600 + b"\n"
+    out["bad_nul"] = b"2 allreduce 4096 inf nccl\n\x002 bogus\n"
+    out["big_numbers"] = b"2 allreduce 9223372036854775807 99999999999999999999 nccl\n"
+    return out
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -253,7 +281,8 @@ def main(argv):
     mdir, bdir = os.path.join(out, "model"), os.path.join(out, "builder")
     tdir = os.path.join(out, "tensor")
     sdir = os.path.join(out, "session")
-    for d in (mdir, bdir, tdir, sdir):
+    gdir = os.path.join(out, "strategy")
+    for d in (mdir, bdir, tdir, sdir, gdir):
         os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         fx = os.path.join(tmp, "fixtures")
@@ -294,6 +323,8 @@ def main(argv):
         write(os.path.join(tdir, name + ".pb"), data)
     for name, data in session_seeds(mdir).items():
         write(os.path.join(sdir, name), data)
+    for name, data in strategy_seeds().items():
+        write(os.path.join(gdir, name + ".txt"), data)
     return 0
 
 
