@@ -833,26 +833,43 @@ enum tpf_status tpf_value_replace_uses(struct tpf_value *from, struct tpf_value 
 	return TPF_OK;
 }
 
-/* Whether t holds exactly the value of a (value_float, value_int,
- * value_floats or value_ints). */
-static int attr_tensor_matches(const struct tpf_tensor *t, const struct tpf_attr *a)
+/* The tensor a Constant's attribute a stands for when it is value_float,
+ * value_int, value_floats or value_ints: its dtype, rank (0 or 1) and
+ * bytes; 0 for any other attribute. */
+static int attr_const_form(const struct tpf_attr *a, enum tpf_dtype *dt, int *rank, const void **data,
+			   size_t *nbytes)
 {
-	switch (a->kind) {
-	case TPF_ATTR_FLOAT:
-		return t->dtype == TPF_DTYPE_FLOAT && t->rank == 0 && t->nbytes == sizeof(float) &&
-		       !memcmp(t->data, &a->f, sizeof(float));
-	case TPF_ATTR_INT:
-		return t->dtype == TPF_DTYPE_INT64 && t->rank == 0 && t->nbytes == sizeof(int64_t) &&
-		       !memcmp(t->data, &a->i, sizeof(int64_t));
-	case TPF_ATTR_FLOATS:
-		return t->dtype == TPF_DTYPE_FLOAT && t->rank == 1 && t->dims[0] == (int64_t)a->n &&
-		       t->nbytes == a->n * sizeof(float) && (!a->n || !memcmp(t->data, a->floats, t->nbytes));
-	case TPF_ATTR_INTS:
-		return t->dtype == TPF_DTYPE_INT64 && t->rank == 1 && t->dims[0] == (int64_t)a->n &&
-		       t->nbytes == a->n * sizeof(int64_t) && (!a->n || !memcmp(t->data, a->ints, t->nbytes));
-	default:
-		return 0;
+	static const struct {
+		enum tpf_attr_kind kind;
+		const char *name;
+		enum tpf_dtype dt;
+		int rank;
+	} forms[] = {{TPF_ATTR_FLOAT, "value_float", TPF_DTYPE_FLOAT, 0},
+		     {TPF_ATTR_INT, "value_int", TPF_DTYPE_INT64, 0},
+		     {TPF_ATTR_FLOATS, "value_floats", TPF_DTYPE_FLOAT, 1},
+		     {TPF_ATTR_INTS, "value_ints", TPF_DTYPE_INT64, 1}};
+	for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
+		if (forms[f].kind != a->kind || strcmp(a->name, forms[f].name))
+			continue;
+		*dt = forms[f].dt;
+		*rank = forms[f].rank;
+		switch (a->kind) {
+		case TPF_ATTR_FLOAT:
+			*data = &a->f, *nbytes = sizeof(float);
+			break;
+		case TPF_ATTR_INT:
+			*data = &a->i, *nbytes = sizeof(int64_t);
+			break;
+		case TPF_ATTR_FLOATS:
+			*data = a->floats, *nbytes = a->n * sizeof(float);
+			break;
+		default:
+			*data = a->ints, *nbytes = a->n * sizeof(int64_t);
+			break;
+		}
+		return 1;
 	}
+	return 0;
 }
 
 const struct tpf_tensor *tpf_value_constant(const struct tpf_value *v)
@@ -869,39 +886,21 @@ const struct tpf_tensor *tpf_value_constant(const struct tpf_value *v)
 	const struct tpf_attr *a = &n->attrs[0];
 	if (a->kind == TPF_ATTR_TENSOR)
 		return strcmp(a->name, "value") == 0 ? a->t : NULL;
-	static const struct {
-		enum tpf_attr_kind kind;
-		const char *name;
-	} forms[] = {{TPF_ATTR_FLOAT, "value_float"},
-		     {TPF_ATTR_INT, "value_int"},
-		     {TPF_ATTR_FLOATS, "value_floats"},
-		     {TPF_ATTR_INTS, "value_ints"}};
-	size_t f = 0;
-	while (f < sizeof(forms) / sizeof(forms[0]) && (forms[f].kind != a->kind || strcmp(a->name, forms[f].name)))
-		f++;
-	if (f == sizeof(forms) / sizeof(forms[0]))
+	enum tpf_dtype dt;
+	int rank;
+	const void *data;
+	size_t nbytes;
+	if (!attr_const_form(a, &dt, &rank, &data, &nbytes))
 		return NULL;
-	/* made once and kept: the plans and inferences that ask again get the
-	 * same bytes, and the graph's arena does not grow with every ask */
-	if (v->attr_const && v->attr_const_of == a && attr_tensor_matches(v->attr_const, a))
-		return v->attr_const;
-	struct tpf_arena *arena = v->graph->arena;
-	int64_t dim = (int64_t)a->n;
-	struct tpf_tensor *t = NULL;
-	switch (a->kind) {
-	case TPF_ATTR_FLOAT:
-		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_FLOAT, 0, NULL, &a->f, sizeof(float));
-		break;
-	case TPF_ATTR_INT:
-		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_INT64, 0, NULL, &a->i, sizeof(int64_t));
-		break;
-	case TPF_ATTR_FLOATS:
-		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_FLOAT, 1, &dim, a->floats, a->n * sizeof(float));
-		break;
-	default:
-		t = tpf_tensor_create(arena, v->name, TPF_DTYPE_INT64, 1, &dim, a->ints, a->n * sizeof(int64_t));
-		break;
-	}
+	/* made once and kept while the attribute holds the same value: the
+	 * plans and inferences that ask again get the same bytes, and the
+	 * graph's arena does not grow with every ask */
+	const struct tpf_tensor *c = v->attr_const;
+	if (c && v->attr_const_of == a && c->dtype == dt && c->rank == rank && c->nbytes == nbytes &&
+	    (!nbytes || !memcmp(c->data, data, nbytes)))
+		return c;
+	const int64_t dim = (int64_t)a->n;
+	struct tpf_tensor *t = tpf_tensor_create(v->graph->arena, v->name, dt, rank, rank ? &dim : NULL, data, nbytes);
 	if (t) { /* a cache on a value the caller holds as const */
 		struct tpf_value *mv = (struct tpf_value *)v;
 		mv->attr_const = t;

@@ -62,7 +62,7 @@ mutant strategy-gpu-table runtime/strategy.c \
 	"every GPU takes the H100 strategy table, so an H200 runs the plain all-reduce of 129 to 256 tokens at hidden 8192 two-shot where its own measurements say one-shot"
 
 mutant ir-attr-constant-anew ir/graph.c \
-	's|^\(\t*\)if (v->attr_const \&\& v->attr_const_of == a \&\& attr_tensor_matches(v->attr_const, a))$|\1if (0)|' \
+	's|^\(\t*\)const struct tpf_tensor \*c = v->attr_const;$|\1const struct tpf_tensor *c = NULL;|' \
 	"ir plan-support" \
 	"a value_float / value_int(s) Constant's tensor is made anew at every ask, so the model's arena grows with every plan and every plan keeps its own copy"
 
