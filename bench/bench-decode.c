@@ -19,6 +19,14 @@
  * the output; --profile prints the eager mode's time per kernel to stderr
  * (its replays then wait for the device one by one: the eager figure is
  * then not a throughput).
+ *
+ * --trace PATH (CUDA, needs libcupti) writes the kernel timeline of
+ * --trace-steps more replays (default 20) after the timed ones, every rank
+ * to PATH with {rank} and {mode} (eager, cuda-graph) replaced; without
+ * {mode} only the last mode (the CUDA graph) is traced.  The records are on
+ * from the start, so the timings of a traced run say "traced": true and
+ * are not the ones to report; bench/decode_trace.py turns the file into a
+ * profile per step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +38,14 @@
 #ifdef TPF_HAVE_CUDA
 #include "tpf-cuda-runtime.h"
 #endif
+#ifdef TPF_HAVE_CUPTI
+#include "cupti-trace.h"
+#endif
 
 struct args {
-	const char *model, *label, *variant, *backend_name;
+	const char *model, *label, *variant, *backend_name, *trace;
 	enum tpf_backend backend;
-	long iters, warmup;
+	long iters, warmup, trace_steps;
 	unsigned long long seed;
 	int no_graph, optimize, no_oneshot, no_fp8_gemm, profile;
 	double timeout;
@@ -57,7 +68,8 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: bench-decode MODEL [--backend cpu|cuda] [--iters N] [--warmup N] [--seed S]\n"
 			"                    [--label TEXT] [--variant NAME] [--optimize] [--no-oneshot]\n"
-			"                    [--no-fp8-gemm] [--no-graph] [--profile] [--timeout S]\n");
+			"                    [--no-fp8-gemm] [--no-graph] [--profile] [--timeout S]\n"
+			"                    [--trace PATH] [--trace-steps N]\n");
 	return 2;
 }
 
@@ -70,6 +82,7 @@ static int parse(int argc, char **argv, struct args *a)
 	a->warmup = 10;
 	a->seed = 1;
 	a->timeout = 60;
+	a->trace_steps = 20;
 	for (int i = 1; i < argc; i++) {
 		const char *o = argv[i];
 		int has_v = i + 1 < argc;
@@ -85,6 +98,10 @@ static int parse(int argc, char **argv, struct args *a)
 			a->label = argv[++i];
 		else if (!strcmp(o, "--variant") && has_v)
 			a->variant = argv[++i];
+		else if (!strcmp(o, "--trace") && has_v)
+			a->trace = argv[++i];
+		else if (!strcmp(o, "--trace-steps") && has_v)
+			a->trace_steps = atol(argv[++i]);
 		else if (!strcmp(o, "--timeout") && has_v)
 			a->timeout = atof(argv[++i]);
 		else if (!strcmp(o, "--no-graph"))
@@ -104,9 +121,69 @@ static int parse(int argc, char **argv, struct args *a)
 	}
 	if (!a->variant)
 		a->variant = a->optimize ? "fused" : "unfused";
-	if (!a->model || a->iters < 1 || a->warmup < 0 || tpf_backend_from_name(a->backend_name, &a->backend))
+	if (!a->model || a->iters < 1 || a->warmup < 0 || a->trace_steps < 1 ||
+	    tpf_backend_from_name(a->backend_name, &a->backend))
 		return -1;
+	if (a->trace && a->backend != TPF_BACKEND_CUDA) {
+		fprintf(stderr, "bench-decode: --trace needs --backend cuda\n");
+		return -1;
+	}
 	return 0;
+}
+
+/* pattern with {rank} and {mode} replaced */
+static void fill_path(char *out, size_t n, const char *pattern, int rank, const char *mode)
+{
+	size_t k = 0;
+	char num[16];
+	snprintf(num, sizeof(num), "%d", rank);
+	for (const char *p = pattern; *p && k + 1 < n;) {
+		const char *with = !strncmp(p, "{rank}", 6) ? num : !strncmp(p, "{mode}", 6) ? mode : NULL;
+		if (!with) {
+			out[k++] = *p++;
+			continue;
+		}
+		for (; *with && k + 1 < n; with++)
+			out[k++] = *with;
+		p += 6;
+	}
+	out[k] = 0;
+}
+
+/* --trace: the timeline of trace_steps more replays, to this rank's file */
+static enum tpf_status trace_replays(const struct args *a, struct tpf_session *s, struct tpf_comm *c, int graph,
+				     struct tpf_diag *d)
+{
+#ifdef TPF_HAVE_CUPTI
+	const char *mode = graph ? "cuda-graph" : "eager";
+	char path[4096], err[512];
+	fill_path(path, sizeof(path), a->trace, c->rank, mode);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return tpf_diag_fail(d, TPF_ERR_IO, "--trace: cannot write '%s'", path);
+	enum tpf_status st = tpf_session_sync(s, d);
+	if (!st && tpf_trace_start(err, sizeof(err)))
+		st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "%s", err);
+	double t0 = now_s();
+	for (long it = 0; it < a->trace_steps && !st; it++)
+		st = tpf_session_replay(s, d);
+	if (!st)
+		st = tpf_session_sync(s, d);
+	double us = (now_s() - t0) / (double)a->trace_steps * 1e6;
+	if (!st) {
+		fprintf(f, "{\"trace\": \"bench-decode\", \"rank\": %d, \"world\": %d, \"mode\": \"%s\", "
+			   "\"variant\": \"%s\", \"label\": \"%s\", \"replays\": %ld, \"us_per_step\": %.2f}\n",
+			c->rank, c->world, mode, a->variant, a->label, a->trace_steps, us);
+		if (tpf_trace_stop(f, err, sizeof(err)) < 0)
+			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "%s", err);
+	}
+	if (fclose(f) && !st)
+		st = tpf_diag_fail(d, TPF_ERR_IO, "--trace: cannot write '%s'", path);
+	return st;
+#else
+	(void)s, (void)c, (void)graph;
+	return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--trace %s: this bench-decode was built without CUPTI", a->trace);
+#endif
 }
 
 /* This rank's model (MODEL with {rank} replaced), optimized when asked. */
@@ -114,11 +191,7 @@ static enum tpf_status load(const struct args *a, const struct tpf_comm *c, stru
 			    struct tpf_diag *d)
 {
 	char path[4096];
-	const char *at = strstr(a->model, "{rank}");
-	if (at)
-		snprintf(path, sizeof(path), "%.*s%d%s", (int)(at - a->model), a->model, c->rank, at + 6);
-	else
-		snprintf(path, sizeof(path), "%s", a->model);
+	fill_path(path, sizeof(path), a->model, c->rank, "");
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
 	if (st || (st = tpf_model_infer_shapes(*m, d)))
 		return st;
@@ -212,11 +285,13 @@ static enum tpf_status bench_mode(const struct args *a, const struct tpf_model *
 		tpf_session_collective_stats(s, &n_coll, &n_one);
 		printf("{\"impl\": \"tpfuse\", \"variant\": \"%s\", \"mode\": \"%s\", \"label\": \"%s\", "
 		       "\"backend\": \"%s\", \"world\": %d, \"us_per_step\": %.2f, \"steps\": %zu, "
-		       "\"kernels\": %zu, \"collectives\": %zu, \"oneshot\": %zu, \"arena_bytes\": %zu}\n",
+		       "\"kernels\": %zu, \"collectives\": %zu, \"oneshot\": %zu, \"arena_bytes\": %zu%s}\n",
 		       a->variant, graph ? "cuda-graph" : "eager", a->label, a->backend_name, c->world, worst,
-		       ps.n_steps, ps.n_kernel_steps, n_coll, n_one, ps.arena_bytes);
+		       ps.n_steps, ps.n_kernel_steps, n_coll, n_one, ps.arena_bytes, a->trace ? ", \"traced\": true" : "");
 		fflush(stdout);
 	}
+	if (!st && a->trace && (graph || a->no_graph || strstr(a->trace, "{mode}")))
+		st = trace_replays(a, s, c, graph, d);
 	if (!st && so.profile && c->rank == 0) {
 		/* step times of the warm-up and timed replays (each synchronized) */
 		tpf_session_profile_print(s, stderr);
@@ -246,6 +321,11 @@ int main(int argc, char **argv)
 	} else {
 		st = tpf_comm_create_self(&co, &c, d);
 	}
+#ifdef TPF_HAVE_CUPTI
+	char err[512];
+	if (!st && a.trace && tpf_trace_open(err, sizeof(err)))
+		st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "%s", err);
+#endif
 	if (!st)
 		st = load(&a, c, &m, d);
 	if (!st)
@@ -264,6 +344,9 @@ int main(int argc, char **argv)
 		free(in[i].data);
 	free(in);
 	tpf_model_free(m);
+#ifdef TPF_HAVE_CUPTI
+	tpf_trace_close();
+#endif
 	tpf_comm_free(c);
 	tpf_diag_free(d);
 	return st ? 1 : 0;

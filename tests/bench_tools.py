@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """The benchmark helpers that read stored results: bench/ncu_kernels.py on a
 committed Nsight Compute profile (launch order, times, DRAM rates, totals)
-and on input that is not a profile (a clear error, no traceback)."""
+and on input that is not a profile (a clear error, no traceback);
+bench/decode_trace.py on a made-up kernel timeline whose profile is known
+(a dependent that starts early, a launch gap, a memcpy) and on traces it
+must refuse."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,11 +16,90 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "bench", "ncu_kernels.py")
+TRACE_TOOL = os.path.join(ROOT, "bench", "decode_trace.py")
 PROFILE = os.path.join(ROOT, "bench", "results", "decode-llama3-8b-2xH100-run3", "ncu-b8.csv")
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, timeout=60)
+def run(*args: str, tool: str = TOOL) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, tool, *args], capture_output=True, text=True, timeout=60)
+
+
+GEMV = "_ZN12_GLOBAL__N_111gemv_kernelI13__nv_bfloat16Li1ELi4ELi1EEEvNS_10GemvParamsE"
+
+
+def write_trace(path: str, steps: int, late: int = -1, drop: int = -1) -> None:
+    """A step of 30 us: a GEMV 0-10 us, a one-block kernel launched as its
+    dependent 8-20 us (own time 10: it waits 2 us for the GEMV), nothing
+    for 2 us, a memcpy 22-25 us, the next step at 30 us (an idle 5 us);
+    step `late` starts 4 us late, record `drop` is left out."""
+    header = {"trace": "bench-decode", "rank": 0, "world": 2, "mode": "cuda-graph", "variant": "fused",
+              "label": "batch=1", "replays": steps, "us_per_step": 30.0}
+    recs = []
+    for i in range(steps):
+        b = i * 30000 + (4000 if i == late else 0)
+        recs += [
+            {"kind": "kernel", "name": GEMV, "start_ns": b, "end_ns": b + 10000, "grid": [96, 1, 1],
+             "block": [256, 1, 1], "regs": 123, "graph_node": 1},
+            {"kind": "kernel", "name": "_Z11norm_kernelPf", "start_ns": b + 8000, "end_ns": b + 20000,
+             "grid": [1, 1, 1], "block": [512, 1, 1], "regs": 64, "graph_node": 2},
+            {"kind": "memcpy", "name": "memcpy", "start_ns": b + 22000, "end_ns": b + 25000, "bytes": 64,
+             "graph_node": 3},
+        ]
+    if drop >= 0:
+        del recs[drop]
+    with open(path, "w") as f:
+        f.write(json.dumps(header) + "\n")
+        for r in reversed(recs):  # the tool sorts by start
+            f.write(json.dumps(r) + "\n")
+
+
+def check_trace_tool(check) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.jsonl")
+        write_trace(trace, 5, late=3)
+        out_json = os.path.join(tmp, "profile.json")
+        r = run(trace, "--json", out_json, tool=TRACE_TOOL)
+        check(r.returncode == 0, "decode_trace.py exits 0 on a 5-step trace: %r" % r.stderr)
+        try:
+            with open(out_json) as f:
+                prof = json.load(f)
+        except (OSError, ValueError):
+            prof = {}
+        lengths = prof.get("step_lengths_us", [])
+        check(lengths == [30.0, 30.0, 34.0, 26.0, 25.0], "steps are cut at every 3 records: 30 us each but for "
+              "the one before the late step (34), the late one (26) and the last (its last kernel's end): %r" % lengths)
+        rows = prof.get("listed_step", {}).get("rows", [])
+        got = [(r["kind"], round(r["dur_us"], 3), round(r["own_us"], 3), round(r["idle_us"], 3)) for r in rows]
+        check(got == [("kernel", 10.0, 10.0, 5.0), ("kernel", 12.0, 10.0, 0.0), ("memcpy", 3.0, 3.0, 2.0)],
+              "the listed step: GEMV own 10 after an idle 5, the dependent own 10 of its 12, the memcpy own 3 "
+              "after an idle 2: %r" % got)
+        groups = {(g["name"], g["grid"]): g for g in prof.get("groups", [])}
+        gemv = next((g for (n, grid), g in groups.items() if n.startswith("gemv_kernel") and grid == "96"), None)
+        check(gemv is not None and abs(gemv["own_us"] - 10.0) < 1e-9 and abs(gemv["per_step"] - 1.0) < 1e-9,
+              "the GEMV's group (name without the parameter list, grid 96): once a step, 10 us own: %r"
+              % sorted(groups))
+        # steps 1..3 are in the means (step 0 skipped, the last left out): the idle before the GEMV is
+        # 5, 5 and 9 us (step 3 is the late one)
+        check(gemv is not None and abs(gemv["idle_before_us"] - 19.0 / 3) < 1e-9,
+              "the idle before each step's first kernel is charged to it (5, 5, 9 us): %r"
+              % (gemv and gemv["idle_before_us"]))
+        check("## step" in r.stdout and "by kernel and grid" in r.stdout, "the text report lists a step and the groups")
+
+        bad = os.path.join(tmp, "bad.jsonl")
+        write_trace(bad, 4, drop=4)
+        r = run(bad, tool=TRACE_TOOL)
+        check(r.returncode == 1 and "do not split into 4 equal steps" in r.stderr and "Traceback" not in r.stderr,
+              "a trace with a record missing is refused: %r" % r.stderr.strip())
+        with open(bad, "w") as f:
+            f.write('{"kind": "kernel", "name": "k", "start_ns": 0, "end_ns": 5}\n')
+        r = run(bad, tool=TRACE_TOOL)
+        check(r.returncode == 1 and "no bench-decode trace header" in r.stderr,
+              "a file without the header is refused: %r" % r.stderr.strip())
+        with open(bad, "w") as f:
+            f.write('{"trace": "bench-decode", "replays": 1}\n{"kind": "kernel", "name": "k", "start_ns": 9, "end_ns": 5}\n')
+        r = run(bad, tool=TRACE_TOOL)
+        check(r.returncode == 1 and "bad.jsonl:2: start_ns/end_ns are not an interval" in r.stderr,
+              "a record ending before it starts is refused with its line: %r" % r.stderr.strip())
 
 
 def main() -> int:
@@ -49,6 +132,7 @@ def main() -> int:
         os.unlink(t.name)
     check(r.returncode != 0 and "no ncu CSV table" in r.stderr and "Traceback" not in r.stderr,
           "a file without a profile table is refused with a message: %r" % r.stderr.strip())
+    check_trace_tool(check)
     print("%d failed" % failures)
     return 1 if failures else 0
 

@@ -37,6 +37,12 @@
 #   TPF_BENCH_FP8=1   adds the dense_fp8 example
 #   TPF_BENCH_WORLD   ranks (default 2): the models are split that many ways
 #                     and both tpfuse and the peer run that many processes
+#   TPF_BENCH_TRACE=1  after each batch's fused timing, the kernel timeline
+#                     of 20 more replays of its CUDA graph (bench-decode
+#                     --trace, CUPTI; every rank) and its profile per step:
+#                     OUTDIR/trace-bB.rankR.jsonl and OUTDIR/trace-bB.txt
+#                     (bench/decode_trace.py, rank 0); needs libcupti on
+#                     LD_LIBRARY_PATH (the CUDA toolkit's)
 #   TPF_BENCH_PROFILE=1  after each batch's timings, an Nsight Compute
 #                     profile of the fused graph, eager, on rank 0 (80 kernel
 #                     launches after the first 400, no cache flush):
@@ -181,6 +187,21 @@ prof() { # BATCH MODEL: the Nsight Compute profile of TPF_BENCH_PROFILE=1
 		python3 "$here/ncu_kernels.py" "$out/ncu-b$b.csv" --sum > "$out/ncu-b$b.txt" ||
 		echo "profile batch=$b: failed (see $out/ncu-b$b.csv)"
 }
+trace() { # BATCH MODEL: the kernel timeline of TPF_BENCH_TRACE=1 (a separate run: tracing slows it)
+	local b=$1 model=$2 lim
+	lim=$(limit 120)
+	if [ "$lim" -lt 20 ]; then
+		echo "trace batch=$b: skipped (${lim} s of the budget left)"
+		return
+	fi
+	say "batch $b: kernel timeline of the fused graph"
+	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np "$world" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
+		"$build/bench/bench-decode" "$model" --backend cuda --iters 20 --warmup "$warmup" --optimize \
+		--label "batch=$b" --variant fused-traced --trace "$out/trace-b$b.rank{rank}.jsonl" --trace-steps 20 \
+		> "$out/trace-b$b.log" 2>&1 &&
+		python3 "$here/decode_trace.py" "$out/trace-b$b.rank0.jsonl" > "$out/trace-b$b.txt" ||
+		echo "trace batch=$b: failed (see $out/trace-b$b.log)"
+}
 # tpfuse first (every batch), then the PyTorch peer: what a budget cuts
 # short is the peer's last batches, and the compile mode before the others
 for b in $batches; do
@@ -192,6 +213,7 @@ for b in $batches; do
 		td "$m" "batch=$b" --no-oneshot --variant unfused-nccl
 		td "$m" "batch=$b"
 		td "$m" "batch=$b" --optimize
+		[ "${TPF_BENCH_TRACE:-}" = 1 ] && trace "$b" "$m"
 	else
 		echo "batch $b: no model (see $out/models-b$b.gen-dense.log)"
 	fi
