@@ -105,6 +105,13 @@ def short_names(names: list[str]) -> dict[str, str]:
     return {n: _demangled[n] for n in names}
 
 
+def graph_records(recs: list[dict]) -> tuple[list[dict], int]:
+    """The records of CUDA graph nodes when there are any (the replays),
+    and how many others were left out (a copy made outside them)."""
+    inside = [r for r in recs if r.get("graph", 0)]
+    return (inside, len(recs) - len(inside)) if inside else (recs, 0)
+
+
 def steps_of(header: dict, recs: list[dict]) -> list[list[dict]]:
     n = header["replays"]
     recs = sorted(recs, key=lambda r: (r["start_ns"], r["end_ns"]))
@@ -181,6 +188,7 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     try:
         header, recs = load(a.trace)
+        recs, outside = graph_records(recs)
         steps = steps_of(header, recs)
     except TraceError as e:
         print("decode_trace.py: %s" % e, file=sys.stderr)
@@ -201,9 +209,12 @@ def main(argv: list[str]) -> int:
             print("decode_trace.py: --step %s: not median or a step index below %d" % (a.step, len(prof)), file=sys.stderr)
             return 1
     groups = group(kept, names)
-    print("# %s, %s, %s, rank %s of %s: %d replays, %d records a step; bench-decode timed %.2f us a step while tracing"
+    print("# %s, %s, %s, rank %s of %s: %d replays, %d records a step; %.2f us a step on the host's clock while "
+          "tracing (CUPTI's work between launches included)"
           % (header.get("variant", "?"), header.get("label", ""), header.get("mode", "?"), header.get("rank", "?"),
              header.get("world", "?"), len(prof), len(steps[0]), header.get("us_per_step", float("nan"))))
+    if outside:
+        print("# %d record%s outside the CUDA graph left out" % (outside, "" if outside == 1 else "s"))
     print("# step length (first start to the next step's first start), steps %d..%d: median %.2f us, min %.2f, max %.2f"
           % (kept[0]["step"], kept[-1]["step"], med, min(lengths), max(lengths)))
     own = sum(r["own_us"] for r in pick["rows"])
