@@ -128,17 +128,24 @@ static int parse(int argc, char **argv, struct args *a)
 		fprintf(stderr, "bench-decode: --trace needs --backend cuda\n");
 		return -1;
 	}
+#ifndef TPF_HAVE_CUPTI
+	if (a->trace) {
+		fprintf(stderr, "bench-decode: --trace: this build has no CUPTI (cupti_activity.h was not found)\n");
+		return -1;
+	}
+#endif
 	return 0;
 }
 
-/* pattern with {rank} and {mode} replaced */
+/* pattern with {rank} (and, when mode is not NULL, {mode}) replaced;
+ * cut at n - 1 bytes */
 static void fill_path(char *out, size_t n, const char *pattern, int rank, const char *mode)
 {
 	size_t k = 0;
 	char num[16];
 	snprintf(num, sizeof(num), "%d", rank);
 	for (const char *p = pattern; *p && k + 1 < n;) {
-		const char *with = !strncmp(p, "{rank}", 6) ? num : !strncmp(p, "{mode}", 6) ? mode : NULL;
+		const char *with = !strncmp(p, "{rank}", 6) ? num : mode && !strncmp(p, "{mode}", 6) ? mode : NULL;
 		if (!with) {
 			out[k++] = *p++;
 			continue;
@@ -171,9 +178,12 @@ static enum tpf_status trace_replays(const struct args *a, struct tpf_session *s
 		st = tpf_session_sync(s, d);
 	double us = (now_s() - t0) / (double)a->trace_steps * 1e6;
 	if (!st) {
-		fprintf(f, "{\"trace\": \"bench-decode\", \"rank\": %d, \"world\": %d, \"mode\": \"%s\", "
-			   "\"variant\": \"%s\", \"label\": \"%s\", \"replays\": %ld, \"us_per_step\": %.2f}\n",
-			c->rank, c->world, mode, a->variant, a->label, a->trace_steps, us);
+		fprintf(f, "{\"trace\": \"bench-decode\", \"rank\": %d, \"world\": %d, \"mode\": \"%s\", \"variant\": ",
+			c->rank, c->world, mode);
+		tpf_trace_json_string(f, a->variant);
+		fputs(", \"label\": ", f);
+		tpf_trace_json_string(f, a->label);
+		fprintf(f, ", \"replays\": %ld, \"us_per_step\": %.2f}\n", a->trace_steps, us);
 		if (tpf_trace_stop(f, err, sizeof(err)) < 0)
 			st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "%s", err);
 	}
@@ -191,7 +201,7 @@ static enum tpf_status load(const struct args *a, const struct tpf_comm *c, stru
 			    struct tpf_diag *d)
 {
 	char path[4096];
-	fill_path(path, sizeof(path), a->model, c->rank, "");
+	fill_path(path, sizeof(path), a->model, c->rank, NULL);
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
 	if (st || (st = tpf_model_infer_shapes(*m, d)))
 		return st;
@@ -323,6 +333,9 @@ int main(int argc, char **argv)
 	}
 #ifdef TPF_HAVE_CUPTI
 	char err[512];
+	if (!st && a.trace && c->world > 1 && !strstr(a.trace, "{rank}"))
+		st = tpf_diag_fail(d, TPF_ERR_INVALID, "--trace %s: %d ranks would write one file; put {rank} in it",
+				   a.trace, c->world);
 	if (!st && a.trace && tpf_trace_open(err, sizeof(err)))
 		st = tpf_diag_fail(d, TPF_ERR_RUNTIME, "%s", err);
 #endif

@@ -16,6 +16,7 @@ typedef CUptiResult (*flush_fn)(uint32_t);
 typedef CUptiResult (*next_fn)(uint8_t *, size_t, CUpti_Activity **);
 typedef CUptiResult (*register_fn)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
 typedef CUptiResult (*result_string_fn)(CUptiResult, const char **);
+typedef CUptiResult (*dropped_fn)(CUcontext, uint32_t, size_t *);
 
 struct record {
 	const char *kind;  /* "kernel", "memcpy", "memset" */
@@ -33,11 +34,14 @@ static struct {
 	next_fn next;
 	register_fn reg;
 	result_string_fn result_string;
+	dropped_fn dropped_fn;
 	pthread_mutex_t lock;
 	int keep;                  /* records are kept (between start and stop) */
 	struct record *recs;
 	size_t n, cap;
 	int oom;
+	size_t dropped;            /* records CUPTI had no buffer room for */
+	size_t incomplete;         /* records without an end (start or end 0) */
 } T = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -94,6 +98,8 @@ static void keep_record(const CUpti_Activity *a)
 			return;
 		r->kind = "kernel";
 		r->name = strdup(k->name ? k->name : "?");
+		if (!r->name)
+			T.oom = 1;
 		r->start = k->start;
 		r->end = k->end;
 		r->grid[0] = k->gridX, r->grid[1] = k->gridY, r->grid[2] = k->gridZ;
@@ -130,12 +136,23 @@ static void keep_record(const CUpti_Activity *a)
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
 {
-	(void)ctx, (void)stream, (void)size;
+	(void)size;
 	pthread_mutex_lock(&T.lock);
 	CUpti_Activity *a = NULL;
-	while (T.next && T.next(buffer, valid, &a) == CUPTI_SUCCESS)
-		if (T.keep)
-			keep_record(a);
+	while (T.next && T.next(buffer, valid, &a) == CUPTI_SUCCESS) {
+		if (!T.keep)
+			continue;
+		size_t before = T.n;
+		keep_record(a);
+		/* a record a forced flush took before its activity ended */
+		if (T.n > before && (!T.recs[T.n - 1].start || !T.recs[T.n - 1].end)) {
+			free(T.recs[--T.n].name);
+			T.incomplete++;
+		}
+	}
+	size_t dropped = 0;
+	if (T.keep && T.dropped_fn && T.dropped_fn(ctx, stream, &dropped) == CUPTI_SUCCESS)
+		T.dropped += dropped;
 	pthread_mutex_unlock(&T.lock);
 	free(buffer);
 }
@@ -146,6 +163,8 @@ static void clear_records(void)
 		free(T.recs[i].name);
 	T.n = 0;
 	T.oom = 0;
+	T.dropped = 0;
+	T.incomplete = 0;
 }
 
 int tpf_trace_open(char *err, size_t n)
@@ -156,7 +175,9 @@ int tpf_trace_open(char *err, size_t n)
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !T.lib; i++)
 		T.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
 	if (!T.lib)
-		return fail(err, n, "--trace: cannot load libcupti (%s); put the CUDA toolkit's CUPTI library on LD_LIBRARY_PATH",
+		return fail(err, n,
+			    "--trace: cannot load libcupti.so.13, .so.12 or .so (last: %s); put the CUDA toolkit's "
+			    "CUPTI library on LD_LIBRARY_PATH",
 			    dlerror());
 	T.enable = (enable_fn)dlsym(T.lib, "cuptiActivityEnable");
 	T.disable = (enable_fn)dlsym(T.lib, "cuptiActivityDisable");
@@ -164,6 +185,7 @@ int tpf_trace_open(char *err, size_t n)
 	T.next = (next_fn)dlsym(T.lib, "cuptiActivityGetNextRecord");
 	T.reg = (register_fn)dlsym(T.lib, "cuptiActivityRegisterCallbacks");
 	T.result_string = (result_string_fn)dlsym(T.lib, "cuptiGetResultString");
+	T.dropped_fn = (dropped_fn)dlsym(T.lib, "cuptiActivityGetNumDroppedRecords");
 	if (!T.enable || !T.disable || !T.flush || !T.next || !T.reg) {
 		dlclose(T.lib);
 		T.lib = NULL;
@@ -174,11 +196,19 @@ int tpf_trace_open(char *err, size_t n)
 		return fail(err, n, "--trace: libcupti lacks the activity API");
 	}
 	CUptiResult r = T.reg(buffer_requested, buffer_completed);
-	if (r != CUPTI_SUCCESS)
-		return fail(err, n, "--trace: cuptiActivityRegisterCallbacks: %s", result_text(r));
+	if (r != CUPTI_SUCCESS) {
+		fail(err, n, "--trace: cuptiActivityRegisterCallbacks: %s", result_text(r));
+		T.lib = NULL; /* (left loaded: nothing of it runs) */
+		return -1;
+	}
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-		if ((r = T.enable(kinds[i])) != CUPTI_SUCCESS)
-			return fail(err, n, "--trace: cuptiActivityEnable(%d): %s", (int)kinds[i], result_text(r));
+		if ((r = T.enable(kinds[i])) != CUPTI_SUCCESS) {
+			fail(err, n, "--trace: cuptiActivityEnable(%d): %s", (int)kinds[i], result_text(r));
+			for (size_t j = 0; j < i; j++)
+				T.disable(kinds[j]);
+			T.lib = NULL;
+			return -1;
+		}
 	return 0;
 }
 
@@ -197,7 +227,7 @@ int tpf_trace_start(char *err, size_t n)
 	return r == CUPTI_SUCCESS ? 0 : fail(err, n, "--trace: cuptiActivityFlushAll: %s", result_text(r));
 }
 
-static void json_string(FILE *out, const char *s)
+void tpf_trace_json_string(FILE *out, const char *s)
 {
 	fputc('"', out);
 	for (; *s; s++) {
@@ -223,11 +253,14 @@ long tpf_trace_stop(FILE *out, char *err, size_t n)
 		fail(err, n, "--trace: cuptiActivityFlushAll: %s", result_text(r));
 	} else if (T.oom) {
 		fail(err, n, "--trace: out of memory after %zu records", T.n);
+	} else if (T.dropped || T.incomplete) {
+		fail(err, n, "--trace: %zu records dropped by CUPTI and %zu left incomplete; trace fewer steps", T.dropped,
+		     T.incomplete);
 	} else {
 		for (size_t i = 0; i < T.n; i++) {
 			const struct record *c = &T.recs[i];
 			fprintf(out, "{\"kind\": \"%s\", \"name\": ", c->kind);
-			json_string(out, c->name ? c->name : c->kind);
+			tpf_trace_json_string(out, c->name ? c->name : c->kind);
 			fprintf(out,
 				", \"start_ns\": %llu, \"end_ns\": %llu, \"grid\": [%d, %d, %d], \"block\": [%d, %d, %d], "
 				"\"regs\": %d, \"smem\": %d, \"bytes\": %llu, \"stream\": %u, \"graph\": %u, "

@@ -23,6 +23,8 @@ int tpf_trace_start(char *err, size_t n);
  * synchronization) and writes them to out, one JSON object a line.  Returns
  * the number of records, or -1 with a message in err. */
 long tpf_trace_stop(FILE *out, char *err, size_t n);
+/* s as a JSON string (quoted, escaped). */
+void tpf_trace_json_string(FILE *out, const char *s);
 /* Turns the records off and frees the buffers. */
 void tpf_trace_close(void);
 

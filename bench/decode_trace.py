@@ -16,7 +16,7 @@ so that the owns and idles of a step add up to the step's length.  Printed:
 the step's length, the median step kernel by kernel, and the kernels grouped
 by name and grid with their mean time per step.
 
-  bench/decode_trace.py TRACE.jsonl [--step median|N] [--json OUT] [--top K]
+  bench/decode_trace.py TRACE.jsonl [--step median|N] [--skip N] [--positions] [--json OUT] [--top K]
 """
 
 from __future__ import annotations
@@ -105,11 +105,25 @@ def short_names(names: list[str]) -> dict[str, str]:
     return {n: _demangled[n] for n in names}
 
 
-def graph_records(recs: list[dict]) -> tuple[list[dict], int]:
-    """The records of CUDA graph nodes when there are any (the replays),
-    and how many others were left out (a copy made outside them)."""
+def step_records(recs: list[dict], n: int) -> tuple[list[dict], int]:
+    """The records of the replayed steps: when any record is a CUDA graph
+    node, the graph nodes; then, of the rest, none at the start or end of
+    the timeline that happened fewer than n times (a copy before or after
+    the replays, such as the session's error check at the end).  A record
+    of that kind between the steps stays, and makes the steps unequal.
+    Also how many were left out."""
     inside = [r for r in recs if r.get("graph", 0)]
-    return (inside, len(recs) - len(inside)) if inside else (recs, 0)
+    kept = sorted(inside if inside else recs, key=lambda r: (r["start_ns"], r["end_ns"]))
+    count: dict[tuple, int] = {}
+    key = lambda r: (r["kind"], r["name"], r.get("bytes", 0), r.get("graph_node", 0))
+    for r in kept:
+        count[key(r)] = count.get(key(r), 0) + 1
+    lo, hi = 0, len(kept)
+    while lo < hi and count[key(kept[lo])] < n:
+        lo += 1
+    while hi > lo and count[key(kept[hi - 1])] < n:
+        hi -= 1
+    return kept[lo:hi], len(recs) - (hi - lo)
 
 
 def steps_of(header: dict, recs: list[dict]) -> list[list[dict]]:
@@ -182,21 +196,27 @@ def main(argv: list[str]) -> int:
     ap.add_argument("trace", help="a bench-decode --trace file (one rank)")
     ap.add_argument("--step", default="median", help="the step listed kernel by kernel: median (default) or its index")
     ap.add_argument("--skip", type=int, default=1, help="steps left out of the means at the start (default 1); "
-                    "the last step is always left out")
+                    "the last step is always left out, and one step is always kept")
+    ap.add_argument("--positions", action="store_true",
+                    help="also list every kernel of a step by its position, mean over the steps of the means")
     ap.add_argument("--top", type=int, default=0, help="list only the K largest groups")
     ap.add_argument("--json", help="write the profile (steps and groups) to this file")
     a = ap.parse_args(argv)
     try:
+        if a.skip < 0:
+            raise TraceError("--skip %d: expected a count of steps, 0 or more" % a.skip)
         header, recs = load(a.trace)
-        recs, outside = graph_records(recs)
+        recs, outside = step_records(recs, header["replays"])
         steps = steps_of(header, recs)
     except TraceError as e:
         print("decode_trace.py: %s" % e, file=sys.stderr)
         return 1
     prof = attribute(steps)
     # the last step has no next start: its length ends at its last kernel,
-    # so it is left out of the means when there are others
-    kept = prof[a.skip:-1] if len(prof) > a.skip + 1 else prof
+    # so it is left out of the means when there are others; at least one
+    # step stays
+    last = len(prof) - 1 if len(prof) > 1 else len(prof)
+    kept = prof[min(a.skip, last - 1):last]
     names = short_names([r["name"] for r in recs if r["kind"] == "kernel"])
     lengths = [p["length_us"] for p in kept]
     med = statistics.median(lengths)
@@ -204,17 +224,19 @@ def main(argv: list[str]) -> int:
         pick = min(kept, key=lambda p: (abs(p["length_us"] - med), p["step"]))
     else:
         try:
+            if int(a.step) < 0:
+                raise IndexError
             pick = prof[int(a.step)]
         except (ValueError, IndexError):
             print("decode_trace.py: --step %s: not median or a step index below %d" % (a.step, len(prof)), file=sys.stderr)
             return 1
     groups = group(kept, names)
     print("# %s, %s, %s, rank %s of %s: %d replays, %d records a step; %.2f us a step on the host's clock while "
-          "tracing (CUPTI's work between launches included)"
+          "tracing (with CUPTI's work before and after the replays)"
           % (header.get("variant", "?"), header.get("label", ""), header.get("mode", "?"), header.get("rank", "?"),
              header.get("world", "?"), len(prof), len(steps[0]), header.get("us_per_step", float("nan"))))
     if outside:
-        print("# %d record%s outside the CUDA graph left out" % (outside, "" if outside == 1 else "s"))
+        print("# %d record%s outside the replayed steps left out" % (outside, "" if outside == 1 else "s"))
     print("# step length (first start to the next step's first start), steps %d..%d: median %.2f us, min %.2f, max %.2f"
           % (kept[0]["step"], kept[-1]["step"], med, min(lengths), max(lengths)))
     own = sum(r["own_us"] for r in pick["rows"])
@@ -233,10 +255,23 @@ def main(argv: list[str]) -> int:
     for g in shown:
         print("%-52s %8s %6.2g %9.2f %9.2f %9.2f %6.1f%%" % (g["name"][:52], g["grid"], g["per_step"], g["dur_us"], g["own_us"],
                                                           g["idle_before_us"], 100.0 * (g["own_us"] + g["idle_before_us"]) / total))
+    positions = []
+    for j, r in enumerate(kept[0]["rows"]):
+        positions.append({"index": j, "name": names.get(r["name"], r["name"]) if r["kind"] == "kernel" else r["kind"],
+                          "grid": grid_text(r["grid"]) if r["kind"] == "kernel" else "-",
+                          "dur_us": statistics.mean(p["rows"][j]["dur_us"] for p in kept),
+                          "own_us": statistics.mean(p["rows"][j]["own_us"] for p in kept),
+                          "idle_us": statistics.mean(p["rows"][j]["idle_us"] for p in kept)})
+    if a.positions:
+        print("\n## by position in the step, mean over steps %d..%d" % (kept[0]["step"], kept[-1]["step"]))
+        print("%4s  %-52s %8s %8s %8s %8s" % ("#", "kernel", "grid", "dur", "own", "idle"))
+        for q in positions:
+            print("%4d  %-52s %8s %8.2f %8.2f %8.2f" % (q["index"], q["name"][:52], q["grid"], q["dur_us"], q["own_us"],
+                                                     q["idle_us"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"header": header, "step_lengths_us": [p["length_us"] for p in prof], "listed_step": pick,
-                       "groups": groups, "names": names}, f, indent=1)
+                       "groups": groups, "positions": positions, "names": names}, f, indent=1)
     return 0
 
 

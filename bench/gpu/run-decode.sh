@@ -129,7 +129,7 @@ gen() { # FAMILY BATCH: models into $work/models-bBATCH, logs into $out
 	# shellcheck disable=SC2086
 	timeout "$(limit 300)" python3 "$here/../examples/tpmodels.py" "$fam" --world-size "$world" --out "$dir" \
 		--dtype bfloat16 --batch "$b" $size $pgen > "$lg.gen-$fam.log" 2>&1 &&
-		python3 "$here/decode_roofline.py" bytes "$dir/$fam.rank{rank}.onnx" --label "batch=$b" \
+		python3 "$here/decode_roofline.py" bytes "$dir/$fam.rank{rank}.onnx" --label "batch=$b" --world-size "$world" \
 			--model-name "$fam" > "$lg.roofline-$fam.jsonl" 2>> "$lg.gen-$fam.log"
 }
 say "generating the models ($preset: $size)"
