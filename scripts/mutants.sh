@@ -56,6 +56,11 @@ mutant kernel-pdl-unknown-kind kernels/host.c \
 	"pdl-kinds" \
 	"a TPF_PDL list that names no kind (a typo, a former level such as 'none') turns every dependent launch of the GPU kernels off instead of keeping the default"
 
+mutant bench-trace-own-time bench/decode_trace.py \
+	's|^\( *\)own = max(0, r\["end_ns"\] - max(r\["start_ns"\], frontier))$|\1own = r["end_ns"] - r["start_ns"]|' \
+	"bench-tools" \
+	"the decode profile charges every kernel its whole duration, so a dependent launched early (or a kernel inside another) is counted twice and a step's kernels add up to more than the step"
+
 mutant strategy-gpu-table runtime/strategy.c \
 	's|^\(\t*\)return gpu \&\& strstr(gpu, "H200") \&\& !strstr(gpu, "GH200")|\1return gpu \&\& strstr(gpu, "H2O0") \&\& !strstr(gpu, "GH200")|' \
 	"strategy" \
