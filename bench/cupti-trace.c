@@ -89,6 +89,22 @@ static struct record *push(void)
 	return r;
 }
 
+/* a memcpy or memset record (their structs differ, their fields agree) */
+static void keep_copy(const char *kind, uint64_t bytes, uint64_t start, uint64_t end, uint32_t stream, uint32_t graph,
+		      uint64_t node)
+{
+	struct record *r = push();
+	if (!r)
+		return;
+	r->kind = kind;
+	r->start = start;
+	r->end = end;
+	r->bytes = bytes;
+	r->stream = stream;
+	r->graph = graph;
+	r->graph_node = node;
+}
+
 static void keep_record(const CUpti_Activity *a)
 {
 	struct record *r;
@@ -111,26 +127,10 @@ static void keep_record(const CUpti_Activity *a)
 		r->graph_node = k->graphNodeId;
 	} else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
 		const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)a;
-		if (!(r = push()))
-			return;
-		r->kind = "memcpy";
-		r->start = m->start;
-		r->end = m->end;
-		r->bytes = m->bytes;
-		r->stream = m->streamId;
-		r->graph = m->graphId;
-		r->graph_node = m->graphNodeId;
+		keep_copy("memcpy", m->bytes, m->start, m->end, m->streamId, m->graphId, m->graphNodeId);
 	} else if (a->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
 		const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)a;
-		if (!(r = push()))
-			return;
-		r->kind = "memset";
-		r->start = m->start;
-		r->end = m->end;
-		r->bytes = m->bytes;
-		r->stream = m->streamId;
-		r->graph = m->graphId;
-		r->graph_node = m->graphNodeId;
+		keep_copy("memset", m->bytes, m->start, m->end, m->streamId, m->graphId, m->graphNodeId);
 	}
 }
 

@@ -74,19 +74,19 @@ _demangled: dict[str, str] = {}
 
 def short_names(names: list[str]) -> dict[str, str]:
     """Mangled kernel names to 'kernel<args>' (c++filt when present)."""
-    todo = sorted({n for n in names if n not in _demangled})
-    if todo:
-        out = todo
+    pending = sorted({n for n in names if n not in _demangled})
+    if pending:
+        out = pending
         tool = shutil.which("c++filt")
         if tool:
             try:
-                r = subprocess.run([tool], input="\n".join(todo) + "\n", capture_output=True, text=True, timeout=30)
+                r = subprocess.run([tool], input="\n".join(pending) + "\n", capture_output=True, text=True, timeout=30)
                 lines = r.stdout.splitlines()
-                if r.returncode == 0 and len(lines) == len(todo):
+                if r.returncode == 0 and len(lines) == len(pending):
                     out = lines
             except (OSError, subprocess.SubprocessError):
                 pass
-        for m, d in zip(todo, out):
+        for m, d in zip(pending, out):
             d = d.replace("(anonymous namespace)::", "")
             d = re.sub(r"^void ", "", d)
             # drop the parameter list, keep template arguments

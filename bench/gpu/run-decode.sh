@@ -155,14 +155,17 @@ done
 [ "$gen_failed" = 0 ] || echo "model generation failed for some batch (see $out/models-b*.gen-*.log)"
 say "models ready"
 
+fits() { # WHAT MAX MIN: sets lim, the seconds a step may take (at most MAX);
+	# status 1 and a line saying WHAT was skipped when fewer than MIN are left
+	lim=$(limit "$2")
+	[ "$lim" -ge "$3" ] && return 0
+	echo "$1: skipped (${lim} s of the budget left)"
+	return 1
+}
 td() { # tpfuse decode: MODEL LABEL [bench-decode options]
 	local model=$1 label=$2 lim
 	shift 2
-	lim=$(limit 300)
-	if [ "$lim" -lt 20 ]; then
-		echo "bench-decode $label $*: skipped (${lim} s of the budget left)"
-		return
-	fi
+	fits "bench-decode $label $*" 300 20 || return 0
 	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np "$world" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
 		"$build/bench/bench-decode" "$model" --backend cuda --iters "$iters" --warmup "$warmup" \
 		--label "$label" "$@" | tee -a "$res" ||
@@ -171,11 +174,7 @@ td() { # tpfuse decode: MODEL LABEL [bench-decode options]
 prof() { # BATCH MODEL: the Nsight Compute profile of TPF_BENCH_PROFILE=1
 	local b=$1 model=$2 lim
 	command -v ncu >/dev/null || { echo "profile batch=$b: no ncu in PATH"; return; }
-	lim=$(limit 150)
-	if [ "$lim" -lt 30 ]; then
-		echo "profile batch=$b: skipped (${lim} s of the budget left)"
-		return
-	fi
+	fits "profile batch=$b" 150 30 || return 0
 	say "batch $b: Nsight Compute profile (rank 0)"
 	# shellcheck disable=SC2016
 	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np "$world" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
@@ -189,11 +188,7 @@ prof() { # BATCH MODEL: the Nsight Compute profile of TPF_BENCH_PROFILE=1
 }
 trace() { # BATCH MODEL: the kernel timeline of TPF_BENCH_TRACE=1 (a separate run: tracing slows it)
 	local b=$1 model=$2 lim
-	lim=$(limit 120)
-	if [ "$lim" -lt 20 ]; then
-		echo "trace batch=$b: skipped (${lim} s of the budget left)"
-		return
-	fi
+	fits "trace batch=$b" 120 20 || return 0
 	say "batch $b: kernel timeline of the fused graph"
 	timeout --kill-after=10 "$lim" mpirun --allow-run-as-root -np "$world" -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
 		"$build/bench/bench-decode" "$model" --backend cuda --iters 20 --warmup "$warmup" --optimize \
