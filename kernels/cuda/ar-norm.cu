@@ -1184,13 +1184,14 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 		grid = (int)a->rows;
 	}
 	if (two) {
-		// Many rows: blocks of four chunks a thread (at least 128 threads),
-		// so that more rows are in flight at once (at 4x H100 2048 x 8192:
-		// 183 us against 192 at 512 threads, where one block fits an SM);
-		// few rows: the full width, which is faster while the blocks take
-		// a row or two each (128 x 8192: 17.0 us against 20.0).
+		// Many rows (more than four a block at the full width): blocks of
+		// four chunks a thread (at least 128 threads), so that more rows
+		// are in flight at once (at 4x H100 2048 x 8192: 183 us against 192
+		// at 512 threads, where one block fits an SM); fewer: the full
+		// width, faster while each block takes a few rows (128 x 8192:
+		// 17.0 us against 20.0; at 2x H100 512 x 4096: 17.6 against 19.4).
 		const int narrow = two_shot_narrow(chunks, threads);
-		threads = a->rows > 2 * (int64_t)c->grid_two[threads / 32] ? narrow : threads;
+		threads = a->rows > 4 * (int64_t)c->grid_two[threads / 32] ? narrow : threads;
 		const int cap = c->grid_two[threads / 32];
 		grid = (int)(a->rows < cap ? a->rows : cap);
 	}
