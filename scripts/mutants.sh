@@ -71,6 +71,11 @@ mutant ir-attr-constant-anew ir/graph.c \
 	"ir plan-support" \
 	"a value_float / value_int(s) Constant's tensor is made anew at every ask, so the model's arena grows with every plan and every plan keeps its own copy"
 
+mutant peer-rows-wrap kernels/peer-rows.h \
+	's|^\(\t*\)w.group++;$|\1;|' \
+	"peer-rows" \
+	"the two-shot all-reduce's walk over the rows a rank does not own stays in the same group when its place wraps: rows sent twice or never, to the wrong place of the owner's slot"
+
 mutant pass-gamma-dtype passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (t_y != t_s \&\& t_y != t_g)$|\1if (t_y != t_s \&\& t_y != t_g \&\& 0)|' \
 	"passes/fuse-allreduce-rmsnorm fuse-rmsnorm" \

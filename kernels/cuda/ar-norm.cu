@@ -12,6 +12,7 @@
 
 #include "cuda-common.cuh"
 #include "peer.cuh"
+#include "peer-rows.h"
 #include "tpf-cuda.h"
 
 namespace {
@@ -610,36 +611,6 @@ __global__ void __launch_bounds__(CPT == 1 ? kWideThreads : kMaxThreads) arnorm_
 	tpfc::call_end(p.state, iter, ticket);
 }
 
-// The rows a block of the two-shot kernel takes that its rank does not
-// own (those with row % world != rank), the grid's j-th such row for
-// j = blockIdx.x, blockIdx.x + gridDim.x, ...: row = group * world + place,
-// where place counts 0..world-2 skipping the rank.  Advanced by additions
-// only: 64-bit divisions in every row's index cost the W=2 kernel 8% at
-// 2048 x 8192.
-struct OtherRows {
-	int64_t j, group;
-	int pos, rank, world, dpos;
-	int64_t step, dgroup;
-
-	__device__ OtherRows(int rank_, int world_)
-		: j(blockIdx.x), group(blockIdx.x / (world_ - 1)), pos((int)(blockIdx.x % (world_ - 1))), rank(rank_),
-		  world(world_), dpos((int)(gridDim.x % (world_ - 1))), step(gridDim.x), dgroup(gridDim.x / (world_ - 1))
-	{
-	}
-	__device__ int owner() const { return pos < rank ? pos : pos + 1; }
-	__device__ int64_t row() const { return group * world + owner(); }
-	__device__ void next()
-	{
-		j += step;
-		group += dgroup;
-		pos += dpos;
-		if (pos >= world - 1) {
-			pos -= world - 1;
-			group++;
-		}
-	}
-};
-
 // Two-shot: rank q owns the rows r with r % world == q.  1. every rank
 // stores each row it does not own into slot `rank` of the owner's buffer
 // (a reduce-scatter); 2. each owner sums its rows (its own part from x),
@@ -668,16 +639,17 @@ template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arno
 	const unsigned iter = tpfc::call_counter(p.state, tpfc::read_counter(p.state), &s_iter, &ticket);
 	const int b = (int)(iter % 3);
 	const int W = p.world;
-	const int64_t n_mine = p.rows > p.rank ? (p.rows - p.rank + W - 1) / W : 0;
+	const int64_t n_mine = tpf_rows_owned(p.rows, p.rank, W);
 	const int64_t n_other = p.rows - n_mine;
 
 	// 1. scatter: row r to its owner's slot `rank`, at the owner's local row
 	//    r / world (the owned rows stay: step 2 reads them from x); the
 	//    grid walks the rows not owned here, so that every block has work
 	//    whatever the grid size
-	for (OtherRows it(p.rank, W); it.j < n_other; it.next()) {
-		const int64_t row = it.row();
-		const int owner = it.owner();
+	for (tpf_row_walk it = tpf_row_walk_start(blockIdx.x, gridDim.x, p.rank, W); it.j < n_other;
+	     it = tpf_row_walk_next(it)) {
+		const int64_t row = tpf_row_walk_row(it);
+		const int owner = tpf_row_walk_owner(it);
 		const size_t off = p.slot(b, p.rank) + (size_t)it.group * row_bytes;
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
@@ -716,8 +688,9 @@ template <typename T, int Q> __global__ void __launch_bounds__(kMaxThreads) arno
 	}
 	// 3. the other ranks' rows from the gather slot
 	char *own = p.peer[p.rank];
-	for (OtherRows it(p.rank, W); it.j < n_other; it.next()) {
-		const int64_t row = it.row();
+	for (tpf_row_walk it = tpf_row_walk_start(blockIdx.x, gridDim.x, p.rank, W); it.j < n_other;
+	     it = tpf_row_walk_next(it)) {
+		const int64_t row = tpf_row_walk_row(it);
 		RowIn in;
 		load_row_in<T>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
