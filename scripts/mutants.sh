@@ -272,6 +272,11 @@ for i in "${sel[@]}"; do
 	t0=$(date +%s)
 	log=$logs/$name
 	echo "==> $name: ${descs[$i]}"
+	if [ ! -f "$work/$file" ]; then
+		results+=("$name: NOT APPLIED ($file does not exist at this commit; update the mutant)")
+		bad=1
+		continue
+	fi
 	cp "$work/$file" "$log.orig"
 	sed -i -e "${exprs[$i]}" "$work/$file"
 	if cmp -s "$work/$file" "$log.orig"; then
