@@ -920,31 +920,25 @@ template <typename T> void (*peer_kernel(bool two, int q, bool wide = false))(Ar
 	}
 }
 
-// The fewest blocks of kWideThreads an SM holds of any of dtype T's wide
-// one-shot kernels.
-template <typename T> int least_resident_wide()
+// The fewest blocks of `threads` an SM holds of the one-shot (wide or not)
+// or two-shot kernels of dtype dt, over every output kind.
+template <typename T> int least_resident_t(bool two, bool wide, int threads)
 {
 	int least = 1 << 30;
 	for (int q = kQAny; q <= kQGroup; q++) {
 		int n = 0;
-		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, peer_kernel<T>(false, q, true), kWideThreads, 0);
+		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, peer_kernel<T>(two, q, wide), threads, 0);
 		least = n < least ? n : least;
 	}
 	return least;
+}
+int least_resident(enum tpf_dtype dt, bool two, bool wide, int threads)
+{
+	return dt == TPF_DTYPE_FLOAT	 ? least_resident_t<float>(two, wide, threads)
+	       : dt == TPF_DTYPE_FLOAT16 ? least_resident_t<__half>(two, wide, threads)
+					 : least_resident_t<__nv_bfloat16>(two, wide, threads);
 }
 
-// The fewest blocks of kMaxThreads an SM holds of any of dtype T's peer
-// kernels.
-template <typename T> int least_resident_two(int threads)
-{
-	int least = 1 << 30;
-	for (int q = kQAny; q <= kQGroup; q++) {
-		int n = 0;
-		cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, peer_kernel<T>(true, q), threads, 0);
-		least = n < least ? n : least;
-	}
-	return least;
-}
 // The two-shot kernel's narrow block for rows of `chunks`: four chunks a
 // thread, at least 128 threads, at most `full`.
 int two_shot_narrow(int chunks, int full)
@@ -952,17 +946,6 @@ int two_shot_narrow(int chunks, int full)
 	int t = ((chunks + kMaxChunksPerThread - 1) / kMaxChunksPerThread + 31) / 32 * 32;
 	t = t < 128 ? 128 : t;
 	return t < full ? t : full;
-}
-template <typename T> int least_resident()
-{
-	int least = 1 << 30;
-	for (int two = 0; two < 2; two++)
-		for (int q = kQAny; q <= kQGroup; q++) {
-			int n = 0;
-			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, peer_kernel<T>(two != 0, q), kMaxThreads, 0);
-			least = n < least ? n : least;
-		}
-	return least;
 }
 
 struct tpf_cuda_arnorm {
@@ -1051,24 +1034,21 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, struct tpf_dia
 	int dev = 0, sms = 0, per_sm = 0;
 	cudaGetDevice(&dev);
 	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-	// The kernels at their largest block size; smaller blocks only fit more.
-	per_sm = c->dtype == TPF_DTYPE_FLOAT	 ? least_resident<float>()
-		 : c->dtype == TPF_DTYPE_FLOAT16 ? least_resident<__half>()
-						 : least_resident<__nv_bfloat16>();
-	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
-	c->max_grid_sharded = sms * sharded_blocks_per_sm();
 	// the two-shot kernel at every block size it may take (run: narrow
 	// blocks for many rows)
+	int per_sm_two = 0;
 	for (int k = 1; k <= kMaxThreads / 32; k++) {
-		int n = c->dtype == TPF_DTYPE_FLOAT	? least_resident_two<float>(32 * k)
-			: c->dtype == TPF_DTYPE_FLOAT16 ? least_resident_two<__half>(32 * k)
-							: least_resident_two<__nv_bfloat16>(32 * k);
-		c->grid_two[k] = sms * (n > 0 ? n : 1);
+		per_sm_two = least_resident(c->dtype, true, false, 32 * k);
+		c->grid_two[k] = sms * (per_sm_two > 0 ? per_sm_two : 1);
 	}
+	// Both kernels at their largest block size (the last one above);
+	// smaller blocks only fit more.
+	per_sm = least_resident(c->dtype, false, false, kMaxThreads);
+	per_sm = per_sm_two < per_sm ? per_sm_two : per_sm;
+	c->max_grid = sms * (per_sm > 0 ? per_sm : 1);
+	c->max_grid_sharded = sms * sharded_blocks_per_sm();
 	{ // the wide one-shot: only where its whole grid (a block a row) is resident
-		int wide = c->dtype == TPF_DTYPE_FLOAT	   ? least_resident_wide<float>()
-			   : c->dtype == TPF_DTYPE_FLOAT16 ? least_resident_wide<__half>()
-							   : least_resident_wide<__nv_bfloat16>();
+		int wide = least_resident(c->dtype, false, true, kWideThreads);
 		c->wide_rows = (int64_t)sms * (wide > 0 ? wide : 0);
 		const char *env = getenv("TPF_AR_WIDE_ROWS");
 		if (env && *env) {
