@@ -203,6 +203,10 @@ static void test_builtin(void **state)
 	/* world 4 (measured on H100 only) is in both */
 	assert_int_equal(tpf_strategy_choose(h200, 4, TPF_COLL_ARNORM, 8192, 4096, 2),
 			 tpf_strategy_choose(b, 4, TPF_COLL_ARNORM, 8192, 4096, 2));
+	/* the world-4 rows: two-shot for every size past one-shot's */
+	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ALLREDUCE, 8192, 16, 2), TPF_PATH_ONESHOT);
+	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ALLREDUCE, 8192, 4096, 2), TPF_PATH_TWOSHOT);
+	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ARNORM_FP8, 8192, 4096, 2), TPF_PATH_TWOSHOT);
 }
 
 int main(void)

@@ -94,6 +94,10 @@ size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c);
  * a->path. */
 enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const struct tpf_cuda_norm_args *a,
 				    void *stream, struct tpf_diag *d);
+/* The fewest rows (of `hidden` elements) for which the two-shot path takes
+ * its instance for many rows (narrow blocks, whole rows taken at a time);
+ * -1 where the hidden size is not accepted.  For tests and tuning. */
+int64_t tpf_cuda_arnorm_many_rows(const struct tpf_cuda_arnorm *c, int64_t hidden);
 /* A wait for a peer's data gives up after this long (default 60 s). */
 void tpf_cuda_arnorm_set_timeout(struct tpf_cuda_arnorm *c, double seconds);
 /* After the stream is synchronized: an error when a wait gave up (a rank

@@ -163,6 +163,10 @@ static float seq_val(int rank, int call, int64_t i, int salt)
  * host: the residual sum exactly (the rank-order sum is exact here), the
  * norm within two bfloat16 roundings.  A buffer rotation or reset that goes
  * wrong shows as stale or missing rows in a later call. */
+/* Rows of 1024 for the two-shot kernel's instance for many rows: more than
+ * four a block of its largest grid (a few hundred blocks on an H100). */
+enum { MANY = 4501 };
+
 static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf_diag *d)
 {
 	static const struct {
@@ -171,10 +175,13 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		   {130, 1024, 1}, {5, 4096, 0}, {1, 4096, 0}, {1, 4096, 1}, {2, 8192, 0}, {300, 2048, 1},
 		   /* more rows not owned by a rank than the two-shot grid: blocks
 		    * walk several of them (a count no world size divides) */
-		   {1199, 1024, 1}};
+		   {1199, 1024, 1},
+		   /* more than tpf_cuda_arnorm_many_rows: the instance for many
+		    * rows (checked below) */
+		   {MANY, 1024, 1}, {5, 1024, 1}};
 	/* QROWS: more sharded-norm rows than the kernel's grid (a few hundred
 	 * blocks), so that blocks take several groups of rows */
-	enum { MAXE = 300 * 4096, QROWS = 2000 };
+	enum { MAXE = MANY * 1024, QROWS = 2000 };
 	const int W = c->world;
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
 	struct tpf_cuda_arnorm *ar = NULL, *sh = NULL;
@@ -187,6 +194,9 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		tpf_cuda_arnorm_free(sh);
 		return;
 	}
+	const int64_t many = tpf_cuda_arnorm_many_rows(ar, 1024);
+	printf("rank %d: the two-shot kernel takes many rows of 1024 from %lld\n", RANK, (long long)many);
+	expect(many > 5 && many <= MANY, "the sequence's two-shot calls of 1024 reach both instances");
 	uint16_t *hx = malloc(MAXE * 2), *hr = malloc(MAXE * 2), *hg = malloc(8192 * 2);
 	uint16_t *ho = malloc(MAXE * 2), *hs = malloc(MAXE * 2);
 	void *x = dev->alloc(dev, MAXE * 2), *r = dev->alloc(dev, MAXE * 2), *g = dev->alloc(dev, 8192 * 2);
@@ -337,8 +347,10 @@ static void peer_quant(struct tpf_comm *c, struct tpf_device *dev, struct tpf_di
 		  {64, 2048, 0, QK_GROUP}, {3, 4096, 0, QK_FP8 | QK_FP4 | QK_GROUP},
 		  {2, 8192, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {33, 1024, 1, QK_FP8},
 		  /* one-shot rows of 1024 chunks: the wide instances */
-		  {4, 8192, 0, QK_FP4}, {3, 8192, 0, QK_FP8 | QK_FP4 | QK_GROUP}};
-	enum { MAXE = 64 * 2048, NB = 8 };
+		  {4, 8192, 0, QK_FP4}, {3, 8192, 0, QK_FP8 | QK_FP4 | QK_GROUP},
+		  /* the two-shot instance for many rows (peer_sequence checks MANY) */
+		  {MANY, 1024, 1, QK_GROUP}, {MANY, 1024, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {MANY, 1024, 1, QK_FP4}};
+	enum { MAXE = MANY * 1024, NB = 8 };
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
 	struct tpf_cuda_arnorm *ar = NULL;
 	enum tpf_status st = tpf_cuda_arnorm_create(c->rank, c->world, TPF_DTYPE_BFLOAT16, MAXE, &ex, &ar, d);
