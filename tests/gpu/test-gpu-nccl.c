@@ -349,7 +349,8 @@ static void peer_quant(struct tpf_comm *c, struct tpf_device *dev, struct tpf_di
 		  /* one-shot rows of 1024 chunks: the wide instances */
 		  {4, 8192, 0, QK_FP4}, {3, 8192, 0, QK_FP8 | QK_FP4 | QK_GROUP},
 		  /* the two-shot instance for many rows (peer_sequence checks MANY) */
-		  {MANY, 1024, 1, QK_GROUP}, {MANY, 1024, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {MANY, 1024, 1, QK_FP4}};
+		  {MANY, 1024, 1, QK_GROUP}, {MANY, 1024, 1, QK_FP8 | QK_FP4 | QK_GROUP}, {MANY, 1024, 1, QK_FP4},
+		  {MANY, 1024, 1, QK_FP8}};
 	enum { MAXE = MANY * 1024, NB = 8 };
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = c};
 	struct tpf_cuda_arnorm *ar = NULL;
