@@ -165,7 +165,9 @@ template <int CPT = kMaxChunksPerThread> struct RowInT {
 };
 using RowIn = RowInT<>;
 
-template <typename T, int CPT = kMaxChunksPerThread>
+// STREAM: the residual is read once, so it is loaded evict-first (__ldcs)
+// and leaves L2 to what the peers write.
+template <typename T, int CPT = kMaxChunksPerThread, bool STREAM = false>
 __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, RowInT<CPT> &in)
 {
 #pragma unroll
@@ -174,7 +176,8 @@ __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, Ro
 		if (c >= chunks)
 			continue;
 		if (o.residual)
-			in.res[k] = reinterpret_cast<const uint4 *>(o.residual)[row * chunks + c];
+			in.res[k] = STREAM ? __ldcs(reinterpret_cast<const uint4 *>(o.residual) + row * chunks + c)
+					   : reinterpret_cast<const uint4 *>(o.residual)[row * chunks + c];
 		if (o.gamma)
 			in.gam[k] = reinterpret_cast<const uint4 *>(o.gamma)[c];
 	}
@@ -335,7 +338,8 @@ inline int quant_kind(const NormOut &o)
 
 // Finishes one row held in registers: acc holds x (already rounded to T),
 // `in` the row's residual and gamma (load_row_in).  Q: QuantKind.
-template <typename T, int Q = kQAny, int CPT = kMaxChunksPerThread>
+// STREAM: the sum, norm and FP8 outputs are stored evict-first (__stcs).
+template <typename T, int Q = kQAny, int CPT = kMaxChunksPerThread, bool STREAM = false>
 __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_t row, int chunks, const NormOut &o,
 				  float *scratch, int &phase)
 {
@@ -355,7 +359,13 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 		}
 		// the sum (with no residual: the bare reduced value) for its other users
 		if (o.residual_out)
-			reinterpret_cast<uint4 *>(o.residual_out)[base + c] = pack<T>(acc[k]);
+		{
+			uint4 *dst = reinterpret_cast<uint4 *>(o.residual_out) + base + c;
+			if (STREAM)
+				__stcs(dst, pack<T>(acc[k]));
+			else
+				*dst = pack<T>(acc[k]);
+		}
 	}
 	if (!o.gamma)
 		return; // a bare all-reduce: no norm (uniform over the block)
@@ -377,7 +387,13 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 		for (int i = 0; i < N; i++) // docs/ops.md: computed in float, rounded once
 			y[i] = acc[k][i] * inv * (g[i] + o.weight_offset);
 		if (o.norm_out)
-			reinterpret_cast<uint4 *>(o.norm_out)[base + c] = pack<T>(y);
+		{
+			uint4 *dst = reinterpret_cast<uint4 *>(o.norm_out) + base + c;
+			if (STREAM)
+				__stcs(dst, pack<T>(y));
+			else
+				*dst = pack<T>(y);
+		}
 		if (fp8 && o.fp8_out) {
 			uint8_t q[8];
 #pragma unroll
@@ -386,8 +402,12 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 				q[i] = (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 			}
 			uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp8_out) + (base + c) * N;
-			if (N == 8)
+			if (N == 8 && STREAM)
+				__stcs(reinterpret_cast<uint2 *>(dst), *reinterpret_cast<uint2 *>(q));
+			else if (N == 8)
 				*reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<uint2 *>(q);
+			else if (STREAM)
+				__stcs(reinterpret_cast<unsigned int *>(dst), *reinterpret_cast<unsigned int *>(q));
 			else
 				*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
 		}
@@ -727,7 +747,8 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 			int c = threadIdx.x + k * blockDim.x;
 			if (c < chunks)
 				store_volatile(reinterpret_cast<uint4 *>(p.peer[owner] + off + (size_t)c * 16),
-					       scrub<T>(reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]));
+					       scrub<T>(BATCH ? __ldcs(reinterpret_cast<const uint4 *>(p.x) + row * chunks + c)
+							      : reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]));
 		}
 	}
 	// 2. reduce the owned rows, gather them to every rank, finish them
@@ -736,7 +757,7 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 		RowIn in;
 		uint4 xv[kMaxChunksPerThread];
 		load_chunks<T>(p.x, row, chunks, xv);
-		load_row_in<T>(p.o, row, chunks, in);
+		load_row_in<T, kMaxChunksPerThread, BATCH>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
 		if (BATCH)
 			sum_slots_rows<T>(p, b, j, chunks, acc, xv);
@@ -758,7 +779,7 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 				store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off + (size_t)c * 16), v);
 			}
 		}
-		finish_row<T, Q>(acc, in, row, chunks, p.o, scratch, phase);
+		finish_row<T, Q, kMaxChunksPerThread, BATCH>(acc, in, row, chunks, p.o, scratch, phase);
 	}
 	// 3. the other ranks' rows from the gather slot
 	char *own = p.peer[p.rank];
@@ -766,7 +787,7 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 	     it = tpf_row_walk_next(it)) {
 		const int64_t row = tpf_row_walk_row(it);
 		RowIn in;
-		load_row_in<T>(p.o, row, chunks, in);
+		load_row_in<T, kMaxChunksPerThread, BATCH>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
 		if (BATCH) {
 			uint4 v[kMaxChunksPerThread];
@@ -787,7 +808,7 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 				unpack<T>(v, acc[k]);
 			}
 		}
-		finish_row<T, Q>(acc, in, row, chunks, p.o, scratch, phase);
+		finish_row<T, Q, kMaxChunksPerThread, BATCH>(acc, in, row, chunks, p.o, scratch, phase);
 	}
 	tpfc::call_end(p.state, iter, ticket);
 }
@@ -985,7 +1006,10 @@ extern "C" enum tpf_status tpf_cuda_quantize_fp8(enum tpf_dtype dt, const void *
 // ---------------------------------------------------------------- one-shot host side
 
 // The two-shot kernel for dtype T and QuantKind Q: its instance for many
-// rows (take_chunks) where `many`.
+// rows where `many` (rows taken whole: take_chunks; x and the residual
+// loaded and the sum, norm and FP8 outputs stored evict-first, so that L2
+// keeps what the peers write: at 4x H100 2048 x 8192, 172.4 us against
+// 175.7 with the default cache policy).
 template <typename T, int Q> void (*two_shot_kernel(bool many))(ArParams)
 {
 	return many ? arnorm_twoshot_kernel<T, Q, true> : arnorm_twoshot_kernel<T, Q, false>;
