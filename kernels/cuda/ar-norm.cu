@@ -165,6 +165,20 @@ template <int CPT = kMaxChunksPerThread> struct RowInT {
 };
 using RowIn = RowInT<>;
 
+// A load and a store evict-first (__ldcs / __stcs) where S, plain
+// otherwise: for data a kernel touches once.
+template <bool S, typename V> __device__ inline V get(const V *src)
+{
+	return S ? __ldcs(src) : *src;
+}
+template <bool S, typename V> __device__ inline void put(V *dst, V v)
+{
+	if (S)
+		__stcs(dst, v);
+	else
+		*dst = v;
+}
+
 // STREAM: the residual is read once, so it is loaded evict-first (__ldcs)
 // and leaves L2 to what the peers write.
 template <typename T, int CPT = kMaxChunksPerThread, bool STREAM = false>
@@ -176,8 +190,7 @@ __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, Ro
 		if (c >= chunks)
 			continue;
 		if (o.residual)
-			in.res[k] = STREAM ? __ldcs(reinterpret_cast<const uint4 *>(o.residual) + row * chunks + c)
-					   : reinterpret_cast<const uint4 *>(o.residual)[row * chunks + c];
+			in.res[k] = get<STREAM>(reinterpret_cast<const uint4 *>(o.residual) + row * chunks + c);
 		if (o.gamma)
 			in.gam[k] = reinterpret_cast<const uint4 *>(o.gamma)[c];
 	}
@@ -359,13 +372,7 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 		}
 		// the sum (with no residual: the bare reduced value) for its other users
 		if (o.residual_out)
-		{
-			uint4 *dst = reinterpret_cast<uint4 *>(o.residual_out) + base + c;
-			if (STREAM)
-				__stcs(dst, pack<T>(acc[k]));
-			else
-				*dst = pack<T>(acc[k]);
-		}
+			put<STREAM>(reinterpret_cast<uint4 *>(o.residual_out) + base + c, pack<T>(acc[k]));
 	}
 	if (!o.gamma)
 		return; // a bare all-reduce: no norm (uniform over the block)
@@ -387,13 +394,7 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 		for (int i = 0; i < N; i++) // docs/ops.md: computed in float, rounded once
 			y[i] = acc[k][i] * inv * (g[i] + o.weight_offset);
 		if (o.norm_out)
-		{
-			uint4 *dst = reinterpret_cast<uint4 *>(o.norm_out) + base + c;
-			if (STREAM)
-				__stcs(dst, pack<T>(y));
-			else
-				*dst = pack<T>(y);
-		}
+			put<STREAM>(reinterpret_cast<uint4 *>(o.norm_out) + base + c, pack<T>(y));
 		if (fp8 && o.fp8_out) {
 			uint8_t q[8];
 #pragma unroll
@@ -402,14 +403,10 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 				q[i] = (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 			}
 			uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp8_out) + (base + c) * N;
-			if (N == 8 && STREAM)
-				__stcs(reinterpret_cast<uint2 *>(dst), *reinterpret_cast<uint2 *>(q));
-			else if (N == 8)
-				*reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<uint2 *>(q);
-			else if (STREAM)
-				__stcs(reinterpret_cast<unsigned int *>(dst), *reinterpret_cast<unsigned int *>(q));
+			if (N == 8)
+				put<STREAM>(reinterpret_cast<uint2 *>(dst), *reinterpret_cast<uint2 *>(q));
 			else
-				*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
+				put<STREAM>(reinterpret_cast<unsigned int *>(dst), *reinterpret_cast<unsigned int *>(q));
 		}
 		if (blocks)
 #pragma unroll
@@ -747,8 +744,7 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 			int c = threadIdx.x + k * blockDim.x;
 			if (c < chunks)
 				store_volatile(reinterpret_cast<uint4 *>(p.peer[owner] + off + (size_t)c * 16),
-					       scrub<T>(BATCH ? __ldcs(reinterpret_cast<const uint4 *>(p.x) + row * chunks + c)
-							      : reinterpret_cast<const uint4 *>(p.x)[row * chunks + c]));
+					       scrub<T>(get<BATCH>(reinterpret_cast<const uint4 *>(p.x) + row * chunks + c)));
 		}
 	}
 	// 2. reduce the owned rows, gather them to every rank, finish them
