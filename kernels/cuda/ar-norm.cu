@@ -180,8 +180,9 @@ template <bool S, typename V> __device__ inline void put(V *dst, V v)
 }
 
 // STREAM: the residual is read once, so it is loaded evict-first (__ldcs)
-// and leaves L2 to what the peers write.
-template <typename T, int CPT = kMaxChunksPerThread, bool STREAM = false>
+// and leaves L2 to what the peers write.  RES false: gamma only (a row
+// whose residual the owner has already added: the two-shot gather).
+template <typename T, int CPT = kMaxChunksPerThread, bool STREAM = false, bool RES = true>
 __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, RowInT<CPT> &in)
 {
 #pragma unroll
@@ -189,7 +190,7 @@ __device__ inline void load_row_in(const NormOut &o, int64_t row, int chunks, Ro
 		const int c = threadIdx.x + k * blockDim.x;
 		if (c >= chunks)
 			continue;
-		if (o.residual)
+		if (RES && o.residual)
 			in.res[k] = get<STREAM>(reinterpret_cast<const uint4 *>(o.residual) + row * chunks + c);
 		if (o.gamma)
 			in.gam[k] = reinterpret_cast<const uint4 *>(o.gamma)[c];
@@ -260,7 +261,7 @@ template <typename T> __device__ inline float chunk_amax(const float *v, int c, 
 // per block of 16 along the row, the E4M3 scale amax / 6 / global and the
 // e2m1 codes of norm / (scale * global), the norm rounded to T first (acc
 // holds it: finish_row); a block spans 16 / N neighbouring chunks.
-template <typename T, int CPT = kMaxChunksPerThread>
+template <typename T, int CPT = kMaxChunksPerThread, bool STREAM = false>
 __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
 {
 	constexpr int N = Elem<T>::kPerChunk;
@@ -289,9 +290,9 @@ __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, cons
 		}
 		uint8_t *dst = reinterpret_cast<uint8_t *>(o.fp4_out) + e0 / 2;
 		if (N == 8)
-			*reinterpret_cast<uint32_t *>(dst) = packed;
+			put<STREAM>(reinterpret_cast<uint32_t *>(dst), packed);
 		else
-			*reinterpret_cast<uint16_t *>(dst) = (uint16_t)packed;
+			put<STREAM>(reinterpret_cast<unsigned short *>(dst), (unsigned short)packed);
 	}
 }
 
@@ -300,7 +301,7 @@ __device__ inline void finish_fp4(float (*acc)[8], int64_t row, int chunks, cons
 // of norm / scale, the norm rounded to T first (acc holds it: finish_row).
 // A group spans o.group / N neighbouring chunks (at most a warp's lanes,
 // checked on the host).
-template <typename T, int CPT = kMaxChunksPerThread>
+template <typename T, int CPT = kMaxChunksPerThread, bool STREAM = false>
 __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks, const NormOut &o)
 {
 	constexpr int N = Elem<T>::kPerChunk;
@@ -328,9 +329,9 @@ __device__ inline void finish_fp8_group(float (*acc)[8], int64_t row, int chunks
 			q[i] = (uint8_t)__nv_cvt_float_to_fp8(tpfc::div_by(v[i], rsc), __NV_SATFINITE, __NV_E4M3);
 		uint8_t *dst = reinterpret_cast<uint8_t *>(o.group_out) + e0;
 		if (N == 8)
-			*reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<uint2 *>(q);
+			put<STREAM>(reinterpret_cast<uint2 *>(dst), *reinterpret_cast<uint2 *>(q));
 		else
-			*reinterpret_cast<uint32_t *>(dst) = *reinterpret_cast<uint32_t *>(q);
+			put<STREAM>(reinterpret_cast<unsigned int *>(dst), *reinterpret_cast<unsigned int *>(q));
 	}
 }
 
@@ -349,10 +350,22 @@ inline int quant_kind(const NormOut &o)
 	return n > 1 ? kQAny : o.fp4_out ? kQFp4 : o.group_out ? kQGroup : kQPlain;
 }
 
+// One chunk's residual add: a = round(a + residual), the residual sum.
+template <typename T> __device__ inline void add_residual(float *a, uint4 res)
+{
+	float r[8];
+	unpack<T>(res, r);
+#pragma unroll
+	for (int i = 0; i < Elem<T>::kPerChunk; i++)
+		a[i] = round_to<T>(a[i] + r[i]);
+}
+
 // Finishes one row held in registers: acc holds x (already rounded to T),
 // `in` the row's residual and gamma (load_row_in).  Q: QuantKind.
-// STREAM: the sum, norm and FP8 outputs are stored evict-first (__stcs).
-template <typename T, int Q = kQAny, int CPT = kMaxChunksPerThread, bool STREAM = false>
+// STREAM: the sum, the norm and the quantized codes are stored evict-first
+// (__stcs).
+// RES false: acc already holds the residual sum (add_residual).
+template <typename T, int Q = kQAny, int CPT = kMaxChunksPerThread, bool STREAM = false, bool RES = true>
 __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_t row, int chunks, const NormOut &o,
 				  float *scratch, int &phase)
 {
@@ -363,13 +376,8 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 		int c = threadIdx.x + k * blockDim.x;
 		if (c >= chunks)
 			continue;
-		if (o.residual) {
-			float r[8];
-			unpack<T>(in.res[k], r);
-#pragma unroll
-			for (int i = 0; i < N; i++)
-				acc[k][i] = round_to<T>(acc[k][i] + r[i]);
-		}
+		if (RES && o.residual)
+			add_residual<T>(acc[k], in.res[k]);
 		// the sum (with no residual: the bare reduced value) for its other users
 		if (o.residual_out)
 			put<STREAM>(reinterpret_cast<uint4 *>(o.residual_out) + base + c, pack<T>(acc[k]));
@@ -414,9 +422,9 @@ __device__ inline void finish_row(float (*acc)[8], const RowInT<CPT> &in, int64_
 				acc[k][i] = round_to<T>(y[i]);
 	}
 	if (fp4 && o.fp4_out)
-		finish_fp4<T, CPT>(acc, row, chunks, o);
+		finish_fp4<T, CPT, STREAM>(acc, row, chunks, o);
 	if (group && o.group_out)
-		finish_fp8_group<T, CPT>(acc, row, chunks, o);
+		finish_fp8_group<T, CPT, STREAM>(acc, row, chunks, o);
 }
 
 // Loads the 16-byte chunks of `row` this thread handles.
@@ -702,12 +710,13 @@ __global__ void __launch_bounds__(CPT == 1 ? kWideThreads : kMaxThreads) arnorm_
 // Two-shot: rank q owns the rows r with r % world == q.  1. every rank
 // stores each row it does not own into slot `rank` of the owner's buffer
 // (a reduce-scatter); 2. each owner sums its rows (its own part from x),
-// stores the rounded sums into the gather slot of every other rank's buffer
-// (an all-gather) and finishes them; 3. every rank finishes the rows it
-// does not own from its gather slot.  Each rank moves 2 x (world-1)/world
-// of the tensor instead of (world-1) times it; the residual add, norm and
-// quantization run on every rank from the same summed rows, so the outputs
-// are the same everywhere.  Owners take every world-th row, not a block of
+// adds their residual, stores the rounded residual sums into the gather
+// slot of every other rank's buffer (an all-gather) and finishes them;
+// 3. every rank finishes the rows it does not own from its gather slot.
+// Each rank moves 2 x (world-1)/world of the tensor instead of (world-1)
+// times it, and reads only its own rows' residual; the norm and
+// quantization run on every rank from the same residual sums, so the
+// outputs are the same everywhere.  Owners take every world-th row, not a block of
 // rows each: the grid walks the rows in order, and with blocks of rows
 // every rank's step 1 sent to the same owner at the same time (at 4x H100
 // the bare two-shot all-reduce of 2048 x 8192 took 237 us against NCCL's
@@ -765,6 +774,8 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 			int c = threadIdx.x + k * blockDim.x;
 			if (c >= chunks)
 				continue;
+			if (p.o.residual)
+				add_residual<T>(acc[k], in.res[k]);
 			// the owner finishes from what it sends (-0.0 scrubbed too), so
 			// that every rank's outputs are bit-identical
 			uint4 v = scrub<T>(pack<T>(acc[k]));
@@ -775,15 +786,15 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 				store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off + (size_t)c * 16), v);
 			}
 		}
-		finish_row<T, Q, kMaxChunksPerThread, BATCH>(acc, in, row, chunks, p.o, scratch, phase);
+		finish_row<T, Q, kMaxChunksPerThread, BATCH, false>(acc, in, row, chunks, p.o, scratch, phase);
 	}
-	// 3. the other ranks' rows from the gather slot
+	// 3. the other ranks' rows from the gather slot, their residual added
 	char *own = p.peer[p.rank];
 	for (tpf_row_walk it = tpf_row_walk_start(blockIdx.x, gridDim.x, p.rank, W); it.j < n_other;
 	     it = tpf_row_walk_next(it)) {
 		const int64_t row = tpf_row_walk_row(it);
 		RowIn in;
-		load_row_in<T, kMaxChunksPerThread, BATCH>(p.o, row, chunks, in);
+		load_row_in<T, kMaxChunksPerThread, BATCH, false>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
 		if (BATCH) {
 			uint4 v[kMaxChunksPerThread];
@@ -804,7 +815,7 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 				unpack<T>(v, acc[k]);
 			}
 		}
-		finish_row<T, Q, kMaxChunksPerThread, BATCH>(acc, in, row, chunks, p.o, scratch, phase);
+		finish_row<T, Q, kMaxChunksPerThread, BATCH, false>(acc, in, row, chunks, p.o, scratch, phase);
 	}
 	tpfc::call_end(p.state, iter, ticket);
 }
