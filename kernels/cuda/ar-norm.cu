@@ -707,79 +707,6 @@ __global__ void __launch_bounds__(CPT == 1 ? kWideThreads : kMaxThreads) arnorm_
 	tpfc::call_end(p.state, iter, ticket);
 }
 
-// The two-shot kernel's step 2 for owned row j (its local row): sums the
-// world's parts, adds the residual, stores the rounded residual sums into
-// the gather slot of every other rank's buffer b and finishes the row.
-template <typename T, int Q, bool BATCH>
-__device__ __forceinline__ void twoshot_owned(const ArParams &p, int b, int64_t j, int chunks, float *scratch,
-					      int &phase)
-{
-	const int W = p.world;
-	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	const int64_t row = j * W + p.rank;
-	RowIn in;
-	uint4 xv[kMaxChunksPerThread];
-	load_chunks<T>(p.x, row, chunks, xv);
-	load_row_in<T, kMaxChunksPerThread, BATCH>(p.o, row, chunks, in);
-	float acc[kMaxChunksPerThread][8];
-	if (BATCH)
-		sum_slots_rows<T>(p, b, j, chunks, acc, xv);
-	else
-		sum_slots<T>(p, b, j, chunks, acc, xv);
-	const size_t off = p.slot(b, W) + row * row_bytes;
-#pragma unroll
-	for (int k = 0; k < kMaxChunksPerThread; k++) {
-		int c = threadIdx.x + k * blockDim.x;
-		if (c >= chunks)
-			continue;
-		if (p.o.residual)
-			add_residual<T>(acc[k], in.res[k]);
-		// the owner finishes from what it sends (-0.0 scrubbed too), so
-		// that every rank's outputs are bit-identical
-		uint4 v = scrub<T>(pack<T>(acc[k]));
-		unpack<T>(v, acc[k]);
-		for (int i = 1, q = p.rank + 1; i < W; i++, q++) { // the next ranks first: no rank is every owner's first target
-			if (q == W)
-				q = 0;
-			store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off + (size_t)c * 16), v);
-		}
-	}
-	finish_row<T, Q, kMaxChunksPerThread, BATCH, false>(acc, in, row, chunks, p.o, scratch, phase);
-}
-
-// The two-shot kernel's step 3 for another rank's row: takes its residual
-// sum from the gather slot of buffer b and finishes it.
-template <typename T, int Q, bool BATCH>
-__device__ __forceinline__ void twoshot_gathered(const ArParams &p, int b, int64_t row, int chunks, float *scratch,
-						 int &phase)
-{
-	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	char *own = p.peer[p.rank];
-	RowIn in;
-	load_row_in<T, kMaxChunksPerThread, BATCH, false>(p.o, row, chunks, in);
-	float acc[kMaxChunksPerThread][8];
-	if (BATCH) {
-		uint4 v[kMaxChunksPerThread];
-		take_chunks<T, kMaxChunksPerThread>(own + p.slot(b, p.world) + row * row_bytes, chunks, v, p);
-#pragma unroll
-		for (int k = 0; k < kMaxChunksPerThread; k++)
-			if (threadIdx.x + k * blockDim.x < chunks)
-				unpack<T>(v[k], acc[k]);
-	} else {
-#pragma unroll
-		for (int k = 0; k < kMaxChunksPerThread; k++) {
-			int c = threadIdx.x + k * blockDim.x;
-			if (c >= chunks)
-				continue;
-			uint4 v;
-			take16<T>(reinterpret_cast<uint4 *>(own + p.slot(b, p.world) + row * row_bytes + (size_t)c * 16), v,
-				  p);
-			unpack<T>(v, acc[k]);
-		}
-	}
-	finish_row<T, Q, kMaxChunksPerThread, BATCH, false>(acc, in, row, chunks, p.o, scratch, phase);
-}
-
 // Two-shot: rank q owns the rows r with r % world == q.  1. every rank
 // stores each row it does not own into slot `rank` of the owner's buffer
 // (a reduce-scatter); 2. each owner sums its rows (its own part from x),
@@ -794,12 +721,13 @@ __device__ __forceinline__ void twoshot_gathered(const ArParams &p, int b, int64
 // every rank's step 1 sent to the same owner at the same time (at 4x H100
 // the bare two-shot all-reduce of 2048 x 8192 took 237 us against NCCL's
 // 173; 170 with every world-th row).
-// With many rows (the BATCH instance) steps 2 and 3 run side by side in
-// the two halves of the grid.  No wait depends on a later phase (step 2
-// waits only on step 1's stores, which every block makes before it waits
-// on anything; step 3 only on step 2's), and the grid is resident as a
-// whole, so it cannot deadlock.
-template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxThreads) arnorm_twoshot_kernel(ArParams p)
+// With many rows at more than two ranks (the BATCH and SPLIT instance)
+// steps 2 and 3 run side by side in the two halves of the grid.  No wait
+// depends on a later phase (step 2 waits only on step 1's stores, which
+// every block makes before it waits on anything; step 3 only on step
+// 2's), and the grid is resident as a whole, so it cannot deadlock.
+template <typename T, int Q, bool BATCH, bool SPLIT>
+__global__ void __launch_bounds__(kMaxThreads) arnorm_twoshot_kernel(ArParams p)
 {
 	__shared__ float scratch[128];
 	__shared__ unsigned s_iter;
@@ -832,29 +760,74 @@ template <typename T, int Q, bool BATCH> __global__ void __launch_bounds__(kMaxT
 					       scrub<T>(get<BATCH>(reinterpret_cast<const uint4 *>(p.x) + row * chunks + c)));
 		}
 	}
-	if (BATCH) {
-		// many rows: half the blocks take the owned rows (2.), the other
-		// half the other ranks' rows (3.) as they arrive, so that step 3's
-		// local work overlaps step 2's sends instead of following them (at
-		// 4x H200 2048 x 8192: 161.4 us against 167.3 one step after the
-		// other); the host launches this instance with at least two blocks
-		const int half = (int)gridDim.x / 2;
-		if ((int)blockIdx.x < half) {
-			for (int64_t j = blockIdx.x; j < n_mine; j += half)
-				twoshot_owned<T, Q, BATCH>(p, b, j, chunks, scratch, phase);
-		} else {
-			for (tpf_row_walk it = tpf_row_walk_start(blockIdx.x - half, gridDim.x - half, p.rank, W);
-			     it.j < n_other; it = tpf_row_walk_next(it))
-				twoshot_gathered<T, Q, BATCH>(p, b, tpf_row_walk_row(it), chunks, scratch, phase);
+	// SPLIT: half the blocks take the owned rows (2.), the other half the
+	// other ranks' rows (3.) as they arrive, so that step 3's local work
+	// overlaps step 2's sends instead of following them (at 4x H200 2048 x
+	// 8192: 161.8 us against 167.2 one step after the other; at two ranks,
+	// where a rank owns half the rows, slower: 119.6 against 113.7);
+	// launched with at least two blocks.  Otherwise every block takes both
+	// steps, one after the other.
+	const unsigned half = SPLIT ? gridDim.x / 2 : 0;
+	// 2. reduce the owned rows, gather them to every rank, finish them
+	for (int64_t j = blockIdx.x; j < (SPLIT && blockIdx.x >= half ? 0 : n_mine); j += (SPLIT ? half : gridDim.x)) {
+		const int64_t row = j * W + p.rank;
+		RowIn in;
+		uint4 xv[kMaxChunksPerThread];
+		load_chunks<T>(p.x, row, chunks, xv);
+		load_row_in<T, kMaxChunksPerThread, BATCH>(p.o, row, chunks, in);
+		float acc[kMaxChunksPerThread][8];
+		if (BATCH)
+			sum_slots_rows<T>(p, b, j, chunks, acc, xv);
+		else
+			sum_slots<T>(p, b, j, chunks, acc, xv);
+		const size_t off = p.slot(b, W) + row * row_bytes;
+#pragma unroll
+		for (int k = 0; k < kMaxChunksPerThread; k++) {
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
+				continue;
+			if (p.o.residual)
+				add_residual<T>(acc[k], in.res[k]);
+			// the owner finishes from what it sends (-0.0 scrubbed too), so
+			// that every rank's outputs are bit-identical
+			uint4 v = scrub<T>(pack<T>(acc[k]));
+			unpack<T>(v, acc[k]);
+			for (int i = 1, q = p.rank + 1; i < W; i++, q++) { // the next ranks first: no rank is every owner's first target
+				if (q == W)
+					q = 0;
+				store_volatile(reinterpret_cast<uint4 *>(p.peer[q] + off + (size_t)c * 16), v);
+			}
 		}
-	} else {
-		// 2. reduce the owned rows, gather them to every rank, finish them
-		for (int64_t j = blockIdx.x; j < n_mine; j += gridDim.x)
-			twoshot_owned<T, Q, BATCH>(p, b, j, chunks, scratch, phase);
-		// 3. the other ranks' rows from the gather slot, their residual added
-		for (tpf_row_walk it = tpf_row_walk_start(blockIdx.x, gridDim.x, p.rank, W); it.j < n_other;
-		     it = tpf_row_walk_next(it))
-			twoshot_gathered<T, Q, BATCH>(p, b, tpf_row_walk_row(it), chunks, scratch, phase);
+		finish_row<T, Q, kMaxChunksPerThread, BATCH, false>(acc, in, row, chunks, p.o, scratch, phase);
+	}
+	// 3. the other ranks' rows from the gather slot, their residual added
+	char *own = p.peer[p.rank];
+	for (tpf_row_walk it = tpf_row_walk_start(blockIdx.x - half, gridDim.x - half, p.rank, W);
+	     it.j < (SPLIT && blockIdx.x < half ? 0 : n_other); it = tpf_row_walk_next(it)) {
+		const int64_t row = tpf_row_walk_row(it);
+		RowIn in;
+		load_row_in<T, kMaxChunksPerThread, BATCH, false>(p.o, row, chunks, in);
+		float acc[kMaxChunksPerThread][8];
+		if (BATCH) {
+			uint4 v[kMaxChunksPerThread];
+			take_chunks<T, kMaxChunksPerThread>(own + p.slot(b, W) + row * row_bytes, chunks, v, p);
+#pragma unroll
+			for (int k = 0; k < kMaxChunksPerThread; k++)
+				if (threadIdx.x + k * blockDim.x < chunks)
+					unpack<T>(v[k], acc[k]);
+		} else {
+#pragma unroll
+			for (int k = 0; k < kMaxChunksPerThread; k++) {
+				int c = threadIdx.x + k * blockDim.x;
+				if (c >= chunks)
+					continue;
+				uint4 v;
+				take16<T>(reinterpret_cast<uint4 *>(own + p.slot(b, W) + row * row_bytes + (size_t)c * 16), v,
+					  p);
+				unpack<T>(v, acc[k]);
+			}
+		}
+		finish_row<T, Q, kMaxChunksPerThread, BATCH, false>(acc, in, row, chunks, p.o, scratch, phase);
 	}
 	tpfc::call_end(p.state, iter, ticket);
 }
@@ -1055,44 +1028,49 @@ extern "C" enum tpf_status tpf_cuda_quantize_fp8(enum tpf_dtype dt, const void *
 // rows where `many` (rows taken whole: take_chunks; x and the residual
 // loaded and the sum, norm and FP8 outputs stored evict-first, so that L2
 // keeps what the peers write: at 4x H100 2048 x 8192, 172.4 us against
-// 175.7 with the default cache policy).
-template <typename T, int Q> void (*two_shot_kernel(bool many))(ArParams)
+// 175.7 with the default cache policy), with steps 2 and 3 side by side
+// where `split` (more than two ranks).
+template <typename T, int Q> void (*two_shot_kernel(bool many, bool split))(ArParams)
 {
-	return many ? arnorm_twoshot_kernel<T, Q, true> : arnorm_twoshot_kernel<T, Q, false>;
+	return many ? split ? arnorm_twoshot_kernel<T, Q, true, true> : arnorm_twoshot_kernel<T, Q, true, false>
+		    : arnorm_twoshot_kernel<T, Q, false, false>;
 }
 
 // The one-shot or two-shot kernel for dtype T and QuantKind q (the one-shot
 // at one chunk a thread where `wide`, the two-shot's instance for many rows
-// where `many`).
-template <typename T> void (*peer_kernel(bool two, int q, bool wide = false, bool many = false))(ArParams)
+// where `many`, with steps 2 and 3 side by side where also `split`).
+template <typename T>
+void (*peer_kernel(bool two, int q, bool wide = false, bool many = false, bool split = false))(ArParams)
 {
 	switch (q) {
 	case kQPlain:
-		return two    ? two_shot_kernel<T, kQPlain>(many)
+		return two    ? two_shot_kernel<T, kQPlain>(many, split)
 		       : wide ? arnorm_oneshot_kernel<T, kQPlain, 1> : arnorm_oneshot_kernel<T, kQPlain>;
 	case kQFp4:
-		return two    ? two_shot_kernel<T, kQFp4>(many)
+		return two    ? two_shot_kernel<T, kQFp4>(many, split)
 		       : wide ? arnorm_oneshot_kernel<T, kQFp4, 1> : arnorm_oneshot_kernel<T, kQFp4>;
 	case kQGroup:
-		return two    ? two_shot_kernel<T, kQGroup>(many)
+		return two    ? two_shot_kernel<T, kQGroup>(many, split)
 		       : wide ? arnorm_oneshot_kernel<T, kQGroup, 1> : arnorm_oneshot_kernel<T, kQGroup>;
 	default:
-		return two    ? two_shot_kernel<T, kQAny>(many)
+		return two    ? two_shot_kernel<T, kQAny>(many, split)
 		       : wide ? arnorm_oneshot_kernel<T, kQAny, 1> : arnorm_oneshot_kernel<T, kQAny>;
 	}
 }
 
 // The fewest blocks of `threads` an SM holds of the one-shot (wide or not)
-// or two-shot kernels (both instances) of dtype dt, over every output kind.
+// or two-shot kernels (every instance) of dtype dt, over every output kind.
 template <typename T> int least_resident_t(bool two, bool wide, int threads)
 {
 	int least = 1 << 30;
 	for (int q = kQAny; q <= kQGroup; q++)
-		for (int many = 0; many <= (int)two; many++) {
-			int n = 0;
-			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, peer_kernel<T>(two, q, wide, many), threads, 0);
-			least = n < least ? n : least;
-		}
+		for (int many = 0; many <= (int)two; many++)
+			for (int split = 0; split <= many; split++) {
+				int n = 0;
+				cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+					&n, peer_kernel<T>(two, q, wide, many, split), threads, 0);
+				least = n < least ? n : least;
+			}
 	return least;
 }
 int least_resident(enum tpf_dtype dt, bool two, bool wide, int threads)
@@ -1319,7 +1297,7 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 		threads = (chunks + 31) / 32 * 32;
 		grid = (int)a->rows;
 	}
-	bool many = false;
+	bool many = false, split = false;
 	if (two) {
 		// Many rows (more than four a block at the full width): blocks of
 		// four chunks a thread (at least 128 threads), so that more rows
@@ -1327,9 +1305,11 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 		// at 512 threads, where one block fits an SM); fewer: the full
 		// width, faster while each block takes a few rows (128 x 8192:
 		// 17.0 us against 20.0; at 2x H100 512 x 4096: 17.6 against 19.4).
-		// Many rows also take whole rows at a time (take_chunks).
+		// Many rows also take whole rows at a time (take_chunks), and at
+		// more than two ranks run steps 2 and 3 side by side.
 		const int narrow = two_shot_narrow(chunks, threads);
 		many = a->rows >= many_rows(c, chunks);
+		split = many && c->world > 2;
 		threads = many ? narrow : threads;
 		const int cap = c->grid_two[threads / 32];
 		grid = (int)(a->rows < cap ? a->rows : cap);
@@ -1338,13 +1318,13 @@ extern "C" enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const 
 	cudaError_t e;
 	switch (a->dtype) {
 	case TPF_DTYPE_FLOAT:
-		e = launch_peer(c, peer_kernel<float>(two, q, wide, many), grid, threads, s, p);
+		e = launch_peer(c, peer_kernel<float>(two, q, wide, many, split), grid, threads, s, p);
 		break;
 	case TPF_DTYPE_FLOAT16:
-		e = launch_peer(c, peer_kernel<__half>(two, q, wide, many), grid, threads, s, p);
+		e = launch_peer(c, peer_kernel<__half>(two, q, wide, many, split), grid, threads, s, p);
 		break;
 	default:
-		e = launch_peer(c, peer_kernel<__nv_bfloat16>(two, q, wide, many), grid, threads, s, p);
+		e = launch_peer(c, peer_kernel<__nv_bfloat16>(two, q, wide, many, split), grid, threads, s, p);
 		break;
 	}
 	return e == cudaSuccess ? TPF_OK : cuda_fail(d, two ? "two-shot all-reduce launch" : "one-shot all-reduce launch", e);

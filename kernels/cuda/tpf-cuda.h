@@ -95,7 +95,9 @@ size_t tpf_cuda_arnorm_max_elems(const struct tpf_cuda_arnorm *c);
 enum tpf_status tpf_cuda_arnorm_run(struct tpf_cuda_arnorm *c, const struct tpf_cuda_norm_args *a,
 				    void *stream, struct tpf_diag *d);
 /* The fewest rows (of `hidden` elements) for which the two-shot path takes
- * its instance for many rows (narrow blocks, whole rows taken at a time);
+ * its instance for many rows (narrow blocks, whole rows taken at a time,
+ * at more than two ranks the grid's halves on the owned and the gathered
+ * rows); INT64_MAX where that instance's grid would be a single block;
  * -1 where the hidden size is not accepted.  For tests and tuning. */
 int64_t tpf_cuda_arnorm_many_rows(const struct tpf_cuda_arnorm *c, int64_t hidden);
 /* A wait for a peer's data gives up after this long (default 60 s). */

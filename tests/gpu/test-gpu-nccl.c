@@ -177,7 +177,8 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 		    * walk several of them (a count no world size divides) */
 		   {1199, 1024, 1},
 		   /* more than tpf_cuda_arnorm_many_rows: the instance for many
-		    * rows (checked below) */
+		    * rows (checked below; at more than two ranks the one whose
+		    * grid halves take the owned and the gathered rows) */
 		   {MANY, 1024, 1}, {5, 1024, 1}};
 	/* QROWS: more sharded-norm rows than the kernel's grid (a few hundred
 	 * blocks), so that blocks take several groups of rows */
