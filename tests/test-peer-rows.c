@@ -6,7 +6,8 @@
  * a grid, visits each of them exactly once, names its owner and its place
  * in the owner's receive slot, and never a row past the end or one the rank
  * owns.  Every world size the kernels take (2 to 8), every rank, row counts
- * below, at and above the grid, grids of one block to more than the rows.
+ * below, at and above the grid, grids of one block to more than the rows;
+ * and the split grid of the many-row instance at more than two ranks.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,12 +107,49 @@ static void test_spread(void **state)
 		}
 }
 
+/* The many-row instance at more than two ranks splits the grid: blocks
+ * below half = grid / 2 take the owned rows (block b: j = b, b + half, ...),
+ * the others walk the rows owned elsewhere as a grid of their own (first
+ * b - half, step grid - half); the kernel's loop bounds keep each half out
+ * of the other's loop (a block below half starts its walk at b - half
+ * wrapped, bounded by 0).  Every row is finished once, by one half. */
+static void test_halves(void **state)
+{
+	(void)state;
+	static const int64_t row_counts[] = {5, 7, 13, 64, 97, 199, 200};
+	static const uint32_t grids[] = {2, 3, 4, 7, 16, 33, 132, 264};
+	for (int world = 3; world <= 8; world++)
+		for (int rank = 0; rank < world; rank++)
+			for (size_t i = 0; i < sizeof(row_counts) / sizeof(row_counts[0]); i++)
+				for (size_t g = 0; g < sizeof(grids) / sizeof(grids[0]); g++) {
+					const int64_t rows = row_counts[i];
+					const uint32_t grid = grids[g], half = grid / 2;
+					const int64_t n_mine = tpf_rows_owned(rows, rank, world);
+					const int64_t n_other = rows - n_mine;
+					int seen[MAX_ROWS] = {0};
+					for (uint32_t b = 0; b < grid; b++) {
+						for (int64_t j = b; j < (b >= half ? 0 : n_mine); j += half)
+							seen[j * world + rank]++;
+						for (struct tpf_row_walk w = tpf_row_walk_start(b - half, grid - half, rank, world);
+						     w.j < (b < half ? 0 : n_other); w = tpf_row_walk_next(w)) {
+							const int64_t row = tpf_row_walk_row(w);
+							assert_true(row >= 0 && row < rows);
+							assert_int_not_equal(row % world, rank);
+							seen[row]++;
+						}
+					}
+					for (int64_t r = 0; r < rows; r++)
+						assert_int_equal(seen[r], 1);
+				}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_owned),
 		cmocka_unit_test(test_walk),
 		cmocka_unit_test(test_spread),
+		cmocka_unit_test(test_halves),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
