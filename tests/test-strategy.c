@@ -192,14 +192,6 @@ static void test_builtin(void **state)
 	 * of 200 x 8192 stays one-shot on H200 and goes two-shot on H100 */
 	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ALLREDUCE, 8192, 200, 2), TPF_PATH_ONESHOT);
 	assert_int_equal(tpf_strategy_choose(b, 2, TPF_COLL_ALLREDUCE, 8192, 200, 2), TPF_PATH_TWOSHOT);
-	/* and where they agree */
-	for (int g = 0; g < 2; g++) {
-		const struct tpf_strategy_table *t = g ? h200 : b;
-		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 128, 2), TPF_PATH_ONESHOT);
-		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 129, 2), TPF_PATH_TWOSHOT);
-		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 8192, 128, 2), TPF_PATH_ONESHOT);
-		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 8192, 257, 2), TPF_PATH_TWOSHOT);
-	}
 	/* the fused op at hidden 4096: two-shot past 128 tokens on 2x H200,
 	 * past 256 on 2x H100 */
 	assert_int_equal(tpf_strategy_choose(h200, 2, TPF_COLL_ARNORM, 4096, 200, 2), TPF_PATH_TWOSHOT);
@@ -209,15 +201,20 @@ static void test_builtin(void **state)
 	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ARNORM, 8192, 32, 2), TPF_PATH_ONESHOT);
 	assert_int_equal(tpf_strategy_choose(h200, 4, TPF_COLL_ARNORM, 8192, 32, 2), TPF_PATH_TWOSHOT);
 	assert_int_equal(tpf_strategy_choose(h200, 4, TPF_COLL_ARNORM, 8192, 16, 2), TPF_PATH_ONESHOT);
+	/* and where they agree; at world 4, two-shot for every size past
+	 * one-shot's */
 	for (int g = 0; g < 2; g++) {
 		const struct tpf_strategy_table *t = g ? h200 : b;
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 128, 2), TPF_PATH_ONESHOT);
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ARNORM, 8192, 129, 2), TPF_PATH_TWOSHOT);
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 8192, 128, 2), TPF_PATH_ONESHOT);
+		assert_int_equal(tpf_strategy_choose(t, 2, TPF_COLL_ALLREDUCE, 8192, 257, 2), TPF_PATH_TWOSHOT);
+		assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ALLREDUCE, 8192, 16, 2), TPF_PATH_ONESHOT);
+		assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ALLREDUCE, 8192, 4096, 2), TPF_PATH_TWOSHOT);
 		assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ARNORM, 8192, 2048, 2), TPF_PATH_TWOSHOT);
 		assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ARNORM_FP8, 4096, 1, 2), TPF_PATH_ONESHOT);
+		assert_int_equal(tpf_strategy_choose(t, 4, TPF_COLL_ARNORM_FP8, 8192, 4096, 2), TPF_PATH_TWOSHOT);
 	}
-	/* the world-4 rows: two-shot for every size past one-shot's */
-	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ALLREDUCE, 8192, 16, 2), TPF_PATH_ONESHOT);
-	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ALLREDUCE, 8192, 4096, 2), TPF_PATH_TWOSHOT);
-	assert_int_equal(tpf_strategy_choose(b, 4, TPF_COLL_ARNORM_FP8, 8192, 4096, 2), TPF_PATH_TWOSHOT);
 }
 
 int main(void)

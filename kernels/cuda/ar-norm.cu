@@ -716,11 +716,11 @@ __global__ void __launch_bounds__(CPT == 1 ? kWideThreads : kMaxThreads) arnorm_
 // Each rank moves 2 x (world-1)/world of the tensor instead of (world-1)
 // times it, and reads only its own rows' residual; the norm and
 // quantization run on every rank from the same residual sums, so the
-// outputs are the same everywhere.  Owners take every world-th row, not a block of
-// rows each: the grid walks the rows in order, and with blocks of rows
-// every rank's step 1 sent to the same owner at the same time (at 4x H100
-// the bare two-shot all-reduce of 2048 x 8192 took 237 us against NCCL's
-// 173; 170 with every world-th row).
+// outputs are the same everywhere.  Owners take every world-th row, not a
+// block of rows each: the grid walks the rows in order, and with blocks of
+// rows every rank's step 1 sent to the same owner at the same time (at 4x
+// H100 the bare two-shot all-reduce of 2048 x 8192 took 237 us against
+// NCCL's 173; 170 with every world-th row).
 // With many rows at more than two ranks (the BATCH and SPLIT instance)
 // steps 2 and 3 run side by side in the two halves of the grid.  No wait
 // depends on a later phase (step 2 waits only on step 1's stores, which
@@ -1026,10 +1026,10 @@ extern "C" enum tpf_status tpf_cuda_quantize_fp8(enum tpf_dtype dt, const void *
 
 // The two-shot kernel for dtype T and QuantKind Q: its instance for many
 // rows where `many` (rows taken whole: take_chunks; x and the residual
-// loaded and the sum, norm and FP8 outputs stored evict-first, so that L2
-// keeps what the peers write: at 4x H100 2048 x 8192, 172.4 us against
-// 175.7 with the default cache policy), with steps 2 and 3 side by side
-// where `split` (more than two ranks).
+// loaded and every output stored evict-first, so that L2 keeps what the
+// peers write: at 4x H100 2048 x 8192, 172.4 us against 175.7 with the
+// default cache policy), with steps 2 and 3 side by side where `split`
+// (more than two ranks).
 template <typename T, int Q> void (*two_shot_kernel(bool many, bool split))(ArParams)
 {
 	return many ? split ? arnorm_twoshot_kernel<T, Q, true, true> : arnorm_twoshot_kernel<T, Q, true, false>
