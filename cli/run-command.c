@@ -55,6 +55,13 @@ static const char *const run_help =
 	"                        after an FP8/FP4 quantizer a share of the elements\n"
 	"                        may be one FP8 step off\n"
 	"  --backend cpu|cuda    backend (default cpu); cuda under mpirun uses NCCL\n"
+	"  --comm nccl|mpi       (cuda, under mpirun) the communicator: nccl (the\n"
+	"                        default; one GPU per rank) or mpi: collectives on\n"
+	"                        GPU memory go through host memory and MPI, and\n"
+	"                        ranks may share GPUs (rank r takes GPU r modulo the\n"
+	"                        count): a plan for 8 ranks runs on 2 GPUs, slowly,\n"
+	"                        with the same kernels and results; not with\n"
+	"                        --cuda-graph\n"
 	"  --cuda-graph          (cuda) capture the plan into a CUDA graph on the\n"
 	"                        second run and replay it afterwards\n"
 	"  --profile             time every step of the eager runs on the device and\n"
@@ -94,6 +101,7 @@ struct run_opts {
 	int n_dims;
 	long iters, warmup;
 	int optimize, verify, quiet, cuda_graph, no_oneshot, profile;
+	const char *comm; /* --comm: NULL (the backend's default), "nccl", "mpi" */
 	const char *strategy_table;
 	enum tpf_backend backend;
 	double timeout;
@@ -212,6 +220,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 				msg("error", "unknown backend '%s' (cpu, cuda)", next);
 				return CLI_USAGE;
 			}
+		} else if (!strcmp(a, "--comm") && !is_plan) {
+			NEED();
+			if (strcmp(next, "nccl") && strcmp(next, "mpi")) {
+				msg("error", "--comm takes nccl or mpi, not '%s'", next);
+				return CLI_USAGE;
+			}
+			o->comm = next;
 		} else if (!strcmp(a, "--timeout") && !is_plan) {
 			NEED();
 			char *end;
@@ -247,6 +262,15 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 	}
 	if (o->inputs && o->have_seed) {
 		msg("error", "--inputs and --random-inputs exclude each other");
+		return CLI_USAGE;
+	}
+	if (o->comm && !strcmp(o->comm, "nccl") && o->backend != TPF_BACKEND_CUDA) {
+		msg("error", "--comm nccl needs --backend cuda (the cpu backend's ranks talk through MPI)");
+		return CLI_USAGE;
+	}
+	if (o->comm && !strcmp(o->comm, "mpi") && o->backend == TPF_BACKEND_CUDA && o->cuda_graph) {
+		msg("error", "--cuda-graph needs --comm nccl: a collective through host memory cannot be "
+			     "captured in a CUDA graph");
 		return CLI_USAGE;
 	}
 	return -1;
@@ -622,7 +646,13 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	int synced = 1; /* every rank knows about an error at this point */
 	struct tpf_comm_options co = {.timeout_s = o.timeout};
 	startup_watchdog(o.timeout > 0 ? o.timeout : 60);
-	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
+	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA && o.comm && !strcmp(o.comm, "mpi"))
+#ifdef TPF_HAVE_CUDA
+		st = tpf_comm_create_cuda_mpi(&co, &comm, d);
+#else
+		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--backend cuda: this tpfuse was built without CUDA");
+#endif
+	else if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
 #ifdef TPF_HAVE_NCCL
 		st = tpf_comm_create_nccl(&co, &comm, d);
 #else

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct nccl_impl {
 	struct tpf_comm *mpi; /* host-side collectives and bootstrap */
@@ -338,6 +339,36 @@ static void watch_abort(void *ctx)
 
 /* ------------------------------------------------------------ creation */
 
+/* NCCL needs a GPU of its own for every rank: two ranks on one GPU (more
+ * ranks on a host than it has GPUs) are named here, on every rank, instead
+ * of failing inside NCCL's initialization. */
+static enum tpf_status check_own_gpu(struct tpf_comm *c, struct tpf_comm *mpi, int device, struct tpf_diag *d)
+{
+	struct where {
+		char host[64], bus[32];
+	} mine, *all = tpf_calloc((size_t)c->world, sizeof(*all));
+	if (!all)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	memset(&mine, 0, sizeof(mine));
+	if (gethostname(mine.host, sizeof(mine.host) - 1))
+		snprintf(mine.host, sizeof(mine.host), "?");
+	if (cudaDeviceGetPCIBusId(mine.bus, (int)sizeof(mine.bus), device) != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(mine.bus, sizeof(mine.bus), "device %d", device);
+	}
+	enum tpf_status st = mpi->ops->allgather(mpi, &mine, all, sizeof(mine), NULL, d);
+	for (int p = 0; p < c->world && !st; p++)
+		for (int q = 0; q < p && !st; q++)
+			if (!strcmp(all[p].host, all[q].host) && !strcmp(all[p].bus, all[q].bus))
+				st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+						   "ranks %d and %d share the GPU at %s of host %s: NCCL needs "
+						   "one GPU per rank (%d ranks; tpfuse run --comm mpi lets ranks "
+						   "share GPUs, through host memory)",
+						   q, p, all[p].bus, all[p].host, c->world);
+	tpf_free(all);
+	return st;
+}
+
 enum tpf_status tpf_comm_create_nccl(const struct tpf_comm_options *o, struct tpf_comm **out,
 				     struct tpf_diag *d)
 {
@@ -383,6 +414,8 @@ enum tpf_status tpf_comm_create_nccl(const struct tpf_comm_options *o, struct tp
 					   im->device, cudaGetErrorString(ce));
 	}
 	if ((st = tpf_comm_agree(mpi, st, "selecting its GPU", d)))
+		goto out_fail;
+	if ((st = check_own_gpu(c, mpi, im->device, d)))
 		goto out_fail;
 	ncclUniqueId id;
 	memset(&id, 0, sizeof(id));

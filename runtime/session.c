@@ -936,9 +936,10 @@ static enum tpf_status a2a_direct_run(struct tpf_session *s, size_t k, struct tp
 
 #ifdef TPF_HAVE_CUDA
 /* ------------------------------------------------------------ one-shot collectives
- * On the CUDA backend with NCCL and more than one rank, all-reduces that
- * fit go through peer memory (kernels/cuda/tpf-cuda.h): the fused norms in
- * one kernel each, bare all-reduces without NCCL's latency.  Plans are the
+ * On the CUDA backend with more than one rank (NCCL, or MPI through host
+ * memory where ranks share GPUs), all-reduces that fit go through peer
+ * memory (kernels/cuda/tpf-cuda.h): the fused norms in one kernel each,
+ * bare all-reduces without NCCL's latency.  Plans are the
  * same on every rank (structure and shapes are checked), so every rank
  * makes the same choices and the same collective set-up calls. */
 
@@ -953,7 +954,8 @@ static size_t oneshot_max_bytes(void)
 /* Where one-shot collectives can run at all: the same on every rank. */
 static int oneshot_possible(const struct tpf_session *s)
 {
-	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 && strcmp(s->comm->ops->name, "nccl") == 0;
+	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 &&
+	       (strcmp(s->comm->ops->name, "nccl") == 0 || strcmp(s->comm->ops->name, "mpi-cuda") == 0);
 }
 
 /* Whether this rank wants them (options and environment: checked against

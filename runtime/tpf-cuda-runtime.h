@@ -57,6 +57,17 @@ void tpf_cuda_device_graph_stats(const struct tpf_device *dev, unsigned long *ca
 enum tpf_status tpf_comm_create_nccl(const struct tpf_comm_options *o, struct tpf_comm **out,
 				     struct tpf_diag *d);
 
+/* The MPI communicator (MPI_COMM_WORLD) for the CUDA backend, named
+ * "mpi-cuda": collectives on device buffers (a non-NULL stream) wait for
+ * the stream and go through host memory and MPI; calls with a NULL stream
+ * work on host buffers.  Ranks may share a GPU (NCCL refuses that), so
+ * world sizes above the GPU count run, slowly; the peer-memory kernels
+ * work as at one GPU per rank.  A collective on a capturing stream fails
+ * (TPF_ERR_UNSUPPORTED): no CUDA graphs.  TPF_ERR_UNSUPPORTED when built
+ * without MPI. */
+enum tpf_status tpf_comm_create_cuda_mpi(const struct tpf_comm_options *o, struct tpf_comm **out,
+					 struct tpf_diag *d);
+
 /* Device synchronization watchdog (set by the NCCL communicator): poll()
  * returns nonzero with a message when the communicator failed; abort()
  * ends it so that stuck kernels return.  timeout_s bounds every wait. */

@@ -169,6 +169,20 @@ def main():
     rc, _, err = tpfuse("run", model, "--strategy-table")
     expect(rc == 2 and "--strategy-table" in err, "run --strategy-table without a file: exit 2")
 
+    # run --comm: the CUDA backend's communicator; its usage errors hold
+    # everywhere (the runs themselves need mpirun and a GPU: tests/gpu)
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--comm", "gloo")
+    expect(rc == 2 and "--comm takes nccl or mpi, not 'gloo'" in err, "run --comm gloo: exit 2 naming the choices")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--comm", "nccl")
+    expect(rc == 2 and "--comm nccl needs --backend cuda" in err, "run --comm nccl on the cpu backend: exit 2")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--comm", "mpi", "--cuda-graph", "--backend", "cuda")
+    expect(rc == 2 and "--cuda-graph needs --comm nccl" in err,
+           "run --comm mpi --cuda-graph: exit 2 (no CUDA graph captures a collective through host memory)")
+    rc, _, err = tpfuse("run", model, "--random-inputs", "1", "--quiet", "--comm", "mpi")
+    expect(rc == 0 and err == "", "run --comm mpi on the cpu backend (its own communicator): exit 0")
+    rc, _, err = tpfuse("run", model, "--comm")
+    expect(rc == 2 and "--comm needs a value" in err, "run --comm without a value: exit 2")
+
     # tune measures GPUs under mpirun; its usage errors hold everywhere
     rc, out, _ = tpfuse("tune", "--help")
     expect(rc == 0 and "TPF_STRATEGY_TABLE" in out, "tune --help: exit 0, says how the table is used")

@@ -26,10 +26,17 @@ within 6.7e-6 of the torch outputs (the CPU backend's known failures
 included: float16/bfloat16 gemma2, minimax_m2 torchscript fp16, qwen3_next),
 in 2 min 22 s.
 
-Usage: gpu_corpus.py --tpfuse EXE [--world W] [--work DIR] [--only SUBSTR,..] [--list]
+With --comm mpi both modes take `tpfuse run --comm mpi` (collectives on
+GPU memory through host memory and MPI; ranks share the GPUs there are, so
+the -w4 folders run on 2 GPUs), and graph becomes repeat: --iters 3
+without --cuda-graph (no CUDA graph can capture those collectives).
+
+Usage: gpu_corpus.py --tpfuse EXE [--world W] [--comm mpi] [--work DIR]
+                     [--only SUBSTR,..] [--list]
 --list prints the folders and the commands, starts nothing, needs no GPU
 (suite corpus runs it so that this script is loaded on every CI machine).
-Exit 77 (skipped) when there is no mpirun or fewer than W GPUs.
+Exit 77 (skipped) when there is no mpirun or fewer than W GPUs (without
+--comm mpi: one GPU).
 """
 import argparse
 import os
@@ -51,6 +58,14 @@ except ImportError as e:
 KNOWN = [os.path.join(HERE, "corpus-known-failures.txt")]
 MODES = (("eager", ["--backend", "cuda", "--optimize", "--verify"]),
          ("graph", ["--backend", "cuda", "--optimize", "--cuda-graph", "--iters", "3"]))
+
+
+def modes(comm):
+    """MODES for the communicator: under mpi no CUDA graph, --comm mpi."""
+    if comm == "nccl":
+        return MODES
+    return tuple(("repeat" if m == "graph" else m, [x for x in extra if x != "--cuda-graph"] + ["--comm", comm])
+                 for m, extra in MODES)
 
 
 def command(tpfuse, man, out_dir, extra, timeout):
@@ -84,6 +99,8 @@ def main():
                         os.path.relpath(k, ROOT) for k in KNOWN))
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--world", type=int, default=2, help="world size: the -wW folders")
+    ap.add_argument("--comm", choices=["nccl", "mpi"], default="nccl",
+                    help="tpfuse run --comm (mpi: ranks share the GPUs)")
     ap.add_argument("--list", action="store_true", help="print the folders and commands, run nothing")
     a = ap.parse_args()
     a.tpfuse = os.path.abspath(a.tpfuse)
@@ -96,17 +113,18 @@ def main():
             name = os.path.basename(folder)
             print("%s (%s)%s" % (name, man["dtype"],
                                  "  known failure: " + known[name] if name in known else ""))
-            for mode, extra in MODES:
+            for mode, extra in modes(a.comm):
                 print("    %-5s cd %s && %s" % (mode, os.path.relpath(folder), shlex.join(
                     command(a.tpfuse, man, "OUT", extra, a.timeout))))
-        print("%d folders, %d runs" % (len(folders), len(folders) * len(MODES)))
+        print("%d folders, %d runs" % (len(folders), len(folders) * len(modes(a.comm))))
         return 0 if folders else 1
     if not shutil.which("mpirun") or not shutil.which("nvidia-smi"):
         print("mpirun or nvidia-smi not found: skipped")
         return 77
     ngpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
-    if ngpu < max(2, a.world):
-        print("%d GPU(s), %d needed: skipped" % (ngpu, max(2, a.world)))
+    need = 1 if a.comm == "mpi" else max(2, a.world)
+    if ngpu < need:
+        print("%d GPU(s), %d needed: skipped" % (ngpu, need))
         return 77
     if not os.path.exists(a.tpfuse):
         print("tpfuse not found at %s (--tpfuse)" % a.tpfuse)
@@ -117,7 +135,7 @@ def main():
     for folder, man in folders:
         name = os.path.basename(folder)
         notes, errs = [], []
-        for mode, extra in MODES:
+        for mode, extra in modes(a.comm):
             out_dir = os.path.join(work, name, mode)
             shutil.rmtree(out_dir, ignore_errors=True)
             cmd = command(a.tpfuse, man, out_dir, extra, a.timeout)

@@ -37,6 +37,17 @@ quantized rule), with these element bounds (abs and rel):
             Measured in bfloat16 on 2x H100: 19.5% of an output's elements
             beyond the bf16 bound (at most 25%), mean error 0.046 (cap
             0.06), drift 0.004 (cap 0.01).
+            In float32 the share of elements beyond the bound is not capped
+            (every element must still be within one step, and the mean
+            error and the drift stay capped): with a bound of 1e-3 every
+            element downstream of a moved value is beyond it, and one moved
+            value in a row of the last GEMM's input moves the whole row,
+            half of a 2-row output.  At world 8 (8 heads) the model is that
+            close to its boundaries: perturbing its input by 3e-5 relative
+            (onnxruntime, float32) put more than 25% of last_hidden_state
+            beyond 1e-3 in 49 of 100 draws, and on 2x H200 (8 ranks sharing
+            them, --comm mpi) one row moved against the CPU backend in every
+            mode (60 of 128 elements, mean error 0.011).
 
 Replicated outputs stay replicated: an output file that the CPU backend
 writes bit-identical on every rank (what follows an all-reduce) must be
@@ -51,8 +62,18 @@ Runs on the CUDA backend print how many collectives went through peer
 memory: the fused graphs and every family with all-reduces must use the
 one-shot kernels, --no-oneshot none.
 
-Usage: gpu_models.py --tpf-run EXE --work DIR [--world W] [--families a,b] [--dtypes ...]
-Exit 77 (skipped) when there is no GPU (fewer than W), mpirun or onnxruntime.
+With --comm mpi every CUDA run takes `--comm mpi`: collectives on GPU
+memory go through host memory and MPI, and ranks share the GPUs there are
+(world 8 on 2 GPUs), so the kernels and the peer-memory collectives of a
+world size above the GPU count run and are checked.  CUDA graphs cannot
+capture those collectives: graph, fused and fused_pdl_all then run eagerly
+(fused: --optimize), and nccl (--no-oneshot) runs every collective through
+MPI.
+
+Usage: gpu_models.py --tpf-run EXE --work DIR [--world W] [--comm mpi]
+                     [--families a,b] [--dtypes ...]
+Exit 77 (skipped) when there is no GPU (fewer than W without --comm mpi),
+mpirun or onnxruntime.
 """
 import argparse
 import re
@@ -110,7 +131,10 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--world", type=int, default=2, help="ranks (one GPU each)")
+    ap.add_argument("--world", type=int, default=2,
+                    help="ranks (one GPU each; with --comm mpi, sharing the GPUs)")
+    ap.add_argument("--comm", choices=["nccl", "mpi"], default="nccl",
+                    help="the CUDA runs' communicator (tpfuse run --comm)")
     a = ap.parse_args()
     if a.world < 2:
         ap.error("--world must be at least 2")
@@ -118,9 +142,14 @@ def main():
         print("mpirun or nvidia-smi not found: skipped")
         return 77
     ngpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
-    if ngpu < a.world:
-        print(f"{ngpu} GPU(s), {a.world} needed: skipped")
+    need = 1 if a.comm == "mpi" else a.world
+    if ngpu < need:
+        print(f"{ngpu} GPU(s), {need} needed: skipped")
         return 77
+    # under --comm mpi no CUDA graph can capture the collectives
+    graph = [] if a.comm == "mpi" else ["--cuda-graph"]
+    comm = ["--comm", a.comm]
+    print(f"world {a.world} on {ngpu} GPU(s), communicator {a.comm}")
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
@@ -128,11 +157,15 @@ def main():
         return 77
     os.makedirs(a.work, exist_ok=True)
     failures = []
+    share = a.comm == "mpi" and a.world > ngpu
     for dt in a.dtypes.split(","):
         out = os.path.join(a.work, dt)
         shutil.rmtree(out, ignore_errors=True)
+        # the default 4 (kv) heads shard up to 4 ranks; more ranks get a
+        # head each
+        heads = ["--heads", str(a.world), "--kv-heads", str(a.world)] if a.world > 4 else []
         gen = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tpmodels.py"), "all",
-                              "--world-size", str(a.world), "--out", out, "--dtype", dt],
+                              "--world-size", str(a.world), "--out", out, "--dtype", dt] + heads,
                              capture_output=True, text=True)
         if gen.returncode:
             print(gen.stdout + gen.stderr)
@@ -140,15 +173,27 @@ def main():
         for fam in a.families.split(","):
             model = os.path.join(out, f"{fam}.rank{{rank}}.onnx")
             data = os.path.join(out, f"{fam}_data", "rank{rank}")
+            if share:
+                # ranks that share a GPU: NCCL is refused up front, naming
+                # two of them and --comm mpi (not an error inside NCCL)
+                share = False
+                rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--backend", "cuda",
+                                  "--quiet"], a.world, timeout=120)
+                label = f"{a.world} ranks on {ngpu} GPU(s) through NCCL: refused, naming --comm mpi"
+                if rc == 4 and re.search(r"ranks \d+ and \d+ share the GPU", log) and "--comm mpi" in log:
+                    print(f"PASS {label}")
+                else:
+                    print(f"FAIL {label}: exit {rc}\n{log}")
+                    failures.append(label)
             res = {}
             for kind, extra in (("cpu", ["--backend", "cpu"]),
-                                ("cuda", ["--backend", "cuda"]),
-                                ("nccl", ["--backend", "cuda", "--no-oneshot"]),
-                                ("graph", ["--backend", "cuda", "--cuda-graph", "--iters", "3"]),
-                                ("fused", ["--backend", "cuda", "--optimize", "--cuda-graph",
-                                           "--iters", "3"]),
-                                ("fused_pdl_all", ["--backend", "cuda", "--optimize", "--cuda-graph",
-                                                   "--iters", "3"])):
+                                ("cuda", ["--backend", "cuda"] + comm),
+                                ("nccl", ["--backend", "cuda", "--no-oneshot"] + comm),
+                                ("graph", ["--backend", "cuda", "--iters", "3"] + graph + comm),
+                                ("fused", ["--backend", "cuda", "--optimize", "--iters", "3"]
+                                 + graph + comm),
+                                ("fused_pdl_all", ["--backend", "cuda", "--optimize", "--iters", "3"]
+                                 + graph + comm)):
                 od = os.path.join(out, f"{fam}.{kind}.rank{{rank}}")
                 # fused_pdl_all: the decode kernels launched as dependents too
                 env = {"TPF_PDL": "all"} if kind == "fused_pdl_all" else None
@@ -222,6 +267,8 @@ def main():
                     if dt == "float32":
                         tol = F32_FP8_TOL if quant else F32_TOL
                         kw.update(atol=tol, rtol=tol)
+                        if quant:
+                            kw.update(q_off_frac=1.0)  # see the module doc
                     print(f"-- {label}")
                     if not compare(got, want, **kw):
                         print(f"FAIL {label}")
@@ -232,7 +279,7 @@ def main():
                     else:
                         print(f"PASS {label}")
             rc, log = mpirun([a.tpf_run, "run", model, "--inputs", data, "--backend", "cuda",
-                              "--optimize", "--verify", "--quiet"], a.world)
+                              "--optimize", "--verify", "--quiet"] + comm, a.world)
             label = f"{dt} {fam} --optimize --verify on cuda"
             print(log.strip())
             if rc:

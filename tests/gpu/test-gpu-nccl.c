@@ -24,6 +24,16 @@
  * waiting rank's kernel gives up after its 3 s timeout instead of spinning
  * forever, and tpf_cuda_arnorm_check names what happened.
  *
+ * With --mpi: the peer-memory tests only (the sequence, the quantized
+ * outputs, the all-to-all), over the MPI communicator instead of NCCL,
+ * which refuses two ranks on one GPU.  Ranks may then share GPUs (rank r
+ * takes GPU r modulo the count): world sizes above the GPU count, such as
+ * 4 or 8 ranks on 2 GPUs, run the kernels' code for those worlds.  The
+ * ranks on one GPU are separate processes: their kernels take turns on it,
+ * so their waits for each other end at the next turn (slow, but each
+ * result is as exact as at one rank per GPU).  A GPU that admits one
+ * process only (compute mode exclusive) skips the run.
+ *
  * Exit 0 passed, 1 failed, 77 no GPU or fewer GPUs than ranks (skipped).
  */
 #include <math.h>
@@ -309,7 +319,7 @@ static void peer_sequence(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 	printf("rank %d: peer sequence: %d calls, %d sums, %d norms and %d sharded norms off\n", RANK, calls, bad_sum,
 	       bad_norm, bad_sharded);
 	expect(!st && calls == (int)(sizeof(seq) / sizeof(seq[0])) && !bad_sum && !bad_norm && !bad_sharded,
-	       "one-shot and two-shot all-reduce + norm and the sharded norm's exchange over 13 calls of changing sizes");
+	       "one-shot and two-shot all-reduce + norm and the sharded norm's exchange over a sequence of calls of changing sizes");
 	tpf_diag_clear(d);
 	dev->free(dev, x);
 	dev->free(dev, r);
@@ -658,10 +668,54 @@ static void peer_alltoall(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 	tpf_cuda_a2a_free(a2a);
 }
 
+/* --mpi: the peer-memory kernels at any world size, ranks sharing GPUs. */
+static int peer_only(const struct tpf_comm_options *o, struct tpf_diag *d)
+{
+	struct tpf_comm *c = NULL;
+	struct tpf_device *dev = NULL;
+	enum tpf_status st = tpf_comm_create_mpi(o, &c, d);
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	RANK = c->rank;
+	/* every rank learns whether every rank has its device: all skip or
+	 * none does (a GPU in exclusive compute mode admits one process) */
+	st = tpf_device_create_cuda(c->local_rank, &dev, d);
+	int mine = st == TPF_OK, have = 1;
+	int *all = calloc((size_t)c->world, sizeof(int));
+	if (!all || c->ops->allgather(c, &mine, all, sizeof(mine), NULL, d) != TPF_OK) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	for (int q = 0; q < c->world; q++)
+		have &= all[q];
+	free(all);
+	if (!have) {
+		printf("rank %d: not every rank has a CUDA device (%s): skipped\n", RANK,
+		       mine ? "another rank's failed" : "this rank's failed");
+		tpf_diag_print(d, stdout);
+		tpf_device_free(dev);
+		tpf_comm_free(c);
+		return 77;
+	}
+	printf("rank %d of %d: peer-memory kernels over MPI, local rank %d\n", RANK, c->world, c->local_rank);
+	peer_sequence(c, dev, d);
+	peer_quant(c, dev, d);
+	peer_alltoall(c, dev, d);
+	const int local_fails = fails;
+	tpf_device_free(dev);
+	tpf_comm_free(c);
+	tpf_diag_free(d);
+	printf("rank %d: %s\n", RANK, local_fails ? "FAILED" : "all passed");
+	return local_fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	int stall = argc > 1 && !strcmp(argv[1], "--stall");
 	int stall_peer_mode = argc > 1 && !strcmp(argv[1], "--stall-peer");
+	int mpi_mode = argc > 1 && !strcmp(argv[1], "--mpi");
 	struct tpf_diag *d = tpf_diag_create();
 	struct tpf_comm *c = NULL;
 	struct tpf_device *dev = NULL;
@@ -669,9 +723,12 @@ int main(int argc, char **argv)
 		printf("not started by mpirun: skipped\n");
 		return 77;
 	}
-	/* a hang is a failure: end the process well before the test's limit */
-	alarm(90);
+	/* a hang is a failure: end the process well before the test's limit
+	 * (with --mpi, ranks that share a GPU take turns on it) */
+	alarm(mpi_mode ? 240 : 90);
 	struct tpf_comm_options o = {.timeout_s = 8};
+	if (mpi_mode)
+		return peer_only(&o, d);
 	enum tpf_status st = tpf_comm_create_nccl(&o, &c, d);
 	if (st) {
 		tpf_diag_print(d, stdout);

@@ -92,9 +92,9 @@ def load(path):
     return t, numpy_helper.to_array(t)
 
 
-def check_arrays(x, y, atol, rtol, quantized=False, is_float=True):
+def check_arrays(x, y, atol, rtol, quantized=False, is_float=True, q_off_frac=Q_OFF_FRAC):
     """Compares got x with want y (float64 arrays of one shape).  Returns
-    (ok, message)."""
+    (ok, message).  q_off_frac replaces Q_OFF_FRAC."""
     x = np.asarray(x, np.float64).ravel()
     y = np.asarray(y, np.float64).ravel()
     if not is_float:
@@ -134,8 +134,8 @@ def check_arrays(x, y, atol, rtol, quantized=False, is_float=True):
         msg += f", {n_beyond} of {x.size} beyond the element bound"
         if too_far:
             problems.append(f"{too_far} elements more than one step ({step:.3g}) off")
-        if n_beyond > Q_OFF_FRAC * x.size:
-            problems.append(f"{n_beyond} of {x.size} elements beyond the bound (at most {Q_OFF_FRAC:.0%})")
+        if n_beyond > q_off_frac * x.size:
+            problems.append(f"{n_beyond} of {x.size} elements beyond the bound (at most {q_off_frac:.0%})")
         if mean_abs > Q_MEAN_ABS:
             problems.append(f"mean error {mean_abs:.3g} > {Q_MEAN_ABS}")
     elif n_beyond:
@@ -157,9 +157,10 @@ def tolerance(data_type, atol=None, rtol=None):
     return (a0 if atol is None else atol), (r0 if rtol is None else rtol)
 
 
-def compare(got_dir, want_dir, atol=None, rtol=None, quiet=False, quantized=False):
+def compare(got_dir, want_dir, atol=None, rtol=None, quiet=False, quantized=False, q_off_frac=Q_OFF_FRAC):
     """True when every output of got_dir matches want_dir (see the module
-    doc).  atol/rtol replace the dtype's element bound."""
+    doc).  atol/rtol replace the dtype's element bound, q_off_frac the
+    quantized rule's Q_OFF_FRAC."""
     wants = output_files(want_dir)
     if not wants:
         print(f"no outputs in {want_dir}")
@@ -179,7 +180,7 @@ def compare(got_dir, want_dir, atol=None, rtol=None, quiet=False, quantized=Fals
             continue
         a, r = tolerance(wt.data_type, atol, rtol)
         same, msg = check_arrays(ga.astype(np.float64), wa.astype(np.float64), a, r, quantized,
-                                 wt.data_type in FLOAT_TYPES)
+                                 wt.data_type in FLOAT_TYPES, q_off_frac)
         if not quiet or not same:
             print(f"{wt.name}: {msg} (atol {a:g}, rtol {r:g}{', quantized' if quantized else ''}): "
                   f"{'ok' if same else 'MISMATCH'}")
@@ -191,7 +192,7 @@ PERTURBATIONS = (("x1.05", lambda x, y: x * 1.05), ("x1.15", lambda x, y: x * 1.
                  ("+5% of the mean magnitude", lambda x, y: x + 0.05 * float(np.mean(np.abs(y)))))
 
 
-def self_check(got_dir, want_dir, atol=None, rtol=None, quantized=False):
+def self_check(got_dir, want_dir, atol=None, rtol=None, quantized=False, q_off_frac=Q_OFF_FRAC):
     """True when every perturbation of every float output of got_dir (scaled
     by 1.05 and 1.15, shifted by 5% of its mean magnitude) FAILS the
     comparison with want_dir; prints the ones that pass."""
@@ -209,7 +210,7 @@ def self_check(got_dir, want_dir, atol=None, rtol=None, quantized=False):
             continue  # an all-zero output cannot show a scale error
         a, r = tolerance(wt.data_type, atol, rtol)
         for label, f in PERTURBATIONS:
-            passed, msg = check_arrays(f(ga.astype(np.float64), y), y, a, r, quantized)
+            passed, msg = check_arrays(f(ga.astype(np.float64), y), y, a, r, quantized, True, q_off_frac)
             if passed:
                 print(f"{wt.name}: got {label} PASSES the comparison ({msg}): the tolerance hides it")
                 ok = False

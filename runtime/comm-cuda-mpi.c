@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* The MPI communicator for the CUDA backend: collectives on device memory
+ * travel through host memory (the stream is synchronized, the buffers are
+ * copied down, MPI runs the collective, the result is copied up).  Unlike
+ * NCCL it lets ranks share a GPU, so a plan for 8 ranks runs on 2 GPUs:
+ * slowly, but with the same kernels, the same peer-memory collectives
+ * (tpf_cuda_arnorm through CUDA IPC works between processes on one GPU)
+ * and the same outputs as at one GPU per rank.  What it cannot do is run
+ * inside a CUDA graph capture: a collective that finds its stream capturing
+ * fails with an error instead of breaking the capture.  Calls with a NULL
+ * stream work on host memory (the runtime's start-up agreements). */
+#include "tpf-cuda-runtime.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+struct staged_impl {
+	struct tpf_comm *mpi;
+	unsigned char *host[2]; /* send and receive staging, grown as needed */
+	size_t cap[2];
+};
+
+static enum tpf_status cuda_fail(struct tpf_comm *c, const char *what, const char *step, cudaError_t e,
+				 struct tpf_diag *d)
+{
+	cudaGetLastError();
+	return tpf_diag_fail(d, TPF_ERR_RUNTIME, "%s through MPI on rank %d: %s: %s", what, c->rank, step,
+			     cudaGetErrorString(e));
+}
+
+/* Ready to stage: the stream is not being captured and its work is done
+ * (the device buffers hold what the collective must send). */
+static enum tpf_status settle(struct tpf_comm *c, const char *what, void *stream, struct tpf_diag *d)
+{
+	enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &cs);
+	if (e != cudaSuccess)
+		return cuda_fail(c, what, "querying the stream", e, d);
+	if (cs != cudaStreamCaptureStatusNone)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				     "%s through MPI on rank %d: a collective through host memory cannot be "
+				     "captured in a CUDA graph (use NCCL, one GPU per rank, for --cuda-graph)",
+				     what, c->rank);
+	e = cudaStreamSynchronize((cudaStream_t)stream);
+	return e == cudaSuccess ? TPF_OK : cuda_fail(c, what, "waiting for the stream", e, d);
+}
+
+static enum tpf_status staging(struct tpf_comm *c, int which, size_t bytes, struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	if (bytes <= im->cap[which])
+		return TPF_OK;
+	unsigned char *p = tpf_realloc(im->host[which], bytes);
+	if (!p)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory staging %zu bytes for MPI", bytes);
+	im->host[which] = p;
+	im->cap[which] = bytes;
+	return TPF_OK;
+}
+
+static enum tpf_status copy(struct tpf_comm *c, const char *what, void *dst, const void *src, size_t bytes,
+			    enum cudaMemcpyKind kind, void *stream, struct tpf_diag *d)
+{
+	if (!bytes)
+		return TPF_OK;
+	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize((cudaStream_t)stream);
+	return e == cudaSuccess ? TPF_OK
+				: cuda_fail(c, what, kind == cudaMemcpyDeviceToHost ? "copying down" : "copying up",
+					    e, d);
+}
+
+/* Stages send (send_bytes) down, runs fn on the host copies, and copies
+ * recv_bytes of the result up into recv. */
+static enum tpf_status staged(struct tpf_comm *c, const char *what, const void *send, size_t send_bytes,
+			      void *recv, size_t recv_bytes, void *stream,
+			      enum tpf_status (*fn)(struct tpf_comm *mpi, const void *hs, void *hr, void *arg,
+						    struct tpf_diag *d),
+			      void *arg, struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	enum tpf_status st;
+	if ((st = settle(c, what, stream, d)) || (st = staging(c, 0, send_bytes, d)) ||
+	    (st = staging(c, 1, recv_bytes, d)))
+		return st;
+	if ((st = copy(c, what, im->host[0], send, send_bytes, cudaMemcpyDeviceToHost, stream, d)))
+		return st;
+	if ((st = fn(im->mpi, im->host[0], im->host[1], arg, d)))
+		return st;
+	return copy(c, what, recv, im->host[1], recv_bytes, cudaMemcpyHostToDevice, stream, d);
+}
+
+struct sum_arg {
+	size_t count;
+	enum tpf_dtype dtype;
+};
+
+static enum tpf_status do_sum(struct tpf_comm *mpi, const void *hs, void *hr, void *arg, struct tpf_diag *d)
+{
+	const struct sum_arg *a = arg;
+	return mpi->ops->allreduce_sum(mpi, hs, hr, a->count, a->dtype, NULL, d);
+}
+
+static enum tpf_status staged_allreduce(struct tpf_comm *c, const void *send, void *recv, size_t count,
+					enum tpf_dtype dtype, void *stream, struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	if (!stream)
+		return im->mpi->ops->allreduce_sum(im->mpi, send, recv, count, dtype, NULL, d);
+	const unsigned bits = tpf_dtype_bits(dtype);
+	if (!bits || bits % 8)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "allreduce of %s through MPI not supported",
+				     tpf_dtype_name(dtype));
+	struct sum_arg a = {count, dtype};
+	const size_t bytes = count * (size_t)(bits / 8);
+	return staged(c, "allreduce", send, bytes, recv, bytes, stream, do_sum, &a, d);
+}
+
+static enum tpf_status do_gather(struct tpf_comm *mpi, const void *hs, void *hr, void *arg, struct tpf_diag *d)
+{
+	return mpi->ops->allgather(mpi, hs, hr, *(const size_t *)arg, NULL, d);
+}
+
+static enum tpf_status staged_allgather(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
+					void *stream, struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	if (!stream)
+		return im->mpi->ops->allgather(im->mpi, send, recv, bytes, NULL, d);
+	return staged(c, "allgather", send, bytes, recv, bytes * (size_t)c->world, stream, do_gather, &bytes, d);
+}
+
+static enum tpf_status do_a2a(struct tpf_comm *mpi, const void *hs, void *hr, void *arg, struct tpf_diag *d)
+{
+	return mpi->ops->alltoall(mpi, hs, hr, *(const size_t *)arg, NULL, d);
+}
+
+static enum tpf_status staged_alltoall(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
+				       void *stream, struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	if (!stream)
+		return im->mpi->ops->alltoall(im->mpi, send, recv, bytes, NULL, d);
+	const size_t all = bytes * (size_t)c->world;
+	return staged(c, "alltoall", send, all, recv, all, stream, do_a2a, &bytes, d);
+}
+
+static enum tpf_status staged_alltoall_pieces(struct tpf_comm *c, const void *const *send, void *const *recv,
+					      const size_t *bytes, size_t n, void *stream, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	for (size_t i = 0; i < n; i++)
+		if ((st = staged_alltoall(c, send[i], recv[i], bytes[i], stream, d)))
+			return st;
+	return TPF_OK;
+}
+
+static enum tpf_status staged_broadcast(struct tpf_comm *c, void *buf, size_t bytes, int root, void *stream,
+					struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	enum tpf_status st;
+	if (!stream)
+		return im->mpi->ops->broadcast(im->mpi, buf, bytes, root, NULL, d);
+	if (root < 0 || root >= c->world)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "broadcast: root %d outside world size %d", root,
+				     c->world);
+	if ((st = settle(c, "broadcast", stream, d)) || (st = staging(c, 1, bytes, d)))
+		return st;
+	if ((st = copy(c, "broadcast", im->host[1], buf, bytes, cudaMemcpyDeviceToHost, stream, d)))
+		return st;
+	if ((st = im->mpi->ops->broadcast(im->mpi, im->host[1], bytes, root, NULL, d)))
+		return st;
+	return copy(c, "broadcast", buf, im->host[1], bytes, cudaMemcpyHostToDevice, stream, d);
+}
+
+static enum tpf_status staged_barrier(struct tpf_comm *c, struct tpf_diag *d)
+{
+	struct staged_impl *im = c->impl;
+	return im->mpi->ops->barrier(im->mpi, d);
+}
+
+static void staged_abort(struct tpf_comm *c, int code)
+{
+	struct staged_impl *im = c->impl;
+	tpf_comm_abort(im->mpi, code);
+}
+
+static void staged_destroy(struct tpf_comm *c)
+{
+	struct staged_impl *im = c->impl;
+	if (im) {
+		tpf_comm_free(im->mpi);
+		tpf_free(im->host[0]);
+		tpf_free(im->host[1]);
+		tpf_free(im);
+	}
+	tpf_free(c);
+}
+
+static const struct tpf_comm_ops staged_ops = {
+	.name = "mpi-cuda",
+	.allreduce_sum = staged_allreduce,
+	.allgather = staged_allgather,
+	.alltoall = staged_alltoall,
+	.alltoall_pieces = staged_alltoall_pieces,
+	.broadcast = staged_broadcast,
+	.barrier = staged_barrier,
+	.abort = staged_abort,
+	.destroy = staged_destroy,
+};
+
+enum tpf_status tpf_comm_create_cuda_mpi(const struct tpf_comm_options *o, struct tpf_comm **out,
+					 struct tpf_diag *d)
+{
+	enum tpf_status st;
+	struct tpf_comm *mpi = NULL;
+	*out = NULL;
+	if ((st = tpf_comm_create_mpi(o, &mpi, d)))
+		return st;
+	struct tpf_comm *c = tpf_calloc(1, sizeof(*c));
+	struct staged_impl *im = tpf_calloc(1, sizeof(*im));
+	if (!c || !im) {
+		tpf_free(c);
+		tpf_free(im);
+		tpf_comm_free(mpi);
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	}
+	im->mpi = mpi;
+	c->ops = &staged_ops;
+	c->impl = im;
+	c->rank = mpi->rank;
+	c->world = mpi->world;
+	c->local_rank = mpi->local_rank;
+	c->timeout_s = mpi->timeout_s;
+	*out = c;
+	return TPF_OK;
+}
