@@ -55,21 +55,23 @@ static const char *const run_help =
 	"                        after an FP8/FP4 quantizer a share of the elements\n"
 	"                        may be one FP8 step off\n"
 	"  --backend cpu|cuda    backend (default cpu); cuda under mpirun uses NCCL\n"
+	"                        unless --comm mpi\n"
 	"  --comm nccl|mpi       (cuda, under mpirun) the communicator: nccl (the\n"
 	"                        default; one GPU per rank) or mpi: collectives on\n"
 	"                        GPU memory go through host memory and MPI, and\n"
-	"                        ranks may share GPUs (rank r takes GPU r modulo the\n"
-	"                        count): a plan for 8 ranks runs on 2 GPUs, slowly,\n"
-	"                        with the same kernels and results; not with\n"
-	"                        --cuda-graph\n"
+	"                        ranks may share GPUs (a host's rank r takes its\n"
+	"                        GPU r modulo the count): a plan for 8 ranks runs on\n"
+	"                        2 GPUs, slowly, with the same kernels and peer-\n"
+	"                        memory collectives; not with --cuda-graph\n"
 	"  --cuda-graph          (cuda) capture the plan into a CUDA graph on the\n"
 	"                        second run and replay it afterwards\n"
 	"  --profile             time every step of the eager runs on the device and\n"
 	"                        print the time per kernel and the slowest steps\n"
 	"                        (rank 0; not with --cuda-graph)\n"
 	"  --no-oneshot          (cuda, several ranks) run every collective through\n"
-	"                        NCCL; by default all-reduces and fused norms that\n"
-	"                        fit run as one-shot kernels through peer memory\n"
+	"                        NCCL (MPI with --comm mpi); by default all-reduces\n"
+	"                        and fused norms that fit run as one-shot kernels\n"
+	"                        through peer memory\n"
 	"  --strategy-table FILE (cuda, several ranks) the collective strategy\n"
 	"                        table (`tpfuse tune -o FILE`) that picks NCCL,\n"
 	"                        one-shot or two-shot per call; default\n"
@@ -751,8 +753,8 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	if (!o.quiet && comm->rank == 0 && o.backend == TPF_BACKEND_CUDA && comm->world > 1) {
 		size_t n_coll, n_one;
 		tpf_session_collective_stats(s, &n_coll, &n_one);
-		printf("collectives: %zu step%s, %zu through peer memory (one-shot kernels), the rest NCCL\n", n_coll,
-		       n_coll == 1 ? "" : "s", n_one);
+		printf("collectives: %zu step%s, %zu through peer memory (one-shot kernels), the rest %s\n", n_coll,
+		       n_coll == 1 ? "" : "s", n_one, strcmp(comm->ops->name, "nccl") ? "through MPI" : "NCCL");
 	}
 	if (!o.quiet && comm->rank == 0 && tpf_session_direct_alltoalls(s, NULL)) {
 		size_t peer;

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 struct staged_impl {
 	struct tpf_comm *mpi;
@@ -29,6 +30,39 @@ static enum tpf_status cuda_fail(struct tpf_comm *c, const char *what, const cha
 			     cudaGetErrorString(e));
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits for the stream's work, at most the communicator's timeout (a
+ * kernel that waits for a peer which stopped must not stall this rank). */
+static enum tpf_status wait_stream(struct tpf_comm *c, const char *what, const char *step, void *stream,
+				   struct tpf_diag *d)
+{
+	const double limit = c->timeout_s > 0 ? c->timeout_s : 60;
+	const double end = now_s() + limit;
+	for (unsigned spins = 1;; spins++) {
+		cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+		if (e == cudaSuccess)
+			return TPF_OK;
+		if (e != cudaErrorNotReady)
+			return cuda_fail(c, what, step, e, d);
+		if (spins > 2000) {
+			struct timespec ts = {0, 20000};
+			nanosleep(&ts, NULL);
+		}
+		if ((spins & 63) == 0 && now_s() > end)
+			return tpf_diag_fail(d, TPF_ERR_RUNTIME,
+					     "%s through MPI on rank %d of %d: %s: the GPU's work did not finish "
+					     "within %.0f s (a kernel waits for a peer that stopped or runs a "
+					     "different schedule?)",
+					     what, c->rank, c->world, step, limit);
+	}
+}
+
 /* Ready to stage: the stream is not being captured and its work is done
  * (the device buffers hold what the collective must send). */
 static enum tpf_status settle(struct tpf_comm *c, const char *what, void *stream, struct tpf_diag *d)
@@ -42,8 +76,7 @@ static enum tpf_status settle(struct tpf_comm *c, const char *what, void *stream
 				     "%s through MPI on rank %d: a collective through host memory cannot be "
 				     "captured in a CUDA graph (use NCCL, one GPU per rank, for --cuda-graph)",
 				     what, c->rank);
-	e = cudaStreamSynchronize((cudaStream_t)stream);
-	return e == cudaSuccess ? TPF_OK : cuda_fail(c, what, "waiting for the stream", e, d);
+	return wait_stream(c, what, "waiting for the stream", stream, d);
 }
 
 static enum tpf_status staging(struct tpf_comm *c, int which, size_t bytes, struct tpf_diag *d)
@@ -64,12 +97,9 @@ static enum tpf_status copy(struct tpf_comm *c, const char *what, void *dst, con
 {
 	if (!bytes)
 		return TPF_OK;
+	const char *step = kind == cudaMemcpyDeviceToHost ? "copying down" : "copying up";
 	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream);
-	if (e == cudaSuccess)
-		e = cudaStreamSynchronize((cudaStream_t)stream);
-	return e == cudaSuccess ? TPF_OK
-				: cuda_fail(c, what, kind == cudaMemcpyDeviceToHost ? "copying down" : "copying up",
-					    e, d);
+	return e == cudaSuccess ? wait_stream(c, what, step, stream, d) : cuda_fail(c, what, step, e, d);
 }
 
 /* Stages send (send_bytes) down, runs fn on the host copies, and copies
@@ -188,10 +218,26 @@ static void staged_abort(struct tpf_comm *c, int code)
 	tpf_comm_abort(im->mpi, code);
 }
 
+/* The device's waits take this communicator's timeout (the watchdog has
+ * nothing else to report: MPI's errors come back from its calls). */
+static int watch_poll(void *ctx, char *msg, size_t size)
+{
+	(void)ctx;
+	(void)msg;
+	(void)size;
+	return 0;
+}
+
+static void watch_abort(void *ctx)
+{
+	(void)ctx;
+}
+
 static void staged_destroy(struct tpf_comm *c)
 {
 	struct staged_impl *im = c->impl;
 	if (im) {
+		tpf_cuda_set_watchdog(NULL);
 		tpf_comm_free(im->mpi);
 		tpf_free(im->host[0]);
 		tpf_free(im->host[1]);
@@ -235,6 +281,8 @@ enum tpf_status tpf_comm_create_cuda_mpi(const struct tpf_comm_options *o, struc
 	c->world = mpi->world;
 	c->local_rank = mpi->local_rank;
 	c->timeout_s = mpi->timeout_s;
+	struct tpf_cuda_watchdog w = {.poll = watch_poll, .abort = watch_abort, .ctx = c, .timeout_s = c->timeout_s};
+	tpf_cuda_set_watchdog(&w);
 	*out = c;
 	return TPF_OK;
 }

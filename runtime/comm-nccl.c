@@ -345,21 +345,26 @@ static void watch_abort(void *ctx)
 static enum tpf_status check_own_gpu(struct tpf_comm *c, struct tpf_comm *mpi, int device, struct tpf_diag *d)
 {
 	struct where {
-		char host[64], bus[32];
+		char host[64], bus[32]; /* bus "": unknown, compared with none */
 	} mine, *all = tpf_calloc((size_t)c->world, sizeof(*all));
-	if (!all)
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	/* every rank takes part in the exchange, or none does */
+	enum tpf_status st = tpf_comm_agree(mpi, all ? TPF_OK : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory"),
+					    "checking that every rank has a GPU of its own", d);
+	if (st) {
+		tpf_free(all);
+		return st;
+	}
 	memset(&mine, 0, sizeof(mine));
 	if (gethostname(mine.host, sizeof(mine.host) - 1))
 		snprintf(mine.host, sizeof(mine.host), "?");
 	if (cudaDeviceGetPCIBusId(mine.bus, (int)sizeof(mine.bus), device) != cudaSuccess) {
 		cudaGetLastError();
-		snprintf(mine.bus, sizeof(mine.bus), "device %d", device);
+		mine.bus[0] = 0;
 	}
-	enum tpf_status st = mpi->ops->allgather(mpi, &mine, all, sizeof(mine), NULL, d);
+	st = mpi->ops->allgather(mpi, &mine, all, sizeof(mine), NULL, d);
 	for (int p = 0; p < c->world && !st; p++)
 		for (int q = 0; q < p && !st; q++)
-			if (!strcmp(all[p].host, all[q].host) && !strcmp(all[p].bus, all[q].bus))
+			if (all[p].bus[0] && !strcmp(all[p].host, all[q].host) && !strcmp(all[p].bus, all[q].bus))
 				st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
 						   "ranks %d and %d share the GPU at %s of host %s: NCCL needs "
 						   "one GPU per rank (%d ranks; tpfuse run --comm mpi lets ranks "

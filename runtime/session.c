@@ -1142,9 +1142,11 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 	if (need_sharded && (r = oneshot_ctx(s, &s->os_sharded, TPF_DTYPE_FLOAT, need_sharded, local)) && !st)
 		st = r;
 	if (tpf_comm_agree(s->comm, st, "setting up peer memory for one-shot collectives", local)) {
-		/* not an error: the run goes on through NCCL; the caller's
-		 * diagnostic says why (the library prints nothing) */
-		tpf_diag_add(d, TPF_SEV_WARNING, "one-shot collectives are off, NCCL runs them");
+		/* not an error: the run goes on through the communicator
+		 * (NCCL); the caller's diagnostic says why (the library prints
+		 * nothing) */
+		tpf_diag_add(d, TPF_SEV_WARNING, "one-shot collectives are off, the communicator (%s) runs them",
+			     s->comm->ops->name);
 		for (size_t i = 0; local && i < local->count; i++)
 			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
 		oneshot_free(s);
@@ -1170,7 +1172,8 @@ static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 			tpf_cuda_a2a_set_timeout(s->os_a2a, s->comm->timeout_s);
 	}
 	if (tpf_comm_agree(s->comm, st, "setting up peer memory for all-to-alls", local)) {
-		tpf_diag_add(d, TPF_SEV_WARNING, "peer-memory all-to-alls are off, NCCL runs them");
+		tpf_diag_add(d, TPF_SEV_WARNING, "peer-memory all-to-alls are off, the communicator (%s) runs them",
+			     s->comm->ops->name);
 		for (size_t i = 0; local && i < local->count; i++)
 			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
 		tpf_cuda_a2a_free(s->os_a2a);

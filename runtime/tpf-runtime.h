@@ -45,7 +45,7 @@ extern "C" {
 struct tpf_comm;
 
 struct tpf_comm_ops {
-	const char *name; /* "self", "mpi", "nccl" */
+	const char *name; /* "self", "mpi", "nccl", "mpi-cuda" */
 	/* recv[i] = sum over ranks of send[i], count elements of dtype (float
 	 * types sum in float32 or wider, rounded once; integers exactly). */
 	enum tpf_status (*allreduce_sum)(struct tpf_comm *c, const void *send, void *recv,

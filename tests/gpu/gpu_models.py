@@ -37,9 +37,11 @@ quantized rule), with these element bounds (abs and rel):
             Measured in bfloat16 on 2x H100: 19.5% of an output's elements
             beyond the bf16 bound (at most 25%), mean error 0.046 (cap
             0.06), drift 0.004 (cap 0.01).
-            In float32 the share of elements beyond the bound is not capped
-            (every element must still be within one step, and the mean
-            error and the drift stay capped): with a bound of 1e-3 every
+            At world sizes above 4, in float32, the share of elements
+            beyond the bound is not capped (every element must still be
+            within one step, and the mean error and the drift stay capped;
+            at world 2 and 4 the 25% holds; at world 2 on 2x H200 no
+            element was beyond): with a bound of 1e-3 every
             element downstream of a moved value is beyond it, and one moved
             value in a row of the last GEMM's input moves the whole row,
             half of a 2-row output.  At world 8 (8 heads) the model is that
@@ -267,7 +269,7 @@ def main():
                     if dt == "float32":
                         tol = F32_FP8_TOL if quant else F32_TOL
                         kw.update(atol=tol, rtol=tol)
-                        if quant:
+                        if quant and a.world > 4:
                             kw.update(q_off_frac=1.0)  # see the module doc
                     print(f"-- {label}")
                     if not compare(got, want, **kw):

@@ -24,15 +24,18 @@
  * waiting rank's kernel gives up after its 3 s timeout instead of spinning
  * forever, and tpf_cuda_arnorm_check names what happened.
  *
- * With --mpi: the peer-memory tests only (the sequence, the quantized
- * outputs, the all-to-all), over the MPI communicator instead of NCCL,
- * which refuses two ranks on one GPU.  Ranks may then share GPUs (rank r
- * takes GPU r modulo the count): world sizes above the GPU count, such as
- * 4 or 8 ranks on 2 GPUs, run the kernels' code for those worlds.  The
- * ranks on one GPU are separate processes: their kernels take turns on it,
- * so their waits for each other end at the next turn (slow, but each
- * result is as exact as at one rank per GPU).  A GPU that admits one
- * process only (compute mode exclusive) skips the run.
+ * With --mpi: the MPI communicator for CUDA (tpf_comm_create_cuda_mpi,
+ * `tpfuse run --comm mpi`) instead of NCCL, which refuses two ranks on
+ * one GPU: its collectives on device buffers (as above), calls of nothing,
+ * its refusal inside a CUDA graph capture (and an allreduce after it),
+ * then the peer-memory tests (the sequence, the quantized outputs, the
+ * all-to-all).  Ranks may share GPUs (a host's rank r takes GPU r modulo
+ * the count): world sizes above the GPU count, such as 4 or 8 ranks on 2
+ * GPUs, run the kernels' code for those worlds.  The ranks on one GPU are
+ * separate processes: their kernels take turns on it, so their waits for
+ * each other end at the next turn (slow, but each result is as exact as
+ * at one rank per GPU).  Skipped only where a rank sees no GPU; any other
+ * failure to open the device fails.
  *
  * Exit 0 passed, 1 failed, 77 no GPU or fewer GPUs than ranks (skipped).
  */
@@ -48,6 +51,8 @@
 
 static int fails;
 static int RANK;
+
+enum { N = 1 << 16 }; /* floats a rank sends in the device collectives' checks */
 
 static void expect(int cond, const char *what)
 {
@@ -668,111 +673,15 @@ static void peer_alltoall(struct tpf_comm *c, struct tpf_device *dev, struct tpf
 	tpf_cuda_a2a_free(a2a);
 }
 
-/* --mpi: the peer-memory kernels at any world size, ranks sharing GPUs. */
-static int peer_only(const struct tpf_comm_options *o, struct tpf_diag *d)
+/* Collectives on device buffers through the communicator (NCCL, or MPI
+ * through host memory under --mpi): allreduce (float32, bfloat16 in place,
+ * int64), allgather, alltoall, broadcast, each checked on the host.  h, hr
+ * (host) and a, b (device) hold N * world floats. */
+static void device_collectives(struct tpf_comm *c, struct tpf_device *dev, float *h, float *hr, void *a, void *b,
+			       struct tpf_diag *d)
 {
-	struct tpf_comm *c = NULL;
-	struct tpf_device *dev = NULL;
-	enum tpf_status st = tpf_comm_create_mpi(o, &c, d);
-	if (st) {
-		tpf_diag_print(d, stdout);
-		return 1;
-	}
-	RANK = c->rank;
-	/* every rank learns whether every rank has its device: all skip or
-	 * none does (a GPU in exclusive compute mode admits one process) */
-	st = tpf_device_create_cuda(c->local_rank, &dev, d);
-	int mine = st == TPF_OK, have = 1;
-	int *all = calloc((size_t)c->world, sizeof(int));
-	if (!all || c->ops->allgather(c, &mine, all, sizeof(mine), NULL, d) != TPF_OK) {
-		tpf_diag_print(d, stdout);
-		return 1;
-	}
-	for (int q = 0; q < c->world; q++)
-		have &= all[q];
-	free(all);
-	if (!have) {
-		printf("rank %d: not every rank has a CUDA device (%s): skipped\n", RANK,
-		       mine ? "another rank's failed" : "this rank's failed");
-		tpf_diag_print(d, stdout);
-		tpf_device_free(dev);
-		tpf_comm_free(c);
-		return 77;
-	}
-	printf("rank %d of %d: peer-memory kernels over MPI, local rank %d\n", RANK, c->world, c->local_rank);
-	peer_sequence(c, dev, d);
-	peer_quant(c, dev, d);
-	peer_alltoall(c, dev, d);
-	const int local_fails = fails;
-	tpf_device_free(dev);
-	tpf_comm_free(c);
-	tpf_diag_free(d);
-	printf("rank %d: %s\n", RANK, local_fails ? "FAILED" : "all passed");
-	return local_fails ? 1 : 0;
-}
-
-int main(int argc, char **argv)
-{
-	int stall = argc > 1 && !strcmp(argv[1], "--stall");
-	int stall_peer_mode = argc > 1 && !strcmp(argv[1], "--stall-peer");
-	int mpi_mode = argc > 1 && !strcmp(argv[1], "--mpi");
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_comm *c = NULL;
-	struct tpf_device *dev = NULL;
-	if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK")) {
-		printf("not started by mpirun: skipped\n");
-		return 77;
-	}
-	/* a hang is a failure: end the process well before the test's limit
-	 * (with --mpi, ranks that share a GPU take turns on it) */
-	alarm(mpi_mode ? 240 : 90);
-	struct tpf_comm_options o = {.timeout_s = 8};
-	if (mpi_mode)
-		return peer_only(&o, d);
-	enum tpf_status st = tpf_comm_create_nccl(&o, &c, d);
-	if (st) {
-		tpf_diag_print(d, stdout);
-		return st == TPF_ERR_UNSUPPORTED ? 77 : 1;
-	}
-	RANK = c->rank;
-	int W = c->world;
-	const char *nvls = getenv("NCCL_NVLS_ENABLE");
-	expect(nvls && !strcmp(nvls, "0"), "NCCL_NVLS_ENABLE=0 set before NCCL started");
-	if ((st = tpf_device_create_cuda(c->local_rank, &dev, d))) {
-		tpf_diag_print(d, stdout);
-		tpf_comm_free(c);
-		return 77;
-	}
-	enum { N = 1 << 16 };
-	if (stall_peer_mode)
-		return stall_peer(c, dev, d);
-	if (stall) {
-		void *buf = dev->alloc(dev, N * sizeof(float));
-		if (c->rank == W - 1) {
-			printf("rank %d: skipping an allreduce\n", RANK);
-			fflush(stdout);
-			/* outlives any deadline of the test: only the other rank's
-			 * abort ends the job in time */
-			alarm(700);
-			sleep(600);
-			return 1;
-		}
-		double t0 = now_s();
-		st = c->ops->allreduce_sum(c, buf, buf, N, TPF_DTYPE_FLOAT, dev->stream, d);
-		if (!st)
-			st = dev->sync(dev, d);
-		double dt = now_s() - t0;
-		tpf_diag_print(d, stdout);
-		int in_time = st != TPF_OK && dt < 30;
-		printf("rank %d: %s: stalled allreduce failed after %.1f s (timeout 8 s); aborting the job\n", RANK,
-		       in_time ? "PASS" : "FAIL", dt);
-		fflush(stdout);
-		tpf_comm_abort(c, in_time ? 3 : 1);
-		return 1;
-	}
-	float *h = malloc(N * sizeof(float) * W);
-	float *hr = malloc(N * sizeof(float) * W);
-	void *a = dev->alloc(dev, N * sizeof(float) * W), *b = dev->alloc(dev, N * sizeof(float) * W);
+	const int W = c->world;
+	enum tpf_status st;
 	/* allreduce float32 */
 	for (int i = 0; i < N; i++)
 		h[i] = (float)(i % 97) * 0.5f + (float)c->rank;
@@ -838,6 +747,160 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 50 && ok; i++)
 		ok = hr[i] == (float)(W - 1 + i);
 	expect(ok, "broadcast");
+}
+
+/* --mpi: the MPI communicator for CUDA (tpf_comm_create_cuda_mpi) at any
+ * world size, ranks sharing GPUs: its collectives on device buffers, an
+ * empty call, its refusal inside a CUDA graph capture, then the
+ * peer-memory kernels. */
+static int peer_only(const struct tpf_comm_options *o, struct tpf_diag *d)
+{
+	struct tpf_comm *c = NULL;
+	struct tpf_device *dev = NULL;
+	enum tpf_status st = tpf_comm_create_cuda_mpi(o, &c, d);
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	RANK = c->rank;
+	expect(!strcmp(c->ops->name, "mpi-cuda"), "the MPI communicator for CUDA");
+	/* every rank learns whether every rank has its device: all skip (no
+	 * GPU visible somewhere) or fail (any other failure) or none does */
+	st = tpf_device_create_cuda(c->local_rank, &dev, d);
+	int32_t mine = (int32_t)st, *all = calloc((size_t)c->world, sizeof(int32_t));
+	if (!all || c->ops->allgather(c, &mine, all, sizeof(mine), NULL, d) != TPF_OK) {
+		tpf_diag_print(d, stdout);
+		return 1;
+	}
+	int worst = 0;
+	for (int q = 0; q < c->world; q++)
+		if (all[q] && (!worst || all[q] != TPF_ERR_UNSUPPORTED))
+			worst = all[q];
+	free(all);
+	if (worst) {
+		const int skip = worst == TPF_ERR_UNSUPPORTED;
+		printf("rank %d: %s: not every rank has a CUDA device (%s)\n", RANK, skip ? "skipped" : "FAIL",
+		       mine ? "this rank's failed" : "another rank's failed");
+		tpf_diag_print(d, stdout);
+		tpf_device_free(dev);
+		tpf_comm_free(c);
+		return skip ? 77 : 1;
+	}
+	printf("rank %d of %d: MPI through host memory, local rank %d\n", RANK, c->world, c->local_rank);
+	float *h = malloc(N * sizeof(float) * c->world), *hr = malloc(N * sizeof(float) * c->world);
+	void *a = dev->alloc(dev, N * sizeof(float) * c->world), *b = dev->alloc(dev, N * sizeof(float) * c->world);
+	if (!h || !hr || !a || !b) {
+		printf("rank %d: FAIL: out of memory\n", RANK);
+		return 1;
+	}
+	device_collectives(c, dev, h, hr, a, b, d);
+	/* nothing to send is no error */
+	st = c->ops->allreduce_sum(c, a, a, 0, TPF_DTYPE_BFLOAT16, dev->stream, d);
+	st = st ? st : c->ops->allgather(c, a, b, 0, dev->stream, d);
+	if (st)
+		tpf_diag_print(d, stdout);
+	expect(!st, "an allreduce and an allgather of nothing");
+	tpf_diag_clear(d);
+	/* a CUDA graph cannot capture a collective through host memory: the
+	 * capture fails by name, and the stream stays usable */
+	struct ctx x = {c, dev, a, 1024};
+	for (int i = 0; i < 1024; i++)
+		h[i] = 1.0f;
+	st = dev->upload(dev, a, h, 4096, d);
+	st = st ? st : tpf_cuda_device_run_graph(dev, 9, body, &x, d); /* eager */
+	enum tpf_status cap = st ? st : tpf_cuda_device_run_graph(dev, 9, body, &x, d);
+	int named = 0;
+	for (size_t i = 0; i < d->count; i++)
+		named |= strstr(d->entries[i].text, "cannot be captured in a CUDA graph") != NULL;
+	expect(!st && cap == TPF_ERR_UNSUPPORTED && named, "a capture of an allreduce through MPI fails, by name");
+	tpf_diag_clear(d);
+	tpf_cuda_device_drop_graph(dev);
+	st = tpf_cuda_device_run_graph(dev, 10, body, &x, d); /* eager again */
+	st = st ? st : dev->download(dev, hr, a, 4096, d);
+	int ok = !st;
+	for (int i = 0; i < 1024 && ok; i++)
+		ok = hr[i] == (float)c->world * (float)c->world;
+	if (st)
+		tpf_diag_print(d, stdout);
+	expect(ok, "an allreduce after the refused capture");
+	tpf_diag_clear(d);
+	free(h);
+	free(hr);
+	dev->free(dev, a);
+	dev->free(dev, b);
+	peer_sequence(c, dev, d);
+	peer_quant(c, dev, d);
+	peer_alltoall(c, dev, d);
+	const int local_fails = fails;
+	tpf_device_free(dev);
+	tpf_comm_free(c);
+	tpf_diag_free(d);
+	printf("rank %d: %s\n", RANK, local_fails ? "FAILED" : "all passed");
+	return local_fails ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	int stall = argc > 1 && !strcmp(argv[1], "--stall");
+	int stall_peer_mode = argc > 1 && !strcmp(argv[1], "--stall-peer");
+	int mpi_mode = argc > 1 && !strcmp(argv[1], "--mpi");
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_comm *c = NULL;
+	struct tpf_device *dev = NULL;
+	if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK")) {
+		printf("not started by mpirun: skipped\n");
+		return 77;
+	}
+	/* a hang is a failure: end the process well before the test's limit
+	 * (with --mpi, ranks that share a GPU take turns on it) */
+	alarm(mpi_mode ? 240 : 90);
+	struct tpf_comm_options o = {.timeout_s = 8};
+	if (mpi_mode)
+		return peer_only(&o, d);
+	enum tpf_status st = tpf_comm_create_nccl(&o, &c, d);
+	if (st) {
+		tpf_diag_print(d, stdout);
+		return st == TPF_ERR_UNSUPPORTED ? 77 : 1;
+	}
+	RANK = c->rank;
+	int W = c->world;
+	const char *nvls = getenv("NCCL_NVLS_ENABLE");
+	expect(nvls && !strcmp(nvls, "0"), "NCCL_NVLS_ENABLE=0 set before NCCL started");
+	if ((st = tpf_device_create_cuda(c->local_rank, &dev, d))) {
+		tpf_diag_print(d, stdout);
+		tpf_comm_free(c);
+		return 77;
+	}
+	if (stall_peer_mode)
+		return stall_peer(c, dev, d);
+	if (stall) {
+		void *buf = dev->alloc(dev, N * sizeof(float));
+		if (c->rank == W - 1) {
+			printf("rank %d: skipping an allreduce\n", RANK);
+			fflush(stdout);
+			/* outlives any deadline of the test: only the other rank's
+			 * abort ends the job in time */
+			alarm(700);
+			sleep(600);
+			return 1;
+		}
+		double t0 = now_s();
+		st = c->ops->allreduce_sum(c, buf, buf, N, TPF_DTYPE_FLOAT, dev->stream, d);
+		if (!st)
+			st = dev->sync(dev, d);
+		double dt = now_s() - t0;
+		tpf_diag_print(d, stdout);
+		int in_time = st != TPF_OK && dt < 30;
+		printf("rank %d: %s: stalled allreduce failed after %.1f s (timeout 8 s); aborting the job\n", RANK,
+		       in_time ? "PASS" : "FAIL", dt);
+		fflush(stdout);
+		tpf_comm_abort(c, in_time ? 3 : 1);
+		return 1;
+	}
+	float *h = malloc(N * sizeof(float) * W);
+	float *hr = malloc(N * sizeof(float) * W);
+	void *a = dev->alloc(dev, N * sizeof(float) * W), *b = dev->alloc(dev, N * sizeof(float) * W);
+	device_collectives(c, dev, h, hr, a, b, d);
 	/* the peer-memory kernels over calls of changing sizes and paths */
 	peer_sequence(c, dev, d);
 	peer_quant(c, dev, d);
@@ -858,7 +921,7 @@ int main(int argc, char **argv)
 	st = st ? st : dev->download(dev, hr, a, 4096, d);
 	unsigned long caps, reps, eager;
 	tpf_cuda_device_graph_stats(dev, &caps, &reps, &eager);
-	ok = !st && caps == 1 && reps == 3 && eager == 1;
+	int ok = !st && caps == 1 && reps == 3 && eager == 1;
 	for (int i = 0; i < 1024 && ok; i++)
 		ok = hr[i] == powf((float)W, 4.0f);
 	if (st)
