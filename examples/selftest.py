@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Self test of the example generators: every family at world sizes 1, 2 and 4
-(onnx.checker on every model, the reference evaluator against onnxruntime),
-plus every --norm-form at world size 2.  With --tpfuse, every rank model of
+"""Self test of the example generators: every family at world sizes 1, 2, 4
+and 8 (8 heads there, so that they shard; onnx.checker on every model, the
+reference evaluator against onnxruntime), plus every --norm-form at world
+size 2.  With --tpfuse, every rank model of
 both (each family at each world size, and each family in each RMSNorm form)
 is also optimized by `tpfuse optimize` (the default pipeline): the fusion
 counts must equal the manifest's expected_fusions, optimizing again must fuse
@@ -117,11 +118,13 @@ def main(argv=None):
 	fails = []
 	total = 0
 	try:
-		for W in (1, 2, 4):
+		for W in (1, 2, 4, 8):
 			out = os.path.join(root, "w%d" % W)
+			# the default 4 (kv) heads shard up to 4 ranks
+			heads = ["--heads", str(W), "--kv-heads", str(W)] if W > 4 else []
 			for fam in tpmodels.FAMILIES:
 				total += 1
-				rc = run([fam, "--world-size", str(W), "--out", out], fam, out)
+				rc = run([fam, "--world-size", str(W), "--out", out] + heads, fam, out)
 				print("W=%d %-12s %s" % (W, fam, "ok" if rc == 0 else "FAIL"))
 				if rc:
 					fails.append((W, fam))

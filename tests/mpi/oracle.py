@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The end-to-end oracle: every example family at world sizes 1, 2 and 4.
+"""The end-to-end oracle: every example family at world sizes 1, 2, 4 and 8
+(8 heads at 8, so that they shard).
 
 For each world size W, examples/tpmodels.py writes the per-rank models, the
 unsharded model and test data whose expected outputs are onnxruntime's run of
@@ -22,7 +23,7 @@ world size that differs from the model's, a missing input file, ranks with
 different input shapes: each must fail on every rank with a clear message
 and no hang.
 
-Usage: oracle.py --tpf-run EXE --work DIR [--world-sizes 1,2,4] [--families ...]
+Usage: oracle.py --tpf-run EXE --work DIR [--world-sizes 1,2,4,8] [--families ...]
 Exit 77 (skipped) when mpirun or onnxruntime is missing.
 """
 import argparse
@@ -50,7 +51,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tpf-run", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--world-sizes", default="1,2,4")
+    ap.add_argument("--world-sizes", default="1,2,4,8")
     ap.add_argument("--families", default=",".join(FAMILIES))
     a = ap.parse_args()
     if not shutil.which("mpirun"):
@@ -70,7 +71,10 @@ def main():
         for dtype in ("float32", "bfloat16"):
             out = os.path.join(a.work, f"w{w}-{dtype}")
             shutil.rmtree(out, ignore_errors=True)
-            r = subprocess.run([py, gen, "all", "--world-size", str(w), "--dtype", dtype, "--out", out],
+            # the default 4 (kv) heads shard up to 4 ranks; more ranks get
+            # a head each
+            heads = ["--heads", str(w), "--kv-heads", str(w)] if w > 4 else []
+            r = subprocess.run([py, gen, "all", "--world-size", str(w), "--dtype", dtype, "--out", out] + heads,
                                capture_output=True, text=True)
             if r.returncode:
                 print(r.stdout + r.stderr)
