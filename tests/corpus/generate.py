@@ -35,7 +35,7 @@ onnxruntime's collective schema.
 
 Usage:
   generate.py [--families F,..] [--exporters torchscript,dynamo,dynamo-static]
-              [--dtypes fp32,fp16,bf16] [--world-sizes 1,2,4] [--matrix default|full]
+              [--dtypes fp32,fp16,bf16] [--world-sizes 1,2,4,8] [--matrix default|full]
               [--out DIR] [--force] [--list]
 
 Existing complete folders are skipped (resumable); --force rewrites them.
@@ -336,16 +336,18 @@ EXPORTERS = collections.OrderedDict([
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 NP_NAME = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
-# The default matrix (what is committed) keeps the corpus near 30 MB: every
+# The default matrix (what is committed) keeps the corpus near 40 MB: every
 # family at W = 1 and 2 with the TorchScript exporter in float32 and at W = 2
 # with the dynamo exporter; W = 4 of the TorchScript export, float16 and the
 # static dynamo export at W = 2 for four families that differ most in their
 # graphs; W = 1 and 4 of the dynamo export for llama; Qwen3-Next (static
-# only) at W = 1 and 2.  --matrix full gives every combination.
+# only) at W = 1 and 2; W = 8 (8 key/value heads: WIDE_WORLD) of the
+# TorchScript export for llama, qwen2moe and minimax_m2 and of the dynamo
+# export for llama.  --matrix full gives every combination.
 FEW = ("llama", "gemma2", "qwen2moe", "minimax_m2")
 DEFAULT_MATRIX = {
-	("torchscript", "fp32"): {1: "all", 2: "all", 4: FEW},
-	("dynamo", "fp32"): {1: ("llama",), 2: "all", 4: ("llama",)},
+	("torchscript", "fp32"): {1: "all", 2: "all", 4: FEW, 8: ("llama", "qwen2moe", "minimax_m2")},
+	("dynamo", "fp32"): {1: ("llama",), 2: "all", 4: ("llama",), 8: ("llama",)},
 	("torchscript", "fp16"): {2: FEW},
 	("dynamo", "fp16"): {2: FEW},
 	("dynamo-static", "fp32"): {1: ("qwen3_next",), 2: FEW + ("qwen3_next",)},
@@ -356,12 +358,20 @@ DEFAULT_MATRIX = {
 }
 
 
-def family_config(name):
+# Above W = 4 the 4 key/value heads (and Qwen3-Next's 4 linear-attention
+# key heads) no longer shard: each rank gets one of 8 (the model is then
+# multi-head, not grouped; each folder has its own reference).
+WIDE_WORLD = {"num_key_value_heads": 8, "linear_num_key_heads": 8}
+
+
+def family_config(name, world=1):
 	fam = FAMILIES[name]
 	cls = getattr(transformers, fam["cls"])
 	cfg_cls = getattr(transformers, fam["cls"].replace("ForCausalLM", "Config"))
 	kw = dict(COMMON)
 	kw.update(fam["cfg"])
+	if world > 4:
+		kw.update({k: v for k, v in WIDE_WORLD.items() if k in kw})
 	cfg = cfg_cls(**kw)
 	cfg.head_dim = kw["head_dim"]
 	cfg._attn_implementation = fam["attn"]
@@ -388,8 +398,8 @@ def init_weights(model, seed):
 				b.copy_(0.05 * torch.randn(b.shape, generator=g))
 
 
-def build_full(name):
-	cls, cfg = family_config(name)
+def build_full(name, world=1):
+	cls, cfg = family_config(name, world)
 	torch.manual_seed(SEED)
 	model = cls(cfg)
 	init_weights(model, SEED)
@@ -757,7 +767,7 @@ def generate_one(out_root, name, exporter, dtype, world, force=False, log=print)
 	opset = EXPORTERS[exporter]["opset"]
 	tdt = DTYPES[dtype]
 
-	full, cfg = build_full(name)
+	full, cfg = build_full(name, world)
 	ids, mask = make_inputs(cfg)
 	ref = run_full(full, ids, mask)
 	assert torch.isfinite(ref).all()
@@ -905,7 +915,7 @@ def main(argv=None):
 				if a.world_sizes:
 					ws = [int(x) for x in a.world_sizes.split(",")]
 				elif a.matrix == "full":
-					ws = [1, 2, 4]
+					ws = [1, 2, 4, 8]
 				else:
 					ws = [w for w, sel in sorted(DEFAULT_MATRIX[(exp, dt)].items())
 					      if sel == "all" or fam in sel]
