@@ -120,11 +120,9 @@ def main(argv=None):
 	try:
 		for W in (1, 2, 4, 8):
 			out = os.path.join(root, "w%d" % W)
-			# the default 4 (kv) heads shard up to 4 ranks
-			heads = ["--heads", str(W), "--kv-heads", str(W)] if W > 4 else []
 			for fam in tpmodels.FAMILIES:
 				total += 1
-				rc = run([fam, "--world-size", str(W), "--out", out] + heads, fam, out)
+				rc = run([fam, "--world-size", str(W), "--out", out], fam, out)
 				print("W=%d %-12s %s" % (W, fam, "ok" if rc == 0 else "FAIL"))
 				if rc:
 					fails.append((W, fam))

@@ -787,6 +787,11 @@ def make_config(family, args):
 			 dtype="bfloat16", norm_form="mix", fp8=False, ranks_only=False,
 			 tiled_weights=False))
 	vals.update(DEFAULTS[base])
+	# the default 4 (kv) heads shard up to 4 ranks; more ranks get a head
+	# each unless the heads are given
+	world = getattr(args, "world_size", None) or 1
+	for k in ("heads", "kv_heads"):
+		vals[k] = max(vals[k], world)
 	if args is not None:
 		for k, v in vars(args).items():
 			if v is not None and k in vals:
@@ -944,8 +949,8 @@ def main(argv=None):
 			     "value (fast at any size; other values than without it)")
 	ap.add_argument("--layers", type=int)
 	ap.add_argument("--hidden", type=int)
-	ap.add_argument("--heads", type=int)
-	ap.add_argument("--kv-heads", type=int)
+	ap.add_argument("--heads", type=int, help="default 4, or the world size above 4")
+	ap.add_argument("--kv-heads", type=int, help="default 4, or the world size above 4")
 	ap.add_argument("--head-dim", type=int)
 	ap.add_argument("--ffn", type=int)
 	ap.add_argument("--batch", type=int, help="decode tokens (one per sequence)")

@@ -163,11 +163,8 @@ def main():
     for dt in a.dtypes.split(","):
         out = os.path.join(a.work, dt)
         shutil.rmtree(out, ignore_errors=True)
-        # the default 4 (kv) heads shard up to 4 ranks; more ranks get a
-        # head each
-        heads = ["--heads", str(a.world), "--kv-heads", str(a.world)] if a.world > 4 else []
         gen = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "tpmodels.py"), "all",
-                              "--world-size", str(a.world), "--out", out, "--dtype", dt] + heads,
+                              "--world-size", str(a.world), "--out", out, "--dtype", dt],
                              capture_output=True, text=True)
         if gen.returncode:
             print(gen.stdout + gen.stderr)

@@ -71,10 +71,7 @@ def main():
         for dtype in ("float32", "bfloat16"):
             out = os.path.join(a.work, f"w{w}-{dtype}")
             shutil.rmtree(out, ignore_errors=True)
-            # the default 4 (kv) heads shard up to 4 ranks; more ranks get
-            # a head each
-            heads = ["--heads", str(w), "--kv-heads", str(w)] if w > 4 else []
-            r = subprocess.run([py, gen, "all", "--world-size", str(w), "--dtype", dtype, "--out", out] + heads,
+            r = subprocess.run([py, gen, "all", "--world-size", str(w), "--dtype", dtype, "--out", out],
                                capture_output=True, text=True)
             if r.returncode:
                 print(r.stdout + r.stderr)
