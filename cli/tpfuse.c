@@ -44,6 +44,7 @@ static const char *const main_help =
 	"\n"
 	"Commands:\n"
 	"  dump      print a model as deterministic text or Graphviz DOT\n"
+	"  env       list the environment variables that tune the runtime and kernels\n"
 	"  check     load and verify a model, listing every problem\n"
 	"  optimize  run a pass pipeline and write the optimized model\n"
 	"  passes    list the registered passes and pipelines\n"
@@ -105,6 +106,16 @@ static const char *const optimize_help =
 	"                       external, or all when the model exceeds 2 GB)\n"
 	"\n"
 	"Environment: TPF_DEBUG=PASS[,PASS] traces the matching of those passes.\n"
+	"\n";
+
+static const char *const env_help =
+	"usage: tpfuse env\n"
+	"\n"
+	"Lists the environment variables that tune tpfuse's runtime and kernels:\n"
+	"each name, what it changes, the values it takes and, where it is set, its\n"
+	"value here.  An unset or empty variable keeps the default.  Exits 1 when a\n"
+	"variable that is set has a value it does not take: `tpfuse run`, `plan`\n"
+	"and `tune` refuse to start then, naming it.\n"
 	"\n";
 
 static const char *const passes_help =
@@ -842,6 +853,38 @@ static int cmd_passes(int argc, char **argv)
 	return CLI_OK;
 }
 
+/* -------------------------------------------------------------------- env */
+
+static int cmd_env(int argc, char **argv)
+{
+	if (argc > 1 && is_help(argv[1])) {
+		fputs(env_help, stdout);
+		return CLI_OK;
+	}
+	if (argc > 1)
+		return usage_error("env ", "unexpected argument '%s'", argv[1]);
+	size_t n;
+	const struct tpf_env_knob *k = tpf_env_knobs(&n);
+	for (size_t i = 0; i < n; i++) {
+		char takes[160];
+		tpf_env_takes(&k[i], takes, sizeof(takes));
+		printf("%s\n    %s\n    takes %s\n", k[i].name, k[i].what, takes);
+		const char *v = getenv(k[i].name);
+		if (v && *v)
+			printf("    set here: \"%s\"%s\n", v,
+			       tpf_env_well_formed(&k[i], v) ? "" : " (not a value it takes)");
+	}
+	fflush(stdout);
+	struct tpf_diag *d = tpf_diag_create();
+	if (!d)
+		return CLI_ERROR;
+	enum tpf_status st = tpf_env_check(d);
+	size_t shown = 0;
+	cli_print_diag(d, &shown);
+	tpf_diag_free(d);
+	return cli_exit_of(st);
+}
+
 /* ------------------------------------------------------------------- main */
 
 /* The commands, by name. */
@@ -850,6 +893,7 @@ static const struct {
 	int (*run)(int argc, char **argv);
 } commands[] = {
 	{"dump", cmd_dump},
+	{"env", cmd_env},
 	{"check", cmd_check},
 	{"optimize", cmd_optimize},
 	{"passes", cmd_passes},

@@ -116,7 +116,7 @@ int tpf_cli_tune(int argc, char **argv)
 		return 2;
 	}
 	struct tpf_comm_options co = {.timeout_s = timeout};
-	if ((st = tpf_comm_create_nccl(&co, &comm, d)) == TPF_OK) {
+	if ((st = tpf_env_check(d)) == TPF_OK && (st = tpf_comm_create_nccl(&co, &comm, d)) == TPF_OK) {
 		FILE *f = NULL;
 		if (comm->rank == 0) {
 			f = out_path ? fopen(out_path, "w") : stdout;

@@ -567,27 +567,3 @@ void tpf_gemv_unpack_gated(const void *packed, void *w, int64_t K, int64_t F, in
 			memcpy(row + ((size_t)F + (size_t)t * h) * es, d + h * es, h * es);
 		}
 }
-
-unsigned tpf_pdl_kinds_parse(const char *spec)
-{
-	static const char *const names[TPF_PDL_KINDS] = {"gemv", "copy", "gated", "attention", "combine"};
-	if (!spec || !*spec || !strcmp(spec, "1"))
-		return TPF_PDL_DEFAULT;
-	if (!strcmp(spec, "0"))
-		return 0;
-	if (!strcmp(spec, "all") || !strcmp(spec, "2"))
-		return (1u << TPF_PDL_KINDS) - 1;
-	unsigned m = 0;
-	for (const char *p = spec; *p;) {
-		p += strspn(p, " \t");
-		size_t n = strcspn(p, ",");
-		const size_t adv = n + (p[n] == ',');
-		while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-			n--;
-		for (int i = 0; i < TPF_PDL_KINDS; i++)
-			if (strlen(names[i]) == n && !strncmp(p, names[i], n))
-				m |= 1u << i;
-		p += adv;
-	}
-	return m ? m : TPF_PDL_DEFAULT;
-}

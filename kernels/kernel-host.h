@@ -181,6 +181,11 @@ enum tpf_pdl_kind {
  * list of the kinds' names (blanks around a name dropped, unknown names
  * ignored; a list that names none: the default set). */
 unsigned tpf_pdl_kinds_parse(const char *spec);
+/* Whether spec is a TPF_PDL value as written: "0", "1", "2", "all", or a
+ * list whose every non-empty entry names a kind (and names one at least):
+ * the environment check refuses the rest rather than reading them as the
+ * default set. */
+int tpf_pdl_kinds_valid(const char *spec);
 
 #ifdef __cplusplus
 }

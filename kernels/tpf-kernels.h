@@ -209,6 +209,44 @@ int64_t tpf_range_length(enum tpf_dtype dt, const void *start, const void *limit
 void tpf_elem_convert(enum tpf_dtype to, void *dst, enum tpf_dtype from, const void *src,
 		      int64_t count, int saturate);
 
+/* ------------------------------------------------------------------ environment
+ * The tuning knobs read from the environment (kernels/env.c has the table,
+ * docs/runtime.md "Environment" the same list).  An unset or empty
+ * variable is the default. */
+enum tpf_env_kind {
+	TPF_ENV_SWITCH,  /* "0" or "1" */
+	TPF_ENV_INT,     /* a decimal whole number in [lo, hi] */
+	TPF_ENV_SECONDS, /* a decimal number above 0 */
+	TPF_ENV_CHOICE,  /* one of choices, '|'-separated */
+	TPF_ENV_PDL,     /* a TPF_PDL value */
+	TPF_ENV_TEXT,    /* anything (a path: its reader checks it) */
+};
+
+struct tpf_env_knob {
+	const char *name;
+	enum tpf_env_kind kind;
+	long long lo, hi;    /* TPF_ENV_INT */
+	const char *choices; /* TPF_ENV_CHOICE */
+	const char *what;    /* what it changes, one line */
+};
+
+/* The table, *n entries, sorted by name. */
+const struct tpf_env_knob *tpf_env_knobs(size_t *n);
+/* What a knob takes, as the check's messages say it ("0 or 1", ...). */
+void tpf_env_takes(const struct tpf_env_knob *k, char *buf, size_t size);
+/* Whether s is a value the knob takes. */
+int tpf_env_well_formed(const struct tpf_env_knob *k, const char *s);
+/* TPF_ERR_INVALID, naming the variable, its value and what it takes, for
+ * the first knob that is set to a value it does not take. */
+enum tpf_status tpf_env_check(struct tpf_diag *d);
+/* A knob's value, or def where it is unset, malformed or not in the table
+ * (a switch: 1 or 0; tpf_env_int also reads a numeric choice). */
+int tpf_env_switch(const char *name, int def);
+long long tpf_env_int(const char *name, long long def);
+double tpf_env_seconds(const char *name, double def);
+/* A well-formed, non-empty value, else NULL. */
+const char *tpf_env_text(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -102,35 +102,23 @@ static enum tpf_status copy(struct tpf_comm *c, const char *what, void *dst, con
 	return e == cudaSuccess ? wait_stream(c, what, step, stream, d) : cuda_fail(c, what, step, e, d);
 }
 
-/* Stages send (send_bytes) down, runs fn on the host copies, and copies
- * recv_bytes of the result up into recv. */
-static enum tpf_status staged(struct tpf_comm *c, const char *what, const void *send, size_t send_bytes,
-			      void *recv, size_t recv_bytes, void *stream,
-			      enum tpf_status (*fn)(struct tpf_comm *mpi, const void *hs, void *hr, void *arg,
-						    struct tpf_diag *d),
-			      void *arg, struct tpf_diag *d)
+/* Settles the stream, makes room for the result (recv_bytes) and copies
+ * send_bytes of send down into the send staging. */
+static enum tpf_status stage_down(struct tpf_comm *c, const char *what, const void *send, size_t send_bytes,
+				  size_t recv_bytes, void *stream, struct tpf_diag *d)
 {
 	struct staged_impl *im = c->impl;
 	enum tpf_status st;
 	if ((st = settle(c, what, stream, d)) || (st = staging(c, 0, send_bytes, d)) ||
 	    (st = staging(c, 1, recv_bytes, d)))
 		return st;
-	if ((st = copy(c, what, im->host[0], send, send_bytes, cudaMemcpyDeviceToHost, stream, d)))
-		return st;
-	if ((st = fn(im->mpi, im->host[0], im->host[1], arg, d)))
-		return st;
-	return copy(c, what, recv, im->host[1], recv_bytes, cudaMemcpyHostToDevice, stream, d);
+	return copy(c, what, im->host[0], send, send_bytes, cudaMemcpyDeviceToHost, stream, d);
 }
 
-struct sum_arg {
-	size_t count;
-	enum tpf_dtype dtype;
-};
-
-static enum tpf_status do_sum(struct tpf_comm *mpi, const void *hs, void *hr, void *arg, struct tpf_diag *d)
+static enum tpf_status copy_up(struct tpf_comm *c, const char *what, void *recv, const void *host, size_t bytes,
+			       void *stream, struct tpf_diag *d)
 {
-	const struct sum_arg *a = arg;
-	return mpi->ops->allreduce_sum(mpi, hs, hr, a->count, a->dtype, NULL, d);
+	return copy(c, what, recv, host, bytes, cudaMemcpyHostToDevice, stream, d);
 }
 
 static enum tpf_status staged_allreduce(struct tpf_comm *c, const void *send, void *recv, size_t count,
@@ -143,14 +131,12 @@ static enum tpf_status staged_allreduce(struct tpf_comm *c, const void *send, vo
 	if (!bits || bits % 8)
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "allreduce of %s through MPI not supported",
 				     tpf_dtype_name(dtype));
-	struct sum_arg a = {count, dtype};
 	const size_t bytes = count * (size_t)(bits / 8);
-	return staged(c, "allreduce", send, bytes, recv, bytes, stream, do_sum, &a, d);
-}
-
-static enum tpf_status do_gather(struct tpf_comm *mpi, const void *hs, void *hr, void *arg, struct tpf_diag *d)
-{
-	return mpi->ops->allgather(mpi, hs, hr, *(const size_t *)arg, NULL, d);
+	enum tpf_status st;
+	if ((st = stage_down(c, "allreduce", send, bytes, bytes, stream, d)) ||
+	    (st = im->mpi->ops->allreduce_sum(im->mpi, im->host[0], im->host[1], count, dtype, NULL, d)))
+		return st;
+	return copy_up(c, "allreduce", recv, im->host[1], bytes, stream, d);
 }
 
 static enum tpf_status staged_allgather(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
@@ -159,12 +145,12 @@ static enum tpf_status staged_allgather(struct tpf_comm *c, const void *send, vo
 	struct staged_impl *im = c->impl;
 	if (!stream)
 		return im->mpi->ops->allgather(im->mpi, send, recv, bytes, NULL, d);
-	return staged(c, "allgather", send, bytes, recv, bytes * (size_t)c->world, stream, do_gather, &bytes, d);
-}
-
-static enum tpf_status do_a2a(struct tpf_comm *mpi, const void *hs, void *hr, void *arg, struct tpf_diag *d)
-{
-	return mpi->ops->alltoall(mpi, hs, hr, *(const size_t *)arg, NULL, d);
+	const size_t all = bytes * (size_t)c->world;
+	enum tpf_status st;
+	if ((st = stage_down(c, "allgather", send, bytes, all, stream, d)) ||
+	    (st = im->mpi->ops->allgather(im->mpi, im->host[0], im->host[1], bytes, NULL, d)))
+		return st;
+	return copy_up(c, "allgather", recv, im->host[1], all, stream, d);
 }
 
 static enum tpf_status staged_alltoall(struct tpf_comm *c, const void *send, void *recv, size_t bytes,
@@ -174,7 +160,11 @@ static enum tpf_status staged_alltoall(struct tpf_comm *c, const void *send, voi
 	if (!stream)
 		return im->mpi->ops->alltoall(im->mpi, send, recv, bytes, NULL, d);
 	const size_t all = bytes * (size_t)c->world;
-	return staged(c, "alltoall", send, all, recv, all, stream, do_a2a, &bytes, d);
+	enum tpf_status st;
+	if ((st = stage_down(c, "alltoall", send, all, all, stream, d)) ||
+	    (st = im->mpi->ops->alltoall(im->mpi, im->host[0], im->host[1], bytes, NULL, d)))
+		return st;
+	return copy_up(c, "alltoall", recv, im->host[1], all, stream, d);
 }
 
 static enum tpf_status staged_alltoall_pieces(struct tpf_comm *c, const void *const *send, void *const *recv,
@@ -191,19 +181,16 @@ static enum tpf_status staged_broadcast(struct tpf_comm *c, void *buf, size_t by
 					struct tpf_diag *d)
 {
 	struct staged_impl *im = c->impl;
-	enum tpf_status st;
 	if (!stream)
 		return im->mpi->ops->broadcast(im->mpi, buf, bytes, root, NULL, d);
 	if (root < 0 || root >= c->world)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "broadcast: root %d outside world size %d", root,
 				     c->world);
-	if ((st = settle(c, "broadcast", stream, d)) || (st = staging(c, 1, bytes, d)))
+	enum tpf_status st;
+	if ((st = stage_down(c, "broadcast", buf, bytes, 0, stream, d)) ||
+	    (st = im->mpi->ops->broadcast(im->mpi, im->host[0], bytes, root, NULL, d)))
 		return st;
-	if ((st = copy(c, "broadcast", im->host[1], buf, bytes, cudaMemcpyDeviceToHost, stream, d)))
-		return st;
-	if ((st = im->mpi->ops->broadcast(im->mpi, im->host[1], bytes, root, NULL, d)))
-		return st;
-	return copy(c, "broadcast", buf, im->host[1], bytes, cudaMemcpyHostToDevice, stream, d);
+	return copy_up(c, "broadcast", buf, im->host[0], bytes, stream, d);
 }
 
 static enum tpf_status staged_barrier(struct tpf_comm *c, struct tpf_diag *d)

@@ -54,9 +54,9 @@ static enum tpf_status cuda_err(struct tpf_diag *d, const char *what, cudaError_
 
 static double timeout_of(void)
 {
-	const char *env = getenv("TPF_CUDA_TIMEOUT_S");
-	if (env && atof(env) > 0)
-		return atof(env);
+	const double env = tpf_env_seconds("TPF_CUDA_TIMEOUT_S", 0);
+	if (env > 0)
+		return env;
 	if (g_have_watchdog && g_watchdog.timeout_s > 0)
 		return g_watchdog.timeout_s;
 	return 60;

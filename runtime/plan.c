@@ -966,8 +966,7 @@ static enum tpf_dtype fp8_dq(const struct tpf_plan *p, const struct tpf_value *v
 
 static int fp8_gemm_enabled(const struct tpf_plan *p)
 {
-	const char *e = getenv("TPF_FP8_GEMM");
-	return !p->opt.no_fp8_gemm && !(e && !strcmp(e, "0")) &&
+	return !p->opt.no_fp8_gemm && tpf_env_switch("TPF_FP8_GEMM", 1) &&
 	       tpf_kernel_find_any(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_FP8_GEMM);
 }
 
@@ -1059,9 +1058,9 @@ static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, 
 
 static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
 {
-	const char *e = getenv("TPF_GEMV_TILED");
-	int forced = e && (!strcmp(e, "16") || !strcmp(e, "32")) ? atoi(e) : 0;
-	if ((e && !strcmp(e, "0")) || n->n_inputs != 2 || n->n_outputs != 1 || ins[0] < 0 || outs[0] < 0)
+	const long long env = tpf_env_int("TPF_GEMV_TILED", -1); /* -1: chosen below */
+	int forced = env > 0 ? (int)env : 0;
+	if (env == 0 || n->n_inputs != 2 || n->n_outputs != 1 || ins[0] < 0 || outs[0] < 0)
 		return 0;
 	int w = known_index(p, n->inputs[1]);
 	if (w < 0 || p->values[w].t.rank != 2 || p->values[ins[0]].known)
@@ -1154,8 +1153,7 @@ static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_n
  * TPF_GEMV_GATED=0 turns it off. */
 static int gated_fold_width(const struct tpf_plan *p, const struct tpf_node *mm)
 {
-	const char *e = getenv("TPF_GEMV_GATED");
-	if ((e && !strcmp(e, "0")) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1 ||
+	if (!tpf_env_switch("TPF_GEMV_GATED", 1) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1 ||
 	    fp8_matmul(p, mm) || bt_transpose(p, mm))
 		return 0;
 	const struct tpf_value *y = mm->outputs[0];
@@ -2019,6 +2017,8 @@ enum tpf_status tpf_plan_build_shared(const struct tpf_model *m, const struct tp
 	*out = NULL;
 	if (!m || !m->graph || (n_inputs && !inputs))
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "plan: no model or inputs");
+	if ((st = tpf_env_check(d)))
+		return st;
 	struct tpf_plan *p = tpf_calloc(1, sizeof(*p));
 	if (!p)
 		return TPF_ERR_NOMEM;

@@ -610,6 +610,8 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 	*out = NULL;
 	if (!m || !m->graph)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "session: no model");
+	if ((st = tpf_env_check(d)))
+		return st;
 	struct tpf_session *s = tpf_calloc(1, sizeof(*s));
 	if (!s)
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
@@ -631,12 +633,11 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 		goto out_fail;
 	}
-	const char *cc = getenv("TPF_CPU_COPY_CONSTANTS");
-	s->dev_consts = s->dev->kind != TPF_BACKEND_CPU || (cc && !strcmp(cc, "1"));
+	s->dev_consts = s->dev->kind != TPF_BACKEND_CPU || tpf_env_switch("TPF_CPU_COPY_CONSTANTS", 0);
 	s->strategy = s->opt.strategy;
 	if (!s->strategy) {
-		const char *tab = getenv("TPF_STRATEGY_TABLE");
-		if (tab && *tab) {
+		const char *tab = tpf_env_text("TPF_STRATEGY_TABLE");
+		if (tab) {
 			if ((st = tpf_strategy_load(tab, &s->strategy_owned, d))) {
 				tpf_diag_add(d, TPF_SEV_ERROR, "(the file TPF_STRATEGY_TABLE names)");
 				goto out_fail;
@@ -846,22 +847,20 @@ static int peer_a2a_possible(const struct tpf_session *s);
  * calls (TPF_A2A_DIRECT_MAX_PIECES, default 16). */
 static long grouped_max_pieces(void)
 {
-	const char *mp = getenv("TPF_A2A_DIRECT_MAX_PIECES");
-	return mp && *mp ? strtol(mp, NULL, 10) : 16;
+	return (long)tpf_env_int("TPF_A2A_DIRECT_MAX_PIECES", 16);
 }
 
 /* Finds the direct runs of the current plan; every rank must agree. */
 static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
 	const struct tpf_plan *p = s->b->plan;
-	const char *e = getenv("TPF_A2A_DIRECT"), *mp = getenv("TPF_A2A_DIRECT_MAX_PIECES");
-	int wanted = !(e && !strcmp(e, "0")) && s->comm->world > 1 && s->comm->ops->alltoall_pieces;
+	int wanted = tpf_env_switch("TPF_A2A_DIRECT", 1) && s->comm->world > 1 && s->comm->ops->alltoall_pieces;
 	/* Many small pieces go faster packed through NCCL's grouped calls: 2x
 	 * H100, 68 MB in 4 / 16 / 64 pieces: direct 174 / 251 / 596 us, packed
 	 * 239 / 259 / 261 us (bench-fusions); the default bound sits between
 	 * the two.  The peer-memory kernel takes any number up to its limit at
 	 * the speed of one raw all-to-all (136 / 140 / 137 us against 143). */
-	long max_pieces = peer_a2a_possible(s) && !(mp && *mp) ? TPF_A2A_PEER_MAX_PIECES : grouped_max_pieces();
+	long max_pieces = peer_a2a_possible(s) && tpf_env_int("TPF_A2A_DIRECT_MAX_PIECES", -1) < 0 ? TPF_A2A_PEER_MAX_PIECES : grouped_max_pieces();
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
 		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
@@ -945,10 +944,7 @@ static enum tpf_status a2a_direct_run(struct tpf_session *s, size_t k, struct tp
 
 static size_t oneshot_max_bytes(void)
 {
-	const char *e = getenv("TPF_ONESHOT_MAX_BYTES");
-	char *end;
-	unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
-	return e && *e && !*end ? (size_t)v : (size_t)64 << 20;
+	return (size_t)tpf_env_int("TPF_ONESHOT_MAX_BYTES", (long long)64 << 20);
 }
 
 /* Where one-shot collectives can run at all: the same on every rank. */
@@ -962,16 +958,14 @@ static int oneshot_possible(const struct tpf_session *s)
  * the other ranks' choice in oneshot_prepare). */
 static int oneshot_wanted(const struct tpf_session *s)
 {
-	const char *e = getenv("TPF_ONESHOT");
-	return !s->opt.no_oneshot && !s->os_failed && !(e && !strcmp(e, "0"));
+	return !s->opt.no_oneshot && !s->os_failed && tpf_env_switch("TPF_ONESHOT", 1);
 }
 
 /* Whether direct all-to-alls go through the peer-memory kernel (as the
  * one-shot collectives; TPF_A2A_PEER=0 keeps NCCL's grouped calls). */
 static int peer_a2a_possible(const struct tpf_session *s)
 {
-	const char *e = getenv("TPF_A2A_PEER");
-	return oneshot_possible(s) && oneshot_wanted(s) && !(e && !strcmp(e, "0"));
+	return oneshot_possible(s) && oneshot_wanted(s) && tpf_env_switch("TPF_A2A_PEER", 1);
 }
 
 /* Marks the direct all-to-alls that fit the peer-memory kernel; the most

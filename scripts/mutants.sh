@@ -53,8 +53,13 @@ mutant pass-merge-element-size passes/merge-parallel-matmuls.c \
 
 mutant kernel-pdl-unknown-kind kernels/host.c \
 	's|^\(\t*\)return m ? m : TPF_PDL_DEFAULT;$|\1return m;|' \
-	"pdl-kinds" \
+	"env" \
 	"a TPF_PDL list that names no kind (a typo, a former level such as 'none') turns every dependent launch of the GPU kernels off instead of keeping the default"
+
+mutant env-check-accepts kernels/env.c \
+	's#^\(\t*\)if (!s || tpf_env_well_formed(\&knobs\[i\], s))$#\1if (1)#' \
+	"env env-knobs" \
+	"a malformed tuning variable (TPF_ONESHOT=off, TPF_ONESHOT_MAX_BYTES=64M) is read as the default instead of stopping the run by name"
 
 mutant bench-trace-own-time bench/decode_trace.py \
 	's|^\( *\)own = max(0, r\["end_ns"\] - max(r\["start_ns"\], frontier))$|\1own = r["end_ns"] - r["start_ns"]|' \

@@ -1211,11 +1211,9 @@ enum tpf_status arnorm_prepare(struct tpf_cuda_arnorm *c, int es, struct tpf_dia
 	{ // the wide one-shot: only where its whole grid (a block a row) is resident
 		int wide = least_resident(c->dtype, false, true, kWideThreads);
 		c->wide_rows = (int64_t)sms * (wide > 0 ? wide : 0);
-		const char *env = getenv("TPF_AR_WIDE_ROWS");
-		if (env && *env) {
-			long long w = atoll(env);
-			c->wide_rows = w < c->wide_rows ? w : c->wide_rows;
-		}
+		const long long w = tpf_env_int("TPF_AR_WIDE_ROWS", -1);
+		if (w >= 0 && w < c->wide_rows)
+			c->wide_rows = w;
 	}
 
 	return TPF_OK;

@@ -943,13 +943,6 @@ struct DecPlan {
 	size_t ws_bytes;
 };
 
-// The environment variable is "0" (a kernel turned off).
-bool env_zero(const char *name)
-{
-	const char *e = getenv(name);
-	return e && !strcmp(e, "0");
-}
-
 constexpr int64_t kMmaMinRows = 4; // group rows from which decode_plan takes the tensor-core kernel
 
 // The tensor-core kernel may take the call (TPF_DECODE_MMA=0 keeps every call
@@ -957,7 +950,7 @@ constexpr int64_t kMmaMinRows = 4; // group rows from which decode_plan takes th
 // rows 16-byte aligned (the caller checks K/V).
 bool decode_mma_ok(const struct tpf_attention_ops &o)
 {
-	static const bool off = env_zero("TPF_DECODE_MMA");
+	static const bool off = !tpf_env_switch("TPF_DECODE_MMA", 1);
 	enum tpf_dtype t = o.q->dtype;
 	return !off && (t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_BFLOAT16) && o.D == o.Dv &&
 	       (o.D == 64 || o.D == 128) && !((uintptr_t)o.q->data & 15);
@@ -969,7 +962,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 {
 	DecPlan p;
 	memset(&p, 0, sizeof(p));
-	static const bool off = env_zero("TPF_DECODE_ATTENTION");
+	static const bool off = !tpf_env_switch("TPF_DECODE_ATTENTION", 1);
 	if (off)
 		return p;
 	enum tpf_dtype t = o.q->dtype;
@@ -1024,7 +1017,7 @@ DecPlan decode_plan(const struct tpf_attention_ops &o, bool long_rows)
 	// 418.99 us with four tiles against 421.5-421.9 with two, 427.4 with
 	// one; 2x H200 326.8 against 328.9; batch 8 even: docs/gpu.md.
 	// TPF_DECODE_SPLIT_TILES sets another least number.)
-	static const int split_tiles = tpfc_env_int("TPF_DECODE_SPLIT_TILES", 0, 1 << 20);
+	static const int split_tiles = (int)tpf_env_int("TPF_DECODE_SPLIT_TILES", 0);
 	const int64_t min_cps = split_tiles > 0 ? split_tiles : (int64_t)max(4, 2 * mma_tiles(p.R, o.D));
 	if (p.mma && cps < min_cps)
 		cps = nchunks < min_cps ? nchunks : min_cps;

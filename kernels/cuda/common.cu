@@ -103,21 +103,9 @@ int tpfc_sm_count(void)
 	return cache[dev];
 }
 
-int tpfc_env_int(const char *name, int def, int hi)
-{
-	const char *e = getenv(name);
-	if (!e || !*e)
-		return def;
-	char *end = NULL;
-	long n = strtol(e, &end, 10);
-	if (end == e || *end || n < 0)
-		return def;
-	return (int)(n > hi ? hi : n);
-}
-
 bool tpfc_pdl(enum tpf_pdl_kind k)
 {
-	static const unsigned mask = tpf_pdl_kinds_parse(getenv("TPF_PDL"));
+	static const unsigned mask = tpf_pdl_kinds_parse(tpf_env_text("TPF_PDL"));
 	return (mask >> k) & 1u;
 }
 

@@ -463,10 +463,6 @@ __device__ __forceinline__ void pdl_trigger()
 // tpfc::peer_pdl).
 bool tpfc_pdl(enum tpf_pdl_kind k);
 
-// A non-negative integer from the environment (def when unset or not a
-// number), at most hi: the kernels' tuning options.
-int tpfc_env_int(const char *name, int def, int hi);
-
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic
 // dependent of the stream's previous kernel when pdl.
 template <typename... KA, typename... A>

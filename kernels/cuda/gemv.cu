@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(KW * 32, KW == 8 ? 2 : 1)
 // many rows at most.  Read once.
 int max_rows()
 {
-	static const int v = tpfc_env_int("TPF_GEMV", kDefaultMaxRows, kMaxMmaRows);
+	static const int v = (int)tpf_env_int("TPF_GEMV", kDefaultMaxRows);
 	return v;
 }
 
@@ -458,7 +458,7 @@ int max_rows()
 // beyond).  Read once.
 int mma_min_rows()
 {
-	static const int v = tpfc_env_int("TPF_GEMV_MMA", kDefaultMmaMinRows, kMaxMmaRows + 1);
+	static const int v = (int)tpf_env_int("TPF_GEMV_MMA", kDefaultMmaMinRows);
 	return v;
 }
 
@@ -466,8 +466,8 @@ int mma_min_rows()
 // chosen by the SM count, below).  Read once.
 int forced_cols()
 {
-	static const int v = tpfc_env_int("TPF_GEMV_COLS", 0, INT_MAX);
-	return v == 16 || v == 32 ? v : 0;
+	static const int v = (int)tpf_env_int("TPF_GEMV_COLS", 0);
+	return v;
 }
 
 template <typename T, int M>

@@ -79,10 +79,11 @@ __device__ inline void call_end(PeerState *s, unsigned iter, unsigned ticket)
 
 // Whether the peer-memory kernels are launched as programmatic dependents:
 // unless TPF_PDL=0.  Read here rather than through tpfc_pdl so that
-// these kernels build without common.cu (bench/gpu/run.sh).
+// these kernels build without common.cu (bench/gpu/run.sh builds them
+// with kernels/env.c only).
 inline bool peer_pdl()
 {
-	const char *e = getenv("TPF_PDL");
+	const char *e = tpf_env_text("TPF_PDL");
 	return !(e && !strcmp(e, "0"));
 }
 
