@@ -14,11 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static enum tpf_status nfail(struct tpf_diag *d, const struct tpf_node *n, enum tpf_status st,
-			     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static enum tpf_status nfail(struct tpf_diag *d, const struct tpf_node *n, enum tpf_status st,
-			     const char *fmt, ...)
+enum tpf_status tpf_rt_node_fail(struct tpf_diag *d, const struct tpf_node *n, enum tpf_status st,
+				 const char *fmt, ...)
 {
 	char msg[512], who[256];
 	va_list ap;
@@ -792,7 +789,7 @@ static enum tpf_status schedule(const struct tpf_graph *g, const struct tpf_node
 	if (tail != g->n_nodes) {
 		for (const struct tpf_node *n = g->first; n; n = n->next)
 			if (n->id < n_ids && indeg[n->id] > 0) {
-				st = nfail(d, n, TPF_ERR_VERIFY,
+				st = tpf_rt_node_fail(d, n, TPF_ERR_VERIFY,
 					   "cannot be scheduled: its inputs are on a cycle or never defined");
 				break;
 			}
@@ -848,7 +845,7 @@ static const struct tpf_kernel *pick_kernel(const struct tpf_plan *p, enum tpf_b
 {
 	const struct tpf_kernel *any = tpf_kernel_find_any(b, n->op, ph);
 	if (!any) {
-		nfail(d, n, TPF_ERR_UNSUPPORTED, "no %s kernel for this op%s%s", tpf_backend_name(b),
+		tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "no %s kernel for this op%s%s", tpf_backend_name(b),
 		      ph ? " phase " : "", ph ? tpf_kernel_phase_name(ph) : "");
 		return NULL;
 	}
@@ -857,7 +854,7 @@ static const struct tpf_kernel *pick_kernel(const struct tpf_plan *p, enum tpf_b
 	enum tpf_dtype key = key_idx >= 0 ? p->values[key_idx].t.dtype : TPF_DTYPE_UNDEFINED;
 	const struct tpf_kernel *k = tpf_kernel_find(b, n->op, ph, key);
 	if (!k)
-		nfail(d, n, TPF_ERR_UNSUPPORTED, "no %s kernel for dtype %s", tpf_backend_name(b),
+		tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "no %s kernel for dtype %s", tpf_backend_name(b),
 		      tpf_dtype_name(key));
 	return k;
 }
@@ -895,7 +892,7 @@ static enum tpf_status check_group(const struct tpf_plan *p, const struct tpf_no
 {
 	int64_t gs = tpf_node_attr_int(n, "group_size", 0);
 	if (gs > 0 && gs != p->opt.world)
-		return nfail(d, n, TPF_ERR_INVALID, "group_size is %lld but the run has %d ranks",
+		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "group_size is %lld but the run has %d ranks",
 			     (long long)gs, p->opt.world);
 	return TPF_OK;
 }
@@ -1007,11 +1004,11 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 	int xq = value_index(p, dx->inputs[0]), sx = known_index(p, dx->inputs[1]);
 	int w = known_index(p, dw->inputs[0]), sw = known_index(p, dw->inputs[1]);
 	if (xq < 0)
-		return nfail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", dx->inputs[0]->name);
+		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", dx->inputs[0]->name);
 	int64_t K = p->values[w].t.dims[0], N = p->values[w].t.dims[1];
 	const struct tpf_ktensor *xt = &p->values[xq].t;
 	if (xt->dtype != TPF_DTYPE_FLOAT8E4M3FN || xt->rank < 1 || xt->dims[xt->rank - 1] != K)
-		return nfail(d, n, TPF_ERR_INVALID, "fp8 operand '%s' is not FLOAT8E4M3FN [..., %lld]",
+		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "fp8 operand '%s' is not FLOAT8E4M3FN [..., %lld]",
 			     dx->inputs[0]->name, (long long)K);
 	int64_t tdims[2] = {N, K};
 	int wt = add_temp(p, n, "weight.fp8.transposed", TPF_DTYPE_FLOAT8E4M3FN, 2, tdims);
@@ -1315,7 +1312,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	case TPF_OP_MS_ALLTOALL: {
 		const struct rt_value *x = &p->values[ins[0]];
 		if (x->t.rank < 1 || x->t.dims[0] % p->opt.world)
-			return nfail(d, n, TPF_ERR_INVALID, "dim 0 (%lld) does not split into %d ranks",
+			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "dim 0 (%lld) does not split into %d ranks",
 				     x->t.rank ? (long long)x->t.dims[0] : 0LL, p->opt.world);
 		return plan_add_step(p, RT_STEP_ALLTOALL, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
 			       ? TPF_ERR_NOMEM
@@ -1325,7 +1322,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		const struct rt_value *y = &p->values[outs[0]];
 		int ax = tpf_norm_axis(tpf_node_attr_int(n, "axis", 0), y->t.rank);
 		if (ax < 0)
-			return nfail(d, n, TPF_ERR_INVALID, "axis out of range");
+			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "axis out of range");
 		if (tpf_dims_prod(y->t.dims, 0, ax) == 1 || p->opt.world == 1)
 			return plan_add_step(p, RT_STEP_ALLGATHER, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
 				       ? TPF_ERR_NOMEM
@@ -1343,7 +1340,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		/* copied: add_temp may move the values array */
 		struct tpf_ktensor xt = p->values[ins[0]].t;
 		if (n_in > 64)
-			return nfail(d, n, TPF_ERR_LIMIT, "too many inputs");
+			return tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "too many inputs");
 		int tmp = add_temp(p, n, "reduced", xt.dtype, xt.rank, xt.dims);
 		if (tmp < 0)
 			return TPF_ERR_NOMEM;
@@ -1355,7 +1352,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	}
 	case TPF_OP_TPF_SHARDED_RMS_NORM: {
 		if (n_in < 2 || n_in % 2 || n_in > 62)
-			return nfail(d, n, TPF_ERR_UNSUPPORTED, "expects n inputs and n gammas, got %zu inputs", n_in);
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "expects n inputs and n gammas, got %zu inputs", n_in);
 		const struct rt_value *x = &p->values[ins[0]];
 		int64_t cols = x->t.rank ? x->t.dims[x->t.rank - 1] : 1;
 		int64_t dims[2] = {cols ? x->t.numel / cols : 0, (int64_t)(n_in / 2)};
@@ -1491,10 +1488,10 @@ static enum tpf_status infer_node(const struct tpf_plan *p, const struct tpf_nod
 	    c->in[0].host && c->in[1].host && c->in[2].host) {
 		for (int k = 0; k < 3; k++)
 			if (c->in[k].numel != 1 || c->in[k].dtype != c->in[0].dtype)
-				return nfail(d, n, TPF_ERR_INVALID, "start, limit and delta must be scalars of one dtype");
+				return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "start, limit and delta must be scalars of one dtype");
 		int64_t len = tpf_range_length(c->in[0].dtype, c->in[0].host, c->in[1].host, c->in[2].host);
 		if (len < 0)
-			return nfail(d, n, TPF_ERR_INVALID, "delta is 0, a bound is not finite or the range is too long");
+			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "delta is 0, a bound is not finite or the range is too long");
 		c->out[0].dtype = c->in[0].dtype;
 		c->out[0].rank = 1;
 		c->out[0].dims[0] = len;
@@ -1657,7 +1654,7 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 				continue;
 			ins[i] = value_index(p, n->inputs[i]);
 			if (ins[i] < 0) {
-				st = nfail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", n->inputs[i]->name);
+				st = tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", n->inputs[i]->name);
 				goto out_free;
 			}
 			poisoned |= p->values[ins[i]].poisoned;
@@ -1697,7 +1694,7 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			if (t->rank > 0)
 				memcpy(r->t.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
 			if (tpf_ktensor_finish(&r->t) || r->t.nbytes != t->nbytes) {
-				st = nfail(d, n, TPF_ERR_INVALID, "value has %zu bytes for its shape", t->nbytes);
+				st = tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "value has %zu bytes for its shape", t->nbytes);
 				goto out_free;
 			}
 			r->known = 1;
@@ -1758,7 +1755,7 @@ static enum tpf_status lower_graph(struct tpf_plan *p, const struct tpf_node **o
 			if (outs[i] < 0)
 				continue;
 			if (out[i].rank < 0 || out[i].rank > TPF_KERNEL_MAX_RANK || tpf_ktensor_finish(&out[i])) {
-				st = nfail(d, n, TPF_ERR_LIMIT, "output %zu has no valid shape (overflow or rank)", i);
+				st = tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "output %zu has no valid shape (overflow or rank)", i);
 				goto out_free;
 			}
 			p->values[outs[i]].t = out[i];

@@ -156,6 +156,10 @@ size_t tpf_unsupported_count(const struct tpf_unsupported *u);
 enum tpf_status tpf_unsupported_report(const struct tpf_unsupported *u, enum tpf_backend b,
 				       struct tpf_diag *d);
 
+/* "node 'NAME' (OP): MESSAGE" as an error in d; returns st. */
+enum tpf_status tpf_rt_node_fail(struct tpf_diag *d, const struct tpf_node *n, enum tpf_status st,
+				 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* Fills the output dtypes and dims of a call whose inputs are bound (host
  * copies set where known).  out[i] of omitted outputs are left alone (the
  * caller marks them with dtype UNDEFINED and rank -1). */

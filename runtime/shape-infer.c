@@ -14,21 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static enum tpf_status fail(const struct tpf_node *n, struct tpf_diag *d, enum tpf_status st,
-			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static enum tpf_status fail(const struct tpf_node *n, struct tpf_diag *d, enum tpf_status st,
-			    const char *fmt, ...)
-{
-	char msg[512], who[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	tpf_diag_add(d, TPF_SEV_ERROR, "%s: %s", tpf_node_describe(n, who, sizeof(who)), msg);
-	return st;
-}
-
 static int present(const struct tpf_kernel_call *c, size_t i)
 {
 	return i < c->n_in && c->in[i].rank >= 0 && c->in[i].dtype != TPF_DTYPE_UNDEFINED;
@@ -41,17 +26,17 @@ static enum tpf_status unsupported_form(const struct tpf_node *n, const struct t
 	int64_t to;
 
 	if (tpf_op_has_trait(n->op, TPF_OP_TRAIT_BROADCAST) && c->n_in > 8)
-		return fail(n, d, TPF_ERR_LIMIT, "more than 8 operands");
+		return tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "more than 8 operands");
 	switch (n->op) {
 	case TPF_OP_CAST:
 		to = tpf_node_attr_int(n, "to", 0);
 		if (!tpf_dtype_is_valid((int)to) || to == TPF_DTYPE_STRING || to == TPF_DTYPE_UNDEFINED)
-			return fail(n, d, TPF_ERR_UNSUPPORTED, "cast to dtype %lld not supported",
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "cast to dtype %lld not supported",
 				    (long long)to);
 		break;
 	case TPF_OP_SPLIT:
 		if (c->n_out > 256)
-			return fail(n, d, TPF_ERR_LIMIT, "more than 256 outputs");
+			return tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "more than 256 outputs");
 		break;
 	case TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE:
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
@@ -66,25 +51,25 @@ static enum tpf_status unsupported_form(const struct tpf_node *n, const struct t
 		int fp4 = n->op == TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE ||
 			  strncmp(tpf_node_attr_string(n, "quant", "fp8"), "nvfp4", 5) == 0;
 		if ((fp4 || group) && (x->rank < 1 || bs <= 0 || x->dims[x->rank - 1] % bs))
-			return fail(n, d, TPF_ERR_INVALID, "last dim is not a multiple of block_size %lld",
+			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "last dim is not a multiple of block_size %lld",
 				    (long long)bs);
 		break;
 	}
 	case TPF_OP_MS_ALLREDUCE:
 		if (c->n_in != 1)
-			return fail(n, d, TPF_ERR_UNSUPPORTED, "an AllReduce of %zu tensors (one per node is supported)",
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "an AllReduce of %zu tensors (one per node is supported)",
 				    c->n_in);
 		break;
 	case TPF_OP_ATTENTION:
 		if (!present(c, 2) || c->in[0].rank != 4 || c->in[1].rank != 4 || c->in[2].rank != 4)
-			return fail(n, d, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
 		if (c->n_out > 3)
-			return fail(n, d, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
 		if (present(c, 6))
-			return fail(n, d, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen is not supported");
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen is not supported");
 		if (tpf_node_attr_int(n, "left_window_size", -1) >= 0 ||
 		    tpf_node_attr_int(n, "right_window_size", -1) >= 0)
-			return fail(n, d, TPF_ERR_UNSUPPORTED, "windowed attention is not supported");
+			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "windowed attention is not supported");
 		break;
 	default:
 		break;
@@ -126,20 +111,20 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 	size_t i, count;
 
 	if (!c->n_out)
-		return fail(n, d, TPF_ERR_INVALID, "no outputs");
+		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "no outputs");
 	if (n->op == TPF_OP_UNKNOWN || tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW))
-		return fail(n, d, TPF_ERR_UNSUPPORTED, "op %s%s%s is not supported by the runtime",
+		return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "op %s%s%s is not supported by the runtime",
 			    n->domain && *n->domain ? n->domain : "",
 			    n->domain && *n->domain ? "::" : "", n->op_type);
 	for (i = 0; i < (size_t)info->min_inputs && i < c->n_in; i++)
 		if (!present(c, i))
-			return fail(n, d, TPF_ERR_INVALID, "required input %zu is missing", i);
+			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "required input %zu is missing", i);
 	if ((st = unsupported_form(n, c, d)))
 		return st;
 	/* the node's operands; a call with fewer leaves the rest omitted */
 	if (tpf_add_size(n->n_inputs, n->n_outputs, &count) ||
 	    !(types = tpf_malloc((count ? count : 1) * sizeof(*types))))
-		return fail(n, d, TPF_ERR_NOMEM, "out of memory");
+		return tpf_rt_node_fail(d, n, TPF_ERR_NOMEM, "out of memory");
 	for (i = 0; i < n->n_inputs; i++)
 		bind_input(c, i, &types[i]);
 	tpf_shape_call_init(&call, n, TPF_SHAPE_CONCRETE, types);
@@ -158,7 +143,7 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 		for (k = 0; known && k < t->rank; k++)
 			known = !t->dims[k].param && t->dims[k].value >= 0;
 		if (!known) {
-			st = fail(n, d, TPF_ERR_UNSUPPORTED,
+			st = tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED,
 				  "the shape of output %zu depends on values not known when the plan "
 				  "is built (shapes, axes, sizes or K must be constants or computed "
 				  "from shapes)",
@@ -166,7 +151,7 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 			break;
 		}
 		if (t->rank > TPF_KERNEL_MAX_RANK) {
-			st = fail(n, d, TPF_ERR_LIMIT, "output %zu has rank %d; at most %d supported", i,
+			st = tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "output %zu has rank %d; at most %d supported", i,
 				  t->rank, TPF_KERNEL_MAX_RANK);
 			break;
 		}
