@@ -58,6 +58,14 @@ static void bench_start(int *argc, char ***argv, struct bench_env *e)
 		if (strcmp((*argv)[i], "--json") == 0 && i + 1 < *argc)
 			e->json_path = (*argv)[++i];
 	g_diag = tpf_diag_create();
+	// the kernels' tuning variables, as a session checks them: a value
+	// a variable does not take stops the run instead of timing a default
+	if (tpf_env_check(g_diag) != TPF_OK) {
+		if (e->rank == 0)
+			tpf_diag_print(g_diag, stderr);
+		MPI_Finalize();
+		exit(2);
+	}
 
 	int ndev = 0;
 	CK(cudaGetDeviceCount(&ndev));

@@ -141,6 +141,14 @@ int main(int argc, char **argv)
 	}
 	if (rows_list.empty())
 		rows_list = {1, 8};
+	{ // the GEMV's tuning variables, as a session checks them
+		struct tpf_diag *d = tpf_diag_create();
+		if (tpf_env_check(d) != TPF_OK) {
+			tpf_diag_print(d, stderr);
+			return 2;
+		}
+		tpf_diag_free(d);
+	}
 	for (int r : rows_list)
 		if (r < 1 || r > 16) {
 			fprintf(stderr, "bench-gemv: --rows %d: expected 1 to 16\n", r);

@@ -83,7 +83,7 @@ static const struct tpf_env_knob knobs[] = {
 	{"TPF_DECODE_ATTENTION", TPF_ENV_SWITCH, 0, 0, NULL, "0: no split-key decode attention kernel"},
 	{"TPF_DECODE_MMA", TPF_ENV_SWITCH, 0, 0, NULL, "0: decode attention on the float kernel only"},
 	{"TPF_DECODE_SPLIT_TILES", TPF_ENV_INT, 0, 1 << 20, NULL,
-	 "the fewest 16-key tiles a split of the decode attention takes (0: chosen by size)"},
+	 "the fewest 16-key tiles a split of the decode attention takes (0: at least 4, chosen by size)"},
 	{"TPF_FP8_GEMM", TPF_ENV_SWITCH, 0, 0, NULL, "0: FP8 matrix products dequantize, then multiply"},
 	{"TPF_GEMV", TPF_ENV_INT, 0, 16, NULL, "the most rows the small-M kernels take (0: cuBLASLt for every product)"},
 	{"TPF_GEMV_COLS", TPF_ENV_CHOICE, 0, 0, "0|16|32", "the FMA GEMV's tile width (0: chosen by the SM count)"},
@@ -177,6 +177,8 @@ int tpf_env_well_formed(const struct tpf_env_knob *k, const char *s)
 
 void tpf_env_takes(const struct tpf_env_knob *k, char *buf, size_t size)
 {
+	if (!size)
+		return;
 	switch (k->kind) {
 	case TPF_ENV_SWITCH:
 		snprintf(buf, size, "0 or 1");

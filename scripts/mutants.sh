@@ -51,7 +51,7 @@ mutant pass-merge-element-size passes/merge-parallel-matmuls.c \
 	"passes/merge-parallel-matmuls fuzz-replay-model" \
 	"merge-parallel-matmuls sizes the merged weight by the first MatMul reading the input, which need not be in the group (0 bytes when it is no candidate)"
 
-mutant kernel-pdl-unknown-kind kernels/host.c \
+mutant kernel-pdl-unknown-kind kernels/env.c \
 	's|^\(\t*\)return m ? m : TPF_PDL_DEFAULT;$|\1return m;|' \
 	"env" \
 	"a TPF_PDL list that names no kind (a typo, a former level such as 'none') turns every dependent launch of the GPU kernels off instead of keeping the default"

@@ -186,8 +186,8 @@ static void test_readers(void **state)
 	assert_int_equal(tpf_env_switch("TPF_ONESHOT", 1), 0);
 	setenv("TPF_ONESHOT", "1", 1);
 	assert_int_equal(tpf_env_switch("TPF_ONESHOT", 0), 1);
-	setenv("TPF_ONESHOT", "no", 1);
-	assert_int_equal(tpf_env_switch("TPF_ONESHOT", 1), 1);
+	setenv("TPF_ONESHOT", "no", 1); /* malformed: the default, not "on" */
+	assert_int_equal(tpf_env_switch("TPF_ONESHOT", 7), 7);
 	unsetenv("TPF_ONESHOT");
 
 	assert_int_equal(tpf_env_int("TPF_GEMV", 16), 16);
@@ -195,8 +195,8 @@ static void test_readers(void **state)
 	assert_int_equal(tpf_env_int("TPF_GEMV", 16), 8);
 	setenv("TPF_GEMV", "", 1);
 	assert_int_equal(tpf_env_int("TPF_GEMV", 16), 16);
-	setenv("TPF_GEMV", "99", 1); /* outside its range: the default */
-	assert_int_equal(tpf_env_int("TPF_GEMV", 16), 16);
+	setenv("TPF_GEMV", "99", 1); /* outside its range: the default, not the bound */
+	assert_int_equal(tpf_env_int("TPF_GEMV", 5), 5);
 	unsetenv("TPF_GEMV");
 	setenv("TPF_ONESHOT_MAX_BYTES", "1048576", 1);
 	assert_int_equal(tpf_env_int("TPF_ONESHOT_MAX_BYTES", 5), 1048576);
