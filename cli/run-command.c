@@ -80,7 +80,9 @@ static const char *const run_help =
 	"  --quiet               print no output summary\n"
 	"\n"
 	"Ops the backend cannot run are all listed in one error (rank 0), before\n"
-	"any input is read or made.\n"
+	"any input is read or made.  The TPF_* tuning variables (`tpfuse env`\n"
+	"lists them) are checked first: one set to a value it does not take is\n"
+	"an error naming it.\n"
 	"\n"
 	"Exit codes: 0 ok, 1 error (also on every rank when one rank fails),\n"
 	"2 usage, 3 I/O, 4 unsupported, 5 --verify found a mismatch.\n";
@@ -92,7 +94,9 @@ static const char *const plan_help =
 	"Lowers MODEL for concrete input shapes (from test data, or the declared\n"
 	"shapes with symbolic dims from --dim, default 1) and prints the plan: the\n"
 	"schedule with the kernel of every step, the communicator steps, the\n"
-	"buffers with their arena offsets and live ranges, and peak memory.\n";
+	"buffers with their arena offsets and live ranges, and peak memory.\n"
+	"The TPF_* tuning variables that change kernel choices (`tpfuse env`)\n"
+	"apply, and one set to a value it does not take is an error.\n";
 
 struct run_opts {
 	const char *model;
