@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "tpf-cuda.h"
+#include "tpf-kernels.h"
 
 /* Aborts the MPI job when call `x`'s result is not `good`, with `text` of it. */
 #define BENCH_CHECK(type, x, good, text)                                                           \
