@@ -2,6 +2,7 @@
 """The environment's tuning knobs, end to end (kernels/env.c's table):
 
     env_knobs.py --tpfuse TPFUSE --source ROOT
+    env_knobs.py --bench EXE [--bench EXE ...]
 
   - every TPF_ variable the library or the command reads (getenv or a
     tpf_env_* reader in ir/, passes/, kernels/, runtime/, cli/) is a knob
@@ -10,7 +11,10 @@
     prints: the same names, values taken and descriptions, in its order;
   - with every knob well formed, `tpfuse env` exits 0; a malformed one makes
     `tpfuse env`, `tpfuse plan` and `tpfuse run` exit 1 with a message
-    naming the variable, its value and what it takes, before any work.
+    naming the variable, its value and what it takes, before any work;
+  - --bench: each benchmark that calls kernels directly (bench-arnorm,
+    bench-fusions, bench-gemv) exits 2 under a malformed knob, naming it,
+    before it touches a GPU (so this runs on machines without one).
 
 Exit status: 0 passed, 1 failed.
 """
@@ -83,9 +87,21 @@ def documented(root):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tpfuse", required=True)
-    ap.add_argument("--source", required=True)
+    ap.add_argument("--tpfuse")
+    ap.add_argument("--source")
+    ap.add_argument("--bench", action="append", default=[])
     a = ap.parse_args()
+    if a.bench:
+        for exe in a.bench:
+            env = dict(clean_env(), TPF_GEMV="99", OMPI_MCA_ess_singleton_isolated="1")
+            p = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
+            msg = 'environment variable TPF_GEMV="99": expected a whole number from 0 to 16'
+            check(p.returncode == 2 and msg in p.stderr, f"TPF_GEMV=99: {os.path.basename(exe)} exits 2 naming it "
+                  f"({p.returncode})", (p.stdout + p.stderr)[-1500:])
+        print(f"{len(failures)} failure(s)")
+        return 1 if failures else 0
+    if not a.tpfuse or not a.source:
+        ap.error("--tpfuse and --source, or --bench")
 
     knobs = listed(a.tpfuse)
     names = [k[0] for k in knobs]
