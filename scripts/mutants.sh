@@ -166,6 +166,61 @@ mutant runtime-shared-constant-freed runtime/session.c \
 	"plan-support" \
 	"a plan that goes frees the device copies its constants share with the session's other plans"
 
+mutant shard-refuse-group-size passes/shard.c \
+	's|^\(\t*\)if (world > 1 \|\| tpf_node_attr_int(n, "group_size", 1) > 1)$|\1if (world > 1)|' \
+	"shard" \
+	"tpfuse shard takes an export whose collectives have group_size 2 but no tp_world_size metadata for a single-device model: it drops their AllReduces and splits the rank graph again"
+
+mutant shard-vocab-unshifted passes/shard-rewrite.c \
+	's|^\(\t*\)in\[1\] = shifted;$|\1in[1] = ids;|' \
+	"shard shard-vocab-parallel" \
+	"the vocab-parallel embedding looks up the token ids themselves in the rank's rows of the table, not the ids less the rank's first row: every rank but 0 indexes past its rows"
+
+mutant pass-sharded-qk-token-shape passes/fuse-sharded-rmsnorm.c \
+	's|^\(\t*\)for (int i = 0; i < r - 1; i++)$|\1for (int i = 0; i < r - 2; i++)|' \
+	"passes/fuse-sharded-rmsnorm-qk" \
+	"fuse-sharded-rmsnorm merges into one exchange sharded norms whose token shapes differ in the last token dim (prefill Q with decode K): one sum buffer for two token counts"
+
+mutant kernel-sharded-qk-column kernels/cpu/norm.c \
+	's|^\(\t*\)j.ext_col = (int64_t)p;$|\1j.ext_col = 0;|' \
+	"kernels-cpu mpi-fusions" \
+	"the CPU ShardedRMSNorm of merged Q and K norms normalizes every tensor with the first one's sum of squares (K scaled by Q's norm)"
+
+mutant kernel-sigmoid-gate-operands kernels/cpu/elementwise.c \
+	's|^\(\t*\)tpf_elem_store(y->dtype, y->data, i, f + sig \* s, 1);$|\1tpf_elem_store(y->dtype, y->data, i, s + sig * f, 1);|' \
+	"kernels-cpu" \
+	"the CPU SigmoidGateAdd kernel computes shared + sigmoid(gate) * final (the gate scales the routed experts' sum instead of the shared expert)"
+
+mutant pass-sigmoid-gate-leading-dims passes/fuse-sigmoid-gate.c \
+	's|^\(\t*\)for (int i = 0; i < r_s - 1; i++) {$|\1for (int i = 0; i < r_s - 2; i++) {|' \
+	"passes/fuse-sigmoid-gate-near-misses" \
+	"fuse-sigmoid-gate takes a gate that broadcasts over the token dim next to the hidden one ([B,1,1] against [B,S,H]): one gate per sequence where the graph has one per token"
+
+mutant coalesce-world-size passes/coalesce-alltoall.c \
+	's|^\(\t*\)    world_size_of(m, first->node, ctx) != world)$|\1    0)|' \
+	"passes/coalesce-alltoall" \
+	"coalesce-alltoall packs AllToAll calls of different group sizes into one exchange, cut into the first one's number of chunks"
+
+mutant coalesce-unpack-offset passes/coalesce-alltoall.c \
+	's|^\(\t*\)u\[0\] = (int64_t)i, u\[1\] = j \* S + off, |\1u[0] = (int64_t)i, u[1] = j * S, |' \
+	"coalesce-alltoall passes/coalesce-alltoall" \
+	"the Unpack after a coalesced AllToAll copies every output from the first member's place in each rank's block (the pack table's offsets forgotten)"
+
+mutant canonicalize-allgather-perm passes/canonicalize.c \
+	's|^\(\t*\)int64_t want = i < r - 1 ? i + 1 : i == r - 1 ? 0 : r;$|\1int64_t want = i < r - 1 ? i + 1 : i == r - 1 ? r : 0;|' \
+	"passes/canonicalize-allgather" \
+	"an axis-0 all-gather whose Transpose puts the gathered copies last (perm [1, .., r, 0]) becomes a last-axis AllGather: the copies interleave element by element instead of block by block"
+
+mutant canonicalize-norm-casts-dtype passes/canonicalize.c \
+	's|^\(\t*\)if (t_in != t_out)$|\1if (t_in != t_out \&\& 0)|' \
+	"passes/canonicalize-rmsnorm-near-misses passes/canonicalize-rmsnorm-forms" \
+	"Cast(float16 -> float) -> RMSNorm -> Cast(bfloat16) becomes one RMSNorm giving float16: the model's bfloat16 output changes dtype"
+
+mutant strategy-hidden-inf runtime/strategy.c \
+	's|parse_count(w\[2\], \&r.hidden, 0)|parse_count(w[2], \&r.hidden, 1)|' \
+	"strategy" \
+	"a strategy table row whose HIDDEN is 'inf' is read as hidden -1 instead of refused with its file and line"
+
 # ------------------------------------------------------------------ options
 list=0 keep=0 work="" rev=HEAD
 want=()

@@ -2,7 +2,8 @@
 /* tpf_shard on small hand-built graphs: the splits it chooses, the
  * collectives it inserts, each rank's weight slices, literal head counts
  * rewritten, the LM head's gather, the vocab-parallel embedding, what it
- * refuses (a model already tensor-parallel) and what it leaves replicated
+ * refuses (a model already tensor-parallel, by its metadata or its
+ * collectives' group_size) and what it leaves replicated
  * (a dim not divisible by W, a split meeting an op without a rule), and
  * allocation failures.  The example families and the export corpus are
  * covered end to end, with runs under mpirun, by tests/shard/shard_check.py. */
@@ -287,7 +288,10 @@ static void test_vocab_parallel(void **state)
 	struct tpf_value *e = weight(g, "embed.weight", F, D);
 	struct tpf_node *n = add_node(g, "", "Gather", "embed", 2, IN(e, ids), 1);
 	struct tpf_node *act = add_node(g, "", "Relu", "act", 1, IN(n->outputs[0]), 1);
+	struct tpf_node *wh, *sub;
 	struct shard_run r;
+	int64_t first;
+	size_t k;
 
 	(void)state;
 	assert_int_equal(tpf_graph_add_output(g, act->outputs[0]), TPF_OK);
@@ -295,8 +299,18 @@ static void test_vocab_parallel(void **state)
 	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
 	assert_int_equal(count_op(g, TPF_OP_WHERE), 1);
 	expect_type(tpf_graph_find_value(g, "embed.weight"), "f32[4,4]");
+	/* the lookup reads Where(inside, ids - first row, 0): the ids shifted
+	 * by the rank's first row of the table */
+	wh = find_op(g, TPF_OP_WHERE);
+	assert_ptr_equal(n->inputs[1], wh->outputs[0]);
+	sub = wh->inputs[1]->producer;
+	assert_non_null(sub);
+	assert_int_equal(sub->op, TPF_OP_SUB);
+	assert_ptr_equal(sub->inputs[0], ids);
 	assert_int_equal(tpf_shard_rank(r.sh, 1, r.d), TPF_OK);
 	assert_true(elem(m, "embed.weight", 0, 1) == 401.0f);
+	assert_int_equal(tpf_pattern_const_ints(sub->inputs[1], &first, 1, &k), 0);
+	assert_true(k == 1 && first == F / 2);
 	verify_ok(m);
 	shard_done(&r);
 }
@@ -338,6 +352,27 @@ static void test_already_parallel(void **state)
 
 	(void)state;
 	shard(&r, exported_mlp("rank_allreduce", "2"), 2, 0, TPF_ERR_UNSUPPORTED);
+	assert_null(r.sh);
+	expect_mentions(r.d, want);
+	shard_done(&r);
+}
+
+/* A collective of group_size 2 is tensor-parallel even where the model has
+ * no tp_world_size metadata: refused, naming the node. */
+static void test_group_size_parallel(void **state)
+{
+	struct tpf_model *m = mlp();
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *ar = add_node(g, TPF_MS_DOMAIN, "AllReduce", "rank_allreduce", 1,
+				       IN(g->outputs[0]), 1);
+	struct shard_run r;
+	const char *want[] = {"node 'rank_allreduce'", "already tensor-parallel (world size 2)", NULL};
+
+	(void)state;
+	assert_int_equal(tpf_node_set_attr_int(ar, "group_size", 2), TPF_OK);
+	assert_int_equal(tpf_graph_set_output(g, 0, ar->outputs[0]), TPF_OK);
+	assert_null(tpf_model_metadata(m, "tp_world_size"));
+	shard(&r, m, 2, 0, TPF_ERR_UNSUPPORTED);
 	assert_null(r.sh);
 	expect_mentions(r.d, want);
 	shard_done(&r);
@@ -388,6 +423,7 @@ int main(void)
 		cmocka_unit_test(test_vocab_parallel),
 		cmocka_unit_test(test_world1_collectives),
 		cmocka_unit_test(test_already_parallel),
+		cmocka_unit_test(test_group_size_parallel),
 		cmocka_unit_test(test_alloc_failures),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

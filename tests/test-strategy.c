@@ -130,6 +130,9 @@ static void test_errors(void **state)
 	expect_error("2 allreduce -4096 128 nccl\n", "bad.txt:1:");
 	expect_error("2 allreduce 4096 12x nccl\n", "bad.txt:1:");
 	expect_error("2 allreduce 4096 inf nccl extra\n", "bad.txt:1:");
+	/* inf is a MAX_TOKENS only: a WORLD or HIDDEN of inf is refused */
+	expect_error("2 allreduce inf 128 nccl\n", "bad.txt:1: expected 'WORLD KIND HIDDEN MAX_TOKENS PATH'");
+	expect_error("inf allreduce 4096 128 nccl\n", "bad.txt:1:");
 	/* a line too long for the parser: its file and line named (the table
 	 * freed only after the message is made: ASan in CI) */
 	char long_text[700];
