@@ -755,6 +755,22 @@ static void test_norms(void **state)
 		for (int i = 0; i < 24; i++)
 			expect_close(at(&out[0], i), y[i], dts[t], 1.0);
 		kfree(ss, 1);
+		/* Q and K in one ShardedRMSNorm (the two share one exchange of
+		 * [rows, 2] sums): each is normalized by its own sum of squares */
+		int64_t dss2[2] = {3, 2};
+		kt(&ss[0], TPF_DTYPE_FLOAT, 2, dss2);
+		n = mknode(TPF_DOMAIN, "ShardedRMSNorm", 4, 2);
+		tpf_node_set_attr_float(n, "epsilon", 1e-5f);
+		struct tpf_ktensor qk[5] = {in[0], in[2], in[1], in[1], ss[0]};
+		assert_int_equal(run_phase(n, TPF_PHASE_SUMSQ, qk, 4, ss, 1, 1), TPF_OK);
+		assert_int_equal(run_phase(n, TPF_PHASE_NORMALIZE, qk, 5, out, 2, 1), TPF_OK);
+		ref_rms(x, 3, 8, g, 1e-5, 0, y);
+		for (int i = 0; i < 24; i++)
+			expect_close(at(&out[0], i), y[i], dts[t], 1.0);
+		ref_rms(r, 3, 8, g, 1e-5, 0, y);
+		for (int i = 0; i < 24; i++)
+			expect_close(at(&out[1], i), y[i], dts[t], 1.0);
+		kfree(ss, 1);
 		/* LayerNormalization with bias */
 		n = mknode("", "LayerNormalization", 3, 1);
 		struct tpf_ktensor lin[3] = {in[0], in[1], in[1]};
