@@ -872,15 +872,27 @@ int tpf_pattern_last_dim(const struct tpf_value *v, int64_t *dim)
 	return 1;
 }
 
+static int unknown_rank(const struct tpf_value *v)
+{
+	return v && v->type.kind == TPF_TYPE_TENSOR && v->type.shape.rank < 0;
+}
+
 int tpf_pattern_shapes_differ(const struct tpf_value *a, const struct tpf_value *b)
 {
 	int ra = tpf_pattern_rank(a), rb = tpf_pattern_rank(b);
 	enum tpf_answer eq = tpf_value_shapes_equal(a, b);
 
-	if (ra < 0 || rb < 0 || eq == TPF_ANSWER_YES)
+	if (eq == TPF_ANSWER_YES)
 		return 0;
 	if (eq == TPF_ANSWER_NO)
 		return 1;
+	/* a tensor whose rank is known to be unknown (declared `[*]`, or
+	 * inferred so through such an input) may broadcast against the other:
+	 * an Add of [T, H] and a residual of unknown rank may be [T, 1] or [H] */
+	if (unknown_rank(a) || unknown_rank(b))
+		return 1;
+	if (ra < 0 || rb < 0)
+		return 0; /* not inferred yet: the op records check the bound shapes */
 	/* not proven equal: they differ where both dims are named (static or
 	 * symbolic) and the IR cannot tell them equal; wholly unknown dims
 	 * do not count */

@@ -244,9 +244,10 @@ enum tpf_dtype tpf_pattern_dtype(const struct tpf_value *v);
 int tpf_pattern_rank(const struct tpf_value *v);
 /* Last dimension: 1 and *dim set when static, 0 when unknown. */
 int tpf_pattern_last_dim(const struct tpf_value *v, int64_t *dim);
-/* 1 when the two shapes may differ (different rank, or two dims, static or
- * symbolic, that the IR cannot prove equal: tpf_value_shapes_equal); dims
- * that are wholly unknown do not count. */
+/* 1 when the two shapes may differ (different ranks, a tensor type of
+ * unknown rank, or two dims, static or symbolic, that the IR cannot prove
+ * equal: tpf_value_shapes_equal); dims that are wholly unknown, and values
+ * with no type yet, do not count. */
 int tpf_pattern_shapes_differ(const struct tpf_value *a, const struct tpf_value *b);
 /* Calls fn on the main graph, every nested subgraph (If/Loop/Scan bodies)
  * and every model-local function body with its subgraphs: the graphs the

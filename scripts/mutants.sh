@@ -61,6 +61,11 @@ mutant env-check-accepts kernels/env.c \
 	"env env-knobs" \
 	"a malformed tuning variable (TPF_ONESHOT=off, TPF_ONESHOT_MAX_BYTES=64M) is read as the default instead of stopping the run by name"
 
+mutant pattern-unknown-rank-same-shape passes/pattern.c \
+	's|^\(\t*\)if (unknown_rank(a) \|\| unknown_rank(b))$|\1if (0)|' \
+	"passes/fuse-allreduce-rmsnorm fuzz-replay-model" \
+	"a residual of unknown rank counts as the reduced value's shape: AllReduce + Add + RMSNorm fuse where the residual may broadcast, and the fused op contradicts the norm's declared output"
+
 mutant bench-trace-own-time bench/decode_trace.py \
 	's|^\( *\)own = max(0, r\["end_ns"\] - max(r\["start_ns"\], frontier))$|\1own = r["end_ns"] - r["start_ns"]|' \
 	"bench-tools" \
