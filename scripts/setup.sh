@@ -8,6 +8,9 @@
 #      checked afterwards: a package that differs from the lock stops setup
 #   3. meson setup of build/ (python option -> .venv/bin/python) and ninja
 #
+#   setup.sh [TARGET ...]   builds only these ninja targets in step 3 (the
+#                           demo: cli/tpfuse); default: everything
+#
 # Environment: BUILD_DIR (default: build), TPF_SKIP_APT=1 to skip step 1,
 # MESON_ARGS (extra arguments for the first `meson setup`).
 set -euo pipefail
@@ -99,6 +102,6 @@ else
 		meson configure "$build_dir" -Dpython="$venv/bin/python"
 	fi
 fi
-say "building $build_dir/"
-ninja -C "$build_dir"
+say "building $build_dir/${1:+: $*}"
+ninja -C "$build_dir" "$@"
 say "setup done: $build_dir/cli/tpfuse"
