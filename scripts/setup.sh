@@ -80,6 +80,7 @@ fi
 # The environment must be the lock, every transitive package included: an
 # unpinned one changes the tests' reference outputs when it is released.
 if ! "$venv/bin/python" "$root/scripts/check-lock.py" "$lock" --python "$venv/bin/python" >/dev/null 2>&1; then
+	say ".venv differs from scripts/constraints.txt: installing the lock again"
 	pip_install
 	if ! "$venv/bin/python" "$root/scripts/check-lock.py" "$lock" --python "$venv/bin/python"; then
 		echo "setup.sh: .venv is not scripts/constraints.txt (above): pin the package there" \
