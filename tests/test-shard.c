@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* tpf_shard on small hand-built graphs: the splits it chooses, the
- * collectives it inserts, each rank's weight slices, literal head counts
- * rewritten, the LM head's gather, the vocab-parallel embedding, what it
- * refuses (a model already tensor-parallel, by its metadata or its
- * collectives' group_size) and what it leaves replicated
+/* tpf_shard on small hand-built graphs: the splits it chooses (through
+ * Transpose too), the collectives it inserts, each rank's weight slices (a
+ * fused q/k/v weight section by section), literal head counts rewritten
+ * (inside a Concat part too), the LM head's gather, the vocab-parallel
+ * embedding, what it refuses (a model already tensor-parallel, by its
+ * metadata or its collectives' group_size) and what it leaves replicated
  * (a dim not divisible by W, a split meeting an op without a rule), and
  * allocation failures.  The example families and the export corpus are
  * covered end to end, with runs under mpirun, by tests/shard/shard_check.py. */
@@ -253,8 +254,8 @@ static void test_split_through_transpose(void **state)
 }
 
 /* Attention-like, the head shapes built at run time as an export writes
- * them: Concat(Unsqueeze(Gather(Shape(x), 0)), [2, 4]) with the head count
- * 2 at position 1 of the Concat, element 0 of its second part.  Each rank
+ * them: Concat(Gather(Shape(x), [0]), [2, 4]) with the head count 2 at
+ * position 1 of the Concat, element 0 of its second part.  Each rank
  * gets [T, 1, 4]: the edit lands on the head count, not on the head size
  * next to it; the merged width 8 becomes 4. */
 static void test_head_count_in_concat(void **state)
