@@ -1069,7 +1069,8 @@ static void test_attention_causal_past(void **state)
 {
 	(void)state;
 	enum { S = 3, L = 3, P = 4, TT = P + L, DH = 4 };
-	int64_t dq[4] = {1, 2, S, DH}, dk[4] = {1, 1, L, DH}, dp[4] = {1, 1, P, DH}, dpr[4] = {1, 1, TT, DH};
+	int64_t dq[4] = {1, 2, S, DH}, dk[4] = {1, 1, L, DH}, dp[4] = {1, 1, P, DH},
+		dpr[4] = {1, 1, TT, DH};
 	struct tpf_ktensor in[6], out[3];
 	kt(&in[0], TPF_DTYPE_FLOAT, 4, dq);
 	kt(&in[1], TPF_DTYPE_FLOAT, 4, dk);
@@ -1093,7 +1094,8 @@ static void test_attention_causal_past(void **state)
 			for (int j = 0; j < seen; j++) {
 				double acc = 0;
 				for (int d = 0; d < DH; d++) {
-					double kv = j < P ? at(&in[4], j * DH + d) : at(&in[1], (j - P) * DH + d);
+					double kv = j < P ? at(&in[4], j * DH + d)
+							  : at(&in[1], (j - P) * DH + d);
 					acc += at(&in[0], (h * S + s) * DH + d) * kv;
 				}
 				sc[j] = acc / sqrt((double)DH);
@@ -1104,8 +1106,10 @@ static void test_attention_causal_past(void **state)
 			for (int d = 0; d < DH; d++) {
 				double acc = 0;
 				for (int j = 0; j < seen; j++)
-					acc += sc[j] * (j < P ? at(&in[5], j * DH + d) : at(&in[2], (j - P) * DH + d));
-				expect_close(at(&out[0], (h * S + s) * DH + d), acc / sum, TPF_DTYPE_FLOAT, 1e-2);
+					acc += sc[j] * (j < P ? at(&in[5], j * DH + d)
+							      : at(&in[2], (j - P) * DH + d));
+				expect_close(at(&out[0], (h * S + s) * DH + d), acc / sum,
+					     TPF_DTYPE_FLOAT, 1e-2);
 			}
 		}
 	kfree(in, 6);

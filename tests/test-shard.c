@@ -224,9 +224,11 @@ static void test_split_through_transpose(void **state)
 	struct tpf_graph *g = m->graph;
 	struct tpf_value *up = weight(g, "up.weight", D, F), *down = weight(g, "down.weight", F, D);
 	struct tpf_node *a = add_node(g, "", "MatMul", "up", 2, IN(x, up), 1);
-	struct tpf_node *t1 = add_node(g, "", "Transpose", "to_features_first", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *t1 =
+		add_node(g, "", "Transpose", "to_features_first", 1, IN(a->outputs[0]), 1);
 	struct tpf_node *act = add_node(g, "", "Relu", "act", 1, IN(t1->outputs[0]), 1);
-	struct tpf_node *t2 = add_node(g, "", "Transpose", "to_tokens_first", 1, IN(act->outputs[0]), 1);
+	struct tpf_node *t2 =
+		add_node(g, "", "Transpose", "to_tokens_first", 1, IN(act->outputs[0]), 1);
 	struct tpf_node *b = add_node(g, "", "MatMul", "down", 2, IN(t2->outputs[0], down), 1);
 	struct shard_run r;
 	struct tpf_shard_stats st;
@@ -272,11 +274,15 @@ static void test_head_count_in_concat(void **state)
 	struct tpf_node *shp = add_node(g, "", "Shape", "shape", 1, IN(x), 1);
 	struct tpf_node *tok = add_node(g, "", "Gather", "tokens", 2, IN(shp->outputs[0], z), 1);
 	struct tpf_node *q = add_node(g, "", "MatMul", "q", 2, IN(x, wq), 1);
-	struct tpf_node *c1 = add_node(g, "", "Concat", "heads_shape", 2, IN(tok->outputs[0], hv), 1);
-	struct tpf_node *r1 = add_node(g, "", "Reshape", "split_heads", 2, IN(q->outputs[0], c1->outputs[0]), 1);
+	struct tpf_node *c1 =
+		add_node(g, "", "Concat", "heads_shape", 2, IN(tok->outputs[0], hv), 1);
+	struct tpf_node *r1 =
+		add_node(g, "", "Reshape", "split_heads", 2, IN(q->outputs[0], c1->outputs[0]), 1);
 	struct tpf_node *sm = add_node(g, "", "Softmax", "softmax", 1, IN(r1->outputs[0]), 1);
-	struct tpf_node *c2 = add_node(g, "", "Concat", "merged_shape", 2, IN(tok->outputs[0], mv), 1);
-	struct tpf_node *r2 = add_node(g, "", "Reshape", "merge_heads", 2, IN(sm->outputs[0], c2->outputs[0]), 1);
+	struct tpf_node *c2 =
+		add_node(g, "", "Concat", "merged_shape", 2, IN(tok->outputs[0], mv), 1);
+	struct tpf_node *r2 =
+		add_node(g, "", "Reshape", "merge_heads", 2, IN(sm->outputs[0], c2->outputs[0]), 1);
 	struct tpf_node *o = add_node(g, "", "MatMul", "o", 2, IN(r2->outputs[0], wo), 1);
 	struct shard_run r;
 	size_t k;
@@ -315,12 +321,15 @@ static void test_fused_qkv_sections(void **state)
 	struct tpf_value *x;
 	struct tpf_model *m = model_with_input("x", TPF_DTYPE_FLOAT, 2, dims, &x);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *wqkv = weight(g, "qkv.weight", D, 3 * F), *wo = weight(g, "o.weight", F, D);
+	struct tpf_value *wqkv = weight(g, "qkv.weight", D, 3 * F);
+	struct tpf_value *wo = weight(g, "o.weight", F, D);
 	struct tpf_value *sv = add_ints(g, "qkv_sizes", 3, sizes);
 	struct tpf_node *a = add_node(g, "", "MatMul", "qkv", 2, IN(x, wqkv), 1);
 	struct tpf_node *sp = add_node(g, "", "Split", "split_qkv", 2, IN(a->outputs[0], sv), 3);
-	struct tpf_node *qk = add_node(g, "", "Mul", "qk", 2, IN(sp->outputs[0], sp->outputs[1]), 1);
-	struct tpf_node *qkv = add_node(g, "", "Add", "qkv_sum", 2, IN(qk->outputs[0], sp->outputs[2]), 1);
+	struct tpf_node *qk =
+		add_node(g, "", "Mul", "qk", 2, IN(sp->outputs[0], sp->outputs[1]), 1);
+	struct tpf_node *qkv =
+		add_node(g, "", "Add", "qkv_sum", 2, IN(qk->outputs[0], sp->outputs[2]), 1);
 	struct tpf_node *o = add_node(g, "", "MatMul", "o", 2, IN(qkv->outputs[0], wo), 1);
 	struct shard_run r;
 	size_t k;
@@ -342,11 +351,13 @@ static void test_fused_qkv_sections(void **state)
 		for (int i = 0; i < D; i++)
 			for (int sec = 0; sec < 3; sec++)
 				for (int c = 0; c < F / 2; c++) {
+					int j = sec * (F / 2) + c;
+					float got = elem(m, "qkv.weight", i, j);
 					float want = (float)(100 * i + sec * F + rank * (F / 2) + c);
-					if (elem(m, "qkv.weight", i, sec * (F / 2) + c) != want)
-						fail_msg("rank %d: qkv.weight[%d][%d] is %g, want %g (section %d)", rank,
-							 i, sec * (F / 2) + c, (double)elem(m, "qkv.weight", i, sec * (F / 2) + c),
-							 (double)want, sec);
+					if (got != want)
+						fail_msg("rank %d: qkv.weight[%d][%d] is %g, want %g "
+							 "(section %d)",
+							 rank, i, j, (double)got, (double)want, sec);
 				}
 		assert_true(elem(m, "o.weight", 1, 0) == (float)(100 * (rank * (F / 2) + 1)));
 	}

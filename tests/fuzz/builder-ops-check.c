@@ -69,23 +69,27 @@ static void check_list(const char *path)
 			continue;
 		idx = strtoul(tok[0], &end, 10);
 		if (*end || k < 2 || idx != n) {
-			failf("%s: the line of entry %zu is not \"INDEX [DOMAIN] OP_TYPE\"", path, n);
+			failf("%s: the line of entry %zu is not \"INDEX [DOMAIN] OP_TYPE\"", path,
+			      n);
 			break;
 		}
 		const char *domain = k == 3 ? tok[1] : "", *type = tok[k - 1];
 		if (n >= N_BUILDER_OPS) {
-			failf("entry %zu ('%s' '%s') is pinned but missing from builder-ops.h", n, domain, type);
-		} else if (strcmp(builder_ops[n].domain, domain) || strcmp(builder_ops[n].type, type)) {
-			failf("entry %zu of builder-ops.h is '%s' '%s', pinned as '%s' '%s': saved inputs "
-			      "would build another op; add ops at the end only",
+			failf("entry %zu ('%s' '%s') is pinned but missing from builder-ops.h", n,
+			      domain, type);
+		} else if (strcmp(builder_ops[n].domain, domain) ||
+			   strcmp(builder_ops[n].type, type)) {
+			failf("entry %zu of builder-ops.h is '%s' '%s', pinned as '%s' '%s': "
+			      "saved inputs would build another op; add ops at the end only",
 			      n, builder_ops[n].domain, builder_ops[n].type, domain, type);
 		}
 		n++;
 	}
 	fclose(f);
 	for (size_t i = n; i < N_BUILDER_OPS; i++)
-		failf("entry %zu of builder-ops.h ('%s' '%s') is not pinned: append it to builder-ops.txt", i,
-		      builder_ops[i].domain, builder_ops[i].type);
+		failf("entry %zu of builder-ops.h ('%s' '%s') is not pinned: append it to "
+		      "builder-ops.txt",
+		      i, builder_ops[i].domain, builder_ops[i].type);
 }
 
 /* Every entry is an op the IR knows, and every op the IR knows is built. */
@@ -136,8 +140,9 @@ static void check_inputs(const char *dir)
 		size_t got = fread(head, 1, 2, f);
 		fclose(f);
 		if (got < 2 || !head[1] || head[1] > N_BUILDER_OPS)
-			failf("%s: its op table length (byte 1) is %d: it builds nothing (the table has %zu "
-			      "entries)", path, got < 2 ? -1 : head[1], N_BUILDER_OPS);
+			failf("%s: its op table length (byte 1) is %d: it builds nothing (the "
+			      "table has %zu entries)",
+			      path, got < 2 ? -1 : head[1], N_BUILDER_OPS);
 	}
 	closedir(d);
 }
@@ -153,7 +158,7 @@ int main(int argc, char **argv)
 	for (int i = 2; i < argc; i++)
 		check_inputs(argv[i]);
 	if (!failures)
-		printf("builder-ops-check: %zu entries pinned, %d folders of saved programs\n", N_BUILDER_OPS,
-		       argc - 2);
+		printf("builder-ops-check: %zu entries pinned, %d folders of saved programs\n",
+		       N_BUILDER_OPS, argc - 2);
 	return failures ? 1 : 0;
 }
