@@ -290,8 +290,17 @@ enum tpf_status tpf_tune_collectives(struct tpf_comm *comm, const struct tpf_tun
 struct tpf_session_options {
 	enum tpf_backend backend;
 	struct tpf_comm *comm; /* NULL: a self communicator owned by the session */
-	/* Skip the start-up check that every rank has the same graph. */
+	/* Skip the start-up exchange: every rank's status and graph structure
+	 * (and, with check_rank_files, its weights).  Without it a rank that
+	 * fails while creating its session leaves the others to find out in
+	 * their first collective. */
 	int no_structure_check;
+	/* The rank models came from per-rank files (tpfuse run sets this):
+	 * in a model with collectives, ranks that loaded byte-identical
+	 * weights and carry no tp_rank metadata are refused (one rank's file
+	 * given to several), and rank 0 warns that the rank order is
+	 * unchecked when any rank's model has no tp_rank metadata. */
+	int check_rank_files;
 	/* CUDA backend: capture the whole plan into a CUDA graph on the second
 	 * run with the same input shapes and replay it afterwards. */
 	int cuda_graph;
