@@ -619,7 +619,8 @@ enum {
 	REPORT_TEXT = 200,
 	REPORT_HASHED = 1,    /* structure (and weights) hold this rank's hashes */
 	REPORT_RANK_META = 2, /* its model names its rank (tp_rank) */
-	REPORT_WEIGHTS = 4,   /* weights holds a digest (check_rank_files) */
+	REPORT_FILES = 4,     /* check_rank_files */
+	REPORT_WEIGHTS = 8,   /* weights holds a digest of its weight matrices */
 };
 
 struct rank_report {
@@ -671,8 +672,11 @@ static uint64_t hash_tensor(uint64_t h, const struct tpf_tensor *t, int sampled)
 	return h;
 }
 
-/* The weights of the top-level graph: its initializers and the tensors of
- * its Constant nodes, in graph order.  bytes: their size. */
+/* The weight matrices of the top-level graph: its initializers and the
+ * tensors of its Constant nodes of two dims or more, what tensor
+ * parallelism splits (vectors, such as a norm's gamma or a shape, are
+ * often the same on every rank), in graph order.  count, bytes: how many
+ * and their size. */
 static uint64_t weights_digest(const struct tpf_graph *g, int sampled, size_t *count, uint64_t *bytes)
 {
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
@@ -680,19 +684,21 @@ static uint64_t weights_digest(const struct tpf_graph *g, int sampled, size_t *c
 	*bytes = 0;
 	for (size_t i = 0; i < g->n_initializers; i++) {
 		const struct tpf_tensor *t = g->initializers[i] ? g->initializers[i]->init : NULL;
-		if (t) {
+		if (t && t->rank >= 2) {
 			h = hash_tensor(h, t, sampled);
 			++*count;
 			*bytes += t->nbytes;
 		}
 	}
 	for (const struct tpf_node *n = g->first; n; n = n->next)
-		for (size_t i = 0; i < n->n_attrs; i++)
-			if (n->attrs[i].kind == TPF_ATTR_TENSOR && n->attrs[i].t) {
-				h = hash_tensor(h, n->attrs[i].t, sampled);
+		for (size_t i = 0; i < n->n_attrs; i++) {
+			const struct tpf_tensor *t = n->attrs[i].kind == TPF_ATTR_TENSOR ? n->attrs[i].t : NULL;
+			if (t && t->rank >= 2) {
+				h = hash_tensor(h, t, sampled);
 				++*count;
-				*bytes += n->attrs[i].t->nbytes;
+				*bytes += t->nbytes;
 			}
+		}
 	return h;
 }
 
@@ -755,10 +761,10 @@ static enum tpf_status refuse_twins(struct tpf_comm *c, const struct tpf_model *
 	if (st || !shown)
 		return st;
 	return tpf_diag_fail(d, TPF_ERR_INVALID,
-			     "%s%s loaded byte-identical weights (%zu tensors, %.1f MiB) into a model with "
-			     "collectives: tensor-parallel ranks hold different shards, so one rank's file was "
-			     "given to several ranks (the models carry no tp_rank metadata that would name "
-			     "the rank each was made for)",
+			     "%s%s loaded byte-identical weights (%zu weight matrices, %.1f MiB) into a model with "
+			     "collectives and no tp_rank metadata: tensor-parallel ranks hold different shards, "
+			     "so one rank's file was given to several ranks (give each rank its own shard; "
+			     "ranks that hold the same weights on purpose need a file each, with its tp_rank)",
 			     list, shown > 4 ? " and more" : "", count, (double)bytes / (1024.0 * 1024.0));
 }
 
@@ -782,8 +788,9 @@ static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_mod
 		if (check_files) {
 			size_t count;
 			uint64_t bytes;
-			mine.flags |= REPORT_WEIGHTS;
 			mine.weights = weights_digest(m->graph, 1, &count, &bytes);
+			/* without a matrix there is nothing a rank's shard holds */
+			mine.flags |= REPORT_FILES | (count ? REPORT_WEIGHTS : 0);
 		}
 	}
 	if (world > 8 && !(all = tpf_calloc((size_t)world, sizeof(*all))))
@@ -826,13 +833,14 @@ static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_mod
 		goto out;
 	}
 	/* 3. the rank files: their weights, and whether their order is known */
-	int checked = 1, unnamed = 0;
+	int files = 1, weights = 1, unnamed = 0;
 	for (int r = 0; r < world; r++) {
-		checked &= (all[r].flags & REPORT_WEIGHTS) != 0;
+		files &= (all[r].flags & REPORT_FILES) != 0;
+		weights &= (all[r].flags & REPORT_WEIGHTS) != 0;
 		unnamed |= !(all[r].flags & REPORT_RANK_META);
 	}
-	if (checked && graph_has_collectives(m->graph)) {
-		if ((st = refuse_twins(c, m, all, d)))
+	if (files && graph_has_collectives(m->graph)) {
+		if (weights && (st = refuse_twins(c, m, all, d)))
 			goto out;
 		if (unnamed && c->rank == 0)
 			tpf_diag_add(d, TPF_SEV_WARNING,
