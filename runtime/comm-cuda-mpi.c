@@ -79,6 +79,12 @@ static enum tpf_status settle(struct tpf_comm *c, const char *what, void *stream
 	return wait_stream(c, what, "waiting for the stream", stream, d);
 }
 
+/* The staging buffers are pageable on purpose: a copy from the device into
+ * pageable memory returns once it is done, and one to the device once it
+ * has read the host bytes, so no wait that times out leaves a copy in
+ * flight on them.  Nor does a collective: the MPI communicator runs each
+ * on a buffer of its own and keeps that one while a timed-out request is
+ * pending.  So these can be freed whenever a call has returned. */
 static enum tpf_status staging(struct tpf_comm *c, int which, size_t bytes, struct tpf_diag *d)
 {
 	struct staged_impl *im = c->impl;
