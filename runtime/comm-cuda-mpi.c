@@ -57,7 +57,7 @@ static enum tpf_status wait_stream(struct tpf_comm *c, const char *what, const c
 		if ((spins & 63) == 0 && now_s() > end)
 			return tpf_diag_fail(d, TPF_ERR_RUNTIME,
 					     "%s through MPI on rank %d of %d: %s: the GPU's work did not finish "
-					     "within %.0f s (a kernel waits for a peer that stopped or runs a "
+					     "within %.3g s (a kernel waits for a peer that stopped or runs a "
 					     "different schedule?)",
 					     what, c->rank, c->world, step, limit);
 	}
