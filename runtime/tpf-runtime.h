@@ -319,9 +319,13 @@ struct tpf_session_options {
 	struct tpf_plan_options plan; /* backend/rank/world are filled in */
 };
 
-/* Checks the model against the communicator (world size metadata, the
- * same graph structure on every rank) and lists every op the backend
- * cannot run (tpf_plan_check_model): before any input exists.  The session
+/* Checks the model against the communicator (world size and rank
+ * metadata), then every rank of the communicator, failed or not, joins one
+ * exchange: a rank's own error stops every rank (the others name that
+ * rank and its error), as do graphs of different structure and, with
+ * check_rank_files, rank files holding the same weights.  Then it lists
+ * every op the backend cannot run (tpf_plan_check_model): before any input
+ * exists.  The session
  * reads the model until it is freed, and keeps what it derives from the
  * model's weights (packed copies, device copies) for its whole life: the
  * model must stay as it is while a session of it exists. */
