@@ -79,8 +79,8 @@ static unsigned char *stage(struct tpf_comm *c, size_t bytes, const char *what, 
 	if (bytes > im->cap) {
 		unsigned char *p = tpf_malloc(bytes);
 		if (!p) {
-			tpf_diag_fail(d, TPF_ERR_NOMEM, "MPI %s on rank %d: out of memory staging %zu bytes", what,
-				      c->rank, bytes);
+			tpf_diag_fail(d, TPF_ERR_NOMEM, "MPI %s on rank %d: out of memory staging %zu bytes",
+				      what, c->rank, bytes);
 			return NULL;
 		}
 		tpf_free(im->stage);
@@ -179,7 +179,8 @@ static enum tpf_status mpi_allreduce(struct tpf_comm *c, const void *send, void 
 			return TPF_ERR_NOMEM;
 		if (nb)
 			memcpy(buf, send, nb);
-		int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mt, MPI_SUM, MPI_COMM_WORLD, &req);
+		int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mt, MPI_SUM, MPI_COMM_WORLD,
+					&req);
 		if (rc != MPI_SUCCESS)
 			return mpi_err(c, d, "allreduce", rc);
 		if ((st = wait_req(c, &req, 1, "allreduce", d)))
@@ -216,14 +217,15 @@ static enum tpf_status mpi_allgather(struct tpf_comm *c, const void *send, void 
 	enum tpf_status st;
 	const size_t all = bytes * (size_t)c->world;
 	if (bytes > INT32_MAX)
-		return tpf_diag_fail(d, TPF_ERR_LIMIT, "allgather of %zu bytes exceeds the MPI limit", bytes);
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "allgather of %zu bytes exceeds the MPI limit",
+				     bytes);
 	unsigned char *buf = stage(c, all, "allgather", d);
 	if (!buf)
 		return TPF_ERR_NOMEM;
 	if (bytes)
 		memcpy(buf + bytes * (size_t)c->rank, send, bytes);
-	int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)bytes, MPI_BYTE, MPI_COMM_WORLD,
-				&req);
+	int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)bytes, MPI_BYTE,
+				MPI_COMM_WORLD, &req);
 	if (rc != MPI_SUCCESS)
 		return mpi_err(c, d, "allgather", rc);
 	if ((st = wait_req(c, &req, 1, "allgather", d)))
@@ -240,14 +242,16 @@ static enum tpf_status mpi_alltoall(struct tpf_comm *c, const void *send, void *
 	enum tpf_status st;
 	const size_t all = bytes * (size_t)c->world;
 	if (bytes > INT32_MAX)
-		return tpf_diag_fail(d, TPF_ERR_LIMIT, "alltoall of %zu bytes exceeds the MPI limit", bytes);
+		return tpf_diag_fail(d, TPF_ERR_LIMIT, "alltoall of %zu bytes exceeds the MPI limit",
+				     bytes);
 	/* sent from the first half, received into the second */
 	unsigned char *buf = stage(c, 2 * all, "alltoall", d);
 	if (!buf)
 		return TPF_ERR_NOMEM;
 	if (all)
 		memcpy(buf, send, all);
-	int rc = MPI_Ialltoall(buf, (int)bytes, MPI_BYTE, buf + all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &req);
+	int rc = MPI_Ialltoall(buf, (int)bytes, MPI_BYTE, buf + all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD,
+			       &req);
 	if (rc != MPI_SUCCESS)
 		return mpi_err(c, d, "alltoall", rc);
 	if ((st = wait_req(c, &req, 1, "alltoall", d)))

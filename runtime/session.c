@@ -677,7 +677,8 @@ static uint64_t hash_tensor(uint64_t h, const struct tpf_tensor *t, int sampled)
  * parallelism splits (vectors, such as a norm's gamma or a shape, are
  * often the same on every rank), in graph order.  count, bytes: how many
  * and their size. */
-static uint64_t weights_digest(const struct tpf_graph *g, int sampled, size_t *count, uint64_t *bytes)
+static uint64_t weights_digest(const struct tpf_graph *g, int sampled, size_t *count,
+			       uint64_t *bytes)
 {
 	uint64_t h = UINT64_C(0xcbf29ce484222325);
 	*count = 0;
@@ -692,7 +693,8 @@ static uint64_t weights_digest(const struct tpf_graph *g, int sampled, size_t *c
 	}
 	for (const struct tpf_node *n = g->first; n; n = n->next)
 		for (size_t i = 0; i < n->n_attrs; i++) {
-			const struct tpf_tensor *t = n->attrs[i].kind == TPF_ATTR_TENSOR ? n->attrs[i].t : NULL;
+			const struct tpf_attr *a = &n->attrs[i];
+			const struct tpf_tensor *t = a->kind == TPF_ATTR_TENSOR ? a->t : NULL;
 			if (t && t->rank >= 2) {
 				h = hash_tensor(h, t, sampled);
 				++*count;
@@ -711,7 +713,8 @@ static int graph_has_collectives(const struct tpf_graph *g)
 }
 
 /* The first error added to d since entry `mark`, else the status's name. */
-static void first_error(const struct tpf_diag *d, size_t mark, enum tpf_status st, char *out, size_t size)
+static void first_error(const struct tpf_diag *d, size_t mark, enum tpf_status st, char *out,
+			size_t size)
 {
 	for (size_t i = mark; d && i < d->count; i++)
 		if (d->entries[i].severity == TPF_SEV_ERROR && d->entries[i].text) {
@@ -724,15 +727,20 @@ static void first_error(const struct tpf_diag *d, size_t mark, enum tpf_status s
 /* Pairs of ranks with the same weights among those whose digests say so
  * (twin[r]: the lowest rank with r's digest, else r): confirmed with a
  * digest of every byte, which every rank computes when some pair exists. */
-static enum tpf_status refuse_twins(struct tpf_comm *c, const struct tpf_model *m, const struct rank_report *all,
-				    struct tpf_diag *d)
+/* Ranks q and r hold the same weights as far as their reports say. */
+static int twins(const struct rank_report *all, int q, int r)
+{
+	return !(all[r].flags & REPORT_RANK_META) && !(all[q].flags & REPORT_RANK_META) &&
+	       all[r].weights == all[q].weights;
+}
+
+static enum tpf_status refuse_twins(struct tpf_comm *c, const struct tpf_model *m,
+				    const struct rank_report *all, struct tpf_diag *d)
 {
 	int world = c->world, pairs = 0;
 	for (int r = 0; r < world; r++)
 		for (int q = 0; q < r; q++)
-			if (!(all[r].flags & REPORT_RANK_META) && !(all[q].flags & REPORT_RANK_META) &&
-			    all[r].weights == all[q].weights)
-				pairs++;
+			pairs += twins(all, q, r);
 	if (!pairs)
 		return TPF_OK;
 	size_t count;
@@ -749,11 +757,11 @@ static enum tpf_status refuse_twins(struct tpf_comm *c, const struct tpf_model *
 	list[0] = 0;
 	for (int r = 0; r < world && !st; r++)
 		for (int q = 0; q < r; q++)
-			if (!(all[r].flags & REPORT_RANK_META) && !(all[q].flags & REPORT_RANK_META) &&
-			    all[r].weights == all[q].weights && full[r] == full[q]) {
+			if (twins(all, q, r) && full[r] == full[q]) {
 				if (shown++ < 4 && at < sizeof(list) - 32)
-					at += (size_t)snprintf(list + at, sizeof(list) - at, "%sranks %d and %d",
-							       shown > 1 ? ", " : "", q, r);
+					at += (size_t)snprintf(list + at, sizeof(list) - at,
+							       "%sranks %d and %d", shown > 1 ? ", " : "",
+							       q, r);
 				break;
 			}
 	if (full != stack_full)
@@ -761,18 +769,21 @@ static enum tpf_status refuse_twins(struct tpf_comm *c, const struct tpf_model *
 	if (st || !shown)
 		return st;
 	return tpf_diag_fail(d, TPF_ERR_INVALID,
-			     "%s%s loaded byte-identical weights (%zu weight matrices, %.1f MiB) into a model with "
-			     "collectives and no tp_rank metadata: tensor-parallel ranks hold different shards, "
-			     "so one rank's file was given to several ranks (give each rank its own shard; "
-			     "ranks that hold the same weights on purpose need a file each, with its tp_rank)",
-			     list, shown > 4 ? " and more" : "", count, (double)bytes / (1024.0 * 1024.0));
+			     "%s%s loaded byte-identical weights (%zu weight matrices, %.1f MiB) into "
+			     "a model with collectives and no tp_rank metadata: tensor-parallel ranks "
+			     "hold different shards, so one rank's file was given to several ranks "
+			     "(give each rank its own shard; ranks that hold the same weights on "
+			     "purpose need a file each, with its tp_rank)",
+			     list, shown > 4 ? " and more" : "", count,
+			     (double)bytes / (1024.0 * 1024.0));
 }
 
 /* The exchange itself: st is this rank's status so far; returns the
  * session's (every rank fails alike when any rank failed or the
  * structures differ). */
-static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_model *m, int check_files,
-					enum tpf_status st, size_t mark, struct tpf_diag *d)
+static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_model *m,
+					int check_files, enum tpf_status st, size_t mark,
+					struct tpf_diag *d)
 {
 	struct rank_report mine, stack_reports[8], *all = stack_reports;
 	const int world = c->world;
@@ -806,12 +817,14 @@ static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_mod
 		if (all[r].status) {
 			all[r].text[REPORT_TEXT - 1] = 0;
 			if (failed++ < 4)
-				tpf_diag_add(d, TPF_SEV_ERROR, "rank %d failed while creating its session: %s", r,
+				tpf_diag_add(d, TPF_SEV_ERROR,
+					     "rank %d failed while creating its session: %s", r,
 					     all[r].text);
 		}
 	if (failed) {
 		if (failed > 4)
-			tpf_diag_add(d, TPF_SEV_ERROR, "(%d ranks failed; the first 4 are named)", failed);
+			tpf_diag_add(d, TPF_SEV_ERROR, "(%d ranks failed; the first 4 are named)",
+				     failed);
 		st = TPF_ERR_RUNTIME;
 		goto out;
 	}
@@ -823,12 +836,12 @@ static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_mod
 		char buf[512];
 		size_t at = 0;
 		for (int r = 0; r < world && at < sizeof(buf) - 48; r++)
-			at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%srank %d: %016" PRIx64, r ? ", " : "",
-					       r, all[r].structure);
+			at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%srank %d: %016" PRIx64,
+					       r ? ", " : "", r, all[r].structure);
 		st = tpf_diag_fail(d, TPF_ERR_INVALID,
-				   "ranks disagree on the graph structure (ops, attributes, wiring, weight "
-				   "shapes) (%s); every rank must run the same structure with the same input "
-				   "shapes",
+				   "ranks disagree on the graph structure (ops, attributes, wiring, "
+				   "weight shapes) (%s); every rank must run the same structure with "
+				   "the same input shapes",
 				   buf);
 		goto out;
 	}
@@ -844,9 +857,9 @@ static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_mod
 			goto out;
 		if (unnamed && c->rank == 0)
 			tpf_diag_add(d, TPF_SEV_WARNING,
-				     "the rank models carry no tp_rank metadata: which rank's shard each rank "
-				     "loaded is not checked (rank r must be given rank r's file; `tpfuse shard` "
-				     "writes the metadata)");
+				     "the rank models carry no tp_rank metadata: which rank's shard "
+				     "each rank loaded is not checked (rank r must be given rank r's "
+				     "file; `tpfuse shard` writes the metadata)");
 	}
 out:
 	if (all != stack_reports)
@@ -857,7 +870,8 @@ out:
 /* What a session needs before the ranks compare notes: its communicator,
  * device, constant store and strategy table, and the model's world size
  * and rank checked against the communicator. */
-static enum tpf_status session_setup(struct tpf_session *s, const struct tpf_model *m, struct tpf_diag *d)
+static enum tpf_status session_setup(struct tpf_session *s, const struct tpf_model *m,
+				     struct tpf_diag *d)
 {
 	enum tpf_status st;
 	if (s->opt.comm) {
