@@ -32,6 +32,10 @@
 #                          scripts/test-sanitizers.sh a late peer's data in
 #                          a freed buffer is one; there the start-up
 #                          watchdog may end the ranks first)
+#   late-loader            rank 1 opens its model only once rank 0's first
+#                          collective timed out (--timeout 2; a preloaded
+#                          open() holds it): the same, deterministically,
+#                          the late data arriving while rank 0 ends MPI
 # And one that must run (exit 0): swapped-files-warn, the rank files of
 # identical-files swapped, where only a warning, printed once by rank 0,
 # can say that the rank order is unchecked.
@@ -366,6 +370,74 @@ run_case timeout-tiny none \
 	'tpfuse: rank [01]: error: MPI [a-z]+ timed out after 1e-300 s on rank [01] of 2|tpfuse run: error: the ranks did not all start within the --timeout' "" -- \
 	"$m" --inputs "$data" --quiet
 case_timeout=
+
+# rank 1 loads its model only after rank 0 gave up waiting for it: a
+# preloaded open() holds rank 1's open of its model until rank 0 has
+# printed its timeout.  Rank 0's agreement timed out with its request
+# still pending, and rank 1's late data arrives while rank 0 ends MPI.  No
+# sanitizer may report (a buffer freed under the pending request is a
+# heap-use-after-free there).
+mkdir -p "$work/late-loader-models"
+cp "$models/dense.rank0.onnx" "$work/late-loader-models/model.rank0.onnx"
+cp "$models/dense.rank1.onnx" "$work/late-loader-models/model.rank1.onnx"
+cat >"$work/hold-open.c" <<'EOF'
+/* open() and open64() of HOLD_PATH wait until the file LOG0 holds
+ * "timed out" (at most 60 s) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void hold(const char *path)
+{
+	if (!path || strcmp(path, HOLD_PATH))
+		return;
+	for (int i = 0; i < 600; i++) {
+		char buf[65536];
+		FILE *f = fopen(LOG0, "r");
+		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+		if (f)
+			fclose(f);
+		buf[n] = 0;
+		if (strstr(buf, "timed out"))
+			return;
+		usleep(100000);
+	}
+}
+
+#define HOLD_OPEN(name)                                                                            \
+	int name(const char *path, int flags, ...)                                                 \
+	{                                                                                          \
+		static int (*real)(const char *, int, ...);                                        \
+		mode_t mode = 0;                                                                   \
+		if (flags & (O_CREAT | O_TMPFILE)) {                                               \
+			va_list ap;                                                                \
+			va_start(ap, flags);                                                       \
+			mode = (mode_t)va_arg(ap, int);                                            \
+			va_end(ap);                                                                \
+		}                                                                                  \
+		if (!real)                                                                         \
+			real = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, #name);           \
+		hold(path);                                                                        \
+		return real(path, flags, mode);                                                    \
+	}
+HOLD_OPEN(open)
+HOLD_OPEN(open64)
+EOF
+if cc -shared -fPIC -O2 -o "$work/hold-open.so" \
+	-DHOLD_PATH="\"$work/late-loader-models/model.rank1.onnx\"" \
+	-DLOG0="\"$work/late-loader/rank0.txt\"" "$work/hold-open.c" -ldl 2>"$work/hold-open.log"; then
+	case_timeout=2 env1=LD_PRELOAD=$work/hold-open.so${LD_PRELOAD:+:$LD_PRELOAD}
+	run_case late-loader none \
+		'tpfuse: rank 0: error: MPI allgather timed out after 2 s on rank 0 of 2' "" -- \
+		"$work/late-loader-models/model.rank{rank}.onnx" --inputs "$data" --quiet
+	case_timeout= env1=
+else
+	echo "skip  late-loader (no C compiler for the preloaded open: $(head -n 1 "$work/hold-open.log"))"
+fi
 
 # swapped rank files without metadata run (nothing can tell), but rank 0
 # says, once, that the rank order is unchecked
