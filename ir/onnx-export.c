@@ -1111,7 +1111,17 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 		goto out_discard;
 	if ((st = write_all(files[nf - 1].fd, buf, size, path, d)))
 		goto out_discard;
-	st = tpf_out_files_commit(files, nf, d);
+	if (opt && opt->defer && opt->n_defer) {
+		for (size_t i = 0; i < nf && !st; i++)
+			st = tpf_out_file_close(&files[i], d);
+		if (st)
+			goto out_discard;
+		for (size_t i = 0; i < nf; i++)
+			opt->defer[i] = files[i];
+		*opt->n_defer = nf;
+	} else {
+		st = tpf_out_files_commit(files, nf, d);
+	}
 	goto out_free;
 
 out_discard:

@@ -588,11 +588,18 @@ struct tpf_load_options {
 	size_t max_model_bytes;   /* 0: default limit (4 GiB for the protobuf itself) */
 };
 
+struct tpf_out_file;
+
 struct tpf_save_options {
 	/* Initializers of at least this many bytes go to external data; 0: never
 	 * (unless the protobuf would exceed 2 GiB, then a 1 KiB threshold is used). */
 	size_t external_threshold;
 	const char *external_file; /* relative to the model's folder; default "<model>.data" */
+	/* When set, the files are written and closed but not renamed into
+	 * place: they are stored in defer[0..*n_defer) (at most 2: the data
+	 * file, then the model) for the caller's tpf_out_files_commit. */
+	struct tpf_out_file *defer;
+	size_t *n_defer;
 };
 
 enum tpf_status tpf_model_load_file(const char *path, const struct tpf_load_options *opt,
