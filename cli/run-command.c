@@ -612,6 +612,43 @@ static enum tpf_status check_outputs(const struct run_opts *o, const struct tpf_
 	return st;
 }
 
+/* Under several ranks, refuses (TPF_ERR_CONFLICT, on every rank) --outputs
+ * that make two ranks of one host write one folder ('{rank}/../out'): each
+ * rank's resolved folder and host name, hashed, are gathered. */
+static enum tpf_status check_rank_outputs(struct tpf_comm *comm, const struct run_opts *o,
+					  struct tpf_diag *d)
+{
+	char *dir = outputs_dir(o, comm->rank, comm->world);
+	char *real = dir ? tpf_path_resolve(dir) : NULL, host[256] = "";
+	uint64_t key = 1469598103934665603ull, *all = tpf_calloc((size_t)comm->world, sizeof(*all));
+	enum tpf_status st = TPF_OK;
+	gethostname(host, sizeof(host) - 1);
+	for (const char *p = host; real && *p; p++)
+		key = (key ^ (unsigned char)*p) * 1099511628211ull;
+	key = (key ^ 0) * 1099511628211ull;
+	for (const char *p = real; real && *p; p++)
+		key = (key ^ (unsigned char)*p) * 1099511628211ull;
+	/* every rank takes part in the exchange, whatever failed here */
+	uint64_t mine = real && all ? key : 0;
+	enum tpf_status cst = all ? comm->ops->allgather(comm, &mine, all, sizeof(mine), NULL, d)
+				  : TPF_ERR_NOMEM;
+	if (cst)
+		st = cst;
+	for (int a = 0; a < comm->world && !st; a++)
+		for (int b = a + 1; b < comm->world && !st; b++)
+			if (all[a] && all[a] == all[b])
+				st = tpf_diag_fail(d, TPF_ERR_CONFLICT,
+						   "--outputs '%s': rank %d and rank %d would write their "
+						   "outputs into one folder%s%s%s: refused, nothing written",
+						   o->outputs, a, b, comm->rank == a || comm->rank == b ? " ('" : "",
+						   comm->rank == a || comm->rank == b ? dir : "",
+						   comm->rank == a || comm->rank == b ? "')" : "");
+	tpf_free(all);
+	tpf_free(real);
+	tpf_free(dir);
+	return st;
+}
+
 /* DIR/output_N.pb (outputs_dir), every file under a temporary name until
  * all are written: a failure leaves the folder as it was. */
 static enum tpf_status write_outputs(const struct run_opts *o, int rank, int world,
@@ -752,6 +789,15 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 		if ((st = tpf_comm_agree(comm, mine, "checking the output files", d))) {
 			/* refused on a rank: a usage error on every rank */
 			rc = mine && mine != TPF_ERR_CONFLICT ? cli_exit_of(mine) : CLI_USAGE;
+			goto out;
+		}
+		if (comm->world > 1 && (st = check_rank_outputs(comm, &o, d))) {
+			/* every rank reaches the same verdict */
+			if (comm->rank == 0 || st != TPF_ERR_CONFLICT)
+				print_diag(d);
+			else
+				tpf_diag_clear(d);
+			rc = cli_exit_of(st);
 			goto out;
 		}
 	}

@@ -259,6 +259,11 @@ enum tpf_status tpf_file_set_add_model_output(struct tpf_file_set *s, const char
 	return st;
 }
 
+char *tpf_path_resolve(const char *path)
+{
+	return path ? canonical(path) : NULL;
+}
+
 int tpf_same_file(const char *a, const char *b)
 {
 	struct stat sa, sb;

@@ -647,6 +647,9 @@ enum tpf_status tpf_file_set_add_model_output(struct tpf_file_set *s, const char
 /* The external data file tpf_model_save_file(path, opt) writes, whether or
  * not any tensor goes there: "DIR/NAME.data" (tpf_malloc'ed; NULL on OOM). */
 char *tpf_model_data_path(const char *path, const struct tpf_save_options *opt);
+/* The absolute path `path` resolves to, symbolic links followed as far as
+ * it exists, the rest taken lexically (tpf_malloc'ed; NULL on OOM). */
+char *tpf_path_resolve(const char *path);
 /* 1 when both paths exist and are the same file, else 0. */
 int tpf_same_file(const char *a, const char *b);
 /* Creates the missing folders above `path` (as mkdir -p does). */

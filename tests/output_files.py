@@ -14,7 +14,8 @@ input byte-identical and write nothing (no output, no temporary file):
     spellings of the input, a hard link, two ranks resolving to one file
     ('{rank}/../m.onnx');
   - run --outputs into the --inputs folder (reference outputs there), a
-    hard link of an input file, the strategy table.
+    hard link of an input file, the strategy table; two ranks resolving to
+    one folder ('{rank}/../o', under mpirun -np 2 where there is one).
 
 Failed writes leave nothing: optimize -o FOLDER (no FOLDER.data), a write
 past RLIMIT_FSIZE (a full disk) for optimize, shard, dump and run --outputs
@@ -226,6 +227,22 @@ def test_run(work):
     rc, log = tpfuse("run", "m.onnx", "--inputs", "data", "--outputs", "out", "--quiet", cwd=d)
     check(rc == 0 and os.path.exists(os.path.join(d, "out", "output_0.pb")),
           "run --outputs out: exit 0, out/output_0.pb written", log)
+    # two ranks, one folder
+    if shutil.which("mpirun"):
+        before = snapshot(d)
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1",
+                   OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        p = subprocess.run(["mpirun", "-np", "2", TPFUSE, "run", "m.onnx", "--inputs", "data",
+                            "--outputs", "{rank}/../o", "--quiet"], capture_output=True,
+                           text=True, timeout=120, cwd=d, env=env)
+        log = p.stdout + p.stderr
+        check(p.returncode == 2 and "rank 0 and rank 1" in log,
+              "mpirun -np 2 run --outputs '{rank}/../o': exit 2 (got %d)" % p.returncode, log)
+        check(snapshot(d) == before, "run --outputs '{rank}/../o': nothing written",
+              str(snapshot(d)))
+    else:
+        print("skip mpirun -np 2 run --outputs '{rank}/../o' (no mpirun)")
     no_temporaries(d, "run")
 
 
