@@ -480,10 +480,11 @@ static enum tpf_status verify_with_types(struct tpf_model *m, struct tpf_diag *d
 /* Refuses (TPF_ERR_CONFLICT, the error naming both files) an output that
  * is one of the files the loaded model m comes from (`in` and its external
  * data) or another output: `out` with its data file when out_opt is given,
- * then the dumps (NULL or "-" for none). */
+ * then the dumps (NULL or "-" for none) and the --print-after-all folder's
+ * NN-PASS.txt files. */
 static enum tpf_status check_outputs(const struct tpf_model *m, const char *in, const char *out,
 				     const struct tpf_save_options *out_opt, const char *dump1,
-				     const char *dump2, struct tpf_diag *d)
+				     const char *dump2, const char *dump_dir, struct tpf_diag *d)
 {
 	struct tpf_file_set *fs = tpf_file_set_create();
 	enum tpf_status st;
@@ -499,6 +500,8 @@ static enum tpf_status check_outputs(const struct tpf_model *m, const char *in, 
 		st = tpf_file_set_add_output(fs, dump1, out_opt ? "--dump-before" : "the dump", d);
 	if (!st && dump2 && strcmp(dump2, "-") != 0)
 		st = tpf_file_set_add_output(fs, dump2, "--dump-after", d);
+	if (!st && dump_dir)
+		st = tpf_file_set_add_dump_folder(fs, dump_dir, "the --print-after-all folder", d);
 	tpf_file_set_free(fs);
 	return st;
 }
@@ -545,7 +548,7 @@ static int cmd_dump(int argc, char **argv)
 	rc = open_model(model, &m, &d, &shown);
 	if (rc)
 		goto out_free_diag;
-	if (out && (rc = cli_exit_of(check_outputs(m, model, out, NULL, NULL, NULL, d)))) {
+	if (out && (rc = cli_exit_of(check_outputs(m, model, out, NULL, NULL, NULL, NULL, d)))) {
 		cli_print_diag(d, &shown);
 		tpf_model_free(m);
 		goto out_free_diag;
@@ -808,7 +811,8 @@ static int cmd_optimize(int argc, char **argv)
 	/* no output may be an input (the model, its data files) or another
 	 * output: refused before anything is written */
 	struct tpf_save_options so = {.external_threshold = o.external_bytes};
-	if ((st = check_outputs(m, o.in, o.out, &so, o.dump_before, o.dump_after, d))) {
+	if ((st = check_outputs(m, o.in, o.out, &so, o.dump_before, o.dump_after,
+				o.print_after_dir, d))) {
 		cli_print_diag(d, &shown);
 		rc = cli_exit_of(st);
 		goto out_free_model;

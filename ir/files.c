@@ -33,6 +33,7 @@ struct file_entry {
 	char *what;  /* "the input model", ... */
 	char *canon; /* resolved absolute path */
 	int exists, is_output;
+	int is_dumps; /* a folder of NN-NAME.txt files (--print-after-all) */
 	dev_t dev;
 	ino_t ino;
 };
@@ -130,19 +131,41 @@ static enum tpf_status nomem(struct tpf_diag *d)
 	return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 }
 
+/* Whether a file of resolved path `canon` is one a dump folder of resolved
+ * path `dir` may hold: "DIR/NN-NAME.txt". */
+static int in_dump_folder(const char *canon, const char *dir)
+{
+	size_t dl = strlen(dir);
+	if (strncmp(canon, dir, dl) != 0 || (canon[dl] != '/' && dl > 1))
+		return 0;
+	const char *name = canon + dl + (canon[dl] == '/');
+	size_t nl = strlen(name), digits = strspn(name, "0123456789");
+	return !strchr(name, '/') && digits >= 2 && name[digits] == '-' && nl > 4 &&
+	       strcmp(name + nl - 4, ".txt") == 0;
+}
+
 static int same(const struct file_entry *a, const struct file_entry *b)
 {
+	if (a->is_dumps || b->is_dumps) {
+		if (a->is_dumps && b->is_dumps)
+			return strcmp(a->canon, b->canon) == 0;
+		return a->is_dumps ? in_dump_folder(b->canon, a->canon)
+				   : in_dump_folder(a->canon, b->canon);
+	}
 	if (a->exists && b->exists)
 		return a->dev == b->dev && a->ino == b->ino;
 	return strcmp(a->canon, b->canon) == 0;
 }
 
-/* Adds path to s; when is_output, refuses it if it meets an entry. */
+/* Adds path to s; when is_output, refuses it if it meets an entry
+ * (is_output 2: a dump folder). */
 static enum tpf_status add(struct tpf_file_set *s, const char *path, const char *what,
 			   int is_output, struct tpf_diag *d)
 {
 	struct stat sb;
 	struct file_entry e = {0};
+
+	e.is_dumps = is_output == 2;
 
 	if (!s || !path || !*path)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_file_set: missing argument");
@@ -153,20 +176,29 @@ static enum tpf_status add(struct tpf_file_set *s, const char *path, const char 
 		e.dev = sb.st_dev;
 		e.ino = sb.st_ino;
 		/* devices and pipes (/dev/null, /dev/stdout) are not files to keep */
-		if (is_output && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+		if (is_output && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode) && !e.is_dumps)
 			return TPF_OK;
 	}
 	if (!(e.canon = canonical(path)))
 		return nomem(d);
-	e.is_output = is_output;
+	e.is_output = is_output != 0;
 	for (size_t i = 0; i < s->n && is_output; i++) {
 		const struct file_entry *o = &s->e[i];
 		if (!same(&e, o))
 			continue;
-		enum tpf_status st = tpf_diag_fail(
-		    d, TPF_ERR_CONFLICT, "%s '%s' is the same file as %s '%s'%s: refused, nothing written",
-		    what, path, o->what, o->path,
-		    o->is_output ? " (two outputs cannot be one file)" : " (it would be destroyed)");
+		const char *why = o->is_output ? " (two outputs cannot be one file)"
+					       : " (it would be destroyed)";
+		enum tpf_status st;
+		if (e.is_dumps || o->is_dumps)
+			st = tpf_diag_fail(d, TPF_ERR_CONFLICT,
+					   "%s '%s' and %s '%s': the folder's dumps take names "
+					   "NN-PASS.txt%s: refused, nothing written",
+					   what, path, o->what, o->path, why);
+		else
+			st = tpf_diag_fail(d, TPF_ERR_CONFLICT,
+					   "%s '%s' is the same file as %s '%s'%s: refused, nothing "
+					   "written",
+					   what, path, o->what, o->path, why);
 		tpf_free(e.canon);
 		return st;
 	}
@@ -202,6 +234,12 @@ enum tpf_status tpf_file_set_add_output(struct tpf_file_set *s, const char *path
 					struct tpf_diag *d)
 {
 	return add(s, path, what, 1, d);
+}
+
+enum tpf_status tpf_file_set_add_dump_folder(struct tpf_file_set *s, const char *dir,
+					     const char *what, struct tpf_diag *d)
+{
+	return add(s, dir, what, 2, d);
 }
 
 enum tpf_status tpf_file_set_add_model(struct tpf_file_set *s, const struct tpf_model *m,

@@ -639,6 +639,11 @@ enum tpf_status tpf_file_set_add_model(struct tpf_file_set *s, const struct tpf_
  * naming both paths, when it is a recorded input or output. */
 enum tpf_status tpf_file_set_add_output(struct tpf_file_set *s, const char *path, const char *what,
 					struct tpf_diag *d);
+/* Records a folder where the command writes text dumps named NN-NAME.txt
+ * (optimize --print-after-all): a recorded input or output of that form
+ * there, or a later one, is refused as tpf_file_set_add_output does. */
+enum tpf_status tpf_file_set_add_dump_folder(struct tpf_file_set *s, const char *dir,
+					     const char *what, struct tpf_diag *d);
 /* Records a model that tpf_model_save_file(path, opt) will write: the model
  * and its external data file. */
 enum tpf_status tpf_file_set_add_model_output(struct tpf_file_set *s, const char *path,

@@ -10,6 +10,7 @@ input byte-identical and write nothing (no output, no temporary file):
     away from m.onnx), OUT spelled as a symbolic link, a hard link or
     './'; a --dump-before/--dump-after or `dump -o` naming the model or
     its data file (also through a symbolic link); two dumps into one file;
+    an input or a dump named NN-NAME.txt in the --print-after-all folder;
   - shard: rank 0's data file the input's, './ORIG' and './m{rank}.onnx'
     spellings of the input, a hard link, two ranks resolving to one file
     ('{rank}/../m.onnx');
@@ -145,6 +146,15 @@ def test_optimize(work):
                 "--dump-after", "./d.txt"], "optimize: both dumps into one file", ["./d.txt"])
     for target in ["orig.onnx", "m.onnx.data", "./m.onnx.data", "data-link", "sub/../orig.onnx"]:
         refused(d, ["dump", "orig.onnx", "-o", target], "dump -o %s" % target, [target])
+    # --print-after-all writes DIR/NN-PASS.txt
+    rc, log = tpfuse("dump", "orig.onnx", "-o", "sub/00-input.txt", cwd=d)
+    check(rc == 0, "dump -o sub/00-input.txt", log)
+    refused(d, ["optimize", "sub/00-input.txt", "-o", "new2.onnx", "--print-after-all", "sub"],
+            "optimize DIR/00-input.txt --print-after-all DIR", ["sub/00-input.txt"])
+    refused(d, ["optimize", "orig.onnx", "-o", "new2.onnx", "--print-after-all", "./sub/",
+                "--dump-after", "sub/03-dce.txt"],
+            "optimize --print-after-all DIR --dump-after DIR/03-dce.txt", ["sub/03-dce.txt"])
+    os.remove(os.path.join(d, "sub", "00-input.txt"))
     # what is not refused still works, and the input still loads
     rc, log = tpfuse("optimize", "orig.onnx", "-o", "new.onnx", "--dump-before", "b.txt",
                      "--dump-after", "a.txt", cwd=d)

@@ -118,6 +118,20 @@ static void test_spellings_meet(void **state)
 			 TPF_OK);
 	assert_int_equal(add_out(s, at("m.onnx.data"), d), TPF_ERR_CONFLICT);
 	assert_true(diag_mentions(d, "the output's data file"));
+	/* a dump folder takes the names NN-NAME.txt in it */
+	put(at("sub/00-input.txt"), "text model");
+	assert_int_equal(tpf_file_set_add_input(s, at("sub/00-input.txt"), "the text model", d),
+			 TPF_OK);
+	snprintf(buf, sizeof(buf), "%s/./sub", dir);
+	assert_int_equal(tpf_file_set_add_dump_folder(s, buf, "the dump folder", d),
+			 TPF_ERR_CONFLICT);
+	assert_true(diag_mentions(d, "NN-PASS.txt"));
+	struct tpf_file_set *s2 = tpf_file_set_create();
+	assert_int_equal(tpf_file_set_add_dump_folder(s2, at("sub"), "the dump folder", d), TPF_OK);
+	assert_int_equal(add_out(s2, at("sub/notes.txt"), d), TPF_OK);
+	assert_int_equal(add_out(s2, at("sub/7-x.txt"), d), TPF_OK);
+	assert_int_equal(add_out(s2, at("sub/12-dce.txt"), d), TPF_ERR_CONFLICT);
+	tpf_file_set_free(s2);
 	/* a device is not a file to keep */
 	assert_int_equal(add_out(s, "/dev/null", d), TPF_OK);
 	assert_int_equal(add_out(s, "/dev/null", d), TPF_OK);
