@@ -311,7 +311,8 @@ int tpf_same_file(const char *a, const char *b)
 	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-enum tpf_status tpf_make_parent_folders(const char *path, struct tpf_diag *d)
+enum tpf_status tpf_make_parent_folders(const char *path, char ***made, size_t *n_made,
+					struct tpf_diag *d)
 {
 	char *dir = tpf_path_dirname(path);
 	if (!dir)
@@ -324,18 +325,41 @@ enum tpf_status tpf_make_parent_folders(const char *path, struct tpf_diag *d)
 		char c = dir[i];
 		struct stat sb;
 		dir[i] = '\0';
-		if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+		if (mkdir(dir, 0777) == 0) {
+			if (made) {
+				char **grown = tpf_realloc(*made, (*n_made + 1) * sizeof(*grown));
+				char *copy = tpf_strdup(dir);
+				if (grown)
+					*made = grown;
+				if (!grown || !copy) {
+					tpf_free(copy);
+					st = nomem(d);
+				} else {
+					(*made)[(*n_made)++] = copy;
+				}
+			}
+		} else if (errno != EEXIST) {
 			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create the folder '%s': %s", path,
 					   dir, strerror(errno));
-		else if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		} else if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
 			st = tpf_diag_fail(d, TPF_ERR_IO,
 					   "%s: cannot create the folder '%s': a file of that name "
 					   "exists",
 					   path, dir);
+		}
 		dir[i] = c;
 	}
 	tpf_free(dir);
 	return st;
+}
+
+void tpf_remove_folders(char **made, size_t n)
+{
+	for (size_t i = n; i-- > 0;) {
+		rmdir(made[i]);
+		tpf_free(made[i]);
+	}
+	tpf_free(made);
 }
 
 /* ------------------------------------------------------------ outputs */

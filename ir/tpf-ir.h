@@ -657,8 +657,13 @@ char *tpf_model_data_path(const char *path, const struct tpf_save_options *opt);
 char *tpf_path_resolve(const char *path);
 /* 1 when both paths exist and are the same file, else 0. */
 int tpf_same_file(const char *a, const char *b);
-/* Creates the missing folders above `path` (as mkdir -p does). */
-enum tpf_status tpf_make_parent_folders(const char *path, struct tpf_diag *d);
+/* Creates the missing folders above `path` (as mkdir -p does).  With
+ * `made`, each folder it creates is appended to the tpf_malloc'ed array
+ * *made (*n_made entries, parents first), for tpf_remove_folders. */
+enum tpf_status tpf_make_parent_folders(const char *path, char ***made, size_t *n_made,
+					struct tpf_diag *d);
+/* Removes the folders made[n-1] ... made[0] where empty and frees them. */
+void tpf_remove_folders(char **made, size_t n);
 
 /* An output written under a temporary name beside its path, and renamed
  * into place by tpf_out_files_commit: an interrupted or failed write

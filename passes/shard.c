@@ -929,6 +929,42 @@ static char *rank_path(const char *pattern, int rank)
 	return out;
 }
 
+/* Writes every rank of sh (its model m) to out_pattern: all ranks' files
+ * stay under temporary names until the last rank is written, so a failure
+ * leaves none of them. */
+static enum tpf_status write_ranks(struct tpf_shard *sh, struct tpf_model *m,
+				   const char *out_pattern, struct tpf_save_options *so,
+				   struct tpf_diag *d)
+{
+	int world = sh->s.W;
+	struct tpf_out_file *pending = tpf_calloc((size_t)world * 2 + 1, sizeof(*pending));
+	size_t n_pending = 0;
+	enum tpf_status st = pending ? TPF_OK : TPF_ERR_NOMEM;
+	for (int r = 0; r < world && !st; r++) {
+		char *path = rank_path(out_pattern, r);
+		size_t n_rank = 0;
+		if (!path) {
+			st = TPF_ERR_NOMEM;
+			break;
+		}
+		so->defer = pending + n_pending;
+		so->n_defer = &n_rank;
+		st = tpf_shard_rank(sh, r, d);
+		if (!st)
+			st = tpf_model_save_file(m, path, so, d);
+		n_pending += n_rank;
+		sh_rank_release(sh->rd);
+		tpf_free(path);
+	}
+	if (!st)
+		st = tpf_out_files_commit(pending, n_pending, d);
+	else
+		for (size_t i = 0; i < n_pending; i++)
+			tpf_out_file_discard(&pending[i]);
+	tpf_free(pending);
+	return st;
+}
+
 enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 			       const struct tpf_shard_options *o, size_t external_threshold,
 			       struct tpf_shard_stats *stats, struct tpf_diag *d)
@@ -957,46 +993,26 @@ enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 		tpf_free(path);
 	}
 	tpf_file_set_free(fs);
+	char **made = NULL; /* the folders made here, removed on failure */
+	size_t n_made = 0;
 	for (int r = 0; r < o->world_size && !st; r++) {
 		char *path = rank_path(out_pattern, r);
-		st = path ? tpf_make_parent_folders(path, d) : TPF_ERR_NOMEM;
-		tpf_free(path);
-	}
-	if (st)
-		goto out;
-	if ((st = tpf_shard_create(m, o, &sh, d)))
-		goto out;
-	/* every rank's files stay under temporary names until the last rank is
-	 * written: a failure leaves none of them */
-	struct tpf_out_file *pending = tpf_calloc((size_t)o->world_size * 2 + 1, sizeof(*pending));
-	size_t n_pending = 0;
-	if (!pending)
-		st = TPF_ERR_NOMEM;
-	for (int r = 0; r < o->world_size && !st; r++) {
-		char *path = rank_path(out_pattern, r);
-		size_t n_rank = 0;
-		if (!path) {
-			st = TPF_ERR_NOMEM;
-			break;
-		}
-		so.defer = pending + n_pending;
-		so.n_defer = &n_rank;
-		st = tpf_shard_rank(sh, r, d);
-		if (!st)
-			st = tpf_model_save_file(m, path, &so, d);
-		n_pending += n_rank;
-		sh_rank_release(sh->rd);
+		st = path ? tpf_make_parent_folders(path, &made, &n_made, d) : TPF_ERR_NOMEM;
 		tpf_free(path);
 	}
 	if (!st)
-		st = tpf_out_files_commit(pending, n_pending, d);
-	else
-		for (size_t i = 0; i < n_pending; i++)
-			tpf_out_file_discard(&pending[i]);
-	tpf_free(pending);
+		st = tpf_shard_create(m, o, &sh, d);
+	if (!st)
+		st = write_ranks(sh, m, out_pattern, &so, d);
+	if (st) {
+		tpf_remove_folders(made, n_made);
+	} else {
+		for (size_t i = 0; i < n_made; i++)
+			tpf_free(made[i]);
+		tpf_free(made);
+	}
 	if (stats)
 		tpf_shard_get_stats(sh, stats);
-out:
 	tpf_shard_free(sh);
 	tpf_model_free(m);
 	return st;

@@ -194,10 +194,21 @@ static void test_open_refuses_folders(void **state)
 	write_text(&f, "x");
 	tpf_out_file_discard(&f);
 	assert_int_equal(entries(), 1);
-	assert_int_equal(tpf_make_parent_folders(at("p/q/r.onnx"), d), TPF_OK);
+	char **made = NULL;
+	size_t n_made = 0;
+	assert_int_equal(tpf_make_parent_folders(at("p/q/r.onnx"), &made, &n_made, d), TPF_OK);
 	struct stat sb;
 	assert_int_equal(stat(at("p/q"), &sb), 0);
 	assert_true(S_ISDIR(sb.st_mode));
+	assert_int_equal(n_made, 2);
+	assert_string_equal(made[1], at("p/q"));
+	assert_int_equal(tpf_make_parent_folders(at("p/q/s.onnx"), &made, &n_made, d), TPF_OK);
+	assert_int_equal(n_made, 2);
+	tpf_remove_folders(made, n_made);
+	assert_int_equal(entries(), 1);
+	put(at("p"), "a file");
+	assert_int_equal(tpf_make_parent_folders(at("p/q/r.onnx"), NULL, NULL, d), TPF_ERR_IO);
+	assert_true(diag_mentions(d, "a file of that name exists"));
 	tpf_diag_free(d);
 }
 
