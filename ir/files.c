@@ -150,7 +150,7 @@ static int same(const struct file_entry *a, const struct file_entry *b)
 		if (a->is_dumps && b->is_dumps)
 			return strcmp(a->canon, b->canon) == 0;
 		return a->is_dumps ? in_dump_folder(b->canon, a->canon)
-				   : in_dump_folder(a->canon, b->canon);
+		                   : in_dump_folder(a->canon, b->canon);
 	}
 	if (a->exists && b->exists)
 		return a->dev == b->dev && a->ino == b->ino;
@@ -160,7 +160,7 @@ static int same(const struct file_entry *a, const struct file_entry *b)
 /* Adds path to s; when is_output, refuses it if it meets an entry
  * (is_output 2: a dump folder). */
 static enum tpf_status add(struct tpf_file_set *s, const char *path, const char *what,
-			   int is_output, struct tpf_diag *d)
+                           int is_output, struct tpf_diag *d)
 {
 	struct stat sb;
 	struct file_entry e = {0};
@@ -186,19 +186,20 @@ static enum tpf_status add(struct tpf_file_set *s, const char *path, const char 
 		const struct file_entry *o = &s->e[i];
 		if (!same(&e, o))
 			continue;
-		const char *why = o->is_output ? " (two outputs cannot be one file)"
-					       : " (it would be destroyed)";
+		const char *why =
+		    o->is_output ? " (two outputs cannot be one file)" : " (it would be destroyed)";
 		enum tpf_status st;
 		if (e.is_dumps || o->is_dumps)
 			st = tpf_diag_fail(d, TPF_ERR_CONFLICT,
-					   "%s '%s' and %s '%s': the folder's dumps take names "
-					   "NN-PASS.txt%s: refused, nothing written",
-					   what, path, o->what, o->path, why);
+			                   "%s '%s' and %s '%s': the folder's dumps take names "
+			                   "NN-PASS.txt%s: refused, nothing written",
+			                   what, path, o->what, o->path, why);
 		else
-			st = tpf_diag_fail(d, TPF_ERR_CONFLICT,
-					   "%s '%s' is the same file as %s '%s'%s: refused, nothing "
-					   "written",
-					   what, path, o->what, o->path, why);
+			st =
+			    tpf_diag_fail(d, TPF_ERR_CONFLICT,
+			                  "%s '%s' is the same file as %s '%s'%s: refused, nothing "
+			                  "written",
+			                  what, path, o->what, o->path, why);
 		tpf_free(e.canon);
 		return st;
 	}
@@ -225,25 +226,25 @@ static enum tpf_status add(struct tpf_file_set *s, const char *path, const char 
 }
 
 enum tpf_status tpf_file_set_add_input(struct tpf_file_set *s, const char *path, const char *what,
-				       struct tpf_diag *d)
+                                       struct tpf_diag *d)
 {
 	return add(s, path, what, 0, d);
 }
 
 enum tpf_status tpf_file_set_add_output(struct tpf_file_set *s, const char *path, const char *what,
-					struct tpf_diag *d)
+                                        struct tpf_diag *d)
 {
 	return add(s, path, what, 1, d);
 }
 
 enum tpf_status tpf_file_set_add_dump_folder(struct tpf_file_set *s, const char *dir,
-					     const char *what, struct tpf_diag *d)
+                                             const char *what, struct tpf_diag *d)
 {
 	return add(s, dir, what, 2, d);
 }
 
 enum tpf_status tpf_file_set_add_model(struct tpf_file_set *s, const struct tpf_model *m,
-				       const char *path, struct tpf_diag *d)
+                                       const char *path, struct tpf_diag *d)
 {
 	enum tpf_status st = TPF_OK;
 	if (path)
@@ -251,7 +252,7 @@ enum tpf_status tpf_file_set_add_model(struct tpf_file_set *s, const struct tpf_
 	size_t n = m ? tpf_onnx_backing_n_files(m->backing) : 0;
 	for (size_t i = 0; i < n && !st; i++)
 		st = add(s, tpf_onnx_backing_file(m->backing, i), "the input's external data file",
-			 0, d);
+		         0, d);
 	return st;
 }
 
@@ -261,7 +262,8 @@ char *tpf_model_data_path(const char *path, const struct tpf_save_options *opt)
 	if (!dir)
 		return NULL;
 	const char *base = tpf_path_basename(path);
-	const char *loc = opt && opt->external_file && *opt->external_file ? opt->external_file : NULL;
+	const char *loc =
+	    opt && opt->external_file && *opt->external_file ? opt->external_file : NULL;
 	size_t len = strlen(dir) + strlen(loc ? loc : base) + 8;
 	char *out = tpf_malloc(len);
 	if (out) {
@@ -275,8 +277,8 @@ char *tpf_model_data_path(const char *path, const struct tpf_save_options *opt)
 }
 
 enum tpf_status tpf_file_set_add_model_output(struct tpf_file_set *s, const char *path,
-					      const struct tpf_save_options *opt, const char *what,
-					      struct tpf_diag *d)
+                                              const struct tpf_save_options *opt, const char *what,
+                                              struct tpf_diag *d)
 {
 	enum tpf_status st = add(s, path, what, 1, d);
 	if (st)
@@ -312,7 +314,7 @@ int tpf_same_file(const char *a, const char *b)
 }
 
 enum tpf_status tpf_make_parent_folders(const char *path, char ***made, size_t *n_made,
-					struct tpf_diag *d)
+                                        struct tpf_diag *d)
 {
 	char *dir = tpf_path_dirname(path);
 	if (!dir)
@@ -339,13 +341,13 @@ enum tpf_status tpf_make_parent_folders(const char *path, char ***made, size_t *
 				}
 			}
 		} else if (errno != EEXIST) {
-			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create the folder '%s': %s", path,
-					   dir, strerror(errno));
+			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create the folder '%s': %s",
+			                   path, dir, strerror(errno));
 		} else if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
 			st = tpf_diag_fail(d, TPF_ERR_IO,
-					   "%s: cannot create the folder '%s': a file of that name "
-					   "exists",
-					   path, dir);
+			                   "%s: cannot create the folder '%s': a file of that name "
+			                   "exists",
+			                   path, dir);
 		}
 		dir[i] = c;
 	}
@@ -376,7 +378,7 @@ static char *sibling_name(const char *path, const char *suffix)
 	char *s = tpf_malloc(len);
 	if (s)
 		snprintf(s, len, "%s/.tpfuse-%ld-%u.%s", dir, (long)getpid(),
-			 __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED), suffix);
+		         __atomic_add_fetch(&tmp_counter, 1, __ATOMIC_RELAXED), suffix);
 	tpf_free(dir);
 	return s;
 }
@@ -408,7 +410,7 @@ enum tpf_status tpf_out_file_open(struct tpf_out_file *f, const char *path, stru
 		f->fd = open(path, O_WRONLY | O_CLOEXEC);
 		if (f->fd < 0) {
 			enum tpf_status st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot open: %s",
-							   path, strerror(errno));
+			                                   path, strerror(errno));
 			out_release(f);
 			return st;
 		}
@@ -455,7 +457,7 @@ enum tpf_status tpf_out_file_close(struct tpf_out_file *f, struct tpf_diag *d)
 	f->fd = -1;
 	if (r != 0)
 		return tpf_diag_fail(d, TPF_ERR_IO, "%s: write failed: %s", f->path,
-				     strerror(errno));
+		                     strerror(errno));
 	return TPF_OK;
 }
 
@@ -511,7 +513,7 @@ enum tpf_status tpf_out_files_commit(struct tpf_out_file *f, size_t n, struct tp
 		}
 		if (rename(f[i].tmp, f[i].path) != 0) {
 			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot rename into place: %s",
-					   f[i].path, strerror(errno));
+			                   f[i].path, strerror(errno));
 			break;
 		}
 		renamed[i] |= 1;

@@ -115,16 +115,16 @@ static void test_spellings_meet(void **state)
 	assert_int_equal(add_out(s, at("sub/x.onnx"), d), TPF_ERR_CONFLICT);
 	/* a model output brings its data file */
 	assert_int_equal(tpf_file_set_add_model_output(s, at("m.onnx"), NULL, "the output", d),
-			 TPF_OK);
+	                 TPF_OK);
 	assert_int_equal(add_out(s, at("m.onnx.data"), d), TPF_ERR_CONFLICT);
 	assert_true(diag_mentions(d, "the output's data file"));
 	/* a dump folder takes the names NN-NAME.txt in it */
 	put(at("sub/00-input.txt"), "text model");
 	assert_int_equal(tpf_file_set_add_input(s, at("sub/00-input.txt"), "the text model", d),
-			 TPF_OK);
+	                 TPF_OK);
 	snprintf(buf, sizeof(buf), "%s/./sub", dir);
 	assert_int_equal(tpf_file_set_add_dump_folder(s, buf, "the dump folder", d),
-			 TPF_ERR_CONFLICT);
+	                 TPF_ERR_CONFLICT);
 	assert_true(diag_mentions(d, "NN-PASS.txt"));
 	struct tpf_file_set *s2 = tpf_file_set_create();
 	assert_int_equal(tpf_file_set_add_dump_folder(s2, at("sub"), "the dump folder", d), TPF_OK);
@@ -215,9 +215,9 @@ static void test_open_refuses_folders(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_spellings_meet, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_commit_puts_back_on_failure, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_open_refuses_folders, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_spellings_meet, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_commit_puts_back_on_failure, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_open_refuses_folders, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
