@@ -446,6 +446,9 @@ enum tpf_status tpf_out_file_open(struct tpf_out_file *f, const char *path, stru
 		out_release(f);
 		return st;
 	}
+	/* a file replaced keeps its permissions */
+	if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+		fchmod(f->fd, sb.st_mode & 07777);
 	return TPF_OK;
 }
 

@@ -176,6 +176,16 @@ static void test_commit_puts_back_on_failure(void **state)
 	expect_content(at("a.data"), "new data");
 	expect_content(at("a.onnx"), "new model");
 	assert_int_equal(entries(), 2);
+
+	/* a file replaced keeps its permissions */
+	struct stat sb;
+	assert_int_equal(chmod(at("a.onnx"), 0600), 0);
+	assert_int_equal(tpf_out_file_open(&f[0], at("a.onnx"), d), TPF_OK);
+	write_text(&f[0], "newer model");
+	assert_int_equal(tpf_out_files_commit(f, 1, d), TPF_OK);
+	expect_content(at("a.onnx"), "newer model");
+	assert_int_equal(stat(at("a.onnx"), &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0600);
 	tpf_diag_free(d);
 }
 
