@@ -393,6 +393,33 @@ static void out_release(struct tpf_out_file *f)
 	f->path = f->tmp = NULL;
 }
 
+/* Whether path is a link of /dev or /proc (/dev/stdout, /proc/self/fd/1):
+ * written in place, whatever it leads to, so that no link there is
+ * replaced. */
+static int is_system_link(const char *path)
+{
+	struct stat sb;
+	int special = 0;
+	if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode))
+		return 0;
+	char *cwd = path[0] == '/' ? NULL : getcwd(NULL, 0);
+	const char *p = path;
+	char *abs = NULL;
+	if (cwd) {
+		size_t len = strlen(cwd) + strlen(path) + 2;
+		abs = tpf_malloc(len);
+		if (abs)
+			snprintf(abs, len, "%s/%s", cwd, path);
+		p = abs ? abs : path;
+	}
+	while (p[0] == '/' && p[1] == '/')
+		p++;
+	special = !strncmp(p, "/dev/", 5) || !strncmp(p, "/proc/", 6);
+	tpf_free(abs);
+	free(cwd);
+	return special;
+}
+
 enum tpf_status tpf_out_file_open(struct tpf_out_file *f, const char *path, struct tpf_diag *d)
 {
 	struct stat sb;
@@ -405,9 +432,11 @@ enum tpf_status tpf_out_file_open(struct tpf_out_file *f, const char *path, stru
 		return tpf_diag_fail(d, TPF_ERR_IO, "%s: is a folder, not a file", path);
 	if (!(f->path = tpf_strdup(path)))
 		return nomem(d);
-	if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-		/* a device or a pipe: there is no file to replace */
-		f->fd = open(path, O_WRONLY | O_CLOEXEC);
+	if ((stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) || is_system_link(path)) {
+		/* a device or a pipe: there is no file to replace (a standard
+		 * output redirected to a file is appended to, as the shell set
+		 * it up) */
+		f->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
 		if (f->fd < 0) {
 			enum tpf_status st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot open: %s",
 			                                   path, strerror(errno));

@@ -288,6 +288,20 @@ def test_failed_writes(work):
           "dump -o into a missing folder: exit 3 naming it (got %d)" % rc, log)
     rc, log = tpfuse("check", "m.onnx", cwd=d)
     check(rc == 0, "the input still loads", log)
+    # /dev/stdout redirected to a file: written through, the link left alone
+    so_path = os.path.join(d, "so.txt")
+    with open(so_path, "w") as so:
+        so.write("first\n")
+    with open(so_path, "a") as so:
+        p = subprocess.run([TPFUSE, "dump", "m.onnx", "-o", "/dev/stdout"], stdout=so,
+                           stderr=subprocess.PIPE, text=True, cwd=d, timeout=60)
+    with open(so_path) as so:
+        text = so.read()
+    check(p.returncode == 0 and text.startswith("first\nir_version"),
+          "dump -o /dev/stdout >> FILE: appended to FILE", p.stderr + text[:200])
+    if os.path.exists("/dev/stdout"):
+        check(os.path.islink("/dev/stdout") or not os.path.isfile("/dev/stdout"),
+              "dump -o /dev/stdout: /dev/stdout is not replaced by a file")
 
 
 def test_run_ranks(work):
