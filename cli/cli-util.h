@@ -30,6 +30,8 @@ static inline int cli_exit_of(enum tpf_status st)
 		return CLI_IO;
 	case TPF_ERR_UNSUPPORTED:
 		return CLI_UNSUPPORTED;
+	case TPF_ERR_CONFLICT:
+		return CLI_USAGE; /* an output that is an input: refused, nothing written */
 	default:
 		return CLI_ERROR;
 	}

@@ -556,36 +556,133 @@ static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_op
 	return TPF_OK;
 }
 
-/* DIR/output_N.pb; under several ranks DIR without {rank} becomes
- * DIR/rank{R}, so no two ranks write one file. */
+/* The folder of this rank's --outputs: DIR with {rank} replaced; under
+ * several ranks DIR without {rank} becomes DIR/rank{R}, so no two ranks
+ * write one file.  tpf_malloc'ed; NULL on OOM. */
+static char *outputs_dir(const struct run_opts *o, int rank, int world)
+{
+	char *dir = subst_rank(o->outputs, rank);
+	if (!dir || world <= 1 || strstr(o->outputs, "{rank}"))
+		return dir;
+	size_t len = strlen(dir) + 32;
+	char *per = tpf_malloc(len);
+	if (per)
+		snprintf(per, len, "%s/rank%d", dir, rank);
+	tpf_free(dir);
+	return per;
+}
+
+/* Refuses (TPF_ERR_CONFLICT, naming both) an --outputs file that is one of
+ * the files the run reads: the model and its external data, the --inputs
+ * folder's test data (input_N.pb and the reference outputs output_N.pb),
+ * the strategy table.  Before anything is run or written. */
+static enum tpf_status check_outputs(const struct run_opts *o, const struct tpf_model *m,
+				     const char *model_path, int rank, int world, struct tpf_diag *d)
+{
+	struct tpf_file_set *fs = tpf_file_set_create();
+	char *dir = outputs_dir(o, rank, world), *in_dir = NULL, path[4096];
+	const char *table = o->strategy_table ? o->strategy_table : getenv("TPF_STRATEGY_TABLE");
+	enum tpf_status st = fs && dir ? TPF_OK : TPF_ERR_NOMEM;
+	if (!st)
+		st = tpf_file_set_add_model(fs, m, model_path, d);
+	if (!st && o->inputs && !(in_dir = subst_rank(o->inputs, rank)))
+		st = TPF_ERR_NOMEM;
+	for (int k = 0; k < 2 && in_dir && !st; k++) {
+		const char *prefix = k ? "output" : "input";
+		for (size_t i = 0; !st; i++) {
+			struct stat sb;
+			snprintf(path, sizeof(path), "%s/%s_%zu.pb", in_dir, prefix, i);
+			if (stat(path, &sb) != 0)
+				break;
+			st = tpf_file_set_add_input(fs, path,
+						    k ? "a reference output of --inputs"
+						      : "an input of --inputs",
+						    d);
+		}
+	}
+	if (!st && table && *table)
+		st = tpf_file_set_add_input(fs, table, "the strategy table", d);
+	for (size_t i = 0; !st && i < m->graph->n_outputs; i++) {
+		snprintf(path, sizeof(path), "%s/output_%zu.pb", dir, i);
+		st = tpf_file_set_add_output(fs, path, "the output (--outputs)", d);
+	}
+	tpf_free(in_dir);
+	tpf_free(dir);
+	tpf_file_set_free(fs);
+	return st;
+}
+
+/* Under several ranks, refuses (TPF_ERR_CONFLICT, on every rank) --outputs
+ * that make two ranks of one host write one folder ('{rank}/../out'): each
+ * rank's resolved folder and host name, hashed, are gathered. */
+static enum tpf_status check_rank_outputs(struct tpf_comm *comm, const struct run_opts *o,
+					  struct tpf_diag *d)
+{
+	char *dir = outputs_dir(o, comm->rank, comm->world);
+	char *real = dir ? tpf_path_resolve(dir) : NULL, host[256] = "";
+	uint64_t key = 1469598103934665603ull, *all = tpf_calloc((size_t)comm->world, sizeof(*all));
+	enum tpf_status st = TPF_OK;
+	gethostname(host, sizeof(host) - 1);
+	for (const char *p = host; real && *p; p++)
+		key = (key ^ (unsigned char)*p) * 1099511628211ull;
+	key = (key ^ 0) * 1099511628211ull;
+	for (const char *p = real; real && *p; p++)
+		key = (key ^ (unsigned char)*p) * 1099511628211ull;
+	/* every rank takes part in the exchange, whatever failed here */
+	uint64_t mine = real && all ? key : 0;
+	enum tpf_status cst = all ? comm->ops->allgather(comm, &mine, all, sizeof(mine), NULL, d)
+				  : TPF_ERR_NOMEM;
+	if (cst)
+		st = cst;
+	for (int a = 0; a < comm->world && !st; a++)
+		for (int b = a + 1; b < comm->world && !st; b++)
+			if (all[a] && all[a] == all[b])
+				st = tpf_diag_fail(d, TPF_ERR_CONFLICT,
+						   "--outputs '%s': rank %d and rank %d would write their "
+						   "outputs into one folder%s%s%s: refused, nothing written",
+						   o->outputs, a, b, comm->rank == a || comm->rank == b ? " ('" : "",
+						   comm->rank == a || comm->rank == b ? dir : "",
+						   comm->rank == a || comm->rank == b ? "')" : "");
+	tpf_free(all);
+	tpf_free(real);
+	tpf_free(dir);
+	return st;
+}
+
+/* DIR/output_N.pb (outputs_dir), every file under a temporary name until
+ * all are written: a failure leaves the folder as it was. */
 static enum tpf_status write_outputs(const struct run_opts *o, int rank, int world,
 				     const struct tpf_host_tensor *outs, size_t n, struct tpf_diag *d)
 {
-	char *dir = subst_rank(o->outputs, rank);
+	char *dir = outputs_dir(o, rank, world);
 	char path[4096];
+	struct tpf_out_file *files = NULL;
+	size_t n_open = 0;
 	enum tpf_status st = TPF_OK;
 	if (!dir)
 		return TPF_ERR_NOMEM;
-	if (world > 1 && !strstr(o->outputs, "{rank}")) {
-		size_t len = strlen(dir) + 32;
-		char *per = tpf_malloc(len);
-		if (!per) {
-			tpf_free(dir);
-			return TPF_ERR_NOMEM;
-		}
-		snprintf(per, len, "%s/rank%d", dir, rank);
-		tpf_free(dir);
-		dir = per;
-	}
 	if (mkdir_p(dir)) {
 		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
 		goto out;
 	}
+	if (!(files = tpf_calloc(n + 1, sizeof(*files)))) {
+		st = TPF_ERR_NOMEM;
+		goto out;
+	}
 	for (size_t i = 0; i < n && !st; i++) {
 		snprintf(path, sizeof(path), "%s/output_%zu.pb", dir, i);
-		st = tpf_tensor_write_pb(path, &outs[i], d);
+		if ((st = tpf_out_file_open(&files[i], path, d)))
+			break;
+		n_open++;
+		st = tpf_tensor_write_pb_to(&files[i], &outs[i], d);
 	}
+	if (!st)
+		st = tpf_out_files_commit(files, n_open, d);
+	else
+		for (size_t i = 0; i < n_open; i++)
+			tpf_out_file_discard(&files[i]);
 out:
+	tpf_free(files);
 	tpf_free(dir);
 	return st;
 }
@@ -686,6 +783,24 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "loading the model", d)))
 		goto out;
+	if (o.outputs) {
+		enum tpf_status mine = check_outputs(&o, m, path, comm->rank, comm->world, d);
+		print_diag(d);
+		if ((st = tpf_comm_agree(comm, mine, "checking the output files", d))) {
+			/* refused on a rank: a usage error on every rank */
+			rc = mine && mine != TPF_ERR_CONFLICT ? cli_exit_of(mine) : CLI_USAGE;
+			goto out;
+		}
+		if (comm->world > 1 && (st = check_rank_outputs(comm, &o, d))) {
+			/* every rank reaches the same verdict */
+			if (comm->rank == 0 || st != TPF_ERR_CONFLICT)
+				print_diag(d);
+			else
+				tpf_diag_clear(d);
+			rc = cli_exit_of(st);
+			goto out;
+		}
+	}
 	/* a malformed table is an error on every backend (line and file named) */
 	if (o.strategy_table) {
 		st = tpf_strategy_load(o.strategy_table, &table, d);

@@ -305,8 +305,10 @@ static int check_dump_target(const char *path, enum dump_format fmt)
 	return CLI_OK;
 }
 
-/* Pipes the DOT form of m into `dot -TEXT -o path`. */
-static int render_picture(const struct tpf_model *m, const char *path, const char *ext)
+/* Pipes the DOT form of m into `dot -TEXT -o file` (`path` names it in
+ * messages). */
+static int render_picture(const struct tpf_model *m, const char *path, const char *file,
+			  const char *ext)
 {
 	char fmt_arg[16];
 	int fds[2], status, rc = CLI_OK;
@@ -328,7 +330,7 @@ static int render_picture(const struct tpf_model *m, const char *path, const cha
 		return CLI_IO;
 	}
 	if (pid == 0) {
-		char *argv[] = {"dot", fmt_arg, "-o", (char *)path, NULL};
+		char *argv[] = {"dot", fmt_arg, "-o", (char *)file, NULL};
 
 		dup2(fds[0], STDIN_FILENO);
 		close(fds[0]);
@@ -358,35 +360,66 @@ static int render_picture(const struct tpf_model *m, const char *path, const cha
 	return rc;
 }
 
+/* Writes the dump of m to `path` ("-" or NULL: standard output), under a
+ * temporary name renamed into place once complete (ir/files.c). */
 static int write_dump(const struct tpf_model *m, const char *path, enum dump_format fmt)
 {
 	const char *ext = path && strcmp(path, "-") != 0 ? file_ext(path) : "";
+	struct tpf_out_file of = {.fd = -1};
+	struct tpf_diag *d = NULL;
 	enum tpf_status st;
+	size_t shown = 0;
 	FILE *f;
-	int to_stdout = !path || strcmp(path, "-") == 0;
+	int to_stdout = !path || strcmp(path, "-") == 0, rc = CLI_OK;
 
 	if (fmt == FORMAT_AUTO)
 		fmt = strcmp(ext, "dot") == 0 || is_picture_ext(ext) ? FORMAT_DOT : FORMAT_TEXT;
-	if (fmt == FORMAT_DOT && !to_stdout && is_picture_ext(ext))
-		return render_picture(m, path, ext);
-	f = to_stdout ? stdout : fopen(path, "w");
-	if (!f) {
-		error_msg("cannot write '%s': %s", path, strerror(errno));
-		return CLI_IO;
-	}
-	st = fmt == FORMAT_DOT ? tpf_model_print_dot(m, f) : tpf_model_print_text(m, f);
 	if (to_stdout) {
-		if (fflush(f) != 0 && !st)
+		st = fmt == FORMAT_DOT ? tpf_model_print_dot(m, stdout) : tpf_model_print_text(m, stdout);
+		if (fflush(stdout) != 0 && !st)
 			st = TPF_ERR_IO;
-	} else if (fclose(f) != 0 && !st) {
-		st = TPF_ERR_IO;
+		if (st) {
+			error_msg("cannot write the dump to '<stdout>': %s", tpf_status_name(st));
+			return st == TPF_ERR_IO ? CLI_IO : CLI_ERROR;
+		}
+		return CLI_OK;
 	}
-	if (st) {
-		error_msg("cannot write the dump to '%s': %s", to_stdout ? "<stdout>" : path,
-			  tpf_status_name(st));
-		return st == TPF_ERR_IO ? CLI_IO : CLI_ERROR;
+	if (!(d = tpf_diag_create())) {
+		error_msg("out of memory");
+		return CLI_ERROR;
 	}
-	return CLI_OK;
+	if ((st = tpf_out_file_open(&of, path, d))) {
+		cli_print_diag(d, &shown);
+		tpf_diag_free(d);
+		return cli_exit_of(st);
+	}
+	if (fmt == FORMAT_DOT && is_picture_ext(ext)) {
+		tpf_out_file_close(&of, d);
+		rc = render_picture(m, path, of.tmp ? of.tmp : of.path, ext);
+		st = rc ? TPF_ERR_IO : TPF_OK;
+	} else {
+		f = fdopen(of.fd, "w");
+		if (!f) {
+			error_msg("cannot write '%s': %s", path, strerror(errno));
+			st = TPF_ERR_IO;
+		} else {
+			of.fd = -1; /* the stream owns it */
+			st = fmt == FORMAT_DOT ? tpf_model_print_dot(m, f) : tpf_model_print_text(m, f);
+			if (fclose(f) != 0 && !st)
+				st = TPF_ERR_IO;
+			if (st)
+				error_msg("cannot write the dump to '%s': %s", path,
+					  st == TPF_ERR_IO ? strerror(errno) : tpf_status_name(st));
+		}
+		rc = st == TPF_ERR_IO ? CLI_IO : cli_exit_of(st);
+	}
+	if (st)
+		tpf_out_file_discard(&of);
+	else if ((st = tpf_out_files_commit(&of, 1, d)))
+		rc = cli_exit_of(st);
+	cli_print_diag(d, &shown);
+	tpf_diag_free(d);
+	return rc;
 }
 
 static int parse_format(const char *cmd, const char *s, enum dump_format *out)
@@ -444,6 +477,35 @@ static enum tpf_status verify_with_types(struct tpf_model *m, struct tpf_diag *d
 	return st;
 }
 
+/* Refuses (TPF_ERR_CONFLICT, the error naming both files) an output that
+ * is one of the files the loaded model m comes from (`in` and its external
+ * data) or another output: `out` with its data file when out_opt is given,
+ * then the dumps (NULL or "-" for none) and the --print-after-all folder's
+ * NN-PASS.txt files. */
+static enum tpf_status check_outputs(const struct tpf_model *m, const char *in, const char *out,
+				     const struct tpf_save_options *out_opt, const char *dump1,
+				     const char *dump2, const char *dump_dir, struct tpf_diag *d)
+{
+	struct tpf_file_set *fs = tpf_file_set_create();
+	enum tpf_status st;
+
+	if (!fs)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	st = tpf_file_set_add_model(fs, m, in, d);
+	if (!st && out && out_opt)
+		st = tpf_file_set_add_model_output(fs, out, out_opt, "the output", d);
+	else if (!st && out && strcmp(out, "-") != 0)
+		st = tpf_file_set_add_output(fs, out, "the output", d);
+	if (!st && dump1 && strcmp(dump1, "-") != 0)
+		st = tpf_file_set_add_output(fs, dump1, out_opt ? "--dump-before" : "the dump", d);
+	if (!st && dump2 && strcmp(dump2, "-") != 0)
+		st = tpf_file_set_add_output(fs, dump2, "--dump-after", d);
+	if (!st && dump_dir)
+		st = tpf_file_set_add_dump_folder(fs, dump_dir, "the --print-after-all folder", d);
+	tpf_file_set_free(fs);
+	return st;
+}
+
 /* ------------------------------------------------------------------- dump */
 
 static int cmd_dump(int argc, char **argv)
@@ -486,6 +548,11 @@ static int cmd_dump(int argc, char **argv)
 	rc = open_model(model, &m, &d, &shown);
 	if (rc)
 		goto out_free_diag;
+	if (out && (rc = cli_exit_of(check_outputs(m, model, out, NULL, NULL, NULL, NULL, d)))) {
+		cli_print_diag(d, &shown);
+		tpf_model_free(m);
+		goto out_free_diag;
+	}
 	if (!no_infer) {
 		/* a dump shows what can be inferred; problems are for `check` */
 		struct tpf_diag *scratch = tpf_diag_create();
@@ -592,15 +659,6 @@ static int check_pass_list(const char *list)
 			p++;
 	}
 	return CLI_OK;
-}
-
-static int same_file(const char *a, const char *b)
-{
-	struct stat sa, sb;
-
-	if (stat(a, &sa) != 0 || stat(b, &sb) != 0)
-		return 0;
-	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
@@ -735,10 +793,6 @@ static int cmd_optimize(int argc, char **argv)
 		}
 		*targets[k] = paths[k];
 	}
-	if (same_file(o.in, o.out)) {
-		rc = usage_error("optimize ", "the output '%s' would overwrite the input", o.out);
-		goto out_free_paths;
-	}
 	if ((rc = check_dump_target(o.dump_before, FORMAT_AUTO)) != 0 ||
 	    (rc = check_dump_target(o.dump_after, FORMAT_AUTO)) != 0)
 		goto out_free_paths;
@@ -753,6 +807,16 @@ static int cmd_optimize(int argc, char **argv)
 	rc = load_model(o.in, &m, d, &shown);
 	if (rc)
 		goto out_free_all;
+
+	/* no output may be an input (the model, its data files) or another
+	 * output: refused before anything is written */
+	struct tpf_save_options so = {.external_threshold = o.external_bytes};
+	if ((st = check_outputs(m, o.in, o.out, &so, o.dump_before, o.dump_after,
+				o.print_after_dir, d))) {
+		cli_print_diag(d, &shown);
+		rc = cli_exit_of(st);
+		goto out_free_model;
+	}
 
 	st = verify_with_types(m, d);
 	if (st) {
@@ -798,7 +862,6 @@ static int cmd_optimize(int argc, char **argv)
 	if (o.dump_after && (rc = write_dump(m, o.dump_after, FORMAT_AUTO)) != 0)
 		goto out_print_stats;
 
-	struct tpf_save_options so = {.external_threshold = o.external_bytes};
 	st = tpf_model_save_file(m, o.out, &so, d);
 	if (st) {
 		cli_print_diag(d, &shown);

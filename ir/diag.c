@@ -18,6 +18,7 @@ const char *tpf_status_name(enum tpf_status s)
 		[TPF_ERR_VERIFY] = "verification failed",
 		[TPF_ERR_LIMIT] = "limit exceeded",
 		[TPF_ERR_RUNTIME] = "runtime error",
+		[TPF_ERR_CONFLICT] = "an output would replace an input or another output",
 	};
 	if ((unsigned)s >= TPF_STATUS_COUNT)
 		return "unknown status";

@@ -12,8 +12,10 @@
  * External data: on save to a file, tensors at or above a size threshold (and
  * every tensor that was loaded from external data) are written to one data
  * file next to the model at 64-byte aligned offsets.  Both files are written
- * under temporary names and renamed into place, so a model can be saved over
- * the files it was loaded (and is still mapped) from.
+ * under temporary names and renamed into place (ir/files.c), the data file
+ * first, only when both are complete: a failed save leaves the old files, a
+ * mapped file is never opened for writing, and a model can be saved over the
+ * files it was loaded (and is still mapped) from.
  */
 #define _GNU_SOURCE /* copy_file_range */
 #include "tpf-ir.h"
@@ -965,16 +967,6 @@ static enum tpf_status write_all(int fd, const void *p, size_t n, const char *pa
 	return TPF_OK;
 }
 
-/* Writes `n` bytes to a fresh temporary file beside `path`, then renames it. */
-static char *temp_name(const char *path)
-{
-	size_t len = strlen(path) + 32;
-	char *s = tpf_malloc(len);
-	if (s)
-		snprintf(s, len, "%s.tmp-%ld", path, (long)getpid());
-	return s;
-}
-
 /* Copies n bytes of the file `src` at `offset` to the current position of
  * `fd` inside the kernel.  0 when done; -1 when the caller should write
  * from memory instead (nothing was written then). */
@@ -1006,13 +998,9 @@ static int copy_from_file(int fd, const char *src, uint64_t offset, size_t n, in
 	return 0;
 }
 
-static enum tpf_status write_external(struct export_ctx *c, const char *path, const char *tmp)
+static enum tpf_status write_external(struct export_ctx *c, const char *path, int fd)
 {
 	static const uint8_t zeros[EXTERNAL_ALIGN];
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot create: %s", path,
-		                     strerror(errno));
 	enum tpf_status st = TPF_OK;
 	uint64_t pos = 0;
 	int src_fd = -1;
@@ -1037,10 +1025,6 @@ static enum tpf_status write_external(struct export_ctx *c, const char *path, co
 	}
 	if (src_fd >= 0)
 		close(src_fd);
-	if (close(fd) != 0 && !st)
-		st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-	if (st)
-		unlink(tmp);
 	return st;
 }
 
@@ -1051,10 +1035,9 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_model_save_file: missing argument");
 	struct export_ctx c = {.d = d, .allow_external = 1, .backing = m ? m->backing : NULL};
 	enum tpf_status st = TPF_OK;
-	char *dir = NULL, *location = NULL, *ext_path = NULL, *ext_tmp = NULL, *tmp = NULL;
+	char *dir = NULL, *location = NULL, *ext_path = NULL;
 	void *buf = NULL;
 	size_t size = 0;
-	int fd = -1;
 
 	c.a = tpf_arena_create();
 	dir = tpf_path_dirname(path);
@@ -1100,12 +1083,15 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 
 	size_t elen = strlen(dir) + strlen(location) + 2;
 	ext_path = tpf_malloc(elen);
-	tmp = temp_name(path);
-	if (!ext_path || !tmp) {
+	if (!ext_path) {
 		st = nomem(&c);
 		goto out_free;
 	}
 	snprintf(ext_path, elen, "%s/%s", dir, location);
+	/* files[0] the data file (when there is one), then the model: renamed
+	 * into place in that order, only once both are complete */
+	struct tpf_out_file files[2];
+	size_t nf = 0;
 	if (c.n_writes) {
 		if (strcmp(tpf_path_basename(ext_path), base) == 0 &&
 		    strchr(location, '/') == NULL) {
@@ -1114,47 +1100,35 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 			    "external data file '%s' would overwrite the model itself", location);
 			goto out_free;
 		}
-		ext_tmp = temp_name(ext_path);
-		if (!ext_tmp) {
-			st = nomem(&c);
+		if ((st = tpf_out_file_open(&files[0], ext_path, d)))
 			goto out_free;
-		}
-		if ((st = write_external(&c, ext_path, ext_tmp)))
-			goto out_free;
+		nf = 1;
 	}
-
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-		goto out_unlink_ext;
-	}
-	st = write_all(fd, buf, size, path, d);
-	if (close(fd) != 0 && !st)
-		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-	if (st) {
-		unlink(tmp);
-		goto out_unlink_ext;
-	}
-	if (ext_tmp && rename(ext_tmp, ext_path) != 0) {
-		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot rename into place: %s", ext_path,
-		                   strerror(errno));
-		unlink(tmp);
-		goto out_unlink_ext;
-	}
-	if (rename(tmp, path) != 0) {
-		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: cannot rename into place: %s", path,
-		                   strerror(errno));
-		unlink(tmp);
+	if ((st = tpf_out_file_open(&files[nf], path, d)))
+		goto out_discard;
+	nf++;
+	if (c.n_writes && (st = write_external(&c, ext_path, files[0].fd)))
+		goto out_discard;
+	if ((st = write_all(files[nf - 1].fd, buf, size, path, d)))
+		goto out_discard;
+	if (opt && opt->defer && opt->n_defer) {
+		for (size_t i = 0; i < nf && !st; i++)
+			st = tpf_out_file_close(&files[i], d);
+		if (st)
+			goto out_discard;
+		for (size_t i = 0; i < nf; i++)
+			opt->defer[i] = files[i];
+		*opt->n_defer = nf;
+	} else {
+		st = tpf_out_files_commit(files, nf, d);
 	}
 	goto out_free;
 
-out_unlink_ext:
-	if (ext_tmp)
-		unlink(ext_tmp);
+out_discard:
+	for (size_t i = 0; i < nf; i++)
+		tpf_out_file_discard(&files[i]);
 out_free:
 	tpf_free(buf);
-	tpf_free(tmp);
-	tpf_free(ext_tmp);
 	tpf_free(ext_path);
 	tpf_free(location);
 	tpf_free(dir);

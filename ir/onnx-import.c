@@ -163,6 +163,18 @@ int tpf_onnx_backing_locate(const void *backing, const void *p, size_t n, const 
 	return -1;
 }
 
+size_t tpf_onnx_backing_n_files(const void *backing)
+{
+	const struct backing *bk = backing;
+	return bk ? bk->n_maps : 0;
+}
+
+const char *tpf_onnx_backing_file(const void *backing, size_t i)
+{
+	const struct backing *bk = backing;
+	return bk && i < bk->n_maps ? bk->maps[i].path : NULL;
+}
+
 static int grow_heap(void **arr, size_t *cap, size_t elem, size_t need)
 {
 	if (need <= *cap)

@@ -28,6 +28,11 @@ const char *tpf_onnx_location_problem(const char *location);
 int tpf_onnx_backing_locate(const void *backing, const void *p, size_t n, const char **path,
                             uint64_t *offset);
 
+/* The external data files a model's backing maps: their count, and the
+ * resolved path of the i-th. */
+size_t tpf_onnx_backing_n_files(const void *backing);
+const char *tpf_onnx_backing_file(const void *backing, size_t i);
+
 /* Folder part of a path ("." when it has none), tpf_malloc'ed; NULL on OOM. */
 char *tpf_path_dirname(const char *path);
 /* Last component of a path (points into `path`). */

@@ -48,6 +48,7 @@ enum tpf_status {
 	TPF_ERR_VERIFY,      /* the graph breaks an IR invariant */
 	TPF_ERR_LIMIT,       /* a size or count overflows a limit */
 	TPF_ERR_RUNTIME,     /* a backend or communicator failed */
+	TPF_ERR_CONFLICT,    /* an output would replace an input or another output */
 	TPF_STATUS_COUNT
 };
 
@@ -587,11 +588,18 @@ struct tpf_load_options {
 	size_t max_model_bytes;   /* 0: default limit (4 GiB for the protobuf itself) */
 };
 
+struct tpf_out_file;
+
 struct tpf_save_options {
 	/* Initializers of at least this many bytes go to external data; 0: never
 	 * (unless the protobuf would exceed 2 GiB, then a 1 KiB threshold is used). */
 	size_t external_threshold;
 	const char *external_file; /* relative to the model's folder; default "<model>.data" */
+	/* When set, the files are written and closed but not renamed into
+	 * place: they are stored in defer[0..*n_defer) (at most 2: the data
+	 * file, then the model) for the caller's tpf_out_files_commit. */
+	struct tpf_out_file *defer;
+	size_t *n_defer;
 };
 
 enum tpf_status tpf_model_load_file(const char *path, const struct tpf_load_options *opt,
@@ -605,6 +613,80 @@ enum tpf_status tpf_model_save_file(const struct tpf_model *m, const char *path,
 /* Serialized ModelProto (no external data) in a tpf_malloc'ed buffer. */
 enum tpf_status tpf_model_save_memory(const struct tpf_model *m, void **data, size_t *size,
 				      struct tpf_diag *d);
+
+/* ------------------------------------------------------------------ files
+ * What a command reads and what it writes (ir/files.c).  No output may be
+ * the same file as an input or as another output: a file set records the
+ * inputs, then each output is checked as it is added, before anything is
+ * written.  Two paths are the same file when they have the same device and
+ * inode (symbolic links followed), or, for a file that does not exist yet,
+ * when they resolve to the same folder and name ("./m.onnx", "d/../m.onnx"
+ * and a hard link of m.onnx all name m.onnx). */
+
+struct tpf_file_set;
+
+struct tpf_file_set *tpf_file_set_create(void);
+void tpf_file_set_free(struct tpf_file_set *s);
+/* Records a file the command reads; `what` says what it is ("the input
+ * model").  A path that does not exist is skipped (its reader says so). */
+enum tpf_status tpf_file_set_add_input(struct tpf_file_set *s, const char *path, const char *what,
+				       struct tpf_diag *d);
+/* Records what a loaded model reads: `path` (its file; NULL for a model
+ * from memory) and every external data file it maps. */
+enum tpf_status tpf_file_set_add_model(struct tpf_file_set *s, const struct tpf_model *m,
+				       const char *path, struct tpf_diag *d);
+/* Records a file the command will write: TPF_ERR_CONFLICT, with an error
+ * naming both paths, when it is a recorded input or output. */
+enum tpf_status tpf_file_set_add_output(struct tpf_file_set *s, const char *path, const char *what,
+					struct tpf_diag *d);
+/* Records a folder where the command writes text dumps named NN-NAME.txt
+ * (optimize --print-after-all): a recorded input or output of that form
+ * there, or a later one, is refused as tpf_file_set_add_output does. */
+enum tpf_status tpf_file_set_add_dump_folder(struct tpf_file_set *s, const char *dir,
+					     const char *what, struct tpf_diag *d);
+/* Records a model that tpf_model_save_file(path, opt) will write: the model
+ * and its external data file. */
+enum tpf_status tpf_file_set_add_model_output(struct tpf_file_set *s, const char *path,
+					      const struct tpf_save_options *opt, const char *what,
+					      struct tpf_diag *d);
+/* The external data file tpf_model_save_file(path, opt) writes, whether or
+ * not any tensor goes there: "DIR/NAME.data" (tpf_malloc'ed; NULL on OOM). */
+char *tpf_model_data_path(const char *path, const struct tpf_save_options *opt);
+/* The absolute path `path` resolves to, symbolic links followed as far as
+ * it exists, the rest taken lexically (tpf_malloc'ed; NULL on OOM). */
+char *tpf_path_resolve(const char *path);
+/* 1 when both paths exist and are the same file, else 0. */
+int tpf_same_file(const char *a, const char *b);
+/* Creates the missing folders above `path` (as mkdir -p does).  With
+ * `made`, each folder it creates is appended to the tpf_malloc'ed array
+ * *made (*n_made entries, parents first), for tpf_remove_folders. */
+enum tpf_status tpf_make_parent_folders(const char *path, char ***made, size_t *n_made,
+					struct tpf_diag *d);
+/* Removes the folders made[n-1] ... made[0] where empty and frees them. */
+void tpf_remove_folders(char **made, size_t n);
+
+/* An output written under a temporary name beside its path, and renamed
+ * into place by tpf_out_files_commit: an interrupted or failed write
+ * leaves the old file, or nothing.  A path that names a device or a pipe
+ * (/dev/null, /dev/stdout) is written in place. */
+struct tpf_out_file {
+	char *path; /* the final name */
+	char *tmp;  /* the temporary name; NULL when written in place */
+	int fd;     /* -1 once closed */
+};
+
+/* Opens f for `path`: TPF_ERR_IO, naming it, for a folder or a missing
+ * folder above it. */
+enum tpf_status tpf_out_file_open(struct tpf_out_file *f, const char *path, struct tpf_diag *d);
+/* Closes f's descriptor, reporting a failed close (a full disk shows there). */
+enum tpf_status tpf_out_file_close(struct tpf_out_file *f, struct tpf_diag *d);
+/* Renames f[0..n) into place in order (the last appears last: a model after
+ * its data file).  When one fails, the ones already renamed get their old
+ * content back (or are removed when there was none) and no temporary file
+ * is left.  Every f is released either way. */
+enum tpf_status tpf_out_files_commit(struct tpf_out_file *f, size_t n, struct tpf_diag *d);
+/* Removes f's temporary file and releases f (after a failure). */
+void tpf_out_file_discard(struct tpf_out_file *f);
 
 /* ------------------------------------------------------------------ verification */
 

@@ -360,16 +360,26 @@ static enum tpf_status write_dump(const struct tpf_model *m, const char *dir, si
 	if (!path)
 		return TPF_ERR_NOMEM;
 	snprintf(path, len, "%s/%02zu-%s.txt", dir, index, name);
-	f = fopen(path, "w");
+	/* under a temporary name, renamed into place once complete */
+	struct tpf_out_file of;
+	if ((st = tpf_out_file_open(&of, path, d)))
+		goto out_free_path;
+	f = fdopen(of.fd, "w");
 	if (!f) {
 		st = tpf_diag_fail(d, TPF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+		tpf_out_file_discard(&of);
 		goto out_free_path;
 	}
+	of.fd = -1; /* the stream owns it */
 	st = tpf_model_print_text(m, f);
 	if (fclose(f) != 0 && !st)
 		st = TPF_ERR_IO;
-	if (st)
+	if (st) {
 		tpf_diag_add(d, TPF_SEV_ERROR, "cannot write '%s': %s", path, tpf_status_name(st));
+		tpf_out_file_discard(&of);
+	} else {
+		st = tpf_out_files_commit(&of, 1, d);
+	}
 out_free_path:
 	tpf_free(path);
 	return st;

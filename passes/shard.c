@@ -906,18 +906,63 @@ void tpf_shard_get_stats(const struct tpf_shard *sh, struct tpf_shard_stats *st)
 		*st = sh->stats;
 }
 
+/* pattern with every "{rank}" replaced by rank (tpf_malloc'ed). */
 static char *rank_path(const char *pattern, int rank)
 {
-	const char *p = strstr(pattern, "{rank}");
-	size_t len = strlen(pattern) + 32;
-	char *out = tpf_malloc(len);
+	char num[16];
+	size_t n = 0, nl = (size_t)snprintf(num, sizeof(num), "%d", rank);
+	for (const char *p = strstr(pattern, "{rank}"); p; p = strstr(p + 6, "{rank}"))
+		n++;
+	char *out = tpf_malloc(strlen(pattern) + n * nl + 1), *w = out;
 	if (!out)
 		return NULL;
-	if (!p)
-		snprintf(out, len, "%s", pattern);
-	else
-		snprintf(out, len, "%.*s%d%s", (int)(p - pattern), pattern, rank, p + 6);
+	for (const char *p = pattern; *p;) {
+		if (!strncmp(p, "{rank}", 6)) {
+			memcpy(w, num, nl);
+			w += nl;
+			p += 6;
+		} else {
+			*w++ = *p++;
+		}
+	}
+	*w = '\0';
 	return out;
+}
+
+/* Writes every rank of sh (its model m) to out_pattern: all ranks' files
+ * stay under temporary names until the last rank is written, so a failure
+ * leaves none of them. */
+static enum tpf_status write_ranks(struct tpf_shard *sh, struct tpf_model *m,
+				   const char *out_pattern, struct tpf_save_options *so,
+				   struct tpf_diag *d)
+{
+	int world = sh->s.W;
+	struct tpf_out_file *pending = tpf_calloc((size_t)world * 2 + 1, sizeof(*pending));
+	size_t n_pending = 0;
+	enum tpf_status st = pending ? TPF_OK : TPF_ERR_NOMEM;
+	for (int r = 0; r < world && !st; r++) {
+		char *path = rank_path(out_pattern, r);
+		size_t n_rank = 0;
+		if (!path) {
+			st = TPF_ERR_NOMEM;
+			break;
+		}
+		so->defer = pending + n_pending;
+		so->n_defer = &n_rank;
+		st = tpf_shard_rank(sh, r, d);
+		if (!st)
+			st = tpf_model_save_file(m, path, so, d);
+		n_pending += n_rank;
+		sh_rank_release(sh->rd);
+		tpf_free(path);
+	}
+	if (!st)
+		st = tpf_out_files_commit(pending, n_pending, d);
+	else
+		for (size_t i = 0; i < n_pending; i++)
+			tpf_out_file_discard(&pending[i]);
+	tpf_free(pending);
+	return st;
 }
 
 enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
@@ -936,31 +981,38 @@ enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 				     o->world_size);
 	if ((st = tpf_model_load_file(in, &(struct tpf_load_options){0}, &m, d)))
 		return st;
-	if ((st = tpf_shard_create(m, o, &sh, d)))
-		goto out;
-	for (int r = 0; r < o->world_size; r++) {
-		char *path = rank_path(out_pattern, r);
-		struct tpf_save_options so = {.external_threshold = external_threshold ? external_threshold : 1024};
-		if (!path) {
-			st = TPF_ERR_NOMEM;
-			break;
-		}
-		if (!strcmp(path, in)) {
-			st = tpf_diag_fail(d, TPF_ERR_INVALID, "shard: the output '%s' is the input", path);
-			tpf_free(path);
-			break;
-		}
-		st = tpf_shard_rank(sh, r, d);
-		if (!st)
-			st = tpf_model_save_file(m, path, &so, d);
-		sh_rank_release(sh->rd);
+	struct tpf_save_options so = {.external_threshold = external_threshold ? external_threshold : 1024};
+	/* every rank's model and data file against the input's files and each
+	 * other, before anything is written; then their folders */
+	struct tpf_file_set *fs = tpf_file_set_create();
+	st = fs ? tpf_file_set_add_model(fs, m, in, d) : TPF_ERR_NOMEM;
+	for (int r = 0; r < o->world_size && !st; r++) {
+		char *path = rank_path(out_pattern, r), what[64];
+		snprintf(what, sizeof(what), "rank %d's output", r);
+		st = path ? tpf_file_set_add_model_output(fs, path, &so, what, d) : TPF_ERR_NOMEM;
 		tpf_free(path);
-		if (st)
-			break;
+	}
+	tpf_file_set_free(fs);
+	char **made = NULL; /* the folders made here, removed on failure */
+	size_t n_made = 0;
+	for (int r = 0; r < o->world_size && !st; r++) {
+		char *path = rank_path(out_pattern, r);
+		st = path ? tpf_make_parent_folders(path, &made, &n_made, d) : TPF_ERR_NOMEM;
+		tpf_free(path);
+	}
+	if (!st)
+		st = tpf_shard_create(m, o, &sh, d);
+	if (!st)
+		st = write_ranks(sh, m, out_pattern, &so, d);
+	if (st) {
+		tpf_remove_folders(made, n_made);
+	} else {
+		for (size_t i = 0; i < n_made; i++)
+			tpf_free(made[i]);
+		tpf_free(made);
 	}
 	if (stats)
 		tpf_shard_get_stats(sh, stats);
-out:
 	tpf_shard_free(sh);
 	tpf_model_free(m);
 	return st;

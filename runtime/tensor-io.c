@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define TPF_PB_MAX_BYTES ((size_t)1 << 34)
 
@@ -184,13 +185,13 @@ enum tpf_status tpf_tensor_read_pb(const char *path, struct tpf_host_tensor *out
 	return st;
 }
 
-enum tpf_status tpf_tensor_write_pb(const char *path, const struct tpf_host_tensor *t,
-				    struct tpf_diag *d)
+enum tpf_status tpf_tensor_write_pb_to(struct tpf_out_file *f, const struct tpf_host_tensor *t,
+				       struct tpf_diag *d)
 {
 	Onnx__TensorProto tp = ONNX__TENSOR_PROTO__INIT;
 	size_t nb;
 	if (tpf_host_tensor_bytes(t, &nb))
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: bad tensor", path);
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "%s: bad tensor", f->path);
 	tp.n_dims = (size_t)t->rank;
 	tp.dims = (int64_t *)t->dims;
 	tp.has_data_type = 1;
@@ -202,20 +203,37 @@ enum tpf_status tpf_tensor_write_pb(const char *path, const struct tpf_host_tens
 	size_t size = onnx__tensor_proto__get_packed_size(&tp);
 	uint8_t *buf = tpf_malloc(size ? size : 1);
 	if (!buf)
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", path);
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", f->path);
 	onnx__tensor_proto__pack(&tp, buf);
 	enum tpf_status st = TPF_OK;
-	FILE *f = fopen(path, "wb");
-	if (!f) {
-		st = tpf_diag_fail(d, TPF_ERR_IO, "%s: %s", path, strerror(errno));
-	} else {
-		if (fwrite(buf, 1, size, f) != size)
-			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: write failed", path);
-		if (fclose(f) && !st)
-			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: close failed", path);
+	for (size_t done = 0; done < size && !st;) {
+		ssize_t w = write(f->fd, buf + done, size - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: write failed: %s", f->path,
+					   w < 0 ? strerror(errno) : "no progress");
+		else
+			done += (size_t)w;
 	}
 	tpf_free(buf);
+	if (!st)
+		st = tpf_out_file_close(f, d);
 	return st;
+}
+
+enum tpf_status tpf_tensor_write_pb(const char *path, const struct tpf_host_tensor *t,
+				    struct tpf_diag *d)
+{
+	struct tpf_out_file f;
+	enum tpf_status st = tpf_out_file_open(&f, path, d);
+	if (st)
+		return st;
+	if ((st = tpf_tensor_write_pb_to(&f, t, d))) {
+		tpf_out_file_discard(&f);
+		return st;
+	}
+	return tpf_out_files_commit(&f, 1, d);
 }
 
 enum tpf_status tpf_tensor_read_dir(const char *dir, const char *prefix,

@@ -153,8 +153,14 @@ int tpf_host_tensor_bytes(const struct tpf_host_tensor *t, size_t *out);
 /* ONNX test-data format: one TensorProto per .pb file. */
 enum tpf_status tpf_tensor_read_pb(const char *path, struct tpf_host_tensor *out,
 				   struct tpf_diag *d); /* out->name, out->data tpf_malloc'ed */
+/* Writes t to `path` under a temporary name renamed into place once
+ * complete (a failed write leaves the old file, or none). */
 enum tpf_status tpf_tensor_write_pb(const char *path, const struct tpf_host_tensor *t,
 				    struct tpf_diag *d);
+/* Writes t to f, an output opened with tpf_out_file_open, and closes it:
+ * for a set of outputs renamed together by tpf_out_files_commit. */
+enum tpf_status tpf_tensor_write_pb_to(struct tpf_out_file *f, const struct tpf_host_tensor *t,
+				       struct tpf_diag *d);
 void tpf_host_tensor_release(struct tpf_host_tensor *t); /* frees name and data */
 /* Reads DIR/input_0.pb, input_1.pb, ... (or output_N.pb with prefix
  * "output"); *out is a tpf_malloc'ed array. */

@@ -174,14 +174,18 @@ def optimize(
     With ``output=PATH`` the model is written there (initializers of at
     least ``external_data_threshold`` bytes go to ``PATH.data``; by default
     only tensors that were external already, or all when the model exceeds
-    2 GB) and ``result.model`` is ``None``.  ``verify_each`` verifies the
+    2 GB) and ``result.model`` is ``None``.  Neither may be the model's
+    file or one of its external data files (every spelling, links
+    included); both are renamed into place only once complete.
+    ``verify_each`` verifies the
     model after every pass.  ``base_dir`` is where a model given as bytes
     finds its external data (by default it may have none).
 
     Raises :class:`ModelError` for a malformed or invalid model,
     :class:`FileError` when a file cannot be read or written,
     ``ValueError``/``TypeError`` for bad arguments (an unknown pass name, a
-    rank not below the world size).
+    rank not below the world size, an ``output`` that is one of the model's
+    files: ``ValueError`` with ``.status == "conflict"``).
     """
     out_path = os.fspath(output) if output is not None else None
     raw_model, stats, near_misses, diagnostics = _tpfuse.optimize(

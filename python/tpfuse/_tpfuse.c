@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "tpf-ir.h"
 #include "tpf-passes.h"
@@ -287,6 +286,8 @@ static const struct status_info statuses[] = {
 	{TPF_ERR_VERIFY, "verify", &ModelError},
 	{TPF_ERR_LIMIT, "limit", &ModelError},
 	{TPF_ERR_RUNTIME, "runtime", &Error},
+	/* an output that is an input or another output: a bad argument */
+	{TPF_ERR_CONFLICT, "conflict", &PyExc_ValueError},
 };
 
 static const struct status_info *status_info(enum tpf_status st)
@@ -554,15 +555,6 @@ fail:
 	return NULL;
 }
 
-static int same_file(const char *a, const char *b)
-{
-	struct stat sa, sb;
-
-	if (stat(a, &sa) != 0 || stat(b, &sb) != 0)
-		return 0;
-	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* Verify, infer shapes, verify again with the inferred types (as the
  * command's check and optimize do).  Without the GIL. */
 static enum tpf_status verify_and_infer(struct tpf_model *m, struct tpf_diag *d)
@@ -610,6 +602,22 @@ static void optimize_work(void *job)
 	j->st = source_load(j->src, &m, j->d);
 	if (j->st)
 		goto out;
+	if (j->output) {
+		/* the output and its data file may not be the model's files (the
+		 * model, its external data) nor each other: refused before any
+		 * work, as the command does */
+		struct tpf_save_options so = {.external_threshold = j->external_threshold};
+		struct tpf_file_set *fs = tpf_file_set_create();
+
+		j->what = "optimize";
+		j->st = fs ? tpf_file_set_add_model(fs, m, source_path(j->src), j->d)
+			   : tpf_diag_fail(j->d, TPF_ERR_NOMEM, "out of memory");
+		if (!j->st)
+			j->st = tpf_file_set_add_model_output(fs, j->output, &so, "the output", j->d);
+		tpf_file_set_free(fs);
+		if (j->st)
+			goto out;
+	}
 	j->what = "the input model is not valid";
 	j->st = verify_and_infer(m, j->d);
 	if (j->st)
@@ -728,12 +736,6 @@ static PyObject *py_optimize(PyObject *self, PyObject *args, PyObject *kwargs)
 	if (source_init(&src, model, base_dir) < 0) {
 		Py_XDECREF(output_path);
 		return NULL;
-	}
-	if (output_path && source_path(&src) &&
-	    same_file(source_path(&src), PyBytes_AS_STRING(output_path))) {
-		PyErr_Format(PyExc_ValueError, "output %R would overwrite the input model",
-			     output_obj);
-		goto out;
 	}
 
 	memset(&j, 0, sizeof(j));
