@@ -905,7 +905,9 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 					 .profile = o.profile, .strategy = table};
 	so.plan.dims = o.dims;
 	so.plan.n_dims = (size_t)o.n_dims;
+	so.check_rank_files = 1; /* once: the reference session reads the same files */
 	st = tpf_session_create(m, &so, &s, d);
+	so.check_rank_files = 0;
 	if (!st && ref)
 		st = tpf_session_create(ref, &so, &sref, d);
 	print_unsupported(d, st, comm);

@@ -15,6 +15,7 @@
 
 static const char tune_help[] =
 	"usage: mpirun -np N tpfuse tune [-o FILE] [--hidden LIST] [--tokens LIST] [--replays N]\n"
+	"                                [--timeout S]\n"
 	"\n"
 	"Measures, on N GPUs (one rank each, NCCL), every path the CUDA runtime\n"
 	"chooses among for an all-reduce, a fused all-reduce + residual + RMSNorm\n"
@@ -23,7 +24,7 @@ static const char tune_help[] =
 	"the slowest rank's time), and writes the table of the fastest path per\n"
 	"hidden size and token count.  Give the table to `tpfuse run` (and any\n"
 	"session) with TPF_STRATEGY_TABLE=FILE; without one, the built-in table\n"
-	"(measured on 2x H100) decides.\n"
+	"decides: its H200 rows on an H200, else the rows measured on H100s.\n"
 	"\n"
 	"  -o FILE         write the table here (default: standard output)\n"
 	"  --hidden LIST   hidden sizes, comma-separated (default 2048,4096,8192)\n"

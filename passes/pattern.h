@@ -215,9 +215,12 @@ int tpf_pattern_match(const struct tpf_pattern *p, const struct tpf_pattern_cont
 		      struct tpf_node *n, struct tpf_match *m, char *why, size_t why_size,
 		      int *progress);
 
-/* Runs the patterns of `pass` (pass->patterns) greedily over the model's
- * main graph to a fixed point; a match of pattern P adds 1 to counter
- * "PASS.P". */
+/* Runs the patterns of `pass` (pass->patterns) greedily to a fixed point
+ * in each graph of the model in turn: the main graph, the subgraphs of its
+ * If/Loop/Scan nodes (depth first), then each model-local function's body
+ * and its subgraphs, the graphs tpf_pattern_each_graph visits.  A match of
+ * pattern P adds 1 to the pass's counter P in ctx->stats (which --stats
+ * prints as "PASS  P  N"); *changed is set when anything was rewritten. */
 enum tpf_status tpf_pattern_run(struct tpf_model *m, const struct tpf_pass *pass,
 				struct tpf_pass_context *ctx, int *changed, struct tpf_diag *d);
 

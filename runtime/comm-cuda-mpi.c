@@ -57,7 +57,7 @@ static enum tpf_status wait_stream(struct tpf_comm *c, const char *what, const c
 		if ((spins & 63) == 0 && now_s() > end)
 			return tpf_diag_fail(d, TPF_ERR_RUNTIME,
 					     "%s through MPI on rank %d of %d: %s: the GPU's work did not finish "
-					     "within %.0f s (a kernel waits for a peer that stopped or runs a "
+					     "within %.3g s (a kernel waits for a peer that stopped or runs a "
 					     "different schedule?)",
 					     what, c->rank, c->world, step, limit);
 	}
@@ -79,6 +79,12 @@ static enum tpf_status settle(struct tpf_comm *c, const char *what, void *stream
 	return wait_stream(c, what, "waiting for the stream", stream, d);
 }
 
+/* The staging buffers are pageable on purpose: a copy from the device into
+ * pageable memory returns once it is done, and one to the device once it
+ * has read the host bytes, so no wait that times out leaves a copy in
+ * flight on them.  Nor does a collective: the MPI communicator runs each
+ * on a buffer of its own and keeps that one while a timed-out request is
+ * pending.  So these can be freed whenever a call has returned. */
 static enum tpf_status staging(struct tpf_comm *c, int which, size_t bytes, struct tpf_diag *d)
 {
 	struct staged_impl *im = c->impl;

@@ -107,7 +107,7 @@ static enum tpf_status nccl_settle(struct tpf_comm *c, const char *what, ncclRes
 		if ((spins & 63) == 0 && now_s() > end) {
 			abort_comm(im);
 			return tpf_diag_fail(d, TPF_ERR_RUNTIME,
-					     "NCCL %s timed out after %.0f s on rank %d of %d: a peer "
+					     "NCCL %s timed out after %.3g s on rank %d of %d: a peer "
 					     "stopped, failed or runs a different schedule",
 					     what, limit, c->rank, c->world);
 		}

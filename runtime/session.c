@@ -4,6 +4,7 @@
  * the steps and downloads the outputs.  Also the CPU device. */
 #include "runtime-internal.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -603,36 +604,288 @@ static enum tpf_status check_model_world(const struct tpf_model *m, const struct
 	return TPF_OK;
 }
 
-enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_session_options *o,
-				   struct tpf_session **out, struct tpf_diag *d)
+/* ------------------------------------------------------------ start-up exchange
+ *
+ * Every rank of a session's communicator reaches one exchange when the
+ * session is created, whatever failed before it on that rank: its status
+ * and first error message, the structural hash of its graph and, for
+ * models loaded from per-rank files (check_rank_files), a digest of its
+ * weights and whether it carries tp_rank metadata.  So a local error (a
+ * malformed tuning variable, another rank's shard, a table that does not
+ * load) stops every rank at once with the failing rank's own message,
+ * instead of one rank waiting in a collective the other never joins. */
+
+enum {
+	REPORT_TEXT = 200,
+	REPORT_HASHED = 1,    /* structure (and weights) hold this rank's hashes */
+	REPORT_RANK_META = 2, /* its model names its rank (tp_rank) */
+	REPORT_FILES = 4,     /* check_rank_files */
+	REPORT_WEIGHTS = 8,   /* weights holds a digest of its weight matrices */
+};
+
+struct rank_report {
+	int32_t status; /* this rank's error before the exchange (0: none) */
+	int32_t flags;
+	uint64_t structure;
+	uint64_t weights;
+	char text[REPORT_TEXT]; /* its first error message */
+};
+
+/* A hash of n bytes eight at a time (the weights' full digest). */
+static uint64_t hash_words(uint64_t h, const void *data, size_t n)
+{
+	const unsigned char *p = data;
+	for (; n >= 8; n -= 8, p += 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		h = (h ^ w) * UINT64_C(0x100000001b3);
+		h ^= h >> 29;
+	}
+	for (; n; n--, p++)
+		h = (h ^ *p) * UINT64_C(0x100000001b3);
+	return h;
+}
+
+/* One tensor into h: type, shape and bytes; with `sampled`, a tensor of
+ * more than 64 KiB by its first and last 4 KiB and 32 slices of 1 KiB
+ * spread over the rest. */
+static uint64_t hash_tensor(uint64_t h, const struct tpf_tensor *t, int sampled)
+{
+	int64_t head[3] = {t->dtype, t->rank, (int64_t)t->nbytes};
+	h = hash_words(h, head, sizeof(head));
+	if (t->rank > 0 && t->dims)
+		h = hash_words(h, t->dims, sizeof(int64_t) * (size_t)t->rank);
+	for (size_t i = 0; t->strings && i < t->n_strings; i++)
+		h = hash_words(h, t->strings[i], t->string_lens ? t->string_lens[i] : 0);
+	if (!t->data)
+		return h;
+	const unsigned char *p = t->data;
+	const size_t n = t->nbytes, edge = 4096, slice = 1024, slices = 32;
+	if (!sampled || n <= 65536)
+		return hash_words(h, p, n);
+	h = hash_words(h, p, edge);
+	h = hash_words(h, p + n - edge, edge);
+	for (size_t k = 0; k < slices; k++) {
+		size_t at = edge + (n - 2 * edge - slice) / (slices - 1) * k;
+		h = hash_words(h, p + at, slice);
+	}
+	return h;
+}
+
+/* The weight matrices of the top-level graph: its initializers and the
+ * tensors of its Constant nodes of two dims or more, what tensor
+ * parallelism splits (vectors, such as a norm's gamma or a shape, are
+ * often the same on every rank), in graph order.  count, bytes: how many
+ * and their size. */
+static uint64_t weights_digest(const struct tpf_graph *g, int sampled, size_t *count,
+			       uint64_t *bytes)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	*count = 0;
+	*bytes = 0;
+	for (size_t i = 0; i < g->n_initializers; i++) {
+		const struct tpf_tensor *t = g->initializers[i] ? g->initializers[i]->init : NULL;
+		if (t && t->rank >= 2) {
+			h = hash_tensor(h, t, sampled);
+			++*count;
+			*bytes += t->nbytes;
+		}
+	}
+	for (const struct tpf_node *n = g->first; n; n = n->next)
+		for (size_t i = 0; i < n->n_attrs; i++) {
+			const struct tpf_attr *a = &n->attrs[i];
+			const struct tpf_tensor *t = a->kind == TPF_ATTR_TENSOR ? a->t : NULL;
+			if (t && t->rank >= 2) {
+				h = hash_tensor(h, t, sampled);
+				++*count;
+				*bytes += t->nbytes;
+			}
+		}
+	return h;
+}
+
+static int graph_has_collectives(const struct tpf_graph *g)
+{
+	for (const struct tpf_node *n = g->first; n; n = n->next)
+		if (tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE))
+			return 1;
+	return 0;
+}
+
+/* The first error added to d since entry `mark`, else the status's name. */
+static void first_error(const struct tpf_diag *d, size_t mark, enum tpf_status st, char *out,
+			size_t size)
+{
+	for (size_t i = mark; d && i < d->count; i++)
+		if (d->entries[i].severity == TPF_SEV_ERROR && d->entries[i].text) {
+			snprintf(out, size, "%s", d->entries[i].text);
+			return;
+		}
+	snprintf(out, size, "%s", tpf_status_name(st));
+}
+
+/* Pairs of ranks with the same weights among those whose digests say so
+ * (twin[r]: the lowest rank with r's digest, else r): confirmed with a
+ * digest of every byte, which every rank computes when some pair exists. */
+/* Ranks q and r hold the same weights as far as their reports say. */
+static int twins(const struct rank_report *all, int q, int r)
+{
+	return !(all[r].flags & REPORT_RANK_META) && !(all[q].flags & REPORT_RANK_META) &&
+	       all[r].weights == all[q].weights;
+}
+
+static enum tpf_status refuse_twins(struct tpf_comm *c, const struct tpf_model *m,
+				    const struct rank_report *all, struct tpf_diag *d)
+{
+	int world = c->world, pairs = 0;
+	for (int r = 0; r < world; r++)
+		for (int q = 0; q < r; q++)
+			pairs += twins(all, q, r);
+	if (!pairs)
+		return TPF_OK;
+	size_t count;
+	uint64_t bytes;
+	uint64_t mine = weights_digest(m->graph, 0, &count, &bytes);
+	uint64_t stack_full[8], *full = stack_full;
+	if (world > 8 && !(full = tpf_calloc((size_t)world, sizeof(uint64_t))))
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	/* every rank is here: the pairs come from the same exchanged reports */
+	enum tpf_status st = c->ops->allgather(c, &mine, full, sizeof(mine), NULL, d);
+	char list[256];
+	size_t at = 0;
+	int shown = 0;
+	list[0] = 0;
+	for (int r = 0; r < world && !st; r++)
+		for (int q = 0; q < r; q++)
+			if (twins(all, q, r) && full[r] == full[q]) {
+				if (shown++ < 4 && at < sizeof(list) - 32)
+					at += (size_t)snprintf(list + at, sizeof(list) - at,
+							       "%sranks %d and %d", shown > 1 ? ", " : "",
+							       q, r);
+				break;
+			}
+	if (full != stack_full)
+		tpf_free(full);
+	if (st || !shown)
+		return st;
+	return tpf_diag_fail(d, TPF_ERR_INVALID,
+			     "%s%s loaded byte-identical weights (%zu weight matrices, %.1f MiB) into "
+			     "a model with collectives and no tp_rank metadata: tensor-parallel ranks "
+			     "hold different shards, so one rank's file was given to several ranks "
+			     "(give each rank its own shard; ranks that hold the same weights on "
+			     "purpose need a file each, with its tp_rank)",
+			     list, shown > 4 ? " and more" : "", count,
+			     (double)bytes / (1024.0 * 1024.0));
+}
+
+/* The exchange itself: st is this rank's status so far; returns the
+ * session's (every rank fails alike when any rank failed or the
+ * structures differ). */
+static enum tpf_status startup_exchange(struct tpf_comm *c, const struct tpf_model *m,
+					int check_files, enum tpf_status st, size_t mark,
+					struct tpf_diag *d)
+{
+	struct rank_report mine, stack_reports[8], *all = stack_reports;
+	const int world = c->world;
+	memset(&mine, 0, sizeof(mine));
+	mine.status = (int32_t)st;
+	if (st) {
+		first_error(d, mark, st, mine.text, sizeof(mine.text));
+	} else {
+		mine.flags = REPORT_HASHED;
+		mine.structure = tpf_graph_structure_hash(m->graph);
+		if (tpf_model_metadata(m, "tp_rank"))
+			mine.flags |= REPORT_RANK_META;
+		if (check_files) {
+			size_t count;
+			uint64_t bytes;
+			mine.weights = weights_digest(m->graph, 1, &count, &bytes);
+			/* without a matrix there is nothing a rank's shard holds */
+			mine.flags |= REPORT_FILES | (count ? REPORT_WEIGHTS : 0);
+		}
+	}
+	if (world > 8 && !(all = tpf_calloc((size_t)world, sizeof(*all))))
+		return st ? st : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	enum tpf_status cst = c->ops->allgather(c, &mine, all, sizeof(mine), NULL, d);
+	if (cst || st) {
+		st = st ? st : cst;
+		goto out;
+	}
+	/* 1. a rank failed before the checks: its own message, on every rank */
+	int failed = 0;
+	for (int r = 0; r < world; r++)
+		if (all[r].status) {
+			all[r].text[REPORT_TEXT - 1] = 0;
+			if (failed++ < 4)
+				tpf_diag_add(d, TPF_SEV_ERROR,
+					     "rank %d failed while creating its session: %s", r,
+					     all[r].text);
+		}
+	if (failed) {
+		if (failed > 4)
+			tpf_diag_add(d, TPF_SEV_ERROR, "(%d ranks failed; the first 4 are named)",
+				     failed);
+		st = TPF_ERR_RUNTIME;
+		goto out;
+	}
+	/* 2. one graph structure */
+	int differ = 0;
+	for (int r = 1; r < world; r++)
+		differ |= all[r].structure != all[0].structure;
+	if (differ) {
+		char buf[512];
+		size_t at = 0;
+		for (int r = 0; r < world && at < sizeof(buf) - 48; r++)
+			at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%srank %d: %016" PRIx64,
+					       r ? ", " : "", r, all[r].structure);
+		st = tpf_diag_fail(d, TPF_ERR_INVALID,
+				   "ranks disagree on the graph structure (ops, attributes, wiring, "
+				   "weight shapes) (%s); every rank must run the same structure with "
+				   "the same input shapes",
+				   buf);
+		goto out;
+	}
+	/* 3. the rank files: their weights, and whether their order is known */
+	int files = 1, weights = 1, unnamed = 0;
+	for (int r = 0; r < world; r++) {
+		files &= (all[r].flags & REPORT_FILES) != 0;
+		weights &= (all[r].flags & REPORT_WEIGHTS) != 0;
+		unnamed |= !(all[r].flags & REPORT_RANK_META);
+	}
+	if (files && graph_has_collectives(m->graph)) {
+		if (weights && (st = refuse_twins(c, m, all, d)))
+			goto out;
+		if (unnamed && c->rank == 0)
+			tpf_diag_add(d, TPF_SEV_WARNING,
+				     "the rank models carry no tp_rank metadata: which rank's shard "
+				     "each rank loaded is not checked (rank r must be given rank r's "
+				     "file; `tpfuse shard` writes the metadata)");
+	}
+out:
+	if (all != stack_reports)
+		tpf_free(all);
+	return st;
+}
+
+/* What a session needs before the ranks compare notes: its communicator,
+ * device, constant store and strategy table, and the model's world size
+ * and rank checked against the communicator. */
+static enum tpf_status session_setup(struct tpf_session *s, const struct tpf_model *m,
+				     struct tpf_diag *d)
 {
 	enum tpf_status st;
-	*out = NULL;
-	if (!m || !m->graph)
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "session: no model");
-	if ((st = tpf_env_check(d)))
-		return st;
-	struct tpf_session *s = tpf_calloc(1, sizeof(*s));
-	if (!s)
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-	s->model = m;
-	s->b = &s->slots[0];
-	if (o)
-		s->opt = *o;
 	if (s->opt.comm) {
 		s->comm = s->opt.comm;
 	} else {
 		if ((st = tpf_comm_create_self(NULL, &s->comm, d)))
-			goto out_fail;
+			return st;
 		s->owns_comm = 1;
 	}
 	if ((st = tpf_device_create(s->opt.backend, s->comm->local_rank, &s->dev, d)))
-		goto out_fail;
+		return st;
 	s->consts = tpf_const_store_create();
-	if (!s->consts) {
-		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-		goto out_fail;
-	}
+	if (!s->consts)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	s->dev_consts = s->dev->kind != TPF_BACKEND_CPU || tpf_env_switch("TPF_CPU_COPY_CONSTANTS", 0);
 	s->strategy = s->opt.strategy;
 	if (!s->strategy) {
@@ -640,18 +893,41 @@ enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_s
 		if (tab) {
 			if ((st = tpf_strategy_load(tab, &s->strategy_owned, d))) {
 				tpf_diag_add(d, TPF_SEV_ERROR, "(the file TPF_STRATEGY_TABLE names)");
-				goto out_fail;
+				return st;
 			}
 			s->strategy = s->strategy_owned;
 		} else {
 			s->strategy = tpf_strategy_builtin_for(s->dev->model);
 		}
 	}
-	if ((st = check_model_world(m, s->comm, d)))
-		goto out_fail;
-	if (!s->opt.no_structure_check &&
-	    (st = tpf_comm_check_same(s->comm, tpf_graph_structure_hash(m->graph),
-				      "the graph structure (ops, attributes, wiring, weight shapes)", d)))
+	return check_model_world(m, s->comm, d);
+}
+
+enum tpf_status tpf_session_create(const struct tpf_model *m, const struct tpf_session_options *o,
+				   struct tpf_session **out, struct tpf_diag *d)
+{
+	enum tpf_status st = TPF_OK;
+	struct tpf_session *s = NULL;
+	struct tpf_comm *comm = o ? o->comm : NULL;
+	const size_t mark = d ? d->count : 0;
+	*out = NULL;
+	/* a failure here still joins the ranks' exchange below */
+	if (!m || !m->graph)
+		st = tpf_diag_fail(d, TPF_ERR_INVALID, "session: no model");
+	if (!st)
+		st = tpf_env_check(d);
+	if (!st && !(s = tpf_calloc(1, sizeof(*s))))
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	if (!st) {
+		s->model = m;
+		s->b = &s->slots[0];
+		if (o)
+			s->opt = *o;
+		st = session_setup(s, m, d);
+	}
+	if (comm && comm->world > 1 && !(o && o->no_structure_check))
+		st = startup_exchange(comm, m, o->check_rank_files, st, mark, d);
+	if (st)
 		goto out_fail;
 	/* every op the backend cannot run, named now: before any input is read
 	 * (the ranks have one structure, so all of them refuse alike) */

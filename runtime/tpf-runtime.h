@@ -290,8 +290,17 @@ enum tpf_status tpf_tune_collectives(struct tpf_comm *comm, const struct tpf_tun
 struct tpf_session_options {
 	enum tpf_backend backend;
 	struct tpf_comm *comm; /* NULL: a self communicator owned by the session */
-	/* Skip the start-up check that every rank has the same graph. */
+	/* Skip the start-up exchange: every rank's status and graph structure
+	 * (and, with check_rank_files, its weights).  Without it a rank that
+	 * fails while creating its session leaves the others to find out in
+	 * their first collective. */
 	int no_structure_check;
+	/* The rank models came from per-rank files (tpfuse run sets this):
+	 * in a model with collectives, ranks that loaded byte-identical
+	 * weights and carry no tp_rank metadata are refused (one rank's file
+	 * given to several), and rank 0 warns that the rank order is
+	 * unchecked when any rank's model has no tp_rank metadata. */
+	int check_rank_files;
 	/* CUDA backend: capture the whole plan into a CUDA graph on the second
 	 * run with the same input shapes and replay it afterwards. */
 	int cuda_graph;
@@ -310,9 +319,13 @@ struct tpf_session_options {
 	struct tpf_plan_options plan; /* backend/rank/world are filled in */
 };
 
-/* Checks the model against the communicator (world size metadata, the
- * same graph structure on every rank) and lists every op the backend
- * cannot run (tpf_plan_check_model): before any input exists.  The session
+/* Checks the model against the communicator (world size and rank
+ * metadata), then every rank of the communicator, failed or not, joins one
+ * exchange: a rank's own error stops every rank (the others name that
+ * rank and its error), as do graphs of different structure and, with
+ * check_rank_files, rank files holding the same weights.  Then it lists
+ * every op the backend cannot run (tpf_plan_check_model): before any input
+ * exists.  The session
  * reads the model until it is freed, and keeps what it derives from the
  * model's weights (packed copies, device copies) for its whole life: the
  * model must stay as it is while a session of it exists. */

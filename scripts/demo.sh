@@ -14,7 +14,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build_dir=${BUILD_DIR:-build}
 out=${DEMO_OUT:-out/demo}
 
-./scripts/setup.sh
+# only what the demo runs: the command (not the tests or the CUDA benchmarks)
+./scripts/setup.sh cli/tpfuse
 
 py=.venv/bin/python
 tpfuse=$build_dir/cli/tpfuse

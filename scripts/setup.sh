@@ -3,8 +3,13 @@
 # Idempotent: each step is skipped when its result is already there.
 #
 #   1. Debian packages (apt-get, only when one is missing)
-#   2. the project virtual environment .venv with scripts/requirements.txt
+#   2. the project virtual environment .venv with scripts/requirements.txt at
+#      the exact versions of scripts/constraints.txt (transitive ones too),
+#      checked afterwards: a package that differs from the lock stops setup
 #   3. meson setup of build/ (python option -> .venv/bin/python) and ninja
+#
+#   setup.sh [TARGET ...]   builds only these ninja targets in step 3 (the
+#                           demo: cli/tpfuse); default: everything
 #
 # Environment: BUILD_DIR (default: build), TPF_SKIP_APT=1 to skip step 1,
 # MESON_ARGS (extra arguments for the first `meson setup`).
@@ -15,6 +20,7 @@ root=$PWD
 build_dir=${BUILD_DIR:-build}
 venv=$root/.venv
 req=$root/scripts/requirements.txt
+lock=$root/scripts/constraints.txt
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -59,15 +65,30 @@ if [ ! -x "$venv/bin/python" ]; then
 	python3 -m venv "$venv"
 fi
 stamp=$venv/.tpfuse-requirements
-want=$(sha256sum "$req" | cut -d' ' -f1)
+want=$(cat "$req" "$lock" | sha256sum | cut -d' ' -f1)
+pip_install() {
+	say "installing Python packages into .venv: $(grep -v '^#' "$req" | xargs) (locked: scripts/constraints.txt)"
+	"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$req" -c "$lock"
+}
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] ||
 	! "$venv/bin/python" -c 'import onnx, onnxruntime, numpy' >/dev/null 2>&1; then
-	say "installing Python packages into .venv: $(grep -v '^#' "$req" | xargs)"
-	"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$req"
+	pip_install
 	echo "$want" >"$stamp"
 else
 	say "Python packages: up to date"
 fi
+# The environment must be the lock, every transitive package included: an
+# unpinned one changes the tests' reference outputs when it is released.
+if ! "$venv/bin/python" "$root/scripts/check-lock.py" "$lock" --python "$venv/bin/python" >/dev/null 2>&1; then
+	say ".venv differs from scripts/constraints.txt: installing the lock again"
+	pip_install
+	if ! "$venv/bin/python" "$root/scripts/check-lock.py" "$lock" --python "$venv/bin/python"; then
+		echo "setup.sh: .venv is not scripts/constraints.txt (above): pin the package there" \
+			"(scripts/lock.py venv), or remove what was installed by hand (rm -rf .venv)" >&2
+		exit 1
+	fi
+fi
+say "Python packages: .venv matches scripts/constraints.txt"
 
 # ------------------------------------------------------------------ 3. build
 if [ ! -f "$build_dir/build.ninja" ]; then
@@ -82,6 +103,6 @@ else
 		meson configure "$build_dir" -Dpython="$venv/bin/python"
 	fi
 fi
-say "building $build_dir/"
-ninja -C "$build_dir"
+say "building $build_dir/${1:+: $*}"
+ninja -C "$build_dir" "$@"
 say "setup done: $build_dir/cli/tpfuse"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs every test suite that needs no GPU:
-# unit, onnx, mpi, corpus and conformance.  Extra arguments go to `meson test`.
+# Sets up (scripts/setup.sh) and runs every test suite but gpu (the ones that
+# need no GPU: unit, onnx, mpi, python, shard, corpus, conformance, ...).
+# Extra arguments go to `meson test`.
 # The last line reads "N passed, N failed, N skipped".
 set -euo pipefail
 

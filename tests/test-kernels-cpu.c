@@ -5,7 +5,8 @@
  * exhaustively against a brute-force nearest-value search, elementwise ops
  * with broadcasting, MatMul/Gemm, reductions, Softmax, the norms and fused
  * norms, quantization (per tensor, per axis, blocked, fp8, fp4), data
- * movement, TopK, Where, Attention.
+ * movement, TopK, Where, Attention (GQA with a KV cache; causal after a
+ * cached prefix).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -1061,6 +1062,60 @@ static void test_attention(void **state)
 	kfree(out, 3);
 }
 
+/* is_causal with a KV cache: query s of S new tokens sees the P cached keys
+ * and the new keys up to its own position, j <= s + P (prefill after a
+ * cached prefix, or a speculative decode step). */
+static void test_attention_causal_past(void **state)
+{
+	(void)state;
+	enum { S = 3, L = 3, P = 4, TT = P + L, DH = 4 };
+	int64_t dq[4] = {1, 2, S, DH}, dk[4] = {1, 1, L, DH}, dp[4] = {1, 1, P, DH},
+		dpr[4] = {1, 1, TT, DH};
+	struct tpf_ktensor in[6], out[3];
+	kt(&in[0], TPF_DTYPE_FLOAT, 4, dq);
+	kt(&in[1], TPF_DTYPE_FLOAT, 4, dk);
+	kt(&in[2], TPF_DTYPE_FLOAT, 4, dk);
+	memset(&in[3], 0, sizeof(in[3]));
+	kt(&in[4], TPF_DTYPE_FLOAT, 4, dp);
+	kt(&in[5], TPF_DTYPE_FLOAT, 4, dp);
+	for (int i = 0; i < 6; i++)
+		if (in[i].data)
+			fill_rand(&in[i], 180 + (unsigned)i);
+	kt(&out[0], TPF_DTYPE_FLOAT, 4, dq);
+	kt(&out[1], TPF_DTYPE_FLOAT, 4, dpr);
+	kt(&out[2], TPF_DTYPE_FLOAT, 4, dpr);
+	struct tpf_node *n = mknode("", "Attention", 6, 3);
+	assert_int_equal(tpf_node_set_attr_int(n, "is_causal", 1), TPF_OK);
+	assert_int_equal(run(n, in, 6, out, 3), TPF_OK);
+	for (int h = 0; h < 2; h++)
+		for (int s = 0; s < S; s++) {
+			double sc[TT], mx = -INFINITY, sum = 0;
+			int seen = s + P + 1; /* keys 0 .. s + P */
+			for (int j = 0; j < seen; j++) {
+				double acc = 0;
+				for (int d = 0; d < DH; d++) {
+					double kv = j < P ? at(&in[4], j * DH + d)
+							  : at(&in[1], (j - P) * DH + d);
+					acc += at(&in[0], (h * S + s) * DH + d) * kv;
+				}
+				sc[j] = acc / sqrt((double)DH);
+				mx = fmax(mx, sc[j]);
+			}
+			for (int j = 0; j < seen; j++)
+				sum += (sc[j] = exp(sc[j] - mx));
+			for (int d = 0; d < DH; d++) {
+				double acc = 0;
+				for (int j = 0; j < seen; j++)
+					acc += sc[j] * (j < P ? at(&in[5], j * DH + d)
+							      : at(&in[2], (j - P) * DH + d));
+				expect_close(at(&out[0], (h * S + s) * DH + d), acc / sum,
+					     TPF_DTYPE_FLOAT, 1e-2);
+			}
+		}
+	kfree(in, 6);
+	kfree(out, 3);
+}
+
 static void test_table(void **state)
 {
 	size_t n;
@@ -1093,6 +1148,7 @@ int main(void)
 		cmocka_unit_test(test_quant),
 		cmocka_unit_test(test_movement),
 		cmocka_unit_test(test_attention),
+		cmocka_unit_test(test_attention_causal_past),
 		cmocka_unit_test(test_table),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

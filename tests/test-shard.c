@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* tpf_shard on small hand-built graphs: the splits it chooses, the
- * collectives it inserts, each rank's weight slices, literal head counts
- * rewritten, the LM head's gather, the vocab-parallel embedding, what it
- * refuses (a model already tensor-parallel, by its metadata or its
- * collectives' group_size) and what it leaves replicated
+/* tpf_shard on small hand-built graphs: the splits it chooses (through
+ * Transpose too), the collectives it inserts, each rank's weight slices (a
+ * fused q/k/v weight section by section), literal head counts rewritten
+ * (inside a Concat part too), the LM head's gather, the vocab-parallel
+ * embedding, what it refuses (a model already tensor-parallel, by its
+ * metadata or its collectives' group_size) and what it leaves replicated
  * (a dim not divisible by W, a split meeting an op without a rule), and
  * allocation failures.  The example families and the export corpus are
  * covered end to end, with runs under mpirun, by tests/shard/shard_check.py. */
@@ -208,6 +209,158 @@ static void test_head_counts_rewritten(void **state)
 	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
 	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
 	verify_ok(m);
+	shard_done(&r);
+}
+
+/* The column split of `up` (axis 1 of [T, F]) goes through Transpose
+ * (axis 0 of [F, T]), Relu, and a second Transpose back to axis 1, where
+ * `down` reads it row-parallel: no gather, one AllReduce, and each
+ * transposed value holds its rank's F / W rows or columns. */
+static void test_split_through_transpose(void **state)
+{
+	const char *dims[2] = {"2", "4"};
+	struct tpf_value *x;
+	struct tpf_model *m = model_with_input("x", TPF_DTYPE_FLOAT, 2, dims, &x);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *up = weight(g, "up.weight", D, F), *down = weight(g, "down.weight", F, D);
+	struct tpf_node *a = add_node(g, "", "MatMul", "up", 2, IN(x, up), 1);
+	struct tpf_node *t1 =
+		add_node(g, "", "Transpose", "to_features_first", 1, IN(a->outputs[0]), 1);
+	struct tpf_node *act = add_node(g, "", "Relu", "act", 1, IN(t1->outputs[0]), 1);
+	struct tpf_node *t2 =
+		add_node(g, "", "Transpose", "to_tokens_first", 1, IN(act->outputs[0]), 1);
+	struct tpf_node *b = add_node(g, "", "MatMul", "down", 2, IN(t2->outputs[0], down), 1);
+	struct shard_run r;
+	struct tpf_shard_stats st;
+
+	(void)state;
+	assert_int_equal(tpf_node_set_attr_ints(t1, "perm", (int64_t[]){1, 0}, 2), TPF_OK);
+	assert_int_equal(tpf_node_set_attr_ints(t2, "perm", (int64_t[]){1, 0}, 2), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, b->outputs[0]), TPF_OK);
+	shard(&r, m, 2, 0, TPF_OK);
+	expect_explained(&r, "MatMul 'up' (weight 'up.weight' [4,8]): column-parallel");
+	expect_explained(&r, "MatMul 'down' (weight 'down.weight' [8,4]): row-parallel");
+	tpf_shard_get_stats(r.sh, &st);
+	assert_int_equal(st.column, 1);
+	assert_int_equal(st.row, 1);
+	assert_int_equal(st.allgather, 0);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
+	expect_type(a->outputs[0], "f32[2,4]");
+	expect_type(t1->outputs[0], "f32[4,2]");
+	expect_type(act->outputs[0], "f32[4,2]");
+	expect_type(t2->outputs[0], "f32[2,4]");
+	expect_type(tpf_graph_find_value(g, "down.weight"), "f32[4,4]");
+	verify_ok(m);
+	shard_done(&r);
+}
+
+/* Attention-like, the head shapes built at run time as an export writes
+ * them: Concat(Gather(Shape(x), [0]), [2, 4]) with the head count 2 at
+ * position 1 of the Concat, element 0 of its second part.  Each rank
+ * gets [T, 1, 4]: the edit lands on the head count, not on the head size
+ * next to it; the merged width 8 becomes 4. */
+static void test_head_count_in_concat(void **state)
+{
+	const char *dims[2] = {"T", "4"};
+	int64_t heads[2] = {2, 4}, merged[1] = {8}, zero[1] = {0};
+	struct tpf_value *x;
+	struct tpf_model *m = model_with_input("x", TPF_DTYPE_FLOAT, 2, dims, &x);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *wq = weight(g, "q.weight", D, F), *wo = weight(g, "o.weight", F, D);
+	struct tpf_value *hv = add_ints(g, "heads_and_size", 2, heads);
+	struct tpf_value *mv = add_ints(g, "merged_width", 1, merged);
+	struct tpf_value *z = add_ints(g, "zero", 1, zero);
+	struct tpf_node *shp = add_node(g, "", "Shape", "shape", 1, IN(x), 1);
+	struct tpf_node *tok = add_node(g, "", "Gather", "tokens", 2, IN(shp->outputs[0], z), 1);
+	struct tpf_node *q = add_node(g, "", "MatMul", "q", 2, IN(x, wq), 1);
+	struct tpf_node *c1 =
+		add_node(g, "", "Concat", "heads_shape", 2, IN(tok->outputs[0], hv), 1);
+	struct tpf_node *r1 =
+		add_node(g, "", "Reshape", "split_heads", 2, IN(q->outputs[0], c1->outputs[0]), 1);
+	struct tpf_node *sm = add_node(g, "", "Softmax", "softmax", 1, IN(r1->outputs[0]), 1);
+	struct tpf_node *c2 =
+		add_node(g, "", "Concat", "merged_shape", 2, IN(tok->outputs[0], mv), 1);
+	struct tpf_node *r2 =
+		add_node(g, "", "Reshape", "merge_heads", 2, IN(sm->outputs[0], c2->outputs[0]), 1);
+	struct tpf_node *o = add_node(g, "", "MatMul", "o", 2, IN(r2->outputs[0], wo), 1);
+	struct shard_run r;
+	size_t k;
+	int64_t v[3];
+
+	(void)state;
+	assert_int_equal(tpf_node_set_attr_int(c1, "axis", 0), TPF_OK);
+	assert_int_equal(tpf_node_set_attr_int(c2, "axis", 0), TPF_OK);
+	assert_int_equal(tpf_node_set_attr_int(sm, "axis", -1), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, o->outputs[0]), TPF_OK);
+	shard(&r, m, 2, 0, TPF_OK);
+	/* the Concats' literal parts as each rank reads them */
+	assert_int_equal(tpf_pattern_const_ints(c1->inputs[1], v, 3, &k), 0);
+	assert_int_equal(k, 2);
+	assert_true(v[0] == 1 && v[1] == 4);
+	assert_int_equal(tpf_pattern_const_ints(c2->inputs[1], v, 3, &k), 0);
+	assert_true(k == 1 && v[0] == 4);
+	/* the run-time part is left as it is */
+	assert_ptr_equal(c1->inputs[0], tok->outputs[0]);
+	expect_type(r1->outputs[0], "f32[T,1,4]");
+	expect_type(r2->outputs[0], "f32[T,4]");
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
+	verify_ok(m);
+	shard_done(&r);
+}
+
+/* Fused q/k/v: one weight [D, 3 * 8] whose output a Split cuts into three
+ * sections of 8.  Each section is split on its own: rank k holds columns
+ * 4k .. 4k + 3 of q, then of k, then of v, and the Split cuts [T, 12]
+ * into three 4-wide parts. */
+static void test_fused_qkv_sections(void **state)
+{
+	const char *dims[2] = {"2", "4"};
+	int64_t sizes[3] = {F, F, F};
+	struct tpf_value *x;
+	struct tpf_model *m = model_with_input("x", TPF_DTYPE_FLOAT, 2, dims, &x);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *wqkv = weight(g, "qkv.weight", D, 3 * F);
+	struct tpf_value *wo = weight(g, "o.weight", F, D);
+	struct tpf_value *sv = add_ints(g, "qkv_sizes", 3, sizes);
+	struct tpf_node *a = add_node(g, "", "MatMul", "qkv", 2, IN(x, wqkv), 1);
+	struct tpf_node *sp = add_node(g, "", "Split", "split_qkv", 2, IN(a->outputs[0], sv), 3);
+	struct tpf_node *qk =
+		add_node(g, "", "Mul", "qk", 2, IN(sp->outputs[0], sp->outputs[1]), 1);
+	struct tpf_node *qkv =
+		add_node(g, "", "Add", "qkv_sum", 2, IN(qk->outputs[0], sp->outputs[2]), 1);
+	struct tpf_node *o = add_node(g, "", "MatMul", "o", 2, IN(qkv->outputs[0], wo), 1);
+	struct shard_run r;
+	size_t k;
+	int64_t v[4];
+
+	(void)state;
+	assert_int_equal(tpf_node_set_attr_int(sp, "axis", -1), TPF_OK);
+	assert_int_equal(tpf_graph_add_output(g, o->outputs[0]), TPF_OK);
+	shard(&r, m, 2, 0, TPF_OK);
+	expect_type(tpf_graph_find_value(g, "qkv.weight"), "f32[4,12]");
+	expect_type(sp->outputs[2], "f32[2,4]");
+	assert_int_equal(tpf_pattern_const_ints(sp->inputs[1], v, 4, &k), 0);
+	assert_true(k == 3 && v[0] == 4 && v[1] == 4 && v[2] == 4);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLREDUCE), 1);
+	assert_int_equal(count_op(g, TPF_OP_MS_ALLGATHER), 0);
+	verify_ok(m);
+	for (int rank = 0; rank < 2; rank++) {
+		assert_int_equal(tpf_shard_rank(r.sh, rank, r.d), TPF_OK);
+		for (int i = 0; i < D; i++)
+			for (int sec = 0; sec < 3; sec++)
+				for (int c = 0; c < F / 2; c++) {
+					int j = sec * (F / 2) + c;
+					float got = elem(m, "qkv.weight", i, j);
+					float want = (float)(100 * i + sec * F + rank * (F / 2) + c);
+					if (got != want)
+						fail_msg("rank %d: qkv.weight[%d][%d] is %g, want %g "
+							 "(section %d)",
+							 rank, i, j, (double)got, (double)want, sec);
+				}
+		assert_true(elem(m, "o.weight", 1, 0) == (float)(100 * (rank * (F / 2) + 1)));
+	}
 	shard_done(&r);
 }
 
@@ -417,6 +570,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mlp_column_row),
 		cmocka_unit_test(test_head_counts_rewritten),
+		cmocka_unit_test(test_split_through_transpose),
+		cmocka_unit_test(test_head_count_in_concat),
+		cmocka_unit_test(test_fused_qkv_sections),
 		cmocka_unit_test(test_not_divisible),
 		cmocka_unit_test(test_no_rule),
 		cmocka_unit_test(test_lm_head_gathered),

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Collective strategy tables (runtime/strategy.c): the text format, its
- * errors (line numbers, what was expected), the choice of a path by world
+ * Collective strategy tables (runtime/strategy.c): the text format (CRLF
+ * line endings too), its errors (line numbers, what was expected), the choice of a path by world
  * size, kind, nearest hidden size and token count (scaled to bytes), the
  * FP8 kind's fallback to the plain fused kind, the size rule without rows,
  * and the built-in table's sanity (every kind and hidden it measures has an
@@ -104,6 +104,36 @@ static void test_parse_and_choose(void **state)
 		assert_int_equal(u->rows[i].path, t->rows[i].path);
 	}
 	free(buf);
+	tpf_strategy_free(u);
+	tpf_strategy_free(t);
+}
+
+/* A table saved with CRLF line endings (an editor on Windows) reads as the
+ * same rows: a '\r' ends the last field, and a line of only '\r' is blank. */
+static void test_crlf(void **state)
+{
+	(void)state;
+	char crlf[2 * sizeof(table)];
+	size_t n = 0;
+	for (const char *p = table; *p; p++) {
+		if (*p == '\n')
+			crlf[n++] = '\r';
+		crlf[n++] = *p;
+	}
+	crlf[n] = 0;
+	assert_non_null(strstr(crlf, "oneshot   # decode\r\n"));
+	assert_non_null(strstr(crlf, "\r\n\r\n2 allreduce-rmsnorm 8192"));
+	struct tpf_strategy_table *t = parse_ok(table), *u = parse_ok(crlf);
+	assert_int_equal(u->n, 9);
+	for (size_t i = 0; i < t->n; i++) {
+		assert_int_equal(u->rows[i].world, t->rows[i].world);
+		assert_int_equal(u->rows[i].kind, t->rows[i].kind);
+		assert_int_equal(u->rows[i].hidden, t->rows[i].hidden);
+		assert_int_equal(u->rows[i].max_tokens, t->rows[i].max_tokens);
+		assert_int_equal(u->rows[i].path, t->rows[i].path);
+	}
+	assert_int_equal(u->rows[8].path, TPF_PATH_ONESHOT);
+	assert_int_equal(u->rows[2].max_tokens, -1);
 	tpf_strategy_free(u);
 	tpf_strategy_free(t);
 }
@@ -224,6 +254,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_and_choose),
+		cmocka_unit_test(test_crlf),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_builtin),
 	};

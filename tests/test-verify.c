@@ -337,6 +337,12 @@ static void build_arity_and_attributes(struct tpf_model *m, struct tpf_value *x)
 	add_node(g, "", "TopK", "tk", 2, IN(x, add_ints(g, "k", 1, (int64_t[]){1})), 1);
 }
 
+/* An attribute before its first opset: num_outputs of Split is new in 18. */
+static void build_attribute_before_its_opset(struct tpf_model *m, struct tpf_value *x)
+{
+	tpf_node_set_attr_int(add_node(m->graph, "", "Split", "sp", 1, IN(x), 2), "num_outputs", 2);
+}
+
 static void build_group_size_vs_world(struct tpf_model *m, struct tpf_value *x)
 {
 	assert_int_equal(tpf_model_set_metadata(m, "tp_world_size", "4"), TPF_OK);
@@ -388,6 +394,9 @@ static const struct verify_case verify_cases[] = {
              "of range for rank 1",
              "node 'usq' (Unsqueeze): has 1 inputs; expected 2 at opset 18",
              "node 'tk' (TopK): has 1 outputs; expected 2"),
+     NULL},
+    {"attribute_before_its_opset", 17, build_attribute_before_its_opset,
+     NEEDLES("node 'sp' (Split): attribute 'num_outputs' needs opset 18 (the model imports 17)"),
      NULL},
     {"group_size_vs_world", 18, build_group_size_vs_world,
      NEEDLES("node 'ar' (com.microsoft::AllReduce): attribute "

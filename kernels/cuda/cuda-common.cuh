@@ -137,6 +137,12 @@ __device__ __forceinline__ double ld_d(int dt, const void *p, int64_t i)
 		int v = (((const uint8_t *)p)[i >> 1] >> ((i & 1) * 4)) & 0xf;
 		return v >= 8 ? v - 16 : v;
 	}
+	case TPF_DTYPE_UINT2:
+		return (((const uint8_t *)p)[i >> 2] >> ((i & 3) * 2)) & 0x3;
+	case TPF_DTYPE_INT2: {
+		int v = (((const uint8_t *)p)[i >> 2] >> ((i & 3) * 2)) & 0x3;
+		return v >= 2 ? v - 4 : v;
+	}
 	case TPF_DTYPE_UINT64:
 		return (double)((const uint64_t *)p)[i];
 	default:
@@ -158,6 +164,8 @@ __device__ __forceinline__ int64_t ld_i(int dt, const void *p, int64_t i)
 	switch (dt) {
 	case TPF_DTYPE_UINT4:
 	case TPF_DTYPE_INT4:
+	case TPF_DTYPE_UINT2:
+	case TPF_DTYPE_INT2:
 		return (int64_t)ld_d(dt, p, i);
 	default: {
 		double v = ld_d(dt, p, i);

@@ -213,6 +213,26 @@ __global__ void cast_kernel(int dx, const void *x, int dy, void *y, int64_t n, i
 	}
 }
 
+// 4 and 2 bit integer output: one thread per byte (8 / bits elements, the
+// lowest bits first).  Integers wrap to the width; floats are truncated
+// toward zero first (NaN gives 0), as the CPU reference does (docs/ops.md,
+// "Cast").
+__global__ void cast_to_subbyte_kernel(int dx, const void *x, int bits, uint8_t *y, int64_t n, int x_int)
+{
+	int per = 8 / bits;
+	unsigned mask = (1u << bits) - 1;
+	int64_t nb = (n + per - 1) / per;
+	for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb; b += (int64_t)gridDim.x * blockDim.x) {
+		unsigned byte = 0;
+		for (int k = 0; k < per && b * per + k < n; k++) {
+			int64_t i = b * per + k;
+			int64_t v = x_int ? ld_i(dx, x, i) : clamp_i(ld_d(dx, x, i), -1e15, 1e15);
+			byte |= ((unsigned)v & mask) << (k * bits);
+		}
+		y[b] = (uint8_t)byte;
+	}
+}
+
 // FLOAT4E2M1 output: one thread per byte (two elements, low nibble first).
 __global__ void cast_to_fp4_kernel(int dx, const void *x, uint8_t *y, int64_t n)
 {
@@ -370,6 +390,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_where)
 	return tpfc_launched(c, "where");
 }
 
+// 4 or 2 for the sub-byte integer dtypes, else 0.
+static int subbyte_int_bits(enum tpf_dtype t)
+{
+	return t == TPF_DTYPE_INT4 || t == TPF_DTYPE_UINT4 ? 4 : t == TPF_DTYPE_INT2 || t == TPF_DTYPE_UINT2 ? 2 : 0;
+}
+
 extern "C" TPF_CUDA_KERNEL(tpf_cu_cast)
 {
 	const struct tpf_ktensor *x = &c->in[0];
@@ -377,8 +403,9 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_cast)
 	if (x->numel != y->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "output size differs from the input's");
 	bool out_fp4 = y->dtype == TPF_DTYPE_FLOAT4E2M1;
-	bool in_ok = operand_ok(x->dtype) || x->dtype == TPF_DTYPE_FLOAT4E2M1;
-	if (!in_ok || (!operand_ok(y->dtype) && !out_fp4))
+	int out_bits = subbyte_int_bits(y->dtype);
+	bool in_ok = operand_ok(x->dtype) || x->dtype == TPF_DTYPE_FLOAT4E2M1 || subbyte_int_bits(x->dtype);
+	if (!in_ok || (!operand_ok(y->dtype) && !out_fp4 && !out_bits))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "cast from %s to %s not supported on cuda",
 				 tpf_dtype_name(x->dtype), tpf_dtype_name(y->dtype));
 	if (!x->numel)
@@ -393,8 +420,15 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_cast)
 			x->dtype, x->data, (uint8_t *)y->data, x->numel);
 		return tpfc_launched(c, "cast");
 	}
+	int x_int = tpf_dtype_is_integral(x->dtype);
+	if (out_bits) {
+		int per = 8 / out_bits;
+		cast_to_subbyte_kernel<<<tpfc_blocks((x->numel + per - 1) / per, kThreads), kThreads, 0, st>>>(
+			x->dtype, x->data, out_bits, (uint8_t *)y->data, x->numel, x_int);
+		return tpfc_launched(c, "cast");
+	}
 	int sat = (int)tpf_node_attr_int(c->node, "saturate", 1);
-	int i2i = tpf_dtype_is_integral(x->dtype) && tpf_dtype_is_integral(y->dtype);
+	int i2i = x_int && tpf_dtype_is_integral(y->dtype);
 	cast_kernel<<<tpfc_blocks(x->numel, kThreads), kThreads, 0, st>>>(x->dtype, x->data, y->dtype, y->data,
 									    x->numel, sat, i2i);
 	return tpfc_launched(c, "cast");

@@ -4,9 +4,12 @@ test cases shipped in the installed onnx package, for packages whose wheel
 does not carry the generated data.
 
 Usage: gen-node-data.py OUTDIR [OP_TYPE ...]
-Writes OUTDIR/test_*/; OUTDIR/.complete marks a finished run.
+Writes OUTDIR/test_*/; OUTDIR/.complete marks a finished run and holds the
+versions of the packages that computed the data (reference_versions()): a
+folder made with other versions is written anew.
 """
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -27,13 +30,35 @@ def write_tensor(path, value, name):
     return True
 
 
+def reference_versions():
+    """The packages that compute the expected outputs: onnx's test cases, with
+    numpy and ml_dtypes (sub-byte and float8 types), serialized by protobuf."""
+    from importlib import metadata
+
+    vers = []
+    for pkg in ("onnx", "ml_dtypes", "numpy", "protobuf"):
+        try:
+            vers.append("%s %s" % (pkg, metadata.version(pkg)))
+        except metadata.PackageNotFoundError:
+            vers.append("%s (none)" % pkg)
+    return ", ".join(vers)
+
+
 def main():
     out = sys.argv[1]
     ops = set(sys.argv[2:])
     os.makedirs(out, exist_ok=True)
     done = os.path.join(out, ".complete")
+    versions = reference_versions()
     if os.path.exists(done) and not ops:
-        return 0
+        with open(done) as f:
+            if f.read().strip() == versions:
+                return 0
+        # made by other package versions: its expected outputs may differ
+        for name in os.listdir(out):
+            if name.startswith("test_"):
+                shutil.rmtree(os.path.join(out, name))
+        os.remove(done)
     cases = node_cases.collect_testcases(None)
     count = 0
     for case in cases:
@@ -57,7 +82,8 @@ def main():
                 open(os.path.join(d, "NOT_TENSORS"), "w").close()
         count += 1
     if not ops:
-        open(done, "w").close()
+        with open(done, "w") as f:
+            f.write(versions + "\n")
     print(f"wrote {count} node tests to {out}")
     return 0
 

@@ -40,7 +40,9 @@ Usage:
 
 Existing complete folders are skipped (resumable); --force rewrites them.
 Requirements: tests/corpus/requirements-generate.txt (torch, transformers,
-onnxscript, onnx, onnxruntime).  See tests/corpus/README.md.
+onnxscript, onnx, onnxruntime), locked with every transitive package in
+constraints-generate.txt: it refuses to write from another environment
+(--unlocked overrides).  See tests/corpus/README.md.
 """
 
 import argparse
@@ -51,6 +53,7 @@ import functools
 import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -899,7 +902,16 @@ def main(argv=None):
 	ap.add_argument("--force", action="store_true")
 	ap.add_argument("--list", action="store_true", help="print the folders and exit")
 	ap.add_argument("--keep-going", action="store_true")
+	ap.add_argument("--unlocked", action="store_true",
+			help="write even when this environment differs from constraints-generate.txt")
 	a = ap.parse_args(argv)
+	if not a.list and not a.unlocked:
+		# other versions of any package, transitive ones too, change the graphs
+		lock = os.path.join(HERE, "constraints-generate.txt")
+		check = os.path.join(HERE, "..", "..", "scripts", "check-lock.py")
+		if subprocess.run([sys.executable, check, lock, "--python", sys.executable]).returncode != 0:
+			sys.exit("generate.py: this environment is not %s (above); install with -c it, "
+				 "or pass --unlocked to write folders that differ from the committed ones" % lock)
 	torch.set_num_threads(1)
 	jobs = []
 	fams = a.families.split(",") if a.families else [f for f in FAMILIES

@@ -10,6 +10,10 @@
  * Program (bytes are read in order; a missing byte reads as 0 and ends the
  * program after the current instruction):
  *   byte 0: tensor-parallel metadata: 0 none, odd: rank 1 of 2, even: rank 0 of 2
+ *   byte 1: N, the length of the op table (builder-ops.h) the program was
+ *           written for: a node's op is entry (op byte % N).  The table is
+ *           append-only, so a saved program builds the same ops after new
+ *           ones are added; N = 0 or past the table's end: nothing is built
  *   then instructions, opcode = byte % 8:
  *     0     graph input:  dtype, rank, one dim byte a dim
  *     1     initializer:  dtype, rank, one dim byte a dim, one value byte
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "builder-ops.h"
 #include "fuzz-common.h"
 
 #define MAX_VALUES 256
@@ -69,6 +74,7 @@ struct builder {
 	size_t n_vals;
 	struct tpf_node *nodes[MAX_NODES];
 	size_t n_nodes, n_leaves, n_outputs;
+	size_t n_ops; /* the op table's length the program was written for */
 };
 
 static void keep(struct builder *b, struct tpf_value *v)
@@ -184,21 +190,18 @@ static void set_attrs(struct tpf_node *n, struct program *pr)
 
 static void add_node(struct builder *b, struct program *pr)
 {
-	/* every op of the table but UNKNOWN and the control-flow ops, plus an unknown one */
-	enum tpf_op op = (enum tpf_op)(next(pr) % (TPF_OP_COUNT + 1));
-	const char *domain = "custom.domain", *type = "Mystery";
+	/* by name, from the pinned table: not by enum tpf_op, whose order changes */
+	const struct builder_op *bo = &builder_ops[next(pr) % b->n_ops];
+	enum tpf_op op = tpf_op_lookup(bo->domain, bo->type);
+	const char *domain = bo->domain, *type = bo->type;
 	int min_in = 0, max_in = 3, min_out = 1, max_out = 2;
 	struct tpf_value *ins[8];
 	char name[32];
 
 	if (b->n_nodes >= MAX_NODES)
 		return;
-	if (op == TPF_OP_IF || op == TPF_OP_LOOP || op == TPF_OP_SCAN)
-		op = TPF_OP_IDENTITY;
-	if (op > TPF_OP_UNKNOWN && op < TPF_OP_COUNT) {
+	if (op != TPF_OP_UNKNOWN) {
 		const struct tpf_op_info *info = tpf_op_info(op);
-		domain = info->domain;
-		type = info->name;
 		min_in = info->min_inputs;
 		max_in = info->max_inputs < 0 ? min_in + 3 : info->max_inputs;
 		min_out = info->min_outputs;
@@ -249,6 +252,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    tpf_model_set_opset(b.m, TPF_DOMAIN, 1) || tpf_model_set_opset(b.m, "trt", 1))
 		goto out_free_model;
 	uint8_t tp = next(&pr);
+	b.n_ops = next(&pr);
+	if (!b.n_ops || b.n_ops > N_BUILDER_OPS)
+		goto out_free_model;
 	if (tp) {
 		if (tpf_model_set_metadata(b.m, "tp_world_size", "2") ||
 		    tpf_model_set_metadata(b.m, "tp_rank", (tp & 1) ? "1" : "0"))

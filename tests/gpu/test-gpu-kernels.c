@@ -614,6 +614,14 @@ static void elementwise(void)
 		{TPF_DTYPE_FLOAT, TPF_DTYPE_INT32, 1},      {TPF_DTYPE_INT64, TPF_DTYPE_FLOAT, 1},
 		{TPF_DTYPE_FLOAT, TPF_DTYPE_FLOAT4E2M1, 1}, {TPF_DTYPE_INT64, TPF_DTYPE_INT32, 1},
 		{TPF_DTYPE_FLOAT8E4M3FN, TPF_DTYPE_FLOAT, 1}, {TPF_DTYPE_DOUBLE, TPF_DTYPE_FLOAT, 1},
+		/* 4 and 2 bit integers: out-of-range floats (the inputs reach
+		 * +-33) truncated then wrapped, integers wrapped */
+		{TPF_DTYPE_FLOAT, TPF_DTYPE_INT4, 1},       {TPF_DTYPE_FLOAT, TPF_DTYPE_UINT4, 1},
+		{TPF_DTYPE_FLOAT16, TPF_DTYPE_INT2, 1},     {TPF_DTYPE_BFLOAT16, TPF_DTYPE_UINT2, 1},
+		{TPF_DTYPE_INT64, TPF_DTYPE_INT4, 1},       {TPF_DTYPE_INT32, TPF_DTYPE_UINT2, 1},
+		{TPF_DTYPE_INT4, TPF_DTYPE_FLOAT, 1},       {TPF_DTYPE_UINT4, TPF_DTYPE_INT64, 1},
+		{TPF_DTYPE_INT2, TPF_DTYPE_INT8, 1},        {TPF_DTYPE_UINT2, TPF_DTYPE_FLOAT16, 1},
+		{TPF_DTYPE_INT4, TPF_DTYPE_INT2, 1},
 	};
 	for (size_t i = 0; i < sizeof(casts) / sizeof(casts[0]); i++) {
 		char lab[96];
@@ -623,8 +631,9 @@ static void elementwise(void)
 		struct tpf_ktensor a[1] = {tpf_dtype_is_integral(casts[i].from)
 						   ? fill(T(casts[i].from, 2, 3, 50), F_SMALLINT, 0)
 						   : R(casts[i].from, 2, 3, 50)};
+		double scale = tpf_dtype_is_integral(casts[i].to) && tpf_dtype_bits(casts[i].to) < 8 ? 33.0 : 3.7;
 		for (int64_t e = 0; e < a[0].numel && !tpf_dtype_is_integral(casts[i].from); e++)
-			tpf_elem_store(a[0].dtype, a[0].data, e, tpf_elem_load(a[0].dtype, a[0].data, e) * 3.7, 1);
+			tpf_elem_store(a[0].dtype, a[0].data, e, tpf_elem_load(a[0].dtype, a[0].data, e) * scale, 1);
 		snprintf(lab, sizeof(lab), "Cast %s -> %s", tpf_dtype_name(casts[i].from), tpf_dtype_name(casts[i].to));
 		CHECK(lab, n, a, 1, 1);
 		free_tensors(a, 1);

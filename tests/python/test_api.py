@@ -305,6 +305,23 @@ def test_every_prefix_of_a_model_fails_cleanly():
     assert failed > len(raw) // 5
 
 
+def test_unsupported_model_raises_unsupported_error():
+    """A valid model tpfuse does not handle (a segmented initializer) raises
+    UnsupportedError with status "unsupported", not ModelError: the caller
+    tells "fix the model" from "tpfuse cannot do this"."""
+    m = tiny_model()
+    m.graph.initializer[0].segment.begin = 0
+    m.graph.initializer[0].segment.end = 12
+    raw = m.SerializeToString()
+    for call in (tpfuse.optimize, tpfuse.dump):
+        with pytest.raises(tpfuse.UnsupportedError) as e:
+            call(raw)
+        assert not isinstance(e.value, tpfuse.ModelError)
+        assert e.value.status == "unsupported"
+        assert "segmented tensors are not supported" in str(e.value)
+        assert e.value.diagnostics and e.value.diagnostics[0].severity == "error"
+
+
 def test_invalid_model_names_the_node():
     with pytest.raises(tpfuse.ModelError) as e:
         tpfuse.optimize(undefined_input_model())

@@ -4,7 +4,10 @@
 pip builds the wheel with meson-python in an isolated build environment, so
 the build requirements (meson-python, meson, ninja) and the runtime
 requirement (onnx) come from the package index: the test is skipped when the
-index cannot be reached.  The C side needs what scripts/setup.sh installs
+index cannot be reached.  PIP_CONSTRAINT names the locks
+(scripts/constraints.txt, scripts/build-constraints.txt), which pip applies to
+the build environment too, and every package the venv ends up with must be
+at its locked version.  The C side needs what scripts/setup.sh installs
 (a C compiler, the Python headers, protobuf-c).
 """
 
@@ -69,12 +72,23 @@ def _install_and_check(tmp_path, venv, dense_rank0, tpfuse_cli):
         pytest.skip("the package index cannot be reached (the build needs meson-python "
                     "from it): " + (probe.stderr.strip().splitlines() or ["?"])[-1])
 
-    # the one command
+    # the one command, with the locks in force
+    locks = [os.path.join(ROOT, "scripts", f) for f in ("constraints.txt", "build-constraints.txt")]
+    lock_env = dict(env, PIP_CONSTRAINT=" ".join(locks))
     p = subprocess.run(
         [py, "-m", "pip", "install", "--disable-pip-version-check", ROOT],
-        capture_output=True, text=True, env=env, timeout=1500, cwd=str(tmp_path),
+        capture_output=True, text=True, env=lock_env, timeout=1500, cwd=str(tmp_path),
     )
     assert p.returncode == 0, "pip install failed:\n" + p.stdout[-4000:] + p.stderr[-4000:]
+    # every package but the new one at its locked version
+    frozen = tmp_path / "freeze.txt"
+    f = subprocess.run([py, "-m", "pip", "freeze", "--all", "--exclude", "tpfuse"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert f.returncode == 0, f.stderr
+    frozen.write_text(f.stdout)
+    c = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "check-lock.py"), locks[0],
+                        "--freeze", str(frozen), "--subset"], capture_output=True, text=True)
+    assert c.returncode == 0, c.stderr
 
     r = subprocess.run([py, "-c", CHECK_INSTALLED, dense_rank0], capture_output=True, text=True,
                        env=env, timeout=300, cwd=str(tmp_path))
