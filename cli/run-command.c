@@ -44,7 +44,8 @@ static const char *const run_help =
 	"                        in [0, 4)); symbolic dims are 1 unless --dim is given\n"
 	"  --dim NAME=VALUE      value of a symbolic input dim: the size of that dim\n"
 	"                        in --random-inputs; with --inputs, an input whose\n"
-	"                        dim NAME has another size is an error\n"
+	"                        dim NAME has another size is an error (NAME a\n"
+	"                        symbolic dim of some input, VALUE at least 1)\n"
 	"  --outputs DIR         write DIR/output_N.pb (DIR may contain {rank}; under\n"
 	"                        several ranks without {rank}: DIR/rank{R}/output_N.pb)\n"
 	"  --iters N             timed iterations (default 1); prints each one's time\n"
@@ -151,6 +152,44 @@ static void print_unsupported(struct tpf_diag *d, enum tpf_status st, const stru
 }
 
 /* Returns -1 ok, else an exit code. */
+/* --dim NAME=VALUE: NAME not empty, VALUE a whole number of at least 1, a
+ * NAME given once.  -1 when taken, else the exit code (a usage error). */
+static int parse_dim(struct run_opts *o, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	long v;
+
+	if (!eq || eq == arg) {
+		msg("error",
+		    "--dim needs NAME=VALUE (a symbolic dim of an input and its size), not '%s'",
+		    arg);
+		return CLI_USAGE;
+	}
+	if (cli_parse_long(eq + 1, LONG_MIN, LONG_MAX, &v)) {
+		msg("error", "--dim %s: the size '%s' is not a whole number", arg, eq + 1);
+		return CLI_USAGE;
+	}
+	if (v < 1) {
+		msg("error", "--dim %s: a dim's size must be at least 1, not %ld", arg, v);
+		return CLI_USAGE;
+	}
+	for (int j = 0; j < o->n_dims; j++) {
+		size_t len = (size_t)(eq - arg);
+		if (!strncmp(o->dims[j], arg, len) && o->dims[j][len] == '=') {
+			msg("error", "--dim %s: dim '%.*s' was already given (--dim %s)", arg,
+			    (int)len, arg, o->dims[j]);
+			return CLI_USAGE;
+		}
+	}
+	if (o->n_dims >= (int)(sizeof(o->dims) / sizeof(o->dims[0]))) {
+		msg("error", "--dim %s: at most %zu --dim options", arg,
+		    sizeof(o->dims) / sizeof(o->dims[0]));
+		return CLI_USAGE;
+	}
+	o->dims[o->n_dims++] = arg;
+	return -1;
+}
+
 static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 {
 	memset(o, 0, sizeof(*o));
@@ -161,6 +200,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 		const char *a = argv[i];
 		const char *next = i + 1 < argc ? argv[i + 1] : NULL;
 		long v;
+		int rc;
 #define NEED()                                                                                     \
 	do {                                                                                       \
 		if (!next) {                                                                       \
@@ -190,11 +230,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 			o->have_seed = 1;
 		} else if (!strcmp(a, "--dim")) {
 			NEED();
-			if (!strchr(next, '=') || o->n_dims >= 64) {
-				msg("error", "--dim needs NAME=VALUE");
-				return CLI_USAGE;
-			}
-			o->dims[o->n_dims++] = next;
+			if ((rc = parse_dim(o, next)) >= 0)
+				return rc;
 		} else if ((!strcmp(a, "--iters") || !strcmp(a, "--warmup")) && !is_plan) {
 			NEED();
 			if (cli_parse_long(next, 0, LONG_MAX, &v) || (a[2] == 'i' && v < 1)) {
@@ -282,6 +319,68 @@ static int parse_args(int argc, char **argv, struct run_opts *o, int is_plan)
 	return -1;
 }
 
+/* The value --dim NAME=VALUE gives NAME (NAME's length `len`), or -1. */
+static int64_t dim_value(const struct run_opts *o, const char *name, size_t len)
+{
+	for (int j = 0; j < o->n_dims; j++)
+		if (!strncmp(o->dims[j], name, len) && o->dims[j][len] == '=')
+			return strtoll(o->dims[j] + len + 1, NULL, 10);
+	return -1;
+}
+
+/* Whether some graph input of m has a symbolic dim named `name` (its length
+ * `len`). */
+static int model_has_dim(const struct tpf_model *m, const char *name, size_t len)
+{
+	const struct tpf_graph *g = m->graph;
+
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		const struct tpf_type *t = &g->inputs[i]->type;
+		if (t->kind != TPF_TYPE_TENSOR)
+			continue;
+		for (int k = 0; k < t->shape.rank; k++) {
+			const char *p = t->shape.dims[k].param;
+			if (p && strlen(p) == len && !strncmp(p, name, len))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+/* Every --dim names a symbolic dim of some input of m: CLI_OK, or
+ * CLI_USAGE after an error naming the first that does not. */
+static int check_dim_names(const struct tpf_model *m, const struct run_opts *o, const char *path,
+                           int say)
+{
+	for (int j = 0; j < o->n_dims; j++) {
+		const char *b = o->dims[j];
+		size_t len = (size_t)(strchr(b, '=') - b);
+		if (model_has_dim(m, b, len))
+			continue;
+		if (!say)
+			return CLI_USAGE;
+		msg("error", "--dim %s: no input of '%s' has a symbolic dim named '%.*s'", b, path,
+		    (int)len, b);
+		const struct tpf_graph *g = m->graph;
+		size_t shown = 0;
+		for (size_t i = 0; i < g->n_inputs; i++) {
+			const struct tpf_type *t = &g->inputs[i]->type;
+			for (int k = 0; t->kind == TPF_TYPE_TENSOR && k < t->shape.rank; k++) {
+				const char *p = t->shape.dims[k].param;
+				if (p && *p && model_has_dim(m, p, strlen(p)) && shown < 16) {
+					msg("note", "input '%s' has symbolic dim '%s'",
+					    g->inputs[i]->name, p);
+					shown++;
+				}
+			}
+		}
+		if (!shown)
+			msg("note", "the model's inputs have no symbolic dims");
+		return CLI_USAGE;
+	}
+	return CLI_OK;
+}
+
 /* Replaces every {rank} in s; a tpf_malloc'ed string. */
 static char *subst_rank(const char *s, int rank)
 {
@@ -347,12 +446,9 @@ static void random_input_dims(const struct tpf_value *v, const struct run_opts *
 	for (int k = 0; k < t->rank; k++) {
 		const struct tpf_dim *dim = &v->type.shape.dims[k];
 		int64_t val = dim->value >= 0 && !dim->param ? dim->value : 1;
-		for (int j = 0; dim->param && j < o->n_dims; j++) {
-			size_t len = strlen(dim->param);
-			if (!strncmp(o->dims[j], dim->param, len) && o->dims[j][len] == '=')
-				val = strtoll(o->dims[j] + len + 1, NULL, 10);
-		}
-		t->dims[k] = val < 0 ? 0 : val;
+		if (dim->param && dim_value(o, dim->param, strlen(dim->param)) > 0)
+			val = dim_value(o, dim->param, strlen(dim->param));
+		t->dims[k] = val;
 	}
 }
 
@@ -377,8 +473,25 @@ static int random_input_bytes(const struct tpf_model *m, const struct run_opts *
 	return 0;
 }
 
-static enum tpf_status random_inputs(const struct tpf_model *m, const struct run_opts *o,
-				     struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d)
+/* Data a dry plan is given for an input it need not read (its values
+ * decide nothing): never read, never freed. */
+static unsigned char shape_only_data;
+
+static void release_inputs(struct tpf_host_tensor *t, size_t count)
+{
+	for (size_t i = 0; t && i < count; i++)
+		if (t[i].data == &shape_only_data)
+			t[i].data = NULL;
+	tpf_host_tensors_release(t, count);
+}
+
+/* The random inputs of seed o->seed; with `shape_only`, an input of more
+ * than 4096 elements gets no data of its own (&shape_only_data: a plan
+ * reads the values of small inputs only, and those are the same as in the
+ * real inputs). */
+static enum tpf_status random_inputs_as(const struct tpf_model *m, const struct run_opts *o,
+                                        int shape_only, struct tpf_host_tensor **out, size_t *count,
+                                        struct tpf_diag *d)
 {
 	const struct tpf_graph *g = m->graph;
 	struct tpf_host_tensor *arr = tpf_calloc(g->n_inputs + 1, sizeof(*arr));
@@ -393,7 +506,7 @@ static enum tpf_status random_inputs(const struct tpf_model *m, const struct run
 		struct tpf_host_tensor *t = &arr[n++];
 		if (v->type.kind != TPF_TYPE_TENSOR || v->type.shape.rank < 0 ||
 		    v->type.shape.rank > TPF_KERNEL_MAX_RANK || v->type.dtype == TPF_DTYPE_UNDEFINED) {
-			tpf_host_tensors_release(arr, n - 1);
+			release_inputs(arr, n - 1);
 			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
 					     "input '%s' has no declared dtype and shape: give --inputs", v->name);
 		}
@@ -401,14 +514,22 @@ static enum tpf_status random_inputs(const struct tpf_model *m, const struct run
 		t->dtype = v->type.dtype;
 		random_input_dims(v, o, t);
 		size_t nb;
+		int64_t numel = 1;
+		for (int k = 0; k < t->rank; k++)
+			if (__builtin_mul_overflow(numel, t->dims[k], &numel))
+				numel = INT64_MAX;
+		if (shape_only && numel > 4096 && !tpf_host_tensor_bytes(t, &nb) && t->name) {
+			t->data = &shape_only_data;
+			t->nbytes = nb;
+			/* the generator's state after numel draws, as the real inputs leave it */
+			state += (uint64_t)numel * UINT64_C(0x9e3779b97f4a7c15);
+			continue;
+		}
 		if (tpf_host_tensor_bytes(t, &nb) || !(t->data = tpf_calloc(nb ? nb : 1, 1)) || !t->name) {
-			tpf_host_tensors_release(arr, n);
+			release_inputs(arr, n);
 			return tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': cannot make random data", v->name);
 		}
 		t->nbytes = nb;
-		int64_t numel = 1;
-		for (int k = 0; k < t->rank; k++)
-			numel *= t->dims[k];
 		for (int64_t k = 0; k < numel; k++) {
 			uint64_t r = rng_next(&state);
 			if (tpf_dtype_is_integral(t->dtype))
@@ -422,12 +543,85 @@ static enum tpf_status random_inputs(const struct tpf_model *m, const struct run
 	return TPF_OK;
 }
 
+static enum tpf_status random_inputs(const struct tpf_model *m, const struct run_opts *o,
+                                     struct tpf_host_tensor **out, size_t *count,
+                                     struct tpf_diag *d)
+{
+	return random_inputs_as(m, o, 0, out, count, d);
+}
+
+/* Random inputs this large are made only after a plan for their shapes
+ * (built without their data) is known to fit beside them. */
+#define DRY_PLAN_MIN_BYTES ((size_t)16 << 20)
+
+/* Before `input_bytes` of random inputs are made: they and the buffers of
+ * the plan for their shapes must fit in the memory there is.  A plan that
+ * cannot be built here is left for the session to report. */
+static enum tpf_status check_random_plan(const struct tpf_model *m, const struct run_opts *o,
+                                         int rank, int world, size_t input_bytes,
+                                         struct tpf_diag *d)
+{
+	struct tpf_host_tensor *in = NULL;
+	struct tpf_plan *p = NULL;
+	struct tpf_plan_stats ps;
+	struct tpf_diag *scratch;
+	size_t n = 0, need;
+	enum tpf_status st;
+
+	if (input_bytes < DRY_PLAN_MIN_BYTES)
+		return TPF_OK;
+	scratch = tpf_diag_create();
+	if (!scratch)
+		return TPF_OK;
+	st = random_inputs_as(m, o, 1, &in, &n, scratch);
+	if (!st) {
+		struct tpf_plan_options po = {.backend = o->backend, .rank = rank, .world = world};
+		po.dims = o->dims;
+		po.n_dims = (size_t)o->n_dims;
+		st = tpf_plan_build(m, in, n, &po, &p, scratch);
+	}
+	release_inputs(in, n);
+	tpf_diag_free(scratch);
+	if (st)
+		return TPF_OK;
+	tpf_plan_get_stats(p, &ps);
+	tpf_plan_free(p);
+	if (o->backend == TPF_BACKEND_CPU) {
+		if (tpf_add_size(input_bytes, ps.arena_bytes, &need))
+			need = SIZE_MAX;
+		st = tpf_memory_check(TPF_BACKEND_CPU, need,
+		                      "the random inputs and the plan's buffers", d);
+	} else {
+		st = tpf_memory_check(o->backend, ps.arena_bytes, "the plan's buffers", d);
+	}
+	if (st)
+		tpf_diag_add(
+		    d, TPF_SEV_NOTE,
+		    "the inputs take %zu bytes, the plan's arena %zu bytes at its peak (with --dim "
+		    "sizes, other symbolic dims 1); nothing was allocated",
+		    input_bytes, ps.arena_bytes);
+	return st;
+}
+
 /* Test-data inputs: matched by name, else by position among the graph
  * inputs that have no initializer. */
 static enum tpf_status data_inputs(const struct tpf_model *m, const char *dir,
 				   struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d)
 {
-	enum tpf_status st = tpf_tensor_read_dir(dir, "input", out, count, d);
+	/* the files' sizes first: what reading them takes is refused at once */
+	size_t bytes = 0;
+	char path[4096];
+	struct stat sb;
+	for (size_t k = 0;
+	     (size_t)snprintf(path, sizeof(path), "%s/input_%zu.pb", dir, k) < sizeof(path) &&
+	     stat(path, &sb) == 0;
+	     k++)
+		if (S_ISREG(sb.st_mode) && tpf_add_size(bytes, (size_t)sb.st_size, &bytes))
+			bytes = SIZE_MAX;
+	enum tpf_status st = tpf_memory_check(TPF_BACKEND_CPU, bytes, "the input files", d);
+	if (st)
+		return st;
+	st = tpf_tensor_read_dir(dir, "input", out, count, d);
 	if (st)
 		return st;
 	const struct tpf_graph *g = m->graph;
@@ -527,7 +721,8 @@ out_fail:
 }
 
 static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_opts *o, int rank,
-				  struct tpf_host_tensor **in, size_t *n_in, struct tpf_diag *d)
+                                  int world, struct tpf_host_tensor **in, size_t *n_in,
+                                  struct tpf_diag *d)
 {
 	*in = NULL;
 	*n_in = 0;
@@ -545,6 +740,8 @@ static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_op
 		if (random_input_bytes(m, o, &bytes))
 			return tpf_diag_fail(d, TPF_ERR_LIMIT, "the random inputs' size overflows");
 		enum tpf_status st = tpf_memory_check(TPF_BACKEND_CPU, bytes, "the random inputs", d);
+		if (!st)
+			st = check_random_plan(m, o, rank, world, bytes, d);
 		if (st)
 			return st;
 		return random_inputs(m, o, in, n_in, d);
@@ -783,6 +980,12 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "loading the model", d)))
 		goto out;
+	/* every rank holds the same inputs: all of them stop here, rank 0 says why */
+	st = check_dim_names(m, &o, path, comm->rank == 0) != CLI_OK ? TPF_ERR_INVALID : TPF_OK;
+	if ((st = tpf_comm_agree(comm, st, "checking --dim", d))) {
+		rc = CLI_USAGE;
+		goto out;
+	}
 	if (o.outputs) {
 		enum tpf_status mine = check_outputs(&o, m, path, comm->rank, comm->world, d);
 		print_diag(d);
@@ -825,7 +1028,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	print_unsupported(d, st, comm);
 	if ((st = tpf_comm_agree(comm, st, "creating the session", d)))
 		goto out;
-	st = get_inputs(ref ? ref : m, &o, comm->rank, &in, &n_in, d);
+	st = get_inputs(ref ? ref : m, &o, comm->rank, comm->world, &in, &n_in, d);
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "reading the inputs", d)))
 		goto out;
@@ -938,10 +1141,21 @@ static int plan_model(struct run_opts o, struct tpf_diag *d)
 	}
 	path = subst_rank(o.model, o.rank);
 	st = path ? load_model(path, &o, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
+	if (!st && check_dim_names(m, &o, path, 1) != CLI_OK) {
+		print_diag(d);
+		tpf_model_free(m);
+		tpf_free(path);
+		return CLI_USAGE;
+	}
 	if (!st) {
 		if (!o.inputs && !o.have_seed)
 			o.have_seed = 1; /* shapes only: declared dims */
-		st = get_inputs(m, &o, o.rank, &in, &n_in, d);
+		/* a plan reads the values of small inputs only: large random
+		 * ones are not made, and the plan's size is shown, not refused */
+		if (o.inputs)
+			st = get_inputs(m, &o, o.rank, o.world, &in, &n_in, d);
+		else
+			st = random_inputs_as(m, &o, 1, &in, &n_in, d);
 	}
 	if (!st) {
 		struct tpf_plan_options po = {.backend = o.backend, .rank = o.rank, .world = o.world};
@@ -951,7 +1165,7 @@ static int plan_model(struct run_opts o, struct tpf_diag *d)
 		st = tpf_plan_print(p, stdout);
 	print_diag(d);
 	tpf_plan_free(p);
-	tpf_host_tensors_release(in, n_in);
+	release_inputs(in, n_in);
 	tpf_model_free(m);
 	tpf_free(path);
 	return cli_exit_of(st);

@@ -3,8 +3,12 @@
  * checked size arithmetic and the bump arena every graph owns. */
 #include "tpf-ir.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 const char *tpf_status_name(enum tpf_status s)
 {
@@ -103,6 +107,45 @@ int tpf_add_size(size_t a, size_t b, size_t *out)
 		return -1;
 	*out = a + b;
 	return 0;
+}
+
+FILE *tpf_fopen_regular(const char *path, const char *what, struct tpf_diag *d, enum tpf_status *st)
+{
+	enum tpf_status dummy;
+	struct stat sb;
+	FILE *f;
+	int fd, flags;
+
+	if (!st)
+		st = &dummy;
+	/* O_NONBLOCK: opening a named pipe for reading would wait for a writer */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		*st = tpf_diag_fail(d, TPF_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &sb) != 0) {
+		*st = tpf_diag_fail(d, TPF_ERR_IO, "%s %s: cannot stat: %s", what, path,
+		                    strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		*st = tpf_diag_fail(d, TPF_ERR_IO, "%s %s: not a regular file", what, path);
+		close(fd);
+		return NULL;
+	}
+	flags = fcntl(fd, F_GETFL);
+	if (flags >= 0)
+		(void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	f = fdopen(fd, "rb");
+	if (!f) {
+		*st = tpf_diag_fail(d, TPF_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	*st = TPF_OK;
+	return f;
 }
 
 /* ------------------------------------------------------------ diagnostics */

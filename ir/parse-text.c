@@ -39,20 +39,34 @@
  * and type_proto attributes, graph-valued attributes of functions.
  *
  * Untrusted input: every count is bounded by the text, nesting by
- * MAX_DEPTH, a zero-filled tensor by MAX_ZERO_TENSOR bytes; every error is
- * a TPF_ERR_PARSE with "NAME:LINE:COL: " in front of the message.
+ * MAX_DEPTH, a zero-filled tensor by MAX_ZERO_TENSOR bytes and all of them
+ * together by MAX_ZERO_TOTAL; every error is a TPF_ERR_PARSE with
+ * "NAME:LINE:COL: " in front of the message (TPF_ERR_IO for an external
+ * data file that cannot be read).  Names follow ONNX's rules: a graph
+ * input, initializer or output, a function and an attribute need one.
+ * External data locations follow the ONNX importer's: a relative path
+ * inside the model's folder; read from a file, the data is read from
+ * there (a missing file is an error), read from memory it is left out.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dtype-private.h"
+#include "onnx-io-private.h"
 
 #define MAX_TEXT_FILE ((size_t)256 << 20)
 #define MAX_ZERO_TENSOR ((size_t)256 << 20)
+/* what all of a model's "(N bytes)" tensors may ask for together: the
+ * text holds none of it, an export writes all of it */
+#define MAX_ZERO_TOTAL ((size_t)64 << 20)
 #define MAX_DEPTH 64
 #define MAX_NODE_ATTRS 4096
 #define MAX_NODE_OUTPUTS 4096
@@ -164,6 +178,11 @@ struct parser {
 	enum tpf_status st;
 	const unsigned char *zero; /* shared zero bytes for "(N bytes)" tensors */
 	size_t zero_size;
+	size_t zero_total; /* bytes of every "(N bytes)" tensor so far */
+	/* the folder external data is read from (the text file's), or NULL:
+	 * external tensors are then left without data */
+	const char *base_dir;
+	char *base_real; /* its realpath, once needed */
 };
 
 static unsigned col_of(const struct parser *ps, const char *at)
@@ -890,6 +909,102 @@ static const void *zero_bytes(struct parser *ps, size_t size)
 	return z;
 }
 
+/* Reads the external data of t from the file its location names, in the
+ * folder of the text file, as the ONNX importer does: the location must
+ * resolve inside that folder (symbolic links included), name a regular
+ * file and hold offset + length bytes.  A file that cannot be read is
+ * TPF_ERR_IO. */
+static int read_external(struct parser *ps, struct tpf_arena *a, struct tpf_tensor *t,
+                         const char *at)
+{
+	const char *loc = t->ext_location;
+	char *joined = NULL, *real = NULL;
+	unsigned char *buf = NULL;
+	struct stat sb;
+	int fd = -1, rc = -1, io = 0;
+	size_t jl;
+
+	if (!ps->base_real && !(ps->base_real = realpath(ps->base_dir, NULL))) {
+		io = 1;
+		FAIL(ps, at, "the model's folder '%s' cannot be resolved: %s", ps->base_dir,
+		     strerror(errno));
+		goto out;
+	}
+	jl = strlen(ps->base_dir) + strlen(loc) + 2;
+	joined = tpf_malloc(jl);
+	if (!joined) {
+		nomem(ps);
+		goto out;
+	}
+	snprintf(joined, jl, "%s/%s", ps->base_dir, loc);
+	real = realpath(joined, NULL);
+	if (!real) {
+		io = 1;
+		if (errno == ENOENT || errno == ENOTDIR)
+			FAIL(ps, at, "external data file \"%s\" is missing (looked for '%s')", loc,
+			     joined);
+		else
+			FAIL(ps, at, "external data file \"%s\": %s", loc, strerror(errno));
+		goto out;
+	}
+	size_t bl = strlen(ps->base_real);
+	if (strcmp(ps->base_real, "/") != 0 &&
+	    (strncmp(real, ps->base_real, bl) != 0 || real[bl] != '/')) {
+		FAIL(ps, at,
+		     "external data location \"%s\" resolves to '%s', outside the model's folder "
+		     "(through a symbolic link)",
+		     loc, real);
+		goto out;
+	}
+	/* O_NONBLOCK: a named pipe must not block the open; fstat refuses it */
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		io = 1;
+		FAIL(ps, at, "external data \"%s\": %s", loc,
+		     fd < 0 ? strerror(errno) : "not a regular file");
+		goto out;
+	}
+	if ((uint64_t)t->ext_offset > (uint64_t)sb.st_size ||
+	    (uint64_t)t->nbytes > (uint64_t)sb.st_size - (uint64_t)t->ext_offset) {
+		FAIL(ps, at,
+		     "external data file \"%s\" holds %lld bytes; offset %" PRId64
+		     " + length %zu is "
+		     "past its end",
+		     loc, (long long)sb.st_size, t->ext_offset, t->nbytes);
+		goto out;
+	}
+	if (t->nbytes) {
+		buf = tpf_arena_alloc(a, t->nbytes);
+		if (!buf) {
+			nomem(ps);
+			goto out;
+		}
+		for (size_t got = 0; got < t->nbytes;) {
+			ssize_t r = pread(fd, buf + got, t->nbytes - got,
+			                  (off_t)(t->ext_offset + (int64_t)got));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				io = 1;
+				FAIL(ps, at, "external data file \"%s\": %s", loc,
+				     r < 0 ? strerror(errno) : "shorter than it was");
+				goto out;
+			}
+			got += (size_t)r;
+		}
+		t->data = buf;
+	}
+	rc = 0;
+out:
+	if (rc && io && ps->st == TPF_ERR_PARSE)
+		ps->st = TPF_ERR_IO;
+	if (fd >= 0)
+		close(fd);
+	free(real); /* from realpath(), so plain free */
+	tpf_free(joined);
+	return rc;
+}
+
 /* The printer's tensor summary: "= elements", "(N bytes)", "(N bytes,
  * external "loc" offset K)" or "(N bytes, not loaded)". */
 static int parse_summary(struct parser *ps, struct tpf_arena *a, struct tpf_tensor *t)
@@ -935,6 +1050,13 @@ static int parse_summary(struct parser *ps, struct tpf_arena *a, struct tpf_tens
 		if ((uint64_t)n > MAX_ZERO_TENSOR)
 			return FAIL(ps, at, "a tensor of %" PRId64 " bytes is too large to read from text "
 				    "(at most %zu)", n, MAX_ZERO_TENSOR);
+		if ((uint64_t)n > MAX_ZERO_TOTAL - ps->zero_total)
+			return FAIL(
+			    ps, at,
+			    "the tensors given by size only (\"(N bytes)\", read back as zeros) "
+			    "take more than %zu bytes in all; this one adds %" PRId64,
+			    MAX_ZERO_TOTAL, n);
+		ps->zero_total += (size_t)n;
 		t->data = n ? zero_bytes(ps, (size_t)n) : NULL;
 		if (n && !t->data)
 			return nomem(ps);
@@ -952,8 +1074,21 @@ static int parse_summary(struct parser *ps, struct tpf_arena *a, struct tpf_tens
 	}
 	if (!accept_word(ps, "external"))
 		return FAIL(ps, ps->p, "expected 'external' or 'not loaded'");
+	skip_spaces(ps);
+	const char *loc_at = ps->p;
 	if (parse_string(ps, a, &t->ext_location, NULL))
 		return -1;
+	const char *why = tpf_onnx_location_problem(t->ext_location);
+	if (why)
+		return FAIL(ps, loc_at,
+		            "external data location \"%s\" %s; only files inside the model's "
+		            "folder are allowed",
+		            t->ext_location, why);
+	size_t want;
+	if (t->dtype != TPF_DTYPE_STRING &&
+	    !tpf_dtype_storage_bytes(t->dtype, (uint64_t)numel, &want) && want != (uint64_t)n)
+		return FAIL(ps, at, "%" PRId64 " bytes, but %" PRId64 " elements of %s take %zu", n,
+		            numel, tpf_dtype_name(t->dtype), want);
 	t->is_external = 1;
 	t->ext_length = n;
 	t->data = NULL;
@@ -962,7 +1097,9 @@ static int parse_summary(struct parser *ps, struct tpf_arena *a, struct tpf_tens
 		return -1;
 	if (t->ext_offset < 0)
 		return FAIL(ps, ps->p, "negative offset");
-	return expect(ps, ')', "')'");
+	if (expect(ps, ')', "')'"))
+		return -1;
+	return ps->base_dir ? read_external(ps, a, t, loc_at) : 0;
 }
 
 /* "tensor<dtype[dims] summary>" */
@@ -1348,7 +1485,13 @@ static int define_label(struct parser *ps, struct scope *sc, const struct ref *r
  * name is renamed; a value really named so is an error. */
 static int free_name(struct parser *ps, struct tpf_graph *g, const char *name, const char *at)
 {
-	struct tpf_value *holder = tpf_graph_find_value(g, name);
+	struct tpf_value *holder;
+
+	if (!*name)
+		return FAIL(
+		    ps, at,
+		    "an empty name (ONNX gives every graph input, initializer and output a name)");
+	holder = tpf_graph_find_value(g, name);
 
 	if (!holder)
 		return 0;
@@ -1979,8 +2122,12 @@ static int parse_function_line(struct parser *ps, struct function_lists *fl, int
 	*handled = 1;
 	if (accept_word(ps, "attribute")) {
 		const char *name;
+		skip_spaces(ps);
+		const char *name_at = ps->p;
 		if (parse_string(ps, a, &name, NULL))
 			return -1;
+		if (!*name)
+			return FAIL(ps, name_at, "a function attribute needs a name");
 		if (accept(ps, '=')) {
 			struct tpf_attr *at = arena_push(a, (void **)&fn->attribute_protos,
 							 &fn->n_attribute_protos, &fl->cap_protos, sizeof(*at));
@@ -2073,8 +2220,12 @@ static int parse_function(struct parser *ps, size_t *cap_functions)
 	fn->body = tpf_graph_create(NULL);
 	if (!fn->body)
 		return nomem(ps);
+	skip_spaces(ps);
+	const char *fn_at = ps->p;
 	if (parse_string(ps, m->arena, &fn->domain, NULL) || parse_string(ps, m->arena, &fn->name, NULL))
 		return -1;
+	if (!*fn->name)
+		return FAIL(ps, fn_at, "a function needs a name");
 	if (accept_word(ps, "overload") && parse_string(ps, m->arena, &fn->overload, NULL))
 		return -1;
 	if (expect(ps, '{', "'{' after the function name") || expect_line_end(ps))
@@ -2163,10 +2314,10 @@ static void clear_marks(struct tpf_graph *g)
 		clear_marks(g->children[i]);
 }
 
-enum tpf_status tpf_model_parse_text(const char *text, size_t size, const char *name,
-				     struct tpf_model **out, struct tpf_diag *d)
+static enum tpf_status parse_text(const char *text, size_t size, const char *name,
+                                  const char *base_dir, struct tpf_model **out, struct tpf_diag *d)
 {
-	struct parser ps = {.name = name && *name ? name : "<text>", .d = d};
+	struct parser ps = {.name = name && *name ? name : "<text>", .d = d, .base_dir = base_dir};
 
 	if (!out)
 		return TPF_ERR_INVALID;
@@ -2204,6 +2355,7 @@ enum tpf_status tpf_model_parse_text(const char *text, size_t size, const char *
 	if (parse_model(&ps) && !ps.st)
 		ps.st = TPF_ERR_PARSE;
 	tpf_free(ps.text);
+	free(ps.base_real); /* from realpath(), so plain free */
 	if (ps.st) {
 		tpf_model_free(ps.m);
 		return ps.st;
@@ -2213,6 +2365,12 @@ enum tpf_status tpf_model_parse_text(const char *text, size_t size, const char *
 		clear_marks(ps.m->functions[i].body);
 	*out = ps.m;
 	return TPF_OK;
+}
+
+enum tpf_status tpf_model_parse_text(const char *text, size_t size, const char *name,
+                                     struct tpf_model **out, struct tpf_diag *d)
+{
+	return parse_text(text, size, name, NULL, out, d);
 }
 
 enum tpf_status tpf_model_load_text_file(const char *path, struct tpf_model **out, struct tpf_diag *d)
@@ -2225,9 +2383,9 @@ enum tpf_status tpf_model_load_text_file(const char *path, struct tpf_model **ou
 	if (!out || !path)
 		return TPF_ERR_INVALID;
 	*out = NULL;
-	f = fopen(path, "rb");
+	f = tpf_fopen_regular(path, "text model", d, &st);
 	if (!f)
-		return tpf_diag_fail(d, TPF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+		return st;
 	for (;;) {
 		if (len == cap) {
 			size_t ncap = cap ? cap * 2 : 65536;
@@ -2255,7 +2413,13 @@ enum tpf_status tpf_model_load_text_file(const char *path, struct tpf_model **ou
 		st = tpf_diag_fail(d, TPF_ERR_IO, "cannot read '%s'", path);
 		goto out_close;
 	}
-	st = tpf_model_parse_text(buf, len, path, out, d);
+	char *dir = tpf_path_dirname(path);
+	if (!dir) {
+		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "'%s': out of memory", path);
+		goto out_close;
+	}
+	st = parse_text(buf, len, path, dir, out, d);
+	tpf_free(dir);
 out_close:
 	fclose(f);
 	tpf_free(buf);

@@ -102,6 +102,13 @@ uint64_t tpf_alloc_count(void);
 int tpf_mul_size(size_t a, size_t b, size_t *out);
 int tpf_add_size(size_t a, size_t b, size_t *out);
 
+/* Opens PATH for reading ("rb") only when it is a regular file: the open does
+ * not block on a named pipe, and a pipe, a device or a folder is refused with
+ * "WHAT PATH: not a regular file" (TPF_ERR_IO), as is a file that cannot be
+ * opened.  Returns NULL with the status in *st (when st is not NULL). */
+FILE *tpf_fopen_regular(const char *path, const char *what, struct tpf_diag *d,
+                        enum tpf_status *st);
+
 /* ------------------------------------------------------------------ arena */
 
 struct tpf_arena;

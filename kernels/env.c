@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Walks a TPF_PDL list: the kinds it names into *mask; the number of
  * entries that name no kind. */
@@ -68,35 +70,44 @@ int tpf_pdl_kinds_valid(const char *spec)
 }
 
 static const struct tpf_env_knob knobs[] = {
-	{"TPF_A2A_DIRECT", TPF_ENV_SWITCH, 0, 0, NULL, "0: direct all-to-all runs keep the packed path"},
-	{"TPF_A2A_DIRECT_MAX_PIECES", TPF_ENV_INT, 0, 1 << 20, NULL,
-	 "the most pieces a direct all-to-all run takes (default 16, 128 through peer memory)"},
-	{"TPF_A2A_PEER", TPF_ENV_SWITCH, 0, 0, NULL, "0: all-to-alls through NCCL, not the peer-memory kernel"},
-	{"TPF_AR_WIDE_ROWS", TPF_ENV_INT, 0, INT64_MAX, NULL,
-	 "the most rows the wide one-shot all-reduce kernel takes (default: as many as stay resident)"},
-	{"TPF_CPU_COPY_CONSTANTS", TPF_ENV_SWITCH, 0, 0, NULL,
-	 "1: the CPU backend copies constants instead of reading the model's memory"},
-	{"TPF_CUDA_TIMEOUT_S", TPF_ENV_SECONDS, 0, 0, NULL,
-	 "seconds a CUDA wait lasts before it fails (default: the communicator's timeout, else 60)"},
-	{"TPF_DEBUG", TPF_ENV_TEXT, 0, 0, NULL,
-	 "passes whose every match and near miss is traced to stderr: PASS[,PASS] or all"},
-	{"TPF_DECODE_ATTENTION", TPF_ENV_SWITCH, 0, 0, NULL, "0: no split-key decode attention kernel"},
-	{"TPF_DECODE_MMA", TPF_ENV_SWITCH, 0, 0, NULL, "0: decode attention on the float kernel only"},
-	{"TPF_DECODE_SPLIT_TILES", TPF_ENV_INT, 0, 1 << 20, NULL,
-	 "the fewest 16-key tiles a split of the decode attention takes (0: at least 4, chosen by size)"},
-	{"TPF_FP8_GEMM", TPF_ENV_SWITCH, 0, 0, NULL, "0: FP8 matrix products dequantize, then multiply"},
-	{"TPF_GEMV", TPF_ENV_INT, 0, 16, NULL, "the most rows the small-M kernels take (0: cuBLASLt for every product)"},
-	{"TPF_GEMV_COLS", TPF_ENV_CHOICE, 0, 0, "0|16|32", "the FMA GEMV's tile width (0: chosen by the SM count)"},
-	{"TPF_GEMV_GATED", TPF_ENV_SWITCH, 0, 0, NULL, "0: no gated activation folded into its matrix product"},
-	{"TPF_GEMV_MMA", TPF_ENV_INT, 0, 17, NULL,
-	 "the fewest rows the tensor-core GEMV takes (0: never; default 2)"},
-	{"TPF_GEMV_TILED", TPF_ENV_CHOICE, 0, 0, "0|16|32", "the packed weights' tile width (0: row-major; default: chosen by shape)"},
-	{"TPF_ONESHOT", TPF_ENV_SWITCH, 0, 0, NULL, "0: no peer-memory collectives, as --no-oneshot"},
-	{"TPF_ONESHOT_MAX_BYTES", TPF_ENV_INT, 0, INT64_MAX, NULL,
-	 "the largest all-reduce, in bytes, that peer memory takes (default 64 MiB)"},
-	{"TPF_PDL", TPF_ENV_PDL, 0, 0, NULL,
-	 "the kinds of kernel launched as programmatic dependents (default: gemv, copy, gated)"},
-	{"TPF_STRATEGY_TABLE", TPF_ENV_TEXT, 0, 0, NULL, "the collective strategy table to use, as --strategy-table"},
+    {"TPF_A2A_DIRECT", TPF_ENV_SWITCH, 0, 0, NULL,
+     "0: direct all-to-all runs keep the packed path"},
+    {"TPF_A2A_DIRECT_MAX_PIECES", TPF_ENV_INT, 0, 1 << 20, NULL,
+     "the most pieces a direct all-to-all run takes (default 16, 128 through peer memory)"},
+    {"TPF_A2A_PEER", TPF_ENV_SWITCH, 0, 0, NULL,
+     "0: all-to-alls through NCCL, not the peer-memory kernel"},
+    {"TPF_AR_WIDE_ROWS", TPF_ENV_INT, 0, INT64_MAX, NULL,
+     "the most rows the wide one-shot all-reduce kernel takes (default: as many as stay resident)"},
+    {"TPF_CPU_COPY_CONSTANTS", TPF_ENV_SWITCH, 0, 0, NULL,
+     "1: the CPU backend copies constants instead of reading the model's memory"},
+    {"TPF_CUDA_TIMEOUT_S", TPF_ENV_SECONDS, 0, 0, NULL,
+     "seconds a CUDA wait lasts before it fails (default: the communicator's timeout, else 60)"},
+    {"TPF_DEBUG", TPF_ENV_TEXT, 0, 0, NULL,
+     "passes whose every match and near miss is traced to stderr: PASS[,PASS] or all"},
+    {"TPF_DECODE_ATTENTION", TPF_ENV_SWITCH, 0, 0, NULL, "0: no split-key decode attention kernel"},
+    {"TPF_DECODE_MMA", TPF_ENV_SWITCH, 0, 0, NULL, "0: decode attention on the float kernel only"},
+    {"TPF_DECODE_SPLIT_TILES", TPF_ENV_INT, 0, 1 << 20, NULL,
+     "the fewest 16-key tiles a split of the decode attention takes (0: at least 4, chosen by "
+     "size)"},
+    {"TPF_FP8_GEMM", TPF_ENV_SWITCH, 0, 0, NULL,
+     "0: FP8 matrix products dequantize, then multiply"},
+    {"TPF_GEMV", TPF_ENV_INT, 0, 16, NULL,
+     "the most rows the small-M kernels take (0: cuBLASLt for every product)"},
+    {"TPF_GEMV_COLS", TPF_ENV_CHOICE, 0, 0, "0|16|32",
+     "the FMA GEMV's tile width (0: chosen by the SM count)"},
+    {"TPF_GEMV_GATED", TPF_ENV_SWITCH, 0, 0, NULL,
+     "0: no gated activation folded into its matrix product"},
+    {"TPF_GEMV_MMA", TPF_ENV_INT, 0, 17, NULL,
+     "the fewest rows the tensor-core GEMV takes (0: never; default 2)"},
+    {"TPF_GEMV_TILED", TPF_ENV_CHOICE, 0, 0, "0|16|32",
+     "the packed weights' tile width (0: row-major; default: chosen by shape)"},
+    {"TPF_ONESHOT", TPF_ENV_SWITCH, 0, 0, NULL, "0: no peer-memory collectives, as --no-oneshot"},
+    {"TPF_ONESHOT_MAX_BYTES", TPF_ENV_INT, 0, INT64_MAX, NULL,
+     "the largest all-reduce, in bytes, that peer memory takes (default 64 MiB)"},
+    {"TPF_PDL", TPF_ENV_PDL, 0, 0, NULL,
+     "the kinds of kernel launched as programmatic dependents (default: gemv, copy, gated)"},
+    {"TPF_STRATEGY_TABLE", TPF_ENV_FILE, 0, 0, NULL,
+     "the collective strategy table to use, as --strategy-table"},
 };
 
 const struct tpf_env_knob *tpf_env_knobs(size_t *n)
@@ -154,6 +165,21 @@ static int in_choices(const char *choices, const char *s)
 	return 0;
 }
 
+/* Why path is not a readable regular file (stat does not block on a
+ * named pipe, as opening one would); NULL when it is one. */
+static const char *file_problem(const char *path)
+{
+	struct stat sb;
+
+	if (stat(path, &sb) != 0)
+		return strerror(errno);
+	if (!S_ISREG(sb.st_mode))
+		return "not a regular file";
+	if (access(path, R_OK) != 0)
+		return strerror(errno);
+	return NULL;
+}
+
 int tpf_env_well_formed(const struct tpf_env_knob *k, const char *s)
 {
 	long long i;
@@ -171,6 +197,8 @@ int tpf_env_well_formed(const struct tpf_env_knob *k, const char *s)
 		return tpf_pdl_kinds_valid(s);
 	case TPF_ENV_TEXT:
 		return 1;
+	case TPF_ENV_FILE:
+		return file_problem(s) == NULL;
 	}
 	return 0;
 }
@@ -211,6 +239,9 @@ void tpf_env_takes(const struct tpf_env_knob *k, char *buf, size_t size)
 	case TPF_ENV_TEXT:
 		snprintf(buf, size, "any text");
 		break;
+	case TPF_ENV_FILE:
+		snprintf(buf, size, "the path of a readable regular file");
+		break;
 	}
 }
 
@@ -222,8 +253,14 @@ enum tpf_status tpf_env_check(struct tpf_diag *d)
 			continue;
 		char want[128];
 		tpf_env_takes(&knobs[i], want, sizeof(want));
-		tpf_diag_fail(d, TPF_ERR_INVALID, "environment variable %s=\"%s\": expected %s", knobs[i].name, s,
-			      want);
+		if (knobs[i].kind == TPF_ENV_FILE)
+			tpf_diag_fail(d, TPF_ERR_INVALID,
+			              "environment variable %s=\"%s\": expected %s (%s)",
+			              knobs[i].name, s, want, file_problem(s));
+		else
+			tpf_diag_fail(d, TPF_ERR_INVALID,
+			              "environment variable %s=\"%s\": expected %s", knobs[i].name,
+			              s, want);
 		tpf_diag_add(d, TPF_SEV_NOTE, "%s: %s (`tpfuse env` lists every such variable)", knobs[i].name,
 			     knobs[i].what);
 		return TPF_ERR_INVALID;

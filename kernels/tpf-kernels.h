@@ -219,7 +219,8 @@ enum tpf_env_kind {
 	TPF_ENV_SECONDS, /* a decimal number above 0 */
 	TPF_ENV_CHOICE,  /* one of choices, '|'-separated */
 	TPF_ENV_PDL,     /* a TPF_PDL value */
-	TPF_ENV_TEXT,    /* anything (a path: its reader checks it) */
+	TPF_ENV_TEXT,    /* anything */
+	TPF_ENV_FILE,    /* the path of a readable regular file */
 };
 
 struct tpf_env_knob {

@@ -142,27 +142,29 @@ static int norm_axis(int64_t a, int r)
 	return a < 0 || a >= r ? -1 : (int)a;
 }
 
-static int64_t ediv(int64_t a, int64_t b)
-{
-	return b ? a / b : 0;
-}
-
+/* The integer arithmetic of shape computations, checked: -1 when the result
+ * does not fit in int64 (INT64_MIN / -1 included) or the divisor is 0, and
+ * the value is then left unknown. */
 static int binop(const char *op, int64_t a, int64_t b, int64_t *out)
 {
-	if (!strcmp(op, "Add"))
-		*out = a + b;
-	else if (!strcmp(op, "Sub"))
-		*out = a - b;
-	else if (!strcmp(op, "Mul"))
-		*out = a * b;
-	else if (!strcmp(op, "Div")) {
-		if (!b)
+	if (!strcmp(op, "Add")) {
+		if (__builtin_add_overflow(a, b, out))
 			return -1;
-		*out = ediv(a, b);
+	} else if (!strcmp(op, "Sub")) {
+		if (__builtin_sub_overflow(a, b, out))
+			return -1;
+	} else if (!strcmp(op, "Mul")) {
+		if (__builtin_mul_overflow(a, b, out))
+			return -1;
+	} else if (!strcmp(op, "Div")) {
+		if (!b || (a == INT64_MIN && b == -1))
+			return -1;
+		*out = a / b;
 	} else if (!strcmp(op, "Mod")) {
 		if (!b)
 			return -1;
-		*out = a % b;
+		/* INT64_MIN % -1 traps on x86; the remainder is 0 */
+		*out = b == -1 ? 0 : a % b;
 		if (*out && ((*out < 0) != (b < 0)))
 			*out += b; /* fmod=0: the sign of the divisor */
 	} else if (!strcmp(op, "Max"))
@@ -326,6 +328,8 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 			return -1;
 		for (int64_t i = 0; i < on; i++) {
 			int64_t x = in[0]->vals[i];
+			if (x == INT64_MIN && strcmp(op, "Not"))
+				return -1; /* -INT64_MIN does not fit */
 			vals[i] = !strcmp(op, "Neg") ? -x : !strcmp(op, "Abs") ? (x < 0 ? -x : x) : !x;
 		}
 		return (int)on;
@@ -454,13 +458,11 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 		dl = in[2]->vals[0];
 		if (!dl)
 			return -1;
-		cnt = (l - s + dl + (dl > 0 ? -1 : 1)) / dl;
-		if (cnt < 0)
-			cnt = 0;
-		if (cnt != on)
+		cnt = tpf_range_count(s, l, dl);
+		if (cnt < 0 || cnt != on)
 			return -1;
 		for (int64_t i = 0; i < cnt; i++)
-			vals[i] = s + i * dl;
+			vals[i] = (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)dl);
 		return (int)on;
 	}
 	if (!strcmp(op, "Expand")) {
@@ -484,11 +486,13 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 		acc = x->vals[0];
 		for (int i = 1; i < x->nvals; i++) {
 			int64_t v = x->vals[i];
-			if (!strcmp(op, "ReduceProd"))
-				acc *= v;
-			else if (!strcmp(op, "ReduceSum"))
-				acc += v;
-			else if (!strcmp(op, "ReduceMax"))
+			if (!strcmp(op, "ReduceProd")) {
+				if (__builtin_mul_overflow(acc, v, &acc))
+					return -1;
+			} else if (!strcmp(op, "ReduceSum")) {
+				if (__builtin_add_overflow(acc, v, &acc))
+					return -1;
+			} else if (!strcmp(op, "ReduceMax"))
 				acc = v > acc ? v : acc;
 			else
 				acc = v < acc ? v : acc;
@@ -684,10 +688,9 @@ static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fa
 			ax += in[0]->rank;
 		for (int i = 0; i < in[0]->rank; i++) {
 			int64_t *p = i < ax ? &a : &b;
-			if (in[0]->dims[i] < 0 || *p < 0)
+			if (in[0]->dims[i] < 0 || *p < 0 ||
+			    __builtin_mul_overflow(*p, in[0]->dims[i], p))
 				*p = -1;
-			else
-				*p *= in[0]->dims[i];
 		}
 		dims[0] = a;
 		dims[1] = b;
@@ -699,8 +702,10 @@ static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fa
 	if (j == 0 && !strcmp(op, "Range") && in[0] && in[1] && in[2] && in[0]->nvals == 1 &&
 	    in[1]->nvals == 1 && in[2]->nvals == 1 && in[2]->vals[0]) {
 		int64_t s = in[0]->vals[0], l = in[1]->vals[0], dl = in[2]->vals[0];
-		int64_t cnt = (l - s + dl + (dl > 0 ? -1 : 1)) / dl;
-		dims[0] = cnt < 0 ? 0 : cnt;
+		int64_t cnt = tpf_range_count(s, l, dl);
+		if (cnt < 0)
+			return -1;
+		dims[0] = cnt;
 		return 1;
 	}
 	if (j == 0 && (!strcmp(op, "ScatterND") || !strcmp(op, "ScatterElements")) && in[0] &&

@@ -841,16 +841,24 @@ static int reshape_axis(struct shard *s, const int64_t *din, int rin, struct sh 
 			return -1;
 	if (din[a] % O)
 		return -1;
+	/* dims near 2^63 would overflow these products: the split then does
+	 * not survive (it is never guessed from wrapped numbers) */
 	for (int i = 0; i < a; i++)
-		TO *= din[i];
-	TO *= O;
+		if (__builtin_mul_overflow(TO, din[i], &TO))
+			return -1;
+	if (__builtin_mul_overflow(TO, O, &TO))
+		return -1;
 	SP = din[a] / O;
 	for (int i = a + 1; i < rin; i++)
-		SP *= din[i];
+		if (__builtin_mul_overflow(SP, din[i], &SP))
+			return -1;
 	for (int i = 0; i < rout; i++) {
+		int64_t next;
 		if (pre == TO && dout[i] == 1)
 			continue;
-		if (pre <= TO && TO < pre * dout[i]) {
+		if (__builtin_mul_overflow(pre, dout[i], &next))
+			return -1;
+		if (pre <= TO && TO < next) {
 			if (TO % pre)
 				return -1;
 			Ob = TO / pre;
@@ -859,7 +867,7 @@ static int reshape_axis(struct shard *s, const int64_t *din, int rin, struct sh 
 			b = i;
 			break;
 		}
-		pre *= dout[i];
+		pre = next;
 	}
 	if (b < 0)
 		return -1;
@@ -868,8 +876,11 @@ static int reshape_axis(struct shard *s, const int64_t *din, int rin, struct sh 
 		return -2;
 	}
 	for (int i = b + 1; i < rout; i++)
-		inner_out *= dout[i];
-	if ((dout[b] / Ob) * inner_out != SP)
+		if (__builtin_mul_overflow(inner_out, dout[i], &inner_out))
+			return -1;
+	int64_t out_span;
+	if (__builtin_mul_overflow(dout[b] / Ob, inner_out, &out_span) || out_span != SP ||
+	    !inner_out)
 		return -1;
 	*oouter = Ob > 1 ? Ob : 0;
 	if (!x.sect) {
@@ -883,7 +894,9 @@ static int reshape_axis(struct shard *s, const int64_t *din, int rin, struct sh 
 		struct sh_sections so = {.n = si->n};
 		int64_t inner_in = SP / din[a];
 		for (int i = 0; i < si->n; i++) {
-			int64_t span = si->size[i] * inner_in;
+			int64_t span;
+			if (__builtin_mul_overflow(si->size[i], inner_in, &span))
+				return -1;
 			if (span % inner_out || (span / inner_out) % s->W)
 				return -1;
 			so.size[i] = span / inner_out;
@@ -1113,7 +1126,9 @@ static void rule_constant_of_shape(struct nctx *c)
 	for (int j = 0; j < nl; j++) {
 		if (loc[j] == fs->vals[j])
 			continue;
-		if (split < 0 && loc[j] * c->s->W == fs->vals[j]) {
+		int64_t whole;
+		if (split < 0 && !__builtin_mul_overflow(loc[j], (int64_t)c->s->W, &whole) &&
+		    whole == fs->vals[j]) {
 			split = j;
 			continue;
 		}

@@ -965,6 +965,25 @@ static enum tpf_status write_ranks(struct tpf_shard *sh, struct tpf_model *m,
 	return st;
 }
 
+/* The input is held to what `tpfuse check` asks: it verifies, its shapes
+ * infer without an error, and it verifies again with the inferred types. */
+static enum tpf_status sh_verify_input(struct tpf_model *m, const char *in, struct tpf_diag *d)
+{
+	size_t errors = d ? d->error_count : 0;
+	enum tpf_status st = tpf_model_verify(m, d);
+
+	if (!st)
+		st = tpf_model_infer_shapes(m, d);
+	if (!st)
+		st = tpf_model_verify(m, d);
+	if (!st && d && d->error_count > errors)
+		st = TPF_ERR_INVALID;
+	if (st == TPF_ERR_INVALID || st == TPF_ERR_VERIFY || st == TPF_ERR_PARSE)
+		tpf_diag_add(d, TPF_SEV_ERROR,
+		             "shard: '%s' is not a valid model (as `tpfuse check` finds)", in);
+	return st;
+}
+
 enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 			       const struct tpf_shard_options *o, size_t external_threshold,
 			       struct tpf_shard_stats *stats, struct tpf_diag *d)
@@ -981,6 +1000,10 @@ enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 				     o->world_size);
 	if ((st = tpf_model_load_file(in, &(struct tpf_load_options){0}, &m, d)))
 		return st;
+	if ((st = sh_verify_input(m, in, d))) {
+		tpf_model_free(m);
+		return st;
+	}
 	struct tpf_save_options so = {.external_threshold = external_threshold ? external_threshold : 1024};
 	/* every rank's model and data file against the input's files and each
 	 * other, before anything is written; then their folders */

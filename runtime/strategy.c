@@ -183,9 +183,10 @@ enum tpf_status tpf_strategy_parse(const char *text, const char *source, struct 
 enum tpf_status tpf_strategy_load(const char *path, struct tpf_strategy_table **out, struct tpf_diag *d)
 {
 	*out = NULL;
-	FILE *f = fopen(path, "rb");
+	enum tpf_status ost;
+	FILE *f = tpf_fopen_regular(path, "strategy table", d, &ost);
 	if (!f)
-		return tpf_diag_fail(d, TPF_ERR_IO, "strategy table %s: %s", path, strerror(errno));
+		return ost;
 	char *buf = NULL;
 	size_t n = 0, cap = 0;
 	for (;;) {

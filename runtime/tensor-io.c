@@ -17,15 +17,22 @@
 
 static enum tpf_status read_file(const char *path, uint8_t **out, size_t *size, struct tpf_diag *d)
 {
-	FILE *f = fopen(path, "rb");
+	enum tpf_status st;
+	FILE *f = tpf_fopen_regular(path, "tensor file", d, &st);
 	struct stat sb;
 	if (!f)
-		return tpf_diag_fail(d, TPF_ERR_IO, "%s: %s", path, strerror(errno));
-	if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > TPF_PB_MAX_BYTES) {
+		return st;
+	if (fstat(fileno(f), &sb) || (uint64_t)sb.st_size > TPF_PB_MAX_BYTES) {
 		fclose(f);
-		return tpf_diag_fail(d, TPF_ERR_IO, "%s: not a regular file of a supported size", path);
+		return tpf_diag_fail(d, TPF_ERR_IO, "tensor file %s: larger than %zu bytes", path,
+		                     TPF_PB_MAX_BYTES);
 	}
 	size_t n = (size_t)sb.st_size;
+	if (n == 0) {
+		fclose(f);
+		return tpf_diag_fail(d, TPF_ERR_PARSE,
+		                     "tensor file %s: empty file, not a TensorProto", path);
+	}
 	uint8_t *buf = tpf_malloc(n ? n : 1);
 	if (!buf) {
 		fclose(f);

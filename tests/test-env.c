@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -151,7 +152,15 @@ static void test_check(void **state)
 	expect_taken("TPF_GEMV_COLS", "0");
 	expect_taken("TPF_CUDA_TIMEOUT_S", "2.5");
 	expect_taken("TPF_PDL", "gemv,attention");
-	expect_taken("TPF_STRATEGY_TABLE", "whatever.txt");
+	/* a strategy table must be a readable regular file, as run reads it */
+	char table[] = "/tmp/tpf-test-env-XXXXXX";
+	int fd = mkstemp(table);
+	assert_true(fd >= 0);
+	close(fd);
+	expect_taken("TPF_STRATEGY_TABLE", table);
+	unlink(table);
+	expect_refused("TPF_STRATEGY_TABLE", table, "a readable regular file (No such file");
+	expect_refused("TPF_STRATEGY_TABLE", "/tmp", "a readable regular file (not a regular file)");
 
 	expect_refused("TPF_ONESHOT", "off", "expected 0 or 1");
 	expect_refused("TPF_A2A_PEER", "yes", "expected 0 or 1");

@@ -20,8 +20,10 @@ static void present_shape(const struct tpf_op_type *src, const struct tpf_op_typ
 	op_type_shape_of(out, src);
 	if (!past->present)
 		return;
-	if (past->rank == 4 && dim_is_static(&past->dims[2]) && dim_is_static(&src->dims[2]))
-		out->dims[2] = dim_of(past->dims[2].value + src->dims[2].value);
+	int64_t total;
+	if (past->rank == 4 && dim_is_static(&past->dims[2]) && dim_is_static(&src->dims[2]) &&
+	    !__builtin_add_overflow(past->dims[2].value, src->dims[2].value, &total))
+		out->dims[2] = dim_of(total);
 	else
 		out->dims[2] = dim_unknown();
 }

@@ -66,7 +66,10 @@ static void range_shape(struct tpf_shape_call *c)
 	if (n <= TPF_MAX_VALUES) {
 		for (i = 0; i < n; i++) {
 			y->values[i] = dim_of(0);
-			y->values[i].value = v[0] + (int64_t)i * v[2];
+			/* every value lies between start and limit; the product
+			 * i * delta alone may not fit, so compute modulo 2^64 */
+			y->values[i].value =
+			    (int64_t)((uint64_t)v[0] + (uint64_t)i * (uint64_t)v[2]);
 		}
 		y->n_values = (int)n;
 	}

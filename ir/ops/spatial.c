@@ -75,10 +75,15 @@ static void conv_shape(struct tpf_shape_call *c)
 			return;
 		}
 	}
-	if (x->rank >= 0 && w->rank >= 0 && dim_is_static(&x->dims[1]) && dim_is_static(&w->dims[1]) &&
-	    x->dims[1].value != w->dims[1].value * group) {
-		op_error(c, "X has %" PRId64 " channels; W expects %" PRId64 " (%" PRId64 " per group x group %" PRId64 ")",
-			 x->dims[1].value, w->dims[1].value * group, w->dims[1].value, group);
+	int64_t channels;
+	if (x->rank >= 0 && w->rank >= 0 && dim_is_static(&x->dims[1]) &&
+	    dim_is_static(&w->dims[1]) &&
+	    (__builtin_mul_overflow(w->dims[1].value, group, &channels) ||
+	     x->dims[1].value != channels)) {
+		op_error(c,
+		         "X has %" PRId64 " channels; W expects %" PRId64
+		         " per group x group %" PRId64,
+		         x->dims[1].value, w->dims[1].value, group);
 		return;
 	}
 	nk = op_attr_ints(c, "kernel_shape", ks, TPF_MAX_RANK);
@@ -180,7 +185,15 @@ static void pad_shape(struct tpf_shape_call *c)
 			y->dims[ax] = dim_unknown();
 			continue;
 		}
-		d = x->dims[ax].value + pads[i] + pads[na + i];
+		if (__builtin_add_overflow(x->dims[ax].value, pads[i], &d) ||
+		    __builtin_add_overflow(d, pads[na + i], &d)) {
+			op_error(c,
+			         "pads of axis %" PRId64 " (%" PRId64 " and %" PRId64
+			         ") overflow its size",
+			         ax, pads[i], pads[na + i]);
+			y->rank = -1;
+			return;
+		}
 		if (d < 0) {
 			op_error(c, "pads remove more than axis %" PRId64 "'s %" PRId64 " elements", ax,
 				 x->dims[ax].value);

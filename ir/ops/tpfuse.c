@@ -484,8 +484,9 @@ static void sharded_rms_norm_shape(struct tpf_shape_call *c)
 		}
 		/* the local last dim is the full dim divided by the world */
 		d = &x->dims[x->rank - 1];
+		int64_t full;
 		if (n_dims > 0 && (size_t)n_dims == n && world > 0 && dim_is_static(d) &&
-		    d->value * world != dims[i]) {
+		    (__builtin_mul_overflow(d->value, world, &full) || full != dims[i])) {
 			op_error(c, "input %zu '%s' has last dimension %" PRId64 "; expected %" PRId64
 				 " / %" PRId64 " (full dim / world_size)", i, op_in_name(c, i), d->value,
 				 dims[i], world);
