@@ -33,7 +33,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-	targets=(model builder tensor session strategy)
+	targets=(model builder tensor session strategy shard text)
 fi
 
 say() { printf '==> %s\n' "$*"; }
