@@ -149,13 +149,16 @@ def test_optimize(work):
     # --print-after-all writes DIR/NN-PASS.txt
     rc, log = tpfuse("dump", "orig.onnx", "-o", "sub/00-input.txt", cwd=d)
     check(rc == 0, "dump -o sub/00-input.txt", log)
+    # a text model reads its external data from its own folder
+    shutil.copy(os.path.join(d, "m.onnx.data"), os.path.join(d, "sub", "m.onnx.data"))
     refused(d, ["optimize", "sub/00-input.txt", "-o", "new2.onnx", "--print-after-all", "sub"],
             "optimize DIR/00-input.txt --print-after-all DIR", ["sub/00-input.txt"])
     refused(d, ["optimize", "orig.onnx", "-o", "new2.onnx", "--print-after-all", "./sub/",
                 "--dump-after", "sub/03-dce.txt"],
             "optimize --print-after-all DIR --dump-after DIR/03-dce.txt", ["sub/03-dce.txt"])
-    if os.path.exists(os.path.join(d, "sub", "00-input.txt")):
-        os.remove(os.path.join(d, "sub", "00-input.txt"))
+    for name in ("00-input.txt", "m.onnx.data"):
+        if os.path.exists(os.path.join(d, "sub", name)):
+            os.remove(os.path.join(d, "sub", name))
     # what is not refused still works, and the input still loads
     rc, log = tpfuse("optimize", "orig.onnx", "-o", "new.onnx", "--dump-before", "b.txt",
                      "--dump-after", "a.txt", cwd=d)

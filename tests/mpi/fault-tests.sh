@@ -357,7 +357,7 @@ run_case local-error-shard none \
 	"$work/other-shard/model.rank{rank}.onnx" --inputs "$data" --quiet
 env1=TPF_STRATEGY_TABLE=$work/no-such-table.txt
 run_case local-error-table none \
-	'tpfuse: rank 0: error: rank 1 failed while creating its session: strategy table .*no-such-table\.txt' "" -- \
+	'tpfuse: rank 0: error: rank 1 failed while creating its session: .*TPF_STRATEGY_TABLE=.*no-such-table\.txt' "" -- \
 	"$m" --inputs "$data" --quiet
 case_timeout= case_within= case_forbid= env1=
 
