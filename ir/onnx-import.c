@@ -458,6 +458,49 @@ static enum tpf_status wire_check(const ProtobufCMessageDescriptor *desc, const 
 
 /* ------------------------------------------------------------ external data */
 
+enum tpf_status tpf_onnx_resolve_external(const char *base_dir, char **base_real, const char *what,
+                                          const char *location, char **real, struct tpf_diag *d)
+{
+	enum tpf_status st = TPF_OK;
+	*real = NULL;
+	if (!*base_real) {
+		*base_real = realpath(base_dir, NULL);
+		if (!*base_real)
+			return tpf_diag_fail(d, TPF_ERR_IO, "%s: model folder '%s' cannot be resolved: %s",
+			                     what, base_dir, strerror(errno));
+	}
+	size_t jl = strlen(base_dir) + strlen(location) + 2;
+	char *joined = tpf_malloc(jl);
+	if (!joined)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", what);
+	snprintf(joined, jl, "%s/%s", base_dir, location);
+	*real = realpath(joined, NULL);
+	if (!*real) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			st = tpf_diag_fail(d, TPF_ERR_IO,
+			                   "%s: external data file '%s' is missing (looked for '%s')", what,
+			                   location, joined);
+		else
+			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: external data file '%s': %s", what, location,
+			                   strerror(errno));
+		tpf_free(joined);
+		return st;
+	}
+	tpf_free(joined);
+	size_t bl = strlen(*base_real);
+	int inside = strcmp(*base_real, "/") == 0 ||
+	             (strncmp(*real, *base_real, bl) == 0 && (*real)[bl] == '/');
+	if (!inside) {
+		st = tpf_diag_fail(d, TPF_ERR_INVALID,
+		                   "%s: external data location '%s' resolves to '%s', outside the "
+		                   "model's folder (through a symbolic link)",
+		                   what, location, *real);
+		free(*real); /* from realpath(), so plain free */
+		*real = NULL;
+	}
+	return st;
+}
+
 static const struct mapping *map_file(struct import_ctx *c, const char *real, const char *loc,
                                       const char *what, enum tpf_status *st)
 {
@@ -575,42 +618,10 @@ static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a
 		                     "a folder to load it from",
 		                     what, loc);
 
-	enum tpf_status st = TPF_OK;
-	char *joined = NULL, *real = NULL;
-	if (!c->base_real) {
-		c->base_real = realpath(c->base_dir, NULL);
-		if (!c->base_real)
-			return tpf_diag_fail(c->d, TPF_ERR_IO,
-			                     "%s: model folder '%s' cannot be resolved: %s", what,
-			                     c->base_dir, strerror(errno));
-	}
-	size_t jl = strlen(c->base_dir) + strlen(loc) + 2;
-	joined = tpf_malloc(jl);
-	if (!joined)
-		return nomem(c);
-	snprintf(joined, jl, "%s/%s", c->base_dir, loc);
-	real = realpath(joined, NULL);
-	if (!real) {
-		if (errno == ENOENT || errno == ENOTDIR)
-			st = tpf_diag_fail(
-			    c->d, TPF_ERR_IO,
-			    "%s: external data file '%s' is missing (looked for '%s')", what, loc,
-			    joined);
-		else
-			st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: external data file '%s': %s",
-			                   what, loc, strerror(errno));
-		goto out_free;
-	}
-	size_t bl = strlen(c->base_real);
-	int inside = strcmp(c->base_real, "/") == 0 ||
-	             (strncmp(real, c->base_real, bl) == 0 && real[bl] == '/');
-	if (!inside) {
-		st = tpf_diag_fail(c->d, TPF_ERR_INVALID,
-		                   "%s: external data location '%s' resolves to '%s', outside the "
-		                   "model's folder (through a symbolic link)",
-		                   what, loc, real);
-		goto out_free;
-	}
+	char *real = NULL;
+	enum tpf_status st = tpf_onnx_resolve_external(c->base_dir, &c->base_real, what, loc, &real, c->d);
+	if (st)
+		return st;
 	const struct mapping *mp = map_file(c, real, loc, what, &st);
 	if (!mp)
 		goto out_free;
@@ -640,7 +651,6 @@ static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a
 
 out_free:
 	free(real); /* from realpath(), so plain free */
-	tpf_free(joined);
 	return st;
 }
 

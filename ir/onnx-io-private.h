@@ -22,6 +22,16 @@ void tpf_pb_alloc_init(struct tpf_pb_alloc *al);
  * component"). */
 const char *tpf_onnx_location_problem(const char *location);
 
+/* Resolves an external-data `location` (lexically checked already) in the
+ * model's folder `base_dir`, as the importer reads it: *real gets the file's
+ * real path (free() it), which must lie inside the folder, symbolic links
+ * followed.  *base_real caches the folder's real path between calls (free()
+ * it).  Errors start with `what`: a folder or file that cannot be resolved
+ * (missing included) is TPF_ERR_IO, a location leading out of the folder
+ * TPF_ERR_INVALID. */
+enum tpf_status tpf_onnx_resolve_external(const char *base_dir, char **base_real, const char *what,
+                                          const char *location, char **real, struct tpf_diag *d);
+
 /* Whether p[0..n) lies in a file mapped by a model's backing: 0 and the
  * file's path and offset if so, -1 otherwise.  Lets the exporter copy
  * external data file to file without paging it through memory. */

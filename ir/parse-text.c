@@ -918,43 +918,19 @@ static int read_external(struct parser *ps, struct tpf_arena *a, struct tpf_tens
                          const char *at)
 {
 	const char *loc = t->ext_location;
-	char *joined = NULL, *real = NULL;
+	char *real = NULL, where[600];
 	unsigned char *buf = NULL;
 	struct stat sb;
 	int fd = -1, rc = -1, io = 0;
-	size_t jl;
 
-	if (!ps->base_real && !(ps->base_real = realpath(ps->base_dir, NULL))) {
-		io = 1;
-		FAIL(ps, at, "the model's folder '%s' cannot be resolved: %s", ps->base_dir,
-		     strerror(errno));
-		goto out;
-	}
-	jl = strlen(ps->base_dir) + strlen(loc) + 2;
-	joined = tpf_malloc(jl);
-	if (!joined) {
-		nomem(ps);
-		goto out;
-	}
-	snprintf(joined, jl, "%s/%s", ps->base_dir, loc);
-	real = realpath(joined, NULL);
-	if (!real) {
-		io = 1;
-		if (errno == ENOENT || errno == ENOTDIR)
-			FAIL(ps, at, "external data file \"%s\" is missing (looked for '%s')", loc,
-			     joined);
-		else
-			FAIL(ps, at, "external data file \"%s\": %s", loc, strerror(errno));
-		goto out;
-	}
-	size_t bl = strlen(ps->base_real);
-	if (strcmp(ps->base_real, "/") != 0 &&
-	    (strncmp(real, ps->base_real, bl) != 0 || real[bl] != '/')) {
-		FAIL(ps, at,
-		     "external data location \"%s\" resolves to '%s', outside the model's folder "
-		     "(through a symbolic link)",
-		     loc, real);
-		goto out;
+	if (ps->st)
+		return -1;
+	/* the importer's rule and messages, with this line's place in front */
+	snprintf(where, sizeof(where), "%s:%u:%u", ps->name, ps->line_no, col_of(ps, at));
+	enum tpf_status st = tpf_onnx_resolve_external(ps->base_dir, &ps->base_real, where, loc, &real, ps->d);
+	if (st) {
+		ps->st = st == TPF_ERR_IO || st == TPF_ERR_NOMEM ? st : TPF_ERR_PARSE;
+		return -1;
 	}
 	/* O_NONBLOCK: a named pipe must not block the open; fstat refuses it */
 	fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -1001,7 +977,6 @@ out:
 	if (fd >= 0)
 		close(fd);
 	free(real); /* from realpath(), so plain free */
-	tpf_free(joined);
 	return rc;
 }
 
