@@ -898,10 +898,13 @@ def main(argv=None):
 	ap.add_argument("--world-sizes", default=None,
 			help="comma list; default: the default matrix (see DEFAULT_MATRIX)")
 	ap.add_argument("--matrix", choices=("default", "full"), default="default")
-	ap.add_argument("--out", default=HERE)
+	ap.add_argument("--out", default=None, help="default: tests/corpus (--kv: tests/corpus/kv)")
 	ap.add_argument("--force", action="store_true")
 	ap.add_argument("--list", action="store_true", help="print the folders and exit")
 	ap.add_argument("--keep-going", action="store_true")
+	ap.add_argument("--kv", action="store_true",
+			help="the KV-cache exports instead (tests/corpus/kv/, generate_kv.py): "
+			     "the selected families, exporters and dtypes of its matrix, W = 1")
 	ap.add_argument("--unlocked", action="store_true",
 			help="write even when this environment differs from constraints-generate.txt")
 	a = ap.parse_args(argv)
@@ -913,6 +916,8 @@ def main(argv=None):
 			sys.exit("generate.py: this environment is not %s (above); install with -c it, "
 				 "or pass --unlocked to write folders that differ from the committed ones" % lock)
 	torch.set_num_threads(1)
+	if a.kv:
+		return main_kv(a, ap)
 	jobs = []
 	fams = a.families.split(",") if a.families else [f for f in FAMILIES
 							 if FAMILIES[f].get("default", True)]
@@ -933,6 +938,7 @@ def main(argv=None):
 					      if sel == "all" or fam in sel]
 				for w in ws:
 					jobs.append((fam, exp, dt, w))
+	a.out = a.out or HERE
 	if a.list:
 		for j in jobs:
 			print("%s-%s-%s-w%d" % j)
@@ -947,6 +953,38 @@ def main(argv=None):
 			failed.append("%s-%s-%s-w%d" % (fam, exp, dt, w))
 			shutil.rmtree(os.path.join(a.out, "%s-%s-%s-w%d" % (fam, exp, dt, w)),
 				      ignore_errors=True)
+			if not a.keep_going:
+				break
+	print("%d jobs, %d failed%s" % (len(jobs), len(failed),
+				       (": " + " ".join(failed)) if failed else ""))
+	return 1 if failed else 0
+
+
+def main_kv(a, ap):
+	import generate_kv
+	out = a.out or os.path.join(HERE, "kv")
+	fams = a.families.split(",") if a.families else list(FAMILIES)
+	for fam in fams:
+		if fam not in FAMILIES:
+			ap.error("unknown family %s" % fam)
+		if fam in generate_kv.KV_SKIP:
+			print("%s: skipped, %s" % (fam, generate_kv.KV_SKIP[fam]))
+	exps = [e for e in a.exporters.split(",") if e in generate_kv.KV_EXPORTERS]
+	jobs = generate_kv.jobs(fams, exps, a.dtypes.split(","))
+	if a.list:
+		for j in jobs:
+			print(generate_kv.folder_name(*j))
+		return 0
+	failed = []
+	for fam, exp, dt in jobs:
+		name = generate_kv.folder_name(fam, exp, dt)
+		try:
+			generate_kv.generate_kv_one(out, fam, exp, dt, force=a.force)
+		except Exception:  # noqa: BLE001
+			tb = traceback.format_exc()
+			print("%s: FAILED\n%s" % (name, tb[-3000:]), flush=True)
+			failed.append(name)
+			shutil.rmtree(os.path.join(out, name), ignore_errors=True)
 			if not a.keep_going:
 				break
 	print("%d jobs, %d failed%s" % (len(jobs), len(failed),
