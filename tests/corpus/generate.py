@@ -38,6 +38,9 @@ Usage:
               [--dtypes fp32,fp16,bf16] [--world-sizes 1,2,4,8] [--matrix default|full]
               [--out DIR] [--force] [--list]
 
+  generate.py --kv [--families F,..] [--exporters torchscript,dynamo] [--dtypes ..]
+              the KV-cache exports (tests/corpus/kv/, generate_kv.py)
+
 Existing complete folders are skipped (resumable); --force rewrites them.
 Requirements: tests/corpus/requirements-generate.txt (torch, transformers,
 onnxscript, onnx, onnxruntime), locked with every transitive package in
