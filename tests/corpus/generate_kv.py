@@ -435,11 +435,10 @@ def generate_kv_one(out_root, name, exporter, dtype, force=False, log=print):
 	sizes = {k: getattr(cfg, k) for k in sorted(G.COMMON) if hasattr(cfg, k)}
 	sizes.update({k: getattr(cfg, k) for k in sorted(fam["cfg"])})
 
-	def io_list(k, names, arrs):
+	def io_list(k, kind, names, arrs):
 		return [{"name": n, "file": "test_data_set_%d/%s_%d.pb" % (k, kind, i),
 			 "dtype": str(a.dtype), "shape": list(a.shape)}
-			for i, (n, a) in enumerate(zip(names, arrs))
-			for kind in ["input" if names is ins else "output"]]
+			for i, (n, a) in enumerate(zip(names, arrs))]
 
 	manifest = {
 		"family": name,
@@ -456,12 +455,14 @@ def generate_kv_one(out_root, name, exporter, dtype, force=False, log=print):
 		"config": sizes,
 		"test_data": [
 			{"set": "test_data_set_0", "step": "prefill", "past_sequence": 0,
-			 "inputs": io_list(0, ins, sets[0][0]), "outputs": io_list(0, outs, sets[0][1]),
+			 "inputs": io_list(0, "input", ins, sets[0][0]),
+			 "outputs": io_list(0, "output", outs, sets[0][1]),
 			 "compare": "positions where attention_mask is 1 (logits: sequence positions, "
 				    "presents: cache positions); a left-padded row's padding queries attend "
 				    "to nothing and are not specified"},
 			{"set": "test_data_set_1", "step": "decode", "past_sequence": int(sets[1][0][3].shape[2]),
-			 "inputs": io_list(1, ins, sets[1][0]), "outputs": io_list(1, outs, sets[1][1]),
+			 "inputs": io_list(1, "input", ins, sets[1][0]),
+			 "outputs": io_list(1, "output", outs, sets[1][1]),
 			 "compare": "logits: every position; presents: positions where attention_mask is 1 "
 				    "(the others copy the stored pasts)"},
 		],
