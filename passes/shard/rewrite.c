@@ -22,157 +22,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "shard-internal.h"
-
-/* ------------------------------------------------------------------ rank data */
-
-struct rd_weight {
-	struct tpf_tensor *dst;
-	const struct tpf_tensor *src;
-	int axis;
-	struct sh_sections sec;
-	void *buf;
-};
-
-struct rd_bound {
-	struct tpf_tensor *t; /* int64 [1] or [k]; or NULL with an attribute */
-	struct tpf_node *node;
-	const char *attr;
-	int64_t base, step;   /* value for rank r: base + r * step */
-	enum tpf_dtype dtype;
-};
-
-struct sh_rank_data {
-	struct shard *s;
-	struct rd_weight *w;
-	size_t n_w, cap_w;
-	struct rd_bound *b;
-	size_t n_b, cap_b;
-	size_t allreduce, allgather, slices, inputs_split, outputs_split, weights_split;
-};
-
-static int push(void **arr, size_t *n, size_t *cap, size_t esz)
-{
-	if (*n == *cap) {
-		size_t nc = *cap ? 2 * *cap : 16;
-		void *p = tpf_realloc(*arr, nc * esz);
-		if (!p)
-			return -1;
-		*arr = p;
-		*cap = nc;
-	}
-	memset((char *)*arr + *n * esz, 0, esz);
-	(*n)++;
-	return 0;
-}
-
-size_t sh_rank_count(const struct sh_rank_data *rd, const char *what)
-{
-	if (!strcmp(what, "allreduce"))
-		return rd->allreduce;
-	if (!strcmp(what, "allgather"))
-		return rd->allgather;
-	if (!strcmp(what, "slices"))
-		return rd->slices;
-	if (!strcmp(what, "inputs"))
-		return rd->inputs_split;
-	if (!strcmp(what, "outputs"))
-		return rd->outputs_split;
-	if (!strcmp(what, "weights"))
-		return rd->weights_split;
-	return 0;
-}
-
-static size_t tensor_bytes(enum tpf_dtype dt, int64_t count)
-{
-	size_t out = 0;
-	if (count < 0 || tpf_dtype_storage_bytes(dt, (uint64_t)count, &out))
-		return (size_t)-1;
-	return out;
-}
-
-enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d)
-{
-	int64_t W = rd->s->W;
-
-	for (size_t i = 0; i < rd->n_w; i++) {
-		struct rd_weight *w = &rd->w[i];
-		const struct tpf_tensor *src = w->src;
-		unsigned bits = tpf_dtype_bits(src->dtype);
-		int64_t outer = 1, inner = 1, D = src->dims[w->axis];
-		size_t nbytes = tensor_bytes(src->dtype, tpf_tensor_numel(w->dst));
-		unsigned char *out;
-		size_t pos = 0;
-
-		if (!src->data || (src->nbytes && src->nbytes < tensor_bytes(src->dtype, tpf_tensor_numel(src))))
-			return tpf_diag_fail(d, TPF_ERR_INVALID,
-					     "initializer '%s': its data is not loaded", src->name);
-		for (int k = 0; k < w->axis; k++)
-			outer *= src->dims[k];
-		for (int k = w->axis + 1; k < src->rank; k++)
-			inner *= src->dims[k];
-		tpf_free(w->buf);
-		w->buf = out = tpf_malloc(nbytes ? nbytes : 1);
-		if (!out)
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory slicing '%s'", src->name);
-		for (int64_t o = 0; o < outer; o++) {
-			int64_t off = 0;
-			for (int j = 0; j < w->sec.n; j++) {
-				int64_t part = w->sec.size[j] / W;
-				uint64_t first = (uint64_t)((o * D + off + rank * part) * inner) * bits;
-				uint64_t len = (uint64_t)(part * inner) * bits;
-				memcpy(out + pos, (const unsigned char *)src->data + first / 8, len / 8);
-				pos += len / 8;
-				off += w->sec.size[j];
-			}
-		}
-		w->dst->data = out;
-		w->dst->nbytes = nbytes;
-	}
-	for (size_t i = 0; i < rd->n_b; i++) {
-		struct rd_bound *b = &rd->b[i];
-		int64_t v = b->base + rank * b->step;
-		if (b->t) {
-			if (b->dtype == TPF_DTYPE_INT32) {
-				int32_t x = (int32_t)v;
-				memcpy((void *)b->t->data, &x, 4);
-			} else {
-				memcpy((void *)b->t->data, &v, 8);
-			}
-		} else if (b->node) {
-			const struct tpf_attr *a = tpf_node_attr(b->node, b->attr);
-			if (a && a->kind == TPF_ATTR_INTS && a->n == 1)
-				a->ints[0] = v;
-		}
-	}
-	{
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%d", rank);
-		if (tpf_model_set_metadata(rd->s->m, "tp_rank", buf))
-			return TPF_ERR_NOMEM;
-	}
-	return TPF_OK;
-}
-
-void sh_rank_release(struct sh_rank_data *rd)
-{
-	for (size_t i = 0; rd && i < rd->n_w; i++) {
-		tpf_free(rd->w[i].buf);
-		rd->w[i].buf = NULL;
-		rd->w[i].dst->data = NULL;
-		rd->w[i].dst->nbytes = 0;
-	}
-}
-
-void sh_rank_data_free(struct sh_rank_data *rd)
-{
-	if (!rd)
-		return;
-	sh_rank_release(rd);
-	tpf_free(rd->w);
-	tpf_free(rd->b);
-	tpf_free(rd);
-}
+#include "shard.h"
 
 /* ------------------------------------------------------------------ context */
 
@@ -226,7 +76,7 @@ static struct tpf_value *cache_get(struct rw *w, struct tpf_value *from, struct 
 
 static void cache_put(struct rw *w, struct tpf_value *from, struct sh to, struct tpf_value *val)
 {
-	if (push((void **)&w->cache, &w->n_cache, &w->cap_cache, sizeof(*w->cache))) {
+	if (sh_push((void **)&w->cache, &w->n_cache, &w->cap_cache, sizeof(*w->cache))) {
 		w->st = TPF_ERR_NOMEM;
 		return;
 	}
@@ -362,7 +212,7 @@ static struct tpf_value *rank_value(struct rw *w, const char *base, int64_t b, i
 	struct tpf_value *v = scalar ? new_scalar(w, base, b, dt) : new_i64(w, base, &b, 1, dt);
 	if (!v)
 		return NULL;
-	if (push((void **)&w->rd->b, &w->rd->n_b, &w->rd->cap_b, sizeof(*w->rd->b))) {
+	if (sh_push((void **)&w->rd->b, &w->rd->n_b, &w->rd->cap_b, sizeof(*w->rd->b))) {
 		w->st = TPF_ERR_NOMEM;
 		return NULL;
 	}
@@ -460,7 +310,7 @@ static void note_replaced(struct rw *w, struct tpf_value *v)
 	for (size_t i = 0; i < w->n_replaced; i++)
 		if (w->replaced_inits[i] == v)
 			return;
-	if (push((void **)&w->replaced_inits, &w->n_replaced, &w->cap_replaced, sizeof(*w->replaced_inits)))
+	if (sh_push((void **)&w->replaced_inits, &w->n_replaced, &w->cap_replaced, sizeof(*w->replaced_inits)))
 		w->st = TPF_ERR_NOMEM;
 	else
 		w->replaced_inits[w->n_replaced - 1] = v;
@@ -500,7 +350,7 @@ static struct tpf_value *sliced_constant(struct rw *w, struct tpf_value *v,
 	}
 	nt = nm ? tpf_tensor_create(w->g->arena, nm, t->dtype, t->rank, dims, NULL, 0) : NULL;
 	nv = nt ? tpf_graph_add_initializer_tensor(w->g, nt) : NULL;
-	if (!nv || push((void **)&w->rd->w, &w->rd->n_w, &w->rd->cap_w, sizeof(*w->rd->w))) {
+	if (!nv || sh_push((void **)&w->rd->w, &w->rd->n_w, &w->rd->cap_w, sizeof(*w->rd->w))) {
 		w->st = TPF_ERR_NOMEM;
 		return NULL;
 	}
@@ -528,13 +378,13 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 		return sliced_constant(w, v, t, axis, sec);
 	if (!p || depth > 4 || !p->n_inputs || !p->inputs[0])
 		return NULL;
-	if (sh_is(p, "Transpose")) {
+	if (sh_op(p, TPF_OP_TRANSPOSE)) {
 		const struct tpf_attr *pa = tpf_node_attr(p, "perm");
 		int r = sh_full(w->s, v)->rank;
 		if (r < 0)
 			return NULL;
 		baxis = pa && pa->n == (size_t)r ? (int)pa->ints[axis] : r - 1 - axis;
-	} else if (!sh_is(p, "Identity") && !sh_is(p, "Cast") && !sh_is(p, "DequantizeLinear")) {
+	} else if (!sh_op(p, TPF_OP_IDENTITY) && !sh_op(p, TPF_OP_CAST) && !sh_op(p, TPF_OP_DEQUANTIZE_LINEAR)) {
 		return NULL;
 	}
 	base = slice_weight(w, p->inputs[0], baxis, sec, depth + 1);
@@ -750,7 +600,7 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 			v->init = nt;
 		return;
 	}
-	if (p && sh_is(p, "Constant")) {
+	if (p && sh_op(p, TPF_OP_CONSTANT)) {
 		const struct tpf_tensor *t = tpf_value_constant(v);
 		struct tpf_tensor *nt = t ? edited_tensor(w, t, t->name, ch, n) : NULL;
 		if (!nt)
@@ -764,7 +614,7 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 			w->st = TPF_ERR_NOMEM;
 		return;
 	}
-	if (p && sh_is(p, "Concat")) {
+	if (p && sh_op(p, TPF_OP_CONCAT)) {
 		int off = 0;
 		for (size_t i = 0; i < p->n_inputs; i++) {
 			int64_t k = sh_numel(sh_full(w->s, p->inputs[i]));
@@ -781,8 +631,8 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 		}
 		return;
 	}
-	if (p && (sh_is(p, "Unsqueeze") || sh_is(p, "Squeeze") || sh_is(p, "Reshape") ||
-		  sh_is(p, "Identity") || sh_is(p, "Cast") || sh_is(p, "Flatten"))) {
+	if (p && (sh_op(p, TPF_OP_UNSQUEEZE) || sh_op(p, TPF_OP_SQUEEZE) || sh_op(p, TPF_OP_RESHAPE) ||
+		  sh_op(p, TPF_OP_IDENTITY) || sh_op(p, TPF_OP_CAST) || sh_op(p, TPF_OP_FLATTEN))) {
 		apply_use(w, p, 0, ch, n, depth + 1);
 		return;
 	}
@@ -811,7 +661,7 @@ static void privatize(struct rw *w, struct tpf_node *user, int index, const stru
 				w->st = TPF_ERR_NOMEM;
 			return;
 		}
-		if (p && sh_is(p, "Constant") && !uses_of(v))
+		if (p && sh_op(p, TPF_OP_CONSTANT) && !uses_of(v))
 			tpf_graph_erase_node(w->g, p);
 		return;
 	}
@@ -889,7 +739,7 @@ static void apply_edits(struct rw *w)
 			if (gr[k].node == e->node && gr[k].index == e->index)
 				break;
 		if (k == ng) {
-			if (push((void **)&gr, &ng, &cap, sizeof(*gr))) {
+			if (sh_push((void **)&gr, &ng, &cap, sizeof(*gr))) {
 				w->st = TPF_ERR_NOMEM;
 				break;
 			}
@@ -1087,13 +937,13 @@ static int is_state(struct rw *w, const struct tpf_value *v, int depth)
 		return v->id < w->s->n_values0 && w->iface[v->id];
 	if (!n)
 		return 0;
-	if (sh_is(n, "Concat")) {
+	if (sh_op(n, TPF_OP_CONCAT)) {
 		for (size_t i = 0; i < n->n_inputs; i++)
 			if (is_state(w, n->inputs[i], depth + 1))
 				return 1;
 		return 0;
 	}
-	if (sh_is(n, "Identity") || sh_is(n, "Reshape") || sh_is(n, "Transpose") || sh_is(n, "Cast"))
+	if (sh_op(n, TPF_OP_IDENTITY) || sh_op(n, TPF_OP_RESHAPE) || sh_op(n, TPF_OP_TRANSPOSE) || sh_op(n, TPF_OP_CAST))
 		return is_state(w, n->inputs[0], depth + 1);
 	return 0;
 }
@@ -1146,9 +996,21 @@ static void redirect(struct rw *w, struct tpf_value *u, struct tpf_value *c)
  * no longer hold; shape inference gives them again. */
 static int shape_from_values(const struct tpf_node *n)
 {
-	return n && (sh_is(n, "Expand") || sh_is(n, "ConstantOfShape") || sh_is(n, "Reshape") ||
-		     sh_is(n, "Tile") || sh_is(n, "Range") || sh_is(n, "Slice") || sh_is(n, "Pad") ||
-		     sh_is(n, "Resize") || sh_is(n, "Split"));
+	if (!n)
+		return 0;
+	switch (n->op) {
+	case TPF_OP_EXPAND:
+	case TPF_OP_CONSTANT_OF_SHAPE:
+	case TPF_OP_RESHAPE:
+	case TPF_OP_TILE:
+	case TPF_OP_RANGE:
+	case TPF_OP_SLICE:
+	case TPF_OP_PAD:
+	case TPF_OP_SPLIT:
+		return 1;
+	default:
+		return tpf_node_shard_rule(n, NULL) == TPF_SHARD_RULE_RESIZE;
+	}
 }
 
 enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rdp)
@@ -1194,7 +1056,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		v = c->node->inputs[c->index];
 		if (!v)
 			continue;
-		if (c->to.kind == SH_S && c->from.kind == SH_R && sh_is(c->node, "Gather") &&
+		if (c->to.kind == SH_S && c->from.kind == SH_R && sh_op(c->node, TPF_OP_GATHER) &&
 		    c->index == 0 && w.raw[c->node->outputs[0]->id].kind == SH_P) {
 			nv = convert(&w, v, c->from, c->to);
 			if (nv)
@@ -1213,7 +1075,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		struct tpf_value *u, *nv;
 		if (c->kind != CONV_OUTPUT)
 			continue;
-		if (sh_is(c->node, "Gather") && c->from.kind == SH_P)
+		if (sh_op(c->node, TPF_OP_GATHER) && c->from.kind == SH_P)
 			continue; /* a vocab-parallel lookup, reduced by embed_rewrite */
 		u = c->node->outputs[c->index];
 		if (!u)
@@ -1298,7 +1160,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 	}
 	for (struct tpf_node *n = s->g->first, *nx; n && !w.st; n = nx) {
 		nx = n->next;
-		if (sh_is(n, "Constant") && n->n_outputs == 1 && n->outputs[0] &&
+		if (sh_op(n, TPF_OP_CONSTANT) && n->n_outputs == 1 && n->outputs[0] &&
 		    !uses_of(n->outputs[0]) && n->id < s->n_nodes0)
 			tpf_graph_erase_node(s->g, n);
 	}

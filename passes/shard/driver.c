@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pattern.h"
-#include "shard-internal.h"
+#include "../pattern.h"
+#include "shard.h"
 
 struct tpf_shard {
 	struct shard s;
@@ -44,16 +44,16 @@ struct tpf_shard {
 /* A MatMul or Gemm: the ops whose constant weights are split. */
 static int is_mm(const struct tpf_node *n)
 {
-	return sh_is(n, "MatMul") || sh_is(n, "Gemm");
+	return sh_op(n, TPF_OP_MATMUL) || sh_op(n, TPF_OP_GEMM);
 }
 
 /* ------------------------------------------------------------------ preparation */
 
+/* A com.microsoft collective (a fused op that also reduces does more). */
 static int is_collective(const struct tpf_node *n)
 {
-	return n->domain && !strcmp(n->domain, TPF_MS_DOMAIN) &&
-	       (!strcmp(n->op_type, "AllReduce") || !strcmp(n->op_type, "AllGather") ||
-		!strcmp(n->op_type, "AllToAll") || !strcmp(n->op_type, "ReduceScatter"));
+	return tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) &&
+	       !tpf_op_has_trait(n->op, TPF_OP_TRAIT_FUSED);
 }
 
 /* Users of `from` read `to`; a graph output keeps its name. */
@@ -113,7 +113,7 @@ static enum tpf_status drop_noop_slices(struct shard *s, size_t *count)
 	for (struct tpf_node *n = s->g->first, *nx; n; n = nx) {
 		const struct sh_fact *fi, *fo;
 		nx = n->next;
-		if (!(sh_is(n, "Slice") || (sh_is(n, "Split") && n->n_outputs == 1)) || !n->inputs[0] ||
+		if (!(sh_op(n, TPF_OP_SLICE) || (sh_op(n, TPF_OP_SPLIT) && n->n_outputs == 1)) || !n->inputs[0] ||
 		    !n->outputs[0] || !tpf_dtype_is_float(sh_full(s, n->inputs[0])->dtype))
 			continue;
 		fi = sh_full(s, n->inputs[0]);
@@ -128,7 +128,7 @@ static enum tpf_status drop_noop_slices(struct shard *s, size_t *count)
 			if (!same)
 				continue;
 		}
-		if (sh_is(n, "Slice") && n->n_inputs > 4 && n->inputs[4]) {
+		if (sh_op(n, TPF_OP_SLICE) && n->n_inputs > 4 && n->inputs[4]) {
 			const struct sh_fact *st = sh_full(s, n->inputs[4]);
 			int ones = st->nvals >= 0;
 			for (int i = 0; i < st->nvals; i++)
@@ -196,7 +196,7 @@ static enum tpf_status find_regions(struct shard *s)
 			}
 			memcpy(r.nodes, m->nodes, m->n_nodes * sizeof(*r.nodes));
 			/* a widening Cast that only the region reads belongs to it */
-			if (x->producer && sh_is(x->producer, "Cast") && x->producer->inputs[0]) {
+			if (x->producer && sh_op(x->producer, TPF_OP_CAST) && x->producer->inputs[0]) {
 				int only = 1;
 				for (size_t u = 0; u < x->n_uses; u++) {
 					int in = 0;
@@ -269,12 +269,12 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 			int ax;
 			if (!c || y->uses[u].index != 0)
 				continue;
-			if (sh_is(c, "Add") && !next && c->outputs[0] &&
+			if (sh_op(c, TPF_OP_ADD) && !next && c->outputs[0] &&
 			    sh_full(s, c->outputs[0])->rank == r) {
 				next = c->outputs[0];
 				continue;
 			}
-			if (sh_is(c, "Slice") && c->n_inputs >= 3) {
+			if (sh_op(c, TPF_OP_SLICE) && c->n_inputs >= 3) {
 				const struct sh_fact *a = c->n_inputs > 3 && c->inputs[3] ? sh_full(s, c->inputs[3]) : NULL;
 				const struct sh_fact *st = sh_full(s, c->inputs[1]), *en = sh_full(s, c->inputs[2]);
 				for (int i = 0; i < st->nvals && en->nvals == st->nvals && nb < 62; i++) {
@@ -288,7 +288,7 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 					bounds[nb++] = f;
 					bounds[nb++] = f + cnt;
 				}
-			} else if (sh_is(c, "Split")) {
+			} else if (sh_op(c, TPF_OP_SPLIT)) {
 				int64_t a = tpf_node_attr_int(c, "axis", 0), off = 0;
 				if (a < 0)
 					a += r;

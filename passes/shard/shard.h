@@ -76,8 +76,11 @@ const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_val
  * the evaluator and by the propagation's local-value estimates. */
 int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
 	      const struct sh_fact *outf, int64_t *vals);
-/* Whether op n is `name` of the ONNX domain. */
-int sh_is(const struct tpf_node *n, const char *name);
+/* Whether n is op `op` (an id names its domain too). */
+static inline int sh_op(const struct tpf_node *n, enum tpf_op op)
+{
+	return n && n->op == op;
+}
 /* Numel of a fact, -1 when unknown or overflowing. */
 int64_t sh_numel(const struct sh_fact *f);
 /* ONNX Slice clamping of [start, end) with `step` over a dim of size d:
@@ -90,10 +93,6 @@ void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t
  * not known or invalid (a zero step). */
 int sh_slice_params(const struct tpf_node *n, const struct sh_fact *const *in, int rank, int max,
 		    int64_t *st, int64_t *en, int64_t *stp, int *ax_of, int *count);
-/* Elementwise ops by name (the ONNX domain): one operand, or numpy
- * broadcasting over all operands. */
-int sh_is_unary_name(const char *op);
-int sh_is_broadcast_name(const char *op);
 
 /* ------------------------------------------------------------------ shardings */
 
@@ -225,8 +224,35 @@ const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_v
 /* Full dims of v (original graph); -1 entries unknown; rank -1 unknown. */
 const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v);
 
-/* Rewriting (shard-rewrite.c). */
-struct sh_rank_data;
+/* Rewriting (rewrite.c) and the per-rank data (slice.c): a weight sliced
+ * per rank, a bound filled per rank. */
+struct rd_weight {
+	struct tpf_tensor *dst;
+	const struct tpf_tensor *src;
+	int axis;
+	struct sh_sections sec;
+	void *buf;
+};
+
+struct rd_bound {
+	struct tpf_tensor *t; /* int64 [1] or [k]; or NULL with an attribute */
+	struct tpf_node *node;
+	const char *attr;
+	int64_t base, step;   /* value for rank r: base + r * step */
+	enum tpf_dtype dtype;
+};
+
+struct sh_rank_data {
+	struct shard *s;
+	struct rd_weight *w;
+	size_t n_w, cap_w;
+	struct rd_bound *b;
+	size_t n_b, cap_b;
+	size_t allreduce, allgather, slices, inputs_split, outputs_split, weights_split;
+};
+
+/* Appends a zeroed element to *arr (n elements of esz): 0, or -1. */
+int sh_push(void **arr, size_t *n, size_t *cap, size_t esz);
 enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rd);
 enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d);
 void sh_rank_release(struct sh_rank_data *rd);
