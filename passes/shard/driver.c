@@ -1040,3 +1040,53 @@ enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 	tpf_model_free(m);
 	return st;
 }
+
+/* ------------------------------------------------------------------ the pass */
+
+static const char *const shard_counters[] = {
+	"split-columns", "gathered-columns", "split-rows", "replicated", "allreduce", "allgather",
+	"slices", "weights-split", "inputs-split", "outputs-split", "fallbacks",
+	"collectives-dropped", NULL,
+};
+
+static void add_stats(struct tpf_pass_stats *ps, const struct tpf_shard_stats *s)
+{
+	const size_t v[] = {s->column, s->column_gather, s->row, s->replicated, s->allreduce,
+			    s->allgather, s->slices, s->weights_split, s->inputs_split,
+			    s->outputs_split, s->fallbacks, s->collectives_dropped};
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		tpf_pass_stats_add(ps, "shard", shard_counters[i], (int64_t)v[i]);
+}
+
+/* The sharder as a pass: the world size from the context; with a rank,
+ * the model becomes that rank's (its weight slices kept in the graph),
+ * else the structure every rank shares (tpf_shard_create's). */
+static enum tpf_status shard_pass_run(struct tpf_model *m, struct tpf_pass_context *ctx,
+				      int *changed, struct tpf_diag *d)
+{
+	struct tpf_shard_options o = {.world_size = ctx->world_size, .explain = ctx->explain};
+	struct tpf_shard *sh = NULL;
+	enum tpf_status st;
+
+	if (ctx->world_size < 1)
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+				     "shard: the pass needs the world size (--rank and --world-size)");
+	st = tpf_shard_create(m, &o, &sh, d);
+	*changed = 1;
+	if (!st && ctx->rank >= 0)
+		st = tpf_shard_rank(sh, ctx->rank, d);
+	if (!st && ctx->rank >= 0)
+		st = sh_rank_keep(sh->rd, m->graph, d);
+	if (!st && ctx->stats)
+		add_stats(ctx->stats, &sh->stats);
+	tpf_shard_free(sh);
+	return st;
+}
+
+const struct tpf_pass tpf_pass_shard = {
+	.name = "shard",
+	.summary = "split a single-device model into a tensor-parallel rank's model",
+	.run = shard_pass_run,
+	.counters = shard_counters,
+};

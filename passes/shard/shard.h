@@ -256,6 +256,9 @@ int sh_push(void **arr, size_t *n, size_t *cap, size_t esz);
 enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rd);
 enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d);
 void sh_rank_release(struct sh_rank_data *rd);
+/* Hands the weights sh_rank_fill filled over to g (copies in its arena):
+ * the model stays that rank's once the per-rank data is freed. */
+enum tpf_status sh_rank_keep(struct sh_rank_data *rd, struct tpf_graph *g, struct tpf_diag *d);
 void sh_rank_data_free(struct sh_rank_data *rd);
 size_t sh_rank_count(const struct sh_rank_data *rd, const char *what);
 

@@ -131,3 +131,18 @@ void sh_rank_data_free(struct sh_rank_data *rd)
 	tpf_free(rd->b);
 	tpf_free(rd);
 }
+
+enum tpf_status sh_rank_keep(struct sh_rank_data *rd, struct tpf_graph *g, struct tpf_diag *d)
+{
+	for (size_t i = 0; i < rd->n_w; i++) {
+		struct rd_weight *w = &rd->w[i];
+		void *p = tpf_arena_memdup(g->arena, w->buf, w->dst->nbytes ? w->dst->nbytes : 1);
+		if (!p)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory slicing '%s'", w->src->name);
+		tpf_free(w->buf);
+		w->buf = NULL;
+		w->dst->data = p;
+	}
+	rd->n_w = 0; /* the graph owns them now */
+	return TPF_OK;
+}
