@@ -142,9 +142,12 @@ static int norm_axis(int64_t a, int r)
 static int binop(enum tpf_op op, int64_t a, int64_t b, int64_t *out)
 {
 	switch (op) {
-	case TPF_OP_ADD: return __builtin_add_overflow(a, b, out) ? -1 : 0;
-	case TPF_OP_SUB: return __builtin_sub_overflow(a, b, out) ? -1 : 0;
-	case TPF_OP_MUL: return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+	case TPF_OP_ADD:
+		return __builtin_add_overflow(a, b, out) ? -1 : 0;
+	case TPF_OP_SUB:
+		return __builtin_sub_overflow(a, b, out) ? -1 : 0;
+	case TPF_OP_MUL:
+		return __builtin_mul_overflow(a, b, out) ? -1 : 0;
 	case TPF_OP_DIV:
 		if (!b || (a == INT64_MIN && b == -1))
 			return -1;
@@ -158,31 +161,46 @@ static int binop(enum tpf_op op, int64_t a, int64_t b, int64_t *out)
 		if (*out && ((*out < 0) != (b < 0)))
 			*out += b; /* fmod=0: the sign of the divisor */
 		return 0;
-	case TPF_OP_MAX: *out = a > b ? a : b; return 0;
-	case TPF_OP_MIN: *out = a < b ? a : b; return 0;
-	case TPF_OP_EQUAL: *out = a == b; return 0;
-	case TPF_OP_LESS: *out = a < b; return 0;
-	case TPF_OP_GREATER: *out = a > b; return 0;
-	case TPF_OP_LESS_OR_EQUAL: *out = a <= b; return 0;
-	case TPF_OP_GREATER_OR_EQUAL: *out = a >= b; return 0;
-	case TPF_OP_AND: *out = a && b; return 0;
-	case TPF_OP_OR: *out = a || b; return 0;
-	case TPF_OP_XOR: *out = !a != !b; return 0;
-	default: return -1;
+	case TPF_OP_MAX:
+		*out = a > b ? a : b;
+		return 0;
+	case TPF_OP_MIN:
+		*out = a < b ? a : b;
+		return 0;
+	case TPF_OP_EQUAL:
+		*out = a == b;
+		return 0;
+	case TPF_OP_LESS:
+		*out = a < b;
+		return 0;
+	case TPF_OP_GREATER:
+		*out = a > b;
+		return 0;
+	case TPF_OP_LESS_OR_EQUAL:
+		*out = a <= b;
+		return 0;
+	case TPF_OP_GREATER_OR_EQUAL:
+		*out = a >= b;
+		return 0;
+	case TPF_OP_AND:
+		*out = a && b;
+		return 0;
+	case TPF_OP_OR:
+		*out = a || b;
+		return 0;
+	case TPF_OP_XOR:
+		*out = !a != !b;
+		return 0;
+	default:
+		return -1;
 	}
 }
 
+/* The ops binop knows (each computes 1 op 1). */
 static int is_binop(enum tpf_op op)
 {
-	switch (op) {
-	case TPF_OP_ADD: case TPF_OP_SUB: case TPF_OP_MUL: case TPF_OP_DIV: case TPF_OP_MOD:
-	case TPF_OP_MAX: case TPF_OP_MIN: case TPF_OP_EQUAL: case TPF_OP_LESS: case TPF_OP_GREATER:
-	case TPF_OP_LESS_OR_EQUAL: case TPF_OP_GREATER_OR_EQUAL: case TPF_OP_AND: case TPF_OP_OR:
-	case TPF_OP_XOR:
-		return 1;
-	default:
-		return 0;
-	}
+	int64_t x;
+	return binop(op, 1, 1, &x) == 0;
 }
 
 /* Optional input i of n: its k values, else 0, 1, ... (iota) or all 1s;
@@ -522,15 +540,22 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 		return (int)on;
 	case TPF_OP_NEG:
 	case TPF_OP_ABS:
-	case TPF_OP_NOT: return interp_unary(n, in[0], on, vals);
-	case TPF_OP_WHERE: return interp_broadcast(n, in, of, on, vals);
-	case TPF_OP_GATHER: return interp_gather(n, in, of, on, vals);
-	case TPF_OP_CONCAT: return interp_concat(n, in, of, on, vals);
-	case TPF_OP_SLICE: return interp_slice(n, in, of, on, vals);
+	case TPF_OP_NOT:
+		return interp_unary(n, in[0], on, vals);
+	case TPF_OP_WHERE:
+		return interp_broadcast(n, in, of, on, vals);
+	case TPF_OP_GATHER:
+		return interp_gather(n, in, of, on, vals);
+	case TPF_OP_CONCAT:
+		return interp_concat(n, in, of, on, vals);
+	case TPF_OP_SLICE:
+		return interp_slice(n, in, of, on, vals);
 	case TPF_OP_CONSTANT_OF_SHAPE:
 	case TPF_OP_RANGE:
-	case TPF_OP_EXPAND: return interp_fill(n, in, of, on, vals);
-	default: break;
+	case TPF_OP_EXPAND:
+		return interp_fill(n, in, of, on, vals);
+	default:
+		break;
 	}
 	if (is_binop(n->op))
 		return interp_broadcast(n, in, of, on, vals);

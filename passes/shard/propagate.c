@@ -97,7 +97,8 @@ const char *sh_str(const struct shard *s, struct sh x, char *buf, size_t size)
 	case SH_P:
 		snprintf(buf, size, "partial sums");
 		break;
-	case SH_S: {
+	case SH_S:
+		{
 		const struct sh_sections *sec = sh_sect(s, x.sect);
 		int k = x.outer > 1 ? snprintf(buf, size, "split on axis %d within rows of %" PRId64,
 					       x.axis, x.outer)
@@ -171,8 +172,10 @@ static void apply_rule(struct nctx *c, enum tpf_shard_rule rule, int arg)
 	int r0 = c->ni ? frank(c, n->inputs[0]) : -1;
 
 	switch (rule) {
-	case TPF_SHARD_RULE_UNARY: return sh_rule_unary(c, arg);
-	case TPF_SHARD_RULE_BROADCAST: return sh_rule_broadcast(c, arg);
+	case TPF_SHARD_RULE_UNARY:
+		return sh_rule_unary(c, arg);
+	case TPF_SHARD_RULE_BROADCAST:
+		return sh_rule_broadcast(c, arg);
 	case TPF_SHARD_RULE_QUANT:
 		return sh_per_tensor(n) ? sh_rule_unary(c, 0) : sh_rule_default(c);
 	case TPF_SHARD_RULE_ALONG_AXIS:
@@ -180,27 +183,48 @@ static void apply_rule(struct nctx *c, enum tpf_shard_rule rule, int arg)
 	case TPF_SHARD_RULE_ARG_EXTREME:
 		return sh_rule_along_axis(c, r0 >= 0 ? sh_axis_attr(n, "axis", 0, r0) : -1,
 					  (int)tpf_node_attr_int(n, "keepdims", 1));
-	case TPF_SHARD_RULE_CUMSUM: return rule_cumsum(c, r0);
-	case TPF_SHARD_RULE_TRILU: return rule_trilu(c, r0);
-	case TPF_SHARD_RULE_REDUCE: return sh_rule_reduce(c, arg);
-	case TPF_SHARD_RULE_NORM: return sh_rule_norm(c, arg);
-	case TPF_SHARD_RULE_MATMUL: return sh_rule_matmul(c);
-	case TPF_SHARD_RULE_GEMM: return sh_rule_gemm(c);
-	case TPF_SHARD_RULE_CONV: return sh_rule_conv(c);
-	case TPF_SHARD_RULE_PAD: return sh_rule_pad(c);
-	case TPF_SHARD_RULE_SCATTER_ND: return sh_rule_scatter_nd(c);
-	case TPF_SHARD_RULE_ELEMENTS: return sh_rule_elements(c, arg);
-	case TPF_SHARD_RULE_RESHAPE: return sh_rule_reshape(c);
-	case TPF_SHARD_RULE_FLATTEN: return sh_rule_flatten(c);
-	case TPF_SHARD_RULE_TRANSPOSE: return sh_rule_transpose(c);
-	case TPF_SHARD_RULE_UNSQUEEZE: return sh_rule_unsqueeze(c, arg);
-	case TPF_SHARD_RULE_EXPAND: return sh_rule_expand(c);
-	case TPF_SHARD_RULE_CONSTANT_OF_SHAPE: return sh_rule_constant_of_shape(c);
-	case TPF_SHARD_RULE_SLICE: return sh_rule_slice(c);
-	case TPF_SHARD_RULE_SPLIT: return sh_rule_split(c);
-	case TPF_SHARD_RULE_CONCAT: return sh_rule_concat(c);
-	case TPF_SHARD_RULE_GATHER: return sh_rule_gather(c);
-	default: return sh_rule_default(c);
+	case TPF_SHARD_RULE_CUMSUM:
+		return rule_cumsum(c, r0);
+	case TPF_SHARD_RULE_TRILU:
+		return rule_trilu(c, r0);
+	case TPF_SHARD_RULE_REDUCE:
+		return sh_rule_reduce(c, arg);
+	case TPF_SHARD_RULE_NORM:
+		return sh_rule_norm(c, arg);
+	case TPF_SHARD_RULE_MATMUL:
+		return sh_rule_matmul(c);
+	case TPF_SHARD_RULE_GEMM:
+		return sh_rule_gemm(c);
+	case TPF_SHARD_RULE_CONV:
+		return sh_rule_conv(c);
+	case TPF_SHARD_RULE_PAD:
+		return sh_rule_pad(c);
+	case TPF_SHARD_RULE_SCATTER_ND:
+		return sh_rule_scatter_nd(c);
+	case TPF_SHARD_RULE_ELEMENTS:
+		return sh_rule_elements(c, arg);
+	case TPF_SHARD_RULE_RESHAPE:
+		return sh_rule_reshape(c);
+	case TPF_SHARD_RULE_FLATTEN:
+		return sh_rule_flatten(c);
+	case TPF_SHARD_RULE_TRANSPOSE:
+		return sh_rule_transpose(c);
+	case TPF_SHARD_RULE_UNSQUEEZE:
+		return sh_rule_unsqueeze(c, arg);
+	case TPF_SHARD_RULE_EXPAND:
+		return sh_rule_expand(c);
+	case TPF_SHARD_RULE_CONSTANT_OF_SHAPE:
+		return sh_rule_constant_of_shape(c);
+	case TPF_SHARD_RULE_SLICE:
+		return sh_rule_slice(c);
+	case TPF_SHARD_RULE_SPLIT:
+		return sh_rule_split(c);
+	case TPF_SHARD_RULE_CONCAT:
+		return sh_rule_concat(c);
+	case TPF_SHARD_RULE_GATHER:
+		return sh_rule_gather(c);
+	default:
+		return sh_rule_default(c);
 	}
 }
 

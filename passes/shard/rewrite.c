@@ -161,11 +161,14 @@ static struct tpf_node *after_producer(struct rw *w, struct tpf_value *v)
 	return w->g->first;
 }
 
-static struct tpf_value *new_i64(struct rw *w, const char *base, const int64_t *vals, int k,
-				 enum tpf_dtype dt)
+/* An int64 (or int32) initializer: k elements, a 1-D tensor, or with
+ * `scalar` the one element as a scalar. */
+static struct tpf_value *new_ints(struct rw *w, const char *base, const int64_t *vals, int k,
+				  int scalar, enum tpf_dtype dt)
 {
 	int64_t dim = k;
 	const char *nm = tpf_graph_unique_name(w->g, base);
+	int rank = scalar ? 0 : 1;
 	struct tpf_value *v;
 
 	if (!nm) {
@@ -176,29 +179,11 @@ static struct tpf_value *new_i64(struct rw *w, const char *base, const int64_t *
 		int32_t tmp[64];
 		for (int i = 0; i < k && i < 64; i++)
 			tmp[i] = (int32_t)vals[i];
-		v = tpf_graph_add_initializer(w->g, nm, dt, 1, &dim, tmp, (size_t)k * 4);
+		v = tpf_graph_add_initializer(w->g, nm, dt, rank, scalar ? NULL : &dim, tmp,
+					      (size_t)k * 4);
 	} else {
-		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, 1, &dim, vals, (size_t)k * 8);
-	}
-	if (!v)
-		w->st = TPF_ERR_NOMEM;
-	return v;
-}
-
-static struct tpf_value *new_scalar(struct rw *w, const char *base, int64_t val,
-				    enum tpf_dtype dt)
-{
-	const char *nm = tpf_graph_unique_name(w->g, base);
-	struct tpf_value *v;
-	if (!nm) {
-		w->st = TPF_ERR_NOMEM;
-		return NULL;
-	}
-	if (dt == TPF_DTYPE_INT32) {
-		int32_t x = (int32_t)val;
-		v = tpf_graph_add_initializer(w->g, nm, dt, 0, NULL, &x, 4);
-	} else {
-		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, 0, NULL, &val, 8);
+		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, rank, scalar ? NULL : &dim,
+					      vals, (size_t)k * 8);
 	}
 	if (!v)
 		w->st = TPF_ERR_NOMEM;
@@ -209,7 +194,7 @@ static struct tpf_value *new_scalar(struct rw *w, const char *base, int64_t val,
 static struct tpf_value *rank_value(struct rw *w, const char *base, int64_t b, int64_t step,
 				    int scalar, enum tpf_dtype dt)
 {
-	struct tpf_value *v = scalar ? new_scalar(w, base, b, dt) : new_i64(w, base, &b, 1, dt);
+	struct tpf_value *v = new_ints(w, base, &b, 1, scalar, dt);
 	if (!v)
 		return NULL;
 	if (sh_push((void **)&w->rd->b, &w->rd->n_b, &w->rd->cap_b, sizeof(*w->rd->b))) {
@@ -280,7 +265,7 @@ static struct tpf_value *allgather(struct rw *w, struct tpf_value *v, struct sh 
 		for (int rk = 0; rk < w->s->W; rk++)
 			for (int j = 0; j < sec->n; j++)
 				sizes[rk * sec->n + j] = sec->size[j] / w->s->W;
-		struct tpf_value *in2[2] = {res, new_i64(w, "shard_sections", sizes, (int)k, TPF_DTYPE_INT64)};
+		struct tpf_value *in2[2] = {res, new_ints(w, "shard_sections", sizes, (int)k, 0, TPF_DTYPE_INT64)};
 		if (!in2[1])
 			return NULL;
 		sp = insert(w, before, "", "Split", node_name(w, n->name, "Split"), in2, 2, k);
@@ -445,7 +430,7 @@ static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct s
 		in[0] = v;
 		in[1] = rank_value(w, "shard_start", off, part, 0, TPF_DTYPE_INT64);
 		in[2] = rank_value(w, "shard_end", off + part, part, 0, TPF_DTYPE_INT64);
-		in[3] = new_i64(w, "shard_axis", &ax, 1, TPF_DTYPE_INT64);
+		in[3] = new_ints(w, "shard_axis", &ax, 1, 0, TPF_DTYPE_INT64);
 		if (!in[1] || !in[2] || !in[3])
 			return NULL;
 		n = insert(w, before, "", "Slice",
@@ -801,9 +786,9 @@ static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *ta
 	if (idt != TPF_DTYPE_INT32)
 		idt = TPF_DTYPE_INT64;
 	lo = rank_value(w, "vocab_start", 0, rows, 1, idt);
-	len = new_scalar(w, "vocab_rows", rows, idt);
-	z = new_scalar(w, "vocab_zero", zero, idt);
-	ax = new_i64(w, "vocab_axis", &axis_last, 1, TPF_DTYPE_INT64);
+	len = new_ints(w, "vocab_rows", &rows, 1, 1, idt);
+	z = new_ints(w, "vocab_zero", &zero, 1, 1, idt);
+	ax = new_ints(w, "vocab_axis", &axis_last, 1, 0, TPF_DTYPE_INT64);
 	if (!lo || !len || !z || !ax)
 		return;
 	in[0] = ids;
@@ -1013,6 +998,70 @@ static int shape_from_values(const struct tpf_node *n)
 	}
 }
 
+/* Types of the original values, after the conversions (which take theirs
+ * from the original types): a split value's local dims; a value whose shape
+ * comes from computed dims gets the static ones the evaluation confirms. */
+static void local_types(struct rw *w)
+{
+	struct shard *s = w->s;
+
+	for (size_t i = 0; i < s->n_values0; i++) {
+		struct tpf_value *v = s->g->values[i];
+		struct sh x;
+		if (!v || v->kind == TPF_VALUE_INITIALIZER)
+			continue;
+		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w->iface[i] ? w->iface_sh[i] : (struct sh){SH_R, 0, 0})
+						      : w->raw[i];
+		if (x.kind == SH_S) {
+			set_local_type(w, v, v, x);
+		} else if (v->producer && shape_from_values(v->producer) &&
+			   v->type.kind == TPF_TYPE_TENSOR) {
+			/* leave static dims that the evaluation confirms */
+			const struct sh_fact *f = sh_full(s, v);
+			if (f->rank == v->type.shape.rank)
+				set_local_type(w, v, v, (struct sh){SH_R, 0, 0});
+		}
+		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
+			w->rd->inputs_split++;
+	}
+}
+
+/* Originals nothing reads any more go; the slice takes the original's name
+ * and place. */
+static void drop_replaced(struct rw *w)
+{
+	struct shard *s = w->s;
+
+	for (size_t i = 0; i < w->n_replaced && !w->st; i++) {
+		struct tpf_value *v = w->replaced_inits[i];
+		if (uses_of(v) || v->is_graph_input)
+			continue;
+		{
+			/* the slice takes the original's name and place */
+			const char *name = v->name;
+			struct tpf_value *nv;
+			char base[512];
+			size_t at = 0;
+			snprintf(base, sizeof(base), "%s.rank_part", name);
+			nv = tpf_graph_find_value(s->g, base);
+			while (at < s->g->n_initializers && s->g->initializers[at] != v)
+				at++;
+			if (tpf_graph_remove_initializer(s->g, v) != TPF_OK || !nv ||
+			    nv->kind != TPF_VALUE_INITIALIZER)
+				continue;
+			if (tpf_value_rename(nv, name) == TPF_OK)
+				nv->init->name = nv->name;
+			for (size_t j = 0; j < s->g->n_initializers; j++)
+				if (s->g->initializers[j] == nv && j > at) {
+					memmove(&s->g->initializers[at + 1], &s->g->initializers[at],
+						(j - at) * sizeof(*s->g->initializers));
+					s->g->initializers[at] = nv;
+					break;
+				}
+		}
+	}
+}
+
 enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rdp)
 {
 	struct rw w;
@@ -1108,56 +1157,8 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		}
 		rename_swap(&w, v, nv);
 	}
-	/* 6. types of the original values (after the conversions, which take
-	 * theirs from the original types) */
-	for (size_t i = 0; i < s->n_values0; i++) {
-		struct tpf_value *v = s->g->values[i];
-		struct sh x;
-		if (!v || v->kind == TPF_VALUE_INITIALIZER)
-			continue;
-		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w.iface[i] ? w.iface_sh[i] : (struct sh){SH_R, 0, 0})
-						      : raw[i];
-		if (x.kind == SH_S) {
-			set_local_type(&w, v, v, x);
-		} else if (v->producer && shape_from_values(v->producer) &&
-			   v->type.kind == TPF_TYPE_TENSOR) {
-			/* leave static dims that the evaluation confirms */
-			const struct sh_fact *f = sh_full(s, v);
-			if (f->rank == v->type.shape.rank)
-				set_local_type(&w, v, v, (struct sh){SH_R, 0, 0});
-		}
-		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
-			w.rd->inputs_split++;
-	}
-	/* 7. originals nothing reads any more */
-	for (size_t i = 0; i < w.n_replaced && !w.st; i++) {
-		struct tpf_value *v = w.replaced_inits[i];
-		if (uses_of(v) || v->is_graph_input)
-			continue;
-		{
-			/* the slice takes the original's name and place */
-			const char *name = v->name;
-			struct tpf_value *nv;
-			char base[512];
-			size_t at = 0;
-			snprintf(base, sizeof(base), "%s.rank_part", name);
-			nv = tpf_graph_find_value(s->g, base);
-			while (at < s->g->n_initializers && s->g->initializers[at] != v)
-				at++;
-			if (tpf_graph_remove_initializer(s->g, v) != TPF_OK || !nv ||
-			    nv->kind != TPF_VALUE_INITIALIZER)
-				continue;
-			if (tpf_value_rename(nv, name) == TPF_OK)
-				nv->init->name = nv->name;
-			for (size_t j = 0; j < s->g->n_initializers; j++)
-				if (s->g->initializers[j] == nv && j > at) {
-					memmove(&s->g->initializers[at + 1], &s->g->initializers[at],
-						(j - at) * sizeof(*s->g->initializers));
-					s->g->initializers[at] = nv;
-					break;
-				}
-		}
-	}
+	local_types(&w);
+	drop_replaced(&w);
 	for (struct tpf_node *n = s->g->first, *nx; n && !w.st; n = nx) {
 		nx = n->next;
 		if (sh_op(n, TPF_OP_CONSTANT) && n->n_outputs == 1 && n->outputs[0] &&
