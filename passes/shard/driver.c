@@ -2,7 +2,7 @@
 /*
  * tpfuse shard: one single-device model into W tensor-parallel rank models.
  *
- * The driver (see shard-internal.h for the steps):
+ * The driver (see shard.h for the steps):
  *
  *   prepare    collectives of a world-size-1 export are identities and go,
  *              so do slices that take a whole axis (the "rank part" of a
@@ -19,9 +19,12 @@
  *              head: gathered right after); otherwise the weight stays
  *              replicated and --explain says what the split met;
  *   rewrite    the final propagation's conversions become collectives and
- *              slices (shard-rewrite.c);
+ *              slices (rewrite.c);
  *   validate   the rank graph is verified, its shapes inferred, and its
  *              concrete dims compared with the plan's.
+ *
+ * The public calls (tpf_shard_*) and the pass `shard` (tpf_pass_shard: the
+ * world size and rank from the pass context) share these steps.
  */
 #include <inttypes.h>
 #include <stdlib.h>

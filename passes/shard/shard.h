@@ -1,34 +1,35 @@
 /*
- * tpf_shard internals (private to passes/shard*.c).
+ * tpf_shard internals (private to passes/shard/).
  *
  * The sharder turns one single-device graph into the structure of a
  * tensor-parallel rank graph plus, per rank, the data that differs between
  * ranks (weight slices, the bounds of slices that take a rank's part).  It
  * works in five steps:
  *
- *   1. preparation (shard.c): collectives of a world-size-1 export are
+ *   1. preparation (driver.c): collectives of a world-size-1 export are
  *      dropped (they are identities there), so are slices that take a whole
  *      axis; the graph is sorted and its shapes inferred;
- *   2. evaluation (shard-eval.c): every value gets concrete dims (symbolic
+ *   2. evaluation (eval.c): every value gets concrete dims (symbolic
  *      dims bound to distinct numbers) and, for small integer tensors, its
  *      elements: the facts the rules need to map a split axis through a
  *      Reshape or to check a Slice's bounds;
- *   3. propagation (shard-prop.c): each value gets a sharding, R
+ *   3. propagation (propagate.c, with the rules of rules.c and
+ *      rules-movement.c picked by the op records' tpf_node_shard_rule): each value gets a sharding, R
  *      (replicated), S(axis, sections) (split in W equal blocks along an
  *      axis, or section by section) or P (a partial sum), by one forward
  *      pass over the graph with a rule per op.  Where an operand's sharding
  *      is not what the op can take, the rule asks for a conversion
  *      (AllReduce, AllGather, or a local Slice).  Column splits are chosen
  *      greedily by trial propagation from each MatMul with a constant
- *      weight (shard.c);
- *   4. rewriting (shard-rewrite.c): conversions become collectives and
+ *      weight (driver.c);
+ *   4. rewriting (rewrite.c): conversions become collectives and
  *      slices, constants become sliced initializers, literal head counts in
  *      shape tensors are rewritten, types follow the shardings;
- *   5. output (shard.c): per rank, the sliced weights are filled in and the
- *      model is written.
+ *   5. output (slice.c, driver.c): per rank, the sliced weights are filled
+ *      in and the model is written (or, for the pass, kept in the graph).
  */
-#ifndef TPF_SHARD_INTERNAL_H
-#define TPF_SHARD_INTERNAL_H
+#ifndef TPF_SHARD_H
+#define TPF_SHARD_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -266,4 +267,4 @@ size_t sh_rank_count(const struct sh_rank_data *rd, const char *what);
 const char *sh_str(const struct shard *s, struct sh x, char *buf, size_t size);
 const char *sh_node_name(const struct tpf_node *n, char *buf, size_t size);
 
-#endif /* TPF_SHARD_INTERNAL_H */
+#endif /* TPF_SHARD_H */
