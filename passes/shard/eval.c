@@ -7,11 +7,14 @@
  * primes (7, 11, 13, ...), so that a product of dims identifies the dims
  * it is made of and a Reshape's mapping of axes can be read off numbers.
  * Each node's shape comes from its op record (tpf_op_infer, concrete
- * mode), with the elements of integer inputs handed to it; the elements of
- * integer outputs come from a small interpreter (sh_interp) that covers
- * the shape arithmetic exporters write (Shape, Gather, Concat, Unsqueeze,
- * arithmetic and comparisons, Where, ConstantOfShape, Range, Slice, ...).
- * Where neither knows a dim, the exporter's declared static dim is taken.
+ * mode), with the elements of integer inputs handed to it, and so do the
+ * elements of integer outputs where the record computes them (Shape, Size,
+ * Range, Identity, and the 1-D cases of Gather, Concat, Unsqueeze, Add,
+ * ...).  What records leave unknown, a small interpreter of shape
+ * arithmetic on concrete numbers computes (sh_interp: broadcasting,
+ * comparisons, Where, Neg, Gather, Slice and Concat of any rank,
+ * ConstantOfShape, Expand, reductions of a shape).  Where neither knows a
+ * dim, the exporter's declared static dim is taken.
  */
 #include <limits.h>
 #include <string.h>
@@ -283,32 +286,6 @@ void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t
  * inputs' facts, the output's fact `of` with on = its numel, and writes
  * vals: the count, or -1. */
 
-/* Shape (dims [start, end) clamped as a Slice of the rank) and Size. */
-static int interp_shape(const struct tpf_node *n, const struct sh_fact *const *in, int64_t on,
-			int64_t *vals)
-{
-	const struct sh_fact *x = in[0];
-	int64_t s;
-
-	if (n->op == TPF_OP_SIZE) {
-		int64_t k = sh_numel(x);
-		if (k < 0 || on != 1)
-			return -1;
-		vals[0] = k;
-		return 1;
-	}
-	if (!x || x->rank < 0)
-		return -1;
-	if (tpf_slice_span(x->rank, attr_i(n, "start", 0), attr_i(n, "end", x->rank), 1, &s) != on)
-		return -1;
-	for (int64_t i = 0; i < on; i++) {
-		if (x->dims[s + i] < 0)
-			return -1;
-		vals[i] = x->dims[s + i];
-	}
-	return (int)on;
-}
-
 /* Neg, Abs and Not of each element. */
 static int interp_unary(const struct tpf_node *n, const struct sh_fact *x, int64_t on,
 			int64_t *vals)
@@ -444,7 +421,7 @@ static int interp_slice(const struct tpf_node *n, const struct sh_fact *const *i
 	return (int)on;
 }
 
-/* ConstantOfShape, Range and Expand: values made from a few inputs. */
+/* ConstantOfShape and Expand: values made from a few inputs. */
 static int interp_fill(const struct tpf_node *n, const struct sh_fact *const *in,
 		       const struct sh_fact *of, int64_t on, int64_t *vals)
 {
@@ -462,20 +439,6 @@ static int interp_fill(const struct tpf_node *n, const struct sh_fact *const *in
 		}
 		for (int64_t f = 0; f < on; f++)
 			vals[f] = v;
-		return (int)on;
-	}
-	if (n->op == TPF_OP_RANGE) {
-		int64_t s, dl, cnt;
-		if (!in[0] || !in[1] || !in[2] || in[0]->nvals != 1 || in[1]->nvals != 1 ||
-		    in[2]->nvals != 1 || !in[2]->vals[0])
-			return -1;
-		s = in[0]->vals[0];
-		dl = in[2]->vals[0];
-		cnt = tpf_range_count(s, in[1]->vals[0], dl);
-		if (cnt < 0 || cnt != on)
-			return -1;
-		for (int64_t i = 0; i < cnt; i++)
-			vals[i] = (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)dl);
 		return (int)on;
 	}
 	if (!fact_ok(in[0]) || in[0]->rank > of->rank)
@@ -523,12 +486,9 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 		return -1;
 	if (!is_int_dtype(of->dtype) && of->dtype != TPF_DTYPE_UNDEFINED)
 		return -1;
-	if (n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE)
-		return interp_shape(n, in, on, vals);
 	if (out != 0)
 		return -1;
 	switch (n->op) {
-	case TPF_OP_IDENTITY:
 	case TPF_OP_CAST:
 	case TPF_OP_RESHAPE:
 	case TPF_OP_SQUEEZE:
@@ -551,7 +511,6 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 	case TPF_OP_SLICE:
 		return interp_slice(n, in, of, on, vals);
 	case TPF_OP_CONSTANT_OF_SHAPE:
-	case TPF_OP_RANGE:
 	case TPF_OP_EXPAND:
 		return interp_fill(n, in, of, on, vals);
 	default:
@@ -688,7 +647,9 @@ static int keeps_shape(const struct tpf_node *n)
 	}
 }
 
-/* Shapes the op records may not give: name-based fallbacks. */
+/* Shapes the op records may not give: ops without a record, by their
+ * sharding rule (unary and broadcast ones), and a scatter whose record
+ * stopped at an error. */
 static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fact *const *in,
 			  int64_t *dims)
 {
@@ -725,39 +686,81 @@ static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fa
 		}
 		return r;
 	}
-	if (j == 0 && n->op == TPF_OP_FLATTEN && in[0] && in[0]->rank >= 0) {
-		int ax = (int)tpf_node_attr_int(n, "axis", 1);
-		int64_t a = 1, b = 1;
-		if (ax < 0)
-			ax += in[0]->rank;
-		for (int i = 0; i < in[0]->rank; i++) {
-			int64_t *p = i < ax ? &a : &b;
-			if (in[0]->dims[i] < 0 || *p < 0 ||
-			    __builtin_mul_overflow(*p, in[0]->dims[i], p))
-				*p = -1;
-		}
-		dims[0] = a;
-		dims[1] = b;
-		return 2;
-	}
-	if (j == 0 && n->op == TPF_OP_SIZE) {
-		return 0;
-	}
-	if (j == 0 && n->op == TPF_OP_RANGE && in[0] && in[1] && in[2] && in[0]->nvals == 1 &&
-	    in[1]->nvals == 1 && in[2]->nvals == 1 && in[2]->vals[0]) {
-		int64_t s = in[0]->vals[0], l = in[1]->vals[0], dl = in[2]->vals[0];
-		int64_t cnt = tpf_range_count(s, l, dl);
-		if (cnt < 0)
-			return -1;
-		dims[0] = cnt;
-		return 1;
-	}
 	if (j == 0 && (n->op == TPF_OP_SCATTER_ND || n->op == TPF_OP_SCATTER_ELEMENTS) && in[0] &&
 	    in[0]->rank >= 0) {
 		copy_dims(dims, in[0]->dims, in[0]->rank);
 		return in[0]->rank;
 	}
 	return -1;
+}
+
+/* Runs n's record (tpf_op_infer, every dim concrete) on its inputs' facts:
+ * types holds n_inputs input types, then the output types it writes. */
+static enum tpf_status record_infer(const struct tpf_node *n, const struct sh_fact *const *in,
+				    struct tpf_op_type *types, int64_t opset, int64_t world)
+{
+	size_t ni = n->n_inputs, no = n->n_outputs;
+	struct tpf_shape_call c;
+
+	for (size_t i = 0; i < ni; i++) {
+		struct tpf_op_type *t = &types[i];
+		const struct sh_fact *f = in[i];
+		tpf_op_type_unknown(t);
+		if (!f) {
+			t->present = 0;
+			continue;
+		}
+		t->dtype = f->dtype;
+		if (f->rank >= 0 && f->rank <= TPF_MAX_RANK) {
+			t->rank = f->rank;
+			for (int k = 0; k < f->rank; k++)
+				t->dims[k] = (struct tpf_dim){f->dims[k] >= 0 ? f->dims[k] : -1, NULL, NULL};
+		}
+		if (f->nvals >= 0 && f->nvals <= TPF_MAX_VALUES) {
+			t->n_values = f->nvals;
+			for (int k = 0; k < f->nvals; k++)
+				t->values[k] = (struct tpf_dim){f->vals[k], NULL, NULL};
+		}
+	}
+	for (size_t j = 0; j < no; j++)
+		tpf_op_type_unknown(&types[ni + j]);
+	if (n->op == TPF_OP_UNKNOWN || tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW))
+		return TPF_OK;
+	tpf_shape_call_init(&c, n, TPF_SHAPE_CONCRETE, types);
+	c.opset = opset;
+	c.world = world;
+	return tpf_op_infer(&c);
+}
+
+/* The elements the record gave output type t (of dtype dt, fact of): the
+ * count, or -1 unless every one is known and they are all of it. */
+static int record_values(const struct tpf_op_type *t, enum tpf_dtype dt, const struct sh_fact *of,
+			 int64_t *vals)
+{
+	int nv = t->n_values;
+
+	if (nv < 0 || !is_int_dtype(dt))
+		return -1;
+	for (int k = 0; k < nv; k++) {
+		if (t->values[k].param || t->values[k].value < 0)
+			return -1;
+		vals[k] = t->values[k].value;
+	}
+	return of->rank >= 0 && sh_numel(of) != nv ? -1 : nv;
+}
+
+int sh_eval_ints(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+		 const struct sh_fact *of, int64_t opset, int64_t *vals)
+{
+	struct tpf_op_type *types = tpf_calloc(n->n_inputs + n->n_outputs + 1, sizeof(*types));
+	int nv = -1;
+
+	if (types && record_infer(n, in, types, opset, 1) == TPF_OK && out < n->n_outputs) {
+		const struct tpf_op_type *t = &types[n->n_inputs + out];
+		nv = record_values(t, t->dtype ? t->dtype : of->dtype, of, vals);
+	}
+	tpf_free(types);
+	return nv >= 0 ? nv : sh_interp(n, out, in, of, vals);
 }
 
 static int eval_node(struct sh_eval *e, struct tpf_node *n)
@@ -774,45 +777,10 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 		tpf_free(inf);
 		return -1;
 	}
-	for (size_t i = 0; i < ni; i++) {
-		struct tpf_op_type *t = &types[i];
-		const struct sh_fact *f;
-		tpf_op_type_unknown(t);
-		if (!n->inputs[i]) {
-			t->present = 0;
-			inf[i] = NULL;
-			continue;
-		}
-		f = sh_eval_fact(e, n->inputs[i]);
-		inf[i] = f;
-		t->dtype = f->dtype;
-		if (f->rank >= 0 && f->rank <= TPF_MAX_RANK) {
-			t->rank = f->rank;
-			for (int k = 0; k < f->rank; k++)
-				t->dims[k] = (struct tpf_dim){f->dims[k] >= 0 ? f->dims[k] : -1, NULL, NULL};
-		}
-		if (f->nvals >= 0 && f->nvals <= TPF_MAX_VALUES) {
-			t->n_values = f->nvals;
-			for (int k = 0; k < f->nvals; k++)
-				t->values[k] = (struct tpf_dim){f->vals[k], NULL, NULL};
-		}
-	}
-	for (size_t j = 0; j < no; j++)
-		tpf_op_type_unknown(&types[ni + j]);
-	if (n->op != TPF_OP_UNKNOWN && !tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW)) {
-		struct tpf_shape_call c;
-		memset(&c, 0, sizeof(c));
-		c.node = n;
-		c.mode = TPF_SHAPE_CONCRETE;
-		c.opset = e->opset;
-		c.world = e->world;
-		c.in = types;
-		c.n_in = ni;
-		c.out = types + ni;
-		c.n_out = no;
-		if (tpf_op_infer(&c) == TPF_ERR_NOMEM)
-			st = -1;
-	}
+	for (size_t i = 0; i < ni; i++)
+		inf[i] = n->inputs[i] ? sh_eval_fact(e, n->inputs[i]) : NULL;
+	if (record_infer(n, inf, types, e->opset, e->world) == TPF_ERR_NOMEM)
+		st = -1;
 	for (size_t j = 0; j < no && !st; j++) {
 		struct tpf_value *v = n->outputs[j];
 		const struct tpf_op_type *t = &types[ni + j];
@@ -854,18 +822,9 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 			tmp.dtype = dt;
 			tmp.nvals = -1;
 			tmp.vals = NULL;
-			nv = sh_interp(n, j, inf, &tmp, vals);
-			if (nv < 0 && t->n_values >= 0 && is_int_dtype(dt)) {
-				nv = t->n_values;
-				for (int k = 0; k < nv && nv >= 0; k++) {
-					if (t->values[k].param || t->values[k].value < 0)
-						nv = -1;
-					else
-						vals[k] = t->values[k].value;
-				}
-				if (nv >= 0 && r >= 0 && sh_numel(&tmp) != nv)
-					nv = -1;
-			}
+			nv = record_values(t, dt, &tmp, vals);
+			if (nv < 0)
+				nv = sh_interp(n, j, inf, &tmp, vals);
 		}
 		if (set_fact(e, &e->f[v->id], dt, r, dims, nv, vals))
 			st = -1;

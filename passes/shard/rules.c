@@ -110,7 +110,7 @@ int sh_local_vals(const struct sh_prop *p, const struct tpf_value *v, int64_t *v
 		if (r < 0)
 			return -1;
 		x.dims = dims;
-		return sh_interp(n, (size_t)v->producer_index, &px, f, vals);
+		return sh_eval_ints(n, (size_t)v->producer_index, &px, f, p->s->ev.opset, vals);
 	}
 	{
 		struct sh_fact lf[8];
@@ -132,7 +132,7 @@ int sh_local_vals(const struct sh_prop *p, const struct tpf_value *v, int64_t *v
 			}
 			pf[i] = &lf[i];
 		}
-		return sh_interp(n, (size_t)v->producer_index, pf, f, vals);
+		return sh_eval_ints(n, (size_t)v->producer_index, pf, f, p->s->ev.opset, vals);
 	}
 }
 

@@ -72,9 +72,15 @@ enum tpf_status sh_eval_run(struct sh_eval *e, struct tpf_graph *g, int64_t opse
 void sh_eval_free(struct sh_eval *e);
 /* The facts of v (never NULL; unknown when v is outside the evaluation). */
 const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_value *v);
-/* Elements of a small integer tensor computed by the interpreter from
- * inputs given as facts: the count, or -1 when it cannot tell.  Used by
- * the evaluator and by the propagation's local-value estimates. */
+/* Elements of a small integer tensor, output `out` of n, from inputs
+ * given as facts (`outf`: the output's dims and dtype): what n's record
+ * computes (tpf_op_infer with every dim concrete), else what the
+ * interpreter of shape arithmetic on concrete numbers does (sh_interp:
+ * broadcasting, comparisons, Where, Gather, Slice and Concat of any rank,
+ * ConstantOfShape, Expand, reductions).  The count, or -1 when neither can
+ * tell.  The evaluator and the propagation's local-value estimates use it. */
+int sh_eval_ints(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+		 const struct sh_fact *outf, int64_t opset, int64_t *vals);
 int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
 	      const struct sh_fact *outf, int64_t *vals);
 /* Whether n is op `op` (an id names its domain too). */
