@@ -7,7 +7,8 @@
  * ir/ops.def, in ir/ops/FAMILY.c) holds the op's domain, op type and
  * arity, the opset it appeared in, its operands with their type
  * constraints (as the ONNX spec lists them), its traits, its attributes
- * (kind, default, allowed values, opsets) and ONE shape-and-type function.
+ * (kind, default, allowed values, opsets), ONE shape-and-type function and
+ * the sharder's rule.
  * The verifier checks arity, attributes and type constraints from the
  * record and then calls the shape function (XLA's verifier calls the same
  * shape inference that inference uses); shape inference, the runtime's
