@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../pattern.h"
+#include "pattern.h"
 #include "shard.h"
 
 struct tpf_shard {
