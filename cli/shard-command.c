@@ -4,7 +4,7 @@
  *                    [--vocab-parallel-embedding] [--stats]
  *                    [--external-data-threshold BYTES]
  *
- * Writes W rank graphs from one single-device graph (passes/shard.c):
+ * Writes W rank graphs from one single-device graph (passes/shard/):
  * column/row splits found from the weights, com.microsoft AllReduce /
  * AllGather where a split meets an op that needs the whole tensor, each
  * rank's weights in its own data file.  docs/cli.md is the user guide.

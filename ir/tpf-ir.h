@@ -278,6 +278,60 @@ enum tpf_op_trait {
 };
 int tpf_op_has_trait(enum tpf_op op, enum tpf_op_trait trait);
 
+/* The sharder's rule for an op (tpfuse shard, the `shard` pass): how the
+ * shardings of its operands map to its outputs', from its record.  `arg`
+ * refines the rule as the comment says; NONE: a split operand is gathered. */
+enum tpf_shard_rule {
+	TPF_SHARD_RULE_NONE = 0,
+	TPF_SHARD_RULE_REPLICATED,   /* outputs replicated whatever the operands (Shape, Size) */
+	TPF_SHARD_RULE_UNARY,        /* the sharding passes; arg 1: partial sums pass too */
+	TPF_SHARD_RULE_BROADCAST,    /* numpy broadcasting; arg: enum tpf_shard_arith */
+	TPF_SHARD_RULE_QUANT,        /* unary when its scale and zero point are per tensor */
+	TPF_SHARD_RULE_ALONG_AXIS,   /* works along attribute `axis`; arg: its default */
+	TPF_SHARD_RULE_ARG_EXTREME,  /* ArgMax / ArgMin: along `axis`, `keepdims` */
+	TPF_SHARD_RULE_CUMSUM,       /* along the axis its second input names */
+	TPF_SHARD_RULE_TRILU,        /* on the last two axes */
+	TPF_SHARD_RULE_REDUCE,       /* over `axes`; arg: enum tpf_shard_arith */
+	TPF_SHARD_RULE_NORM,         /* over the last axes; arg: its data operands (a skip: 2) */
+	TPF_SHARD_RULE_MATMUL,
+	TPF_SHARD_RULE_GEMM,
+	TPF_SHARD_RULE_CONV,
+	TPF_SHARD_RULE_PAD,
+	TPF_SHARD_RULE_SCATTER_ND,
+	TPF_SHARD_RULE_ELEMENTS,     /* Gather/ScatterElements; arg 1: a scatter */
+	TPF_SHARD_RULE_RESHAPE,
+	TPF_SHARD_RULE_FLATTEN,
+	TPF_SHARD_RULE_TRANSPOSE,
+	TPF_SHARD_RULE_UNSQUEEZE,    /* arg 1: Squeeze */
+	TPF_SHARD_RULE_EXPAND,
+	TPF_SHARD_RULE_CONSTANT_OF_SHAPE,
+	TPF_SHARD_RULE_SLICE,
+	TPF_SHARD_RULE_SPLIT,
+	TPF_SHARD_RULE_CONCAT,
+	TPF_SHARD_RULE_GATHER,
+	TPF_SHARD_RULE_RESIZE,       /* no rule (as NONE); its output shape comes from values */
+};
+
+/* The arithmetic a BROADCAST or REDUCE rule does, where the sharder
+ * tells it apart: partial sums pass a SUM (Add, Sub, Sum), a PRODUCT with
+ * one partial operand, a QUOTIENT with a partial numerator. */
+enum tpf_shard_arith {
+	TPF_SHARD_OTHER = 0,
+	TPF_SHARD_SUM,
+	TPF_SHARD_PRODUCT,
+	TPF_SHARD_QUOTIENT,
+	TPF_SHARD_MAX,
+	TPF_SHARD_MIN,
+};
+
+/* The rule of op's record (*arg set when non-NULL). */
+enum tpf_shard_rule tpf_op_shard_rule(enum tpf_op op, int *arg);
+/* The rule of node n: its op's, or for an ONNX-domain (or com.microsoft)
+ * op that tpfuse has no record of, the rule the ONNX spec's semantics give
+ * it (Gelu is unary, Sum broadcasts, ReduceProd reduces, ...). */
+struct tpf_node;
+enum tpf_shard_rule tpf_node_shard_rule(const struct tpf_node *n, int *arg);
+
 /* The project's own ONNX domain for fused ops. */
 #define TPF_DOMAIN "ai.tpfuse"
 #define TPF_MS_DOMAIN "com.microsoft"

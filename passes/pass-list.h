@@ -31,6 +31,7 @@ TPF_PASS(merge_parallel_matmuls)
 TPF_PASS(fuse_swiglu)
 TPF_PASS(fuse_rotary_embedding)
 TPF_PASS(fuse_attention)
+TPF_PASS(shard)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

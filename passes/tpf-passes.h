@@ -84,7 +84,7 @@ enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_
 
 /* ------------------------------------------------------------------ sharding
  * A single-device model into the rank models of W-way tensor parallelism
- * (passes/shard.c, docs/passes.md "shard"): Megatron's column/row split of
+ * (passes/shard/, docs/passes.md "shard"): Megatron's column/row split of
  * the projections, found by propagating splits from the weights through
  * the ops, com.microsoft AllReduce/AllGather where a split meets an op that
  * needs the whole tensor.

@@ -171,12 +171,12 @@ mutant runtime-shared-constant-freed runtime/session.c \
 	"plan-support" \
 	"a plan that goes frees the device copies its constants share with the session's other plans"
 
-mutant shard-refuse-group-size passes/shard.c \
+mutant shard-refuse-group-size passes/shard/driver.c \
 	's|^\(\t*\)if (world > 1 \|\| tpf_node_attr_int(n, "group_size", 1) > 1)$|\1if (world > 1)|' \
 	"shard" \
 	"tpfuse shard takes an export whose collectives have group_size 2 but no tp_world_size metadata for a single-device model: it drops their AllReduces and splits the rank graph again"
 
-mutant shard-vocab-unshifted passes/shard-rewrite.c \
+mutant shard-vocab-unshifted passes/shard/rewrite.c \
 	's|^\(\t*\)in\[1\] = shifted;$|\1in[1] = ids;|' \
 	"shard shard-vocab-parallel" \
 	"the vocab-parallel embedding looks up the token ids themselves in the rank's rows of the table, not the ids less the rank's first row: every rank but 0 indexes past its rows"
@@ -261,17 +261,17 @@ mutant kernel-causal-past-ignored kernels/cpu/attention.c \
 	"kernels-cpu" \
 	"the CPU Attention's causal mask ignores the past length: a new query sees only as many keys as its position, cached ones included"
 
-mutant shard-transpose-axis-kept passes/shard-prop.c \
+mutant shard-transpose-axis-kept passes/shard/rules-movement.c \
 	's|^\(\t*\)c->out\[0\] = c->raw\[0\] = on_axis(c->in\[0\], i);$|\1c->out[0] = c->raw[0] = on_axis(c->in[0], c->in[0].axis);|' \
 	"shard" \
 	"shard keeps a split on its axis through a Transpose instead of moving it where perm puts it"
 
-mutant shard-concat-edit-position passes/shard-rewrite.c \
+mutant shard-concat-edit-position passes/shard/rewrite.c \
 	's|^\(\t*\)sub\[m++\] = (struct change){ch\[j\].elem - off, ch\[j\].value};$|\1sub[m++] = (struct change){ch[j].elem, ch[j].value};|' \
 	"shard" \
 	"shard writes a head-count edit of a Concat at the position in the whole Concat, not in the part that holds it (the head size changes instead)"
 
-mutant shard-sections-first-only passes/shard-rewrite.c \
+mutant shard-sections-first-only passes/shard/slice.c \
 	's|^\(\t*\)uint64_t first = (uint64_t)((o \* D + off + rank \* part) \* inner) \* bits;$|\1uint64_t first = (uint64_t)((o * D + rank * part) * inner) * bits;|' \
 	"shard" \
 	"shard slices every section of a fused weight (q/k/v, gate/up) from the first section: each rank's k and v columns are copies of its q columns"

@@ -565,6 +565,98 @@ static void test_alloc_failures(void **state)
 	fail_msg("tpf_shard made more than 200000 allocations");
 }
 
+/* The sharding rules come from the op records, and for ONNX ops without a
+ * record from the registry's table of their semantics. */
+static void test_rules_from_records(void **state)
+{
+	struct tpf_model *m = parse_model("ir_version 10\n"
+					  "opset \"\" 23\n"
+					  "opset \"com.microsoft\" 1\n"
+					  "graph \"\" {\n"
+					  "  input %0: f32[2,4] \"x\"\n"
+					  "  %1 = Gelu(%0) : ?  # gelu\n"
+					  "  %2 = Sum(%0, %1) : ?  # sum\n"
+					  "  %3 = ReduceProd(%2) : ?  # prod\n"
+					  "  %4 = com.microsoft.SkipLayerNormalization(%0, %1, %0) : ?  # skip\n"
+					  "  %5 = custom.Gelu(%0) : ?  # other_domain\n"
+					  "  output %3: ? \"y\"\n"
+					  "  output %4: ? \"z\"\n"
+					  "  output %5: ? \"w\"\n"
+					  "}\n");
+	struct tpf_graph *g = m->graph;
+	int arg = -7;
+
+	(void)state;
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_MATMUL, &arg), TPF_SHARD_RULE_MATMUL);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_NEG, &arg), TPF_SHARD_RULE_UNARY);
+	assert_int_equal(arg, 1); /* partial sums pass a Neg */
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_RELU, &arg), TPF_SHARD_RULE_UNARY);
+	assert_int_equal(arg, 0);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_SUB, &arg), TPF_SHARD_RULE_BROADCAST);
+	assert_int_equal(arg, TPF_SHARD_SUM);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_DIV, &arg), TPF_SHARD_RULE_BROADCAST);
+	assert_int_equal(arg, TPF_SHARD_QUOTIENT);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_REDUCE_SUM, &arg), TPF_SHARD_RULE_REDUCE);
+	assert_int_equal(arg, TPF_SHARD_SUM);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_REDUCE_MEAN, &arg), TPF_SHARD_RULE_REDUCE);
+	assert_int_equal(arg, TPF_SHARD_OTHER);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_SQUEEZE, &arg), TPF_SHARD_RULE_UNSQUEEZE);
+	assert_int_equal(arg, 1);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION, &arg),
+			 TPF_SHARD_RULE_NORM);
+	assert_int_equal(arg, 2);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_TPF_RMS_NORM, NULL), TPF_SHARD_RULE_NORM);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_SHAPE, NULL), TPF_SHARD_RULE_REPLICATED);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_MS_ALLREDUCE, NULL), TPF_SHARD_RULE_NONE);
+	assert_int_equal(tpf_op_shard_rule(TPF_OP_TPF_ALLREDUCE_RMS_NORM, NULL), TPF_SHARD_RULE_NONE);
+	/* ops without a record */
+	assert_int_equal(tpf_node_shard_rule(find_node(g, "gelu"), &arg), TPF_SHARD_RULE_UNARY);
+	assert_int_equal(tpf_node_shard_rule(find_node(g, "sum"), &arg), TPF_SHARD_RULE_BROADCAST);
+	assert_int_equal(arg, TPF_SHARD_SUM);
+	assert_int_equal(tpf_node_shard_rule(find_node(g, "prod"), &arg), TPF_SHARD_RULE_REDUCE);
+	assert_int_equal(arg, TPF_SHARD_PRODUCT);
+	assert_int_equal(tpf_node_shard_rule(find_node(g, "skip"), &arg), TPF_SHARD_RULE_NORM);
+	assert_int_equal(arg, 2);
+	assert_int_equal(tpf_node_shard_rule(find_node(g, "other_domain"), &arg), TPF_SHARD_RULE_NONE);
+	assert_int_equal(arg, 0);
+	tpf_model_free(m);
+}
+
+/* The pass `shard` under allocation failures: a status, never a crash; with
+ * a rank, the slices it keeps are the model's. */
+static void test_pass_alloc_failures(void **state)
+{
+	(void)state;
+	for (uint64_t n = 1; n < 200000; n++) {
+		struct tpf_model *m = mlp();
+		struct tpf_diag *d = tpf_diag_create();
+		struct tpf_pipeline_options o = {.passes = "shard", .ctx = {.rank = 1, .world_size = 2}};
+		enum tpf_status s;
+		uint64_t made;
+		size_t dropped = d->dropped;
+
+		tpf_alloc_fail_after(n);
+		s = tpf_pipeline_run(m, &o, d);
+		made = tpf_alloc_count();
+		tpf_alloc_fail_after(0);
+		if (made < n) {
+			assert_int_equal(s, TPF_OK);
+			assert_true(elem(m, "up.weight", 1, 0) == 104.0f);
+			assert_true(elem(m, "down.weight", 0, 2) == 402.0f);
+			assert_string_equal(tpf_model_metadata(m, "tp_rank"), "1");
+			tpf_model_free(m);
+			tpf_diag_free(d);
+			return;
+		}
+		tpf_model_free(m);
+		if (s == TPF_OK && d->dropped == dropped)
+			fail_msg("allocation %llu failed and the pass reported success",
+				 (unsigned long long)n);
+		tpf_diag_free(d);
+	}
+	fail_msg("the pass made more than 200000 allocations");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -581,6 +673,8 @@ int main(void)
 		cmocka_unit_test(test_already_parallel),
 		cmocka_unit_test(test_group_size_parallel),
 		cmocka_unit_test(test_alloc_failures),
+		cmocka_unit_test(test_rules_from_records),
+		cmocka_unit_test(test_pass_alloc_failures),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

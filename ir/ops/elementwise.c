@@ -19,6 +19,7 @@ enum { T = 1, T1, B };
 #define UNARY_OP(id, op_type, since_opset, dtypes, expected)                                       \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
 		OP_UNARY(op_type, since_opset, "X", "Y", {"T", dtypes, expected}),                 \
+		.shard = SHARD(UNARY, TPF_OP_##id == TPF_OP_NEG), /* Neg is linear */              \
 	}
 
 UNARY_OP(ABS, "Abs", 1, DT_NUMERIC, "a numeric type");
@@ -35,6 +36,7 @@ UNARY_OP(RECIPROCAL, "Reciprocal", 1, DT_FLOATS, "a float type (float16, bfloat1
 
 const struct tpf_op_def tpf_op_def_NOT = {
 	OP_UNARY("Not", 1, "X", "Y", TYPE_BOOL("T")),
+	.shard = SHARD(UNARY, 0),
 };
 
 /* Shape and values pass through. */
@@ -51,6 +53,7 @@ static void identity_shape(struct tpf_shape_call *c)
 const struct tpf_op_def tpf_op_def_IDENTITY = {
 	OP_UNARY("Identity", 1, "input", "output", TYPE_ANY("V")),
 	.shape = identity_shape,
+	.shard = SHARD(UNARY, 1),
 };
 
 /* ------------------------------------------------------------------ binary */
@@ -120,10 +123,17 @@ static void arith_shape(struct tpf_shape_call *c)
 	arith_values(c, y);
 }
 
+/* What the sharder tells apart (enum tpf_shard_arith). */
+#define BINARY_ARITH(op)                                                                           \
+	((op) == TPF_OP_ADD || (op) == TPF_OP_SUB ? TPF_SHARD_SUM                                  \
+	 : (op) == TPF_OP_MUL                    ? TPF_SHARD_PRODUCT                              \
+						 : TPF_SHARD_QUOTIENT)
+
 #define BINARY_OP(id, op_type)                                                                     \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
 		OP_BINARY(op_type, 1, TYPE_NUMERIC("T")),                                          \
 		.shape = arith_shape,                                                              \
+		.shard = SHARD(BROADCAST, BINARY_ARITH(TPF_OP_##id)),                              \
 	}
 
 BINARY_OP(ADD, "Add");
@@ -138,6 +148,7 @@ const struct tpf_op_def tpf_op_def_POW = {
 	.inputs = {{"X", T}, {"Y", T1}},
 	.outputs = {{"Z", T}},
 	.types = {[T] = TYPE_NUMERIC("T"), [T1] = TYPE_NUMERIC("T1")},
+	.shard = SHARD(BROADCAST, 0),
 };
 
 #define VARIADIC_OP(id, op_type)                                                                   \
@@ -148,6 +159,7 @@ const struct tpf_op_def tpf_op_def_POW = {
 		.inputs = {{"data_0", T}},                                                         \
 		.outputs = {{"result", T}},                                                        \
 		.types = {[T] = TYPE_NUMERIC("T")},                                                \
+		.shard = SHARD(BROADCAST, 0),                                                      \
 	}
 
 VARIADIC_OP(MAX, "Max");
@@ -156,6 +168,7 @@ VARIADIC_OP(MIN, "Min");
 #define COMPARISON_OP(id, op_type, dtypes, expected)                                               \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
 		OP_COMPARE(op_type, 1, "T1", {"T", dtypes, expected}),                             \
+		.shard = SHARD(BROADCAST, 0),                                                      \
 	}
 
 COMPARISON_OP(EQUAL, "Equal", DT_NUMERIC | DT(BOOL) | DT(STRING), "a numeric, bool or string type");
@@ -169,6 +182,7 @@ const struct tpf_op_def tpf_op_def_WHERE = {
 	.inputs = {{"condition", B}, {"X", T}, {"Y", T}},
 	.outputs = {{"output", T}},
 	.types = {[T] = TYPE_ANY("T"), [B] = TYPE_BOOL("B")},
+	.shard = SHARD(BROADCAST, 0),
 };
 
 /* ------------------------------------------------------------------ Cast */
@@ -205,4 +219,5 @@ const struct tpf_op_def tpf_op_def_CAST = {
 		{0},
 	},
 	.shape = cast_shape,
+	.shard = SHARD(UNARY, 0),
 };

@@ -143,6 +143,7 @@ const struct tpf_op_def tpf_op_def_FLATTEN = {
 	OP_DATA("Flatten", 1, 1, 1, "input", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", 1), {0}},
 	.shape = flatten_shape,
+	.shard = SHARD(FLATTEN, 0),
 };
 
 /* ------------------------------------------------------------------ GatherND, ScatterND */
@@ -229,6 +230,7 @@ const struct tpf_op_def tpf_op_def_SCATTER_ND = {
 		{0},
 	},
 	.shape = scatter_nd_shape,
+	.shard = SHARD(SCATTER_ND, 0),
 };
 
 /* ------------------------------------------------------------------ OneHot */
@@ -357,6 +359,7 @@ const struct tpf_op_def tpf_op_def_TRILU = {
 	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
 	.attrs = (const struct op_attr[]){ATTR_INT("upper", 1), {0}},
 	.shape = trilu_shape,
+	.shard = SHARD(TRILU, 0),
 };
 
 static void cumsum_shape(struct tpf_shape_call *c)
@@ -386,6 +389,7 @@ const struct tpf_op_def tpf_op_def_CUMSUM = {
 		  [IND] = TYPE_INDEX("T2")},
 	.attrs = (const struct op_attr[]){ATTR_INT("exclusive", 0), ATTR_INT("reverse", 0), {0}},
 	.shape = cumsum_shape,
+	.shard = SHARD(CUMSUM, 0),
 };
 
 /* ------------------------------------------------------------------ Size */
@@ -411,4 +415,5 @@ static void size_shape(struct tpf_shape_call *c)
 const struct tpf_op_def tpf_op_def_SIZE = {
 	OP_TO_INT64("Size", 1, "size", TYPE_ANY("T")),
 	.shape = size_shape,
+	.shard = SHARD(REPLICATED, 0),
 };

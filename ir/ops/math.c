@@ -12,6 +12,7 @@ enum { T = 1, B };
 #define UNARY_FLOAT_OP(id, op_type, since_opset)                                                   \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
 		OP_UNARY(op_type, since_opset, "X", "Y", TYPE_FLOATS("T")),                        \
+		.shard = SHARD(UNARY, 0),                                                          \
 	}
 
 UNARY_FLOAT_OP(FLOOR, "Floor", 1);
@@ -29,6 +30,7 @@ UNARY_FLOAT_OP(SOFTPLUS, "Softplus", 1);
 		.outputs = {{"Y", B}},                                                             \
 		.types = {[T] = {"T1", DT_FLOATS | DT_FLOAT8, "a float type"}, [B] = TYPE_BOOL("T2")}, \
 		.attrs = attributes,                                                               \
+		.shard = SHARD(UNARY, 0),                                                          \
 	}
 
 FLOAT_CLASS_OP(IS_NAN, "IsNaN", 9, NULL);
@@ -39,6 +41,7 @@ FLOAT_CLASS_OP(IS_INF, "IsInf", 10,
 const struct tpf_op_def tpf_op_def_MOD = {
 	OP_BINARY("Mod", 10, TYPE_NUMERIC("T")),
 	.attrs = (const struct op_attr[]){ATTR_INT("fmod", 0), {0}},
+	.shard = SHARD(BROADCAST, 0),
 };
 
 /* Clip: bounds as optional scalar inputs (opset 11), attributes before. */
@@ -55,6 +58,7 @@ const struct tpf_op_def tpf_op_def_CLIP = {
 		{0},
 	},
 	.forms = {{11, 1, 1}},
+	.shard = SHARD(UNARY, 0),
 };
 
 #define LOGIC_OP(id, op_type)                                                                      \
@@ -65,6 +69,7 @@ const struct tpf_op_def tpf_op_def_CLIP = {
 		.inputs = {{"A", B}, {"B", B}},                                                    \
 		.outputs = {{"C", B}},                                                             \
 		.types = {[B] = TYPE_BOOL("T")},                                                   \
+		.shard = SHARD(BROADCAST, 0),                                                      \
 	}
 
 LOGIC_OP(AND, "And");
@@ -74,6 +79,7 @@ LOGIC_OP(XOR, "Xor");
 #define ORDER_OP(id, op_type)                                                                      \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
 		OP_COMPARE(op_type, 12, "T1", TYPE_NUMERIC("T")),                                  \
+		.shard = SHARD(BROADCAST, 0),                                                      \
 	}
 
 ORDER_OP(LESS_OR_EQUAL, "LessOrEqual");

@@ -67,6 +67,7 @@ const struct tpf_op_def tpf_op_def_MATMUL = {
 	.outputs = {{"Y", T}},
 	.types = {[T] = {"T", MATMUL_TYPES, MATMUL_EXPECTED}},
 	.shape = matmul_shape,
+	.shard = SHARD(MATMUL, 0),
 };
 
 static void gemm_shape(struct tpf_shape_call *c)
@@ -121,4 +122,5 @@ const struct tpf_op_def tpf_op_def_GEMM = {
 		{0},
 	},
 	.shape = gemm_shape,
+	.shard = SHARD(GEMM, 0),
 };

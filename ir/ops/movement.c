@@ -179,6 +179,7 @@ const struct tpf_op_def tpf_op_def_RESHAPE = {
 	OP_WITH_INT64("Reshape", 5, 2, "data", "shape", "reshaped"),
 	.attrs = (const struct op_attr[]){ATTR_INT("allowzero", 0), {0}},
 	.shape = reshape_shape,
+	.shard = SHARD(RESHAPE, 0),
 };
 
 /* ------------------------------------------------------------------ Transpose */
@@ -232,6 +233,7 @@ const struct tpf_op_def tpf_op_def_TRANSPOSE = {
 	OP_DATA("Transpose", 1, 1, 1, "data", "transposed"),
 	.attrs = (const struct op_attr[]){ATTR_OF("perm", TPF_ATTR_INTS), {0}},
 	.shape = transpose_shape,
+	.shard = SHARD(TRANSPOSE, 0),
 };
 
 /* ------------------------------------------------------------------ Slice */
@@ -363,6 +365,7 @@ const struct tpf_op_def tpf_op_def_SLICE = {
 	},
 	.forms = {{10, 1, 1}},
 	.shape = slice_shape,
+	.shard = SHARD(SLICE, 0),
 };
 
 /* ------------------------------------------------------------------ Split */
@@ -494,6 +497,7 @@ const struct tpf_op_def tpf_op_def_SPLIT = {
 	},
 	.forms = {{13, 1, 1}},
 	.shape = split_shape,
+	.shard = SHARD(SPLIT, 0),
 };
 
 /* ------------------------------------------------------------------ Concat */
@@ -594,6 +598,7 @@ const struct tpf_op_def tpf_op_def_CONCAT = {
 	.attrs = (const struct op_attr[]){
 		{.name = "axis", .kind = TPF_ATTR_INT, .flags = ATTR_REQUIRED}, {0}},
 	.shape = concat_shape,
+	.shard = SHARD(CONCAT, 0),
 };
 
 /* ------------------------------------------------------------------ Gather */
@@ -635,6 +640,7 @@ const struct tpf_op_def tpf_op_def_GATHER = {
 	OP_WITH_INDEX("Gather", 1, "data", "indices", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", 0), {0}},
 	.shape = gather_shape,
+	.shard = SHARD(GATHER, 0),
 };
 
 static void gather_elements_shape(struct tpf_shape_call *c)
@@ -657,6 +663,7 @@ const struct tpf_op_def tpf_op_def_GATHER_ELEMENTS = {
 	OP_WITH_INDEX("GatherElements", 11, "data", "indices", "output"),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", 0), {0}},
 	.shape = gather_elements_shape,
+	.shard = SHARD(ELEMENTS, 0),
 };
 
 static const char *const scatter_reductions[] = {"none", "add", "mul", "max", "min", NULL};
@@ -674,6 +681,7 @@ const struct tpf_op_def tpf_op_def_SCATTER_ELEMENTS = {
 		 .since = 16, .allowed = scatter_reductions},
 		{0},
 	},
+	.shard = SHARD(ELEMENTS, 1),
 };
 
 /* ------------------------------------------------------------------ Squeeze, Unsqueeze */
@@ -735,6 +743,7 @@ const struct tpf_op_def tpf_op_def_SQUEEZE = {
 		{.name = "axes", .kind = TPF_ATTR_INTS, .until = 13}, {0}},
 	.forms = {{13, 1, 1}},
 	.shape = squeeze_shape,
+	.shard = SHARD(UNSQUEEZE, 1),
 };
 
 static void unsqueeze_shape(struct tpf_shape_call *c)
@@ -778,6 +787,7 @@ const struct tpf_op_def tpf_op_def_UNSQUEEZE = {
 		{.name = "axes", .kind = TPF_ATTR_INTS, .until = 13, .required_before = 13}, {0}},
 	.forms = {{13, 1, 1}, {INT64_MAX, 2, 2}},
 	.shape = unsqueeze_shape,
+	.shard = SHARD(UNSQUEEZE, 0),
 };
 
 /* ------------------------------------------------------------------ Expand */
@@ -820,6 +830,7 @@ static void expand_shape(struct tpf_shape_call *c)
 const struct tpf_op_def tpf_op_def_EXPAND = {
 	OP_WITH_INT64("Expand", 8, 2, "input", "shape", "output"),
 	.shape = expand_shape,
+	.shard = SHARD(EXPAND, 0),
 };
 
 /* ------------------------------------------------------------------ Shape */
@@ -861,6 +872,7 @@ const struct tpf_op_def tpf_op_def_SHAPE = {
 		{0},
 	},
 	.shape = shape_shape,
+	.shard = SHARD(REPLICATED, 0),
 };
 
 /* ------------------------------------------------------------------ ConstantOfShape, Constant */
@@ -905,6 +917,7 @@ const struct tpf_op_def tpf_op_def_CONSTANT_OF_SHAPE = {
 	.types = {[I64] = TYPE_INT64, [T2] = {"T2", DT_ALL, "a tensor type"}},
 	.attrs = (const struct op_attr[]){ATTR_OF("value", TPF_ATTR_TENSOR), {0}},
 	.shape = constant_of_shape_shape,
+	.shard = SHARD(CONSTANT_OF_SHAPE, 0),
 };
 
 static const struct op_attr constant_attrs[] = {

@@ -80,6 +80,7 @@ const struct tpf_op_def tpf_op_def_RMS_NORMALIZATION = {
 	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V")},
 	.attrs = NORM_ATTRS,
 	.shape = rms_shape,
+	.shard = SHARD(NORM, 1),
 };
 
 /* onnxruntime's SimplifiedLayerNormalization, registered in both domains. */
@@ -93,6 +94,7 @@ const struct tpf_op_def tpf_op_def_RMS_NORMALIZATION = {
 			  [U] = {"U", DT(FLOAT) | DT(DOUBLE), "float or double"}},                \
 		.attrs = NORM_ATTRS,                                                               \
 		.shape = rms_shape,                                                                \
+		.shard = SHARD(NORM, 1),                                                           \
 	}
 
 SIMPLIFIED_NORM(SIMPLIFIED_LAYER_NORMALIZATION, "");
@@ -119,6 +121,7 @@ const struct tpf_op_def tpf_op_def_LAYER_NORMALIZATION = {
 	.types = {[T] = FLOAT_TYPE("T"), [U] = {"U", DT(FLOAT) | DT(BFLOAT16), "float or bfloat16"}},
 	.attrs = NORM_ATTRS,
 	.shape = layer_norm_shape,
+	.shard = SHARD(NORM, 1),
 };
 
 /* input + skip (+ bias) normalized; the sum is output 3.  skip and bias
@@ -153,4 +156,5 @@ const struct tpf_op_def tpf_op_def_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION = {
 	.types = {[T] = FLOAT_TYPE("T"), [U] = {"U", DT(FLOAT), "float"}},
 	.attrs = (const struct op_attr[]){ATTR_FLOAT("epsilon", 1e-12f), {0}},
 	.shape = skip_norm_shape,
+	.shard = SHARD(NORM, 2),
 };

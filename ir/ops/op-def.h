@@ -7,7 +7,8 @@
  * ir/ops.def, in ir/ops/FAMILY.c) holds the op's domain, op type and
  * arity, the opset it appeared in, its operands with their type
  * constraints (as the ONNX spec lists them), its traits, its attributes
- * (kind, default, allowed values, opsets) and ONE shape-and-type function.
+ * (kind, default, allowed values, opsets), ONE shape-and-type function and
+ * the sharder's rule.
  * The verifier checks arity, attributes and type constraints from the
  * record and then calls the shape function (XLA's verifier calls the same
  * shape inference that inference uses); shape inference, the runtime's
@@ -107,6 +108,14 @@ struct op_form {
 	unsigned optional;
 };
 
+/* The sharder's rule of an op and the int that refines it (tpf-ir.h). */
+struct op_shard {
+	enum tpf_shard_rule rule;
+	int arg;
+};
+
+#define SHARD(kind, a) {TPF_SHARD_RULE_##kind, (a)}
+
 struct tpf_op_def {
 	struct tpf_op_info info;  /* domain, op type, arity */
 	int64_t since;            /* first opset of its domain that has it (0: any) */
@@ -117,6 +126,7 @@ struct tpf_op_def {
 	const struct op_attr *attrs;                 /* NULL-name terminated, or NULL */
 	struct op_form forms[2];                     /* by increasing `before`; 0 ends */
 	void (*shape)(struct tpf_shape_call *c);
+	struct op_shard shard;                       /* the sharder's rule (0: none) */
 };
 
 /* Families of ONNX-domain records (fields to start a record with), where

@@ -58,6 +58,7 @@ const struct tpf_op_def tpf_op_def_QUANTIZE_LINEAR = {
 		{0},
 	},
 	.shape = quantize_shape,
+	.shard = SHARD(QUANT, 0),
 };
 
 static void dequantize_shape(struct tpf_shape_call *c)
@@ -96,6 +97,7 @@ const struct tpf_op_def tpf_op_def_DEQUANTIZE_LINEAR = {
 		{0},
 	},
 	.shape = dequantize_shape,
+	.shard = SHARD(QUANT, 0),
 };
 
 static void fp4_quantize_shape(struct tpf_shape_call *c)

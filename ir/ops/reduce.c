@@ -68,6 +68,10 @@ static void reduce_shape(struct tpf_shape_call *c)
 	}
 }
 
+/* What the sharder tells apart (enum tpf_shard_arith). */
+#define REDUCE_ARITH(op)                                                                           \
+	((op) == TPF_OP_REDUCE_SUM ? TPF_SHARD_SUM : (op) == TPF_OP_REDUCE_MAX ? TPF_SHARD_MAX : 0)
+
 #define REDUCE_OP(id, op_type, dtypes, expected, axes_input_since)                                \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
 		.info = {"", op_type, 1, 2, 1, 1},                                                 \
@@ -84,6 +88,7 @@ static void reduce_shape(struct tpf_shape_call *c)
 		},                                                                                 \
 		.forms = {{axes_input_since, 1, 1}},                                               \
 		.shape = reduce_shape,                                                             \
+		.shard = SHARD(REDUCE, REDUCE_ARITH(TPF_OP_##id)),                                 \
 	}
 
 REDUCE_OP(REDUCE_MAX, "ReduceMax", DT_NUMERIC | DT(BOOL), "a numeric or bool type", 18);
@@ -99,6 +104,7 @@ const struct tpf_op_def tpf_op_def_ARGMAX = {
 		{0},
 	},
 	.shape = reduce_shape,
+	.shard = SHARD(ARG_EXTREME, 0),
 };
 
 static void softmax_shape(struct tpf_shape_call *c)
@@ -115,6 +121,7 @@ const struct tpf_op_def tpf_op_def_SOFTMAX = {
 	OP_UNARY("Softmax", 1, "input", "output", TYPE_FLOATS("T")),
 	.attrs = (const struct op_attr[]){ATTR_INT("axis", -1), {0}},
 	.shape = softmax_shape,
+	.shard = SHARD(ALONG_AXIS, -1),
 };
 
 static void topk_shape(struct tpf_shape_call *c)
@@ -166,4 +173,5 @@ const struct tpf_op_def tpf_op_def_TOPK = {
 	},
 	.forms = {{10, 1, 1}},
 	.shape = topk_shape,
+	.shard = SHARD(ALONG_AXIS, -1),
 };

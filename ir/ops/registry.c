@@ -35,6 +35,68 @@ int tpf_op_has_trait(enum tpf_op op, enum tpf_op_trait trait)
 	return (op_def(op)->traits & (unsigned)trait) != 0;
 }
 
+enum tpf_shard_rule tpf_op_shard_rule(enum tpf_op op, int *arg)
+{
+	const struct tpf_op_def *d = op_def(op);
+
+	if (arg)
+		*arg = d->shard.arg;
+	return d->shard.rule;
+}
+
+/* Rules of ops without a record, by their ONNX semantics. */
+static const struct {
+	const char *domain, *op_type;
+	struct op_shard shard;
+} unrecorded_rules[] = {
+	{"", "Acos", SHARD(UNARY, 0)},          {"", "Acosh", SHARD(UNARY, 0)},
+	{"", "Asin", SHARD(UNARY, 0)},          {"", "Asinh", SHARD(UNARY, 0)},
+	{"", "Atan", SHARD(UNARY, 0)},          {"", "Atanh", SHARD(UNARY, 0)},
+	{"", "Cosh", SHARD(UNARY, 0)},          {"", "Elu", SHARD(UNARY, 0)},
+	{"", "Gelu", SHARD(UNARY, 0)},          {"", "HardSigmoid", SHARD(UNARY, 0)},
+	{"", "HardSwish", SHARD(UNARY, 0)},     {"", "LeakyRelu", SHARD(UNARY, 0)},
+	{"", "Mish", SHARD(UNARY, 0)},          {"", "Round", SHARD(UNARY, 0)},
+	{"", "Selu", SHARD(UNARY, 0)},          {"", "Sign", SHARD(UNARY, 0)},
+	{"", "Sinh", SHARD(UNARY, 0)},          {"", "Softsign", SHARD(UNARY, 0)},
+	{"", "Tan", SHARD(UNARY, 0)},           {"", "ThresholdedRelu", SHARD(UNARY, 0)},
+	{"", "Celu", SHARD(UNARY, 0)},          {"", "CastLike", SHARD(UNARY, 0)},
+	{"", "Shrink", SHARD(UNARY, 0)},        {"", "Dropout", SHARD(UNARY, 0)},
+	{"", "LogSoftmax", SHARD(ALONG_AXIS, -1)}, {"", "Hardmax", SHARD(ALONG_AXIS, -1)},
+	{"", "ArgMin", SHARD(ARG_EXTREME, 0)},
+	{"", "ReduceMin", SHARD(REDUCE, TPF_SHARD_MIN)},
+	{"", "ReduceProd", SHARD(REDUCE, TPF_SHARD_PRODUCT)},
+	{"", "ReduceL1", SHARD(REDUCE, 0)},     {"", "ReduceL2", SHARD(REDUCE, 0)},
+	{"", "ReduceLogSum", SHARD(REDUCE, 0)}, {"", "ReduceLogSumExp", SHARD(REDUCE, 0)},
+	{"", "ReduceSumSquare", SHARD(REDUCE, 0)},
+	{"", "Sum", SHARD(BROADCAST, TPF_SHARD_SUM)}, {"", "Mean", SHARD(BROADCAST, 0)},
+	{"", "BitShift", SHARD(BROADCAST, 0)},  {"", "BitwiseAnd", SHARD(BROADCAST, 0)},
+	{"", "BitwiseOr", SHARD(BROADCAST, 0)}, {"", "BitwiseXor", SHARD(BROADCAST, 0)},
+	{"", "PRelu", SHARD(BROADCAST, 0)},     {"", "Resize", SHARD(RESIZE, 0)},
+	{TPF_MS_DOMAIN, "SkipLayerNormalization", SHARD(NORM, 2)},
+};
+
+enum tpf_shard_rule tpf_node_shard_rule(const struct tpf_node *n, int *arg)
+{
+	const char *domain;
+
+	if (arg)
+		*arg = 0;
+	if (!n)
+		return TPF_SHARD_RULE_NONE;
+	if (n->op != TPF_OP_UNKNOWN)
+		return tpf_op_shard_rule(n->op, arg);
+	domain = n->domain && strcmp(n->domain, "ai.onnx") ? n->domain : "";
+	for (size_t i = 0; n->op_type && i < sizeof(unrecorded_rules) / sizeof(unrecorded_rules[0]);
+	     i++)
+		if (!strcmp(unrecorded_rules[i].op_type, n->op_type) &&
+		    !strcmp(unrecorded_rules[i].domain, domain)) {
+			if (arg)
+				*arg = unrecorded_rules[i].shard.arg;
+			return unrecorded_rules[i].shard.rule;
+		}
+	return TPF_SHARD_RULE_NONE;
+}
+
 enum tpf_op tpf_op_lookup(const char *domain, const char *op_type)
 {
 	if (!domain || strcmp(domain, "ai.onnx") == 0)

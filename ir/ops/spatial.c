@@ -135,6 +135,7 @@ const struct tpf_op_def tpf_op_def_CONV = {
 		{0},
 	},
 	.shape = conv_shape,
+	.shard = SHARD(CONV, 0),
 };
 
 /* ------------------------------------------------------------------ Pad */
@@ -219,4 +220,5 @@ const struct tpf_op_def tpf_op_def_PAD = {
 	},
 	.forms = {{11, 1, 1}, {INT64_MAX, 2, 4}},
 	.shape = pad_shape,
+	.shard = SHARD(PAD, 0),
 };

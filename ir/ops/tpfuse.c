@@ -174,6 +174,7 @@ const struct tpf_op_def tpf_op_def_TPF_RMS_NORM = {
 	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V")},
 	.attrs = norm_attrs,
 	.shape = rms_norm_shape,
+	.shard = SHARD(NORM, 1),
 };
 
 /* ------------------------------------------------------------------ AllReduceRMSNorm */

@@ -7,24 +7,21 @@
  * primes (7, 11, 13, ...), so that a product of dims identifies the dims
  * it is made of and a Reshape's mapping of axes can be read off numbers.
  * Each node's shape comes from its op record (tpf_op_infer, concrete
- * mode), with the elements of integer inputs handed to it; the elements of
- * integer outputs come from a small interpreter (sh_interp) that covers
- * the shape arithmetic exporters write (Shape, Gather, Concat, Unsqueeze,
- * arithmetic and comparisons, Where, ConstantOfShape, Range, Slice, ...).
- * Where neither knows a dim, the exporter's declared static dim is taken.
+ * mode), with the elements of integer inputs handed to it, and so do the
+ * elements of integer outputs where the record computes them (Shape, Size,
+ * Range, Identity, and the 1-D cases of Gather, Concat, Unsqueeze, Add,
+ * ...).  What records leave unknown, a small interpreter of shape
+ * arithmetic on concrete numbers computes (sh_interp: broadcasting,
+ * comparisons, Where, Neg, Gather, Slice and Concat of any rank,
+ * ConstantOfShape, Expand, reductions of a shape).  Where neither knows a
+ * dim, the exporter's declared static dim is taken.
  */
 #include <limits.h>
 #include <string.h>
 
-#include "shard-internal.h"
+#include "shard.h"
 
 /* ------------------------------------------------------------------ helpers */
-
-int sh_is(const struct tpf_node *n, const char *name)
-{
-	return n && n->op_type && strcmp(n->op_type, name) == 0 &&
-	       (!n->domain || !*n->domain || strcmp(n->domain, "ai.onnx") == 0);
-}
 
 int64_t sh_numel(const struct sh_fact *f)
 {
@@ -145,62 +142,68 @@ static int norm_axis(int64_t a, int r)
 /* The integer arithmetic of shape computations, checked: -1 when the result
  * does not fit in int64 (INT64_MIN / -1 included) or the divisor is 0, and
  * the value is then left unknown. */
-static int binop(const char *op, int64_t a, int64_t b, int64_t *out)
+static int binop(enum tpf_op op, int64_t a, int64_t b, int64_t *out)
 {
-	if (!strcmp(op, "Add")) {
-		if (__builtin_add_overflow(a, b, out))
-			return -1;
-	} else if (!strcmp(op, "Sub")) {
-		if (__builtin_sub_overflow(a, b, out))
-			return -1;
-	} else if (!strcmp(op, "Mul")) {
-		if (__builtin_mul_overflow(a, b, out))
-			return -1;
-	} else if (!strcmp(op, "Div")) {
+	switch (op) {
+	case TPF_OP_ADD:
+		return __builtin_add_overflow(a, b, out) ? -1 : 0;
+	case TPF_OP_SUB:
+		return __builtin_sub_overflow(a, b, out) ? -1 : 0;
+	case TPF_OP_MUL:
+		return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+	case TPF_OP_DIV:
 		if (!b || (a == INT64_MIN && b == -1))
 			return -1;
 		*out = a / b;
-	} else if (!strcmp(op, "Mod")) {
+		return 0;
+	case TPF_OP_MOD:
 		if (!b)
 			return -1;
 		/* INT64_MIN % -1 traps on x86; the remainder is 0 */
 		*out = b == -1 ? 0 : a % b;
 		if (*out && ((*out < 0) != (b < 0)))
 			*out += b; /* fmod=0: the sign of the divisor */
-	} else if (!strcmp(op, "Max"))
+		return 0;
+	case TPF_OP_MAX:
 		*out = a > b ? a : b;
-	else if (!strcmp(op, "Min"))
+		return 0;
+	case TPF_OP_MIN:
 		*out = a < b ? a : b;
-	else if (!strcmp(op, "Equal"))
+		return 0;
+	case TPF_OP_EQUAL:
 		*out = a == b;
-	else if (!strcmp(op, "Less"))
+		return 0;
+	case TPF_OP_LESS:
 		*out = a < b;
-	else if (!strcmp(op, "Greater"))
+		return 0;
+	case TPF_OP_GREATER:
 		*out = a > b;
-	else if (!strcmp(op, "LessOrEqual"))
+		return 0;
+	case TPF_OP_LESS_OR_EQUAL:
 		*out = a <= b;
-	else if (!strcmp(op, "GreaterOrEqual"))
+		return 0;
+	case TPF_OP_GREATER_OR_EQUAL:
 		*out = a >= b;
-	else if (!strcmp(op, "And"))
+		return 0;
+	case TPF_OP_AND:
 		*out = a && b;
-	else if (!strcmp(op, "Or"))
+		return 0;
+	case TPF_OP_OR:
 		*out = a || b;
-	else if (!strcmp(op, "Xor"))
+		return 0;
+	case TPF_OP_XOR:
 		*out = !a != !b;
-	else
+		return 0;
+	default:
 		return -1;
-	return 0;
+	}
 }
 
-static int is_binop(const char *op)
+/* The ops binop knows (each computes 1 op 1). */
+static int is_binop(enum tpf_op op)
 {
-	static const char *const ops[] = {"Add", "Sub", "Mul", "Div", "Mod", "Max", "Min",
-					  "Equal", "Less", "Greater", "LessOrEqual",
-					  "GreaterOrEqual", "And", "Or", "Xor", NULL};
-	for (int i = 0; ops[i]; i++)
-		if (!strcmp(op, ops[i]))
-			return 1;
-	return 0;
+	int64_t x;
+	return binop(op, 1, 1, &x) == 0;
 }
 
 /* Optional input i of n: its k values, else 0, 1, ... (iota) or all 1s;
@@ -279,162 +282,152 @@ void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t
 	*count = tpf_slice_span(d, start, end, step, first);
 }
 
-int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
-	      const struct sh_fact *of, int64_t *vals)
+/* The interpreter, one family of ops a function: each gets the node, its
+ * inputs' facts, the output's fact `of` with on = its numel, and writes
+ * vals: the count, or -1. */
+
+/* Neg, Abs and Not of each element. */
+static int interp_unary(const struct tpf_node *n, const struct sh_fact *x, int64_t on,
+			int64_t *vals)
 {
-	const char *op = n->op_type;
-	int64_t on = sh_numel(of);
+	if (!fact_ok(x) || x->nvals != on)
+		return -1;
+	for (int64_t i = 0; i < on; i++) {
+		int64_t v = x->vals[i];
+		if (v == INT64_MIN && n->op != TPF_OP_NOT)
+			return -1; /* -INT64_MIN does not fit */
+		vals[i] = n->op == TPF_OP_NEG ? -v : n->op == TPF_OP_ABS ? (v < 0 ? -v : v) : !v;
+	}
+	return (int)on;
+}
+
+/* A broadcast binary op, or Where. */
+static int interp_broadcast(const struct tpf_node *n, const struct sh_fact *const *in,
+			    const struct sh_fact *of, int64_t on, int64_t *vals)
+{
+	int k = n->op == TPF_OP_WHERE ? 3 : 2;
 	int64_t oi[MAXR];
 
-	if (!op || (n->domain && *n->domain && strcmp(n->domain, "ai.onnx")))
+	if ((int)n->n_inputs != k)
 		return -1;
-	if (!of || of->rank < 0 || of->rank > MAXR || on < 0 || on > SH_MAX_VALS)
-		return -1;
-	if (!is_int_dtype(of->dtype) && of->dtype != TPF_DTYPE_UNDEFINED)
-		return -1;
-	if (!strcmp(op, "Shape")) {
-		const struct sh_fact *x = in[0];
-		int64_t s;
-		if (!x || x->rank < 0)
+	for (int j = 0; j < k; j++)
+		if (!fact_ok(in[j]) || in[j]->rank > of->rank)
 			return -1;
-		/* dims [start, end) clamped as a Slice of the rank */
-		if (tpf_slice_span(x->rank, attr_i(n, "start", 0), attr_i(n, "end", x->rank), 1, &s) != on)
-			return -1;
-		for (int64_t i = 0; i < on; i++) {
-			if (x->dims[s + i] < 0)
-				return -1;
-			vals[i] = x->dims[s + i];
-		}
-		return (int)on;
-	}
-	if (!strcmp(op, "Size")) {
-		int64_t k = sh_numel(in[0]);
-		if (k < 0 || on != 1)
-			return -1;
-		vals[0] = k;
-		return 1;
-	}
-	if (out != 0)
-		return -1;
-	if (!strcmp(op, "Identity") || !strcmp(op, "Cast") || !strcmp(op, "Reshape") ||
-	    !strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") || !strcmp(op, "Flatten")) {
-		if (!in[0] || in[0]->nvals != on || !is_int_dtype(in[0]->dtype))
-			return -1;
-		memcpy(vals, in[0]->vals, (size_t)on * 8);
-		return (int)on;
-	}
-	if (!strcmp(op, "Neg") || !strcmp(op, "Abs") || !strcmp(op, "Not")) {
-		if (!fact_ok(in[0]) || in[0]->nvals != on)
-			return -1;
-		for (int64_t i = 0; i < on; i++) {
-			int64_t x = in[0]->vals[i];
-			if (x == INT64_MIN && strcmp(op, "Not"))
-				return -1; /* -INT64_MIN does not fit */
-			vals[i] = !strcmp(op, "Neg") ? -x : !strcmp(op, "Abs") ? (x < 0 ? -x : x) : !x;
-		}
-		return (int)on;
-	}
-	if (is_binop(op) || !strcmp(op, "Where")) {
-		int k = !strcmp(op, "Where") ? 3 : 2;
-		if ((int)n->n_inputs != k)
-			return -1;
+	for (int64_t f = 0; f < on; f++) {
+		int64_t x[3];
+		unflatten(f, of->dims, of->rank, oi);
 		for (int j = 0; j < k; j++)
-			if (!fact_ok(in[j]) || in[j]->rank > of->rank)
-				return -1;
-		for (int64_t f = 0; f < on; f++) {
-			int64_t x[3];
-			unflatten(f, of->dims, of->rank, oi);
-			for (int j = 0; j < k; j++)
-				x[j] = in[j]->vals[bcast_index(oi, of->rank, in[j]->dims, in[j]->rank)];
-			if (k == 3)
-				vals[f] = x[0] ? x[1] : x[2];
-			else if (binop(op, x[0], x[1], &vals[f]))
-				return -1;
-		}
-		return (int)on;
-	}
-	if (!strcmp(op, "Gather")) {
-		const struct sh_fact *dt = in[0], *ix = in[1];
-		int ax;
-		if (!fact_ok(dt) || !fact_ok(ix))
+			x[j] = in[j]->vals[bcast_index(oi, of->rank, in[j]->dims, in[j]->rank)];
+		if (k == 3)
+			vals[f] = x[0] ? x[1] : x[2];
+		else if (binop(n->op, x[0], x[1], &vals[f]))
 			return -1;
-		ax = norm_axis(attr_i(n, "axis", 0), dt->rank);
-		if (ax < 0 || of->rank != dt->rank - 1 + ix->rank)
-			return -1;
-		for (int64_t f = 0; f < on; f++) {
-			int64_t di[MAXR], src = 0, ii = 0;
-			unflatten(f, of->dims, of->rank, oi);
-			for (int i = 0; i < ix->rank; i++)
-				ii = ii * ix->dims[i] + oi[ax + i];
-			for (int i = 0; i < dt->rank; i++) {
-				if (i < ax)
-					di[i] = oi[i];
-				else if (i == ax) {
-					int64_t g = ix->vals[ii];
-					if (g < 0)
-						g += dt->dims[ax];
-					if (g < 0 || g >= dt->dims[ax])
-						return -1;
-					di[i] = g;
-				} else
-					di[i] = oi[i - 1 + ix->rank];
-			}
-			for (int i = 0; i < dt->rank; i++)
-				src = src * dt->dims[i] + di[i];
-			vals[f] = dt->vals[src];
-		}
-		return (int)on;
 	}
-	if (!strcmp(op, "Concat")) {
-		int ax = norm_axis(attr_i(n, "axis", 0), of->rank);
-		if (ax < 0)
-			return -1;
-		for (size_t j = 0; j < n->n_inputs; j++)
-			if (!fact_ok(in[j]) || in[j]->rank != of->rank)
-				return -1;
-		for (int64_t f = 0; f < on; f++) {
-			int64_t pos, src = 0;
-			size_t j;
-			unflatten(f, of->dims, of->rank, oi);
-			pos = oi[ax];
-			for (j = 0; j < n->n_inputs && pos >= in[j]->dims[ax]; j++)
-				pos -= in[j]->dims[ax];
-			if (j == n->n_inputs)
-				return -1;
-			for (int i = 0; i < of->rank; i++)
-				src = src * in[j]->dims[i] + (i == ax ? pos : oi[i]);
-			vals[f] = in[j]->vals[src];
+	return (int)on;
+}
+
+static int interp_gather(const struct tpf_node *n, const struct sh_fact *const *in,
+			 const struct sh_fact *of, int64_t on, int64_t *vals)
+{
+	const struct sh_fact *dt = in[0], *ix = in[1];
+	int64_t oi[MAXR];
+	int ax;
+
+	if (!fact_ok(dt) || !fact_ok(ix))
+		return -1;
+	ax = norm_axis(attr_i(n, "axis", 0), dt->rank);
+	if (ax < 0 || of->rank != dt->rank - 1 + ix->rank)
+		return -1;
+	for (int64_t f = 0; f < on; f++) {
+		int64_t di[MAXR], src = 0, ii = 0;
+		unflatten(f, of->dims, of->rank, oi);
+		for (int i = 0; i < ix->rank; i++)
+			ii = ii * ix->dims[i] + oi[ax + i];
+		for (int i = 0; i < dt->rank; i++) {
+			if (i < ax)
+				di[i] = oi[i];
+			else if (i == ax) {
+				int64_t g = ix->vals[ii];
+				if (g < 0)
+					g += dt->dims[ax];
+				if (g < 0 || g >= dt->dims[ax])
+					return -1;
+				di[i] = g;
+			} else
+				di[i] = oi[i - 1 + ix->rank];
 		}
-		return (int)on;
+		for (int i = 0; i < dt->rank; i++)
+			src = src * dt->dims[i] + di[i];
+		vals[f] = dt->vals[src];
 	}
-	if (!strcmp(op, "Slice")) {
-		const struct sh_fact *x = in[0];
-		int64_t st[MAXR], en[MAXR], sp[MAXR], first[MAXR], step[MAXR];
-		int ax[MAXR], k;
-		if (!fact_ok(x) || x->rank != of->rank ||
-		    sh_slice_params(n, in, x->rank, MAXR, st, en, sp, ax, &k))
+	return (int)on;
+}
+
+static int interp_concat(const struct tpf_node *n, const struct sh_fact *const *in,
+			 const struct sh_fact *of, int64_t on, int64_t *vals)
+{
+	int ax = norm_axis(attr_i(n, "axis", 0), of->rank);
+	int64_t oi[MAXR];
+
+	if (ax < 0)
+		return -1;
+	for (size_t j = 0; j < n->n_inputs; j++)
+		if (!fact_ok(in[j]) || in[j]->rank != of->rank)
 			return -1;
-		for (int i = 0; i < x->rank; i++) {
-			first[i] = 0;
-			step[i] = 1;
-		}
-		for (int i = 0; i < k; i++) {
-			int64_t cnt;
-			sh_slice_range(st[i], en[i], sp[i], x->dims[ax[i]], &first[ax[i]], &cnt);
-			step[ax[i]] = sp[i];
-			if (cnt != of->dims[ax[i]])
-				return -1;
-		}
-		for (int64_t f = 0; f < on; f++) {
-			int64_t src = 0;
-			unflatten(f, of->dims, of->rank, oi);
-			for (int i = 0; i < x->rank; i++)
-				src = src * x->dims[i] + first[i] + oi[i] * step[i];
-			vals[f] = x->vals[src];
-		}
-		return (int)on;
+	for (int64_t f = 0; f < on; f++) {
+		int64_t pos, src = 0;
+		size_t j;
+		unflatten(f, of->dims, of->rank, oi);
+		pos = oi[ax];
+		for (j = 0; j < n->n_inputs && pos >= in[j]->dims[ax]; j++)
+			pos -= in[j]->dims[ax];
+		if (j == n->n_inputs)
+			return -1;
+		for (int i = 0; i < of->rank; i++)
+			src = src * in[j]->dims[i] + (i == ax ? pos : oi[i]);
+		vals[f] = in[j]->vals[src];
 	}
-	if (!strcmp(op, "ConstantOfShape")) {
+	return (int)on;
+}
+
+static int interp_slice(const struct tpf_node *n, const struct sh_fact *const *in,
+			const struct sh_fact *of, int64_t on, int64_t *vals)
+{
+	const struct sh_fact *x = in[0];
+	int64_t st[MAXR], en[MAXR], sp[MAXR], first[MAXR], step[MAXR], oi[MAXR];
+	int ax[MAXR], k;
+
+	if (!fact_ok(x) || x->rank != of->rank ||
+	    sh_slice_params(n, in, x->rank, MAXR, st, en, sp, ax, &k))
+		return -1;
+	for (int i = 0; i < x->rank; i++) {
+		first[i] = 0;
+		step[i] = 1;
+	}
+	for (int i = 0; i < k; i++) {
+		int64_t cnt;
+		sh_slice_range(st[i], en[i], sp[i], x->dims[ax[i]], &first[ax[i]], &cnt);
+		step[ax[i]] = sp[i];
+		if (cnt != of->dims[ax[i]])
+			return -1;
+	}
+	for (int64_t f = 0; f < on; f++) {
+		int64_t src = 0;
+		unflatten(f, of->dims, of->rank, oi);
+		for (int i = 0; i < x->rank; i++)
+			src = src * x->dims[i] + first[i] + oi[i] * step[i];
+		vals[f] = x->vals[src];
+	}
+	return (int)on;
+}
+
+/* ConstantOfShape and Expand: values made from a few inputs. */
+static int interp_fill(const struct tpf_node *n, const struct sh_fact *const *in,
+		       const struct sh_fact *of, int64_t on, int64_t *vals)
+{
+	int64_t oi[MAXR];
+
+	if (n->op == TPF_OP_CONSTANT_OF_SHAPE) {
 		const struct tpf_attr *a = tpf_node_attr(n, "value");
 		int64_t v = 0, tmp[SH_MAX_VALS];
 		if (a && a->kind == TPF_ATTR_TENSOR) {
@@ -448,58 +441,86 @@ int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const 
 			vals[f] = v;
 		return (int)on;
 	}
-	if (!strcmp(op, "Range")) {
-		int64_t s, l, dl, cnt;
-		if (!in[0] || !in[1] || !in[2] || in[0]->nvals != 1 || in[1]->nvals != 1 ||
-		    in[2]->nvals != 1)
+	if (!fact_ok(in[0]) || in[0]->rank > of->rank)
+		return -1;
+	for (int64_t f = 0; f < on; f++) {
+		unflatten(f, of->dims, of->rank, oi);
+		vals[f] = in[0]->vals[bcast_index(oi, of->rank, in[0]->dims, in[0]->rank)];
+	}
+	return (int)on;
+}
+
+/* ReduceSum, ReduceProd, ReduceMax, ReduceMin over everything (a 1-D
+ * shape tensor). */
+static int interp_reduce(const struct sh_fact *x, int arith, int64_t on, int64_t *vals)
+{
+	int64_t acc;
+
+	if (!fact_ok(x) || on != 1 || x->nvals < 1 || x->rank > 1)
+		return -1;
+	acc = x->vals[0];
+	for (int i = 1; i < x->nvals; i++) {
+		int64_t v = x->vals[i];
+		if (arith == TPF_SHARD_PRODUCT) {
+			if (__builtin_mul_overflow(acc, v, &acc))
+				return -1;
+		} else if (arith == TPF_SHARD_SUM) {
+			if (__builtin_add_overflow(acc, v, &acc))
+				return -1;
+		} else if (arith == TPF_SHARD_MAX)
+			acc = v > acc ? v : acc;
+		else
+			acc = v < acc ? v : acc;
+	}
+	vals[0] = acc;
+	return 1;
+}
+
+int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+	      const struct sh_fact *of, int64_t *vals)
+{
+	int64_t on = sh_numel(of);
+	int arith;
+
+	if (!of || of->rank < 0 || of->rank > MAXR || on < 0 || on > SH_MAX_VALS)
+		return -1;
+	if (!is_int_dtype(of->dtype) && of->dtype != TPF_DTYPE_UNDEFINED)
+		return -1;
+	if (out != 0)
+		return -1;
+	switch (n->op) {
+	case TPF_OP_CAST:
+	case TPF_OP_RESHAPE:
+	case TPF_OP_SQUEEZE:
+	case TPF_OP_UNSQUEEZE:
+	case TPF_OP_FLATTEN:
+		if (!in[0] || in[0]->nvals != on || !is_int_dtype(in[0]->dtype))
 			return -1;
-		s = in[0]->vals[0];
-		l = in[1]->vals[0];
-		dl = in[2]->vals[0];
-		if (!dl)
-			return -1;
-		cnt = tpf_range_count(s, l, dl);
-		if (cnt < 0 || cnt != on)
-			return -1;
-		for (int64_t i = 0; i < cnt; i++)
-			vals[i] = (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)dl);
+		memcpy(vals, in[0]->vals, (size_t)on * 8);
 		return (int)on;
+	case TPF_OP_NEG:
+	case TPF_OP_ABS:
+	case TPF_OP_NOT:
+		return interp_unary(n, in[0], on, vals);
+	case TPF_OP_WHERE:
+		return interp_broadcast(n, in, of, on, vals);
+	case TPF_OP_GATHER:
+		return interp_gather(n, in, of, on, vals);
+	case TPF_OP_CONCAT:
+		return interp_concat(n, in, of, on, vals);
+	case TPF_OP_SLICE:
+		return interp_slice(n, in, of, on, vals);
+	case TPF_OP_CONSTANT_OF_SHAPE:
+	case TPF_OP_EXPAND:
+		return interp_fill(n, in, of, on, vals);
+	default:
+		break;
 	}
-	if (!strcmp(op, "Expand")) {
-		if (!fact_ok(in[0]) || in[0]->rank > of->rank)
-			return -1;
-		for (int64_t f = 0; f < on; f++) {
-			unflatten(f, of->dims, of->rank, oi);
-			vals[f] = in[0]->vals[bcast_index(oi, of->rank, in[0]->dims, in[0]->rank)];
-		}
-		return (int)on;
-	}
-	if (!strcmp(op, "ReduceProd") || !strcmp(op, "ReduceSum") || !strcmp(op, "ReduceMax") ||
-	    !strcmp(op, "ReduceMin")) {
-		const struct sh_fact *x = in[0];
-		int64_t acc;
-		if (!fact_ok(x) || on != 1 || x->nvals < 1)
-			return -1;
-		/* only a reduction over everything (a 1-D shape tensor) */
-		if (x->rank > 1)
-			return -1;
-		acc = x->vals[0];
-		for (int i = 1; i < x->nvals; i++) {
-			int64_t v = x->vals[i];
-			if (!strcmp(op, "ReduceProd")) {
-				if (__builtin_mul_overflow(acc, v, &acc))
-					return -1;
-			} else if (!strcmp(op, "ReduceSum")) {
-				if (__builtin_add_overflow(acc, v, &acc))
-					return -1;
-			} else if (!strcmp(op, "ReduceMax"))
-				acc = v > acc ? v : acc;
-			else
-				acc = v < acc ? v : acc;
-		}
-		vals[0] = acc;
-		return 1;
-	}
+	if (is_binop(n->op))
+		return interp_broadcast(n, in, of, on, vals);
+	if (tpf_node_shard_rule(n, &arith) == TPF_SHARD_RULE_REDUCE && arith != TPF_SHARD_OTHER &&
+	    arith != TPF_SHARD_QUOTIENT)
+		return interp_reduce(in[0], arith, on, vals);
 	return -1;
 }
 
@@ -609,52 +630,36 @@ static int seed_value(struct sh_eval *e, struct tpf_value *v)
 	return set_fact(e, &e->f[v->id], value_dtype(v), r, dims, -1, NULL);
 }
 
-static const char *const unary_names[] = {
-	"Abs",      "Acos",     "Acosh",   "Asin",       "Asinh",   "Atan",     "Atanh",
-	"Ceil",     "Cos",      "Cosh",    "Elu",        "Erf",     "Exp",      "Floor",
-	"Gelu",     "HardSigmoid", "HardSwish", "IsInf", "IsNaN",   "LeakyRelu", "Log",
-	"Mish",     "Neg",      "Not",     "Reciprocal", "Relu",    "Round",    "Selu",
-	"Sigmoid",  "Sign",     "Sin",     "Sinh",       "Softplus", "Softsign", "Sqrt",
-	"Tan",      "Tanh",     "ThresholdedRelu", "Celu", "Identity", "Cast", "CastLike",
-	"Trilu",    "CumSum",   "Dropout", "Clip",       "Shrink",  "LogSoftmax", "Softmax",
-	"Hardmax",  NULL};
-
-static const char *const broadcast_names[] = {
-	"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Equal", "Less",
-	"Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "BitShift",
-	"BitwiseAnd", "BitwiseOr", "BitwiseXor", "PRelu", NULL};
-
-static int in_list(const char *const *list, const char *s)
+/* Ops whose output 0 has input 0's shape: the sharder's unary rules and
+ * the ops along an axis that keep it (Softmax and friends, not TopK),
+ * CumSum and Trilu. */
+static int keeps_shape(const struct tpf_node *n)
 {
-	for (int i = 0; list[i]; i++)
-		if (!strcmp(list[i], s))
-			return 1;
-	return 0;
+	switch (tpf_node_shard_rule(n, NULL)) {
+	case TPF_SHARD_RULE_UNARY:
+	case TPF_SHARD_RULE_CUMSUM:
+	case TPF_SHARD_RULE_TRILU:
+		return 1;
+	case TPF_SHARD_RULE_ALONG_AXIS:
+		return n->op != TPF_OP_TOPK;
+	default:
+		return 0;
+	}
 }
 
-int sh_is_unary_name(const char *op)
-{
-	return op && in_list(unary_names, op);
-}
-
-int sh_is_broadcast_name(const char *op)
-{
-	return op && in_list(broadcast_names, op);
-}
-
-/* Shapes the op records may not give: name-based fallbacks. */
+/* Shapes the op records may not give: ops without a record, by their
+ * sharding rule (unary and broadcast ones), and a scatter whose record
+ * stopped at an error. */
 static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fact *const *in,
 			  int64_t *dims)
 {
-	const char *op = n->op_type;
-
 	if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
 		return -1;
-	if (j == 0 && in_list(unary_names, op) && in[0] && in[0]->rank >= 0 && n->n_inputs >= 1) {
+	if (j == 0 && keeps_shape(n) && in[0] && in[0]->rank >= 0 && n->n_inputs >= 1) {
 		copy_dims(dims, in[0]->dims, in[0]->rank);
 		return in[0]->rank;
 	}
-	if (j == 0 && in_list(broadcast_names, op)) {
+	if (j == 0 && tpf_node_shard_rule(n, NULL) == TPF_SHARD_RULE_BROADCAST) {
 		int r = 0;
 		for (size_t i = 0; i < n->n_inputs; i++) {
 			if (!in[i] || in[i]->rank < 0 || in[i]->rank > TPF_MAX_RANK)
@@ -681,39 +686,81 @@ static int fallback_shape(const struct tpf_node *n, size_t j, const struct sh_fa
 		}
 		return r;
 	}
-	if (j == 0 && !strcmp(op, "Flatten") && in[0] && in[0]->rank >= 0) {
-		int ax = (int)tpf_node_attr_int(n, "axis", 1);
-		int64_t a = 1, b = 1;
-		if (ax < 0)
-			ax += in[0]->rank;
-		for (int i = 0; i < in[0]->rank; i++) {
-			int64_t *p = i < ax ? &a : &b;
-			if (in[0]->dims[i] < 0 || *p < 0 ||
-			    __builtin_mul_overflow(*p, in[0]->dims[i], p))
-				*p = -1;
-		}
-		dims[0] = a;
-		dims[1] = b;
-		return 2;
-	}
-	if (j == 0 && !strcmp(op, "Size")) {
-		return 0;
-	}
-	if (j == 0 && !strcmp(op, "Range") && in[0] && in[1] && in[2] && in[0]->nvals == 1 &&
-	    in[1]->nvals == 1 && in[2]->nvals == 1 && in[2]->vals[0]) {
-		int64_t s = in[0]->vals[0], l = in[1]->vals[0], dl = in[2]->vals[0];
-		int64_t cnt = tpf_range_count(s, l, dl);
-		if (cnt < 0)
-			return -1;
-		dims[0] = cnt;
-		return 1;
-	}
-	if (j == 0 && (!strcmp(op, "ScatterND") || !strcmp(op, "ScatterElements")) && in[0] &&
+	if (j == 0 && (n->op == TPF_OP_SCATTER_ND || n->op == TPF_OP_SCATTER_ELEMENTS) && in[0] &&
 	    in[0]->rank >= 0) {
 		copy_dims(dims, in[0]->dims, in[0]->rank);
 		return in[0]->rank;
 	}
 	return -1;
+}
+
+/* Runs n's record (tpf_op_infer, every dim concrete) on its inputs' facts:
+ * types holds n_inputs input types, then the output types it writes. */
+static enum tpf_status record_infer(const struct tpf_node *n, const struct sh_fact *const *in,
+				    struct tpf_op_type *types, int64_t opset, int64_t world)
+{
+	size_t ni = n->n_inputs, no = n->n_outputs;
+	struct tpf_shape_call c;
+
+	for (size_t i = 0; i < ni; i++) {
+		struct tpf_op_type *t = &types[i];
+		const struct sh_fact *f = in[i];
+		tpf_op_type_unknown(t);
+		if (!f) {
+			t->present = 0;
+			continue;
+		}
+		t->dtype = f->dtype;
+		if (f->rank >= 0 && f->rank <= TPF_MAX_RANK) {
+			t->rank = f->rank;
+			for (int k = 0; k < f->rank; k++)
+				t->dims[k] = (struct tpf_dim){f->dims[k] >= 0 ? f->dims[k] : -1, NULL, NULL};
+		}
+		if (f->nvals >= 0 && f->nvals <= TPF_MAX_VALUES) {
+			t->n_values = f->nvals;
+			for (int k = 0; k < f->nvals; k++)
+				t->values[k] = (struct tpf_dim){f->vals[k], NULL, NULL};
+		}
+	}
+	for (size_t j = 0; j < no; j++)
+		tpf_op_type_unknown(&types[ni + j]);
+	if (n->op == TPF_OP_UNKNOWN || tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW))
+		return TPF_OK;
+	tpf_shape_call_init(&c, n, TPF_SHAPE_CONCRETE, types);
+	c.opset = opset;
+	c.world = world;
+	return tpf_op_infer(&c);
+}
+
+/* The elements the record gave output type t (of dtype dt, fact of): the
+ * count, or -1 unless every one is known and they are all of it. */
+static int record_values(const struct tpf_op_type *t, enum tpf_dtype dt, const struct sh_fact *of,
+			 int64_t *vals)
+{
+	int nv = t->n_values;
+
+	if (nv < 0 || !is_int_dtype(dt))
+		return -1;
+	for (int k = 0; k < nv; k++) {
+		if (t->values[k].param || t->values[k].value < 0)
+			return -1;
+		vals[k] = t->values[k].value;
+	}
+	return of->rank >= 0 && sh_numel(of) != nv ? -1 : nv;
+}
+
+int sh_eval_ints(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+		 const struct sh_fact *of, int64_t opset, int64_t *vals)
+{
+	struct tpf_op_type *types = tpf_calloc(n->n_inputs + n->n_outputs + 1, sizeof(*types));
+	int nv = -1;
+
+	if (types && record_infer(n, in, types, opset, 1) == TPF_OK && out < n->n_outputs) {
+		const struct tpf_op_type *t = &types[n->n_inputs + out];
+		nv = record_values(t, t->dtype ? t->dtype : of->dtype, of, vals);
+	}
+	tpf_free(types);
+	return nv >= 0 ? nv : sh_interp(n, out, in, of, vals);
 }
 
 static int eval_node(struct sh_eval *e, struct tpf_node *n)
@@ -730,45 +777,10 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 		tpf_free(inf);
 		return -1;
 	}
-	for (size_t i = 0; i < ni; i++) {
-		struct tpf_op_type *t = &types[i];
-		const struct sh_fact *f;
-		tpf_op_type_unknown(t);
-		if (!n->inputs[i]) {
-			t->present = 0;
-			inf[i] = NULL;
-			continue;
-		}
-		f = sh_eval_fact(e, n->inputs[i]);
-		inf[i] = f;
-		t->dtype = f->dtype;
-		if (f->rank >= 0 && f->rank <= TPF_MAX_RANK) {
-			t->rank = f->rank;
-			for (int k = 0; k < f->rank; k++)
-				t->dims[k] = (struct tpf_dim){f->dims[k] >= 0 ? f->dims[k] : -1, NULL, NULL};
-		}
-		if (f->nvals >= 0 && f->nvals <= TPF_MAX_VALUES) {
-			t->n_values = f->nvals;
-			for (int k = 0; k < f->nvals; k++)
-				t->values[k] = (struct tpf_dim){f->vals[k], NULL, NULL};
-		}
-	}
-	for (size_t j = 0; j < no; j++)
-		tpf_op_type_unknown(&types[ni + j]);
-	if (n->op != TPF_OP_UNKNOWN && !tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW)) {
-		struct tpf_shape_call c;
-		memset(&c, 0, sizeof(c));
-		c.node = n;
-		c.mode = TPF_SHAPE_CONCRETE;
-		c.opset = e->opset;
-		c.world = e->world;
-		c.in = types;
-		c.n_in = ni;
-		c.out = types + ni;
-		c.n_out = no;
-		if (tpf_op_infer(&c) == TPF_ERR_NOMEM)
-			st = -1;
-	}
+	for (size_t i = 0; i < ni; i++)
+		inf[i] = n->inputs[i] ? sh_eval_fact(e, n->inputs[i]) : NULL;
+	if (record_infer(n, inf, types, e->opset, e->world) == TPF_ERR_NOMEM)
+		st = -1;
 	for (size_t j = 0; j < no && !st; j++) {
 		struct tpf_value *v = n->outputs[j];
 		const struct tpf_op_type *t = &types[ni + j];
@@ -796,7 +808,7 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 					dims[k] = decl[k];
 		}
 		dt = t->dtype ? t->dtype : value_dtype(v);
-		if (sh_is(n, "Constant")) {
+		if (sh_op(n, TPF_OP_CONSTANT)) {
 			const struct tpf_tensor *ct = tpf_value_constant(v);
 			if (ct) {
 				r = ct->rank;
@@ -810,18 +822,9 @@ static int eval_node(struct sh_eval *e, struct tpf_node *n)
 			tmp.dtype = dt;
 			tmp.nvals = -1;
 			tmp.vals = NULL;
-			nv = sh_interp(n, j, inf, &tmp, vals);
-			if (nv < 0 && t->n_values >= 0 && is_int_dtype(dt)) {
-				nv = t->n_values;
-				for (int k = 0; k < nv && nv >= 0; k++) {
-					if (t->values[k].param || t->values[k].value < 0)
-						nv = -1;
-					else
-						vals[k] = t->values[k].value;
-				}
-				if (nv >= 0 && r >= 0 && sh_numel(&tmp) != nv)
-					nv = -1;
-			}
+			nv = record_values(t, dt, &tmp, vals);
+			if (nv < 0)
+				nv = sh_interp(n, j, inf, &tmp, vals);
 		}
 		if (set_fact(e, &e->f[v->id], dt, r, dims, nv, vals))
 			st = -1;

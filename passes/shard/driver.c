@@ -2,7 +2,7 @@
 /*
  * tpfuse shard: one single-device model into W tensor-parallel rank models.
  *
- * The driver (see shard-internal.h for the steps):
+ * The driver (see shard.h for the steps):
  *
  *   prepare    collectives of a world-size-1 export are identities and go,
  *              so do slices that take a whole axis (the "rank part" of a
@@ -19,16 +19,19 @@
  *              head: gathered right after); otherwise the weight stays
  *              replicated and --explain says what the split met;
  *   rewrite    the final propagation's conversions become collectives and
- *              slices (shard-rewrite.c);
+ *              slices (rewrite.c);
  *   validate   the rank graph is verified, its shapes inferred, and its
  *              concrete dims compared with the plan's.
+ *
+ * The public calls (tpf_shard_*) and the pass `shard` (tpf_pass_shard: the
+ * world size and rank from the pass context) share these steps.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pattern.h"
-#include "shard-internal.h"
+#include "shard.h"
 
 struct tpf_shard {
 	struct shard s;
@@ -44,16 +47,16 @@ struct tpf_shard {
 /* A MatMul or Gemm: the ops whose constant weights are split. */
 static int is_mm(const struct tpf_node *n)
 {
-	return sh_is(n, "MatMul") || sh_is(n, "Gemm");
+	return sh_op(n, TPF_OP_MATMUL) || sh_op(n, TPF_OP_GEMM);
 }
 
 /* ------------------------------------------------------------------ preparation */
 
+/* A com.microsoft collective (a fused op that also reduces does more). */
 static int is_collective(const struct tpf_node *n)
 {
-	return n->domain && !strcmp(n->domain, TPF_MS_DOMAIN) &&
-	       (!strcmp(n->op_type, "AllReduce") || !strcmp(n->op_type, "AllGather") ||
-		!strcmp(n->op_type, "AllToAll") || !strcmp(n->op_type, "ReduceScatter"));
+	return tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) &&
+	       !tpf_op_has_trait(n->op, TPF_OP_TRAIT_FUSED);
 }
 
 /* Users of `from` read `to`; a graph output keeps its name. */
@@ -113,7 +116,7 @@ static enum tpf_status drop_noop_slices(struct shard *s, size_t *count)
 	for (struct tpf_node *n = s->g->first, *nx; n; n = nx) {
 		const struct sh_fact *fi, *fo;
 		nx = n->next;
-		if (!(sh_is(n, "Slice") || (sh_is(n, "Split") && n->n_outputs == 1)) || !n->inputs[0] ||
+		if (!(sh_op(n, TPF_OP_SLICE) || (sh_op(n, TPF_OP_SPLIT) && n->n_outputs == 1)) || !n->inputs[0] ||
 		    !n->outputs[0] || !tpf_dtype_is_float(sh_full(s, n->inputs[0])->dtype))
 			continue;
 		fi = sh_full(s, n->inputs[0]);
@@ -128,7 +131,7 @@ static enum tpf_status drop_noop_slices(struct shard *s, size_t *count)
 			if (!same)
 				continue;
 		}
-		if (sh_is(n, "Slice") && n->n_inputs > 4 && n->inputs[4]) {
+		if (sh_op(n, TPF_OP_SLICE) && n->n_inputs > 4 && n->inputs[4]) {
 			const struct sh_fact *st = sh_full(s, n->inputs[4]);
 			int ones = st->nvals >= 0;
 			for (int i = 0; i < st->nvals; i++)
@@ -196,7 +199,7 @@ static enum tpf_status find_regions(struct shard *s)
 			}
 			memcpy(r.nodes, m->nodes, m->n_nodes * sizeof(*r.nodes));
 			/* a widening Cast that only the region reads belongs to it */
-			if (x->producer && sh_is(x->producer, "Cast") && x->producer->inputs[0]) {
+			if (x->producer && sh_op(x->producer, TPF_OP_CAST) && x->producer->inputs[0]) {
 				int only = 1;
 				for (size_t u = 0; u < x->n_uses; u++) {
 					int in = 0;
@@ -269,12 +272,12 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 			int ax;
 			if (!c || y->uses[u].index != 0)
 				continue;
-			if (sh_is(c, "Add") && !next && c->outputs[0] &&
+			if (sh_op(c, TPF_OP_ADD) && !next && c->outputs[0] &&
 			    sh_full(s, c->outputs[0])->rank == r) {
 				next = c->outputs[0];
 				continue;
 			}
-			if (sh_is(c, "Slice") && c->n_inputs >= 3) {
+			if (sh_op(c, TPF_OP_SLICE) && c->n_inputs >= 3) {
 				const struct sh_fact *a = c->n_inputs > 3 && c->inputs[3] ? sh_full(s, c->inputs[3]) : NULL;
 				const struct sh_fact *st = sh_full(s, c->inputs[1]), *en = sh_full(s, c->inputs[2]);
 				for (int i = 0; i < st->nvals && en->nvals == st->nvals && nb < 62; i++) {
@@ -288,7 +291,7 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 					bounds[nb++] = f;
 					bounds[nb++] = f + cnt;
 				}
-			} else if (sh_is(c, "Split")) {
+			} else if (sh_op(c, TPF_OP_SPLIT)) {
 				int64_t a = tpf_node_attr_int(c, "axis", 0), off = 0;
 				if (a < 0)
 					a += r;
@@ -1040,3 +1043,53 @@ enum tpf_status tpf_shard_file(const char *in, const char *out_pattern,
 	tpf_model_free(m);
 	return st;
 }
+
+/* ------------------------------------------------------------------ the pass */
+
+static const char *const shard_counters[] = {
+	"split-columns", "gathered-columns", "split-rows", "replicated", "allreduce", "allgather",
+	"slices", "weights-split", "inputs-split", "outputs-split", "fallbacks",
+	"collectives-dropped", NULL,
+};
+
+static void add_stats(struct tpf_pass_stats *ps, const struct tpf_shard_stats *s)
+{
+	const size_t v[] = {s->column, s->column_gather, s->row, s->replicated, s->allreduce,
+			    s->allgather, s->slices, s->weights_split, s->inputs_split,
+			    s->outputs_split, s->fallbacks, s->collectives_dropped};
+
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		tpf_pass_stats_add(ps, "shard", shard_counters[i], (int64_t)v[i]);
+}
+
+/* The sharder as a pass: the world size from the context; with a rank,
+ * the model becomes that rank's (its weight slices kept in the graph),
+ * else the structure every rank shares (tpf_shard_create's). */
+static enum tpf_status shard_pass_run(struct tpf_model *m, struct tpf_pass_context *ctx,
+				      int *changed, struct tpf_diag *d)
+{
+	struct tpf_shard_options o = {.world_size = ctx->world_size, .explain = ctx->explain};
+	struct tpf_shard *sh = NULL;
+	enum tpf_status st;
+
+	if (ctx->world_size < 1)
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+				     "shard: the pass needs the world size (--rank and --world-size)");
+	st = tpf_shard_create(m, &o, &sh, d);
+	*changed = 1;
+	if (!st && ctx->rank >= 0)
+		st = tpf_shard_rank(sh, ctx->rank, d);
+	if (!st && ctx->rank >= 0)
+		st = sh_rank_keep(sh->rd, m->graph, d);
+	if (!st && ctx->stats)
+		add_stats(ctx->stats, &sh->stats);
+	tpf_shard_free(sh);
+	return st;
+}
+
+const struct tpf_pass tpf_pass_shard = {
+	.name = "shard",
+	.summary = "split a single-device model into a tensor-parallel rank's model",
+	.run = shard_pass_run,
+	.counters = shard_counters,
+};

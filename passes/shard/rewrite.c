@@ -22,157 +22,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "shard-internal.h"
-
-/* ------------------------------------------------------------------ rank data */
-
-struct rd_weight {
-	struct tpf_tensor *dst;
-	const struct tpf_tensor *src;
-	int axis;
-	struct sh_sections sec;
-	void *buf;
-};
-
-struct rd_bound {
-	struct tpf_tensor *t; /* int64 [1] or [k]; or NULL with an attribute */
-	struct tpf_node *node;
-	const char *attr;
-	int64_t base, step;   /* value for rank r: base + r * step */
-	enum tpf_dtype dtype;
-};
-
-struct sh_rank_data {
-	struct shard *s;
-	struct rd_weight *w;
-	size_t n_w, cap_w;
-	struct rd_bound *b;
-	size_t n_b, cap_b;
-	size_t allreduce, allgather, slices, inputs_split, outputs_split, weights_split;
-};
-
-static int push(void **arr, size_t *n, size_t *cap, size_t esz)
-{
-	if (*n == *cap) {
-		size_t nc = *cap ? 2 * *cap : 16;
-		void *p = tpf_realloc(*arr, nc * esz);
-		if (!p)
-			return -1;
-		*arr = p;
-		*cap = nc;
-	}
-	memset((char *)*arr + *n * esz, 0, esz);
-	(*n)++;
-	return 0;
-}
-
-size_t sh_rank_count(const struct sh_rank_data *rd, const char *what)
-{
-	if (!strcmp(what, "allreduce"))
-		return rd->allreduce;
-	if (!strcmp(what, "allgather"))
-		return rd->allgather;
-	if (!strcmp(what, "slices"))
-		return rd->slices;
-	if (!strcmp(what, "inputs"))
-		return rd->inputs_split;
-	if (!strcmp(what, "outputs"))
-		return rd->outputs_split;
-	if (!strcmp(what, "weights"))
-		return rd->weights_split;
-	return 0;
-}
-
-static size_t tensor_bytes(enum tpf_dtype dt, int64_t count)
-{
-	size_t out = 0;
-	if (count < 0 || tpf_dtype_storage_bytes(dt, (uint64_t)count, &out))
-		return (size_t)-1;
-	return out;
-}
-
-enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d)
-{
-	int64_t W = rd->s->W;
-
-	for (size_t i = 0; i < rd->n_w; i++) {
-		struct rd_weight *w = &rd->w[i];
-		const struct tpf_tensor *src = w->src;
-		unsigned bits = tpf_dtype_bits(src->dtype);
-		int64_t outer = 1, inner = 1, D = src->dims[w->axis];
-		size_t nbytes = tensor_bytes(src->dtype, tpf_tensor_numel(w->dst));
-		unsigned char *out;
-		size_t pos = 0;
-
-		if (!src->data || (src->nbytes && src->nbytes < tensor_bytes(src->dtype, tpf_tensor_numel(src))))
-			return tpf_diag_fail(d, TPF_ERR_INVALID,
-					     "initializer '%s': its data is not loaded", src->name);
-		for (int k = 0; k < w->axis; k++)
-			outer *= src->dims[k];
-		for (int k = w->axis + 1; k < src->rank; k++)
-			inner *= src->dims[k];
-		tpf_free(w->buf);
-		w->buf = out = tpf_malloc(nbytes ? nbytes : 1);
-		if (!out)
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory slicing '%s'", src->name);
-		for (int64_t o = 0; o < outer; o++) {
-			int64_t off = 0;
-			for (int j = 0; j < w->sec.n; j++) {
-				int64_t part = w->sec.size[j] / W;
-				uint64_t first = (uint64_t)((o * D + off + rank * part) * inner) * bits;
-				uint64_t len = (uint64_t)(part * inner) * bits;
-				memcpy(out + pos, (const unsigned char *)src->data + first / 8, len / 8);
-				pos += len / 8;
-				off += w->sec.size[j];
-			}
-		}
-		w->dst->data = out;
-		w->dst->nbytes = nbytes;
-	}
-	for (size_t i = 0; i < rd->n_b; i++) {
-		struct rd_bound *b = &rd->b[i];
-		int64_t v = b->base + rank * b->step;
-		if (b->t) {
-			if (b->dtype == TPF_DTYPE_INT32) {
-				int32_t x = (int32_t)v;
-				memcpy((void *)b->t->data, &x, 4);
-			} else {
-				memcpy((void *)b->t->data, &v, 8);
-			}
-		} else if (b->node) {
-			const struct tpf_attr *a = tpf_node_attr(b->node, b->attr);
-			if (a && a->kind == TPF_ATTR_INTS && a->n == 1)
-				a->ints[0] = v;
-		}
-	}
-	{
-		char buf[32];
-		snprintf(buf, sizeof(buf), "%d", rank);
-		if (tpf_model_set_metadata(rd->s->m, "tp_rank", buf))
-			return TPF_ERR_NOMEM;
-	}
-	return TPF_OK;
-}
-
-void sh_rank_release(struct sh_rank_data *rd)
-{
-	for (size_t i = 0; rd && i < rd->n_w; i++) {
-		tpf_free(rd->w[i].buf);
-		rd->w[i].buf = NULL;
-		rd->w[i].dst->data = NULL;
-		rd->w[i].dst->nbytes = 0;
-	}
-}
-
-void sh_rank_data_free(struct sh_rank_data *rd)
-{
-	if (!rd)
-		return;
-	sh_rank_release(rd);
-	tpf_free(rd->w);
-	tpf_free(rd->b);
-	tpf_free(rd);
-}
+#include "shard.h"
 
 /* ------------------------------------------------------------------ context */
 
@@ -226,7 +76,7 @@ static struct tpf_value *cache_get(struct rw *w, struct tpf_value *from, struct 
 
 static void cache_put(struct rw *w, struct tpf_value *from, struct sh to, struct tpf_value *val)
 {
-	if (push((void **)&w->cache, &w->n_cache, &w->cap_cache, sizeof(*w->cache))) {
+	if (sh_push((void **)&w->cache, &w->n_cache, &w->cap_cache, sizeof(*w->cache))) {
 		w->st = TPF_ERR_NOMEM;
 		return;
 	}
@@ -311,11 +161,14 @@ static struct tpf_node *after_producer(struct rw *w, struct tpf_value *v)
 	return w->g->first;
 }
 
-static struct tpf_value *new_i64(struct rw *w, const char *base, const int64_t *vals, int k,
-				 enum tpf_dtype dt)
+/* An int64 (or int32) initializer: k elements, a 1-D tensor, or with
+ * `scalar` the one element as a scalar. */
+static struct tpf_value *new_ints(struct rw *w, const char *base, const int64_t *vals, int k,
+				  int scalar, enum tpf_dtype dt)
 {
 	int64_t dim = k;
 	const char *nm = tpf_graph_unique_name(w->g, base);
+	int rank = scalar ? 0 : 1;
 	struct tpf_value *v;
 
 	if (!nm) {
@@ -326,29 +179,11 @@ static struct tpf_value *new_i64(struct rw *w, const char *base, const int64_t *
 		int32_t tmp[64];
 		for (int i = 0; i < k && i < 64; i++)
 			tmp[i] = (int32_t)vals[i];
-		v = tpf_graph_add_initializer(w->g, nm, dt, 1, &dim, tmp, (size_t)k * 4);
+		v = tpf_graph_add_initializer(w->g, nm, dt, rank, scalar ? NULL : &dim, tmp,
+					      (size_t)k * 4);
 	} else {
-		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, 1, &dim, vals, (size_t)k * 8);
-	}
-	if (!v)
-		w->st = TPF_ERR_NOMEM;
-	return v;
-}
-
-static struct tpf_value *new_scalar(struct rw *w, const char *base, int64_t val,
-				    enum tpf_dtype dt)
-{
-	const char *nm = tpf_graph_unique_name(w->g, base);
-	struct tpf_value *v;
-	if (!nm) {
-		w->st = TPF_ERR_NOMEM;
-		return NULL;
-	}
-	if (dt == TPF_DTYPE_INT32) {
-		int32_t x = (int32_t)val;
-		v = tpf_graph_add_initializer(w->g, nm, dt, 0, NULL, &x, 4);
-	} else {
-		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, 0, NULL, &val, 8);
+		v = tpf_graph_add_initializer(w->g, nm, TPF_DTYPE_INT64, rank, scalar ? NULL : &dim,
+					      vals, (size_t)k * 8);
 	}
 	if (!v)
 		w->st = TPF_ERR_NOMEM;
@@ -359,10 +194,10 @@ static struct tpf_value *new_scalar(struct rw *w, const char *base, int64_t val,
 static struct tpf_value *rank_value(struct rw *w, const char *base, int64_t b, int64_t step,
 				    int scalar, enum tpf_dtype dt)
 {
-	struct tpf_value *v = scalar ? new_scalar(w, base, b, dt) : new_i64(w, base, &b, 1, dt);
+	struct tpf_value *v = new_ints(w, base, &b, 1, scalar, dt);
 	if (!v)
 		return NULL;
-	if (push((void **)&w->rd->b, &w->rd->n_b, &w->rd->cap_b, sizeof(*w->rd->b))) {
+	if (sh_push((void **)&w->rd->b, &w->rd->n_b, &w->rd->cap_b, sizeof(*w->rd->b))) {
 		w->st = TPF_ERR_NOMEM;
 		return NULL;
 	}
@@ -430,7 +265,7 @@ static struct tpf_value *allgather(struct rw *w, struct tpf_value *v, struct sh 
 		for (int rk = 0; rk < w->s->W; rk++)
 			for (int j = 0; j < sec->n; j++)
 				sizes[rk * sec->n + j] = sec->size[j] / w->s->W;
-		struct tpf_value *in2[2] = {res, new_i64(w, "shard_sections", sizes, (int)k, TPF_DTYPE_INT64)};
+		struct tpf_value *in2[2] = {res, new_ints(w, "shard_sections", sizes, (int)k, 0, TPF_DTYPE_INT64)};
 		if (!in2[1])
 			return NULL;
 		sp = insert(w, before, "", "Split", node_name(w, n->name, "Split"), in2, 2, k);
@@ -460,7 +295,7 @@ static void note_replaced(struct rw *w, struct tpf_value *v)
 	for (size_t i = 0; i < w->n_replaced; i++)
 		if (w->replaced_inits[i] == v)
 			return;
-	if (push((void **)&w->replaced_inits, &w->n_replaced, &w->cap_replaced, sizeof(*w->replaced_inits)))
+	if (sh_push((void **)&w->replaced_inits, &w->n_replaced, &w->cap_replaced, sizeof(*w->replaced_inits)))
 		w->st = TPF_ERR_NOMEM;
 	else
 		w->replaced_inits[w->n_replaced - 1] = v;
@@ -500,7 +335,7 @@ static struct tpf_value *sliced_constant(struct rw *w, struct tpf_value *v,
 	}
 	nt = nm ? tpf_tensor_create(w->g->arena, nm, t->dtype, t->rank, dims, NULL, 0) : NULL;
 	nv = nt ? tpf_graph_add_initializer_tensor(w->g, nt) : NULL;
-	if (!nv || push((void **)&w->rd->w, &w->rd->n_w, &w->rd->cap_w, sizeof(*w->rd->w))) {
+	if (!nv || sh_push((void **)&w->rd->w, &w->rd->n_w, &w->rd->cap_w, sizeof(*w->rd->w))) {
 		w->st = TPF_ERR_NOMEM;
 		return NULL;
 	}
@@ -528,13 +363,13 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 		return sliced_constant(w, v, t, axis, sec);
 	if (!p || depth > 4 || !p->n_inputs || !p->inputs[0])
 		return NULL;
-	if (sh_is(p, "Transpose")) {
+	if (sh_op(p, TPF_OP_TRANSPOSE)) {
 		const struct tpf_attr *pa = tpf_node_attr(p, "perm");
 		int r = sh_full(w->s, v)->rank;
 		if (r < 0)
 			return NULL;
 		baxis = pa && pa->n == (size_t)r ? (int)pa->ints[axis] : r - 1 - axis;
-	} else if (!sh_is(p, "Identity") && !sh_is(p, "Cast") && !sh_is(p, "DequantizeLinear")) {
+	} else if (!sh_op(p, TPF_OP_IDENTITY) && !sh_op(p, TPF_OP_CAST) && !sh_op(p, TPF_OP_DEQUANTIZE_LINEAR)) {
 		return NULL;
 	}
 	base = slice_weight(w, p->inputs[0], baxis, sec, depth + 1);
@@ -595,7 +430,7 @@ static struct tpf_value *local_slice(struct rw *w, struct tpf_value *v, struct s
 		in[0] = v;
 		in[1] = rank_value(w, "shard_start", off, part, 0, TPF_DTYPE_INT64);
 		in[2] = rank_value(w, "shard_end", off + part, part, 0, TPF_DTYPE_INT64);
-		in[3] = new_i64(w, "shard_axis", &ax, 1, TPF_DTYPE_INT64);
+		in[3] = new_ints(w, "shard_axis", &ax, 1, 0, TPF_DTYPE_INT64);
 		if (!in[1] || !in[2] || !in[3])
 			return NULL;
 		n = insert(w, before, "", "Slice",
@@ -750,7 +585,7 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 			v->init = nt;
 		return;
 	}
-	if (p && sh_is(p, "Constant")) {
+	if (p && sh_op(p, TPF_OP_CONSTANT)) {
 		const struct tpf_tensor *t = tpf_value_constant(v);
 		struct tpf_tensor *nt = t ? edited_tensor(w, t, t->name, ch, n) : NULL;
 		if (!nt)
@@ -764,7 +599,7 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 			w->st = TPF_ERR_NOMEM;
 		return;
 	}
-	if (p && sh_is(p, "Concat")) {
+	if (p && sh_op(p, TPF_OP_CONCAT)) {
 		int off = 0;
 		for (size_t i = 0; i < p->n_inputs; i++) {
 			int64_t k = sh_numel(sh_full(w->s, p->inputs[i]));
@@ -781,8 +616,8 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 		}
 		return;
 	}
-	if (p && (sh_is(p, "Unsqueeze") || sh_is(p, "Squeeze") || sh_is(p, "Reshape") ||
-		  sh_is(p, "Identity") || sh_is(p, "Cast") || sh_is(p, "Flatten"))) {
+	if (p && (sh_op(p, TPF_OP_UNSQUEEZE) || sh_op(p, TPF_OP_SQUEEZE) || sh_op(p, TPF_OP_RESHAPE) ||
+		  sh_op(p, TPF_OP_IDENTITY) || sh_op(p, TPF_OP_CAST) || sh_op(p, TPF_OP_FLATTEN))) {
 		apply_use(w, p, 0, ch, n, depth + 1);
 		return;
 	}
@@ -811,7 +646,7 @@ static void privatize(struct rw *w, struct tpf_node *user, int index, const stru
 				w->st = TPF_ERR_NOMEM;
 			return;
 		}
-		if (p && sh_is(p, "Constant") && !uses_of(v))
+		if (p && sh_op(p, TPF_OP_CONSTANT) && !uses_of(v))
 			tpf_graph_erase_node(w->g, p);
 		return;
 	}
@@ -889,7 +724,7 @@ static void apply_edits(struct rw *w)
 			if (gr[k].node == e->node && gr[k].index == e->index)
 				break;
 		if (k == ng) {
-			if (push((void **)&gr, &ng, &cap, sizeof(*gr))) {
+			if (sh_push((void **)&gr, &ng, &cap, sizeof(*gr))) {
 				w->st = TPF_ERR_NOMEM;
 				break;
 			}
@@ -951,9 +786,9 @@ static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *ta
 	if (idt != TPF_DTYPE_INT32)
 		idt = TPF_DTYPE_INT64;
 	lo = rank_value(w, "vocab_start", 0, rows, 1, idt);
-	len = new_scalar(w, "vocab_rows", rows, idt);
-	z = new_scalar(w, "vocab_zero", zero, idt);
-	ax = new_i64(w, "vocab_axis", &axis_last, 1, TPF_DTYPE_INT64);
+	len = new_ints(w, "vocab_rows", &rows, 1, 1, idt);
+	z = new_ints(w, "vocab_zero", &zero, 1, 1, idt);
+	ax = new_ints(w, "vocab_axis", &axis_last, 1, 0, TPF_DTYPE_INT64);
 	if (!lo || !len || !z || !ax)
 		return;
 	in[0] = ids;
@@ -1087,13 +922,13 @@ static int is_state(struct rw *w, const struct tpf_value *v, int depth)
 		return v->id < w->s->n_values0 && w->iface[v->id];
 	if (!n)
 		return 0;
-	if (sh_is(n, "Concat")) {
+	if (sh_op(n, TPF_OP_CONCAT)) {
 		for (size_t i = 0; i < n->n_inputs; i++)
 			if (is_state(w, n->inputs[i], depth + 1))
 				return 1;
 		return 0;
 	}
-	if (sh_is(n, "Identity") || sh_is(n, "Reshape") || sh_is(n, "Transpose") || sh_is(n, "Cast"))
+	if (sh_op(n, TPF_OP_IDENTITY) || sh_op(n, TPF_OP_RESHAPE) || sh_op(n, TPF_OP_TRANSPOSE) || sh_op(n, TPF_OP_CAST))
 		return is_state(w, n->inputs[0], depth + 1);
 	return 0;
 }
@@ -1146,9 +981,85 @@ static void redirect(struct rw *w, struct tpf_value *u, struct tpf_value *c)
  * no longer hold; shape inference gives them again. */
 static int shape_from_values(const struct tpf_node *n)
 {
-	return n && (sh_is(n, "Expand") || sh_is(n, "ConstantOfShape") || sh_is(n, "Reshape") ||
-		     sh_is(n, "Tile") || sh_is(n, "Range") || sh_is(n, "Slice") || sh_is(n, "Pad") ||
-		     sh_is(n, "Resize") || sh_is(n, "Split"));
+	if (!n)
+		return 0;
+	switch (n->op) {
+	case TPF_OP_EXPAND:
+	case TPF_OP_CONSTANT_OF_SHAPE:
+	case TPF_OP_RESHAPE:
+	case TPF_OP_TILE:
+	case TPF_OP_RANGE:
+	case TPF_OP_SLICE:
+	case TPF_OP_PAD:
+	case TPF_OP_SPLIT:
+		return 1;
+	default:
+		return tpf_node_shard_rule(n, NULL) == TPF_SHARD_RULE_RESIZE;
+	}
+}
+
+/* Types of the original values, after the conversions (which take theirs
+ * from the original types): a split value's local dims; a value whose shape
+ * comes from computed dims gets the static ones the evaluation confirms. */
+static void local_types(struct rw *w)
+{
+	struct shard *s = w->s;
+
+	for (size_t i = 0; i < s->n_values0; i++) {
+		struct tpf_value *v = s->g->values[i];
+		struct sh x;
+		if (!v || v->kind == TPF_VALUE_INITIALIZER)
+			continue;
+		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w->iface[i] ? w->iface_sh[i] : (struct sh){SH_R, 0, 0})
+						      : w->raw[i];
+		if (x.kind == SH_S) {
+			set_local_type(w, v, v, x);
+		} else if (v->producer && shape_from_values(v->producer) &&
+			   v->type.kind == TPF_TYPE_TENSOR) {
+			/* leave static dims that the evaluation confirms */
+			const struct sh_fact *f = sh_full(s, v);
+			if (f->rank == v->type.shape.rank)
+				set_local_type(w, v, v, (struct sh){SH_R, 0, 0});
+		}
+		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
+			w->rd->inputs_split++;
+	}
+}
+
+/* Originals nothing reads any more go; the slice takes the original's name
+ * and place. */
+static void drop_replaced(struct rw *w)
+{
+	struct shard *s = w->s;
+
+	for (size_t i = 0; i < w->n_replaced && !w->st; i++) {
+		struct tpf_value *v = w->replaced_inits[i];
+		if (uses_of(v) || v->is_graph_input)
+			continue;
+		{
+			/* the slice takes the original's name and place */
+			const char *name = v->name;
+			struct tpf_value *nv;
+			char base[512];
+			size_t at = 0;
+			snprintf(base, sizeof(base), "%s.rank_part", name);
+			nv = tpf_graph_find_value(s->g, base);
+			while (at < s->g->n_initializers && s->g->initializers[at] != v)
+				at++;
+			if (tpf_graph_remove_initializer(s->g, v) != TPF_OK || !nv ||
+			    nv->kind != TPF_VALUE_INITIALIZER)
+				continue;
+			if (tpf_value_rename(nv, name) == TPF_OK)
+				nv->init->name = nv->name;
+			for (size_t j = 0; j < s->g->n_initializers; j++)
+				if (s->g->initializers[j] == nv && j > at) {
+					memmove(&s->g->initializers[at + 1], &s->g->initializers[at],
+						(j - at) * sizeof(*s->g->initializers));
+					s->g->initializers[at] = nv;
+					break;
+				}
+		}
+	}
 }
 
 enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rdp)
@@ -1194,7 +1105,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		v = c->node->inputs[c->index];
 		if (!v)
 			continue;
-		if (c->to.kind == SH_S && c->from.kind == SH_R && sh_is(c->node, "Gather") &&
+		if (c->to.kind == SH_S && c->from.kind == SH_R && sh_op(c->node, TPF_OP_GATHER) &&
 		    c->index == 0 && w.raw[c->node->outputs[0]->id].kind == SH_P) {
 			nv = convert(&w, v, c->from, c->to);
 			if (nv)
@@ -1213,7 +1124,7 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		struct tpf_value *u, *nv;
 		if (c->kind != CONV_OUTPUT)
 			continue;
-		if (sh_is(c->node, "Gather") && c->from.kind == SH_P)
+		if (sh_op(c->node, TPF_OP_GATHER) && c->from.kind == SH_P)
 			continue; /* a vocab-parallel lookup, reduced by embed_rewrite */
 		u = c->node->outputs[c->index];
 		if (!u)
@@ -1246,59 +1157,11 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 		}
 		rename_swap(&w, v, nv);
 	}
-	/* 6. types of the original values (after the conversions, which take
-	 * theirs from the original types) */
-	for (size_t i = 0; i < s->n_values0; i++) {
-		struct tpf_value *v = s->g->values[i];
-		struct sh x;
-		if (!v || v->kind == TPF_VALUE_INITIALIZER)
-			continue;
-		x = v->kind == TPF_VALUE_GRAPH_INPUT ? (w.iface[i] ? w.iface_sh[i] : (struct sh){SH_R, 0, 0})
-						      : raw[i];
-		if (x.kind == SH_S) {
-			set_local_type(&w, v, v, x);
-		} else if (v->producer && shape_from_values(v->producer) &&
-			   v->type.kind == TPF_TYPE_TENSOR) {
-			/* leave static dims that the evaluation confirms */
-			const struct sh_fact *f = sh_full(s, v);
-			if (f->rank == v->type.shape.rank)
-				set_local_type(&w, v, v, (struct sh){SH_R, 0, 0});
-		}
-		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
-			w.rd->inputs_split++;
-	}
-	/* 7. originals nothing reads any more */
-	for (size_t i = 0; i < w.n_replaced && !w.st; i++) {
-		struct tpf_value *v = w.replaced_inits[i];
-		if (uses_of(v) || v->is_graph_input)
-			continue;
-		{
-			/* the slice takes the original's name and place */
-			const char *name = v->name;
-			struct tpf_value *nv;
-			char base[512];
-			size_t at = 0;
-			snprintf(base, sizeof(base), "%s.rank_part", name);
-			nv = tpf_graph_find_value(s->g, base);
-			while (at < s->g->n_initializers && s->g->initializers[at] != v)
-				at++;
-			if (tpf_graph_remove_initializer(s->g, v) != TPF_OK || !nv ||
-			    nv->kind != TPF_VALUE_INITIALIZER)
-				continue;
-			if (tpf_value_rename(nv, name) == TPF_OK)
-				nv->init->name = nv->name;
-			for (size_t j = 0; j < s->g->n_initializers; j++)
-				if (s->g->initializers[j] == nv && j > at) {
-					memmove(&s->g->initializers[at + 1], &s->g->initializers[at],
-						(j - at) * sizeof(*s->g->initializers));
-					s->g->initializers[at] = nv;
-					break;
-				}
-		}
-	}
+	local_types(&w);
+	drop_replaced(&w);
 	for (struct tpf_node *n = s->g->first, *nx; n && !w.st; n = nx) {
 		nx = n->next;
-		if (sh_is(n, "Constant") && n->n_outputs == 1 && n->outputs[0] &&
+		if (sh_op(n, TPF_OP_CONSTANT) && n->n_outputs == 1 && n->outputs[0] &&
 		    !uses_of(n->outputs[0]) && n->id < s->n_nodes0)
 			tpf_graph_erase_node(s->g, n);
 	}

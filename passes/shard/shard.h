@@ -1,34 +1,35 @@
 /*
- * tpf_shard internals (private to passes/shard*.c).
+ * tpf_shard internals (private to passes/shard/).
  *
  * The sharder turns one single-device graph into the structure of a
  * tensor-parallel rank graph plus, per rank, the data that differs between
  * ranks (weight slices, the bounds of slices that take a rank's part).  It
  * works in five steps:
  *
- *   1. preparation (shard.c): collectives of a world-size-1 export are
+ *   1. preparation (driver.c): collectives of a world-size-1 export are
  *      dropped (they are identities there), so are slices that take a whole
  *      axis; the graph is sorted and its shapes inferred;
- *   2. evaluation (shard-eval.c): every value gets concrete dims (symbolic
+ *   2. evaluation (eval.c): every value gets concrete dims (symbolic
  *      dims bound to distinct numbers) and, for small integer tensors, its
  *      elements: the facts the rules need to map a split axis through a
  *      Reshape or to check a Slice's bounds;
- *   3. propagation (shard-prop.c): each value gets a sharding, R
+ *   3. propagation (propagate.c, with the rules of rules.c and
+ *      rules-movement.c picked by the op records' tpf_node_shard_rule): each value gets a sharding, R
  *      (replicated), S(axis, sections) (split in W equal blocks along an
  *      axis, or section by section) or P (a partial sum), by one forward
  *      pass over the graph with a rule per op.  Where an operand's sharding
  *      is not what the op can take, the rule asks for a conversion
  *      (AllReduce, AllGather, or a local Slice).  Column splits are chosen
  *      greedily by trial propagation from each MatMul with a constant
- *      weight (shard.c);
- *   4. rewriting (shard-rewrite.c): conversions become collectives and
+ *      weight (driver.c);
+ *   4. rewriting (rewrite.c): conversions become collectives and
  *      slices, constants become sliced initializers, literal head counts in
  *      shape tensors are rewritten, types follow the shardings;
- *   5. output (shard.c): per rank, the sliced weights are filled in and the
- *      model is written.
+ *   5. output (slice.c, driver.c): per rank, the sliced weights are filled
+ *      in and the model is written (or, for the pass, kept in the graph).
  */
-#ifndef TPF_SHARD_INTERNAL_H
-#define TPF_SHARD_INTERNAL_H
+#ifndef TPF_SHARD_H
+#define TPF_SHARD_H
 
 #include <stdint.h>
 #include <stdio.h>
@@ -71,13 +72,22 @@ enum tpf_status sh_eval_run(struct sh_eval *e, struct tpf_graph *g, int64_t opse
 void sh_eval_free(struct sh_eval *e);
 /* The facts of v (never NULL; unknown when v is outside the evaluation). */
 const struct sh_fact *sh_eval_fact(const struct sh_eval *e, const struct tpf_value *v);
-/* Elements of a small integer tensor computed by the interpreter from
- * inputs given as facts: the count, or -1 when it cannot tell.  Used by
- * the evaluator and by the propagation's local-value estimates. */
+/* Elements of a small integer tensor, output `out` of n, from inputs
+ * given as facts (`outf`: the output's dims and dtype): what n's record
+ * computes (tpf_op_infer with every dim concrete), else what the
+ * interpreter of shape arithmetic on concrete numbers does (sh_interp:
+ * broadcasting, comparisons, Where, Gather, Slice and Concat of any rank,
+ * ConstantOfShape, Expand, reductions).  The count, or -1 when neither can
+ * tell.  The evaluator and the propagation's local-value estimates use it. */
+int sh_eval_ints(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
+		 const struct sh_fact *outf, int64_t opset, int64_t *vals);
 int sh_interp(const struct tpf_node *n, size_t out, const struct sh_fact *const *in,
 	      const struct sh_fact *outf, int64_t *vals);
-/* Whether op n is `name` of the ONNX domain. */
-int sh_is(const struct tpf_node *n, const char *name);
+/* Whether n is op `op` (an id names its domain too). */
+static inline int sh_op(const struct tpf_node *n, enum tpf_op op)
+{
+	return n && n->op == op;
+}
 /* Numel of a fact, -1 when unknown or overflowing. */
 int64_t sh_numel(const struct sh_fact *f);
 /* ONNX Slice clamping of [start, end) with `step` over a dim of size d:
@@ -90,10 +100,6 @@ void sh_slice_range(int64_t start, int64_t end, int64_t step, int64_t d, int64_t
  * not known or invalid (a zero step). */
 int sh_slice_params(const struct tpf_node *n, const struct sh_fact *const *in, int rank, int max,
 		    int64_t *st, int64_t *en, int64_t *stp, int *ax_of, int *count);
-/* Elementwise ops by name (the ONNX domain): one operand, or numpy
- * broadcasting over all operands. */
-int sh_is_unary_name(const char *op);
-int sh_is_broadcast_name(const char *op);
 
 /* ------------------------------------------------------------------ shardings */
 
@@ -225,11 +231,41 @@ const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_v
 /* Full dims of v (original graph); -1 entries unknown; rank -1 unknown. */
 const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v);
 
-/* Rewriting (shard-rewrite.c). */
-struct sh_rank_data;
+/* Rewriting (rewrite.c) and the per-rank data (slice.c): a weight sliced
+ * per rank, a bound filled per rank. */
+struct rd_weight {
+	struct tpf_tensor *dst;
+	const struct tpf_tensor *src;
+	int axis;
+	struct sh_sections sec;
+	void *buf;
+};
+
+struct rd_bound {
+	struct tpf_tensor *t; /* int64 [1] or [k]; or NULL with an attribute */
+	struct tpf_node *node;
+	const char *attr;
+	int64_t base, step;   /* value for rank r: base + r * step */
+	enum tpf_dtype dtype;
+};
+
+struct sh_rank_data {
+	struct shard *s;
+	struct rd_weight *w;
+	size_t n_w, cap_w;
+	struct rd_bound *b;
+	size_t n_b, cap_b;
+	size_t allreduce, allgather, slices, inputs_split, outputs_split, weights_split;
+};
+
+/* Appends a zeroed element to *arr (n elements of esz): 0, or -1. */
+int sh_push(void **arr, size_t *n, size_t *cap, size_t esz);
 enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_data **rd);
 enum tpf_status sh_rank_fill(struct sh_rank_data *rd, int rank, struct tpf_diag *d);
 void sh_rank_release(struct sh_rank_data *rd);
+/* Hands the weights sh_rank_fill filled over to g (copies in its arena):
+ * the model stays that rank's once the per-rank data is freed. */
+enum tpf_status sh_rank_keep(struct sh_rank_data *rd, struct tpf_graph *g, struct tpf_diag *d);
 void sh_rank_data_free(struct sh_rank_data *rd);
 size_t sh_rank_count(const struct sh_rank_data *rd, const char *what);
 
@@ -237,4 +273,4 @@ size_t sh_rank_count(const struct sh_rank_data *rd, const char *what);
 const char *sh_str(const struct shard *s, struct sh x, char *buf, size_t size);
 const char *sh_node_name(const struct tpf_node *n, char *buf, size_t size);
 
-#endif /* TPF_SHARD_INTERNAL_H */
+#endif /* TPF_SHARD_H */
