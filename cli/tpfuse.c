@@ -463,15 +463,6 @@ static int open_model(const char *path, struct tpf_model **m, struct tpf_diag **
 	return load_model(path, m, *d, shown);
 }
 
-/* What `check` does, and `optimize` before its pipeline: verify, infer
- * shapes (which assumes a structurally valid graph), verify again with the
- * inferred types (dtype and shape rules the file's own types did not show). */
-static const struct tpf_compile_options check_steps = {
-	.verify_before = 1,
-	.infer = TPF_INFER_STRICT,
-	.verify_inferred = 1,
-};
-
 /* Refuses (TPF_ERR_CONFLICT, the error naming both files) an output that
  * is one of the files the loaded model m comes from (`in` and its external
  * data) or another output: `out` with its data file when out_opt is given,
@@ -584,7 +575,7 @@ static int cmd_check(int argc, char **argv)
 	rc = open_model(model, &m, &d, &shown);
 	if (rc)
 		goto out_free_diag;
-	st = tpf_compile(m, &check_steps, d);
+	st = tpf_compile(m, &(struct tpf_compile_options){TPF_COMPILE_CHECK}, d);
 	cli_print_diag(d, &shown);
 	if (st || d->error_count) {
 		error_msg("'%s': %zu error%s found", model, d->error_count,
@@ -746,8 +737,8 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 static int cmd_optimize(int argc, char **argv)
 {
 	struct optimize_opts o = {0};
-	struct tpf_compile_options co = {0};
 	enum tpf_compile_stage failed;
+	struct tpf_compile_options co = {.optimize = 1, .verify_after = 1, .failed = &failed};
 	struct tpf_pass_stats *stats = NULL;
 	struct tpf_model *m = NULL;
 	struct tpf_diag *d = NULL;
@@ -808,7 +799,7 @@ static int cmd_optimize(int argc, char **argv)
 		goto out_free_model;
 	}
 
-	st = tpf_compile(m, &check_steps, d);
+	st = tpf_compile(m, &(struct tpf_compile_options){TPF_COMPILE_CHECK}, d);
 	if (st) {
 		cli_print_diag(d, &shown);
 		error_msg("the input model '%s' is not valid", o.in);
@@ -818,9 +809,6 @@ static int cmd_optimize(int argc, char **argv)
 	if (o.dump_before && (rc = write_dump(m, o.dump_before, FORMAT_AUTO)) != 0)
 		goto out_free_model;
 
-	co.optimize = 1;
-	co.verify_after = 1;
-	co.failed = &failed;
 	if (o.passes)
 		co.pipeline.passes = o.passes;
 	else if (o.olevel && strcmp(o.olevel, "-O0") == 0)

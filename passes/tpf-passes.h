@@ -147,6 +147,10 @@ struct tpf_compile_options {
 	enum tpf_compile_stage *failed;
 };
 
+/* The steps of a check, the first fields of an initializer:
+ * (struct tpf_compile_options){TPF_COMPILE_CHECK, .optimize = 1, ...}. */
+#define TPF_COMPILE_CHECK .verify_before = 1, .infer = TPF_INFER_STRICT, .verify_inferred = 1
+
 /* Runs the steps `o` asks for on m (o NULL: none). */
 enum tpf_status tpf_compile(struct tpf_model *m, const struct tpf_compile_options *o,
 			    struct tpf_diag *d);

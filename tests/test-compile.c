@@ -40,11 +40,7 @@ static const char *const invalid =
 	"  %2 = Add(%0, %1)  # add\n"
 	"  output %2: ? \"y\"\n}\n";
 
-static const struct tpf_compile_options check_steps = {
-	.verify_before = 1,
-	.infer = TPF_INFER_STRICT,
-	.verify_inferred = 1,
-};
+static const struct tpf_compile_options check_steps = {TPF_COMPILE_CHECK};
 
 /* Strict inference: the compile stops with inference's status, its
  * message naming the node, the input's step named as the one that failed. */

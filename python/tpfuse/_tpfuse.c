@@ -555,14 +555,6 @@ fail:
 	return NULL;
 }
 
-/* Verify, infer shapes, verify again with the inferred types (as the
- * command's check and optimize do). */
-static const struct tpf_compile_options check_steps = {
-	.verify_before = 1,
-	.infer = TPF_INFER_STRICT,
-	.verify_inferred = 1,
-};
-
 /* ---------------------------------------------------------------- optimize */
 
 struct optimize_job {
@@ -584,7 +576,9 @@ struct optimize_job {
 static void optimize_work(void *job)
 {
 	struct optimize_job *j = job;
-	struct tpf_compile_options co;
+	/* as the command's optimize: check the input, run the pipeline, check
+	 * the result */
+	struct tpf_compile_options co = {TPF_COMPILE_CHECK, .optimize = 1, .verify_after = 1};
 	enum tpf_compile_stage failed;
 	struct tpf_pass_stats *stats = tpf_pass_stats_create();
 	struct tpf_model *m = NULL;
@@ -619,15 +613,12 @@ static void optimize_work(void *job)
 		j->st = tpf_diag_fail(j->d, TPF_ERR_NOMEM, "cannot capture the near misses");
 		goto out;
 	}
-	co = check_steps;
-	co.optimize = 1;
 	co.pipeline.passes = j->passes;
 	co.pipeline.ctx.stats = stats;
 	co.pipeline.ctx.explain = j->explain ? j->explain_text.f : NULL;
 	co.pipeline.ctx.rank = j->rank;
 	co.pipeline.ctx.world_size = j->world_size;
 	co.pipeline.verify_each = j->verify_each;
-	co.verify_after = 1;
 	co.failed = &failed;
 	j->st = tpf_compile(m, &co, j->d);
 	if (failed == TPF_COMPILE_INPUT)
@@ -793,7 +784,7 @@ static void check_work(void *job)
 	j->st = j->load_st;
 	if (j->st)
 		return;
-	j->st = tpf_compile(m, &check_steps, j->d);
+	j->st = tpf_compile(m, &(struct tpf_compile_options){TPF_COMPILE_CHECK}, j->d);
 	tpf_model_free(m);
 }
 
