@@ -91,10 +91,11 @@ enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_
  * and optimize, the Python package's check and optimize and `tpfuse run` /
  * `tpfuse plan` differ only in these fields:
  *
- *   check:     {.verify_before = 1, .infer = TPF_INFER_STRICT, .verify_inferred = 1}
+ *   check:     {TPF_COMPILE_CHECK}: verify, strict inference, verify again
  *   optimize:  the same, then .optimize = 1 with the pipeline, .verify_after = 1
  *   run, plan: {.verify_before = 1, .infer = TPF_INFER_LENIENT, .optimize = --optimize,
  *               .min_severity = TPF_SEV_ERROR}
+ *   dump:      {.infer = TPF_INFER_LENIENT}: what can be inferred, no complaints
  *
  * The first step that fails ends the compile with its status; its messages
  * are in the diagnostic (except what min_severity and a lenient inference
