@@ -142,11 +142,13 @@ static void print_diag(struct tpf_diag *d)
 	tpf_diag_clear(d);
 }
 
-/* A refusal of unsupported ops is the same on every rank (one graph
- * structure): rank 0 prints it, the others only exit. */
-static void print_unsupported(struct tpf_diag *d, enum tpf_status st, const struct tpf_comm *comm)
+/* A refusal every rank reaches alike (status `alike`: unsupported ops of
+ * the one graph structure, --outputs of ranks that would share a folder)
+ * is printed by rank 0; the other ranks only exit. */
+static void print_refusal(struct tpf_diag *d, enum tpf_status st, enum tpf_status alike,
+			  const struct tpf_comm *comm)
 {
-	if (st == TPF_ERR_UNSUPPORTED && comm->world > 1 && comm->rank != 0)
+	if (st == alike && comm->world > 1 && comm->rank != 0)
 		tpf_diag_clear(d);
 	print_diag(d);
 }
@@ -684,40 +686,34 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static enum tpf_status load_model(const char *path, const struct run_opts *o, int rank, int world,
-				  int optimize, struct tpf_model **out, struct tpf_diag *d)
+/* Loads the model at `path` and compiles it as `run` and `plan` do: a model
+ * that fails verification is refused, while what shape inference cannot
+ * tell is left to the runtime, which binds concrete shapes itself; with
+ * `optimize`, the default pipeline runs, and only errors are kept ("matched
+ * nothing" notes are expected for many models). */
+static enum tpf_status load_model(const char *path, int rank, int world, int optimize,
+				  struct tpf_model **out, struct tpf_diag *d)
 {
+	struct tpf_compile_options co = {
+		.verify_before = 1,
+		.infer = TPF_INFER_LENIENT,
+		.optimize = optimize,
+		.pipeline = {.passes = "default"},
+		.min_severity = TPF_SEV_ERROR,
+	};
 	struct tpf_model *m = NULL;
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, &m, d);
+
 	if (st)
 		return st;
-	if ((st = tpf_model_verify(m, d)))
-		goto out_fail;
-	if (tpf_model_infer_shapes(m, d)) {
-		/* inference complaints do not stop a run: the runtime binds shapes itself */
-		tpf_diag_clear(d);
-	}
-	if (optimize) {
-		struct tpf_pipeline_options po = {.passes = "default"};
-		po.ctx.rank = world > 1 ? rank : -1;
-		po.ctx.world_size = world > 1 ? world : -1;
-		if ((st = tpf_pipeline_run(m, &po, d)))
-			goto out_fail;
-		/* keep errors only: "matched nothing" notes are expected for many models */
-		size_t k = 0;
-		for (size_t i = 0; i < d->count; i++) {
-			if (d->entries[i].severity == TPF_SEV_ERROR)
-				d->entries[k++] = d->entries[i];
-			else
-				tpf_free(d->entries[i].text);
-		}
-		d->count = k;
+	co.pipeline.ctx.rank = world > 1 ? rank : -1;
+	co.pipeline.ctx.world_size = world > 1 ? world : -1;
+	if ((st = tpf_compile(m, &co, d))) {
+		tpf_model_free(m);
+		return st;
 	}
 	*out = m;
 	return TPF_OK;
-out_fail:
-	tpf_model_free(m);
-	return st;
 }
 
 static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_opts *o, int rank,
@@ -931,6 +927,113 @@ static void startup_watchdog(double timeout_s)
 	alarm((unsigned)ceil(timeout_s));
 }
 
+/* The communicator the run's ranks talk through: MPI's, NCCL's or the
+ * CUDA-over-MPI one under mpirun, by --backend and --comm; a single rank's
+ * alone.  Joining is bounded by the start-up watchdog. */
+static enum tpf_status open_comm(const struct run_opts *o, struct tpf_comm **comm,
+				 struct tpf_diag *d)
+{
+	struct tpf_comm_options co = {.timeout_s = o->timeout};
+	enum tpf_status st;
+	startup_watchdog(o->timeout > 0 ? o->timeout : 60);
+	if (tpf_comm_launched_by_mpi() && o->backend == TPF_BACKEND_CUDA && o->comm && !strcmp(o->comm, "mpi"))
+#ifdef TPF_HAVE_CUDA
+		st = tpf_comm_create_cuda_mpi(&co, comm, d);
+#else
+		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--backend cuda: this tpfuse was built without CUDA");
+#endif
+	else if (tpf_comm_launched_by_mpi() && o->backend == TPF_BACKEND_CUDA)
+#ifdef TPF_HAVE_NCCL
+		st = tpf_comm_create_nccl(&co, comm, d);
+#else
+		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				   "--backend cuda under mpirun needs NCCL (this tpfuse was built without it)");
+#endif
+	else if (tpf_comm_launched_by_mpi())
+		st = tpf_comm_create_mpi(&co, comm, d);
+	else
+		st = tpf_comm_create_self(&co, comm, d);
+	startup_watchdog(0);
+	return st;
+}
+
+/* --outputs: refused on every rank when a file it names is one the run
+ * reads, or two ranks would write one folder.  TPF_OK, or the status with
+ * the exit code in *rc. */
+static enum tpf_status check_run_outputs(const struct run_opts *o, struct tpf_comm *comm,
+					 const struct tpf_model *m, const char *path, int *rc,
+					 struct tpf_diag *d)
+{
+	enum tpf_status mine = check_outputs(o, m, path, comm->rank, comm->world, d), st;
+	print_diag(d);
+	if ((st = tpf_comm_agree(comm, mine, "checking the output files", d))) {
+		/* refused on a rank: a usage error on every rank */
+		*rc = mine && mine != TPF_ERR_CONFLICT ? cli_exit_of(mine) : CLI_USAGE;
+		return st;
+	}
+	if (comm->world > 1 && (st = check_rank_outputs(comm, o, d))) {
+		/* every rank reaches the same verdict */
+		print_refusal(d, st, TPF_ERR_CONFLICT, comm);
+		*rc = cli_exit_of(st);
+	}
+	return st;
+}
+
+/* o->warmup untimed runs, then o->iters timed ones (each after a barrier
+ * under several ranks); rank 0 prints the times when there is more than
+ * one run.  *outs: the last run's outputs. */
+static enum tpf_status timed_runs(struct tpf_session *s, const struct run_opts *o,
+				  struct tpf_comm *comm, const struct tpf_host_tensor *in, size_t n_in,
+				  const struct tpf_host_tensor **outs, size_t *n_outs,
+				  struct tpf_diag *d)
+{
+	enum tpf_status st;
+	for (long it = 0; it < o->warmup; it++)
+		if ((st = tpf_session_run(s, in, n_in, outs, n_outs, d)))
+			return st;
+	double total = 0, best = INFINITY;
+	for (long it = 0; it < o->iters; it++) {
+		if (comm->world > 1 && (st = comm->ops->barrier(comm, d)))
+			return st;
+		double t0 = now_ms();
+		if ((st = tpf_session_run(s, in, n_in, outs, n_outs, d)))
+			return st;
+		double ms = now_ms() - t0;
+		total += ms;
+		best = ms < best ? ms : best;
+		if ((o->iters > 1 || o->warmup > 0) && comm->rank == 0)
+			printf("iter %ld: %.3f ms\n", it, ms);
+	}
+	if ((o->iters > 1 || o->warmup > 0) && comm->rank == 0)
+		printf("%ld iterations: mean %.3f ms, min %.3f ms (rank 0 of %d, backend %s)\n", o->iters,
+		       total / (double)o->iters, best, comm->world, tpf_backend_name(o->backend));
+	return TPF_OK;
+}
+
+/* Rank 0's account of the runs: the --profile table, how the collectives
+ * and the all-to-alls ran. */
+static void print_run_report(struct tpf_session *s, const struct run_opts *o,
+			     const struct tpf_comm *comm)
+{
+	if (comm->rank != 0)
+		return;
+	if (o->profile)
+		tpf_session_profile_print(s, stdout);
+	if (!o->quiet && o->backend == TPF_BACKEND_CUDA && comm->world > 1) {
+		size_t n_coll, n_one;
+		tpf_session_collective_stats(s, &n_coll, &n_one);
+		printf("collectives: %zu step%s, %zu through peer memory (one-shot kernels), the rest %s\n", n_coll,
+		       n_coll == 1 ? "" : "s", n_one, strcmp(comm->ops->name, "nccl") ? "through MPI" : "NCCL");
+	}
+	if (!o->quiet && tpf_session_direct_alltoalls(s, NULL)) {
+		size_t peer;
+		size_t n = tpf_session_direct_alltoalls(s, &peer);
+		printf("all-to-alls: %zu coalesced exchange%s run direct between the pieces' buffers (no packing), "
+		       "%zu through peer memory\n",
+		       n, n == 1 ? "" : "s", peer);
+	}
+}
+
 /* tpfuse run with the options o: the exit code. */
 static int run_model(struct run_opts o, struct tpf_diag *d)
 {
@@ -944,27 +1047,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	struct tpf_strategy_table *table = NULL;
 	enum tpf_status st;
 	int synced = 1; /* every rank knows about an error at this point */
-	struct tpf_comm_options co = {.timeout_s = o.timeout};
-	startup_watchdog(o.timeout > 0 ? o.timeout : 60);
-	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA && o.comm && !strcmp(o.comm, "mpi"))
-#ifdef TPF_HAVE_CUDA
-		st = tpf_comm_create_cuda_mpi(&co, &comm, d);
-#else
-		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--backend cuda: this tpfuse was built without CUDA");
-#endif
-	else if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
-#ifdef TPF_HAVE_NCCL
-		st = tpf_comm_create_nccl(&co, &comm, d);
-#else
-		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
-				   "--backend cuda under mpirun needs NCCL (this tpfuse was built without it)");
-#endif
-	else if (tpf_comm_launched_by_mpi())
-		st = tpf_comm_create_mpi(&co, &comm, d);
-	else
-		st = tpf_comm_create_self(&co, &comm, d);
-	startup_watchdog(0);
-	if (st) {
+	if ((st = open_comm(&o, &comm, d))) {
 		print_diag(d);
 		return cli_exit_of(st);
 	}
@@ -974,9 +1057,9 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	path = subst_rank(o.model, comm->rank);
 	st = path ? TPF_OK : TPF_ERR_NOMEM;
 	if (!st)
-		st = load_model(path, &o, comm->rank, comm->world, o.optimize || o.verify, &m, d);
+		st = load_model(path, comm->rank, comm->world, o.optimize || o.verify, &m, d);
 	if (!st && o.verify)
-		st = load_model(path, &o, comm->rank, comm->world, 0, &ref, d);
+		st = load_model(path, comm->rank, comm->world, 0, &ref, d);
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "loading the model", d)))
 		goto out;
@@ -986,24 +1069,8 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 		rc = CLI_USAGE;
 		goto out;
 	}
-	if (o.outputs) {
-		enum tpf_status mine = check_outputs(&o, m, path, comm->rank, comm->world, d);
-		print_diag(d);
-		if ((st = tpf_comm_agree(comm, mine, "checking the output files", d))) {
-			/* refused on a rank: a usage error on every rank */
-			rc = mine && mine != TPF_ERR_CONFLICT ? cli_exit_of(mine) : CLI_USAGE;
-			goto out;
-		}
-		if (comm->world > 1 && (st = check_rank_outputs(comm, &o, d))) {
-			/* every rank reaches the same verdict */
-			if (comm->rank == 0 || st != TPF_ERR_CONFLICT)
-				print_diag(d);
-			else
-				tpf_diag_clear(d);
-			rc = cli_exit_of(st);
-			goto out;
-		}
-	}
+	if (o.outputs && (st = check_run_outputs(&o, comm, m, path, &rc, d)))
+		goto out;
 	/* a malformed table is an error on every backend (line and file named) */
 	if (o.strategy_table) {
 		st = tpf_strategy_load(o.strategy_table, &table, d);
@@ -1025,7 +1092,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	so.check_rank_files = 0;
 	if (!st && ref)
 		st = tpf_session_create(ref, &so, &sref, d);
-	print_unsupported(d, st, comm);
+	print_refusal(d, st, TPF_ERR_UNSUPPORTED, comm);
 	if ((st = tpf_comm_agree(comm, st, "creating the session", d)))
 		goto out;
 	st = get_inputs(ref ? ref : m, &o, comm->rank, comm->world, &in, &n_in, d);
@@ -1037,7 +1104,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 		st = tpf_session_prepare(sref, in, n_in, d);
 	if (!st)
 		st = tpf_session_prepare(s, in, n_in, d);
-	print_unsupported(d, st, comm);
+	print_refusal(d, st, TPF_ERR_UNSUPPORTED, comm);
 	if (st)
 		goto out;
 
@@ -1052,41 +1119,10 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 		n_ref_out = n_outs;
 	}
 	synced = 0;
-	for (long it = 0; it < o.warmup; it++)
-		if ((st = tpf_session_run(s, in, n_in, &outs, &n_outs, d)))
-			goto out;
-	double total = 0, best = INFINITY;
-	for (long it = 0; it < o.iters; it++) {
-		if (comm->world > 1 && (st = comm->ops->barrier(comm, d)))
-			goto out;
-		double t0 = now_ms();
-		if ((st = tpf_session_run(s, in, n_in, &outs, &n_outs, d)))
-			goto out;
-		double ms = now_ms() - t0;
-		total += ms;
-		best = ms < best ? ms : best;
-		if ((o.iters > 1 || o.warmup > 0) && comm->rank == 0)
-			printf("iter %ld: %.3f ms\n", it, ms);
-	}
-	if ((o.iters > 1 || o.warmup > 0) && comm->rank == 0)
-		printf("%ld iterations: mean %.3f ms, min %.3f ms (rank 0 of %d, backend %s)\n", o.iters,
-		       total / (double)o.iters, best, comm->world, tpf_backend_name(o.backend));
+	if ((st = timed_runs(s, &o, comm, in, n_in, &outs, &n_outs, d)))
+		goto out;
 	synced = 1;
-	if (o.profile && comm->rank == 0)
-		tpf_session_profile_print(s, stdout);
-	if (!o.quiet && comm->rank == 0 && o.backend == TPF_BACKEND_CUDA && comm->world > 1) {
-		size_t n_coll, n_one;
-		tpf_session_collective_stats(s, &n_coll, &n_one);
-		printf("collectives: %zu step%s, %zu through peer memory (one-shot kernels), the rest %s\n", n_coll,
-		       n_coll == 1 ? "" : "s", n_one, strcmp(comm->ops->name, "nccl") ? "through MPI" : "NCCL");
-	}
-	if (!o.quiet && comm->rank == 0 && tpf_session_direct_alltoalls(s, NULL)) {
-		size_t peer;
-		size_t n = tpf_session_direct_alltoalls(s, &peer);
-		printf("all-to-alls: %zu coalesced exchange%s run direct between the pieces' buffers (no packing), "
-		       "%zu through peer memory\n",
-		       n, n == 1 ? "" : "s", peer);
-	}
+	print_run_report(s, &o, comm);
 	if (o.outputs)
 		st = write_outputs(&o, comm->rank, comm->world, outs, n_outs, d);
 	if (!o.quiet && comm->rank == 0 && !st)
@@ -1140,7 +1176,7 @@ static int plan_model(struct run_opts o, struct tpf_diag *d)
 		return CLI_USAGE;
 	}
 	path = subst_rank(o.model, o.rank);
-	st = path ? load_model(path, &o, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
+	st = path ? load_model(path, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
 	if (!st && check_dim_names(m, &o, path, 1) != CLI_OK) {
 		print_diag(d);
 		tpf_model_free(m);

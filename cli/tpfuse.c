@@ -463,20 +463,6 @@ static int open_model(const char *path, struct tpf_model **m, struct tpf_diag **
 	return load_model(path, m, *d, shown);
 }
 
-/* Verifies m, infers its shapes (which assumes a structurally valid
- * graph) and verifies it again with the inferred types (dtype and shape
- * rules the file's own types did not show). */
-static enum tpf_status verify_with_types(struct tpf_model *m, struct tpf_diag *d)
-{
-	enum tpf_status st = tpf_model_verify(m, d);
-
-	if (!st)
-		st = tpf_model_infer_shapes(m, d);
-	if (!st)
-		st = tpf_model_verify(m, d);
-	return st;
-}
-
 /* Refuses (TPF_ERR_CONFLICT, the error naming both files) an output that
  * is one of the files the loaded model m comes from (`in` and its external
  * data) or another output: `out` with its data file when out_opt is given,
@@ -553,15 +539,9 @@ static int cmd_dump(int argc, char **argv)
 		tpf_model_free(m);
 		goto out_free_diag;
 	}
-	if (!no_infer) {
-		/* a dump shows what can be inferred; problems are for `check` */
-		struct tpf_diag *scratch = tpf_diag_create();
-
-		if (scratch) {
-			tpf_model_infer_shapes(m, scratch);
-			tpf_diag_free(scratch);
-		}
-	}
+	/* a dump shows what can be inferred; problems are for `check` */
+	if (!no_infer)
+		tpf_compile(m, &(struct tpf_compile_options){.infer = TPF_INFER_LENIENT}, d);
 	rc = write_dump(m, out, fmt);
 	cli_print_diag(d, &shown);
 	tpf_model_free(m);
@@ -595,7 +575,7 @@ static int cmd_check(int argc, char **argv)
 	rc = open_model(model, &m, &d, &shown);
 	if (rc)
 		goto out_free_diag;
-	st = verify_with_types(m, d);
+	st = tpf_compile(m, &(struct tpf_compile_options){TPF_COMPILE_CHECK}, d);
 	cli_print_diag(d, &shown);
 	if (st || d->error_count) {
 		error_msg("'%s': %zu error%s found", model, d->error_count,
@@ -757,7 +737,8 @@ static int parse_optimize(int argc, char **argv, struct optimize_opts *o)
 static int cmd_optimize(int argc, char **argv)
 {
 	struct optimize_opts o = {0};
-	struct tpf_pipeline_options po = {0};
+	enum tpf_compile_stage failed;
+	struct tpf_compile_options co = {.optimize = 1, .verify_after = 1, .failed = &failed};
 	struct tpf_pass_stats *stats = NULL;
 	struct tpf_model *m = NULL;
 	struct tpf_diag *d = NULL;
@@ -818,7 +799,7 @@ static int cmd_optimize(int argc, char **argv)
 		goto out_free_model;
 	}
 
-	st = verify_with_types(m, d);
+	st = tpf_compile(m, &(struct tpf_compile_options){TPF_COMPILE_CHECK}, d);
 	if (st) {
 		cli_print_diag(d, &shown);
 		error_msg("the input model '%s' is not valid", o.in);
@@ -829,34 +810,29 @@ static int cmd_optimize(int argc, char **argv)
 		goto out_free_model;
 
 	if (o.passes)
-		po.passes = o.passes;
+		co.pipeline.passes = o.passes;
 	else if (o.olevel && strcmp(o.olevel, "-O0") == 0)
-		po.passes = "none";
+		co.pipeline.passes = "none";
 	else if (o.olevel && strcmp(o.olevel, "-O1") == 0)
-		po.passes = "cleanup";
+		co.pipeline.passes = "cleanup";
 	else
-		po.passes = "default";
-	po.ctx.stats = stats;
-	po.ctx.explain = o.explain ? stderr : NULL;
-	po.ctx.rank = (int)o.rank;
-	po.ctx.world_size = o.world_size > 0 ? (int)o.world_size : 0;
-	po.verify_each = o.verify_each;
-	po.print_after_dir = o.print_after_dir;
-	st = tpf_pipeline_run(m, &po, d);
+		co.pipeline.passes = "default";
+	co.pipeline.ctx.stats = stats;
+	co.pipeline.ctx.explain = o.explain ? stderr : NULL;
+	co.pipeline.ctx.rank = (int)o.rank;
+	co.pipeline.ctx.world_size = o.world_size > 0 ? (int)o.world_size : 0;
+	co.pipeline.verify_each = o.verify_each;
+	co.pipeline.print_after_dir = o.print_after_dir;
+	st = tpf_compile(m, &co, d);
 	if (st) {
 		cli_print_diag(d, &shown);
-		error_msg("optimization failed: %s", tpf_status_name(st));
-		rc = cli_exit_of(st);
-		goto out_print_stats;
-	}
-
-	st = tpf_model_verify(m, d);
-	if (!st)
-		st = tpf_model_infer_shapes(m, d);
-	if (st) {
-		cli_print_diag(d, &shown);
-		error_msg("the optimized model fails verification");
-		rc = CLI_ERROR;
+		if (failed == TPF_COMPILE_OUTPUT) {
+			error_msg("the optimized model fails verification");
+			rc = CLI_ERROR;
+		} else {
+			error_msg("optimization failed: %s", tpf_status_name(st));
+			rc = cli_exit_of(st);
+		}
 		goto out_print_stats;
 	}
 	if (o.dump_after && (rc = write_dump(m, o.dump_after, FORMAT_AUTO)) != 0)

@@ -82,6 +82,80 @@ struct tpf_pipeline_options {
 enum tpf_status tpf_pipeline_run(struct tpf_model *m, const struct tpf_pipeline_options *o,
 				 struct tpf_diag *d);
 
+/* ------------------------------------------------------------------ compile
+ * The one sequence every front end runs on a loaded model (passes/compile.c):
+ *
+ *   verify_before -> infer -> verify_inferred -> pipeline -> target -> verify_after
+ *
+ * Each step is a field; a zeroed struct runs nothing.  The command's check
+ * and optimize, the Python package's check and optimize and `tpfuse run` /
+ * `tpfuse plan` differ only in these fields:
+ *
+ *   check:     {TPF_COMPILE_CHECK}: verify, strict inference, verify again
+ *   optimize:  the same, then .optimize = 1 with the pipeline, .verify_after = 1
+ *   run, plan: {.verify_before = 1, .infer = TPF_INFER_LENIENT, .optimize = --optimize,
+ *               .min_severity = TPF_SEV_ERROR}
+ *   dump:      {.infer = TPF_INFER_LENIENT}: what can be inferred, no complaints
+ *
+ * The first step that fails ends the compile with its status; its messages
+ * are in the diagnostic (except what min_severity and a lenient inference
+ * leave out).  A caller that needs the model between the input steps and
+ * the pipeline (the command's --dump-before) makes two calls. */
+
+enum tpf_infer_policy {
+	TPF_INFER_NONE,    /* no shape inference */
+	TPF_INFER_STRICT,  /* inference problems are errors: the compile stops with the status */
+	TPF_INFER_LENIENT, /* inference problems are dropped: no message of the inference is
+			    * kept and the compile goes on with what it could infer (the
+			    * runtime binds concrete shapes itself) */
+};
+
+/* The step of a compile that failed. */
+enum tpf_compile_stage {
+	TPF_COMPILE_DONE,     /* none: the compile succeeded */
+	TPF_COMPILE_INPUT,    /* verify_before, infer or verify_inferred: the input is not valid */
+	TPF_COMPILE_PIPELINE, /* the optimization pipeline */
+	TPF_COMPILE_LOWER,    /* the target's lowering pipeline */
+	TPF_COMPILE_OUTPUT,   /* verify_after: the compiled model is not valid */
+};
+
+struct tpf_compile_options {
+	/* tpf_model_verify first (shape inference assumes a structurally
+	 * valid graph). */
+	int verify_before;
+	/* Then shape inference, with this policy. */
+	enum tpf_infer_policy infer;
+	/* Then tpf_model_verify again, with the inferred types (dtype and
+	 * shape rules the file's own types did not show). */
+	int verify_inferred;
+	/* Run `pipeline` (tpf_pipeline_run: its passes, NULL meaning "default";
+	 * its stats, explain stream and rank context ctx.rank / ctx.world_size;
+	 * verify_each; print_after_dir). */
+	int optimize;
+	struct tpf_pipeline_options pipeline;
+	/* NULL: no lowering.  Otherwise a backend ("cpu", "cuda"): the
+	 * registered pipeline "lower-TARGET" runs after the optimization
+	 * pipeline, with the same context; a target without one is an error
+	 * naming the pipeline. */
+	const char *target;
+	/* After the pipelines: tpf_model_verify, then strict shape inference. */
+	int verify_after;
+	/* Messages of the compile below this severity are not kept.  The zero
+	 * value, TPF_SEV_NOTE, keeps all; TPF_SEV_ERROR keeps errors only (no
+	 * "pass NAME matched nothing" notes). */
+	enum tpf_severity min_severity;
+	/* Non-NULL: set to the step that failed, TPF_COMPILE_DONE on success. */
+	enum tpf_compile_stage *failed;
+};
+
+/* The steps of a check, the first fields of an initializer:
+ * (struct tpf_compile_options){TPF_COMPILE_CHECK, .optimize = 1, ...}. */
+#define TPF_COMPILE_CHECK .verify_before = 1, .infer = TPF_INFER_STRICT, .verify_inferred = 1
+
+/* Runs the steps `o` asks for on m (o NULL: none). */
+enum tpf_status tpf_compile(struct tpf_model *m, const struct tpf_compile_options *o,
+			    struct tpf_diag *d);
+
 /* ------------------------------------------------------------------ sharding
  * A single-device model into the rank models of W-way tensor parallelism
  * (passes/shard/, docs/passes.md "shard"): Megatron's column/row split of

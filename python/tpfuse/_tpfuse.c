@@ -555,19 +555,6 @@ fail:
 	return NULL;
 }
 
-/* Verify, infer shapes, verify again with the inferred types (as the
- * command's check and optimize do).  Without the GIL. */
-static enum tpf_status verify_and_infer(struct tpf_model *m, struct tpf_diag *d)
-{
-	enum tpf_status st = tpf_model_verify(m, d);
-
-	if (!st)
-		st = tpf_model_infer_shapes(m, d);
-	if (!st)
-		st = tpf_model_verify(m, d);
-	return st;
-}
-
 /* ---------------------------------------------------------------- optimize */
 
 struct optimize_job {
@@ -589,7 +576,10 @@ struct optimize_job {
 static void optimize_work(void *job)
 {
 	struct optimize_job *j = job;
-	struct tpf_pipeline_options po = {0};
+	/* as the command's optimize: check the input, run the pipeline, check
+	 * the result */
+	struct tpf_compile_options co = {TPF_COMPILE_CHECK, .optimize = 1, .verify_after = 1};
+	enum tpf_compile_stage failed;
 	struct tpf_pass_stats *stats = tpf_pass_stats_create();
 	struct tpf_model *m = NULL;
 
@@ -618,29 +608,25 @@ static void optimize_work(void *job)
 		if (j->st)
 			goto out;
 	}
-	j->what = "the input model is not valid";
-	j->st = verify_and_infer(m, j->d);
-	if (j->st)
-		goto out;
 	if (j->explain && capture_open(&j->explain_text)) {
 		j->what = "optimize";
 		j->st = tpf_diag_fail(j->d, TPF_ERR_NOMEM, "cannot capture the near misses");
 		goto out;
 	}
-	po.passes = j->passes;
-	po.ctx.stats = stats;
-	po.ctx.explain = j->explain ? j->explain_text.f : NULL;
-	po.ctx.rank = j->rank;
-	po.ctx.world_size = j->world_size;
-	po.verify_each = j->verify_each;
-	j->what = "optimization failed";
-	j->st = tpf_pipeline_run(m, &po, j->d);
-	if (j->st)
-		goto out;
-	j->what = "the optimized model fails verification";
-	j->st = tpf_model_verify(m, j->d);
-	if (!j->st)
-		j->st = tpf_model_infer_shapes(m, j->d);
+	co.pipeline.passes = j->passes;
+	co.pipeline.ctx.stats = stats;
+	co.pipeline.ctx.explain = j->explain ? j->explain_text.f : NULL;
+	co.pipeline.ctx.rank = j->rank;
+	co.pipeline.ctx.world_size = j->world_size;
+	co.pipeline.verify_each = j->verify_each;
+	co.failed = &failed;
+	j->st = tpf_compile(m, &co, j->d);
+	if (failed == TPF_COMPILE_INPUT)
+		j->what = "the input model is not valid";
+	else if (failed == TPF_COMPILE_OUTPUT)
+		j->what = "the optimized model fails verification";
+	else
+		j->what = "optimization failed";
 	if (j->st)
 		goto out;
 	if (j->output) {
@@ -798,8 +784,7 @@ static void check_work(void *job)
 	j->st = j->load_st;
 	if (j->st)
 		return;
-	/* shape inference assumes a structurally valid graph */
-	j->st = verify_and_infer(m, j->d);
+	j->st = tpf_compile(m, &(struct tpf_compile_options){TPF_COMPILE_CHECK}, j->d);
 	tpf_model_free(m);
 }
 
@@ -861,15 +846,9 @@ static void dump_work(void *job)
 	j->st = source_load(j->src, &m, j->d);
 	if (j->st)
 		return;
-	if (j->infer) {
-		/* a dump shows what can be inferred; problems are for check() */
-		struct tpf_diag *scratch = tpf_diag_create();
-
-		if (scratch) {
-			tpf_model_infer_shapes(m, scratch);
-			tpf_diag_free(scratch);
-		}
-	}
+	/* a dump shows what can be inferred; problems are for check() */
+	if (j->infer)
+		tpf_compile(m, &(struct tpf_compile_options){.infer = TPF_INFER_LENIENT}, j->d);
 	j->what = "cannot print the model";
 	if (capture_open(&j->out)) {
 		j->st = tpf_diag_fail(j->d, TPF_ERR_NOMEM, "cannot capture the dump");
