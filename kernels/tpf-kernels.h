@@ -138,6 +138,14 @@ const struct tpf_kernel *tpf_kernel_find(enum tpf_backend b, enum tpf_op op,
 /* Any kernel for (backend, op, phase), whatever its dtypes; NULL if none. */
 const struct tpf_kernel *tpf_kernel_find_any(enum tpf_backend b, enum tpf_op op,
 					     enum tpf_kernel_phase phase);
+/* The phases a node of op runs as, from the op's rows of kernels.def (any
+ * backend), in the list's order, each once, at most max of them: the
+ * phases of its steps.  Left out: MAIN when the op has other phases (a
+ * kernel some forms run besides them: ShardedRMSNorm's gathered part) and
+ * the phases that are another kernel for MAIN's work (from
+ * TPF_PHASE_FP8_GEMM on: the plan may pick them instead).  0 when the op
+ * has no row. */
+size_t tpf_kernel_phases(enum tpf_op op, enum tpf_kernel_phase *phases, size_t max);
 /* Every row of the table, all backends built in. */
 const struct tpf_kernel *const *tpf_kernel_list(size_t *count);
 

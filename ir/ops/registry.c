@@ -35,6 +35,11 @@ int tpf_op_has_trait(enum tpf_op op, enum tpf_op_trait trait)
 	return (op_def(op)->traits & (unsigned)trait) != 0;
 }
 
+int tpf_op_host_input(enum tpf_op op, size_t i)
+{
+	return i < 32 && (op_def(op)->host_inputs >> i & 1u);
+}
+
 enum tpf_op tpf_op_lookup(const char *domain, const char *op_type)
 {
 	if (!domain || strcmp(domain, "ai.onnx") == 0)
