@@ -713,6 +713,9 @@ static enum tpf_status load_model(const char *path, const struct run_opts *o, in
 		}
 		d->count = k;
 	}
+	/* the backend ops of o->backend's kernels (passes/lower.c) */
+	if ((st = tpf_lower_for_backend(m, tpf_backend_name(o->backend), NULL, d)))
+		goto out_fail;
 	*out = m;
 	return TPF_OK;
 out_fail:

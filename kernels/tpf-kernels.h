@@ -81,10 +81,6 @@ enum tpf_kernel_phase {
 	 * the two scales (known scalars); output [..., N] in the dequantized
 	 * dtype, (x_scale * w_scale) * xq @ w with float32 accumulation. */
 	TPF_PHASE_FP8_GEMM,
-	/* MatMul whose second operand is a Transpose that swaps its last two
-	 * axes: operand 1 is the Transpose's input ([..., N, K]), read
-	 * transposed; the Transpose itself is not run (runtime/plan.c). */
-	TPF_PHASE_MATMUL_BT,
 	/* MatMul of a few rows by a known 2-D weight [K, N], the weight packed
 	 * for the small-M kernels (runtime/plan.c): operand 1 is
 	 * [ceil(N / TW), K, TW], column tile t holding columns t * TW ..

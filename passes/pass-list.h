@@ -31,6 +31,9 @@ TPF_PASS(merge_parallel_matmuls)
 TPF_PASS(fuse_swiglu)
 TPF_PASS(fuse_rotary_embedding)
 TPF_PASS(fuse_attention)
+/* lowering to a backend (passes/lower.c) */
+TPF_PASS(lower_matmul_transb)
+TPF_PASS(lower_matmul_transb_int)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

@@ -245,7 +245,6 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
  * goes to the device only if another step reads it.  TPF_GEMV_TILED=0
  * turns this off; TPF_GEMV_TILED=16 or 32 forces that tile width, and on
  * the CPU backend packs every such product (its kernel unpacks: tests). */
-static const struct tpf_node *bt_transpose(const struct tpf_plan *p, const struct tpf_node *mm);
 static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs,
 				  struct tpf_diag *d);
 
@@ -347,7 +346,7 @@ static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_n
 static int gated_fold_width(const struct tpf_plan *p, const struct tpf_node *mm)
 {
 	if (!tpf_env_switch("TPF_GEMV_GATED", 1) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1 ||
-	    fp8_matmul(p, mm) || bt_transpose(p, mm))
+	    fp8_matmul(p, mm))
 		return 0;
 	const struct tpf_value *y = mm->outputs[0];
 	if (!y || y->n_output_refs || y->n_uses != 1)
@@ -383,40 +382,6 @@ static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_n
 		return lower_main(p, g, ins, outs, d);
 	int tins[2] = {tpf_rt_value_index(p, mm->inputs[0]), wp};
 	return add_kernel_step(p, p->opt.backend, g, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
-}
-
-/* ------------------------------------------------------------ transposed operands
- * MatMul(a, Transpose(b, perm swapping the last two axes)): the GEMM reads
- * b transposed (matmul-bt) and the Transpose, when only such products read
- * it, is not run: no copy of b (attention's K^T over a whole KV cache). */
-
-static const struct tpf_node *bt_transpose(const struct tpf_plan *p, const struct tpf_node *mm)
-{
-	if (mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || !mm->inputs[0] || !mm->inputs[1])
-		return NULL;
-	const struct tpf_value *v = mm->inputs[1];
-	const struct tpf_node *t = v->kind == TPF_VALUE_NODE_OUTPUT ? v->producer : NULL;
-	if (!t || t->op != TPF_OP_TRANSPOSE || t->n_inputs != 1 || !t->inputs[0])
-		return NULL;
-	const struct tpf_attr *perm = tpf_node_attr(t, "perm");
-	int b = tpf_rt_value_index(p, t->inputs[0]);
-	if (!perm || perm->kind != TPF_ATTR_INTS || perm->n < 2 || b < 0 || p->values[b].t.rank != (int)perm->n)
-		return NULL;
-	size_t r = perm->n;
-	for (size_t i = 0; i + 2 < r; i++)
-		if (perm->ints[i] != (int64_t)i)
-			return NULL;
-	if (perm->ints[r - 2] != (int64_t)r - 1 || perm->ints[r - 1] != (int64_t)r - 2)
-		return NULL;
-	if (!tpf_kernel_find(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_MATMUL_BT, p->values[b].t.dtype))
-		return NULL;
-	return t;
-}
-
-/* A product that reads the Transpose's input transposed instead. */
-static int read_by_bt_gemm(const struct tpf_plan *p, const struct tpf_node *t, const struct tpf_use *use)
-{
-	return use->index == 1 && !fp8_matmul(p, use->node) && bt_transpose(p, use->node) == t;
 }
 
 /* One kernel step for node n (the common lowering). */
@@ -607,13 +572,8 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	case TPF_OP_MATMUL: {
 		if (fp8_matmul(p, n))
 			return lower_fp8_matmul(p, n, outs, d);
-		const struct tpf_node *t = bt_transpose(p, n);
-		if (!t) {
-			int tw = tiled_width(p, n, ins, outs);
-			return tw ? lower_tiled_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
-		}
-		int bt_ins[2] = {ins[0], tpf_rt_value_index(p, t->inputs[0])};
-		return add_kernel_step(p, b, n, TPF_PHASE_MATMUL_BT, bt_ins, 2, outs, 1, d);
+		int tw = tiled_width(p, n, ins, outs);
+		return tw ? lower_tiled_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
 	}
 	default:
 		return lower_main(p, n, ins, outs, d);
@@ -956,14 +916,11 @@ static enum tpf_status infer_outputs(struct tpf_plan *p, const struct tpf_node *
 	return mark_value_deps(p, n, ls->in, ls->ins, out);
 }
 
-/* Whether n's work is done by the steps of its readers or its input
- * (lower_node: fp8 GEMMs read the codes, products read the Transpose's
- * input transposed, a GatedActivation runs its MatMul). */
+/* Whether n's work is done by the steps of its readers (lower_node: fp8
+ * GEMMs read the codes, a GatedActivation runs its MatMul). */
 static int runs_elsewhere(struct tpf_plan *p, const struct tpf_node *n)
 {
 	if (n->op == TPF_OP_DEQUANTIZE_LINEAR && only_read_by(p, n, read_by_fp8_gemm))
-		return 1;
-	if (n->op == TPF_OP_TRANSPOSE && only_read_by(p, n, read_by_bt_gemm))
 		return 1;
 	if (n->op == TPF_OP_MATMUL) {
 		int gtw = gated_fold_width(p, n);

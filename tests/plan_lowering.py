@@ -2,10 +2,12 @@
 """The plan's GEMM lowerings, checked on `tpfuse plan` (no GPU needed).
 
 Transposed operands: every MatMul whose second operand is a Transpose
-swapping the last two axes (attention's K^T) runs as a matmul-bt step on
-the Transpose's input, and the Transpose is not run (after the default
-pipeline there are none left on the dense example: fuse-attention takes
-those products into Attention).
+swapping the last two axes (attention's K^T) becomes an
+ai.tpfuse.MatMulTransB of the Transpose's input (the lowering pipeline the
+command runs before planning, passes/lower.c) that runs as one matmul-bt
+step, and the Transpose is not run (after the default pipeline there are
+none left on the dense example: fuse-attention takes those products into
+Attention).
 
 FP8 GEMMs:
 `tpfuse plan` of the dense_fp8 example (CPU backend, and CUDA where the
@@ -203,7 +205,9 @@ def main():
                 continue
             # --optimize: fuse-attention takes every K^T product into Attention
             want_bt = 0 if "--optimize" in extra else n_bt
-            check(f"{label}: matmul-bt steps", len(re.findall(r"\[matmul-bt\]", p.stdout)), want_bt)
+            check(f"{label}: matmul-bt steps",
+                  len(re.findall(r"cpu\.matmul-bt|cuda\.matmul-bt", p.stdout)), want_bt)
+            check(f"{label}: MatMulTransB steps", len(re.findall(r"::MatMulTransB\)", p.stdout)), want_bt)
             check(f"{label}: Transpose steps left", len(re.findall(r"\(Transpose\)", p.stdout)),
                   n_tr - n_bt)
     # packed weights, on a one-rank bf16 decode model (one row, K >= 256)
