@@ -80,7 +80,7 @@ size_t tpf_kernel_phases(enum tpf_op op, enum tpf_kernel_phase *phases, size_t m
 		const struct tpf_kernel *k = &kernels[i];
 		if (k->op != op)
 			continue;
-		if (k->phase == TPF_PHASE_MAIN || k->phase >= TPF_PHASE_FP8_GEMM) {
+		if (k->phase == TPF_PHASE_MAIN || k->phase == TPF_PHASE_MATMUL_TILED) {
 			main_row = 1;
 			continue;
 		}

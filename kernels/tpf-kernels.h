@@ -75,12 +75,6 @@ enum tpf_kernel_phase {
 	 * after rank (as the communicator gathers them); reorder them so that
 	 * they are concatenated along the node's axis. */
 	TPF_PHASE_GATHER_REORDER,
-	/* MatMul of two DequantizeLinear(FLOAT8E4M3FN) operands with per-tensor
-	 * scales, run on the codes (backends that have it; runtime/plan.c):
-	 * operands xq [..., K], the weight's codes transposed to [N, K], and
-	 * the two scales (known scalars); output [..., N] in the dequantized
-	 * dtype, (x_scale * w_scale) * xq @ w with float32 accumulation. */
-	TPF_PHASE_FP8_GEMM,
 	/* MatMul of a few rows by a known 2-D weight [K, N], the weight packed
 	 * for the small-M kernels (runtime/plan.c): operand 1 is
 	 * [ceil(N / TW), K, TW], column tile t holding columns t * TW ..
@@ -138,9 +132,8 @@ const struct tpf_kernel *tpf_kernel_find_any(enum tpf_backend b, enum tpf_op op,
  * backend), in the list's order, each once, at most max of them: the
  * phases of its steps.  Left out: MAIN when the op has other phases (a
  * kernel some forms run besides them: ShardedRMSNorm's gathered part) and
- * the phases that are another kernel for MAIN's work (from
- * TPF_PHASE_FP8_GEMM on: the plan may pick them instead).  0 when the op
- * has no row. */
+ * TPF_PHASE_MATMUL_TILED, another kernel for MAIN's work that the plan may
+ * pick instead.  0 when the op has no row. */
 size_t tpf_kernel_phases(enum tpf_op op, enum tpf_kernel_phase *phases, size_t max);
 /* Every row of the table, all backends built in. */
 const struct tpf_kernel *const *tpf_kernel_list(size_t *count);

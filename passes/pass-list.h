@@ -34,6 +34,7 @@ TPF_PASS(fuse_attention)
 /* lowering to a backend (passes/lower.c) */
 TPF_PASS(lower_matmul_transb)
 TPF_PASS(lower_matmul_transb_int)
+TPF_PASS(lower_matmul_fp8)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

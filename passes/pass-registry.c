@@ -77,11 +77,13 @@ static const char *const default_pipeline[] = {
 static const char *const lower_cpu_pipeline[] = {
 	"lower-matmul-transb",
 	"lower-matmul-transb-int",
+	"lower-matmul-fp8",
 	NULL,
 };
 
 static const char *const lower_cuda_pipeline[] = {
 	"lower-matmul-transb",
+	"lower-matmul-fp8",
 	NULL,
 };
 

@@ -94,13 +94,10 @@ static enum tpf_status check_group(const struct tpf_plan *p, const struct tpf_no
 }
 
 /* ------------------------------------------------------------ FP8 GEMMs
- * MatMul(DequantizeLinear(xq), DequantizeLinear(wq)) with E4M3 codes,
- * known per-tensor scales and zero points absent or zero, the weight a 2-D
- * initializer [K, N] with K and N multiples of 16: on a backend with an
- * fp8-gemm kernel it runs on the codes, and the dequantizations that only
- * feed such products are not run at all.  Decided from the graph and the
- * known values only, so that a dequantization lowered before its MatMul
- * makes the same decision as the MatMul. */
+ * ai.tpfuse.MatMulFp8 (passes/lower.c): the product on the codes, its
+ * weight [K, N] a constant that the kernels read transposed, [N, K]: the
+ * plan makes that copy once per weight (shared through the session's
+ * store). */
 
 static int known_index(const struct tpf_plan *p, const struct tpf_value *v)
 {
@@ -108,104 +105,17 @@ static int known_index(const struct tpf_plan *p, const struct tpf_value *v)
 	return i >= 0 && p->values[i].known && p->values[i].host ? i : -1;
 }
 
-/* The dtype a DequantizeLinear of an fp8 GEMM produces, or UNDEFINED when
- * v is not such a dequantization. */
-static enum tpf_dtype fp8_dq(const struct tpf_plan *p, const struct tpf_value *v, int weight)
+static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
+					const int *outs, struct tpf_diag *d)
 {
-	const enum tpf_dtype no = TPF_DTYPE_UNDEFINED;
-	if (!v || v->kind != TPF_VALUE_NODE_OUTPUT || !v->producer)
-		return no;
-	const struct tpf_node *dq = v->producer;
-	if (dq->op != TPF_OP_DEQUANTIZE_LINEAR || dq->n_inputs < 2 || !dq->inputs[0] ||
-	    tpf_node_attr_int(dq, "block_size", 0) != 0)
-		return no;
-	int s = known_index(p, dq->inputs[1]);
-	if (s < 0 || p->values[s].t.numel != 1)
-		return no;
-	enum tpf_dtype sdt = p->values[s].t.dtype;
-	if (sdt != TPF_DTYPE_FLOAT && sdt != TPF_DTYPE_FLOAT16 && sdt != TPF_DTYPE_BFLOAT16)
-		return no;
-	int64_t odt = tpf_node_attr_int(dq, "output_dtype", 0);
-	if (odt && odt != (int64_t)sdt)
-		return no;
-	double sv = tpf_elem_load(sdt, p->values[s].host, 0);
-	if (!(sv > 0 && sv < 1e30))
-		return no;
-	/* the codes' dtype: the zero point's (the spec makes them equal), else
-	 * the bound or declared input type */
-	enum tpf_dtype xdt;
-	if (dq->n_inputs > 2 && dq->inputs[2]) {
-		int z = known_index(p, dq->inputs[2]);
-		if (z < 0)
-			return no;
-		for (size_t b = 0; b < p->values[z].t.nbytes; b++)
-			if (((const uint8_t *)p->values[z].host)[b])
-				return no;
-		xdt = p->values[z].t.dtype;
-	} else {
-		int x = tpf_rt_value_index(p, dq->inputs[0]);
-		xdt = x >= 0 ? p->values[x].t.dtype : dq->inputs[0]->type.dtype;
-	}
-	if (xdt != TPF_DTYPE_FLOAT8E4M3FN)
-		return no;
-	if (weight) {
-		int w = known_index(p, dq->inputs[0]);
-		if (w < 0 || p->values[w].t.rank != 2 || p->values[w].t.dims[0] % 16 ||
-		    p->values[w].t.dims[1] % 16 || p->values[w].t.numel == 0)
-			return no;
-	}
-	return sdt;
-}
-
-static int fp8_gemm_enabled(const struct tpf_plan *p)
-{
-	return !p->opt.no_fp8_gemm && tpf_env_switch("TPF_FP8_GEMM", 1) &&
-	       tpf_kernel_find_any(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_FP8_GEMM);
-}
-
-static int fp8_matmul(const struct tpf_plan *p, const struct tpf_node *mm)
-{
-	if (mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || !fp8_gemm_enabled(p))
-		return 0;
-	enum tpf_dtype a = fp8_dq(p, mm->inputs[0], 0), b = fp8_dq(p, mm->inputs[1], 1);
-	return a != TPF_DTYPE_UNDEFINED && a == b;
-}
-
-/* 1 when n's single output is no graph output and every reader, in n's
- * graph, is one that reads(p, n, use) accepts: n need not run then. */
-static int only_read_by(const struct tpf_plan *p, const struct tpf_node *n,
-			int (*reads)(const struct tpf_plan *p, const struct tpf_node *n, const struct tpf_use *use))
-{
-	const struct tpf_value *y = n->n_outputs == 1 ? n->outputs[0] : NULL;
-	if (!y || y->n_output_refs || !y->n_uses)
-		return 0;
-	for (size_t u = 0; u < y->n_uses; u++) {
-		const struct tpf_use *use = &y->uses[u];
-		if (!use->node || use->node->graph != n->graph || use->index < 0 || !reads(p, n, use))
-			return 0;
-	}
-	return 1;
-}
-
-/* An fp8 GEMM reading a dequantization as either operand. */
-static int read_by_fp8_gemm(const struct tpf_plan *p, const struct tpf_node *dq, const struct tpf_use *use)
-{
-	return use->index <= 1 && fp8_matmul(p, use->node);
-}
-
-static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *outs,
-					struct tpf_diag *d)
-{
-	const struct tpf_node *dx = n->inputs[0]->producer, *dw = n->inputs[1]->producer;
-	int xq = tpf_rt_value_index(p, dx->inputs[0]), sx = known_index(p, dx->inputs[1]);
-	int w = known_index(p, dw->inputs[0]), sw = known_index(p, dw->inputs[1]);
-	if (xq < 0)
-		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "input '%s' is not defined", dx->inputs[0]->name);
+	int xq = ins[0], w = known_index(p, n->inputs[1]), sx = ins[2], sw = ins[3];
+	if (w < 0 || p->values[w].t.rank != 2 || sx < 0 || sw < 0)
+		return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "W must be a constant [K, N] and the scales given");
 	int64_t K = p->values[w].t.dims[0], N = p->values[w].t.dims[1];
 	const struct tpf_ktensor *xt = &p->values[xq].t;
 	if (xt->dtype != TPF_DTYPE_FLOAT8E4M3FN || xt->rank < 1 || xt->dims[xt->rank - 1] != K)
 		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "fp8 operand '%s' is not FLOAT8E4M3FN [..., %lld]",
-			     dx->inputs[0]->name, (long long)K);
+			     n->inputs[0]->name, (long long)K);
 	int64_t tdims[2] = {N, K};
 	int wt = add_temp(p, n, "weight.fp8.transposed", TPF_DTYPE_FLOAT8E4M3FN, 2, tdims);
 	if (wt < 0)
@@ -230,8 +140,8 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 						dst[j * K + k] = src[k * N + j];
 		tpf_rt_share_derived(cs, &key, t, bytes);
 	}
-	int ins[4] = {xq, wt, sx, sw};
-	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_FP8_GEMM, ins, 4, outs, 1, d);
+	int fins[4] = {xq, wt, sx, sw};
+	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MAIN, fins, 4, outs, 1, d);
 }
 
 /* ------------------------------------------------------------ packed weights
@@ -345,8 +255,7 @@ static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_n
  * TPF_GEMV_GATED=0 turns it off. */
 static int gated_fold_width(const struct tpf_plan *p, const struct tpf_node *mm)
 {
-	if (!tpf_env_switch("TPF_GEMV_GATED", 1) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1 ||
-	    fp8_matmul(p, mm))
+	if (!tpf_env_switch("TPF_GEMV_GATED", 1) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1)
 		return 0;
 	const struct tpf_value *y = mm->outputs[0];
 	if (!y || y->n_output_refs || y->n_uses != 1)
@@ -569,9 +478,9 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		int tw = mm ? gated_fold_width(p, mm) : 0;
 		return tw ? lower_gated_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
 	}
+	case TPF_OP_TPF_MATMUL_FP8:
+		return lower_fp8_matmul(p, n, ins, outs, d);
 	case TPF_OP_MATMUL: {
-		if (fp8_matmul(p, n))
-			return lower_fp8_matmul(p, n, outs, d);
 		int tw = tiled_width(p, n, ins, outs);
 		return tw ? lower_tiled_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
 	}
@@ -916,12 +825,10 @@ static enum tpf_status infer_outputs(struct tpf_plan *p, const struct tpf_node *
 	return mark_value_deps(p, n, ls->in, ls->ins, out);
 }
 
-/* Whether n's work is done by the steps of its readers (lower_node: fp8
- * GEMMs read the codes, a GatedActivation runs its MatMul). */
+/* Whether n's work is done by the steps of its reader (lower_node: a
+ * GatedActivation runs its MatMul). */
 static int runs_elsewhere(struct tpf_plan *p, const struct tpf_node *n)
 {
-	if (n->op == TPF_OP_DEQUANTIZE_LINEAR && only_read_by(p, n, read_by_fp8_gemm))
-		return 1;
 	if (n->op == TPF_OP_MATMUL) {
 		int gtw = gated_fold_width(p, n);
 		if (gtw && packed_weight(p, n, known_index(p, n->inputs[1]), gtw, 1) >= 0)
@@ -937,8 +844,10 @@ static enum tpf_status fold_or_lower(struct tpf_plan *p, const struct tpf_node *
 {
 	enum tpf_status st;
 	size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
+	/* (MatMulFp8's kernels read the weight transposed: lower_fp8_matmul) */
 	if ((all_known || n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE) &&
-	    !tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) && out_elems <= fold_max) {
+	    !tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) && n->op != TPF_OP_TPF_MATMUL_FP8 &&
+	    out_elems <= fold_max) {
 		st = fold_node(p, n, ls->in, ls->out, ls->outs, ls->scratch);
 		if (st == TPF_OK)
 			return TPF_OK;

@@ -13,7 +13,8 @@ FP8 GEMMs:
 `tpfuse plan` of the dense_fp8 example (CPU backend, and CUDA where the
 build has it; no GPU needed) must run every MatMul of two FP8 E4M3 dequantizations
 with known per-tensor scales and a weight whose K and N are multiples of 16
-as an fp8-gemm step on the codes, with no DequantizeLinear step left for
+as an ai.tpfuse.MatMulFp8 (the lowering pipeline, passes/lower.c) whose
+one matmul-fp8 step runs on the codes, with no DequantizeLinear step left for
 them; MatMuls that do not qualify (K or N not a multiple of 16) keep their
 dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 
@@ -83,7 +84,12 @@ def plan(tpfuse, model, backend, extra=(), env=None):
                        capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     if p.returncode:
         raise SystemExit(f"tpfuse plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-    return (len(re.findall(r"\[fp8-gemm\]", p.stdout)),
+    # the products lowered to ai.tpfuse.MatMulFp8 (passes/lower.c), each one
+    # matmul-fp8 kernel step on the codes
+    fp8 = len(re.findall(r"::MatMulFp8\)", p.stdout))
+    if fp8 != len(re.findall(r"\.matmul-fp8 ", p.stdout)):
+        raise SystemExit(f"MatMulFp8 steps that do not run matmul-fp8:\n{p.stdout}")
+    return (fp8,
             len(re.findall(r"\(DequantizeLinear\)", p.stdout)), p.stdout)
 
 

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-enum { T = 1 };
+enum { T = 1, Q, S };
 
 /* MatMul's type constraint: a float type or a 32- or 64-bit integer type */
 #define PRODUCT_TYPES (DT_FLOATS | DT(INT32) | DT(INT64) | DT(UINT32) | DT(UINT64))
@@ -47,4 +47,45 @@ const struct tpf_op_def tpf_op_def_TPF_MATMUL_TRANS_B = {
 	.outputs = {{"Y", T}},
 	.types = {[T] = {"T", PRODUCT_TYPES, "a float type or a 32- or 64-bit integer type"}},
 	.shape = matmul_trans_b_shape,
+};
+
+/* MatMulFp8(X, W, x_scale, w_scale): X [..., K] and W [K, N] FLOAT8E4M3FN
+ * codes, the scales float scalars; Y [..., N] of the scales' dtype. */
+static void matmul_fp8_shape(struct tpf_shape_call *c)
+{
+	const struct tpf_op_type *x = op_in(c, 0), *w = op_in(c, 1);
+	struct tpf_op_type *y = op_out(c, 0);
+
+	if (x->rank == 0 || (w->rank >= 0 && w->rank != 2)) {
+		op_error(c, "X must have rank >= 1 and W rank 2, not %d and %d", x->rank, w->rank);
+		return;
+	}
+	for (size_t i = 2; i < 4; i++)
+		if (op_in(c, i)->rank > 0) {
+			op_error(c, "%s must be a scalar", i == 2 ? "x_scale" : "w_scale");
+			return;
+		}
+	if (x->rank < 0 || w->rank < 0 || !y)
+		return;
+	const struct tpf_dim *k = &x->dims[x->rank - 1];
+	if (dim_is_static(k) && dim_is_static(&w->dims[0]) && k->value != w->dims[0].value) {
+		op_error(c, "inner dimensions differ: X has %lld columns, W %lld rows", (long long)k->value,
+			 (long long)w->dims[0].value);
+		return;
+	}
+	op_dims_unify(c, &w->dims[0], k);
+	y->rank = x->rank;
+	memcpy(y->dims, x->dims, (size_t)x->rank * sizeof(*x->dims));
+	y->dims[x->rank - 1] = w->dims[1];
+}
+
+const struct tpf_op_def tpf_op_def_TPF_MATMUL_FP8 = {
+	.info = {TPF_DOMAIN, "MatMulFp8", 4, 4, 1, 1},
+	.since = 1,
+	.traits = TPF_OP_TRAIT_FUSED,
+	.inputs = {{"X", Q}, {"W", Q}, {"x_scale", S}, {"w_scale", S}},
+	.outputs = {{"Y", S}},
+	.types = {[Q] = {"T1", DT(FLOAT8E4M3FN), "float8e4m3fn"},
+		  [S] = {"T2", DT(FLOAT) | DT(FLOAT16) | DT(BFLOAT16), "float, float16 or bfloat16"}},
+	.shape = matmul_fp8_shape,
 };

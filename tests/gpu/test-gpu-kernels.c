@@ -640,7 +640,7 @@ static void elementwise(void)
 	}
 }
 
-/* MatMul's fp8-gemm phase (the plan's lowering of two FP8 dequantizations):
+/* ai.tpfuse.MatMulFp8 (matmul-fp8, the lowering of a MatMul of two FP8 dequantizations):
  * E4M3 codes, the weight's codes transposed to [N, K], per-tensor scales of
  * two dtypes; outputs in each float dtype. */
 static void fp8_gemms(void)
@@ -651,7 +651,7 @@ static void fp8_gemms(void)
 		for (int s = 0; s < 4; s++) {
 			char lab[96];
 			int64_t M = mkn[s][0], K = mkn[s][1], N = mkn[s][2];
-			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_node *n = node("ai.tpfuse", "MatMulFp8", 4, 1);
 			struct tpf_ktensor a[4] = {R(TPF_DTYPE_FLOAT8E4M3FN, 2, M, K), R(TPF_DTYPE_FLOAT8E4M3FN, 2, N, K),
 						   scalar_f(TPF_DTYPE_FLOAT, 0.5), scalar_f(odt, 0.125)};
 			struct tpf_ktensor tpl = T(odt, 2, M, N);
@@ -661,7 +661,7 @@ static void fp8_gemms(void)
 			 * promotions to float32: float outputs get 4e-3 (2x H100:
 			 * 64x512x384 had one element 1.1e-3 off at 0.13, a few
 			 * accumulator ulps of its K = 512 products) */
-			check(lab, n, TPF_PHASE_FP8_GEMM, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 400 : 2);
+			check(lab, n, TPF_PHASE_MAIN, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 400 : 2);
 			free_tensors(a, 4);
 			free_tensors(&tpl, 1);
 		}
