@@ -76,7 +76,7 @@ enum tpf_kernel_phase {
 	 * they are concatenated along the node's axis. */
 	TPF_PHASE_GATHER_REORDER,
 	/* MatMul of a few rows by a known 2-D weight [K, N], the weight packed
-	 * for the small-M kernels (runtime/plan.c): operand 1 is
+	 * for the small-M kernels (runtime/plan-lower.c): operand 1 is
 	 * [ceil(N / TW), K, TW], column tile t holding columns t * TW ..
 	 * t * TW + TW - 1 of every row of K (the last tile's columns past N
 	 * zero); N is the output's last dim.  TW is 16 or 32.  Also
