@@ -86,12 +86,14 @@ static const char *check_transb_int(const struct tpf_pattern_context *pc, struct
 	return check_transb(m, 1);
 }
 
-static enum tpf_status rewrite_transb(struct tpf_rewriter *rw, struct tpf_match *m)
+/* The match's root, a MatMul, becomes the backend op `op` of these
+ * inputs; the matched nodes nothing else reads go. */
+static enum tpf_status rewrite_as(struct tpf_rewriter *rw, struct tpf_match *m, enum tpf_op op,
+				  struct tpf_value *const *in, size_t n_in)
 {
-	struct tpf_value *in[2] = {tpf_match_value(m, "a"), tpf_match_value(m, "b")};
 	struct tpf_value *out = m->root->outputs[0];
 	enum tpf_status st;
-	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_MATMUL_TRANS_B, in, 2, 1, NULL);
+	struct tpf_node *n = tpf_rewriter_create(rw, op, in, n_in, 1, NULL);
 	if (!n)
 		return TPF_ERR_NOMEM;
 	if (out->type.kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], &out->type)))
@@ -99,6 +101,12 @@ static enum tpf_status rewrite_transb(struct tpf_rewriter *rw, struct tpf_match 
 	if ((st = tpf_rewriter_replace(rw, out, n->outputs[0])))
 		return st;
 	return tpf_rewriter_erase_dead(rw, m);
+}
+
+static enum tpf_status rewrite_transb(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_value *in[2] = {tpf_match_value(m, "a"), tpf_match_value(m, "b")};
+	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_TRANS_B, in, 2);
 }
 
 #define TRANSB_ROOT                                                                                \
@@ -226,16 +234,7 @@ static enum tpf_status rewrite_fp8(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[4] = {tpf_match_value(m, "xq"), tpf_match_value(m, "wq"), tpf_match_value(m, "sx"),
 				   tpf_match_value(m, "sw")};
-	struct tpf_value *out = m->root->outputs[0];
-	enum tpf_status st;
-	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_MATMUL_FP8, in, 4, 1, NULL);
-	if (!n)
-		return TPF_ERR_NOMEM;
-	if (out->type.kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], &out->type)))
-		return st;
-	if ((st = tpf_rewriter_replace(rw, out, n->outputs[0])))
-		return st;
-	return tpf_rewriter_erase_dead(rw, m);
+	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_FP8, in, 4);
 }
 
 #define FP8_DQ(nm, codes, scale)                                                                   \
