@@ -6,7 +6,8 @@
  * plan time; sessions keep a plan per input signature (prefill and decode
  * shapes), rebuild only for inputs whose values decide shapes, and give
  * exact results after every switch; Range with float bounds given as
- * inputs; memory checks with clear messages instead of huge allocations.
+ * inputs; memory checks with clear messages instead of huge allocations;
+ * the op knowledge the planner reads from the records and the kernel table.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -29,6 +30,42 @@ static size_t count_str(const char *s, const char *sub)
 	for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub))
 		n++;
 	return n;
+}
+
+/* ------------------------------------------------------------------ op knowledge */
+
+/* What the plan asks of the op records and the kernel table: the inputs a
+ * kernel reads on the host, the collectives, the phases a node runs as. */
+static void test_op_knowledge(void **state)
+{
+	(void)state;
+	for (size_t i = 1; i < 5; i++)
+		assert_true(tpf_op_host_input(TPF_OP_SLICE, i));
+	assert_false(tpf_op_host_input(TPF_OP_SLICE, 0));
+	assert_true(tpf_op_host_input(TPF_OP_PAD, 1) && tpf_op_host_input(TPF_OP_PAD, 3));
+	assert_false(tpf_op_host_input(TPF_OP_PAD, 2));
+	assert_true(tpf_op_host_input(TPF_OP_REDUCE_SUM, 1) && tpf_op_host_input(TPF_OP_TOPK, 1));
+	assert_false(tpf_op_host_input(TPF_OP_MATMUL, 1));
+	assert_false(tpf_op_host_input(TPF_OP_SLICE, 40));
+	assert_true(tpf_op_has_trait(TPF_OP_MS_REDUCE_SCATTER, TPF_OP_TRAIT_COLLECTIVE));
+	assert_true(tpf_op_has_trait(TPF_OP_TPF_SHARDED_RMS_NORM, TPF_OP_TRAIT_COLLECTIVE));
+
+	enum tpf_kernel_phase ph[4];
+	assert_int_equal(tpf_kernel_phases(TPF_OP_MATMUL, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_MAIN);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_GATED_ACTIVATION, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_MAIN);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_SHARDED_RMS_NORM, ph, 4), 2);
+	assert_int_equal(ph[0], TPF_PHASE_SUMSQ);
+	assert_int_equal(ph[1], TPF_PHASE_NORMALIZE);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_MS_ALLGATHER, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_GATHER_REORDER);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_ALLREDUCE_RMS_NORM, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_POST_REDUCE);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_MATMUL_TRANS_B, ph, 4), 1);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_MATMUL_FP8, ph, 4), 1);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_MS_ALLREDUCE, ph, 4), 0);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_SHARDED_RMS_NORM, ph, 1), 1);
 }
 
 /* ------------------------------------------------------------------ refusals */
@@ -498,6 +535,7 @@ static void test_memory_checks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_op_knowledge),
 		cmocka_unit_test(test_refusal_lists_every_op),
 		cmocka_unit_test(test_plan_time_listing),
 		cmocka_unit_test(test_plan_per_signature),
