@@ -691,8 +691,8 @@ static double now_ms(void)
  * tell is left to the runtime, which binds concrete shapes itself; with
  * `optimize`, the default pipeline runs, and only errors are kept ("matched
  * nothing" notes are expected for many models). */
-static enum tpf_status load_model(const char *path, int rank, int world, int optimize,
-				  struct tpf_model **out, struct tpf_diag *d)
+static enum tpf_status load_model(const char *path, enum tpf_backend backend, int rank, int world,
+				  int optimize, struct tpf_model **out, struct tpf_diag *d)
 {
 	struct tpf_compile_options co = {
 		.verify_before = 1,
@@ -700,6 +700,8 @@ static enum tpf_status load_model(const char *path, int rank, int world, int opt
 		.optimize = optimize,
 		.pipeline = {.passes = "default"},
 		.min_severity = TPF_SEV_ERROR,
+		/* the backend ops of the backend's kernels (passes/lower.c) */
+		.target = tpf_backend_name(backend),
 	};
 	struct tpf_model *m = NULL;
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, &m, d);
@@ -1057,9 +1059,9 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	path = subst_rank(o.model, comm->rank);
 	st = path ? TPF_OK : TPF_ERR_NOMEM;
 	if (!st)
-		st = load_model(path, comm->rank, comm->world, o.optimize || o.verify, &m, d);
+		st = load_model(path, o.backend, comm->rank, comm->world, o.optimize || o.verify, &m, d);
 	if (!st && o.verify)
-		st = load_model(path, comm->rank, comm->world, 0, &ref, d);
+		st = load_model(path, o.backend, comm->rank, comm->world, 0, &ref, d);
 	print_diag(d);
 	if ((st = tpf_comm_agree(comm, st, "loading the model", d)))
 		goto out;
@@ -1176,7 +1178,7 @@ static int plan_model(struct run_opts o, struct tpf_diag *d)
 		return CLI_USAGE;
 	}
 	path = subst_rank(o.model, o.rank);
-	st = path ? load_model(path, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
+	st = path ? load_model(path, o.backend, o.rank, o.world, o.optimize, &m, d) : TPF_ERR_NOMEM;
 	if (!st && check_dim_names(m, &o, path, 1) != CLI_OK) {
 		print_diag(d);
 		tpf_model_free(m);

@@ -277,6 +277,10 @@ enum tpf_op_trait {
 	TPF_OP_TRAIT_FUSED = 1u << 5,        /* an ai.tpfuse op (docs/ops.md) */
 };
 int tpf_op_has_trait(enum tpf_op op, enum tpf_op_trait trait);
+/* Whether a kernel of op reads input i's values on the host (Slice's
+ * starts, a Reduce's axes, TopK's K, Pad's pads and axes), not only the
+ * shape function: the runtime keeps such inputs' host copies. */
+int tpf_op_host_input(enum tpf_op op, size_t i);
 
 /* The sharder's rule for an op (tpfuse shard, the `shard` pass): how the
  * shardings of its operands map to its outputs', from its record.  `arg`

@@ -90,7 +90,7 @@ static const struct tpf_env_knob knobs[] = {
      "the fewest 16-key tiles a split of the decode attention takes (0: at least 4, chosen by "
      "size)"},
     {"TPF_FP8_GEMM", TPF_ENV_SWITCH, 0, 0, NULL,
-     "0: FP8 matrix products dequantize, then multiply"},
+     "0: FP8 matrix products dequantize, then multiply (no lower-matmul-fp8)"},
     {"TPF_GEMV", TPF_ENV_INT, 0, 16, NULL,
      "the most rows the small-M kernels take (0: cuBLASLt for every product)"},
     {"TPF_GEMV_COLS", TPF_ENV_CHOICE, 0, 0, "0|16|32",

@@ -157,8 +157,6 @@ const char *tpf_kernel_phase_name(enum tpf_kernel_phase p)
 		[TPF_PHASE_SUMSQ] = "sumsq",
 		[TPF_PHASE_NORMALIZE] = "normalize",
 		[TPF_PHASE_GATHER_REORDER] = "gather-reorder",
-		[TPF_PHASE_FP8_GEMM] = "fp8-gemm",
-		[TPF_PHASE_MATMUL_BT] = "matmul-bt",
 		[TPF_PHASE_MATMUL_TILED] = "matmul-tiled",
 	};
 	return (unsigned)p < TPF_PHASE_COUNT ? names[p] : "?";

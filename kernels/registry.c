@@ -72,6 +72,29 @@ const struct tpf_kernel *tpf_kernel_find_any(enum tpf_backend b, enum tpf_op op,
 	return NULL;
 }
 
+size_t tpf_kernel_phases(enum tpf_op op, enum tpf_kernel_phase *phases, size_t max)
+{
+	size_t n = 0;
+	int main_row = 0;
+	for (size_t i = 0; i < N_KERNELS; i++) {
+		const struct tpf_kernel *k = &kernels[i];
+		if (k->op != op)
+			continue;
+		if (k->phase == TPF_PHASE_MAIN || k->phase == TPF_PHASE_MATMUL_TILED) {
+			main_row = 1;
+			continue;
+		}
+		size_t j = 0;
+		while (j < n && phases[j] != k->phase)
+			j++;
+		if (j == n && n < max)
+			phases[n++] = k->phase;
+	}
+	if (!n && main_row && max)
+		phases[n++] = TPF_PHASE_MAIN;
+	return n;
+}
+
 static const struct tpf_kernel *kernel_list[N_KERNELS];
 static pthread_once_t kernel_list_once = PTHREAD_ONCE_INIT;
 

@@ -75,18 +75,8 @@ enum tpf_kernel_phase {
 	 * after rank (as the communicator gathers them); reorder them so that
 	 * they are concatenated along the node's axis. */
 	TPF_PHASE_GATHER_REORDER,
-	/* MatMul of two DequantizeLinear(FLOAT8E4M3FN) operands with per-tensor
-	 * scales, run on the codes (backends that have it; runtime/plan.c):
-	 * operands xq [..., K], the weight's codes transposed to [N, K], and
-	 * the two scales (known scalars); output [..., N] in the dequantized
-	 * dtype, (x_scale * w_scale) * xq @ w with float32 accumulation. */
-	TPF_PHASE_FP8_GEMM,
-	/* MatMul whose second operand is a Transpose that swaps its last two
-	 * axes: operand 1 is the Transpose's input ([..., N, K]), read
-	 * transposed; the Transpose itself is not run (runtime/plan.c). */
-	TPF_PHASE_MATMUL_BT,
 	/* MatMul of a few rows by a known 2-D weight [K, N], the weight packed
-	 * for the small-M kernels (runtime/plan.c): operand 1 is
+	 * for the small-M kernels (runtime/plan-lower.c): operand 1 is
 	 * [ceil(N / TW), K, TW], column tile t holding columns t * TW ..
 	 * t * TW + TW - 1 of every row of K (the last tile's columns past N
 	 * zero); N is the output's last dim.  TW is 16 or 32.  Also
@@ -138,6 +128,13 @@ const struct tpf_kernel *tpf_kernel_find(enum tpf_backend b, enum tpf_op op,
 /* Any kernel for (backend, op, phase), whatever its dtypes; NULL if none. */
 const struct tpf_kernel *tpf_kernel_find_any(enum tpf_backend b, enum tpf_op op,
 					     enum tpf_kernel_phase phase);
+/* The phases a node of op runs as, from the op's rows of kernels.def (any
+ * backend), in the list's order, each once, at most max of them: the
+ * phases of its steps.  Left out: MAIN when the op has other phases (a
+ * kernel some forms run besides them: ShardedRMSNorm's gathered part) and
+ * TPF_PHASE_MATMUL_TILED, another kernel for MAIN's work that the plan may
+ * pick instead.  0 when the op has no row. */
+size_t tpf_kernel_phases(enum tpf_op op, enum tpf_kernel_phase *phases, size_t max);
 /* Every row of the table, all backends built in. */
 const struct tpf_kernel *const *tpf_kernel_list(size_t *count);
 

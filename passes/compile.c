@@ -35,10 +35,11 @@ static enum tpf_status infer(struct tpf_model *m, enum tpf_infer_policy p, struc
 	return tpf_diag_fail(d, TPF_ERR_INVALID, "compile: unknown inference policy %d", (int)p);
 }
 
-/* Whether a lowering pipeline of that name is registered. */
-static int lowering_known(const char *name)
+/* Whether target names a backend with a lowering pipeline (lower-cpu,
+ * lower-cuda: passes/lower.c). */
+static int lowering_known(const char *target)
 {
-	return tpf_pass_find(name) != NULL;
+	return strcmp(target, "cpu") == 0 || strcmp(target, "cuda") == 0;
 }
 
 /* The target's lowering pipeline, "lower-TARGET", with the optimization
@@ -50,13 +51,11 @@ static enum tpf_status lower(struct tpf_model *m, const struct tpf_compile_optio
 	char name[64];
 
 	if ((size_t)snprintf(name, sizeof(name), "lower-%s", o->target) >= sizeof(name) ||
-	    !lowering_known(name))
+	    !lowering_known(o->target))
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
 				     "target '%s': no lowering pipeline '%s' is registered", o->target,
 				     name);
-	lo.passes = name;
-	lo.print_after_dir = NULL;
-	return tpf_pipeline_run(m, &lo, d);
+	return tpf_lower_for_backend(m, o->target, &lo.ctx, d);
 }
 
 /* The steps, each recording into d; *failed names the one that failed. */

@@ -32,6 +32,10 @@ TPF_PASS(fuse_swiglu)
 TPF_PASS(fuse_rotary_embedding)
 TPF_PASS(fuse_attention)
 TPF_PASS(shard)
+/* lowering to a backend (passes/lower.c) */
+TPF_PASS(lower_matmul_transb)
+TPF_PASS(lower_matmul_transb_int)
+TPF_PASS(lower_matmul_fp8)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

@@ -72,6 +72,21 @@ static const char *const default_pipeline[] = {
 	NULL,
 };
 
+/* Lowering to a backend (passes/lower.c, tpf_lower_for_backend): the
+ * backend ops whose kernels the backend has, on a model about to run. */
+static const char *const lower_cpu_pipeline[] = {
+	"lower-matmul-transb",
+	"lower-matmul-transb-int",
+	"lower-matmul-fp8",
+	NULL,
+};
+
+static const char *const lower_cuda_pipeline[] = {
+	"lower-matmul-transb",
+	"lower-matmul-fp8",
+	NULL,
+};
+
 struct named_pipeline {
 	const char *name;
 	const char *const *passes;
@@ -80,6 +95,8 @@ struct named_pipeline {
 static const struct named_pipeline named_pipelines[] = {
 	{"cleanup", cleanup_pipeline},
 	{"default", default_pipeline},
+	{"lower-cpu", lower_cpu_pipeline},
+	{"lower-cuda", lower_cuda_pipeline},
 };
 
 #define NAMED_COUNT (sizeof(named_pipelines) / sizeof(named_pipelines[0]))
@@ -268,7 +285,7 @@ static enum tpf_status unknown_pass(const char *name, struct tpf_diag *d)
 		used += (size_t)snprintf(known + used, sizeof(known) - used, "%s%s", i ? ", " : "",
 					 registry[i]->name);
 	return tpf_diag_fail(d, TPF_ERR_INVALID,
-			     "unknown pass '%s' (passes: %s; pipelines: cleanup, default, none)",
+			     "unknown pass '%s' (passes: %s; pipelines: cleanup, default, lower-cpu, lower-cuda, none)",
 			     name, known);
 }
 

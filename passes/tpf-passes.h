@@ -156,6 +156,14 @@ struct tpf_compile_options {
 enum tpf_status tpf_compile(struct tpf_model *m, const struct tpf_compile_options *o,
 			    struct tpf_diag *d);
 
+/* Rewrites m into the backend ops (docs/ops.md, "Backend ops") whose
+ * kernels backend ("cpu" or "cuda") has: the pipeline lower-cpu or
+ * lower-cuda, for a model about to be planned (tpf_plan_build runs an
+ * unlowered model too, without those kernels).  ctx may be NULL; the
+ * pipeline's "matched nothing" notes are left out of d. */
+enum tpf_status tpf_lower_for_backend(struct tpf_model *m, const char *backend, struct tpf_pass_context *ctx,
+				      struct tpf_diag *d);
+
 /* ------------------------------------------------------------------ sharding
  * A single-device model into the rank models of W-way tensor parallelism
  * (passes/shard/, docs/passes.md "shard"): Megatron's column/row split of

@@ -96,7 +96,7 @@ mutant kernel-fused-norm-eps kernels/cpu/norm.c \
 	"kernels-cpu oracle" \
 	"the fused RMSNorm kernels (ai.tpfuse.RMSNorm, AllReduceRMSNorm's post-reduce phase) use 100x the epsilon: outputs off by about 5e-4 relative"
 
-mutant runtime-buffer-reuse runtime/plan.c \
+mutant runtime-buffer-reuse runtime/plan-memory.c \
 	's|^\(\t*\)if (y->last < x->first \|\| x->last < y->first)$|\1if (y->last <= x->first \|\| x->last < y->first)|' \
 	"runtime oracle" \
 	"the memory planner lets a step's output share the bytes of an input that the same step still reads"
@@ -141,7 +141,7 @@ mutant pass-attention-softmax-axis passes/fuse-attention.c \
 	"passes/fuse-attention-near-misses attention-fusion" \
 	"fuse-attention takes a Softmax along another axis than the keys' into Attention"
 
-mutant runtime-split-view-offset runtime/plan.c \
+mutant runtime-split-view-offset runtime/plan-lower.c \
 	's|^\(\t*\)y->alias_off = x->alias_off + off;$|\1y->alias_off = x->alias_off;|' \
 	"runtime" \
 	"a Split lowered to views puts every piece at the input's first byte"
@@ -151,7 +151,7 @@ mutant kernel-gemv-pack-gated kernels/host.c \
 	"plan-lowering" \
 	"the merged gate/up weight packed for the folded GatedActivation holds the gate columns twice (no up columns)"
 
-mutant runtime-gated-fold-unrun runtime/plan.c \
+mutant runtime-gated-fold-unrun runtime/plan-lower.c \
 	's|^\(\t*\)return tw ? lower_gated_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);$|\1return lower_main(p, n, ins, outs, d);|' \
 	"plan-lowering" \
 	"the MatMul of a folded GatedActivation is skipped but the activation runs alone, on a product nothing wrote"
@@ -161,7 +161,7 @@ mutant runtime-constants-per-plan runtime/session.c \
 	"plan-support" \
 	"every plan uploads its own device copy of the model's constants again (the session's store is not used)"
 
-mutant runtime-constant-scalar-shared runtime/plan.c \
+mutant runtime-constant-scalar-shared runtime/plan-lower.c \
 	's|^\(\t*\)r->lasting = 1; /\* the Constant.s tensor is the model.s \*/$|\1r->lasting = n->attrs[0].kind == TPF_ATTR_TENSOR;|' \
 	"plan-support" \
 	"a Constant's value_float is the plan's own again: every plan uploads its own copy of the scalar the model holds once"

@@ -2,16 +2,19 @@
 """The plan's GEMM lowerings, checked on `tpfuse plan` (no GPU needed).
 
 Transposed operands: every MatMul whose second operand is a Transpose
-swapping the last two axes (attention's K^T) runs as a matmul-bt step on
-the Transpose's input, and the Transpose is not run (after the default
-pipeline there are none left on the dense example: fuse-attention takes
-those products into Attention).
+swapping the last two axes (attention's K^T) becomes an
+ai.tpfuse.MatMulTransB of the Transpose's input (the lowering pipeline the
+command runs before planning, passes/lower.c) that runs as one matmul-bt
+step, and the Transpose is not run (after the default pipeline there are
+none left on the dense example: fuse-attention takes those products into
+Attention).
 
 FP8 GEMMs:
 `tpfuse plan` of the dense_fp8 example (CPU backend, and CUDA where the
 build has it; no GPU needed) must run every MatMul of two FP8 E4M3 dequantizations
 with known per-tensor scales and a weight whose K and N are multiples of 16
-as an fp8-gemm step on the codes, with no DequantizeLinear step left for
+as an ai.tpfuse.MatMulFp8 (the lowering pipeline, passes/lower.c) whose
+one matmul-fp8 step runs on the codes, with no DequantizeLinear step left for
 them; MatMuls that do not qualify (K or N not a multiple of 16) keep their
 dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 
@@ -81,7 +84,12 @@ def plan(tpfuse, model, backend, extra=(), env=None):
                        capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     if p.returncode:
         raise SystemExit(f"tpfuse plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-    return (len(re.findall(r"\[fp8-gemm\]", p.stdout)),
+    # the products lowered to ai.tpfuse.MatMulFp8 (passes/lower.c), each one
+    # matmul-fp8 kernel step on the codes
+    fp8 = len(re.findall(r"::MatMulFp8\)", p.stdout))
+    if fp8 != len(re.findall(r"\.matmul-fp8 ", p.stdout)):
+        raise SystemExit(f"MatMulFp8 steps that do not run matmul-fp8:\n{p.stdout}")
+    return (fp8,
             len(re.findall(r"\(DequantizeLinear\)", p.stdout)), p.stdout)
 
 
@@ -203,7 +211,9 @@ def main():
                 continue
             # --optimize: fuse-attention takes every K^T product into Attention
             want_bt = 0 if "--optimize" in extra else n_bt
-            check(f"{label}: matmul-bt steps", len(re.findall(r"\[matmul-bt\]", p.stdout)), want_bt)
+            check(f"{label}: matmul-bt steps",
+                  len(re.findall(r"cpu\.matmul-bt|cuda\.matmul-bt", p.stdout)), want_bt)
+            check(f"{label}: MatMulTransB steps", len(re.findall(r"::MatMulTransB\)", p.stdout)), want_bt)
             check(f"{label}: Transpose steps left", len(re.findall(r"\(Transpose\)", p.stdout)),
                   n_tr - n_bt)
     # packed weights, on a one-rank bf16 decode model (one row, K >= 256)

@@ -6,7 +6,9 @@
  * plan time; sessions keep a plan per input signature (prefill and decode
  * shapes), rebuild only for inputs whose values decide shapes, and give
  * exact results after every switch; Range with float bounds given as
- * inputs; memory checks with clear messages instead of huge allocations.
+ * inputs; memory checks with clear messages instead of huge allocations;
+ * the op knowledge the planner reads from the records and the kernel table;
+ * a model lowered for the CPU gives the unlowered model's bits.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -21,6 +23,7 @@
 #include <cmocka.h>
 
 #include "runtime-internal.h"
+#include "tpf-passes.h"
 #include "test-util.h"
 
 static size_t count_str(const char *s, const char *sub)
@@ -29,6 +32,119 @@ static size_t count_str(const char *s, const char *sub)
 	for (const char *p = strstr(s, sub); p; p = strstr(p + 1, sub))
 		n++;
 	return n;
+}
+
+/* ------------------------------------------------------------------ op knowledge */
+
+/* What the plan asks of the op records and the kernel table: the inputs a
+ * kernel reads on the host, the collectives, the phases a node runs as. */
+static void test_op_knowledge(void **state)
+{
+	(void)state;
+	for (size_t i = 1; i < 5; i++)
+		assert_true(tpf_op_host_input(TPF_OP_SLICE, i));
+	assert_false(tpf_op_host_input(TPF_OP_SLICE, 0));
+	assert_true(tpf_op_host_input(TPF_OP_PAD, 1) && tpf_op_host_input(TPF_OP_PAD, 3));
+	assert_false(tpf_op_host_input(TPF_OP_PAD, 2));
+	assert_true(tpf_op_host_input(TPF_OP_REDUCE_SUM, 1) && tpf_op_host_input(TPF_OP_TOPK, 1));
+	assert_false(tpf_op_host_input(TPF_OP_MATMUL, 1));
+	assert_false(tpf_op_host_input(TPF_OP_SLICE, 40));
+	assert_true(tpf_op_has_trait(TPF_OP_MS_REDUCE_SCATTER, TPF_OP_TRAIT_COLLECTIVE));
+	assert_true(tpf_op_has_trait(TPF_OP_TPF_SHARDED_RMS_NORM, TPF_OP_TRAIT_COLLECTIVE));
+
+	enum tpf_kernel_phase ph[4];
+	assert_int_equal(tpf_kernel_phases(TPF_OP_MATMUL, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_MAIN);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_GATED_ACTIVATION, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_MAIN);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_SHARDED_RMS_NORM, ph, 4), 2);
+	assert_int_equal(ph[0], TPF_PHASE_SUMSQ);
+	assert_int_equal(ph[1], TPF_PHASE_NORMALIZE);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_MS_ALLGATHER, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_GATHER_REORDER);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_ALLREDUCE_RMS_NORM, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_POST_REDUCE);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_MATMUL_TRANS_B, ph, 4), 1);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_MATMUL_FP8, ph, 4), 1);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_MS_ALLREDUCE, ph, 4), 0);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_SHARDED_RMS_NORM, ph, 1), 1);
+}
+
+/* The CPU lowering (tpf_lower_for_backend) changes which kernels run, not
+ * the bits: a MatMul of a transposed operand (MatMulTransB) and a product
+ * of two FP8 dequantizations with power-of-two scales (MatMulFp8) give
+ * what the unlowered model gives, which plans and runs as well. */
+static void test_lowered_same_bits(void **state)
+{
+	(void)state;
+	static const char *text = "ir_version 10\n"
+				  "opset \"\" 23\n"
+				  "graph \"g\" {\n"
+				  "  input %0: f32[2,3,4] \"a\"\n"
+				  "  input %1: f32[2,5,4] \"b\"\n"
+				  "  input %2: f8e4m3fn[2,16] \"xq\"\n"
+				  "  init %3: f8e4m3fn[16,16] \"wq\" = [WEIGHTS]\n"
+				  "  init %4: f32[] \"sx\" = 0.25\n"
+				  "  init %5: f32[] \"sw\" = 0.125\n"
+				  "  %6 = Transpose(%1) {perm=[0, 2, 1]} : f32[2,4,5]  # bt\n"
+				  "  %7 = MatMul(%0, %6) : f32[2,3,5]  # scores\n"
+				  "  %8 = DequantizeLinear(%2, %4) : f32[2,16]  # dx\n"
+				  "  %9 = DequantizeLinear(%3, %5) : f32[16,16]  # dw\n"
+				  "  %10 = MatMul(%8, %9) : f32[2,16]  # mm\n"
+				  "  output %7: f32[2,3,5] \"scores\"\n"
+				  "  output %10: f32[2,16] \"y\"\n"
+				  "}\n";
+	static const char *const wv[8] = {"0.5", "1.0", "-0.25", "2.0", "0.125", "-1.5", "0.75", "-3.0"};
+	char weights[2048] = "", model_text[4096];
+	for (int i = 0; i < 256; i++) {
+		strcat(weights, i ? ", " : "");
+		strcat(weights, wv[(i * 3) % 8]);
+	}
+	const char *at = strstr(text, "WEIGHTS");
+	snprintf(model_text, sizeof(model_text), "%.*s%s%s", (int)(at - text), text, weights, at + 7);
+	struct tpf_model *m = parse_model(model_text);
+	float a[24], b[40];
+	uint8_t xq[32];
+	for (int i = 0; i < 24; i++)
+		a[i] = (float)((i * 5) % 7) - 3.0f;
+	for (int i = 0; i < 40; i++)
+		b[i] = (float)((i * 3) % 11) * 0.25f - 1.0f;
+	for (int i = 0; i < 32; i++)
+		xq[i] = (uint8_t)((i * 7) % 0x70 | (i % 3 ? 0 : 0x80)); /* no NaN codes */
+	int64_t ad[3] = {2, 3, 4}, bd[3] = {2, 5, 4}, xd[2] = {2, 16};
+	struct tpf_host_tensor in[3] = {host_tensor("a", TPF_DTYPE_FLOAT, 3, ad, a),
+					host_tensor("b", TPF_DTYPE_FLOAT, 3, bd, b),
+					host_tensor("xq", TPF_DTYPE_FLOAT8E4M3FN, 2, xd, xq)};
+	float want[2][32];
+	struct tpf_diag *d = tpf_diag_create();
+	for (int lowered = 0; lowered < 2; lowered++) {
+		if (lowered) {
+			assert_int_equal(tpf_lower_for_backend(m, "cpu", NULL, d), TPF_OK);
+			assert_int_equal(count_op(m->graph, TPF_OP_TPF_MATMUL_TRANS_B), 1);
+			assert_int_equal(count_op(m->graph, TPF_OP_TPF_MATMUL_FP8), 1);
+			assert_int_equal(count_op(m->graph, TPF_OP_TRANSPOSE), 0);
+			assert_int_equal(count_op(m->graph, TPF_OP_DEQUANTIZE_LINEAR), 0);
+			verify_ok(m);
+		}
+		struct tpf_session *s = NULL;
+		const struct tpf_host_tensor *out = NULL;
+		size_t n_out = 0;
+		if (tpf_session_create(m, &(struct tpf_session_options){0}, &s, d) ||
+		    tpf_session_run(s, in, 3, &out, &n_out, d))
+			dump_diag(d);
+		assert_non_null(s);
+		assert_int_equal(n_out, 2);
+		if (!lowered) {
+			memcpy(want[0], out[0].data, 30 * sizeof(float));
+			memcpy(want[1], out[1].data, 32 * sizeof(float));
+		} else {
+			assert_memory_equal(out[0].data, want[0], 30 * sizeof(float));
+			assert_memory_equal(out[1].data, want[1], 32 * sizeof(float));
+		}
+		tpf_session_free(s);
+	}
+	tpf_diag_free(d);
+	tpf_model_free(m);
 }
 
 /* ------------------------------------------------------------------ refusals */
@@ -498,6 +614,8 @@ static void test_memory_checks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_op_knowledge),
+		cmocka_unit_test(test_lowered_same_bits),
 		cmocka_unit_test(test_refusal_lists_every_op),
 		cmocka_unit_test(test_plan_time_listing),
 		cmocka_unit_test(test_plan_per_signature),

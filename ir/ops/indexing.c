@@ -381,6 +381,7 @@ static void cumsum_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_CUMSUM = {
+	.host_inputs = 1u << 1, /* axis */
 	.info = {"", "CumSum", 2, 2, 1, 1},
 	.since = 11,
 	.inputs = {{"x", T}, {"axis", IND}},

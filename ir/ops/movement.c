@@ -352,6 +352,7 @@ static void slice_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_SLICE = {
+	.host_inputs = 0xfu << 1, /* starts, ends, axes, steps */
 	.info = {"", "Slice", 3, 5, 1, 1},
 	.since = 1,
 	.inputs = {{"data", T}, {"starts", IND}, {"ends", IND}, {"axes", IND}, {"steps", IND}},
@@ -484,6 +485,7 @@ static void split_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_SPLIT = {
+	.host_inputs = 1u << 1, /* split */
 	.info = {"", "Split", 1, 2, 1, -1},
 	.since = 1,
 	.inputs = {{"input", T}, {"split", I64}},

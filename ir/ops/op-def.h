@@ -120,6 +120,9 @@ struct tpf_op_def {
 	struct tpf_op_info info;  /* domain, op type, arity */
 	int64_t since;            /* first opset of its domain that has it (0: any) */
 	unsigned traits;          /* enum tpf_op_trait bits */
+	unsigned host_inputs;     /* bit i: a kernel reads input i's values on
+				   * the host, not only the shape function
+				   * (tpf_op_host_input) */
 	/* Operands in order; with max -1 the last one repeats. */
 	struct op_operand inputs[OP_MAX_OPERANDS], outputs[OP_MAX_OPERANDS];
 	struct op_type_rule types[OP_MAX_TYPES + 1]; /* [0] unused */

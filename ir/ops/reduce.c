@@ -74,6 +74,7 @@ static void reduce_shape(struct tpf_shape_call *c)
 
 #define REDUCE_OP(id, op_type, dtypes, expected, axes_input_since)                                \
 	const struct tpf_op_def tpf_op_def_##id = {                                                \
+		.host_inputs = 1u << 1,                                                            \
 		.info = {"", op_type, 1, 2, 1, 1},                                                 \
 		.since = 1,                                                                        \
 		.inputs = {{"data", T}, {"axes", I64}},                                            \
@@ -159,6 +160,7 @@ static void topk_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_TOPK = {
+	.host_inputs = 1u << 1, /* K */
 	.info = {"", "TopK", 2, 2, 2, 2},
 	.since = 1,
 	.inputs = {{"X", T}, {"K", I64}},

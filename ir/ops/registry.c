@@ -97,6 +97,11 @@ enum tpf_shard_rule tpf_node_shard_rule(const struct tpf_node *n, int *arg)
 	return TPF_SHARD_RULE_NONE;
 }
 
+int tpf_op_host_input(enum tpf_op op, size_t i)
+{
+	return i < 32 && (op_def(op)->host_inputs >> i & 1u);
+}
+
 enum tpf_op tpf_op_lookup(const char *domain, const char *op_type)
 {
 	if (!domain || strcmp(domain, "ai.onnx") == 0)

@@ -206,6 +206,7 @@ static void pad_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_PAD = {
+	.host_inputs = 1u << 1 | 1u << 3, /* pads, axes */
 	.info = {"", "Pad", 1, 4, 1, 1},
 	.since = 1,
 	.inputs = {{"data", T}, {"pads", I64}, {"constant_value", T, OPND_OPTIONAL}, {"axes", 0, OPND_OPTIONAL}},

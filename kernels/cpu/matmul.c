@@ -286,7 +286,7 @@ out_free:
 	return st;
 }
 
-/* The fp8-gemm phase (see tpf-kernels.h): xq [..., K] and wt [N, K] are
+/* ai.tpfuse.MatMulFp8 (kernels.def): xq [..., K] and wt [N, K] are
  * FLOAT8E4M3FN codes, the scales known scalars.  Products of the exact code
  * values accumulate in float32 in the order of the MatMul above, then one
  * multiply by x_scale * w_scale and one rounding: with power-of-two scales

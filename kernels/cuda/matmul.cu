@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // MatMul and Gemm through cuBLASLt (fp32, fp16, bf16, fp64; float32
 // accumulation for the narrow types, no TF32), and the FP8 E4M3 GEMM of
-// dequantized operands (the plan's fp8-gemm phase).  Row-major products are run
+// dequantized operands (ai.tpfuse.MatMulFp8).  Row-major products are run
 // as the column-major product of the transposes: Y^T = B^T A^T.  Per device:
 // one handle, one workspace, and a cache of descriptors and algorithms per
 // problem so that repeated runs (and CUDA graph capture) make no heuristic
@@ -246,7 +246,7 @@ extern "C" void tpf_cuda_kernels_release(void)
 namespace {
 
 // bt: b is stored with its last two axes swapped ([..., N, K]), read
-// transposed by cuBLASLt (the plan's matmul-bt phase).
+// transposed by cuBLASLt (ai.tpfuse.MatMulTransB).
 enum tpf_status matmul(const struct tpf_kernel_call *c, bool bt)
 {
 	const struct tpf_ktensor *a = &c->in[0], *b = &c->in[1];
@@ -414,7 +414,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_gemm)
 	return run_problem(c, p, b->data, a->data, y->data, alpha, use_c ? beta : 0.0);
 }
 
-// MatMul on FP8 E4M3 codes (the fp8-gemm phase, see tpf-kernels.h): in xq
+// MatMul on FP8 E4M3 codes (ai.tpfuse.MatMulFp8, see kernels.def): in xq
 // [..., K], wt [N, K] (the weight transposed when the plan was built:
 // cuBLASLt's FP8 kernels take both operands K-major), x_scale, w_scale;
 // out y [..., N].  Column-major: Y^T (N x M) = wt (stored K x N, transposed)

@@ -118,6 +118,8 @@ static const struct builder_op builder_ops[] = {
 	/* 95 */ {"ai.tpfuse", "GatedActivation"},
 	/* 96 */ {"", "RotaryEmbedding"},
 	/* 97 */ {"custom.domain", "Mystery"},
+	/* 98 */ {"ai.tpfuse", "MatMulTransB"},
+	/* 99 */ {"ai.tpfuse", "MatMulFp8"},
 };
 #define N_BUILDER_OPS (sizeof(builder_ops) / sizeof(builder_ops[0]))
 

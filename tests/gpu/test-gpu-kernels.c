@@ -640,7 +640,7 @@ static void elementwise(void)
 	}
 }
 
-/* MatMul's fp8-gemm phase (the plan's lowering of two FP8 dequantizations):
+/* ai.tpfuse.MatMulFp8 (matmul-fp8, the lowering of a MatMul of two FP8 dequantizations):
  * E4M3 codes, the weight's codes transposed to [N, K], per-tensor scales of
  * two dtypes; outputs in each float dtype. */
 static void fp8_gemms(void)
@@ -651,7 +651,7 @@ static void fp8_gemms(void)
 		for (int s = 0; s < 4; s++) {
 			char lab[96];
 			int64_t M = mkn[s][0], K = mkn[s][1], N = mkn[s][2];
-			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_node *n = node("ai.tpfuse", "MatMulFp8", 4, 1);
 			struct tpf_ktensor a[4] = {R(TPF_DTYPE_FLOAT8E4M3FN, 2, M, K), R(TPF_DTYPE_FLOAT8E4M3FN, 2, N, K),
 						   scalar_f(TPF_DTYPE_FLOAT, 0.5), scalar_f(odt, 0.125)};
 			struct tpf_ktensor tpl = T(odt, 2, M, N);
@@ -661,14 +661,14 @@ static void fp8_gemms(void)
 			 * promotions to float32: float outputs get 4e-3 (2x H100:
 			 * 64x512x384 had one element 1.1e-3 off at 0.13, a few
 			 * accumulator ulps of its K = 512 products) */
-			check(lab, n, TPF_PHASE_FP8_GEMM, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 400 : 2);
+			check(lab, n, TPF_PHASE_MAIN, a, 4, &tpl, 1, odt == TPF_DTYPE_FLOAT ? 400 : 2);
 			free_tensors(a, 4);
 			free_tensors(&tpl, 1);
 		}
 	}
 }
 
-/* MatMul's matmul-bt phase: operand 1 stored with its last two axes swapped. */
+/* ai.tpfuse.MatMulTransB (matmul-bt): operand 1 stored with its last two axes swapped. */
 static void matmuls_bt(void)
 {
 	static const int64_t shp[][4] = {{1, 1, 64, 48}, {6, 1, 128, 257}, {4, 5, 16, 7}};
@@ -677,19 +677,19 @@ static void matmuls_bt(void)
 		for (int s = 0; s < 3; s++) {
 			char lab[96];
 			int64_t B = shp[s][0], M = shp[s][1], K = shp[s][2], N = shp[s][3];
-			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_node *n = node("ai.tpfuse", "MatMulTransB", 2, 1);
 			struct tpf_ktensor a[2] = {R(dt, 3, B, M, K), R(dt, 3, B, N, K)};
 			struct tpf_ktensor tpl = T(dt, 3, B, M, N);
 			snprintf(lab, sizeof(lab), "MatMul matmul-bt [%lld,%lld,%lld] x [%lld,%lld,%lld]^T", (long long)B,
 				 (long long)M, (long long)K, (long long)B, (long long)N, (long long)K);
-			check(lab, n, TPF_PHASE_MATMUL_BT, a, 2, &tpl, 1, dt == TPF_DTYPE_FLOAT ? 20 : 2);
+			check(lab, n, TPF_PHASE_MAIN, a, 2, &tpl, 1, dt == TPF_DTYPE_FLOAT ? 20 : 2);
 			free_tensors(a, 2);
 			free_tensors(&tpl, 1);
 		}
-		struct tpf_node *n = node("", "MatMul", 2, 1);
+		struct tpf_node *n = node("ai.tpfuse", "MatMulTransB", 2, 1);
 		struct tpf_ktensor a[2] = {R(dt, 2, 5, 32), R(dt, 3, 3, 9, 32)};
 		struct tpf_ktensor tpl = T(dt, 3, 3, 5, 9);
-		check("MatMul matmul-bt [5,32] x [3,9,32]^T (A broadcast)", n, TPF_PHASE_MATMUL_BT, a, 2, &tpl, 1, 4);
+		check("MatMul matmul-bt [5,32] x [3,9,32]^T (A broadcast)", n, TPF_PHASE_MAIN, a, 2, &tpl, 1, 4);
 		free_tensors(a, 2);
 		free_tensors(&tpl, 1);
 	}
