@@ -196,24 +196,29 @@ static enum tpf_status trace_replays(const struct args *a, struct tpf_session *s
 #endif
 }
 
-/* This rank's model (MODEL with {rank} replaced), optimized when asked. */
+/* This rank's model (MODEL with {rank} replaced), compiled as `tpfuse run`
+ * compiles it: optimized when asked, then lowered to the backend's ops
+ * (--no-fp8-gemm keeps the fp8 products dequantized: TPF_FP8_GEMM=0). */
 static enum tpf_status load(const struct args *a, const struct tpf_comm *c, struct tpf_model **m,
 			    struct tpf_diag *d)
 {
 	char path[4096];
 	fill_path(path, sizeof(path), a->model, c->rank, NULL);
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
-	if (st || (st = tpf_model_infer_shapes(*m, d)))
+	if (st)
 		return st;
-	if (a->optimize) {
-		struct tpf_pipeline_options po = {.passes = "default"};
-		po.ctx.rank = c->world > 1 ? c->rank : -1;
-		po.ctx.world_size = c->world > 1 ? c->world : -1;
-		if ((st = tpf_pipeline_run(*m, &po, d)))
-			return st;
-		tpf_diag_clear(d); /* "matched nothing" notes */
-	}
-	return TPF_OK;
+	if (a->no_fp8_gemm)
+		setenv("TPF_FP8_GEMM", "0", 1);
+	struct tpf_compile_options co = {
+		.infer = TPF_INFER_STRICT,
+		.optimize = a->optimize,
+		.pipeline = {.passes = "default"},
+		.min_severity = TPF_SEV_ERROR, /* not the "matched nothing" notes */
+		.target = tpf_backend_name(a->backend),
+	};
+	co.pipeline.ctx.rank = c->world > 1 ? c->rank : -1;
+	co.pipeline.ctx.world_size = c->world > 1 ? c->world : -1;
+	return tpf_compile(*m, &co, d);
 }
 
 /* Random inputs of the declared (static) shapes. */
@@ -263,7 +268,6 @@ static enum tpf_status bench_mode(const struct args *a, const struct tpf_model *
 	struct tpf_session *s = NULL;
 	struct tpf_session_options so = {.backend = a->backend, .comm = c, .cuda_graph = graph,
 					 .no_oneshot = a->no_oneshot, .profile = a->profile && !graph};
-	so.plan.no_fp8_gemm = a->no_fp8_gemm;
 	const struct tpf_host_tensor *outs;
 	size_t n_outs;
 	enum tpf_status st = tpf_session_create(m, &so, &s, d);

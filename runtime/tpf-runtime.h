@@ -177,11 +177,6 @@ struct tpf_plan_options {
 	int rank, world;                  /* world <= 0: 1 */
 	size_t fold_max_elements;         /* 0: 65536; larger results run as steps */
 	size_t alignment;                 /* 0: 256 bytes */
-	/* Not read: a MatMul of two DequantizeLinear(FLOAT8E4M3FN) operands
-	 * runs on the codes when the lowering pass lower-matmul-fp8
-	 * (tpf_lower_for_backend) made it an ai.tpfuse.MatMulFp8; TPF_FP8_GEMM=0
-	 * turns that pass off. */
-	int no_fp8_gemm;
 	/* Values of symbolic input dims ("NAME=VALUE", `tpfuse run --dim`): an
 	 * input whose dim NAME has another size is an error naming both. */
 	const char *const *dims;
