@@ -644,239 +644,224 @@ static int attr_name_cmp(const void *x, const void *y)
 	return strcmp(a->name, b->name);
 }
 
-/* A node line and the subgraph blocks after it. */
-static int parse_node(struct parser *ps, struct scope *sc)
+/* What a node line says, before the node is made. */
+struct node_line {
+	struct ref *outs, *ins;
+	size_t n_outs, cap_outs, n_ins, cap_ins;
+	struct tpf_attr *attrs;
+	size_t n_attrs, cap_attrs;
+	struct tpf_type *types;
+	size_t n_types, cap_types;
+	const char *domain, *op_type, *overload;
+	struct node_comment cm;
+	const char *start; /* the line's first character */
+	unsigned line;
+};
+
+/* The outputs: "%a, _, %b = " (none when the line starts with the op). */
+static int parse_node_outputs(struct parser *ps, struct tpf_arena *a, struct node_line *nl)
 {
-	struct tpf_graph *g = sc->g;
-	struct tpf_arena *a = g->arena;
-	struct ref *outs = NULL, *ins = NULL;
-	size_t n_outs = 0, cap_outs = 0, n_ins = 0, cap_ins = 0, n_attrs = 0, cap_attrs = 0;
-	struct tpf_attr *attrs = NULL;
-	struct tpf_type *types = NULL;
-	size_t n_types = 0, cap_types = 0;
-	struct node_comment cm = {0};
-	int more = 0;
-	const char **out_names = NULL;
-	struct tpf_value **in_vals = NULL;
-	const char *line_start = ps->p;
-	unsigned node_line = ps->line_no;
-	int rc = -1;
+	if (!(peek(ps) == '%' || (peek(ps) == '_' && ps->p + 1 < ps->end &&
+				  (ps->p[1] == ',' || ps->p[1] == ' ' || ps->p[1] == '='))))
+		return 0;
+	for (;;) {
+		struct ref *r = text_push_item(ps, a, (void **)&nl->outs, &nl->n_outs, &nl->cap_outs,
+					       sizeof(*nl->outs));
+		if (!r || parse_ref(ps, a, r))
+			return -1;
+		if (r->kind == 2)
+			return FAIL(ps, r->at, "a node output needs a number (%%N)");
+		if (nl->n_outs > MAX_NODE_OUTPUTS)
+			return FAIL(ps, r->at, "more than %d outputs", MAX_NODE_OUTPUTS);
+		if (text_accept(ps, '='))
+			return 0;
+		if (text_expect(ps, ',', "',' or '=' after a node output"))
+			return -1;
+	}
+}
+
+/* The op: [domain.]op_type[:overload], up to and with the '('. */
+static int parse_node_op(struct parser *ps, struct tpf_arena *a, struct node_line *nl)
+{
 	char buf[40];
 
-	/* outputs: "%a, _, %b = " (none when the line starts with the op) */
-	if (peek(ps) == '%' || (peek(ps) == '_' && ps->p + 1 < ps->end &&
-				(ps->p[1] == ',' || ps->p[1] == ' ' || ps->p[1] == '='))) {
-		for (;;) {
-			struct ref *r = text_push_item(ps, a, (void **)&outs, &n_outs, &cap_outs, sizeof(*outs));
-			if (!r || parse_ref(ps, a, r))
-				goto out;
-			if (r->kind == 2) {
-				FAIL(ps, r->at, "a node output needs a number (%%N)");
-				goto out;
-			}
-			if (n_outs > MAX_NODE_OUTPUTS) {
-				FAIL(ps, r->at, "more than %d outputs", MAX_NODE_OUTPUTS);
-				goto out;
-			}
-			if (text_accept(ps, '='))
-				break;
-			if (text_expect(ps, ',', "',' or '=' after a node output"))
-				goto out;
-		}
-	}
-	/* op: [domain.]op_type[:overload] */
 	skip_spaces(ps);
 	const char *op_end = ps->p;
 	while (op_end < ps->end && *op_end != '(' && *op_end != ' ')
 		op_end++;
-	if (op_end >= ps->end || *op_end != '(' || op_end == ps->p) {
-		FAIL(ps, ps->p, "expected a node ('%%N = Op(...)'), input, init or output line, found %s",
-		     text_describe_here(ps, buf, sizeof(buf)));
-		goto out;
-	}
+	if (op_end >= ps->end || *op_end != '(' || op_end == ps->p)
+		return FAIL(ps, ps->p, "expected a node ('%%N = Op(...)'), input, init or output line, found %s",
+			    text_describe_here(ps, buf, sizeof(buf)));
 	const char *colon = memchr(ps->p, ':', (size_t)(op_end - ps->p));
 	const char *name_end = colon ? colon : op_end, *dot = NULL;
 	for (const char *q = ps->p; q < name_end; q++)
 		if (*q == '.')
 			dot = q;
-	const char *domain = dot ? tpf_arena_strndup(a, ps->p, (size_t)(dot - ps->p)) : "";
 	const char *op_start = dot ? dot + 1 : ps->p;
-	const char *op_type = tpf_arena_strndup(a, op_start, (size_t)(name_end - op_start));
-	const char *overload = colon ? tpf_arena_strndup(a, colon + 1, (size_t)(op_end - colon - 1)) : NULL;
-	if (!domain || !op_type || (colon && !overload)) {
-		text_nomem(ps);
-		goto out;
-	}
-	if (!*op_type || strcmp(op_type, "?") == 0) {
-		FAIL(ps, op_start, "a node needs an op type");
-		goto out;
-	}
+	nl->domain = dot ? tpf_arena_strndup(a, ps->p, (size_t)(dot - ps->p)) : "";
+	nl->op_type = tpf_arena_strndup(a, op_start, (size_t)(name_end - op_start));
+	nl->overload = colon ? tpf_arena_strndup(a, colon + 1, (size_t)(op_end - colon - 1)) : NULL;
+	if (!nl->domain || !nl->op_type || (colon && !nl->overload))
+		return text_nomem(ps);
+	if (!*nl->op_type || strcmp(nl->op_type, "?") == 0)
+		return FAIL(ps, op_start, "a node needs an op type");
 	ps->p = op_end + 1;
-	/* inputs */
+	return 0;
+}
+
+/* The attributes after the '{': "name=value, ...}". */
+static int parse_node_attrs(struct parser *ps, struct tpf_arena *a, struct node_line *nl)
+{
+	int more;
+
+	for (;;) {
+		char aname[256];
+		const char *an_at;
+		skip_spaces(ps);
+		an_at = ps->p;
+		if (text_read_token(ps, "=,}", aname, sizeof(aname), "an attribute name"))
+			return -1;
+		if (strcmp(aname, "?") == 0)
+			return FAIL(ps, an_at, "an attribute needs a name");
+		if (nl->n_attrs >= MAX_NODE_ATTRS)
+			return FAIL(ps, an_at, "more than %d attributes", MAX_NODE_ATTRS);
+		for (size_t i = 0; i < nl->n_attrs; i++)
+			if (strcmp(nl->attrs[i].name, aname) == 0)
+				return FAIL(ps, an_at, "attribute '%s' is given twice", aname);
+		struct tpf_attr *at = text_arena_push(a, (void **)&nl->attrs, &nl->n_attrs, &nl->cap_attrs,
+						      sizeof(*nl->attrs));
+		if (!at || !(at->name = tpf_arena_strdup(a, aname)))
+			return text_nomem(ps);
+		if (text_expect(ps, '=', "'=' after the attribute name") ||
+		    text_parse_attr_value(ps, a, at, 1))
+			return -1;
+		if ((more = text_list_next(ps, '}', "',' or '}' between attributes")) <= 0)
+			return more;
+	}
+}
+
+/* The whole node line: outputs, op, inputs, attributes, types, comment. */
+static int parse_node_line(struct parser *ps, struct tpf_arena *a, struct node_line *nl)
+{
+	char buf[40];
+	int more = 0;
+
+	if (parse_node_outputs(ps, a, nl) || parse_node_op(ps, a, nl))
+		return -1;
 	if (!text_accept(ps, ')')) {
 		for (;;) {
-			struct ref *r = text_push_item(ps, a, (void **)&ins, &n_ins, &cap_ins, sizeof(*ins));
+			struct ref *r = text_push_item(ps, a, (void **)&nl->ins, &nl->n_ins, &nl->cap_ins,
+						       sizeof(*nl->ins));
 			if (!r || parse_ref(ps, a, r))
-				goto out;
+				return -1;
 			if ((more = text_list_next(ps, ')', "',' or ')' after a node input")) <= 0)
 				break;
 		}
 		if (more < 0)
-			goto out;
+			return -1;
 	}
-	/* attributes */
-	if (text_accept(ps, '{')) {
-		for (;;) {
-			char aname[256];
-			const char *an_at;
-			skip_spaces(ps);
-			an_at = ps->p;
-			if (text_read_token(ps, "=,}", aname, sizeof(aname), "an attribute name"))
-				goto out;
-			if (strcmp(aname, "?") == 0) {
-				FAIL(ps, an_at, "an attribute needs a name");
-				goto out;
-			}
-			if (n_attrs >= MAX_NODE_ATTRS) {
-				FAIL(ps, an_at, "more than %d attributes", MAX_NODE_ATTRS);
-				goto out;
-			}
-			for (size_t i = 0; i < n_attrs; i++) {
-				if (strcmp(attrs[i].name, aname) == 0) {
-					FAIL(ps, an_at, "attribute '%s' is given twice", aname);
-					goto out;
-				}
-			}
-			struct tpf_attr *at = text_arena_push(a, (void **)&attrs, &n_attrs, &cap_attrs, sizeof(*attrs));
-			if (!at || !(at->name = tpf_arena_strdup(a, aname))) {
-				text_nomem(ps);
-				goto out;
-			}
-			if (text_expect(ps, '=', "'=' after the attribute name") || text_parse_attr_value(ps, a, at, 1))
-				goto out;
-			if ((more = text_list_next(ps, '}', "',' or '}' between attributes")) <= 0)
-				break;
-		}
-		if (more < 0)
-			goto out;
-	}
-	/* types */
+	if (text_accept(ps, '{') && parse_node_attrs(ps, a, nl))
+		return -1;
 	if (text_accept(ps, ':')) {
 		int paren = text_accept(ps, '(');
 		for (;;) {
-			struct tpf_type *t = text_push_item(ps, a, (void **)&types, &n_types, &cap_types, sizeof(*types));
+			struct tpf_type *t = text_push_item(ps, a, (void **)&nl->types, &nl->n_types,
+							    &nl->cap_types, sizeof(*nl->types));
 			if (!t || text_parse_type(ps, a, t))
-				goto out;
+				return -1;
 			if (!paren || text_accept(ps, ')'))
 				break;
 			if (text_expect(ps, ',', "',' or ')' between the output types"))
-				goto out;
+				return -1;
 		}
 	}
 	skip_spaces(ps);
-	if (peek(ps) == '#') {
-		if (parse_node_comment(ps, a, &cm))
-			goto out;
-	} else if (!at_end(ps)) {
-		FAIL(ps, ps->p, "unexpected %s after the node", text_describe_here(ps, buf, sizeof(buf)));
-		goto out;
-	}
+	if (peek(ps) == '#')
+		return parse_node_comment(ps, a, &nl->cm);
+	if (!at_end(ps))
+		return FAIL(ps, ps->p, "unexpected %s after the node", text_describe_here(ps, buf, sizeof(buf)));
+	return 0;
+}
 
-	/* output names, types */
+/* The output types match the outputs, and the name the comment gives
+ * ("-> NAME") is free. */
+static int check_node_outputs(struct parser *ps, struct tpf_graph *g, const struct node_line *nl)
+{
 	size_t n_real = 0;
-	for (size_t i = 0; i < n_outs; i++)
-		n_real += outs[i].kind == 1;
-	if (n_types && n_types != n_real) {
-		FAIL(ps, line_start, "%zu output types for %zu outputs", n_types, n_real);
-		goto out;
-	}
-	if (cm.out_name && !n_real) {
-		FAIL(ps, line_start, "the comment names an output ('-> %s'), the node has none", cm.out_name);
-		goto out;
-	}
-	if (cm.out_name && free_name(ps, g, cm.out_name, line_start))
-		goto out;
-	out_names = tpf_calloc(n_outs ? n_outs : 1, sizeof(*out_names));
-	in_vals = tpf_calloc(n_ins ? n_ins : 1, sizeof(*in_vals));
-	if (!out_names || !in_vals) {
-		text_nomem(ps);
-		goto out;
-	}
-	size_t named = n_outs; /* the output the comment names */
+
+	for (size_t i = 0; i < nl->n_outs; i++)
+		n_real += nl->outs[i].kind == 1;
+	if (nl->n_types && nl->n_types != n_real)
+		return FAIL(ps, nl->start, "%zu output types for %zu outputs", nl->n_types, n_real);
+	if (nl->cm.out_name && !n_real)
+		return FAIL(ps, nl->start, "the comment names an output ('-> %s'), the node has none",
+			    nl->cm.out_name);
+	if (nl->cm.out_name && free_name(ps, g, nl->cm.out_name, nl->start))
+		return -1;
+	return 0;
+}
+
+/* The names of the node's outputs (out_names[i]; "" for a left-out one):
+ * the comment's "-> NAME" for the first, the others named after their
+ * labels.  *named is the output the comment names (n_outs: none). */
+static int name_node_outputs(struct parser *ps, struct tpf_graph *g, const struct node_line *nl,
+			     const char **out_names, size_t *named)
+{
+	const struct ref *outs = nl->outs;
+	size_t n_outs = nl->n_outs;
+
+	*named = n_outs;
 	for (size_t i = 0; i < n_outs; i++) {
 		if (outs[i].kind == 0) {
 			out_names[i] = "";
 			continue;
 		}
-		for (size_t j = 0; j < i; j++) {
-			if (outs[j].kind == 1 && outs[j].label == outs[i].label) {
-				FAIL(ps, outs[i].at, "%%%" PRIu64 " is defined twice", outs[i].label);
-				goto out;
-			}
-		}
-		if (cm.out_name && named == n_outs) {
-			out_names[i] = cm.out_name;
-			named = i;
+		for (size_t j = 0; j < i; j++)
+			if (outs[j].kind == 1 && outs[j].label == outs[i].label)
+				return FAIL(ps, outs[i].at, "%%%" PRIu64 " is defined twice", outs[i].label);
+		if (nl->cm.out_name && *named == n_outs) {
+			out_names[i] = nl->cm.out_name;
+			*named = i;
 		} else if (!(out_names[i] = label_name(ps, g, outs[i].label))) {
-			goto out;
+			return -1;
 		}
 	}
-	for (size_t i = 0; i < n_outs; i++) {
-		for (size_t j = 0; j < i && *out_names[i]; j++) {
-			if (strcmp(out_names[i], out_names[j]) == 0) {
-				FAIL(ps, outs[i].at, "two outputs of the node are named \"%s\"", out_names[i]);
-				goto out;
-			}
-		}
-	}
-	for (size_t i = 0; i < n_ins; i++)
-		if (resolve_ref(ps, sc, &ins[i], &in_vals[i]))
-			goto out;
-	struct tpf_node *n = tpf_graph_add_node(g, domain, op_type, cm.name ? cm.name : "", in_vals, n_ins,
-						n_outs, out_names);
-	if (!n) {
-		text_nomem(ps);
-		goto out;
-	}
-	for (size_t i = 0; i < n_ins; i++) {
-		if (ins[i].kind != 1 || in_vals[i])
+	for (size_t i = 0; i < n_outs; i++)
+		for (size_t j = 0; j < i && *out_names[i]; j++)
+			if (strcmp(out_names[i], out_names[j]) == 0)
+				return FAIL(ps, outs[i].at, "two outputs of the node are named \"%s\"",
+					    out_names[i]);
+	return 0;
+}
+
+/* Inputs that name a label not defined yet wait in the scope's fixups. */
+static int defer_inputs(struct parser *ps, struct scope *sc, const struct node_line *nl,
+			struct tpf_node *n, struct tpf_value **in_vals)
+{
+	for (size_t i = 0; i < nl->n_ins; i++) {
+		if (nl->ins[i].kind != 1 || in_vals[i])
 			continue;
-		struct fixup *f = text_arena_push(a, (void **)&sc->fixups, &sc->n_fixups, &sc->cap_fixups,
-					     sizeof(*sc->fixups));
-		if (!f) {
-			text_nomem(ps);
-			goto out;
-		}
+		struct fixup *f = text_arena_push(sc->g->arena, (void **)&sc->fixups, &sc->n_fixups,
+						  &sc->cap_fixups, sizeof(*sc->fixups));
+		if (!f)
+			return text_nomem(ps);
 		f->node = n;
 		f->index = i;
-		f->label = ins[i].label;
-		f->line = node_line;
-		f->col = col_of(ps, ins[i].at);
+		f->label = nl->ins[i].label;
+		f->line = nl->line;
+		f->col = col_of(ps, nl->ins[i].at);
 	}
-	n->overload = overload;
-	n->origin_pass = cm.origin_pass;
-	n->origin_pattern = cm.origin_pattern;
-	if (n_attrs) {
-		qsort(attrs, n_attrs, sizeof(*attrs), attr_name_cmp);
-		n->attrs = attrs;
-		n->n_attrs = n_attrs;
-	}
-	for (size_t i = 0, k = 0; i < n_outs; i++) {
-		struct tpf_value *v = n->outputs[i];
-		if (!v)
-			continue;
-		if (n_types)
-			v->type = types[k++];
-		if (i != named)
-			v->mark = LABEL_ONLY_MARK;
-		if (define_label(ps, sc, &outs[i], v))
-			goto out;
-	}
-	/* subgraph blocks */
+	return 0;
+}
+
+/* The subgraph blocks after the node, one for each graph attribute. */
+static int parse_node_blocks(struct parser *ps, struct scope *sc, const struct node_line *nl,
+			     struct tpf_node *n)
+{
 	for (;;) {
 		int r = parse_subgraph_block(ps, sc, n);
 		if (r < 0)
-			goto out;
+			return -1;
 		if (r == 0)
 			break;
 	}
@@ -885,13 +870,64 @@ static int parse_node(struct parser *ps, struct scope *sc)
 		int missing = at->kind == TPF_ATTR_GRAPH && !at->g;
 		for (size_t k = 0; at->kind == TPF_ATTR_GRAPHS && k < at->n; k++)
 			missing |= !at->graphs[k];
-		if (missing) {
-			text_fail_at_line(ps, node_line, 1, "graph attribute '%s' has no block after the node",
-				     at->name);
-			goto out;
-		}
+		if (missing)
+			return text_fail_at_line(ps, nl->line, 1,
+						 "graph attribute '%s' has no block after the node", at->name);
 	}
-	rc = 0;
+	return 0;
+}
+
+/* A node line and the subgraph blocks after it. */
+static int parse_node(struct parser *ps, struct scope *sc)
+{
+	struct tpf_graph *g = sc->g;
+	struct node_line nl = {.start = ps->p, .line = ps->line_no};
+	const char **out_names = NULL;
+	struct tpf_value **in_vals = NULL;
+	size_t named = 0;
+	int rc = -1;
+
+	if (parse_node_line(ps, g->arena, &nl) || check_node_outputs(ps, g, &nl))
+		return -1;
+	out_names = tpf_calloc(nl.n_outs ? nl.n_outs : 1, sizeof(*out_names));
+	in_vals = tpf_calloc(nl.n_ins ? nl.n_ins : 1, sizeof(*in_vals));
+	if (!out_names || !in_vals) {
+		text_nomem(ps);
+		goto out;
+	}
+	if (name_node_outputs(ps, g, &nl, out_names, &named))
+		goto out;
+	for (size_t i = 0; i < nl.n_ins; i++)
+		if (resolve_ref(ps, sc, &nl.ins[i], &in_vals[i]))
+			goto out;
+	struct tpf_node *n = tpf_graph_add_node(g, nl.domain, nl.op_type, nl.cm.name ? nl.cm.name : "",
+						in_vals, nl.n_ins, nl.n_outs, out_names);
+	if (!n) {
+		text_nomem(ps);
+		goto out;
+	}
+	if (defer_inputs(ps, sc, &nl, n, in_vals))
+		goto out;
+	n->overload = nl.overload;
+	n->origin_pass = nl.cm.origin_pass;
+	n->origin_pattern = nl.cm.origin_pattern;
+	if (nl.n_attrs) {
+		qsort(nl.attrs, nl.n_attrs, sizeof(*nl.attrs), attr_name_cmp);
+		n->attrs = nl.attrs;
+		n->n_attrs = nl.n_attrs;
+	}
+	for (size_t i = 0, k = 0; i < nl.n_outs; i++) {
+		struct tpf_value *v = n->outputs[i];
+		if (!v)
+			continue;
+		if (nl.n_types)
+			v->type = nl.types[k++];
+		if (i != named)
+			v->mark = LABEL_ONLY_MARK;
+		if (define_label(ps, sc, &nl.outs[i], v))
+			goto out;
+	}
+	rc = parse_node_blocks(ps, sc, &nl, n);
 out:
 	tpf_free(out_names);
 	tpf_free(in_vals);

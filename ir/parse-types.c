@@ -675,6 +675,150 @@ static int parse_number(struct parser *ps, const char *tok, const char *at, int 
 	return 0;
 }
 
+/* Moves past a tensor value of a list ("<...>", strings included) without
+ * reading it: the first pass over a list only counts. */
+static void skip_tensor_text(struct parser *ps)
+{
+	int depth = 0, in_str = 0;
+
+	for (; ps->p < ps->end; ps->p++) {
+		char c = *ps->p;
+		if (in_str) {
+			if (c == '\\' && ps->p + 1 < ps->end)
+				ps->p++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if (c == '<') {
+			depth++;
+		} else if (c == '>' && --depth == 0) {
+			ps->p++;
+			break;
+		}
+	}
+}
+
+/* The kinds of a list's elements, as its first pass finds them. */
+enum list_kind {
+	LIST_EMPTY,
+	LIST_INTS,
+	LIST_FLOATS,
+	LIST_STRINGS,
+	LIST_TENSORS,
+};
+
+/* Element n of a list.  The first pass (pass 0) settles *kind; the second
+ * stores the element into at's array. */
+static int parse_list_element(struct parser *ps, struct tpf_arena *a, struct tpf_attr *at, int pass,
+			      size_t n, enum list_kind *kind)
+{
+	char tok[64];
+
+	skip_spaces(ps);
+	const char *el = ps->p;
+	if (peek(ps) == '"') {
+		const char *s;
+		size_t len;
+		if (*kind && *kind != LIST_STRINGS)
+			return FAIL(ps, el, "a list mixes strings with other values");
+		*kind = LIST_STRINGS;
+		if (text_parse_string(ps, a, &s, &len))
+			return -1;
+		if (pass) {
+			at->strings[n] = s;
+			at->string_lens[n] = len;
+		}
+	} else if (text_accept_word(ps, "tensor")) {
+		if (*kind && *kind != LIST_TENSORS)
+			return FAIL(ps, el, "a list mixes tensors with other values");
+		*kind = LIST_TENSORS;
+		if (!pass)
+			skip_tensor_text(ps);
+		else if (parse_tensor_attr(ps, a, &at->tensors[n]))
+			return -1;
+	} else if (text_accept_word(ps, "sparse_tensor") || text_accept_word(ps, "type_proto")) {
+		return FAIL(ps, el, "sparse_tensor and type_proto attributes cannot be "
+			    "read back: the dump does not hold their contents");
+	} else {
+		int is_int;
+		int64_t iv = 0;
+		double fv = 0;
+		if (*kind == LIST_STRINGS || *kind == LIST_TENSORS)
+			return FAIL(ps, el, "a list mixes numbers with other values");
+		if (text_read_token(ps, ",]", tok, sizeof(tok), "a list element") ||
+		    parse_number(ps, tok, el, &is_int, &iv, &fv))
+			return -1;
+		if (!pass)
+			*kind = !is_int || *kind == LIST_FLOATS ? LIST_FLOATS : LIST_INTS;
+		else if (*kind == LIST_INTS)
+			at->ints[n] = iv;
+		else
+			at->floats[n] = is_int ? (float)iv : (float)fv;
+	}
+	return 0;
+}
+
+/* The arrays of a list of n elements of the given kind. */
+static int alloc_attr_list(struct parser *ps, struct tpf_arena *a, struct tpf_attr *at,
+			   enum list_kind kind, size_t n)
+{
+	at->n = n;
+	if (kind == LIST_INTS) {
+		at->kind = TPF_ATTR_INTS;
+		at->ints = tpf_arena_alloc(a, n * sizeof(*at->ints));
+		if (!at->ints)
+			return text_nomem(ps);
+	} else if (kind == LIST_FLOATS) {
+		at->kind = TPF_ATTR_FLOATS;
+		at->floats = tpf_arena_alloc(a, n * sizeof(*at->floats));
+		if (!at->floats)
+			return text_nomem(ps);
+	} else if (kind == LIST_STRINGS) {
+		at->kind = TPF_ATTR_STRINGS;
+		at->strings = tpf_arena_alloc(a, n * sizeof(*at->strings));
+		at->string_lens = tpf_arena_alloc(a, n * sizeof(*at->string_lens));
+		if (!at->strings || !at->string_lens)
+			return text_nomem(ps);
+	} else {
+		at->kind = TPF_ATTR_TENSORS;
+		at->tensors = tpf_arena_alloc(a, n * sizeof(*at->tensors));
+		if (!at->tensors)
+			return text_nomem(ps);
+	}
+	return 0;
+}
+
+/* A list value after its '[': a first pass finds the kind and the count,
+ * a second reads the elements into their array. */
+static int parse_attr_list(struct parser *ps, struct tpf_arena *a, struct tpf_attr *at)
+{
+	const char *save = ps->p;
+	enum list_kind kind = LIST_EMPTY;
+	size_t n = 0;
+
+	if (text_accept(ps, ']')) {
+		at->kind = TPF_ATTR_INTS;
+		return 0;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		ps->p = save;
+		n = 0;
+		for (;;) {
+			if (parse_list_element(ps, a, at, pass, n, &kind))
+				return -1;
+			n++;
+			if (text_accept(ps, ']'))
+				break;
+			if (text_expect(ps, ',', "',' or ']' in the list"))
+				return -1;
+		}
+		if (!pass && alloc_attr_list(ps, a, at, kind, n))
+			return -1;
+	}
+	return 0;
+}
+
 /* An attribute value as the printer writes it, into a (name set by the
  * caller).  `graphs_ok`: graph values are allowed (their blocks follow). */
 int text_parse_attr_value(struct parser *ps, struct tpf_arena *a, struct tpf_attr *at, int graphs_ok)
@@ -721,130 +865,21 @@ int text_parse_attr_value(struct parser *ps, struct tpf_arena *a, struct tpf_att
 		at->graphs = tpf_arena_alloc(a, (size_t)n * sizeof(*at->graphs));
 		return at->graphs ? 0 : text_nomem(ps);
 	}
-	if (text_accept(ps, '[')) {
-		/* a list: first pass finds the kind and the count */
-		const char *save = ps->p;
-		size_t n = 0;
-		int kind = 0; /* 0 empty, 1 ints, 2 floats, 3 strings, 4 tensors */
-		if (text_accept(ps, ']')) {
-			at->kind = TPF_ATTR_INTS;
-			return 0;
-		}
-		for (int pass = 0; pass < 2; pass++) {
-			ps->p = save;
-			n = 0;
-			for (;;) {
-				skip_spaces(ps);
-				const char *el = ps->p;
-				if (peek(ps) == '"') {
-					const char *s;
-					size_t len;
-					if (kind && kind != 3)
-						return FAIL(ps, el, "a list mixes strings with other values");
-					kind = 3;
-					if (text_parse_string(ps, a, &s, &len))
-						return -1;
-					if (pass) {
-						at->strings[n] = s;
-						at->string_lens[n] = len;
-					}
-				} else if (text_accept_word(ps, "tensor")) {
-					struct tpf_tensor *t = NULL;
-					if (kind && kind != 4)
-						return FAIL(ps, el, "a list mixes tensors with other values");
-					kind = 4;
-					if (!pass) {
-						/* skip to the closing '>' of this tensor */
-						int depth = 0, in_str = 0;
-						for (; ps->p < ps->end; ps->p++) {
-							char c = *ps->p;
-							if (in_str) {
-								if (c == '\\' && ps->p + 1 < ps->end)
-									ps->p++;
-								else if (c == '"')
-									in_str = 0;
-							} else if (c == '"') {
-								in_str = 1;
-							} else if (c == '<') {
-								depth++;
-							} else if (c == '>' && --depth == 0) {
-								ps->p++;
-								break;
-							}
-						}
-					} else {
-						if (parse_tensor_attr(ps, a, &t))
-							return -1;
-						at->tensors[n] = t;
-					}
-				} else if (text_accept_word(ps, "sparse_tensor") || text_accept_word(ps, "type_proto")) {
-					return FAIL(ps, el, "sparse_tensor and type_proto attributes cannot be "
-						    "read back: the dump does not hold their contents");
-				} else {
-					int is_int;
-					int64_t iv = 0;
-					double fv = 0;
-					if (kind == 3 || kind == 4)
-						return FAIL(ps, el, "a list mixes numbers with other values");
-					if (text_read_token(ps, ",]", tok, sizeof(tok), "a list element") ||
-					    parse_number(ps, tok, el, &is_int, &iv, &fv))
-						return -1;
-					if (!pass)
-						kind = !is_int || kind == 2 ? 2 : 1;
-					else if (kind == 1)
-						at->ints[n] = iv;
-					else
-						at->floats[n] = is_int ? (float)iv : (float)fv;
-				}
-				n++;
-				if (text_accept(ps, ']'))
-					break;
-				if (text_expect(ps, ',', "',' or ']' in the list"))
-					return -1;
-			}
-			if (pass)
-				break;
-			at->n = n;
-			if (kind == 1) {
-				at->kind = TPF_ATTR_INTS;
-				at->ints = tpf_arena_alloc(a, n * sizeof(*at->ints));
-				if (!at->ints)
-					return text_nomem(ps);
-			} else if (kind == 2) {
-				at->kind = TPF_ATTR_FLOATS;
-				at->floats = tpf_arena_alloc(a, n * sizeof(*at->floats));
-				if (!at->floats)
-					return text_nomem(ps);
-			} else if (kind == 3) {
-				at->kind = TPF_ATTR_STRINGS;
-				at->strings = tpf_arena_alloc(a, n * sizeof(*at->strings));
-				at->string_lens = tpf_arena_alloc(a, n * sizeof(*at->string_lens));
-				if (!at->strings || !at->string_lens)
-					return text_nomem(ps);
-			} else {
-				at->kind = TPF_ATTR_TENSORS;
-				at->tensors = tpf_arena_alloc(a, n * sizeof(*at->tensors));
-				if (!at->tensors)
-					return text_nomem(ps);
-			}
-		}
-		return 0;
-	}
+	if (text_accept(ps, '['))
+		return parse_attr_list(ps, a, at);
 	/* a scalar number */
-	{
-		int is_int;
-		int64_t iv = 0;
-		double fv = 0;
-		if (text_read_token(ps, ",}", tok, sizeof(tok), "an attribute value") ||
-		    parse_number(ps, tok, start, &is_int, &iv, &fv))
-			return -1;
-		if (is_int) {
-			at->kind = TPF_ATTR_INT;
-			at->i = iv;
-		} else {
-			at->kind = TPF_ATTR_FLOAT;
-			at->f = (float)fv;
-		}
+	int is_int;
+	int64_t iv = 0;
+	double fv = 0;
+	if (text_read_token(ps, ",}", tok, sizeof(tok), "an attribute value") ||
+	    parse_number(ps, tok, start, &is_int, &iv, &fv))
+		return -1;
+	if (is_int) {
+		at->kind = TPF_ATTR_INT;
+		at->i = iv;
+	} else {
+		at->kind = TPF_ATTR_FLOAT;
+		at->f = (float)fv;
 	}
 	return 0;
 }
