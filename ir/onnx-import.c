@@ -22,6 +22,7 @@
  */
 #include "tpf-ir.h"
 #include "onnx-io-private.h"
+#include "graph-private.h"
 #include "onnx.pb-c.h"
 
 #include <errno.h>
@@ -244,27 +245,6 @@ struct import_ctx {
 static enum tpf_status nomem(struct import_ctx *c)
 {
 	return tpf_diag_fail(c->d, TPF_ERR_NOMEM, "out of memory while importing the model");
-}
-
-/* Grows an arena array (old contents copied; the old block stays in the arena). */
-static int grow_arena(struct tpf_arena *a, void **arr, size_t *cap, size_t elem, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 4;
-	while (ncap < need)
-		ncap *= 2;
-	size_t bytes;
-	if (tpf_mul_size(ncap, elem, &bytes))
-		return -1;
-	void *p = tpf_arena_alloc(a, bytes);
-	if (!p)
-		return -1;
-	if (*cap)
-		memcpy(p, *arr, *cap * elem);
-	*arr = p;
-	*cap = ncap;
-	return 0;
 }
 
 static void *arena_array(struct tpf_arena *a, size_t count, size_t elem)
@@ -1425,8 +1405,8 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp, 
 		struct tpf_value *v = tpf_graph_find_value(g, name);
 		if (v && v->kind == TPF_VALUE_INITIALIZER && !v->is_graph_input) {
 			/* an input with a default value */
-			if (grow_arena(a, (void **)&g->inputs, &g->cap_inputs, sizeof(*g->inputs),
-			               g->n_inputs + 1))
+			if (ir_arena_grow(a, (void **)&g->inputs, &g->cap_inputs, sizeof(*g->inputs),
+			                  g->n_inputs + 1))
 				return nomem(c);
 			g->inputs[g->n_inputs++] = v;
 			v->is_graph_input = 1;
@@ -1584,9 +1564,9 @@ static enum tpf_status graph_value_info(struct import_ctx *c, const struct pendi
 			if (!v) {
 				v = tpf_arena_alloc(g->arena, sizeof(*v));
 				if (!v || !(v->name = tpf_arena_strdup(g->arena, name)) ||
-				    grow_arena(g->arena, (void **)&g->value_infos,
-				               &g->cap_value_infos, sizeof(*g->value_infos),
-				               g->n_value_infos + 1))
+				    ir_arena_grow(g->arena, (void **)&g->value_infos,
+				                  &g->cap_value_infos, sizeof(*g->value_infos),
+				                  g->n_value_infos + 1))
 					return nomem(c);
 				v->kind = TPF_VALUE_NODE_OUTPUT;
 				v->graph = g;

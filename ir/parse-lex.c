@@ -5,6 +5,7 @@
  * messages that carry "NAME:LINE:COL: ".
  */
 #include "parse-text-private.h"
+#include "graph-private.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -236,18 +237,8 @@ int text_parse_string(struct parser *ps, struct tpf_arena *a, const char **out, 
 /* Grows an arena array by one element; returns the new (zeroed) slot. */
 void *text_arena_push(struct tpf_arena *a, void **arr, size_t *n, size_t *cap, size_t elem)
 {
-	if (*n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 4, bytes;
-		if (tpf_mul_size(ncap, elem, &bytes))
-			return NULL;
-		void *p = tpf_arena_alloc(a, bytes);
-		if (!p)
-			return NULL;
-		if (*n)
-			memcpy(p, *arr, *n * elem);
-		*arr = p;
-		*cap = ncap;
-	}
+	if (ir_arena_grow(a, arr, cap, elem, *n + 1))
+		return NULL;
 	unsigned char *slot = (unsigned char *)*arr + *n * elem;
 	memset(slot, 0, elem);
 	(*n)++;
