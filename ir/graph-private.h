@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Private to ir/: the arena array helper of graph.c that the ONNX importer
- * and the text reader use too. */
+/* Private to ir/: what graph.c lends the ONNX importer and the text reader
+ * (arena arrays, subgraph captures). */
 #ifndef TPF_GRAPH_PRIVATE_H
 #define TPF_GRAPH_PRIVATE_H
 
@@ -12,6 +12,11 @@
  * from 4; the old contents are copied, the old block stays in the arena).
  * 0, or -1 when out of memory. */
 int ir_arena_grow(struct tpf_arena *a, void **arr, size_t *cap, size_t elem, size_t need);
+
+/* Records `pv`, a value of owner's graph that a subgraph of `owner`
+ * captures, as an implicit input of `owner` (with its use, index -1 - k),
+ * unless it is one already.  0, or -1 when out of memory. */
+int ir_node_capture(struct tpf_node *owner, struct tpf_value *pv);
 
 #pragma GCC visibility pop
 

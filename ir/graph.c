@@ -132,6 +132,28 @@ int ir_arena_grow(struct tpf_arena *a, void **arr, size_t *cap, size_t elem, siz
 	return 0;
 }
 
+int ir_node_capture(struct tpf_node *owner, struct tpf_value *pv)
+{
+	size_t k;
+
+	for (k = 0; k < owner->n_implicit; k++)
+		if (owner->implicit_inputs[k] == pv)
+			return 0;
+	struct tpf_value **arr = tpf_arena_alloc(owner->graph->arena, (k + 1) * sizeof(*arr));
+	if (!arr || ir_arena_grow(pv->graph->arena, (void **)&pv->uses, &pv->cap_uses,
+	                          sizeof(*pv->uses), pv->n_uses + 1))
+		return -1;
+	if (k)
+		memcpy(arr, owner->implicit_inputs, k * sizeof(*arr));
+	arr[k] = pv;
+	owner->implicit_inputs = arr;
+	owner->n_implicit = k + 1;
+	pv->uses[pv->n_uses].node = owner;
+	pv->uses[pv->n_uses].index = -1 - (int)k;
+	pv->n_uses++;
+	return 0;
+}
+
 /* ------------------------------------------------------------ model */
 
 struct tpf_model *tpf_model_create(void)

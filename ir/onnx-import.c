@@ -718,36 +718,8 @@ static enum tpf_status resolve(struct import_ctx *c, struct tpf_graph *g, const 
 	enum tpf_status st = resolve(c, g->parent, name, &pv);
 	if (st || !pv)
 		return st;
-	struct tpf_node *owner = g->owner;
-	size_t k;
-	for (k = 0; k < owner->n_implicit; k++)
-		if (owner->implicit_inputs[k] == pv)
-			break;
-	if (k == owner->n_implicit) {
-		struct tpf_graph *pg = owner->graph;
-		struct tpf_value **arr = onnx_arena_array(pg->arena, k + 1, sizeof(*arr));
-		struct tpf_use *uses = NULL;
-		if (!arr)
-			return onnx_nomem(c);
-		if (pv->n_uses + 1 > pv->cap_uses) {
-			size_t cap = pv->cap_uses ? pv->cap_uses * 2 : 4;
-			uses = onnx_arena_array(pv->graph->arena, cap, sizeof(*uses));
-			if (!uses)
-				return onnx_nomem(c);
-			if (pv->n_uses)
-				memcpy(uses, pv->uses, pv->n_uses * sizeof(*uses));
-			pv->uses = uses;
-			pv->cap_uses = cap;
-		}
-		if (k)
-			memcpy(arr, owner->implicit_inputs, k * sizeof(*arr));
-		arr[k] = pv;
-		owner->implicit_inputs = arr;
-		owner->n_implicit = k + 1;
-		pv->uses[pv->n_uses].node = owner;
-		pv->uses[pv->n_uses].index = -1 - (int)k;
-		pv->n_uses++;
-	}
+	if (ir_node_capture(g->owner, pv))
+		return onnx_nomem(c);
 	struct tpf_value *ov = tpf_graph_new_value(g, name);
 	if (!ov)
 		return onnx_nomem(c);

@@ -49,6 +49,7 @@
  * there (a missing file is an error), read from memory it is left out.
  */
 #include "parse-text-private.h"
+#include "graph-private.h"
 #include "onnx-io-private.h"
 
 #include <inttypes.h>
@@ -221,38 +222,9 @@ static struct tpf_value *capture(struct parser *ps, struct scope *sc, struct tpf
 		     pv->name);
 		return NULL;
 	}
-	struct tpf_node *owner = g->owner;
-	struct tpf_graph *og = owner->graph;
-	size_t k;
-	for (k = 0; k < owner->n_implicit; k++)
-		if (owner->implicit_inputs[k] == pv)
-			break;
-	if (k == owner->n_implicit) {
-		struct tpf_value **arr = tpf_arena_alloc(og->arena, (k + 1) * sizeof(*arr));
-		if (!arr) {
-			text_nomem(ps);
-			return NULL;
-		}
-		if (k)
-			memcpy(arr, owner->implicit_inputs, k * sizeof(*arr));
-		if (pv->n_uses == pv->cap_uses) {
-			size_t cap = pv->cap_uses ? pv->cap_uses * 2 : 4;
-			struct tpf_use *uses = tpf_arena_alloc(pv->graph->arena, cap * sizeof(*uses));
-			if (!uses) {
-				text_nomem(ps);
-				return NULL;
-			}
-			if (pv->n_uses)
-				memcpy(uses, pv->uses, pv->n_uses * sizeof(*uses));
-			pv->uses = uses;
-			pv->cap_uses = cap;
-		}
-		arr[k] = pv;
-		owner->implicit_inputs = arr;
-		owner->n_implicit = k + 1;
-		pv->uses[pv->n_uses].node = owner;
-		pv->uses[pv->n_uses].index = -1 - (int)k;
-		pv->n_uses++;
+	if (ir_node_capture(g->owner, pv)) {
+		text_nomem(ps);
+		return NULL;
 	}
 	ov = tpf_graph_new_value(g, pv->name);
 	if (!ov) {
