@@ -14,6 +14,9 @@
 enum { T = 1, V, S, Q, G };
 
 #define FLOAT_TYPE(nm) {nm, DT_FLOATS, "a float type (float16, bfloat16, float, double)"}
+/* A string attribute with a default and the list of the values it may take. */
+#define ATTR_CHOICE(nm, dflt, list) \
+	{.name = (nm), .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = (dflt), .allowed = (list)}
 
 static const struct op_attr norm_attrs[] = {
 	ATTR_FLOAT("epsilon", 1e-5f),
@@ -364,8 +367,7 @@ const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM_QUANT = {
 		 .i = TPF_DTYPE_FLOAT},
 		ATTR_FLOAT("weight_offset", 0.0f),
 		ATTR_OF("group_size", TPF_ATTR_INT),
-		{.name = "quant", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "fp8",
-		 .allowed = quant_kinds},
+		ATTR_CHOICE("quant", "fp8", quant_kinds),
 		ATTR_INT("saturate", 1),
 		ATTR_INT("block_size", 16),
 		{0},
@@ -756,6 +758,13 @@ static void gated_activation_shape(struct tpf_shape_call *c)
 		op_type_shape_of(y, x);
 }
 
+static const struct op_attr gated_activation_attrs[] = {
+	ATTR_CHOICE("activation", "silu", gated_activations),
+	ATTR_INT("packed", 0),
+	ATTR_INT("cube_as_product", 0),
+	{0},
+};
+
 const struct tpf_op_def tpf_op_def_TPF_GATED_ACTIVATION = {
 	.info = {TPF_DOMAIN, "GatedActivation", 1, 2, 1, 1},
 	.since = 1,
@@ -763,13 +772,7 @@ const struct tpf_op_def tpf_op_def_TPF_GATED_ACTIVATION = {
 	.inputs = {{"gate", T}, {"up", T}},
 	.outputs = {{"Y", T}},
 	.types = {[T] = FLOAT_TYPE("T")},
-	.attrs = (const struct op_attr[]){
-		{.name = "activation", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "silu",
-		 .allowed = gated_activations},
-		ATTR_INT("packed", 0),
-		ATTR_INT("cube_as_product", 0),
-		{0},
-	},
+	.attrs = gated_activation_attrs,
 	.shape = gated_activation_shape,
 };
 
