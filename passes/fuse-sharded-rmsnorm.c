@@ -736,16 +736,9 @@ static enum tpf_status ensure_ids(struct merge_state *s)
 	if (!pos)
 		return TPF_ERR_NOMEM;
 	s->pos = pos;
-	uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
-	if (!stamp)
+	if (tpf_pattern_grow_zeroed((void **)&s->stamp, s->n_ids, ids, sizeof(*s->stamp)) ||
+	    tpf_pattern_grow_zeroed((void **)&s->tried, s->n_ids, ids, 1))
 		return TPF_ERR_NOMEM;
-	memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
-	s->stamp = stamp;
-	uint8_t *tried = tpf_realloc(s->tried, ids);
-	if (!tried)
-		return TPF_ERR_NOMEM;
-	memset(tried + s->n_ids, 0, ids - s->n_ids);
-	s->tried = tried;
 	s->n_ids = ids;
 	return TPF_OK;
 }

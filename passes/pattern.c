@@ -469,6 +469,17 @@ static void worklist_free(struct tpf_worklist *wl)
 	tpf_free(wl->queued);
 }
 
+int tpf_pattern_grow_zeroed(void **arr, size_t n, size_t want, size_t elem)
+{
+	unsigned char *p = tpf_realloc(*arr, want * elem);
+
+	if (!p)
+		return -1;
+	memset(p + n * elem, 0, (want - n) * elem);
+	*arr = p;
+	return 0;
+}
+
 static enum tpf_status worklist_push(struct tpf_worklist *wl, struct tpf_node *n)
 {
 	if (!wl || !n || n->erased)
@@ -477,11 +488,8 @@ static enum tpf_status worklist_push(struct tpf_worklist *wl, struct tpf_node *n
 		size_t want = wl->n_queued ? wl->n_queued : 64;
 		while (want <= n->id)
 			want *= 2;
-		uint8_t *q = tpf_realloc(wl->queued, want);
-		if (!q)
+		if (tpf_pattern_grow_zeroed((void **)&wl->queued, wl->n_queued, want, 1))
 			return TPF_ERR_NOMEM;
-		memset(q + wl->n_queued, 0, want - wl->n_queued);
-		wl->queued = q;
 		wl->n_queued = want;
 	}
 	if (wl->queued[n->id])

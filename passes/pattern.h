@@ -272,6 +272,10 @@ struct tpf_unfused_explain {
 };
 void tpf_pattern_explain_unfused(const struct tpf_model *m, FILE *f,
 				 const struct tpf_unfused_explain *e);
+/* Grows a tpf_malloc'ed array of `elem`-byte entries from n to `want`
+ * entries; the new ones are zero.  0, or -1 when out of memory (the array
+ * is then unchanged). */
+int tpf_pattern_grow_zeroed(void **arr, size_t n, size_t want, size_t elem);
 /* Whether pass `name` is named in a TPF_DEBUG-style list ("all", "a,b"). */
 int tpf_pattern_debug_enabled(const struct tpf_pass_context *ctx, const char *name);
 
