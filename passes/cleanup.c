@@ -726,8 +726,8 @@ static enum tpf_status cse_run(struct tpf_model *m, struct tpf_pass_context *ctx
 
 const struct tpf_pass tpf_pass_cse = {
 	.name = "cse",
+	.counters = cse_counters,
 	.summary = "nodes that compute what an earlier node computes (same op, inputs and "
 		   "attributes) are dropped for it",
 	.run = cse_run,
-	.counters = cse_counters,
 };
