@@ -254,7 +254,7 @@ int text_list_next(struct parser *ps, char close, const char *expected)
 	return text_expect(ps, ',', expected) ? -1 : 1;
 }
 
-/* arena_push for a node line's lists: out of memory is reported. */
+/* text_arena_push for a node line's lists: out of memory is reported. */
 void *text_push_item(struct parser *ps, struct tpf_arena *a, void **arr, size_t *n, size_t *cap,
 		       size_t elem)
 {

@@ -99,7 +99,7 @@ void *text_arena_push(struct tpf_arena *a, void **arr, size_t *n, size_t *cap, s
 /* After an item of a list that ends at `close`: 1 after a comma (another
  * item follows), 0 at `close`, -1 (reported: `expected`) otherwise. */
 int text_list_next(struct parser *ps, char close, const char *expected);
-/* arena_push for a node line's lists: out of memory is reported. */
+/* text_arena_push for a node line's lists: out of memory is reported. */
 void *text_push_item(struct parser *ps, struct tpf_arena *a, void **arr, size_t *n, size_t *cap,
 		       size_t elem);
 

@@ -40,7 +40,7 @@
  *
  * Untrusted input: every count is bounded by the text, nesting by
  * MAX_DEPTH, a zero-filled tensor by MAX_ZERO_TENSOR bytes and all of them
- * together by MAX_ZERO_TOTAL; every error is a TPF_ERR_PARSE with
+ * together by MAX_ZERO_TOTAL (parse-types.c); every error is a TPF_ERR_PARSE with
  * "NAME:LINE:COL: " in front of the message (TPF_ERR_IO for an external
  * data file that cannot be read).  Names follow ONNX's rules: a graph
  * input, initializer or output, a function and an attribute need one.
