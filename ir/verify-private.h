@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#pragma GCC visibility push(hidden)
+
 /* Nesting of subgraphs deeper than this is reported instead of followed. */
 #define VERIFY_MAX_DEPTH 256
 
@@ -31,10 +33,13 @@ struct name_set {
 	size_t cap;
 };
 
+/* A set for at most `expected` names.  0, or -1 when out of memory. */
 int verify_name_set_init(struct name_set *s, size_t expected);
 void verify_name_set_free(struct name_set *s);
+/* Adds name; returns the earlier owner when the name was present, else NULL. */
 const void *verify_name_set_add(struct name_set *s, const char *name, const void *owner);
 
+/* One verification: where messages go, what the model says, the counts. */
 struct verify_ctx {
 	struct tpf_diag *d;
 	const struct tpf_model *m; /* may be NULL */
@@ -85,6 +90,7 @@ static inline int is_onnx_domain(const char *domain)
 /* Reports an error about node n (the message starts "node 'NAME' (OP): "). */
 void verify_node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Reports running out of memory, once. */
 void verify_oom(struct verify_ctx *c);
 
 /* Kinds and pointers of every attribute, names unique.  Returns 0 when the
@@ -97,4 +103,6 @@ void verify_node_arity(struct verify_ctx *c, const struct graph_state *s, const 
 void verify_node_record(struct verify_ctx *c, const struct graph_state *s,
                         const struct tpf_node *n);
 
-#endif
+#pragma GCC visibility pop
+
+#endif /* TPF_VERIFY_PRIVATE_H */
