@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Models, graphs, values, nodes, use lists, attributes: the IR builder. */
 #include "tpf-ir.h"
+#include "graph-private.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +111,8 @@ static void index_remove(struct name_index *ix, struct tpf_value *v)
 
 /* ------------------------------------------------------------ arrays */
 
-/* Grows an arena array to hold at least `need` elements. */
-static int arena_grow(struct tpf_arena *a, void **arr, size_t *cap, size_t elem, size_t need)
+/* Grows an arena array to hold at least `need` elements (graph-private.h). */
+int ir_arena_grow(struct tpf_arena *a, void **arr, size_t *cap, size_t elem, size_t need)
 {
 	if (need <= *cap)
 		return 0;
@@ -128,6 +129,28 @@ static int arena_grow(struct tpf_arena *a, void **arr, size_t *cap, size_t elem,
 		memcpy(p, *arr, *cap * elem);
 	*arr = p;
 	*cap = ncap;
+	return 0;
+}
+
+int ir_node_capture(struct tpf_node *owner, struct tpf_value *pv)
+{
+	size_t k;
+
+	for (k = 0; k < owner->n_implicit; k++)
+		if (owner->implicit_inputs[k] == pv)
+			return 0;
+	struct tpf_value **arr = tpf_arena_alloc(owner->graph->arena, (k + 1) * sizeof(*arr));
+	if (!arr || ir_arena_grow(pv->graph->arena, (void **)&pv->uses, &pv->cap_uses,
+	                          sizeof(*pv->uses), pv->n_uses + 1))
+		return -1;
+	if (k)
+		memcpy(arr, owner->implicit_inputs, k * sizeof(*arr));
+	arr[k] = pv;
+	owner->implicit_inputs = arr;
+	owner->n_implicit = k + 1;
+	pv->uses[pv->n_uses].node = owner;
+	pv->uses[pv->n_uses].index = -1 - (int)k;
+	pv->n_uses++;
 	return 0;
 }
 
@@ -256,8 +279,8 @@ struct tpf_graph *tpf_graph_create(struct tpf_graph *parent)
 	g->name_index = ix;
 	g->name = "";
 	if (parent) {
-		if (arena_grow(parent->arena, (void **)&parent->children, &parent->cap_children,
-			       sizeof(*parent->children), parent->n_children + 1))
+		if (ir_arena_grow(parent->arena, (void **)&parent->children, &parent->cap_children,
+			          sizeof(*parent->children), parent->n_children + 1))
 			goto out_free;
 		parent->children[parent->n_children++] = g;
 		g->parent = parent;
@@ -341,8 +364,8 @@ static struct tpf_value *value_create(struct tpf_graph *g, const char *name, enu
 		return NULL;
 	if (g->n_values >= UINT32_MAX)
 		return NULL;
-	if (arena_grow(g->arena, (void **)&g->values, &g->cap_values, sizeof(*g->values),
-		       g->n_values + 1))
+	if (ir_arena_grow(g->arena, (void **)&g->values, &g->cap_values, sizeof(*g->values),
+		          g->n_values + 1))
 		return NULL;
 	v->name = nm;
 	v->kind = kind;
@@ -413,7 +436,7 @@ enum tpf_status tpf_value_copy_type(struct tpf_value *dst, const struct tpf_type
 static int append_value(struct tpf_graph *g, struct tpf_value ***arr, size_t *n, size_t *cap,
 			struct tpf_value *v)
 {
-	if (arena_grow(g->arena, (void **)arr, cap, sizeof(**arr), *n + 1))
+	if (ir_arena_grow(g->arena, (void **)arr, cap, sizeof(**arr), *n + 1))
 		return -1;
 	(*arr)[(*n)++] = v;
 	return 0;
@@ -578,7 +601,7 @@ enum tpf_status tpf_value_rename(struct tpf_value *v, const char *name)
 
 static int use_add(struct tpf_value *v, struct tpf_node *n, int index)
 {
-	if (arena_grow(v->graph->arena, (void **)&v->uses, &v->cap_uses, sizeof(*v->uses), v->n_uses + 1))
+	if (ir_arena_grow(v->graph->arena, (void **)&v->uses, &v->cap_uses, sizeof(*v->uses), v->n_uses + 1))
 		return -1;
 	v->uses[v->n_uses].node = n;
 	v->uses[v->n_uses].index = index;
@@ -804,8 +827,8 @@ enum tpf_status tpf_value_replace_uses(struct tpf_value *from, struct tpf_value 
 	if (from == to)
 		return TPF_OK;
 	/* Reserve room first so that the move cannot fail half-way. */
-	if (arena_grow(to->graph->arena, (void **)&to->uses, &to->cap_uses, sizeof(*to->uses),
-		       to->n_uses + from->n_uses))
+	if (ir_arena_grow(to->graph->arena, (void **)&to->uses, &to->cap_uses, sizeof(*to->uses),
+		          to->n_uses + from->n_uses))
 		return TPF_ERR_NOMEM;
 	for (size_t i = 0; i < from->n_uses; i++) {
 		struct tpf_use u = from->uses[i];

@@ -19,10 +19,12 @@
  * Weight bytes are never copied twice: raw_data buffers are taken over from
  * the decoded message, external data is mapped, typed fields are converted
  * once.  All of that lives in model->backing, released by tpf_model_free.
+ *
+ * Tensors, external data and the backing are in onnx-import-tensor.c.
  */
-#include "tpf-ir.h"
+#include "onnx-import-private.h"
 #include "onnx-io-private.h"
-#include "onnx.pb-c.h"
+#include "graph-private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,7 +41,6 @@
 
 #define WIRE_MAX_DEPTH 100
 #define DEFAULT_MAX_MODEL_BYTES ((size_t)4 << 30)
-#define MAX_DENSE_SPARSE_BYTES ((size_t)1 << 31)
 
 /* ------------------------------------------------------------ allocator */
 
@@ -66,208 +67,14 @@ void tpf_pb_alloc_init(struct tpf_pb_alloc *al)
 	al->failed = 0;
 }
 
-/* ------------------------------------------------------------ paths */
-
-const char *tpf_onnx_location_problem(const char *location)
-{
-	if (!location || !*location)
-		return "is empty";
-	if (location[0] == '/' || location[0] == '\\')
-		return "is an absolute path";
-	if (((location[0] >= 'A' && location[0] <= 'Z') ||
-	     (location[0] >= 'a' && location[0] <= 'z')) &&
-	    location[1] == ':')
-		return "is an absolute path";
-	const char *p = location;
-	while (*p) {
-		size_t len = strcspn(p, "/\\");
-		if (len == 2 && p[0] == '.' && p[1] == '.')
-			return "contains a '..' component";
-		p += len;
-		if (*p)
-			p++;
-	}
-	return NULL;
-}
-
-char *tpf_path_dirname(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	if (!slash)
-		return tpf_strdup(".");
-	if (slash == path)
-		return tpf_strdup("/");
-	size_t len = (size_t)(slash - path);
-	char *s = tpf_malloc(len + 1);
-	if (!s)
-		return NULL;
-	memcpy(s, path, len);
-	s[len] = '\0';
-	return s;
-}
-
-const char *tpf_path_basename(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	return slash ? slash + 1 : path;
-}
-
-/* ------------------------------------------------------------ backing */
-
-struct mapping {
-	char *path; /* resolved path of the mapped file */
-	void *addr; /* NULL for an empty file */
-	size_t len;
-};
-
-struct backing {
-	struct mapping *maps;
-	size_t n_maps, cap_maps;
-	void **bufs; /* tpf_malloc'ed buffers that tensors point into */
-	size_t n_bufs, cap_bufs;
-};
-
-void tpf_model_backing_release(void *backing)
-{
-	struct backing *bk = backing;
-	if (!bk)
-		return;
-	for (size_t i = 0; i < bk->n_maps; i++) {
-		if (bk->maps[i].addr)
-			munmap(bk->maps[i].addr, bk->maps[i].len);
-		tpf_free(bk->maps[i].path);
-	}
-	for (size_t i = 0; i < bk->n_bufs; i++)
-		tpf_free(bk->bufs[i]);
-	tpf_free(bk->maps);
-	tpf_free(bk->bufs);
-	tpf_free(bk);
-}
-
-int tpf_onnx_backing_locate(const void *backing, const void *p, size_t n, const char **path,
-                            uint64_t *offset)
-{
-	const struct backing *bk = backing;
-	if (!bk || !p)
-		return -1;
-	uintptr_t a = (uintptr_t)p;
-	for (size_t i = 0; i < bk->n_maps; i++) {
-		uintptr_t base = (uintptr_t)bk->maps[i].addr;
-		if (base && a >= base && a - base <= bk->maps[i].len &&
-		    n <= bk->maps[i].len - (a - base)) {
-			*path = bk->maps[i].path;
-			*offset = (uint64_t)(a - base);
-			return 0;
-		}
-	}
-	return -1;
-}
-
-size_t tpf_onnx_backing_n_files(const void *backing)
-{
-	const struct backing *bk = backing;
-	return bk ? bk->n_maps : 0;
-}
-
-const char *tpf_onnx_backing_file(const void *backing, size_t i)
-{
-	const struct backing *bk = backing;
-	return bk && i < bk->n_maps ? bk->maps[i].path : NULL;
-}
-
-static int grow_heap(void **arr, size_t *cap, size_t elem, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 16;
-	while (ncap < need)
-		ncap *= 2;
-	size_t bytes;
-	if (tpf_mul_size(ncap, elem, &bytes))
-		return -1;
-	void *p = tpf_realloc(*arr, bytes);
-	if (!p)
-		return -1;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
-/* Makes the backing own `p` (a tpf_malloc'ed buffer). */
-static int backing_adopt(struct backing *bk, void *p)
-{
-	if (grow_heap((void **)&bk->bufs, &bk->cap_bufs, sizeof(*bk->bufs), bk->n_bufs + 1))
-		return -1;
-	bk->bufs[bk->n_bufs++] = p;
-	return 0;
-}
-
-static void *backing_alloc(struct backing *bk, size_t size, int zero)
-{
-	void *p = zero ? tpf_calloc(1, size ? size : 1) : tpf_malloc(size ? size : 1);
-	if (!p)
-		return NULL;
-	if (backing_adopt(bk, p)) {
-		tpf_free(p);
-		return NULL;
-	}
-	return p;
-}
-
 /* ------------------------------------------------------------ context */
 
-struct pending_graph {
-	struct tpf_graph *g;
-	Onnx__NodeProto **nodes;
-	size_t n_nodes;
-	Onnx__ValueInfoProto **outputs; /* graphs */
-	size_t n_outputs;
-	char **output_names; /* function bodies */
-	size_t n_output_names;
-	Onnx__ValueInfoProto **value_info;
-	size_t n_value_info;
-};
-
-struct import_ctx {
-	struct tpf_model *m;
-	struct tpf_diag *d;
-	struct backing *bk;
-	int no_external_data;
-	const char *base_dir; /* NULL: external data refused */
-	char *base_real;      /* realpath of base_dir, computed on first use */
-	struct pending_graph *pending;
-	size_t n_pending, cap_pending;
-	struct tpf_value **nulls; /* scratch: placeholder inputs */
-	size_t cap_nulls;
-};
-
-static enum tpf_status nomem(struct import_ctx *c)
+enum tpf_status onnx_nomem(struct import_ctx *c)
 {
 	return tpf_diag_fail(c->d, TPF_ERR_NOMEM, "out of memory while importing the model");
 }
 
-/* Grows an arena array (old contents copied; the old block stays in the arena). */
-static int grow_arena(struct tpf_arena *a, void **arr, size_t *cap, size_t elem, size_t need)
-{
-	if (need <= *cap)
-		return 0;
-	size_t ncap = *cap ? *cap * 2 : 4;
-	while (ncap < need)
-		ncap *= 2;
-	size_t bytes;
-	if (tpf_mul_size(ncap, elem, &bytes))
-		return -1;
-	void *p = tpf_arena_alloc(a, bytes);
-	if (!p)
-		return -1;
-	if (*cap)
-		memcpy(p, *arr, *cap * elem);
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
-static void *arena_array(struct tpf_arena *a, size_t count, size_t elem)
+void *onnx_arena_array(struct tpf_arena *a, size_t count, size_t elem)
 {
 	size_t bytes;
 	if (count == 0)
@@ -278,7 +85,7 @@ static void *arena_array(struct tpf_arena *a, size_t count, size_t elem)
 }
 
 /* Copies an optional string; NULL stays NULL.  -1 on OOM. */
-static int sdup(struct tpf_arena *a, const char *s, const char **out)
+int onnx_sdup(struct tpf_arena *a, const char *s, const char **out)
 {
 	*out = NULL;
 	if (!s)
@@ -287,15 +94,15 @@ static int sdup(struct tpf_arena *a, const char *s, const char **out)
 	return *out ? 0 : -1;
 }
 
-static int import_props(struct tpf_arena *a, Onnx__StringStringEntryProto *const *e, size_t n,
-                        size_t *n_out, const char ***keys, const char ***values)
+int onnx_import_props(struct tpf_arena *a, Onnx__StringStringEntryProto *const *e, size_t n,
+                      size_t *n_out, const char ***keys, const char ***values)
 {
 	*n_out = 0;
 	*keys = *values = NULL;
 	if (!n)
 		return 0;
-	const char **k = arena_array(a, n, sizeof(*k));
-	const char **v = arena_array(a, n, sizeof(*v));
+	const char **k = onnx_arena_array(a, n, sizeof(*k));
+	const char **v = onnx_arena_array(a, n, sizeof(*v));
 	if (!k || !v)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
@@ -328,7 +135,7 @@ static int pack_blobs(struct tpf_arena *a, void *const *msgs, size_t n, struct t
 	*n_out = 0;
 	if (!n)
 		return 0;
-	struct tpf_blob *b = arena_array(a, n, sizeof(*b));
+	struct tpf_blob *b = onnx_arena_array(a, n, sizeof(*b));
 	if (!b)
 		return -1;
 	for (size_t i = 0; i < n; i++)
@@ -456,558 +263,6 @@ static enum tpf_status wire_check(const ProtobufCMessageDescriptor *desc, const 
 	return TPF_OK;
 }
 
-/* ------------------------------------------------------------ external data */
-
-enum tpf_status tpf_onnx_resolve_external(const char *base_dir, char **base_real, const char *what,
-                                          const char *location, char **real, struct tpf_diag *d)
-{
-	enum tpf_status st = TPF_OK;
-	*real = NULL;
-	if (!*base_real) {
-		*base_real = realpath(base_dir, NULL);
-		if (!*base_real)
-			return tpf_diag_fail(d, TPF_ERR_IO, "%s: model folder '%s' cannot be resolved: %s",
-			                     what, base_dir, strerror(errno));
-	}
-	size_t jl = strlen(base_dir) + strlen(location) + 2;
-	char *joined = tpf_malloc(jl);
-	if (!joined)
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: out of memory", what);
-	snprintf(joined, jl, "%s/%s", base_dir, location);
-	*real = realpath(joined, NULL);
-	if (!*real) {
-		if (errno == ENOENT || errno == ENOTDIR)
-			st = tpf_diag_fail(d, TPF_ERR_IO,
-			                   "%s: external data file '%s' is missing (looked for '%s')", what,
-			                   location, joined);
-		else
-			st = tpf_diag_fail(d, TPF_ERR_IO, "%s: external data file '%s': %s", what, location,
-			                   strerror(errno));
-		tpf_free(joined);
-		return st;
-	}
-	tpf_free(joined);
-	size_t bl = strlen(*base_real);
-	int inside = strcmp(*base_real, "/") == 0 ||
-	             (strncmp(*real, *base_real, bl) == 0 && (*real)[bl] == '/');
-	if (!inside) {
-		st = tpf_diag_fail(d, TPF_ERR_INVALID,
-		                   "%s: external data location '%s' resolves to '%s', outside the "
-		                   "model's folder (through a symbolic link)",
-		                   what, location, *real);
-		free(*real); /* from realpath(), so plain free */
-		*real = NULL;
-	}
-	return st;
-}
-
-static const struct mapping *map_file(struct import_ctx *c, const char *real, const char *loc,
-                                      const char *what, enum tpf_status *st)
-{
-	for (size_t i = 0; i < c->bk->n_maps; i++)
-		if (strcmp(c->bk->maps[i].path, real) == 0)
-			return &c->bk->maps[i];
-	if (grow_heap((void **)&c->bk->maps, &c->bk->cap_maps, sizeof(*c->bk->maps),
-	              c->bk->n_maps + 1)) {
-		*st = nomem(c);
-		return NULL;
-	}
-	/* O_NONBLOCK: a named pipe must not block the open; fstat refuses it below */
-	int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0) {
-		*st = tpf_diag_fail(c->d, TPF_ERR_IO, "%s: cannot open external data file '%s': %s",
-		                    what, loc, strerror(errno));
-		return NULL;
-	}
-	struct stat sb;
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		*st = tpf_diag_fail(c->d, TPF_ERR_IO,
-		                    "%s: external data '%s' is not a regular file", what, loc);
-		close(fd);
-		return NULL;
-	}
-	struct mapping mp = {0};
-	mp.len = (size_t)sb.st_size;
-	if (mp.len) {
-		mp.addr = mmap(NULL, mp.len, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (mp.addr == MAP_FAILED) {
-			*st = tpf_diag_fail(c->d, TPF_ERR_IO,
-			                    "%s: cannot map external data file '%s': %s", what, loc,
-			                    strerror(errno));
-			close(fd);
-			return NULL;
-		}
-	}
-	close(fd);
-	mp.path = tpf_strdup(real);
-	if (!mp.path) {
-		if (mp.addr)
-			munmap(mp.addr, mp.len);
-		*st = nomem(c);
-		return NULL;
-	}
-	c->bk->maps[c->bk->n_maps] = mp;
-	return &c->bk->maps[c->bk->n_maps++];
-}
-
-static int parse_i64(const char *s, int64_t *out)
-{
-	if (!s || !*s)
-		return -1;
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || *end || v < 0)
-		return -1;
-	*out = v;
-	return 0;
-}
-
-static enum tpf_status import_external(struct import_ctx *c, struct tpf_arena *a,
-                                       const Onnx__TensorProto *tp, struct tpf_tensor *t,
-                                       size_t nbytes, const char *what)
-{
-	const char *loc = NULL;
-	int64_t offset = 0, length = -1;
-	for (size_t i = 0; i < tp->n_external_data; i++) {
-		const char *k = tp->external_data[i]->key ? tp->external_data[i]->key : "";
-		const char *v = tp->external_data[i]->value ? tp->external_data[i]->value : "";
-		if (strcmp(k, "location") == 0) {
-			loc = v;
-		} else if (strcmp(k, "offset") == 0) {
-			if (parse_i64(v, &offset))
-				return tpf_diag_fail(
-				    c->d, TPF_ERR_INVALID,
-				    "%s: external data offset '%s' is not a non-negative number",
-				    what, v);
-		} else if (strcmp(k, "length") == 0) {
-			if (parse_i64(v, &length))
-				return tpf_diag_fail(
-				    c->d, TPF_ERR_INVALID,
-				    "%s: external data length '%s' is not a non-negative number",
-				    what, v);
-		}
-	}
-	if (!loc || !*loc)
-		return tpf_diag_fail(
-		    c->d, TPF_ERR_INVALID,
-		    "%s: data_location is EXTERNAL but external_data has no location", what);
-	if (length >= 0 && (uint64_t)length != (uint64_t)nbytes)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-		                     "%s: external data length %lld does not match the %zu bytes "
-		                     "of a %s tensor of its shape",
-		                     what, (long long)length, nbytes,
-		                     tpf_dtype_onnx_name(t->dtype));
-	const char *why = tpf_onnx_location_problem(loc);
-	if (why)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-		                     "%s: external data location '%s' %s; only files inside the "
-		                     "model's folder are allowed",
-		                     what, loc, why);
-	t->is_external = 1;
-	t->ext_offset = offset;
-	t->ext_length = (int64_t)nbytes;
-	t->nbytes = nbytes;
-	if (!(t->ext_location = tpf_arena_strdup(a, loc)))
-		return nomem(c);
-	if (c->no_external_data)
-		return TPF_OK;
-	if (!c->base_dir || !*c->base_dir)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-		                     "%s: uses external data '%s' but the model was given without "
-		                     "a folder to load it from",
-		                     what, loc);
-
-	char *real = NULL;
-	enum tpf_status st = tpf_onnx_resolve_external(c->base_dir, &c->base_real, what, loc, &real, c->d);
-	if (st)
-		return st;
-	const struct mapping *mp = map_file(c, real, loc, what, &st);
-	if (!mp)
-		goto out_free;
-	if ((uint64_t)offset > mp->len || nbytes > mp->len - (size_t)offset) {
-		st = tpf_diag_fail(c->d, TPF_ERR_INVALID,
-		                   "%s: external data file '%s' holds %zu bytes; offset %lld + "
-		                   "length %zu is past its end",
-		                   what, loc, mp->len, (long long)offset, nbytes);
-		goto out_free;
-	}
-	t->data = nbytes ? (const uint8_t *)mp->addr + offset : NULL;
-	/* Writers pack small tensors back to back; kernels need element
-	 * alignment, so a misaligned tensor is copied (large ones are aligned
-	 * by every common writer and stay mapped). */
-	unsigned bits = tpf_dtype_bits(t->dtype), align = bits >= 8 ? bits / 8 : 1;
-	if (align > 8)
-		align = 8;
-	if (t->data && (uintptr_t)t->data % align) {
-		void *copy = backing_alloc(c->bk, nbytes, 0);
-		if (!copy) {
-			st = nomem(c);
-			goto out_free;
-		}
-		memcpy(copy, t->data, nbytes);
-		t->data = copy;
-	}
-
-out_free:
-	free(real); /* from realpath(), so plain free */
-	return st;
-}
-
-/* ------------------------------------------------------------ tensors */
-
-static enum tpf_status typed_mismatch(struct import_ctx *c, const char *what, enum tpf_dtype dt,
-                                      const char *field, size_t have, uint64_t want)
-{
-	return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-	                     "%s: %s tensor needs %llu entries in %s, found %zu", what,
-	                     tpf_dtype_onnx_name(dt), (unsigned long long)want, field, have);
-}
-
-/* Which typed field a dtype uses, for messages. */
-static const char *typed_field_name(enum tpf_dtype dt)
-{
-	switch (dt) {
-	case TPF_DTYPE_FLOAT:
-	case TPF_DTYPE_COMPLEX64:
-		return "float_data";
-	case TPF_DTYPE_DOUBLE:
-	case TPF_DTYPE_COMPLEX128:
-		return "double_data";
-	case TPF_DTYPE_INT64:
-		return "int64_data";
-	case TPF_DTYPE_UINT32:
-	case TPF_DTYPE_UINT64:
-		return "uint64_data";
-	case TPF_DTYPE_STRING:
-		return "string_data";
-	default:
-		return "int32_data";
-	}
-}
-
-/* Converts the typed data fields into packed little-endian bytes. */
-static enum tpf_status import_typed(struct import_ctx *c, const Onnx__TensorProto *tp,
-                                    struct tpf_tensor *t, uint64_t numel, size_t nbytes,
-                                    const char *what)
-{
-	enum tpf_dtype dt = t->dtype;
-	size_t n_float = tp->n_float_data, n_i32 = tp->n_int32_data, n_i64 = tp->n_int64_data;
-	size_t n_dbl = tp->n_double_data, n_u64 = tp->n_uint64_data;
-	size_t total = n_float + n_i32 + n_i64 + n_dbl + n_u64 + tp->n_string_data;
-	if (total == 0) {
-		if (numel == 0)
-			return TPF_OK;
-		return tpf_diag_fail(
-		    c->d, TPF_ERR_INVALID,
-		    "%s: holds no data (neither raw_data, %s nor external data) for %llu elements",
-		    what, typed_field_name(dt), (unsigned long long)numel);
-	}
-	const char *field = typed_field_name(dt);
-	size_t have;
-	if (strcmp(field, "float_data") == 0)
-		have = n_float;
-	else if (strcmp(field, "double_data") == 0)
-		have = n_dbl;
-	else if (strcmp(field, "int64_data") == 0)
-		have = n_i64;
-	else if (strcmp(field, "uint64_data") == 0)
-		have = n_u64;
-	else
-		have = n_i32;
-	if (have != total)
-		return tpf_diag_fail(
-		    c->d, TPF_ERR_INVALID,
-		    "%s: %s data must be stored in %s (or raw_data), found it in another field",
-		    what, tpf_dtype_onnx_name(dt), field);
-
-	uint8_t *out = backing_alloc(c->bk, nbytes, 1);
-	if (!out)
-		return nomem(c);
-	unsigned bits = tpf_dtype_bits(dt);
-	uint64_t want = numel;
-	switch (dt) {
-	case TPF_DTYPE_COMPLEX64:
-		want = numel * 2;
-		/* fall through */
-	case TPF_DTYPE_FLOAT:
-		if (have != want)
-			return typed_mismatch(c, what, dt, field, have, want);
-		memcpy(out, tp->float_data, nbytes);
-		break;
-	case TPF_DTYPE_COMPLEX128:
-		want = numel * 2;
-		/* fall through */
-	case TPF_DTYPE_DOUBLE:
-		if (have != want)
-			return typed_mismatch(c, what, dt, field, have, want);
-		memcpy(out, tp->double_data, nbytes);
-		break;
-	case TPF_DTYPE_INT64:
-		if (have != want)
-			return typed_mismatch(c, what, dt, field, have, want);
-		memcpy(out, tp->int64_data, nbytes);
-		break;
-	case TPF_DTYPE_UINT64:
-		if (have != want)
-			return typed_mismatch(c, what, dt, field, have, want);
-		memcpy(out, tp->uint64_data, nbytes);
-		break;
-	case TPF_DTYPE_UINT32:
-		if (have != want)
-			return typed_mismatch(c, what, dt, field, have, want);
-		for (size_t i = 0; i < have; i++) {
-			uint32_t v = (uint32_t)tp->uint64_data[i];
-			memcpy(out + i * 4, &v, 4);
-		}
-		break;
-	case TPF_DTYPE_INT32:
-		if (have != want)
-			return typed_mismatch(c, what, dt, field, have, want);
-		memcpy(out, tp->int32_data, nbytes);
-		break;
-	default:
-		if (bits == 16 || bits == 8) {
-			if (have != want)
-				return typed_mismatch(c, what, dt, field, have, want);
-			for (size_t i = 0; i < have; i++) {
-				uint32_t v = (uint32_t)tp->int32_data[i];
-				if (bits == 16) {
-					out[2 * i] = (uint8_t)v;
-					out[2 * i + 1] = (uint8_t)(v >> 8);
-				} else {
-					out[i] = (uint8_t)v;
-				}
-			}
-		} else if (bits == 4 || bits == 2) {
-			/* Normally one packed byte an entry; older writers stored one
-			 * element an entry, which is packed here. */
-			if (have == nbytes) {
-				for (size_t i = 0; i < have; i++)
-					out[i] = (uint8_t)tp->int32_data[i];
-			} else if (have == numel) {
-				unsigned per = 8 / bits, mask = (1u << bits) - 1;
-				for (size_t i = 0; i < have; i++)
-					out[i / per] |=
-					    (uint8_t)(((uint32_t)tp->int32_data[i] & mask)
-					              << (bits * (i % per)));
-			} else {
-				return typed_mismatch(c, what, dt, field, have, nbytes);
-			}
-		} else {
-			return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
-			                     "%s: typed data of element type %s is not supported",
-			                     what, tpf_dtype_onnx_name(dt));
-		}
-		break;
-	}
-	t->data = out;
-	return TPF_OK;
-}
-
-/* Imports a dense tensor into `a` (names, dims) and the backing (bytes).
- * `tp` is not const: raw_data buffers are taken over. */
-static enum tpf_status import_tensor(struct import_ctx *c, struct tpf_arena *a,
-                                     Onnx__TensorProto *tp, const char *what,
-                                     struct tpf_tensor **out)
-{
-	*out = NULL;
-	struct tpf_tensor *t = tpf_arena_alloc(a, sizeof(*t));
-	if (!t || sdup(a, tp->name, &t->name) || sdup(a, tp->doc_string, &t->doc_string) ||
-	    import_props(a, tp->metadata_props, tp->n_metadata_props, &t->n_metadata,
-	                 &t->metadata_keys, &t->metadata_values))
-		return nomem(c);
-	int dt = tp->has_data_type ? tp->data_type : 0;
-	if (dt == TPF_DTYPE_UNDEFINED)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: data_type is missing or UNDEFINED",
-		                     what);
-	if (!tpf_dtype_is_valid(dt))
-		return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
-		                     "%s: element type %d is not supported", what, dt);
-	t->dtype = (enum tpf_dtype)dt;
-	if (tp->n_dims > TPF_MAX_RANK)
-		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d",
-		                     what, tp->n_dims, TPF_MAX_RANK);
-	t->rank = (int)tp->n_dims;
-	uint64_t numel = 1;
-	for (size_t i = 0; i < tp->n_dims; i++) {
-		int64_t dim = tp->dims[i];
-		if (dim < 0)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			                     "%s: dimension %zu is negative (%lld)", what, i,
-			                     (long long)dim);
-		if (dim != 0 && numel > UINT64_MAX / (uint64_t)dim)
-			return tpf_diag_fail(c->d, TPF_ERR_LIMIT,
-			                     "%s: the element count of its shape overflows", what);
-		numel *= (uint64_t)dim;
-	}
-	if (t->rank) {
-		t->dims = tpf_arena_memdup(a, tp->dims, tp->n_dims * sizeof(int64_t));
-		if (!t->dims)
-			return nomem(c);
-	}
-	if (tp->segment)
-		return tpf_diag_fail(c->d, TPF_ERR_UNSUPPORTED,
-		                     "%s: segmented tensors are not supported", what);
-	*out = t;
-
-	if (t->dtype == TPF_DTYPE_STRING) {
-		if (tp->has_raw_data || tp->n_external_data)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			                     "%s: STRING tensors must use string_data", what);
-		if ((uint64_t)tp->n_string_data != numel)
-			return typed_mismatch(c, what, t->dtype, "string_data", tp->n_string_data,
-			                      numel);
-		size_t n = tp->n_string_data;
-		t->n_strings = n;
-		if (n) {
-			t->strings = arena_array(a, n, sizeof(*t->strings));
-			t->string_lens = arena_array(a, n, sizeof(*t->string_lens));
-			if (!t->strings || !t->string_lens)
-				return nomem(c);
-		}
-		for (size_t i = 0; i < n; i++) {
-			const ProtobufCBinaryData *s = &tp->string_data[i];
-			char *p = tpf_arena_alloc(a, s->len + 1);
-			if (!p)
-				return nomem(c);
-			if (s->len)
-				memcpy(p, s->data, s->len);
-			t->strings[i] = p;
-			t->string_lens[i] = s->len;
-		}
-		return TPF_OK;
-	}
-
-	size_t nbytes;
-	if (tpf_dtype_storage_bytes(t->dtype, numel, &nbytes))
-		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: its size in bytes overflows", what);
-	t->nbytes = nbytes;
-
-	if ((tp->has_data_location &&
-	     tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) ||
-	    tp->n_external_data)
-		return import_external(c, a, tp, t, nbytes, what);
-
-	if (tp->has_raw_data) {
-		if (tp->raw_data.len != nbytes) {
-			char shape[256];
-			size_t off = 0;
-			shape[0] = '\0';
-			for (int i = 0; i < t->rank && off < sizeof(shape) - 24; i++)
-				off += (size_t)snprintf(shape + off, sizeof(shape) - off, "%s%lld",
-				                        i ? "," : "", (long long)t->dims[i]);
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			                     "%s: raw_data holds %zu bytes but %s[%s] needs %zu",
-			                     what, tp->raw_data.len, tpf_dtype_onnx_name(t->dtype),
-			                     shape, nbytes);
-		}
-		if (nbytes && tp->raw_data.data) {
-			if (backing_adopt(c->bk, tp->raw_data.data))
-				return nomem(c);
-			t->data = tp->raw_data.data;
-			tp->raw_data.data = NULL;
-			tp->raw_data.len = 0;
-			tp->has_raw_data = 0;
-		}
-		return TPF_OK;
-	}
-	return import_typed(c, tp, t, numel, nbytes, what);
-}
-
-/* A sparse initializer becomes a dense one (the IR has no sparse tensors). */
-static enum tpf_status import_sparse_initializer(struct import_ctx *c, struct tpf_graph *g,
-                                                 Onnx__SparseTensorProto *sp, size_t index)
-{
-	char what[320];
-	const char *name = sp->values && sp->values->name ? sp->values->name : "";
-	snprintf(what, sizeof(what), "sparse initializer '%s'", name);
-	if (!sp->values || !sp->indices || !*name)
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-		                     "sparse initializer %zu lacks values, indices or a name",
-		                     index);
-	struct tpf_tensor *vals, *idx;
-	enum tpf_status st = import_tensor(c, g->arena, sp->values, what, &vals);
-	if (st)
-		return st;
-	st = import_tensor(c, g->arena, sp->indices, what, &idx);
-	if (st)
-		return st;
-	unsigned bits = tpf_dtype_bits(vals->dtype);
-	if (bits < 8 || vals->rank != 1)
-		return tpf_diag_fail(
-		    c->d, TPF_ERR_UNSUPPORTED,
-		    "%s: only rank-1 values of whole-byte element types are supported", what);
-	if (idx->dtype != TPF_DTYPE_INT64 || (vals->nbytes && (!vals->data || !idx->data)))
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: indices must be INT64 with data",
-		                     what);
-	if (sp->n_dims > TPF_MAX_RANK)
-		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: rank %zu exceeds the limit of %d",
-		                     what, sp->n_dims, TPF_MAX_RANK);
-	int rank = (int)sp->n_dims;
-	uint64_t numel = 1;
-	for (int i = 0; i < rank; i++) {
-		int64_t dim = sp->dims[i];
-		if (dim < 0)
-			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-			                     "%s: dimension %d is negative (%lld)", what, i,
-			                     (long long)dim);
-		if (dim && numel > UINT64_MAX / (uint64_t)dim)
-			return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: element count overflows",
-			                     what);
-		numel *= (uint64_t)dim;
-	}
-	size_t esize = bits / 8, nbytes;
-	if (tpf_dtype_storage_bytes(vals->dtype, numel, &nbytes) || nbytes > MAX_DENSE_SPARSE_BYTES)
-		return tpf_diag_fail(c->d, TPF_ERR_LIMIT, "%s: too large to make dense", what);
-	uint64_t nnz = (uint64_t)vals->dims[0];
-	const int64_t *ix = idx->data;
-	int coords;
-	if (idx->rank == 1 && (uint64_t)idx->dims[0] == nnz)
-		coords = 0;
-	else if (idx->rank == 2 && (uint64_t)idx->dims[0] == nnz && idx->dims[1] == rank)
-		coords = 1;
-	else
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: indices have the wrong shape",
-		                     what);
-	uint8_t *dense = backing_alloc(c->bk, nbytes, 1);
-	if (!dense)
-		return nomem(c);
-	for (uint64_t k = 0; k < nnz; k++) {
-		uint64_t lin = 0;
-		if (!coords) {
-			if (ix[k] < 0 || (uint64_t)ix[k] >= numel)
-				return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-				                     "%s: index out of range", what);
-			lin = (uint64_t)ix[k];
-		} else {
-			for (int j = 0; j < rank; j++) {
-				int64_t v = ix[k * (uint64_t)rank + (uint64_t)j];
-				if (v < 0 || v >= sp->dims[j])
-					return tpf_diag_fail(c->d, TPF_ERR_INVALID,
-					                     "%s: index out of range", what);
-				lin = lin * (uint64_t)sp->dims[j] + (uint64_t)v;
-			}
-		}
-		memcpy(dense + lin * esize, (const uint8_t *)vals->data + k * esize, esize);
-	}
-	struct tpf_tensor *t = tpf_arena_alloc(g->arena, sizeof(*t));
-	if (!t || !(t->name = tpf_arena_strdup(g->arena, name)))
-		return nomem(c);
-	t->dtype = vals->dtype;
-	t->rank = rank;
-	if (rank &&
-	    !(t->dims = tpf_arena_memdup(g->arena, sp->dims, (size_t)rank * sizeof(int64_t))))
-		return nomem(c);
-	t->data = dense;
-	t->nbytes = nbytes;
-	if (tpf_graph_find_value(g, name))
-		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: the name is defined twice", what);
-	if (!tpf_graph_add_initializer_tensor(g, t))
-		return nomem(c);
-	return TPF_OK;
-}
-
 /* ------------------------------------------------------------ types */
 
 static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
@@ -1018,8 +273,8 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 	out->shape.rank = -1;
 	if (!tp)
 		return TPF_OK;
-	if (sdup(a, tp->denotation, &out->denotation))
-		return nomem(c);
+	if (onnx_sdup(a, tp->denotation, &out->denotation))
+		return onnx_nomem(c);
 	int opaque = 0;
 	if (tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE) {
 		const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
@@ -1036,9 +291,10 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 				                     sh->n_dim, TPF_MAX_RANK);
 			out->shape.rank = (int)sh->n_dim;
 			if (sh->n_dim) {
-				out->shape.dims = arena_array(a, sh->n_dim, sizeof(struct tpf_dim));
+				out->shape.dims =
+				    onnx_arena_array(a, sh->n_dim, sizeof(struct tpf_dim));
 				if (!out->shape.dims)
-					return nomem(c);
+					return onnx_nomem(c);
 			}
 			for (size_t i = 0; i < sh->n_dim; i++) {
 				const Onnx__TensorShapeProto__Dimension *dm = sh->dim[i];
@@ -1054,11 +310,12 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 					o->value = dm->dim_value;
 				} else if (dm->value_case ==
 				           ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM) {
-					if (sdup(a, dm->dim_param ? dm->dim_param : "", &o->param))
-						return nomem(c);
+					if (onnx_sdup(a, dm->dim_param ? dm->dim_param : "",
+					              &o->param))
+						return onnx_nomem(c);
 				}
-				if (sdup(a, dm->denotation, &o->denotation))
-					return nomem(c);
+				if (onnx_sdup(a, dm->denotation, &o->denotation))
+					return onnx_nomem(c);
 			}
 		}
 		if (!opaque) {
@@ -1073,7 +330,7 @@ static enum tpf_status import_type(struct import_ctx *c, struct tpf_arena *a,
 	out->shape.rank = -1;
 	out->shape.dims = NULL;
 	if (pack_blob(a, &tp->base, &out->opaque))
-		return nomem(c);
+		return onnx_nomem(c);
 	return TPF_OK;
 }
 
@@ -1090,12 +347,12 @@ static enum tpf_status apply_value_info(struct import_ctx *c, struct tpf_value *
 			return st;
 		v->type = t;
 	}
-	if (vi->doc_string && sdup(a, vi->doc_string, &v->doc_string))
-		return nomem(c);
+	if (vi->doc_string && onnx_sdup(a, vi->doc_string, &v->doc_string))
+		return onnx_nomem(c);
 	if (vi->n_metadata_props &&
-	    import_props(a, vi->metadata_props, vi->n_metadata_props, &v->n_metadata,
-	                 &v->metadata_keys, &v->metadata_values))
-		return nomem(c);
+	    onnx_import_props(a, vi->metadata_props, vi->n_metadata_props, &v->n_metadata,
+	                      &v->metadata_keys, &v->metadata_values))
+		return onnx_nomem(c);
 	return TPF_OK;
 }
 
@@ -1110,7 +367,7 @@ static enum tpf_status new_subgraph(struct import_ctx *c, struct tpf_graph *pare
 {
 	struct tpf_graph *sub = tpf_graph_create(parent);
 	if (!sub)
-		return nomem(c);
+		return onnx_nomem(c);
 	sub->owner = owner;
 	*out = sub;
 	return graph_define(c, gp, sub);
@@ -1161,9 +418,9 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 	memset(a, 0, sizeof(*a));
 	if (!*aname)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: an attribute has no name", where);
-	if (sdup(ar, aname, &a->name) || sdup(ar, ap->ref_attr_name, &a->ref_attr_name) ||
-	    sdup(ar, ap->doc_string, &a->doc_string))
-		return nomem(c);
+	if (onnx_sdup(ar, aname, &a->name) || onnx_sdup(ar, ap->ref_attr_name, &a->ref_attr_name) ||
+	    onnx_sdup(ar, ap->doc_string, &a->doc_string))
+		return onnx_nomem(c);
 	int kind = ap->has_type ? (int)ap->type : infer_attr_kind(ap);
 	if (kind < 0 || kind >= TPF_ATTR_KIND_COUNT)
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: unknown attribute type %d", what,
@@ -1185,7 +442,7 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 	case TPF_ATTR_STRING: {
 		char *s = tpf_arena_alloc(ar, ap->s.len + 1);
 		if (!s)
-			return nomem(c);
+			return onnx_nomem(c);
 		if (ap->s.len)
 			memcpy(s, ap->s.data, ap->s.len);
 		a->s = s;
@@ -1199,7 +456,7 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 			return tpf_diag_fail(c->d, TPF_ERR_INVALID,
 			                     "%s: TENSOR attribute without a tensor", what);
 		}
-		return import_tensor(c, ar, ap->t, what, &a->t);
+		return onnx_import_tensor(c, ar, ap->t, what, &a->t);
 	case TPF_ATTR_GRAPH:
 		if (!ap->g) {
 			if (is_ref)
@@ -1210,34 +467,34 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 		return new_subgraph(c, g, owner, ap->g, &a->g);
 	case TPF_ATTR_SPARSE_TENSOR:
 		if (ap->sparse_tensor && pack_blob(ar, &ap->sparse_tensor->base, &a->blob))
-			return nomem(c);
+			return onnx_nomem(c);
 		break;
 	case TPF_ATTR_TYPE_PROTO:
 		if (ap->tp && pack_blob(ar, &ap->tp->base, &a->blob))
-			return nomem(c);
+			return onnx_nomem(c);
 		break;
 	case TPF_ATTR_FLOATS:
 		a->n = ap->n_floats;
 		if (a->n && !(a->floats = tpf_arena_memdup(ar, ap->floats, a->n * sizeof(float))))
-			return nomem(c);
+			return onnx_nomem(c);
 		break;
 	case TPF_ATTR_INTS:
 		a->n = ap->n_ints;
 		if (a->n && !(a->ints = tpf_arena_memdup(ar, ap->ints, a->n * sizeof(int64_t))))
-			return nomem(c);
+			return onnx_nomem(c);
 		break;
 	case TPF_ATTR_STRINGS:
 		a->n = ap->n_strings;
 		if (a->n) {
-			a->strings = arena_array(ar, a->n, sizeof(*a->strings));
-			a->string_lens = arena_array(ar, a->n, sizeof(*a->string_lens));
+			a->strings = onnx_arena_array(ar, a->n, sizeof(*a->strings));
+			a->string_lens = onnx_arena_array(ar, a->n, sizeof(*a->string_lens));
 			if (!a->strings || !a->string_lens)
-				return nomem(c);
+				return onnx_nomem(c);
 		}
 		for (size_t i = 0; i < a->n; i++) {
 			char *s = tpf_arena_alloc(ar, ap->strings[i].len + 1);
 			if (!s)
-				return nomem(c);
+				return onnx_nomem(c);
 			if (ap->strings[i].len)
 				memcpy(s, ap->strings[i].data, ap->strings[i].len);
 			a->strings[i] = s;
@@ -1246,19 +503,19 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 		break;
 	case TPF_ATTR_TENSORS:
 		a->n = ap->n_tensors;
-		if (a->n && !(a->tensors = arena_array(ar, a->n, sizeof(*a->tensors))))
-			return nomem(c);
+		if (a->n && !(a->tensors = onnx_arena_array(ar, a->n, sizeof(*a->tensors))))
+			return onnx_nomem(c);
 		for (size_t i = 0; i < a->n; i++) {
 			char w[560];
 			snprintf(w, sizeof(w), "%s[%zu]", what, i);
-			if ((st = import_tensor(c, ar, ap->tensors[i], w, &a->tensors[i])))
+			if ((st = onnx_import_tensor(c, ar, ap->tensors[i], w, &a->tensors[i])))
 				return st;
 		}
 		break;
 	case TPF_ATTR_GRAPHS:
 		a->n = ap->n_graphs;
-		if (a->n && !(a->graphs = arena_array(ar, a->n, sizeof(*a->graphs))))
-			return nomem(c);
+		if (a->n && !(a->graphs = onnx_arena_array(ar, a->n, sizeof(*a->graphs))))
+			return onnx_nomem(c);
 		for (size_t i = 0; i < a->n; i++)
 			if ((st = new_subgraph(c, g, owner, ap->graphs[i], &a->graphs[i])))
 				return st;
@@ -1266,12 +523,12 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 	case TPF_ATTR_SPARSE_TENSORS:
 		if (pack_blobs(ar, (void *const *)ap->sparse_tensors, ap->n_sparse_tensors,
 		               &a->blobs, &a->n))
-			return nomem(c);
+			return onnx_nomem(c);
 		break;
 	case TPF_ATTR_TYPE_PROTOS:
 		if (pack_blobs(ar, (void *const *)ap->type_protos, ap->n_type_protos, &a->blobs,
 		               &a->n))
-			return nomem(c);
+			return onnx_nomem(c);
 		break;
 	default:
 		break;
@@ -1283,7 +540,8 @@ static enum tpf_status import_attr(struct import_ctx *c, struct tpf_graph *g,
 
 static int push_pending(struct import_ctx *c, const struct pending_graph *p)
 {
-	if (grow_heap((void **)&c->pending, &c->cap_pending, sizeof(*c->pending), c->n_pending + 1))
+	if (onnx_grow_heap((void **)&c->pending, &c->cap_pending, sizeof(*c->pending),
+	                   c->n_pending + 1))
 		return -1;
 	c->pending[c->n_pending++] = *p;
 	return 0;
@@ -1334,7 +592,7 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 		if (np->n_input > c->cap_nulls) {
 			struct tpf_value **nn = tpf_calloc(np->n_input, sizeof(*nn));
 			if (!nn)
-				return nomem(c);
+				return onnx_nomem(c);
 			tpf_free(c->nulls);
 			c->nulls = nn;
 			c->cap_nulls = np->n_input;
@@ -1343,19 +601,19 @@ static enum tpf_status define_nodes(struct import_ctx *c, struct tpf_graph *g,
 		    tpf_graph_add_node(g, np->domain, np->op_type, np->name, c->nulls, np->n_input,
 		                       np->n_output, (const char *const *)np->output);
 		if (!n)
-			return nomem(c);
-		if (sdup(g->arena, np->overload, &n->overload) ||
-		    sdup(g->arena, np->doc_string, &n->doc_string) ||
-		    import_props(g->arena, np->metadata_props, np->n_metadata_props, &n->n_metadata,
-		                 &n->metadata_keys, &n->metadata_values) ||
+			return onnx_nomem(c);
+		if (onnx_sdup(g->arena, np->overload, &n->overload) ||
+		    onnx_sdup(g->arena, np->doc_string, &n->doc_string) ||
+		    onnx_import_props(g->arena, np->metadata_props, np->n_metadata_props,
+		                      &n->n_metadata, &n->metadata_keys, &n->metadata_values) ||
 		    pack_blobs(g->arena, (void *const *)np->device_configurations,
 		               np->n_device_configurations, &n->device_configurations,
 		               &n->n_device_configurations))
-			return nomem(c);
+			return onnx_nomem(c);
 		if (np->n_attribute) {
-			n->attrs = arena_array(g->arena, np->n_attribute, sizeof(*n->attrs));
+			n->attrs = onnx_arena_array(g->arena, np->n_attribute, sizeof(*n->attrs));
 			if (!n->attrs)
-				return nomem(c);
+				return onnx_nomem(c);
 		}
 		for (size_t j = 0; j < np->n_attribute; j++) {
 			const char *an = np->attribute[j]->name ? np->attribute[j]->name : "";
@@ -1387,14 +645,14 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp, 
 	    .n_value_info = gp->n_value_info,
 	};
 	if (push_pending(c, &p))
-		return nomem(c);
-	if (sdup(a, gp->name ? gp->name : "", &g->name) ||
-	    sdup(a, gp->doc_string, &g->doc_string) ||
-	    import_props(a, gp->metadata_props, gp->n_metadata_props, &g->n_metadata,
-	                 &g->metadata_keys, &g->metadata_values) ||
+		return onnx_nomem(c);
+	if (onnx_sdup(a, gp->name ? gp->name : "", &g->name) ||
+	    onnx_sdup(a, gp->doc_string, &g->doc_string) ||
+	    onnx_import_props(a, gp->metadata_props, gp->n_metadata_props, &g->n_metadata,
+	                      &g->metadata_keys, &g->metadata_values) ||
 	    pack_blobs(a, (void *const *)gp->quantization_annotation, gp->n_quantization_annotation,
 	               &g->quantization_annotations, &g->n_quantization_annotations))
-		return nomem(c);
+		return onnx_nomem(c);
 
 	for (size_t i = 0; i < gp->n_initializer; i++) {
 		Onnx__TensorProto *tp = gp->initializer[i];
@@ -1407,13 +665,13 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp, 
 			return tpf_diag_fail(c->d, TPF_ERR_INVALID, "%s: the name is defined twice",
 			                     what);
 		struct tpf_tensor *t;
-		if ((st = import_tensor(c, a, tp, what, &t)))
+		if ((st = onnx_import_tensor(c, a, tp, what, &t)))
 			return st;
 		if (!tpf_graph_add_initializer_tensor(g, t))
-			return nomem(c);
+			return onnx_nomem(c);
 	}
 	for (size_t i = 0; i < gp->n_sparse_initializer; i++)
-		if ((st = import_sparse_initializer(c, g, gp->sparse_initializer[i], i)))
+		if ((st = onnx_import_sparse_initializer(c, g, gp->sparse_initializer[i], i)))
 			return st;
 
 	for (size_t i = 0; i < gp->n_input; i++) {
@@ -1425,9 +683,9 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp, 
 		struct tpf_value *v = tpf_graph_find_value(g, name);
 		if (v && v->kind == TPF_VALUE_INITIALIZER && !v->is_graph_input) {
 			/* an input with a default value */
-			if (grow_arena(a, (void **)&g->inputs, &g->cap_inputs, sizeof(*g->inputs),
-			               g->n_inputs + 1))
-				return nomem(c);
+			if (ir_arena_grow(a, (void **)&g->inputs, &g->cap_inputs, sizeof(*g->inputs),
+			                  g->n_inputs + 1))
+				return onnx_nomem(c);
 			g->inputs[g->n_inputs++] = v;
 			v->is_graph_input = 1;
 		} else if (v) {
@@ -1437,7 +695,7 @@ static enum tpf_status graph_define(struct import_ctx *c, Onnx__GraphProto *gp, 
 		} else {
 			v = tpf_graph_add_input(g, name, TPF_DTYPE_UNDEFINED, -1, NULL);
 			if (!v)
-				return nomem(c);
+				return onnx_nomem(c);
 			memset(&v->type, 0, sizeof(v->type));
 			v->type.shape.rank = -1;
 		}
@@ -1460,39 +718,11 @@ static enum tpf_status resolve(struct import_ctx *c, struct tpf_graph *g, const 
 	enum tpf_status st = resolve(c, g->parent, name, &pv);
 	if (st || !pv)
 		return st;
-	struct tpf_node *owner = g->owner;
-	size_t k;
-	for (k = 0; k < owner->n_implicit; k++)
-		if (owner->implicit_inputs[k] == pv)
-			break;
-	if (k == owner->n_implicit) {
-		struct tpf_graph *pg = owner->graph;
-		struct tpf_value **arr = arena_array(pg->arena, k + 1, sizeof(*arr));
-		struct tpf_use *uses = NULL;
-		if (!arr)
-			return nomem(c);
-		if (pv->n_uses + 1 > pv->cap_uses) {
-			size_t cap = pv->cap_uses ? pv->cap_uses * 2 : 4;
-			uses = arena_array(pv->graph->arena, cap, sizeof(*uses));
-			if (!uses)
-				return nomem(c);
-			if (pv->n_uses)
-				memcpy(uses, pv->uses, pv->n_uses * sizeof(*uses));
-			pv->uses = uses;
-			pv->cap_uses = cap;
-		}
-		if (k)
-			memcpy(arr, owner->implicit_inputs, k * sizeof(*arr));
-		arr[k] = pv;
-		owner->implicit_inputs = arr;
-		owner->n_implicit = k + 1;
-		pv->uses[pv->n_uses].node = owner;
-		pv->uses[pv->n_uses].index = -1 - (int)k;
-		pv->n_uses++;
-	}
+	if (ir_node_capture(g->owner, pv))
+		return onnx_nomem(c);
 	struct tpf_value *ov = tpf_graph_new_value(g, name);
 	if (!ov)
-		return nomem(c);
+		return onnx_nomem(c);
 	ov->kind = TPF_VALUE_OUTER;
 	ov->outer = pv;
 	*out = ov;
@@ -1524,7 +754,7 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 				continue;
 			}
 			if (tpf_node_set_input(n, j, v))
-				return nomem(c);
+				return onnx_nomem(c);
 		}
 	}
 	for (size_t i = 0; i < p->n_outputs; i++) {
@@ -1544,7 +774,7 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 		if ((st = apply_value_info(c, v, vi)))
 			return st;
 		if (tpf_graph_add_output(g, v))
-			return nomem(c);
+			return onnx_nomem(c);
 	}
 	for (size_t i = 0; i < p->n_output_names; i++) {
 		const char *name = p->output_names[i];
@@ -1560,7 +790,7 @@ static enum tpf_status graph_link(struct import_ctx *c, const struct pending_gra
 		if (undefined)
 			continue;
 		if (tpf_graph_add_output(g, v))
-			return nomem(c);
+			return onnx_nomem(c);
 	}
 	return undefined ? TPF_ERR_INVALID : TPF_OK;
 }
@@ -1584,10 +814,10 @@ static enum tpf_status graph_value_info(struct import_ctx *c, const struct pendi
 			if (!v) {
 				v = tpf_arena_alloc(g->arena, sizeof(*v));
 				if (!v || !(v->name = tpf_arena_strdup(g->arena, name)) ||
-				    grow_arena(g->arena, (void **)&g->value_infos,
-				               &g->cap_value_infos, sizeof(*g->value_infos),
-				               g->n_value_infos + 1))
-					return nomem(c);
+				    ir_arena_grow(g->arena, (void **)&g->value_infos,
+				                  &g->cap_value_infos, sizeof(*g->value_infos),
+				                  g->n_value_infos + 1))
+					return onnx_nomem(c);
 				v->kind = TPF_VALUE_NODE_OUTPUT;
 				v->graph = g;
 				v->producer_index = -1;
@@ -1613,12 +843,12 @@ static enum tpf_status import_opsets(struct import_ctx *c, struct tpf_arena *a,
 	*n_out = 0;
 	if (!n)
 		return TPF_OK;
-	struct tpf_opset *o = arena_array(a, n, sizeof(*o));
+	struct tpf_opset *o = onnx_arena_array(a, n, sizeof(*o));
 	if (!o)
-		return nomem(c);
+		return onnx_nomem(c);
 	for (size_t i = 0; i < n; i++) {
-		if (sdup(a, ops[i]->domain ? ops[i]->domain : "", &o[i].domain))
-			return nomem(c);
+		if (onnx_sdup(a, ops[i]->domain ? ops[i]->domain : "", &o[i].domain))
+			return onnx_nomem(c);
 		o[i].version = ops[i]->has_version ? ops[i]->version : 0;
 	}
 	*out = o;
@@ -1636,24 +866,27 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 		return tpf_diag_fail(c->d, TPF_ERR_INVALID, "a model-local function has no name");
 	f->body = tpf_graph_create(NULL);
 	if (!f->body)
-		return nomem(c);
+		return onnx_nomem(c);
 	struct tpf_graph *g = f->body;
-	if (sdup(ma, fname, &f->name) || sdup(ma, fp->domain ? fp->domain : "", &f->domain) ||
-	    sdup(ma, fp->overload, &f->overload) || sdup(ma, fp->doc_string, &f->doc_string) ||
-	    import_props(ma, fp->metadata_props, fp->n_metadata_props, &f->n_metadata,
-	                 &f->metadata_keys, &f->metadata_values) ||
-	    sdup(g->arena, fname, &g->name))
-		return nomem(c);
+	if (onnx_sdup(ma, fname, &f->name) ||
+	    onnx_sdup(ma, fp->domain ? fp->domain : "", &f->domain) ||
+	    onnx_sdup(ma, fp->overload, &f->overload) ||
+	    onnx_sdup(ma, fp->doc_string, &f->doc_string) ||
+	    onnx_import_props(ma, fp->metadata_props, fp->n_metadata_props, &f->n_metadata,
+	                      &f->metadata_keys, &f->metadata_values) ||
+	    onnx_sdup(g->arena, fname, &g->name))
+		return onnx_nomem(c);
 	if ((st = import_opsets(c, ma, fp->opset_import, fp->n_opset_import, &f->opsets,
 	                        &f->n_opsets)))
 		return st;
 	if (fp->n_attribute) {
-		f->attribute_names = arena_array(ma, fp->n_attribute, sizeof(*f->attribute_names));
+		f->attribute_names =
+		    onnx_arena_array(ma, fp->n_attribute, sizeof(*f->attribute_names));
 		if (!f->attribute_names)
-			return nomem(c);
+			return onnx_nomem(c);
 		for (size_t i = 0; i < fp->n_attribute; i++)
-			if (sdup(ma, fp->attribute[i], &f->attribute_names[i]))
-				return nomem(c);
+			if (onnx_sdup(ma, fp->attribute[i], &f->attribute_names[i]))
+				return onnx_nomem(c);
 		f->n_attribute_names = fp->n_attribute;
 	}
 	struct pending_graph p = {
@@ -1666,7 +899,7 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 	    .n_value_info = fp->n_value_info,
 	};
 	if (push_pending(c, &p))
-		return nomem(c);
+		return onnx_nomem(c);
 	for (size_t i = 0; i < fp->n_input; i++) {
 		const char *name = fp->input[i];
 		if (!*name || tpf_graph_find_value(g, name))
@@ -1676,7 +909,7 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 			    name);
 		struct tpf_value *v = tpf_graph_add_input(g, name, TPF_DTYPE_UNDEFINED, -1, NULL);
 		if (!v)
-			return nomem(c);
+			return onnx_nomem(c);
 		memset(&v->type, 0, sizeof(v->type));
 		v->type.shape.rank = -1;
 	}
@@ -1684,9 +917,9 @@ static enum tpf_status import_function(struct import_ctx *c, Onnx__FunctionProto
 	snprintf(where, sizeof(where), "function '%s'", fname);
 	if (fp->n_attribute_proto) {
 		f->attribute_protos =
-		    arena_array(ma, fp->n_attribute_proto, sizeof(*f->attribute_protos));
+		    onnx_arena_array(ma, fp->n_attribute_proto, sizeof(*f->attribute_protos));
 		if (!f->attribute_protos)
-			return nomem(c);
+			return onnx_nomem(c);
 		for (size_t i = 0; i < fp->n_attribute_proto; i++) {
 			st = import_attr(c, g, NULL, fp->attribute_proto[i],
 			                 &f->attribute_protos[i], where);
@@ -1705,24 +938,24 @@ static enum tpf_status import_model(struct import_ctx *c, Onnx__ModelProto *mp)
 	enum tpf_status st;
 	m->ir_version = mp->has_ir_version ? mp->ir_version : 0;
 	m->model_version = mp->has_model_version ? mp->model_version : 0;
-	if (sdup(a, mp->producer_name, &m->producer_name) ||
-	    sdup(a, mp->producer_version, &m->producer_version) ||
-	    sdup(a, mp->domain, &m->domain) || sdup(a, mp->doc_string, &m->doc_string) ||
-	    import_props(a, mp->metadata_props, mp->n_metadata_props, &m->n_metadata,
-	                 &m->metadata_keys, &m->metadata_values) ||
+	if (onnx_sdup(a, mp->producer_name, &m->producer_name) ||
+	    onnx_sdup(a, mp->producer_version, &m->producer_version) ||
+	    onnx_sdup(a, mp->domain, &m->domain) || onnx_sdup(a, mp->doc_string, &m->doc_string) ||
+	    onnx_import_props(a, mp->metadata_props, mp->n_metadata_props, &m->n_metadata,
+	                      &m->metadata_keys, &m->metadata_values) ||
 	    pack_blobs(a, (void *const *)mp->training_info, mp->n_training_info, &m->training_info,
 	               &m->n_training_info) ||
 	    pack_blobs(a, (void *const *)mp->configuration, mp->n_configuration, &m->configuration,
 	               &m->n_configuration))
-		return nomem(c);
+		return onnx_nomem(c);
 	if ((st = import_opsets(c, a, mp->opset_import, mp->n_opset_import, &m->opsets,
 	                        &m->n_opsets)))
 		return st;
 
 	if (mp->n_functions) {
-		m->functions = arena_array(a, mp->n_functions, sizeof(*m->functions));
+		m->functions = onnx_arena_array(a, mp->n_functions, sizeof(*m->functions));
 		if (!m->functions)
-			return nomem(c);
+			return onnx_nomem(c);
 		for (size_t i = 0; i < mp->n_functions; i++) {
 			m->n_functions = i + 1; /* so that the body is freed with the model */
 			if ((st = import_function(c, mp->functions[i], &m->functions[i])))
@@ -1782,8 +1015,8 @@ static enum tpf_status load_impl(const void *data, size_t size, const char *base
 	}
 	c.m->backing = c.bk;
 	c.base_dir = base_dir && *base_dir ? base_dir : NULL;
-	if (sdup(c.m->arena, base_dir ? base_dir : "", &c.m->base_dir)) {
-		st = nomem(&c);
+	if (onnx_sdup(c.m->arena, base_dir ? base_dir : "", &c.m->base_dir)) {
+		st = onnx_nomem(&c);
 		goto out_free_model;
 	}
 	st = import_model(&c, mp);

@@ -10,26 +10,18 @@
  * Every problem is reported, not only the first; messages about a node start
  * with "node 'NAME' (OP): ".  The work is linear in the number of nodes,
  * values and operands: lookups go through hash tables built per graph.
+ *
+ * This file holds the graph-level checks and the entry points; the checks of
+ * one node against its op record are in verify-node.c.
  */
-#include "ops/op-def.h"
+#include "verify-private.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Nesting of subgraphs deeper than this is reported instead of followed. */
-#define VERIFY_MAX_DEPTH 256
-
 /* ------------------------------------------------------------------ tables */
-
-/* Open addressing map from a pointer to a 1-based index (0: absent). */
-struct ptr_map {
-	const void **keys;
-	uint32_t *vals;
-	size_t cap; /* power of two, or 0 */
-	size_t count;
-};
 
 static size_t ptr_hash(const void *p)
 {
@@ -125,14 +117,7 @@ static int ptr_map_put(struct ptr_map *m, const void *p, uint32_t v)
 	return 0;
 }
 
-/* Open addressing set of strings, each remembering an owner pointer. */
-struct name_set {
-	const char **keys;
-	const void **owners;
-	size_t cap;
-};
-
-static int name_set_init(struct name_set *s, size_t expected)
+int verify_name_set_init(struct name_set *s, size_t expected)
 {
 	size_t cap = 16;
 
@@ -154,7 +139,7 @@ static int name_set_init(struct name_set *s, size_t expected)
 	return 0;
 }
 
-static void name_set_free(struct name_set *s)
+void verify_name_set_free(struct name_set *s)
 {
 	tpf_free(s->keys);
 	tpf_free(s->owners);
@@ -165,7 +150,7 @@ static void name_set_free(struct name_set *s)
 
 /* Adds name; returns the earlier owner when the name was present, else NULL.
  * The set never holds more than `expected` names (the caller sizes it). */
-static const void *name_set_add(struct name_set *s, const char *name, const void *owner)
+const void *verify_name_set_add(struct name_set *s, const char *name, const void *owner)
 {
 	size_t i;
 
@@ -179,50 +164,17 @@ static const void *name_set_add(struct name_set *s, const char *name, const void
 
 /* ------------------------------------------------------------------ context */
 
-struct verify_ctx {
-	struct tpf_diag *d;
-	const struct tpf_model *m; /* may be NULL */
-	int64_t opset;             /* ONNX default domain; -1 when unknown */
-	int64_t world;             /* tp_world_size from metadata; -1 when unknown */
-	int in_function;           /* attribute references allowed, no types */
-	int nomem;
-	size_t errors;
-	const struct tpf_node *onnx_node; /* first node of the ONNX domain seen */
-	struct tpf_op_type *types;        /* scratch: one node's operand types */
-	size_t cap_types;
-};
-
-/* Per-graph state, kept while subgraphs of the graph are verified. */
-struct graph_state {
-	const struct tpf_graph *g;
-	const struct graph_state *parent;
-	int depth;
-	char where[320];    /* appended to messages: which subgraph */
-	struct ptr_map pos; /* node -> 1-based position in the node list */
-	const struct tpf_node **order;
-	size_t n;
-	uint8_t *vflags; /* by value id */
-};
-
-enum {
-	VF_LISTED_INPUT = 1,
-	VF_LISTED_INIT = 2,
-};
-
-static const char *vname(const struct tpf_value *v)
-{
-	return v && v->name ? v->name : "?";
-}
+/* ------------------------------------------------------------------ context */
 
 static const char *gname(const struct tpf_graph *g)
 {
 	return g && g->name ? g->name : "";
 }
 
-static void node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
+void verify_node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
+void verify_node_error(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n,
                        const char *fmt, ...)
 {
 	va_list ap;
@@ -248,7 +200,7 @@ static void graph_error(struct verify_ctx *c, const struct graph_state *s, const
 	c->errors++;
 }
 
-static void oom(struct verify_ctx *c)
+void verify_oom(struct verify_ctx *c)
 {
 	if (!c->nomem)
 		tpf_diag_add(c->d, TPF_SEV_ERROR, "verifier: out of memory");
@@ -256,321 +208,6 @@ static void oom(struct verify_ctx *c)
 }
 
 /* ------------------------------------------------------------------ helpers */
-
-static const struct tpf_value *input_at(const struct tpf_node *n, size_t i)
-{
-	return i < n->n_inputs && n->inputs ? n->inputs[i] : NULL;
-}
-
-static const struct tpf_value *output_at(const struct tpf_node *n, size_t i)
-{
-	return i < n->n_outputs && n->outputs ? n->outputs[i] : NULL;
-}
-
-static const char *dt_name(enum tpf_dtype t)
-{
-	const char *s = tpf_dtype_name(t);
-
-	return s ? s : "?";
-}
-
-static int is_onnx_domain(const char *domain)
-{
-	return !domain || !*domain || strcmp(domain, "ai.onnx") == 0;
-}
-
-static const char *attr_kind_name(enum tpf_attr_kind k)
-{
-	static const char *const names[TPF_ATTR_KIND_COUNT] = {
-	    "UNDEFINED",      "FLOAT",      "INT",         "STRING",  "TENSOR", "GRAPH",
-	    "FLOATS",         "INTS",       "STRINGS",     "TENSORS", "GRAPHS", "SPARSE_TENSOR",
-	    "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS",
-	};
-
-	if ((int)k < 0 || k >= TPF_ATTR_KIND_COUNT)
-		return "invalid";
-	return names[k];
-}
-
-/* Kinds and pointers of every attribute, names unique.  Returns 0 when the
- * attributes can be looked up by name (every name present). */
-static int check_attrs_generic(struct verify_ctx *c, const struct graph_state *s,
-                               const struct tpf_node *n)
-{
-	struct name_set names = {0};
-	size_t i, j;
-	int use_set = n->n_attrs > 16;
-
-	int unnamed = 0;
-
-	if (n->n_attrs && !n->attrs) {
-		node_error(c, s, n, "has %zu attributes but no attribute array", n->n_attrs);
-		return -1;
-	}
-	if (use_set && name_set_init(&names, n->n_attrs)) {
-		oom(c);
-		return -1;
-	}
-	for (i = 0; i < n->n_attrs; i++) {
-		const struct tpf_attr *a = &n->attrs[i];
-		int bad = 0;
-
-		if (!a->name || !*a->name) {
-			node_error(c, s, n, "attribute %zu has no name", i);
-			unnamed |= !a->name;
-			continue;
-		}
-		if (use_set) {
-			if (name_set_add(&names, a->name, a))
-				node_error(c, s, n, "attribute '%s' appears more than once",
-				           a->name);
-		} else {
-			for (j = 0; j < i; j++)
-				if (n->attrs[j].name && strcmp(n->attrs[j].name, a->name) == 0) {
-					node_error(c, s, n, "attribute '%s' appears more than once",
-					           a->name);
-					break;
-				}
-		}
-		if (a->ref_attr_name) {
-			if (!c->in_function)
-				node_error(
-				    c, s, n,
-				    "attribute '%s' refers to caller attribute '%s' outside a "
-				    "function",
-				    a->name, a->ref_attr_name);
-			continue;
-		}
-		switch (a->kind) {
-		case TPF_ATTR_FLOAT:
-		case TPF_ATTR_INT:
-			break;
-		case TPF_ATTR_STRING:
-			bad = !a->s && a->s_len;
-			break;
-		case TPF_ATTR_TENSOR:
-			bad = !a->t;
-			break;
-		case TPF_ATTR_GRAPH:
-			bad = !a->g;
-			break;
-		case TPF_ATTR_FLOATS:
-			bad = a->n && !a->floats;
-			break;
-		case TPF_ATTR_INTS:
-			bad = a->n && !a->ints;
-			break;
-		case TPF_ATTR_STRINGS:
-			bad = a->n && !a->strings;
-			break;
-		case TPF_ATTR_TENSORS:
-			bad = a->n && !a->tensors;
-			if (!bad)
-				for (j = 0; j < a->n; j++)
-					bad |= !a->tensors[j];
-			break;
-		case TPF_ATTR_GRAPHS:
-			bad = a->n && !a->graphs;
-			if (!bad)
-				for (j = 0; j < a->n; j++)
-					bad |= !a->graphs[j];
-			break;
-		case TPF_ATTR_SPARSE_TENSOR:
-		case TPF_ATTR_TYPE_PROTO:
-			break;
-		case TPF_ATTR_SPARSE_TENSORS:
-		case TPF_ATTR_TYPE_PROTOS:
-			bad = a->n && !a->blobs;
-			break;
-		default:
-			node_error(c, s, n, "attribute '%s' has invalid kind %d", a->name,
-			           (int)a->kind);
-			continue;
-		}
-		if (bad)
-			node_error(c, s, n, "attribute '%s' (%s) has no value", a->name,
-			           attr_kind_name(a->kind));
-	}
-	if (use_set)
-		name_set_free(&names);
-	return unnamed ? -1 : 0;
-}
-
-/* --------------------------------------------------------------- the op's record
- * Arity, attributes and type constraints come from the op's record
- * (ir/ops/); shapes and the output types from its shape function, called
- * on the declared input types.  The verifier holds no per-op rules. */
-
-static int string_allowed(const struct tpf_attr *a, const char *const *allowed)
-{
-	for (; *allowed; allowed++)
-		if (a->s && strlen(*allowed) == a->s_len && memcmp(a->s, *allowed, a->s_len) == 0)
-			return 1;
-	return 0;
-}
-
-static void check_record_attrs(struct verify_ctx *c, const struct graph_state *s,
-                               const struct tpf_node *n, const struct tpf_op_def *d)
-{
-	const struct op_attr *r;
-
-	for (r = d->attrs; r && r->name; r++) {
-		const struct tpf_attr *a = tpf_node_attr(n, r->name);
-
-		if (!a) {
-			if (r->flags & ATTR_REQUIRED)
-				node_error(c, s, n, "missing required attribute '%s' (%s)", r->name,
-				           attr_kind_name(r->kind));
-			else if (r->required_before && c->opset > 0 && c->opset < r->required_before)
-				node_error(c, s, n,
-				           "missing required attribute '%s' before opset %" PRId64,
-				           r->name, r->required_before);
-			continue;
-		}
-		if (r->until && c->opset >= r->until)
-			node_error(c, s, n,
-			           "attribute '%s' is not allowed from opset %" PRId64
-			           " (the model imports opset %" PRId64 "; it is an input)",
-			           r->name, r->until, c->opset);
-		if (r->since && c->opset > 0 && c->opset < r->since && is_onnx_domain(n->domain))
-			node_error(c, s, n,
-			           "attribute '%s' needs opset %" PRId64 " (the model imports %" PRId64
-			           ")",
-			           r->name, r->since, c->opset);
-		if (a->ref_attr_name)
-			continue;
-		if (a->kind != r->kind) {
-			node_error(c, s, n, "attribute '%s' is %s; expected %s", r->name,
-			           attr_kind_name(a->kind), attr_kind_name(r->kind));
-			continue;
-		}
-		if ((r->flags & ATTR_DTYPE) && !((r->flags & ATTR_DTYPE_ZERO) && a->i == 0) &&
-		    !op_valid_dtype(a->i))
-			node_error(c, s, n, "attribute '%s' = %" PRId64 " is not a valid tensor dtype",
-			           r->name, a->i);
-		if (r->allowed && !string_allowed(a, r->allowed)) {
-			char list[256];
-			size_t len = 0;
-			const char *const *v;
-
-			list[0] = '\0';
-			for (v = r->allowed; *v && len + 32 < sizeof(list); v++)
-				len += (size_t)snprintf(list + len, sizeof(list) - len, "%s\"%s\"",
-				                        len ? ", " : "", *v);
-			node_error(c, s, n, "attribute '%s' is \"%.*s\"; expected one of %s", r->name,
-			           (int)(a->s_len < 64 ? a->s_len : 64), a->s ? a->s : "", list);
-		}
-	}
-}
-
-/* The declared output types against what the shape function gives. */
-static void check_outputs(struct verify_ctx *c, const struct graph_state *s,
-                          const struct tpf_node *n, const struct tpf_op_def *d,
-                          const struct tpf_op_type *out)
-{
-	size_t j;
-	int i;
-
-	for (j = 0; j < n->n_outputs; j++) {
-		const struct tpf_value *v = output_at(n, j);
-		const struct op_operand *o = op_def_output(d, j);
-		const struct tpf_op_type *want = &out[j];
-		struct tpf_op_type have;
-		char why[160], a[256], b[256];
-		int bad = 0;
-
-		if (!v || want->weak)
-			continue;
-		op_type_from_value(v, &have);
-		if (have.dtype && o && o->type && o->type <= OP_MAX_TYPES &&
-		    d->types[o->type].dtypes && !((d->types[o->type].dtypes >> have.dtype) & 1)) {
-			node_error(c, s, n, "output %zu '%s' is %s; expected %s", j, v->name,
-			           dt_name(have.dtype), d->types[o->type].expected);
-		} else if (have.dtype && want->dtype && have.dtype != want->dtype &&
-		           have.dtype != want->alt_dtype) {
-			if (want->dtype_why)
-				snprintf(why, sizeof(why), "%s", want->dtype_why);
-			else if (want->dtype_from >= 0)
-				snprintf(why, sizeof(why), "the dtype of input %d '%s'", want->dtype_from,
-				         input_at(n, (size_t)want->dtype_from)->name);
-			else
-				snprintf(why, sizeof(why), "its type constraint");
-			if (want->alt_dtype && want->alt_dtype != want->dtype)
-				node_error(c, s, n, "output %zu '%s' is %s; expected %s or %s", j,
-				           v->name, dt_name(have.dtype), dt_name(want->dtype),
-				           dt_name(want->alt_dtype));
-			else
-				node_error(c, s, n, "output %zu '%s' is %s; expected %s (%s)", j,
-				           v->name, dt_name(have.dtype), dt_name(want->dtype), why);
-		}
-		/* Declared shapes: inference reports where they contradict the
-		 * inputs (exporters write loose ones); tpfuse's own ops, which
-		 * only passes create, must agree here. */
-		if (have.rank < 0 || want->rank < 0 || !(d->traits & TPF_OP_TRAIT_FUSED))
-			continue;
-		bad = have.rank != want->rank;
-		for (i = 0; !bad && i < have.rank; i++)
-			bad = tpf_graph_dims_equal(s->g, &have.dims[i], &want->dims[i]) ==
-			      TPF_ANSWER_NO;
-		if (bad) {
-			struct tpf_op_type w = *want;
-
-			have.dtype = w.dtype = TPF_DTYPE_UNDEFINED;
-			node_error(c, s, n, "output %zu '%s' has shape %s but its inputs give %s", j,
-			           v->name, op_type_str(&have, a, sizeof(a)) + 1,
-			           op_type_str(&w, b, sizeof(b)) + 1);
-		}
-	}
-}
-
-static struct tpf_op_type *node_types(struct verify_ctx *c, size_t count)
-{
-	if (count > c->cap_types) {
-		struct tpf_op_type *t;
-
-		if (count > SIZE_MAX / sizeof(*t)) {
-			oom(c);
-			return NULL;
-		}
-		t = tpf_realloc(c->types, count * sizeof(*t));
-		if (!t) {
-			oom(c);
-			return NULL;
-		}
-		c->types = t;
-		c->cap_types = count;
-	}
-	return c->types;
-}
-
-static void check_record(struct verify_ctx *c, const struct graph_state *s,
-                         const struct tpf_node *n)
-{
-	const struct tpf_op_def *d = op_def(n->op);
-	struct tpf_shape_call call;
-	struct tpf_op_type *types;
-	size_t i, count;
-
-	check_record_attrs(c, s, n, d);
-	if (n->op == TPF_OP_UNKNOWN || c->in_function || tpf_add_size(n->n_inputs, n->n_outputs, &count))
-		return; /* function bodies have no types */
-	types = node_types(c, count ? count : 1);
-	if (!types)
-		return;
-	for (i = 0; i < n->n_inputs; i++)
-		op_type_from_value(n->inputs[i], &types[i]);
-	tpf_shape_call_init(&call, n, TPF_SHAPE_VERIFY, types);
-	call.opset = c->opset;
-	call.world = c->world;
-	call.graph = s->g;
-	call.diag = c->d;
-	call.where = s->where;
-	if (tpf_op_infer(&call) == TPF_ERR_INVALID)
-		return;
-	c->errors += call.errors;
-	if (!call.errors)
-		check_outputs(c, s, n, d, call.out);
-}
 
 /* ------------------------------------------------------------------ graphs */
 
@@ -762,17 +399,18 @@ static void verify_subgraphs(struct verify_ctx *c, const struct graph_state *s,
 			if (!sub)
 				continue;
 			if (sub->parent != s->g)
-				node_error(c, s, n,
-				           "subgraph '%s' does not record this node's graph as its "
-				           "parent",
-				           a->name ? a->name : "?");
+				verify_node_error(
+				    c, s, n,
+				    "subgraph '%s' does not record this node's graph as its "
+				    "parent",
+				    a->name ? a->name : "?");
 			if (sub->owner != n)
-				node_error(c, s, n,
-				           "subgraph '%s' does not record this node as its owner",
-				           a->name ? a->name : "?");
+				verify_node_error(
+				    c, s, n, "subgraph '%s' does not record this node as its owner",
+				    a->name ? a->name : "?");
 			if (s->depth + 1 >= VERIFY_MAX_DEPTH) {
-				node_error(c, s, n, "subgraphs nest deeper than %d levels",
-				           VERIFY_MAX_DEPTH);
+				verify_node_error(c, s, n, "subgraphs nest deeper than %d levels",
+				                  VERIFY_MAX_DEPTH);
 				continue;
 			}
 			tpf_node_describe(n, desc, sizeof(desc));
@@ -812,10 +450,11 @@ static void check_outer_order(struct verify_ctx *c, const struct graph_state *s,
 		char desc[256];
 
 		tpf_node_describe(t->producer, desc, sizeof(desc));
-		node_error(c, anc, holder,
-		           "a subgraph uses '%s', which is produced by later %s; nodes are not in "
-		           "topological order",
-		           vname(t), desc);
+		verify_node_error(
+		    c, anc, holder,
+		    "a subgraph uses '%s', which is produced by later %s; nodes are not in "
+		    "topological order",
+		    vname(t), desc);
 	}
 }
 
@@ -847,7 +486,7 @@ static void check_operand(struct verify_ctx *c, const struct graph_state *s,
 	const char *why = undefined_reason(s, v);
 
 	if (why)
-		node_error(c, s, n, "%s %zu '%s' %s", what, i, vname(v), why);
+		verify_node_error(c, s, n, "%s %zu '%s' %s", what, i, vname(v), why);
 }
 
 static void report_cycles(struct verify_ctx *c, const struct graph_state *s,
@@ -860,7 +499,7 @@ static void report_cycles(struct verify_ctx *c, const struct graph_state *s,
 	pred = tpf_malloc(s->n * sizeof(*pred));
 	visit = tpf_calloc(s->n, sizeof(*visit));
 	if (!pred || !visit) {
-		oom(c);
+		verify_oom(c);
 		goto out_free;
 	}
 	for (k = 0; k < s->n; k++)
@@ -902,7 +541,8 @@ static void report_cycles(struct verify_ctx *c, const struct graph_state *s,
 			         node_label(s->order[cur]));
 		else if (len < sizeof(path) - 5)
 			snprintf(path + len, sizeof(path) - len, " ...");
-		node_error(c, s, s->order[cur], "is on a cycle (each reads the next): %s", path);
+		verify_node_error(c, s, s->order[cur], "is on a cycle (each reads the next): %s",
+		                  path);
 	}
 out_free:
 	tpf_free(pred);
@@ -927,7 +567,7 @@ static void check_order(struct verify_ctx *c, const struct graph_state *s, const
 	queue = tpf_malloc(n * sizeof(*queue));
 	done = tpf_calloc(n, 1);
 	if (!indeg || !start || !adj || !queue || !done) {
-		oom(c);
+		verify_oom(c);
 		goto out_free;
 	}
 	for (e = 0; e < n_edges; e++) {
@@ -967,15 +607,16 @@ static void check_order(struct verify_ctx *c, const struct graph_state *s, const
 			continue;
 		tpf_node_describe(s->order[ed->src], desc, sizeof(desc));
 		if (ed->slot >= 0)
-			node_error(c, s, s->order[ed->dst],
-			           "input %d '%s' is produced by later %s; nodes are not in "
-			           "topological order",
-			           ed->slot, vname(ed->v), desc);
+			verify_node_error(c, s, s->order[ed->dst],
+			                  "input %d '%s' is produced by later %s; nodes are not in "
+			                  "topological order",
+			                  ed->slot, vname(ed->v), desc);
 		else
-			node_error(c, s, s->order[ed->dst],
-			           "subgraph input '%s' is produced by later %s; nodes are not in "
-			           "topological order",
-			           vname(ed->v), desc);
+			verify_node_error(
+			    c, s, s->order[ed->dst],
+			    "subgraph input '%s' is produced by later %s; nodes are not in "
+			    "topological order",
+			    vname(ed->v), desc);
 	}
 out_free:
 	tpf_free(indeg);
@@ -995,7 +636,7 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 
 	offset = tpf_malloc((s->n + 1) * sizeof(*offset));
 	if (!offset) {
-		oom(c);
+		verify_oom(c);
 		return;
 	}
 	for (k = 0; k < s->n; k++) {
@@ -1004,14 +645,14 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 		offset[k] = total;
 		if (tpf_add_size(total, n->n_inputs, &total) ||
 		    tpf_add_size(total, n->n_implicit, &total)) {
-			oom(c);
+			verify_oom(c);
 			goto out_free;
 		}
 	}
 	offset[s->n] = total;
 	seen = tpf_calloc(total ? total : 1, 1);
 	if (!seen) {
-		oom(c);
+		verify_oom(c);
 		goto out_free;
 	}
 	for (i = 0; i < g->n_values; i++) {
@@ -1041,7 +682,7 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 			if (use->index >= 0) {
 				if ((size_t)use->index >= n->n_inputs || !n->inputs ||
 				    n->inputs[use->index] != v) {
-					node_error(
+					verify_node_error(
 					    c, s, n,
 					    "value '%s' lists a use as input %d, but the node "
 					    "does not read it there",
@@ -1054,7 +695,7 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 
 				if (imp >= n->n_implicit || !n->implicit_inputs ||
 				    n->implicit_inputs[imp] != v) {
-					node_error(
+					verify_node_error(
 					    c, s, n,
 					    "value '%s' lists a use as subgraph capture %zu, "
 					    "but the node does not capture it there",
@@ -1064,8 +705,8 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 				slot = offset[pos - 1] + n->n_inputs + imp;
 			}
 			if (seen[slot])
-				node_error(c, s, n, "value '%s' lists the same use twice",
-				           vname(v));
+				verify_node_error(c, s, n, "value '%s' lists the same use twice",
+				                  vname(v));
 			seen[slot] = 1;
 		}
 	}
@@ -1076,15 +717,15 @@ static void check_uses(struct verify_ctx *c, const struct graph_state *s)
 			const struct tpf_value *v = n->inputs[i];
 
 			if (v && value_registered(g, v) && !seen[offset[k] + i])
-				node_error(c, s, n,
-				           "input %zu '%s' is missing from the value's use list", i,
-				           vname(v));
+				verify_node_error(
+				    c, s, n, "input %zu '%s' is missing from the value's use list",
+				    i, vname(v));
 		}
 		for (i = 0; i < n->n_implicit && n->implicit_inputs; i++) {
 			const struct tpf_value *v = n->implicit_inputs[i];
 
 			if (v && value_registered(g, v) && !seen[offset[k] + n->n_inputs + i])
-				node_error(
+				verify_node_error(
 				    c, s, n,
 				    "subgraph capture '%s' is missing from the value's use list",
 				    vname(v));
@@ -1095,93 +736,18 @@ out_free:
 	tpf_free(seen);
 }
 
-static void check_arity(struct verify_ctx *c, const struct graph_state *s, const struct tpf_node *n)
+/* The node list: positions, links, ownership.  Returns -1 when out of memory. */
+static int check_node_list(struct verify_ctx *c, struct graph_state *s)
 {
-	const struct tpf_op_info *info = tpf_op_info(n->op);
-	int min_in, max_in;
-	size_t i;
-
-	if (!info)
-		return;
-	if (!is_onnx_domain(n->domain) || !is_onnx_domain(info->domain)) {
-		if (!n->domain || !info->domain || strcmp(n->domain, info->domain) != 0 ||
-		    !n->op_type || strcmp(n->op_type, info->name) != 0)
-			node_error(c, s, n, "op is recorded as %s::%s but the node says %s::%s",
-			           info->domain, info->name, n->domain ? n->domain : "",
-			           n->op_type ? n->op_type : "");
-	} else if (!n->op_type || strcmp(n->op_type, info->name) != 0) {
-		node_error(c, s, n, "op is recorded as %s but the node says %s", info->name,
-		           n->op_type ? n->op_type : "");
-	}
-	op_def_arity(op_def(n->op), c->opset, &min_in, &max_in);
-	if (n->n_inputs < (size_t)min_in || (max_in >= 0 && n->n_inputs > (size_t)max_in)) {
-		char opset[64] = "";
-
-		if (min_in != info->min_inputs || max_in != info->max_inputs)
-			snprintf(opset, sizeof(opset), " at opset %" PRId64, c->opset);
-		if (max_in < 0)
-			node_error(c, s, n, "has %zu inputs; expected at least %d%s", n->n_inputs,
-			           min_in, opset);
-		else if (min_in == max_in)
-			node_error(c, s, n, "has %zu inputs; expected %d%s", n->n_inputs, min_in,
-			           opset);
-		else
-			node_error(c, s, n, "has %zu inputs; expected %d to %d%s", n->n_inputs,
-			           min_in, max_in, opset);
-	}
-	if (n->n_outputs < (size_t)info->min_outputs ||
-	    (info->max_outputs >= 0 && n->n_outputs > (size_t)info->max_outputs)) {
-		if (info->max_outputs < 0)
-			node_error(c, s, n, "has %zu outputs; expected at least %d", n->n_outputs,
-			           info->min_outputs);
-		else if (info->min_outputs == info->max_outputs)
-			node_error(c, s, n, "has %zu outputs; expected %d", n->n_outputs,
-			           info->min_outputs);
-		else
-			node_error(c, s, n, "has %zu outputs; expected %d to %d", n->n_outputs,
-			           info->min_outputs, info->max_outputs);
-	}
-	if (n->inputs)
-		for (i = 0; i < n->n_inputs && i < (size_t)min_in; i++)
-			if (!n->inputs[i] && !op_def_input_optional(op_def(n->op), c->opset, i))
-				node_error(c, s, n, "required input %zu is missing", i);
-}
-
-static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph *g,
-                                    const struct graph_state *parent, const char *where)
-{
-	struct graph_state st;
-	struct graph_state *s = &st;
-	struct name_set names = {0};
-	struct edge *edges = NULL;
-	size_t cap_order = 0, n_edges = 0, cap_edges = 0, i, k;
+	const struct tpf_graph *g = s->g;
 	const struct tpf_node *n, *prev = NULL;
-	size_t errors_before = c->errors;
+	size_t cap_order = 0;
 
-	memset(s, 0, sizeof(*s));
-	s->g = g;
-	s->parent = parent;
-	s->depth = parent ? parent->depth + 1 : 0;
-	snprintf(s->where, sizeof(s->where), "%s", where ? where : "");
-	if (!g) {
-		tpf_diag_add(c->d, TPF_SEV_ERROR, "graph is missing%s", s->where);
-		c->errors++;
-		return TPF_ERR_VERIFY;
-	}
-	if ((g->n_values && !g->values) || (g->n_inputs && !g->inputs) ||
-	    (g->n_outputs && !g->outputs) || (g->n_initializers && !g->initializers)) {
-		graph_error(c, s, "value, input, output or initializer arrays are missing");
-		return TPF_ERR_VERIFY;
-	}
-
-	/* Node list: positions, links, ownership. */
 	if (ptr_map_init(&s->pos, g->n_nodes + 1)) {
-		oom(c);
-		goto out_free;
+		verify_oom(c);
+		return -1;
 	}
 	for (n = g->first; n; n = n->next) {
-		int r;
-
 		if (ptr_map_get(&s->pos, n)) {
 			graph_error(c, s, "the node list loops back to an earlier node");
 			break;
@@ -1195,33 +761,34 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			const struct tpf_node **o;
 
 			if (cap > SIZE_MAX / sizeof(*o)) {
-				oom(c);
-				goto out_free;
+				verify_oom(c);
+				return -1;
 			}
 			o = tpf_realloc(s->order, cap * sizeof(*o));
 			if (!o) {
-				oom(c);
-				goto out_free;
+				verify_oom(c);
+				return -1;
 			}
 			s->order = o;
 			cap_order = cap;
 		}
 		s->order[s->n++] = n;
-		r = ptr_map_put(&s->pos, n, (uint32_t)s->n);
-		if (r < 0) {
-			oom(c);
-			goto out_free;
+		if (ptr_map_put(&s->pos, n, (uint32_t)s->n) < 0) {
+			verify_oom(c);
+			return -1;
 		}
 		if (n->prev != prev)
-			node_error(c, s, n, "its previous-node link disagrees with the node list");
+			verify_node_error(c, s, n,
+			                  "its previous-node link disagrees with the node list");
 		if (n->graph != g)
-			node_error(c, s, n,
-			           "is in this graph's node list but records another graph");
+			verify_node_error(c, s, n,
+			                  "is in this graph's node list but records another graph");
 		if (n->erased)
-			node_error(c, s, n, "is marked erased but is still in the node list");
+			verify_node_error(c, s, n,
+			                  "is marked erased but is still in the node list");
 		if ((n->n_inputs && !n->inputs) || (n->n_outputs && !n->outputs) ||
 		    (n->n_implicit && !n->implicit_inputs))
-			node_error(c, s, n, "has operand counts but no operand arrays");
+			verify_node_error(c, s, n, "has operand counts but no operand arrays");
 		prev = n;
 	}
 	if (prev != g->last)
@@ -1229,16 +796,24 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 	if (s->n != g->n_nodes)
 		graph_error(c, s, "records %zu nodes but its node list holds %zu", g->n_nodes,
 		            s->n);
+	return 0;
+}
 
-	/* Values: registry, names, listings. */
+/* The value registry: ids, unique names, sane types.  Returns -1 when out of
+ * memory. */
+static int check_values(struct verify_ctx *c, struct graph_state *s)
+{
+	const struct tpf_graph *g = s->g;
+	struct name_set names = {0};
+	size_t i;
+
 	s->vflags = tpf_calloc(g->n_values ? g->n_values : 1, 1);
-	if (!s->vflags || name_set_init(&names, g->n_values)) {
-		oom(c);
-		goto out_free;
+	if (!s->vflags || verify_name_set_init(&names, g->n_values)) {
+		verify_oom(c);
+		return -1;
 	}
 	for (i = 0; i < g->n_values; i++) {
 		const struct tpf_value *v = g->values[i];
-		const struct tpf_value *other;
 
 		if (!v)
 			continue;
@@ -1251,11 +826,19 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			graph_error(c, s, "value %zu has no name", i);
 			continue;
 		}
-		other = name_set_add(&names, v->name, v);
-		if (other)
+		if (verify_name_set_add(&names, v->name, v))
 			graph_error(c, s, "value name '%s' is defined twice", v->name);
 		check_type_sane(c, s, v);
 	}
+	verify_name_set_free(&names);
+	return 0;
+}
+
+static void check_graph_inputs(struct verify_ctx *c, struct graph_state *s)
+{
+	const struct tpf_graph *g = s->g;
+	size_t i;
+
 	for (i = 0; i < g->n_inputs; i++) {
 		const struct tpf_value *v = g->inputs[i];
 
@@ -1280,6 +863,13 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			graph_error(c, s, "graph input '%s' is not flagged as a graph input",
 			            vname(v));
 	}
+}
+
+static void check_initializers(struct verify_ctx *c, struct graph_state *s)
+{
+	const struct tpf_graph *g = s->g;
+	size_t i;
+
 	for (i = 0; i < g->n_initializers; i++) {
 		const struct tpf_value *v = g->initializers[i];
 
@@ -1301,8 +891,17 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			graph_error(c, s, "initializer '%s' has no tensor", vname(v));
 		check_initializer(c, s, v);
 	}
+}
+
+/* Every node output and outer-scope reference is defined where it says. */
+static void check_definitions(struct verify_ctx *c, const struct graph_state *s)
+{
+	const struct tpf_graph *g = s->g;
+	size_t i;
+
 	for (i = 0; i < g->n_values; i++) {
 		const struct tpf_value *v = g->values[i];
+		const char *why;
 
 		if (!v || !value_registered(g, v))
 			continue;
@@ -1310,13 +909,11 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			graph_error(c, s, "value '%s' is flagged as a graph input but not listed",
 			            vname(v));
 		if (v->kind == TPF_VALUE_NODE_OUTPUT && v->producer) {
-			const char *why = undefined_reason(s, v);
-
+			why = undefined_reason(s, v);
 			if (why)
 				graph_error(c, s, "value '%s' %s", vname(v), why);
 		} else if (v->kind == TPF_VALUE_OUTER) {
-			const char *why = undefined_reason(s, v);
-
+			why = undefined_reason(s, v);
 			if (why) {
 				graph_error(c, s, "value '%s' %s", vname(v), why);
 			} else {
@@ -1325,131 +922,141 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 			}
 		}
 	}
+}
 
-	/* Nodes: definitions, operands, semantics, subgraphs. */
-	for (k = 0; k < s->n; k++) {
-		size_t need;
-		int attrs_ok;
+/* Each output of n is a node output of this graph that records n. */
+static void check_node_outputs(struct verify_ctx *c, const struct graph_state *s,
+                               const struct tpf_node *n)
+{
+	char desc[256];
+	size_t i;
 
-		n = s->order[k];
-		if (n->n_outputs && n->outputs) {
-			for (i = 0; i < n->n_outputs; i++) {
-				const struct tpf_value *v = n->outputs[i];
+	for (i = 0; i < n->n_outputs && n->outputs; i++) {
+		const struct tpf_value *v = n->outputs[i];
 
-				if (!v)
-					continue;
-				if (!value_registered(g, v)) {
-					node_error(c, s, n,
-					           "output %zu '%s' is not a value of this graph",
-					           i, vname(v));
-				} else if (v->kind == TPF_VALUE_GRAPH_INPUT ||
-				           v->kind == TPF_VALUE_INITIALIZER) {
-					node_error(c, s, n,
-					           "output %zu '%s' redefines a graph input or "
-					           "initializer",
-					           i, vname(v));
-				} else if (v->kind != TPF_VALUE_NODE_OUTPUT) {
-					node_error(c, s, n,
-					           "output %zu '%s' redefines an outer-scope value",
-					           i, vname(v));
-				} else if (v->producer != n) {
-					if (v->producer) {
-						char desc[256];
-
-						tpf_node_describe(v->producer, desc, sizeof(desc));
-						node_error(c, s, n,
-						           "output %zu '%s' is also produced by %s",
-						           i, vname(v), desc);
-					} else {
-						node_error(
-						    c, s, n,
-						    "output %zu '%s' does not record this node as "
-						    "its producer",
-						    i, vname(v));
-					}
-				} else if (v->producer_index != (int)i) {
-					node_error(
-					    c, s, n,
-					    "output %zu '%s' records output index %d (defined "
-					    "twice by this node?)",
-					    i, vname(v), v->producer_index);
-				}
-			}
+		if (!v)
+			continue;
+		if (!value_registered(s->g, v)) {
+			verify_node_error(c, s, n, "output %zu '%s' is not a value of this graph",
+			                  i, vname(v));
+		} else if (v->kind == TPF_VALUE_GRAPH_INPUT || v->kind == TPF_VALUE_INITIALIZER) {
+			verify_node_error(c, s, n,
+			                  "output %zu '%s' redefines a graph input or initializer",
+			                  i, vname(v));
+		} else if (v->kind != TPF_VALUE_NODE_OUTPUT) {
+			verify_node_error(c, s, n, "output %zu '%s' redefines an outer-scope value",
+			                  i, vname(v));
+		} else if (v->producer != n && v->producer) {
+			tpf_node_describe(v->producer, desc, sizeof(desc));
+			verify_node_error(c, s, n, "output %zu '%s' is also produced by %s", i,
+			                  vname(v), desc);
+		} else if (v->producer != n) {
+			verify_node_error(
+			    c, s, n, "output %zu '%s' does not record this node as its producer", i,
+			    vname(v));
+		} else if (v->producer_index != (int)i) {
+			verify_node_error(
+			    c, s, n,
+			    "output %zu '%s' records output index %d (defined twice by "
+			    "this node?)",
+			    i, vname(v), v->producer_index);
 		}
-		if (is_onnx_domain(n->domain) && !c->onnx_node)
-			c->onnx_node = n;
-		if (n->op != TPF_OP_UNKNOWN)
-			check_arity(c, s, n);
-		else if (n->op_type &&
-		         tpf_op_lookup(n->domain ? n->domain : "", n->op_type) != TPF_OP_UNKNOWN)
-			node_error(c, s, n, "names a known op but is recorded as an unknown op");
-		attrs_ok = check_attrs_generic(c, s, n) == 0;
-
-		need = n_edges;
-		if (tpf_add_size(need, n->n_inputs, &need) ||
-		    tpf_add_size(need, n->n_implicit, &need)) {
-			oom(c);
-			goto out_free;
-		}
-		if (need > cap_edges) {
-			size_t cap = cap_edges ? cap_edges : 256;
-			struct edge *ne;
-
-			while (cap < need) {
-				if (cap > SIZE_MAX / 2 / sizeof(*ne)) {
-					oom(c);
-					goto out_free;
-				}
-				cap *= 2;
-			}
-			ne = tpf_realloc(edges, cap * sizeof(*ne));
-			if (!ne) {
-				oom(c);
-				goto out_free;
-			}
-			edges = ne;
-			cap_edges = cap;
-		}
-		for (i = 0; i < n->n_inputs && n->inputs; i++) {
-			const struct tpf_value *v = n->inputs[i];
-
-			if (!v)
-				continue;
-			check_operand(c, s, n, "input", i, v);
-			if (value_registered(g, v) && v->kind == TPF_VALUE_NODE_OUTPUT) {
-				uint32_t p = ptr_map_get(&s->pos, v->producer);
-
-				if (p)
-					edges[n_edges++] =
-					    (struct edge){p - 1, (uint32_t)k, (int)i, v};
-			}
-		}
-		for (i = 0; i < n->n_implicit && n->implicit_inputs; i++) {
-			const struct tpf_value *v = n->implicit_inputs[i];
-
-			if (!v) {
-				node_error(c, s, n, "subgraph capture %zu is missing", i);
-				continue;
-			}
-			check_operand(c, s, n, "subgraph capture", i, v);
-			if (value_registered(g, v) && v->kind == TPF_VALUE_NODE_OUTPUT) {
-				uint32_t p = ptr_map_get(&s->pos, v->producer);
-
-				if (p)
-					edges[n_edges++] =
-					    (struct edge){p - 1, (uint32_t)k, -1 - (int)i, v};
-			}
-		}
-		if (attrs_ok) {
-			check_record(c, s, n);
-			verify_subgraphs(c, s, n);
-		}
-		if (c->nomem)
-			goto out_free;
 	}
+}
 
-	check_uses(c, s);
-	check_order(c, s, edges, n_edges);
+/* The data edges of the node list, for the order and cycle checks. */
+struct edge_list {
+	struct edge *e;
+	size_t n, cap;
+};
+
+/* Checks the operands of the node at position k and records the edges from
+ * their producers.  Returns -1 when out of memory. */
+static int check_node_operands(struct verify_ctx *c, const struct graph_state *s, size_t k,
+                               struct edge_list *edges)
+{
+	const struct tpf_node *n = s->order[k];
+	size_t need = edges->n, i;
+
+	if (tpf_add_size(need, n->n_inputs, &need) || tpf_add_size(need, n->n_implicit, &need)) {
+		verify_oom(c);
+		return -1;
+	}
+	if (need > edges->cap) {
+		size_t cap = edges->cap ? edges->cap : 256;
+		struct edge *ne;
+
+		while (cap < need) {
+			if (cap > SIZE_MAX / 2 / sizeof(*ne)) {
+				verify_oom(c);
+				return -1;
+			}
+			cap *= 2;
+		}
+		ne = tpf_realloc(edges->e, cap * sizeof(*ne));
+		if (!ne) {
+			verify_oom(c);
+			return -1;
+		}
+		edges->e = ne;
+		edges->cap = cap;
+	}
+	/* Inputs first (slot i), then subgraph captures (slot -1 - i). */
+	for (i = 0; i < n->n_inputs + n->n_implicit; i++) {
+		int implicit = i >= n->n_inputs;
+		size_t j = implicit ? i - n->n_inputs : i;
+		const struct tpf_value *v;
+		uint32_t p;
+
+		if (implicit ? !n->implicit_inputs : !n->inputs)
+			continue;
+		v = implicit ? n->implicit_inputs[j] : n->inputs[j];
+		if (!v) {
+			if (implicit)
+				verify_node_error(c, s, n, "subgraph capture %zu is missing", j);
+			continue;
+		}
+		check_operand(c, s, n, implicit ? "subgraph capture" : "input", j, v);
+		if (!value_registered(s->g, v) || v->kind != TPF_VALUE_NODE_OUTPUT)
+			continue;
+		p = ptr_map_get(&s->pos, v->producer);
+		if (p)
+			edges->e[edges->n++] =
+			    (struct edge){p - 1, (uint32_t)k, implicit ? -1 - (int)j : (int)j, v};
+	}
+	return 0;
+}
+
+/* The node at position k: its outputs, its op, its operands, its record and
+ * its subgraphs.  Returns -1 when out of memory. */
+static int check_node(struct verify_ctx *c, const struct graph_state *s, size_t k,
+                      struct edge_list *edges)
+{
+	const struct tpf_node *n = s->order[k];
+	int attrs_ok;
+
+	check_node_outputs(c, s, n);
+	if (is_onnx_domain(n->domain) && !c->onnx_node)
+		c->onnx_node = n;
+	if (n->op != TPF_OP_UNKNOWN)
+		verify_node_arity(c, s, n);
+	else if (n->op_type &&
+	         tpf_op_lookup(n->domain ? n->domain : "", n->op_type) != TPF_OP_UNKNOWN)
+		verify_node_error(c, s, n, "names a known op but is recorded as an unknown op");
+	attrs_ok = verify_node_attrs(c, s, n) == 0;
+	if (check_node_operands(c, s, k, edges))
+		return -1;
+	if (attrs_ok) {
+		verify_node_record(c, s, n);
+		verify_subgraphs(c, s, n);
+	}
+	return c->nomem ? -1 : 0;
+}
+
+static void check_graph_outputs(struct verify_ctx *c, const struct graph_state *s)
+{
+	const struct tpf_graph *g = s->g;
+	size_t i;
 
 	for (i = 0; i < g->n_outputs; i++) {
 		const struct tpf_value *v = g->outputs[i];
@@ -1463,13 +1070,48 @@ static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph
 		if (why)
 			graph_error(c, s, "graph output %zu '%s' %s", i, vname(v), why);
 	}
+}
+
+static enum tpf_status verify_graph(struct verify_ctx *c, const struct tpf_graph *g,
+                                    const struct graph_state *parent, const char *where)
+{
+	struct graph_state st;
+	struct graph_state *s = &st;
+	struct edge_list edges = {0};
+	size_t errors_before = c->errors, k;
+
+	memset(s, 0, sizeof(*s));
+	s->g = g;
+	s->parent = parent;
+	s->depth = parent ? parent->depth + 1 : 0;
+	snprintf(s->where, sizeof(s->where), "%s", where ? where : "");
+	if (!g) {
+		tpf_diag_add(c->d, TPF_SEV_ERROR, "graph is missing%s", s->where);
+		c->errors++;
+		return TPF_ERR_VERIFY;
+	}
+	if ((g->n_values && !g->values) || (g->n_inputs && !g->inputs) ||
+	    (g->n_outputs && !g->outputs) || (g->n_initializers && !g->initializers)) {
+		graph_error(c, s, "value, input, output or initializer arrays are missing");
+		return TPF_ERR_VERIFY;
+	}
+	if (check_node_list(c, s) || check_values(c, s))
+		goto out_free;
+	check_graph_inputs(c, s);
+	check_initializers(c, s);
+	check_definitions(c, s);
+	for (k = 0; k < s->n; k++)
+		if (check_node(c, s, k, &edges))
+			goto out_free;
+	check_uses(c, s);
+	check_order(c, s, edges.e, edges.n);
+	check_graph_outputs(c, s);
 
 out_free:
 	ptr_map_free(&s->pos);
-	name_set_free(&names);
 	tpf_free(s->order);
 	tpf_free(s->vflags);
-	tpf_free(edges);
+	tpf_free(edges.e);
 	if (c->nomem)
 		return TPF_ERR_NOMEM;
 	return c->errors > errors_before ? TPF_ERR_VERIFY : TPF_OK;

@@ -411,21 +411,21 @@ static const struct tpf_pnode p_normed = {
 	},
 };
 
+/* The root of both chains: gamma * normed, a Cast after it allowed. */
+#define GAMMA_MUL(gamma)                                                                           \
+	(&(const struct tpf_pnode){                                                                \
+	    .kind = TPF_PNODE_OP,                                                                  \
+	    .op = TPF_OP_MUL,                                                                      \
+	    .name = "gamma_mul",                                                                   \
+	    .flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,                                       \
+	    .cast_name = "out_cast",                                                               \
+	    .operands = (const struct tpf_pnode *const[]){(gamma), &p_normed, NULL},               \
+	})
+
 static const struct tpf_pattern pat_chain_gemma = {
 	.name = "decomposed-gemma",
-	.root = &(const struct tpf_pnode){
-		.kind = TPF_PNODE_OP,
-		.op = TPF_OP_MUL,
-		.name = "gamma_mul",
-		.flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,
-		.cast_name = "out_cast",
-		.operands = (const struct tpf_pnode *const[]){
-			TPF_PAT_OP(ADD, "gemma_add", TPF_PNODE_COMMUTE, NULL, TPF_PAT_CONST("one"),
-				   TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST)),
-			&p_normed,
-			NULL,
-		},
-	},
+	.root = GAMMA_MUL(TPF_PAT_OP(ADD, "gemma_add", TPF_PNODE_COMMUTE, NULL, TPF_PAT_CONST("one"),
+				     TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST))),
 	.check = check_chain,
 	.rewrite = rewrite_chain,
 	.explain_min_nodes = 3,
@@ -433,18 +433,7 @@ static const struct tpf_pattern pat_chain_gemma = {
 
 static const struct tpf_pattern pat_chain = {
 	.name = "decomposed",
-	.root = &(const struct tpf_pnode){
-		.kind = TPF_PNODE_OP,
-		.op = TPF_OP_MUL,
-		.name = "gamma_mul",
-		.flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,
-		.cast_name = "out_cast",
-		.operands = (const struct tpf_pnode *const[]){
-			TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST),
-			&p_normed,
-			NULL,
-		},
-	},
+	.root = GAMMA_MUL(TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST)),
 	.check = check_chain,
 	.rewrite = rewrite_chain,
 	.explain_min_nodes = 3,

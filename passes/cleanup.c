@@ -65,6 +65,22 @@ static enum tpf_status walk_model(struct tpf_model *m, graph_fn fn, struct tpf_p
 	return st;
 }
 
+/* Runs a clean-up with one counter over the model's graphs and records the
+ * count under the pass's name. */
+static enum tpf_status run_counted(struct tpf_model *m, graph_fn fn, struct tpf_pass_context *ctx,
+				   const char *pass, const char *counter, int *changed,
+				   struct tpf_diag *d)
+{
+	int64_t count = 0;
+	enum tpf_status st = walk_model(m, fn, ctx, &count, d);
+
+	if (ctx && ctx->stats)
+		tpf_pass_stats_add(ctx->stats, pass, counter, count);
+	if (changed)
+		*changed = count > 0;
+	return st;
+}
+
 /* ------------------------------------------------------------------- dce */
 
 static int graph_is_pure(const struct tpf_graph *g, int depth);
@@ -278,8 +294,9 @@ out_fail:
 	return tpf_diag_fail(d, st, "%s: cannot bypass it", tpf_node_describe(n, buf, sizeof(buf)));
 }
 
-static enum tpf_status identity_graph(struct tpf_graph *g, struct tpf_pass_context *ctx,
-				      int64_t *count, struct tpf_diag *d)
+/* Bypasses every node of g that `drop` picks. */
+static enum tpf_status bypass_nodes(struct tpf_graph *g, int (*drop)(const struct tpf_node *),
+				    int64_t *count, struct tpf_diag *d)
 {
 	struct tpf_node *n, *next;
 	enum tpf_status st;
@@ -287,7 +304,7 @@ static enum tpf_status identity_graph(struct tpf_graph *g, struct tpf_pass_conte
 
 	for (n = g->first; n; n = next) {
 		next = n->next;
-		if (n->op != TPF_OP_IDENTITY)
+		if (!drop(n))
 			continue;
 		st = bypass_node(g, n, &removed, d);
 		if (st)
@@ -297,15 +314,22 @@ static enum tpf_status identity_graph(struct tpf_graph *g, struct tpf_pass_conte
 	return TPF_OK;
 }
 
+static int is_identity(const struct tpf_node *n)
+{
+	return n->op == TPF_OP_IDENTITY;
+}
+
+static enum tpf_status identity_graph(struct tpf_graph *g, struct tpf_pass_context *ctx,
+				      int64_t *count, struct tpf_diag *d)
+{
+	(void)ctx;
+	return bypass_nodes(g, is_identity, count, d);
+}
+
 static enum tpf_status identity_run(struct tpf_model *m, struct tpf_pass_context *ctx,
 				    int *changed, struct tpf_diag *d)
 {
-	int64_t count = 0;
-	enum tpf_status st = walk_model(m, identity_graph, ctx, &count, d);
-
-	tpf_pass_stats_add(ctx->stats, "remove-identity", "identity-removed", count);
-	*changed = count != 0;
-	return st;
+	return run_counted(m, identity_graph, ctx, "remove-identity", "identity-removed", changed, d);
 }
 
 static const char *const identity_counters[] = {"identity-removed", NULL};
@@ -331,34 +355,22 @@ static int cast_is_noop(const struct tpf_node *n)
 	       (int64_t)x->type.dtype == to->i;
 }
 
+static int is_noop_cast(const struct tpf_node *n)
+{
+	return n->op == TPF_OP_CAST && cast_is_noop(n);
+}
+
 static enum tpf_status cast_graph(struct tpf_graph *g, struct tpf_pass_context *ctx,
 				  int64_t *count, struct tpf_diag *d)
 {
-	struct tpf_node *n, *next;
-	enum tpf_status st;
-	int removed;
-
-	for (n = g->first; n; n = next) {
-		next = n->next;
-		if (n->op != TPF_OP_CAST || !cast_is_noop(n))
-			continue;
-		st = bypass_node(g, n, &removed, d);
-		if (st)
-			return st;
-		*count += removed;
-	}
-	return TPF_OK;
+	(void)ctx;
+	return bypass_nodes(g, is_noop_cast, count, d);
 }
 
 static enum tpf_status cast_run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 				struct tpf_diag *d)
 {
-	int64_t count = 0;
-	enum tpf_status st = walk_model(m, cast_graph, ctx, &count, d);
-
-	tpf_pass_stats_add(ctx->stats, "remove-noop-cast", "cast-removed", count);
-	*changed = count != 0;
-	return st;
+	return run_counted(m, cast_graph, ctx, "remove-noop-cast", "cast-removed", changed, d);
 }
 
 static const char *const cast_counters[] = {"cast-removed", NULL};
@@ -709,20 +721,13 @@ static const char *const cse_counters[] = {"nodes-merged", NULL};
 static enum tpf_status cse_run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			       struct tpf_diag *d)
 {
-	int64_t count = 0;
-	enum tpf_status st = walk_model(m, cse_graph, ctx, &count, d);
-
-	if (ctx && ctx->stats)
-		tpf_pass_stats_add(ctx->stats, "cse", "nodes-merged", count);
-	if (changed)
-		*changed = count > 0;
-	return st;
+	return run_counted(m, cse_graph, ctx, "cse", "nodes-merged", changed, d);
 }
 
 const struct tpf_pass tpf_pass_cse = {
 	.name = "cse",
+	.counters = cse_counters,
 	.summary = "nodes that compute what an earlier node computes (same op, inputs and "
 		   "attributes) are dropped for it",
 	.run = cse_run,
-	.counters = cse_counters,
 };

@@ -350,52 +350,41 @@ static const struct tpf_node *norm_after(const struct tpf_value *v)
 /* --explain never leaves an AllReduce silent: one that no norm follows
  * (the patterns had no root to start from) gets a line naming what reads
  * it instead; one that a norm follows has that norm's near-miss line. */
-static void explain_unfused(const struct tpf_graph *g, void *arg)
+static int explain_norm(FILE *f, const char *pass, const struct tpf_node *n)
 {
-	FILE *f = arg;
 	char buf[160], ubuf[160];
+	const struct tpf_node *norm = norm_after(n->outputs[0]);
 
-	for (const struct tpf_node *n = g->first; n; n = n->next) {
-		if (n->op != TPF_OP_MS_ALLREDUCE || !n->n_outputs || !n->outputs[0])
-			continue;
-		const struct tpf_value *v = n->outputs[0];
-		const struct tpf_node *norm = norm_after(v);
-		if (norm && norm->op != TPF_OP_TPF_RMS_NORM) {
-			fprintf(f, "unfused: %s at %s: the norm %s after it is not canonical "
-				   "(canonicalize-rmsnorm's near-miss line says why)\n",
-				PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
-				tpf_node_describe(norm, ubuf, sizeof(ubuf)));
-			continue;
-		}
-		if (norm) {
-			fprintf(f, "unfused: %s at %s: the norm %s after it did not match (its near-miss "
-				   "line says why)\n",
-				PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
-				tpf_node_describe(norm, ubuf, sizeof(ubuf)));
-			continue;
-		}
-		if (!v->n_uses) {
-			fprintf(f, "unfused: %s at %s: %s\n", PASS_NAME,
-				tpf_node_describe(n, buf, sizeof(buf)),
-				tpf_value_use_count(v) ? "the reduced value is a graph output, no "
-							 "norm reads it"
-						       : "nothing reads the reduced value");
-			continue;
-		}
-		const struct tpf_node *u = v->uses[0].node;
-		fprintf(f, "unfused: %s at %s: the reduced value feeds %s (and %zu other uses), "
-			   "not an RMSNorm or a residual Add into one\n",
-			PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
-			tpf_node_describe(u, ubuf, sizeof(ubuf)), v->n_uses - 1);
-	}
+	if (!norm)
+		return 0;
+	if (norm->op != TPF_OP_TPF_RMS_NORM)
+		fprintf(f, "unfused: %s at %s: the norm %s after it is not canonical "
+			   "(canonicalize-rmsnorm's near-miss line says why)\n",
+			pass, tpf_node_describe(n, buf, sizeof(buf)),
+			tpf_node_describe(norm, ubuf, sizeof(ubuf)));
+	else
+		fprintf(f, "unfused: %s at %s: the norm %s after it did not match (its near-miss "
+			   "line says why)\n",
+			pass, tpf_node_describe(n, buf, sizeof(buf)),
+			tpf_node_describe(norm, ubuf, sizeof(ubuf)));
+	return 1;
 }
+
+static const struct tpf_unfused_explain unfused = {
+	.pass = PASS_NAME,
+	.op = TPF_OP_MS_ALLREDUCE,
+	.value = "reduced",
+	.reader = "norm",
+	.wanted = "an RMSNorm or a residual Add into one",
+	.norm_line = explain_norm,
+};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
 			   struct tpf_diag *d)
 {
 	enum tpf_status st = tpf_pattern_run(m, &tpf_pass_fuse_allreduce_rmsnorm, ctx, changed, d);
 	if (!st && ctx && ctx->explain && m && m->graph)
-		tpf_pattern_each_graph(m, explain_unfused, ctx->explain);
+		tpf_pattern_explain_unfused(m, ctx->explain, &unfused);
 	return st;
 }
 

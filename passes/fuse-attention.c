@@ -539,19 +539,10 @@ static const char *walk_scores(struct tpf_match *m, struct attn_facts *f, struct
 	return NULL;
 }
 
-static const char *check_attention(const struct tpf_pattern_context *pc, struct tpf_match *m)
+/* The Softmax: its NaN guard, one user for each node of the probabilities,
+ * the last axis. */
+static const char *check_probabilities(struct tpf_match *m, const struct tpf_node *sm)
 {
-	(void)pc;
-	struct attn_facts *f = (struct attn_facts *)m->facts;
-	struct tpf_node *sm = tpf_match_node(m, "softmax");
-	struct tpf_value *scores = tpf_match_value(m, "scores"), *vx = tpf_match_value(m, "v");
-	struct tpf_value *out = m->root->outputs[0];
-	struct tpf_node *qk = NULL;
-	const char *why;
-
-	if (!sm || !scores || !vx)
-		return "incomplete match";
-	f->scale = 1.0;
 	/* the Softmax and its Casts are marked MULTI_USE so that a second
 	 * user is reported here */
 	struct tpf_node *guard = tpf_match_node(m, "nan_guard");
@@ -578,19 +569,19 @@ static const char *check_attention(const struct tpf_pattern_context *pc, struct 
 	if (!(ax == -1 || (r > 0 && ax == r - 1)))
 		return tpf_match_reason(m, "the Softmax '%s' is along axis %" PRId64 ", not the last",
 		                        sm->name ? sm->name : "", ax);
-	if ((why = walk_scores(m, f, scores, &qk)))
-		return why;
+	return NULL;
+}
 
-	/* Q and K^T */
-	struct tpf_value *q = q_side(qk->inputs[0], f, &f->scale);
-	struct tpf_value *kt = qk->inputs[1];
-	kt = q_side(kt, f, &f->scale);
+/* K from K^T: a Transpose of the last two axes, or K transposed through 3-D
+ * (*g3: the times K is expanded inside it, 0 when not). */
+static const char *match_k(struct tpf_match *m, struct attn_facts *f, struct tpf_value *kt,
+                           struct tpf_value **k_out, int64_t *g3)
+{
 	struct tpf_node *tr = kt->producer, *t3[5];
 	const struct tpf_attr *perm = tr && tr->op == TPF_OP_TRANSPOSE ? tpf_node_attr(tr, "perm") : NULL;
 	struct tpf_value *kx;
 	int n3 = 0;
-	int64_t g3 = 0;
-	if ((kx = k_transposed_3d(kt, t3, &n3, &g3))) {
+	if ((kx = k_transposed_3d(kt, t3, &n3, g3))) {
 		if (f->n_chain + n3 > CHAIN_MAX)
 			return "too many nodes in the attention chain";
 		for (int i = 0; i < n3; i++)
@@ -613,44 +604,17 @@ static const char *check_attention(const struct tpf_pattern_context *pc, struct 
 		f->chain[f->n_chain++] = tr;
 		kx = tr->inputs[0];
 	}
-	if (!g3)
-		kx = q_side(kx, f, &f->scale);
+	*k_out = kx;
+	return NULL;
+}
 
-	/* repeat_kv on K and V (both or neither) */
-	struct tpf_node *rk[3], *rv[3];
-	int64_t gk = 0, gv = 0;
-	struct tpf_value *kb = g3 ? NULL : unrepeat(kx, &gk, rk), *vb = unrepeat(vx, &gv, rv);
-	if (g3) {
-		/* K came unexpanded out of its 3-D transpose: V must be expanded alike */
-		if (!vb || gv != g3 || f->n_chain + 3 > CHAIN_MAX)
-			return tpf_match_reason(m, "K is expanded %" PRId64 " times inside its 3-D "
-			                        "transpose, V '%s' not the same way",
-			                        g3, vx->name);
-		for (int i = 0; i < 3; i++)
-			f->chain[f->n_chain++] = rv[i];
-		vx = vb;
-	} else if (kb && vb && gk == gv && f->n_chain + 6 <= CHAIN_MAX) {
-		for (int i = 0; i < 3; i++)
-			f->chain[f->n_chain++] = rk[i];
-		for (int i = 0; i < 3; i++)
-			f->chain[f->n_chain++] = rv[i];
-		kx = kb;
-		vx = vb;
-	}
-	/* the KV cache Concats */
-	if (kv_concat(kx) && kv_concat(vx)) {
-		f->kcat = kx->producer;
-		f->vcat = vx->producer;
-		f->pk = f->kcat->inputs[0];
-		f->pv = f->vcat->inputs[0];
-		kx = f->kcat->inputs[1];
-		vx = f->vcat->inputs[1];
-	}
-	f->q = q;
-	f->k = kx;
-	f->v = vx;
-
-	/* ranks, heads, dtypes */
+/* Ranks, heads and dtypes of Q, K, V and the past K and V; *t_out gets
+ * Q's dtype. */
+static const char *check_operands(struct tpf_match *m, const struct attn_facts *f,
+                                  struct tpf_value *out, struct tpf_value *scores,
+                                  enum tpf_dtype *t_out)
+{
+	struct tpf_value *q = f->q, *kx = f->k, *vx = f->v;
 	struct tpf_value *const all[] = {q, kx, vx, f->pk, f->pv};
 	static const char *const names[] = {"Q", "K", "V", "past_key", "past_value"};
 	for (int i = 0; i < 5; i++) {
@@ -691,7 +655,15 @@ static const char *check_attention(const struct tpf_pattern_context *pc, struct 
 	if ((to != TPF_DTYPE_UNDEFINED && to != t) || (ts != TPF_DTYPE_UNDEFINED && ts != t))
 		return tpf_match_reason(m, "mixed dtypes: Q %s, scores %s, output %s",
 		                        tpf_dtype_name(t), tpf_dtype_name(ts), tpf_dtype_name(to));
-	/* the casts around a 16-bit Softmax */
+	*t_out = t;
+	return NULL;
+}
+
+/* The Casts around a 16-bit Softmax, and the mask's dtype and broadcast to
+ * the scores of qk. */
+static const char *check_casts_mask(struct tpf_match *m, const struct attn_facts *f,
+                                    const struct tpf_node *qk, enum tpf_dtype t)
+{
 	struct tpf_node *cu = tpf_match_node(m, "cast_up"), *cb = tpf_match_node(m, "cast_back");
 	struct tpf_node *ru = tpf_match_node(m, "rt_up"), *rb = tpf_match_node(m, "rt_back");
 	if (cb && ((cu && tpf_node_attr_int(cu, "to", 0) != TPF_DTYPE_FLOAT) ||
@@ -701,31 +673,97 @@ static const char *check_attention(const struct tpf_pattern_context *pc, struct 
 	            tpf_node_attr_int(ru, "to", 0) != TPF_DTYPE_DOUBLE) ||
 	           tpf_node_attr_int(rb, "to", 0) != t))
 		return "the Casts after the Softmax are not a widening round trip";
-	/* the mask */
-	if (f->mask) {
-		enum tpf_dtype tm = tpf_pattern_dtype(f->mask);
-		if (tm != TPF_DTYPE_BOOL && tm != t)
-			return tpf_match_reason(m, "the mask '%s' is %s, the scores %s", f->mask->name,
-			                        tpf_dtype_name(tm), tpf_dtype_name(t));
-		int mr = tpf_pattern_rank(f->mask);
-		struct tpf_value *sc = qk->outputs[0];
-		if (mr > 4)
-			return tpf_match_reason(m, "the mask '%s' has rank %d", f->mask->name, mr);
-		for (int i = 0; i < mr; i++) {
-			int j = 4 - mr + i;
-			int64_t md, sd;
-			if (static_dim(f->mask, i, &md) && md != 1 && static_dim(sc, j, &sd) && md != sd)
-				return tpf_match_reason(m, "the mask '%s' does not broadcast to [B, Hq, S, T] "
-				                        "(dim %d is %" PRId64 ", the scores' %" PRId64 ")",
-				                        f->mask->name, j, md, sd);
-			if (dims_eq(f->mask, i, sc, j) == TPF_ANSWER_NO && !(static_dim(f->mask, i, &md) &&
-			                                                    md == 1))
-				return tpf_match_reason(m, "the mask '%s' does not broadcast to [B, Hq, S, T] "
-				                        "(dim %d)",
-				                        f->mask->name, j);
-		}
+	if (!f->mask)
+		return NULL;
+	enum tpf_dtype tm = tpf_pattern_dtype(f->mask);
+	if (tm != TPF_DTYPE_BOOL && tm != t)
+		return tpf_match_reason(m, "the mask '%s' is %s, the scores %s", f->mask->name,
+		                        tpf_dtype_name(tm), tpf_dtype_name(t));
+	int mr = tpf_pattern_rank(f->mask);
+	struct tpf_value *sc = qk->outputs[0];
+	if (mr > 4)
+		return tpf_match_reason(m, "the mask '%s' has rank %d", f->mask->name, mr);
+	for (int i = 0; i < mr; i++) {
+		int j = 4 - mr + i;
+		int64_t md, sd;
+		if (static_dim(f->mask, i, &md) && md != 1 && static_dim(sc, j, &sd) && md != sd)
+			return tpf_match_reason(m, "the mask '%s' does not broadcast to [B, Hq, S, T] "
+			                        "(dim %d is %" PRId64 ", the scores' %" PRId64 ")",
+			                        f->mask->name, j, md, sd);
+		if (dims_eq(f->mask, i, sc, j) == TPF_ANSWER_NO && !(static_dim(f->mask, i, &md) &&
+		                                                    md == 1))
+			return tpf_match_reason(m, "the mask '%s' does not broadcast to [B, Hq, S, T] "
+			                        "(dim %d)",
+			                        f->mask->name, j);
 	}
 	return NULL;
+}
+
+static const char *check_attention(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct attn_facts *f = (struct attn_facts *)m->facts;
+	struct tpf_node *sm = tpf_match_node(m, "softmax");
+	struct tpf_value *scores = tpf_match_value(m, "scores"), *vx = tpf_match_value(m, "v");
+	struct tpf_value *out = m->root->outputs[0];
+	struct tpf_node *qk = NULL;
+	const char *why;
+
+	if (!sm || !scores || !vx)
+		return "incomplete match";
+	f->scale = 1.0;
+	if ((why = check_probabilities(m, sm)) || (why = walk_scores(m, f, scores, &qk)))
+		return why;
+
+	/* Q and K^T */
+	struct tpf_value *q = q_side(qk->inputs[0], f, &f->scale);
+	struct tpf_value *kt = qk->inputs[1];
+	kt = q_side(kt, f, &f->scale);
+	struct tpf_value *kx = NULL;
+	int64_t g3 = 0;
+	if ((why = match_k(m, f, kt, &kx, &g3)))
+		return why;
+	if (!g3)
+		kx = q_side(kx, f, &f->scale);
+
+	/* repeat_kv on K and V (both or neither) */
+	struct tpf_node *rk[3], *rv[3];
+	int64_t gk = 0, gv = 0;
+	struct tpf_value *kb = g3 ? NULL : unrepeat(kx, &gk, rk), *vb = unrepeat(vx, &gv, rv);
+	if (g3) {
+		/* K came unexpanded out of its 3-D transpose: V must be expanded alike */
+		if (!vb || gv != g3 || f->n_chain + 3 > CHAIN_MAX)
+			return tpf_match_reason(m, "K is expanded %" PRId64 " times inside its 3-D "
+			                        "transpose, V '%s' not the same way",
+			                        g3, vx->name);
+		for (int i = 0; i < 3; i++)
+			f->chain[f->n_chain++] = rv[i];
+		vx = vb;
+	} else if (kb && vb && gk == gv && f->n_chain + 6 <= CHAIN_MAX) {
+		for (int i = 0; i < 3; i++)
+			f->chain[f->n_chain++] = rk[i];
+		for (int i = 0; i < 3; i++)
+			f->chain[f->n_chain++] = rv[i];
+		kx = kb;
+		vx = vb;
+	}
+	/* the KV cache Concats */
+	if (kv_concat(kx) && kv_concat(vx)) {
+		f->kcat = kx->producer;
+		f->vcat = vx->producer;
+		f->pk = f->kcat->inputs[0];
+		f->pv = f->vcat->inputs[0];
+		kx = f->kcat->inputs[1];
+		vx = f->vcat->inputs[1];
+	}
+	f->q = q;
+	f->k = kx;
+	f->v = vx;
+
+	enum tpf_dtype t = TPF_DTYPE_UNDEFINED;
+	if ((why = check_operands(m, f, out, scores, &t)))
+		return why;
+	return check_casts_mask(m, f, qk, t);
 }
 
 /* ------------------------------------------------------------ rewrite */

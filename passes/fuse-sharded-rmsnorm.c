@@ -736,16 +736,9 @@ static enum tpf_status ensure_ids(struct merge_state *s)
 	if (!pos)
 		return TPF_ERR_NOMEM;
 	s->pos = pos;
-	uint32_t *stamp = tpf_realloc(s->stamp, ids * sizeof(*stamp));
-	if (!stamp)
+	if (tpf_pattern_grow_zeroed((void **)&s->stamp, s->n_ids, ids, sizeof(*s->stamp)) ||
+	    tpf_pattern_grow_zeroed((void **)&s->tried, s->n_ids, ids, 1))
 		return TPF_ERR_NOMEM;
-	memset(stamp + s->n_ids, 0, (ids - s->n_ids) * sizeof(*stamp));
-	s->stamp = stamp;
-	uint8_t *tried = tpf_realloc(s->tried, ids);
-	if (!tried)
-		return TPF_ERR_NOMEM;
-	memset(tried + s->n_ids, 0, ids - s->n_ids);
-	s->tried = tried;
 	s->n_ids = ids;
 	return TPF_OK;
 }
@@ -1102,41 +1095,33 @@ static const char *const counters[] = {MERGE_COUNTER, NULL};
 /* --explain never leaves an AllGather silent: one that feeds a norm has
  * that pattern's near-miss line (at its Slice or Split), one that feeds
  * none (a vocab-parallel head's logits) gets a line saying what reads it. */
-static void explain_unfused(const struct tpf_graph *g, void *arg)
+static int explain_norm(FILE *f, const char *pass, const struct tpf_node *n)
 {
-	FILE *f = arg;
+	const struct tpf_value *v = n->outputs[0];
 	char buf[160], ubuf[160];
 
-	for (const struct tpf_node *n = g->first; n; n = n->next) {
-		if (n->op != TPF_OP_MS_ALLGATHER || !n->n_outputs || !n->outputs[0])
+	for (size_t i = 0; i < v->n_uses; i++) {
+		const struct tpf_node *norm = v->uses[i].node;
+		if (norm->op != TPF_OP_TPF_RMS_NORM || v->uses[i].index != 0)
 			continue;
-		const struct tpf_value *v = n->outputs[0];
-		const struct tpf_node *norm = NULL;
-		for (size_t i = 0; i < v->n_uses && !norm; i++)
-			if (v->uses[i].node->op == TPF_OP_TPF_RMS_NORM && v->uses[i].index == 0)
-				norm = v->uses[i].node;
-		if (norm) {
-			fprintf(f, "unfused: %s at %s: the norm %s it feeds did not fuse: the "
-			           "near-miss line at the Slice or Split after the norm says why "
-			           "(without one, nothing takes a part of the norm)\n",
-			        PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
-			        tpf_node_describe(norm, ubuf, sizeof(ubuf)));
-			continue;
-		}
-		if (!v->n_uses) {
-			fprintf(f, "unfused: %s at %s: %s\n", PASS_NAME,
-			        tpf_node_describe(n, buf, sizeof(buf)),
-			        tpf_value_use_count(v) ? "the gathered value is a graph output, no "
-			                                 "RMSNorm reads it"
-			                               : "nothing reads the gathered value");
-			continue;
-		}
-		fprintf(f, "unfused: %s at %s: the gathered value feeds %s (and %zu other uses), not "
-		           "an RMSNorm\n",
-		        PASS_NAME, tpf_node_describe(n, buf, sizeof(buf)),
-		        tpf_node_describe(v->uses[0].node, ubuf, sizeof(ubuf)), v->n_uses - 1);
+		fprintf(f, "unfused: %s at %s: the norm %s it feeds did not fuse: the "
+		           "near-miss line at the Slice or Split after the norm says why "
+		           "(without one, nothing takes a part of the norm)\n",
+		        pass, tpf_node_describe(n, buf, sizeof(buf)),
+		        tpf_node_describe(norm, ubuf, sizeof(ubuf)));
+		return 1;
 	}
+	return 0;
 }
+
+static const struct tpf_unfused_explain unfused = {
+    .pass = PASS_NAME,
+    .op = TPF_OP_MS_ALLGATHER,
+    .value = "gathered",
+    .reader = "RMSNorm",
+    .wanted = "an RMSNorm",
+    .norm_line = explain_norm,
+};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
@@ -1167,7 +1152,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 	int merged = 0;
 	st = merge_norms(m, ctx, &merged, d);
 	if (!st && ctx && ctx->explain)
-		tpf_pattern_each_graph(m, explain_unfused, ctx->explain);
+		tpf_pattern_explain_unfused(m, ctx->explain, &unfused);
 	if (changed)
 		*changed = fused || merged;
 	return st;

@@ -60,6 +60,25 @@ static const char *dim_text(const struct tpf_dim *d, char *buf, size_t size)
 	return buf;
 }
 
+/* Why the first n dims of x (called `name`) and of shared are not the
+ * same, ending with `rule`; NULL when they are. */
+static const char *leading_dims_differ(struct tpf_match *m, const struct tpf_value *x,
+                                       const char *name, const struct tpf_value *shared, int n,
+                                       const char *rule)
+{
+	const struct tpf_graph *g = m->root->graph;
+	char b1[48], b2[48];
+
+	for (int i = 0; i < n; i++) {
+		const struct tpf_dim *a = &x->type.shape.dims[i], *b = &shared->type.shape.dims[i];
+		if (!dims_equal(g, a, b))
+			return tpf_match_reason(m, "%s dim %d is %s, shared dim %d is %s (%s)", name, i,
+			                        dim_text(a, b1, sizeof(b1)), i, dim_text(b, b2, sizeof(b2)),
+			                        rule);
+	}
+	return NULL;
+}
+
 static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
 	(void)pc;
@@ -69,6 +88,7 @@ static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_m
 	struct tpf_node *mul = tpf_match_node(m, "mul");
 	const struct tpf_graph *g = m->root->graph;
 	char b1[48], b2[48];
+	const char *why;
 
 	if (tpf_match_node(m, "tanh"))
 		return "the gate goes through Tanh, not Sigmoid";
@@ -108,28 +128,14 @@ static const char *check_gate(const struct tpf_pattern_context *pc, struct tpf_m
 	if (r_f != r_s)
 		return tpf_match_reason(m, "final has rank %d, shared rank %d (broadcast of final)",
 		                        r_f, r_s);
-	for (int i = 0; i < r_s; i++) {
-		const struct tpf_dim *a = &final->type.shape.dims[i],
-		                     *b = &shared->type.shape.dims[i];
-		if (!dims_equal(g, a, b))
-			return tpf_match_reason(m,
-			                        "final dim %d is %s, shared dim %d is %s (final "
-			                        "and shared must have one shape)",
-			                        i, dim_text(a, b1, sizeof(b1)), i,
-			                        dim_text(b, b2, sizeof(b2)));
-	}
+	if ((why = leading_dims_differ(m, final, "final", shared, r_s,
+	                               "final and shared must have one shape")))
+		return why;
 	if (r_g != r_s)
 		return tpf_match_reason(m, "gate has rank %d, shared rank %d", r_g, r_s);
-	for (int i = 0; i < r_s - 1; i++) {
-		const struct tpf_dim *a = &gate->type.shape.dims[i],
-		                     *b = &shared->type.shape.dims[i];
-		if (!dims_equal(g, a, b))
-			return tpf_match_reason(m,
-			                        "gate dim %d is %s, shared dim %d is %s (gate may "
-			                        "broadcast only over the last dim)",
-			                        i, dim_text(a, b1, sizeof(b1)), i,
-			                        dim_text(b, b2, sizeof(b2)));
-	}
+	if ((why = leading_dims_differ(m, gate, "gate", shared, r_s - 1,
+	                               "gate may broadcast only over the last dim")))
+		return why;
 	const struct tpf_dim *gl = &gate->type.shape.dims[r_s - 1];
 	const struct tpf_dim *sl = &shared->type.shape.dims[r_s - 1];
 	if (!is_one(gl) && !dims_equal(g, gl, sl))

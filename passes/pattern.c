@@ -469,6 +469,17 @@ static void worklist_free(struct tpf_worklist *wl)
 	tpf_free(wl->queued);
 }
 
+int tpf_pattern_grow_zeroed(void **arr, size_t n, size_t want, size_t elem)
+{
+	unsigned char *p = tpf_realloc(*arr, want * elem);
+
+	if (!p)
+		return -1;
+	memset(p + n * elem, 0, (want - n) * elem);
+	*arr = p;
+	return 0;
+}
+
 static enum tpf_status worklist_push(struct tpf_worklist *wl, struct tpf_node *n)
 {
 	if (!wl || !n || n->erased)
@@ -477,11 +488,8 @@ static enum tpf_status worklist_push(struct tpf_worklist *wl, struct tpf_node *n
 		size_t want = wl->n_queued ? wl->n_queued : 64;
 		while (want <= n->id)
 			want *= 2;
-		uint8_t *q = tpf_realloc(wl->queued, want);
-		if (!q)
+		if (tpf_pattern_grow_zeroed((void **)&wl->queued, wl->n_queued, want, 1))
 			return TPF_ERR_NOMEM;
-		memset(q + wl->n_queued, 0, want - wl->n_queued);
-		wl->queued = q;
 		wl->n_queued = want;
 	}
 	if (wl->queued[n->id])
@@ -1146,6 +1154,47 @@ void tpf_pattern_each_graph(const struct tpf_model *m, void (*fn)(const struct t
 	each_nested(m->graph, fn, arg, 0);
 	for (size_t i = 0; i < m->n_functions && m->functions; i++)
 		each_nested(m->functions[i].body, fn, arg, 0);
+}
+
+struct unfused_walk {
+	FILE *f;
+	const struct tpf_unfused_explain *e;
+};
+
+static void explain_unfused_graph(const struct tpf_graph *g, void *arg)
+{
+	const struct unfused_walk *w = arg;
+	const struct tpf_unfused_explain *e = w->e;
+	char buf[160], ubuf[160];
+
+	for (const struct tpf_node *n = g->first; n; n = n->next) {
+		if (n->op != e->op || !n->n_outputs || !n->outputs[0])
+			continue;
+		if (e->norm_line && e->norm_line(w->f, e->pass, n))
+			continue;
+		const struct tpf_value *v = n->outputs[0];
+		tpf_node_describe(n, buf, sizeof(buf));
+		if (v->n_uses)
+			fprintf(w->f, "unfused: %s at %s: the %s value feeds %s (and %zu other uses), "
+				      "not %s\n",
+				e->pass, buf, e->value,
+				tpf_node_describe(v->uses[0].node, ubuf, sizeof(ubuf)), v->n_uses - 1,
+				e->wanted);
+		else if (tpf_value_use_count(v))
+			fprintf(w->f, "unfused: %s at %s: the %s value is a graph output, no %s reads it\n",
+				e->pass, buf, e->value, e->reader);
+		else
+			fprintf(w->f, "unfused: %s at %s: nothing reads the %s value\n", e->pass, buf,
+				e->value);
+	}
+}
+
+void tpf_pattern_explain_unfused(const struct tpf_model *m, FILE *f,
+				 const struct tpf_unfused_explain *e)
+{
+	struct unfused_walk w = {f, e};
+
+	tpf_pattern_each_graph(m, explain_unfused_graph, &w);
 }
 
 /* A function body that now holds ai.tpfuse nodes imports the domain too

@@ -257,6 +257,25 @@ int tpf_pattern_shapes_differ(const struct tpf_value *a, const struct tpf_value 
  * driver rewrites (for --explain reports that walk them all). */
 void tpf_pattern_each_graph(const struct tpf_model *m, void (*fn)(const struct tpf_graph *, void *),
 			    void *arg);
+/* The --explain lines of a pass that fuses a collective with the norm
+ * after it: every collective `op` still in the graphs gets one.  When
+ * `norm_line` writes a line for it (its result reaches a norm: returns 1),
+ * that is its line; else the line says what reads its result:
+ *   unfused: PASS at NODE: the VALUE value is a graph output, no READER reads it
+ *   unfused: PASS at NODE: nothing reads the VALUE value
+ *   unfused: PASS at NODE: the VALUE value feeds USER (and N other uses), not WANTED */
+struct tpf_unfused_explain {
+	const char *pass;
+	enum tpf_op op;
+	const char *value, *reader, *wanted;
+	int (*norm_line)(FILE *f, const char *pass, const struct tpf_node *n);
+};
+void tpf_pattern_explain_unfused(const struct tpf_model *m, FILE *f,
+				 const struct tpf_unfused_explain *e);
+/* Grows a tpf_malloc'ed array of `elem`-byte entries from n to `want`
+ * entries; the new ones are zero.  0, or -1 when out of memory (the array
+ * is then unchanged). */
+int tpf_pattern_grow_zeroed(void **arr, size_t n, size_t want, size_t elem);
 /* Whether pass `name` is named in a TPF_DEBUG-style list ("all", "a,b"). */
 int tpf_pattern_debug_enabled(const struct tpf_pass_context *ctx, const char *name);
 

@@ -197,7 +197,7 @@ mutant kernel-sigmoid-gate-operands kernels/cpu/elementwise.c \
 	"the CPU SigmoidGateAdd kernel computes shared + sigmoid(gate) * final (the gate scales the routed experts' sum instead of the shared expert)"
 
 mutant pass-sigmoid-gate-leading-dims passes/fuse-sigmoid-gate.c \
-	's|^\(\t*\)for (int i = 0; i < r_s - 1; i++) {$|\1for (int i = 0; i < r_s - 2; i++) {|' \
+	's|^\(\t*\)if ((why = leading_dims_differ(m, gate, "gate", shared, r_s - 1,$|\1if ((why = leading_dims_differ(m, gate, "gate", shared, r_s - 2,|' \
 	"passes/fuse-sigmoid-gate-near-misses" \
 	"fuse-sigmoid-gate takes a gate that broadcasts over the token dim next to the hidden one ([B,1,1] against [B,S,H]): one gate per sequence where the graph has one per token"
 
@@ -241,7 +241,7 @@ mutant attention-div-as-scale passes/fuse-attention.c \
 	"passes/fuse-attention" \
 	"fuse-attention folds a constant Div of Q or K into scale as a multiply (scale 2.0 where 0.5 is right)"
 
-mutant verifier-attr-since-skipped ir/verify.c \
+mutant verifier-attr-since-skipped ir/verify-node.c \
 	's|^\(\t*\)if (r->since \&\& c->opset > 0 \&\& c->opset < r->since \&\& is_onnx_domain(n->domain))$|\1if (r->since \&\& c->opset > 0 \&\& c->opset < r->since \&\& !is_onnx_domain(n->domain))|' \
 	"verify" \
 	"the verifier skips 'attribute needs opset N' for ONNX ops (Split with num_outputs at opset 17 is accepted)"

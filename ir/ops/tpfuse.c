@@ -14,14 +14,23 @@
 enum { T = 1, V, S, Q, G };
 
 #define FLOAT_TYPE(nm) {nm, DT_FLOATS, "a float type (float16, bfloat16, float, double)"}
+#define ANY_TYPE(nm) {nm, DT_ALL, "a tensor type"}
+/* A string attribute with a default and the list of the values it may take. */
+#define ATTR_CHOICE(nm, dflt, list) \
+	{.name = (nm), .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = (dflt), .allowed = (list)}
+
+/* The attributes the fused RMSNorms share: norm_attrs below and
+ * AllReduceRMSNormQuant's. */
+#define NORM_ATTRS \
+	ATTR_FLOAT("epsilon", 1e-5f), \
+	ATTR_INT("axis", -1), \
+	{.name = "stash_type", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT | ATTR_DTYPE, \
+	 .i = TPF_DTYPE_FLOAT}, \
+	ATTR_FLOAT("weight_offset", 0.0f), \
+	ATTR_OF("group_size", TPF_ATTR_INT)
 
 static const struct op_attr norm_attrs[] = {
-	ATTR_FLOAT("epsilon", 1e-5f),
-	ATTR_INT("axis", -1),
-	{.name = "stash_type", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT | ATTR_DTYPE,
-	 .i = TPF_DTYPE_FLOAT},
-	ATTR_FLOAT("weight_offset", 0.0f),
-	ATTR_OF("group_size", TPF_ATTR_INT),
+	NORM_ATTRS,
 	{.name = "output_type", .kind = TPF_ATTR_INT, .flags = ATTR_DTYPE},
 	{0},
 };
@@ -359,14 +368,8 @@ const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM_QUANT = {
 		  [Q] = {"Q", DT(FLOAT8E4M3FN) | DT(FLOAT4E2M1), "float8e4m3fn or float4e2m1"},
 		  [G] = FLOAT_TYPE("G")},
 	.attrs = (const struct op_attr[]){
-		ATTR_FLOAT("epsilon", 1e-5f),
-		ATTR_INT("axis", -1),
-		{.name = "stash_type", .kind = TPF_ATTR_INT, .flags = ATTR_DEFAULT | ATTR_DTYPE,
-		 .i = TPF_DTYPE_FLOAT},
-		ATTR_FLOAT("weight_offset", 0.0f),
-		ATTR_OF("group_size", TPF_ATTR_INT),
-		{.name = "quant", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "fp8",
-		 .allowed = quant_kinds},
+		NORM_ATTRS,
+		ATTR_CHOICE("quant", "fp8", quant_kinds),
 		ATTR_INT("saturate", 1),
 		ATTR_INT("block_size", 16),
 		{0},
@@ -622,18 +625,20 @@ static void pack_shape(struct tpf_shape_call *c)
 	y->dims[0] = dim_of(total);
 }
 
+static const struct op_attr pack_attrs[] = {
+	ATTR_OF("world_size", TPF_ATTR_INT),
+	{.name = "segments", .kind = TPF_ATTR_INTS, .flags = ATTR_REQUIRED},
+	{0},
+};
+
 const struct tpf_op_def tpf_op_def_TPF_PACK = {
 	.info = {TPF_DOMAIN, "Pack", 1, -1, 1, 1},
 	.since = 1,
 	.traits = TPF_OP_TRAIT_FUSED,
 	.inputs = {{"x", T}},
 	.outputs = {{"packed", T}},
-	.types = {[T] = {"T", DT_ALL, "a tensor type"}},
-	.attrs = (const struct op_attr[]){
-		ATTR_OF("world_size", TPF_ATTR_INT),
-		{.name = "segments", .kind = TPF_ATTR_INTS, .flags = ATTR_REQUIRED},
-		{0},
-	},
+	.types = {[T] = ANY_TYPE("T")},
+	.attrs = pack_attrs,
 	.shape = pack_shape,
 };
 
@@ -691,7 +696,7 @@ const struct tpf_op_def tpf_op_def_TPF_UNPACK = {
 	.traits = TPF_OP_TRAIT_FUSED,
 	.inputs = {{"received", T}},
 	.outputs = {{"y", T}},
-	.types = {[T] = {"T", DT_ALL, "a tensor type"}},
+	.types = {[T] = ANY_TYPE("T")},
 	.attrs = (const struct op_attr[]){
 		ATTR_OF("world_size", TPF_ATTR_INT),
 		{.name = "segments", .kind = TPF_ATTR_INTS, .flags = ATTR_REQUIRED},
@@ -757,6 +762,13 @@ static void gated_activation_shape(struct tpf_shape_call *c)
 		op_type_shape_of(y, x);
 }
 
+static const struct op_attr gated_activation_attrs[] = {
+	ATTR_CHOICE("activation", "silu", gated_activations),
+	ATTR_INT("packed", 0),
+	ATTR_INT("cube_as_product", 0),
+	{0},
+};
+
 const struct tpf_op_def tpf_op_def_TPF_GATED_ACTIVATION = {
 	.info = {TPF_DOMAIN, "GatedActivation", 1, 2, 1, 1},
 	.since = 1,
@@ -764,13 +776,7 @@ const struct tpf_op_def tpf_op_def_TPF_GATED_ACTIVATION = {
 	.inputs = {{"gate", T}, {"up", T}},
 	.outputs = {{"Y", T}},
 	.types = {[T] = FLOAT_TYPE("T")},
-	.attrs = (const struct op_attr[]){
-		{.name = "activation", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "silu",
-		 .allowed = gated_activations},
-		ATTR_INT("packed", 0),
-		ATTR_INT("cube_as_product", 0),
-		{0},
-	},
+	.attrs = gated_activation_attrs,
 	.shape = gated_activation_shape,
 };
 
