@@ -9,19 +9,34 @@
 #include <stdio.h>
 #include <string.h>
 
-enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+static void kvfail(const struct tpf_kernel_call *c, struct tpf_diag *d, const char *fmt, va_list ap)
 {
 	char msg[512];
 	char who[256];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	if (c->node)
 		tpf_node_describe(c->node, who, sizeof(who));
 	else
 		snprintf(who, sizeof(who), "kernel");
-	tpf_diag_add(c->diag, TPF_SEV_ERROR, "%s: %s", who, msg);
+	tpf_diag_add(d, TPF_SEV_ERROR, "%s: %s", who, msg);
+}
+
+enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kvfail(c, c->diag, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+enum tpf_status tpf_kfail_to(const struct tpf_kernel_call *c, struct tpf_diag *d, enum tpf_status st,
+			     const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kvfail(c, d, fmt, ap);
+	va_end(ap);
 	return st;
 }
 

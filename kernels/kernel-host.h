@@ -16,6 +16,9 @@ extern "C" {
 /* Adds "node 'NAME' (OP): MESSAGE" to the call's diagnostic, returns st. */
 enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The same into d (the call's diag may be another). */
+enum tpf_status tpf_kfail_to(const struct tpf_kernel_call *c, struct tpf_diag *d, enum tpf_status st,
+			     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Walks the elements of an output in row-major order, keeping the offsets of
  * up to TPF_BCAST_MAX inputs broadcast to it (numpy rules). */
