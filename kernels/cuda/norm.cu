@@ -212,7 +212,7 @@ bool aligned16(const void *p)
 	return ((uintptr_t)p & 15) == 0;
 }
 
-// The vectorized kernel's limits (see check_norm_args in ar-norm.cu).
+// The vectorized kernel's limits (see check_norm_args in ar-norm.cuh).
 bool fast_ok(enum tpf_dtype dt, int64_t cols)
 {
 	size_t es = tpf_elem_size(dt);
