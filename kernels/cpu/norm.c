@@ -447,33 +447,32 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_gathered)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects n gathered inputs, n gammas and the reduced sums");
 	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
 	for (size_t p = 0; p < n; p++) {
+		struct tpf_sharded_gathered gp; /* the part and its geometry */
+		TPF_KTRY(tpf_sharded_gathered_part(c, p, world, &gp));
 		const struct tpf_ktensor *g = &c->in[p], *gamma = &c->in[n + p];
 		struct tpf_ktensor *y = &c->out[p];
-		struct tpf_sharded_gathered gp;
-		enum tpf_status gst = tpf_sharded_gathered_part(c, p, world, &gp);
-		if (gst)
-			return gst;
-		int64_t start = gp.start, end = gp.end, w = gp.w, rows = gp.rows, d = gp.d, full = gp.full;
 		float eps = tpf_sharded_epsilon(c, p);
-		if (w <= 0 || start < 0 || end > full || g->numel != (int64_t)world * rows * d ||
-		    gamma->numel != full || s->numel != rows * (int64_t)n + 1)
+		if (gp.w <= 0 || gp.start < 0 || gp.end > gp.full ||
+		    g->numel != (int64_t)world * gp.rows * gp.d || gamma->numel != gp.full ||
+		    s->numel != gp.rows * (int64_t)n + 1)
 			return tpf_kfail(c, TPF_ERR_INVALID,
 					 "part [%lld, %lld) of tensor %zu does not fit its gathered input "
 					 "(%lld elements), weight (%lld) or sums",
-					 (long long)start, (long long)end, p, (long long)g->numel,
+					 (long long)gp.start, (long long)gp.end, p, (long long)g->numel,
 					 (long long)gamma->numel);
-		if (tpf_sharded_full_dim(c, p, d) != full)
+		if (tpf_sharded_full_dim(c, p, gp.d) != gp.full)
 			return tpf_kfail(c, TPF_ERR_INVALID, "tensor %zu: the gathered width %lld is not the "
-					 "full dim %lld", p, (long long)full,
-					 (long long)tpf_sharded_full_dim(c, p, d));
-		for (int64_t t = 0; t < rows; t++) {
+					 "full dim %lld", p, (long long)gp.full,
+					 (long long)tpf_sharded_full_dim(c, p, gp.d));
+		for (int64_t t = 0; t < gp.rows; t++) {
 			float ss = ((const float *)s->data)[t * (int64_t)n + (int64_t)p];
-			float inv = 1.0f / sqrtf(ss / (float)full + eps);
-			for (int64_t k = 0; k < w; k++) {
-				int64_t col = start + k, src = (col / d) * rows * d + t * d + col % d;
+			float inv = 1.0f / sqrtf(ss / (float)gp.full + eps);
+			for (int64_t k = 0; k < gp.w; k++) {
+				int64_t col = gp.start + k;
+				int64_t src = (col / gp.d) * gp.rows * gp.d + t * gp.d + col % gp.d;
 				float v = (float)tpf_elem_load(g->dtype, g->data, src);
 				float gm = offset + (float)tpf_elem_load(gamma->dtype, gamma->data, col);
-				tpf_elem_store(y->dtype, y->data, t * w + k, v * inv * gm, 1);
+				tpf_elem_store(y->dtype, y->data, t * gp.w + k, v * inv * gm, 1);
 			}
 		}
 	}

@@ -27,6 +27,25 @@ __global__ void __launch_bounds__(kMaxThreads) add_rmsnorm_kernel(const void *x,
 	}
 }
 
+// Calls f with a value of the element type of float dtype dt (float32,
+// float16, bfloat16); false for another dtype.
+template <typename F> bool by_float_type(enum tpf_dtype dt, F &&f)
+{
+	switch (dt) {
+	case TPF_DTYPE_FLOAT:
+		f(float());
+		return true;
+	case TPF_DTYPE_FLOAT16:
+		f(__half());
+		return true;
+	case TPF_DTYPE_BFLOAT16:
+		f(__nv_bfloat16());
+		return true;
+	default:
+		return false;
+	}
+}
+
 // Blocks of `threads` for a grid-stride loop over n elements.
 int flat_blocks(int64_t n, int threads)
 {
@@ -98,22 +117,13 @@ extern "C" enum tpf_status tpf_cuda_add(enum tpf_dtype dt, const void *a, const 
 {
 	if (n <= 0)
 		return TPF_OK;
-	cudaStream_t s = (cudaStream_t)stream;
 	const int threads = 256, blocks = flat_blocks(n, threads);
-	switch (dt) {
-	case TPF_DTYPE_FLOAT:
-		add_kernel<float><<<blocks, threads, 0, s>>>((const float *)a, (const float *)b, (float *)out, n);
-		break;
-	case TPF_DTYPE_FLOAT16:
-		add_kernel<__half><<<blocks, threads, 0, s>>>((const __half *)a, (const __half *)b, (__half *)out, n);
-		break;
-	case TPF_DTYPE_BFLOAT16:
-		add_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(
-			(const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, (__nv_bfloat16 *)out, n);
-		break;
-	default:
+	const bool known = by_float_type(dt, [&](auto t) {
+		using T = decltype(t);
+		add_kernel<T><<<blocks, threads, 0, (cudaStream_t)stream>>>((const T *)a, (const T *)b, (T *)out, n);
+	});
+	if (!known)
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda add: dtype %s is not supported", tpf_dtype_name(dt));
-	}
 	cudaError_t e = cudaGetLastError();
 	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "add launch", e);
 }
@@ -123,21 +133,14 @@ extern "C" enum tpf_status tpf_cuda_quantize_fp8(enum tpf_dtype dt, const void *
 {
 	if (n <= 0)
 		return TPF_OK;
-	cudaStream_t s = (cudaStream_t)stream;
 	const int threads = 256, blocks = flat_blocks(n, threads);
-	switch (dt) {
-	case TPF_DTYPE_FLOAT:
-		quant_fp8_kernel<float><<<blocks, threads, 0, s>>>((const float *)x, (uint8_t *)out, n, scale);
-		break;
-	case TPF_DTYPE_FLOAT16:
-		quant_fp8_kernel<__half><<<blocks, threads, 0, s>>>((const __half *)x, (uint8_t *)out, n, scale);
-		break;
-	case TPF_DTYPE_BFLOAT16:
-		quant_fp8_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>((const __nv_bfloat16 *)x, (uint8_t *)out, n, scale);
-		break;
-	default:
-		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda quantize: dtype %s is not supported", tpf_dtype_name(dt));
-	}
+	const bool known = by_float_type(dt, [&](auto t) {
+		using T = decltype(t);
+		quant_fp8_kernel<T><<<blocks, threads, 0, (cudaStream_t)stream>>>((const T *)x, (uint8_t *)out, n, scale);
+	});
+	if (!known)
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "cuda quantize: dtype %s is not supported",
+				     tpf_dtype_name(dt));
 	cudaError_t e = cudaGetLastError();
 	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "quantize launch", e);
 }

@@ -7,6 +7,7 @@
 // below, which follows the CPU reference step by step: the residual sum is
 // rounded to its dtype before it is normalized, statistics in float32.
 #include "cuda-common.cuh"
+#include "op-geometry.h" // TPF_KTRY
 #include "tpf-cuda.h"
 
 #include <string.h>
@@ -638,9 +639,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
 		unsigned g = (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
 		sumsq_kernel<<<g, cols >= 512 ? 256 : 64, 0, tpfc_stream(c)>>>(x->dtype, x->data, (float *)s->data, rows,
 									      cols, (int64_t)n, (int64_t)p);
-		enum tpf_status st = tpfc_launched(c, "sumsq");
-		if (st)
-			return st;
+		TPF_KTRY(tpfc_launched(c, "sumsq"));
 	}
 	return TPF_OK;
 }
@@ -698,9 +697,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
 		if (s->numel != j.rows * (int64_t)n + parts)
 			return tpf_kfail(c, TPF_ERR_INVALID, "the sums do not fit input %zu", p);
-		enum tpf_status st = launch_rows(c, j);
-		if (st)
-			return st;
+		TPF_KTRY(launch_rows(c, j));
 	}
 	return TPF_OK;
 }
@@ -744,9 +741,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_gathered)
 		sharded_gathered_kernel<<<blocks, w >= 512 ? 256 : 64, 0, tpfc_stream(c)>>>(
 		    g->dtype, g->data, gamma->dtype, gamma->data, y->dtype, y->data, (const float *)s->data, rows, d,
 		    full, start, w, (int64_t)n, (int64_t)p, tpf_sharded_epsilon(c, p), offset);
-		enum tpf_status st = tpfc_launched(c, "sharded gathered norm");
-		if (st)
-			return st;
+		TPF_KTRY(tpfc_launched(c, "sharded gathered norm"));
 	}
 	return TPF_OK;
 }
