@@ -260,6 +260,19 @@ void job_residual(RowJob *j, const struct tpf_ktensor *r)
 	j->res_numel = r->numel;
 }
 
+// A job normalizing x (plus the residual res) with gamma into y, the sum
+// into sum (res and sum may be NULL).
+RowJob job_norm(const struct tpf_ktensor *x, const struct tpf_ktensor *gamma, const struct tpf_ktensor *res,
+		struct tpf_ktensor *y, struct tpf_ktensor *sum)
+{
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_residual(&j, res);
+	job_y(&j, y);
+	job_sum(&j, sum);
+	return j;
+}
+
 // The job's geometry and epsilon, and where 1 / std goes (inv may be NULL).
 void job_rows(RowJob *j, int64_t rows, int64_t cols, float eps, struct tpf_ktensor *inv)
 {
@@ -334,11 +347,7 @@ enum tpf_status norm_common(const struct tpf_kernel_call *c)
 	enum tpf_status st;
 	if (try_fast(c, x, gamma, res, y, sum, rows, cols, eps, offset, &st))
 		return st;
-	RowJob j = job_init(x);
-	job_gamma(&j, gamma);
-	job_residual(&j, res);
-	job_y(&j, y);
-	job_sum(&j, sum);
+	RowJob j = job_norm(x, gamma, res, y, sum);
 	job_rows(&j, rows, cols, eps, NULL);
 	j.offset = offset;
 	return launch_rows(c, j);
@@ -393,11 +402,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_skip_rms_norm)
 	enum tpf_status st;
 	if (!bias && !inv && try_fast(c, x, gamma, res, y, sum, rows, cols, eps, 0.0f, &st))
 		return st;
-	RowJob j = job_init(x);
-	job_gamma(&j, gamma);
-	job_residual(&j, res);
-	job_y(&j, y);
-	job_sum(&j, sum);
+	RowJob j = job_norm(x, gamma, res, y, sum);
 	if (bias) {
 		j.bias = bias->data;
 		j.dbias = bias->dtype;
