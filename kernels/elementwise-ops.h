@@ -6,10 +6,10 @@
  * compute Mod, the comparisons and the unary math the same way.
  *
  * Float types compute in double here (the CPU reference's rule); a CUDA
- * kernel that computes float32 in float keeps its own float versions of
- * the ops where that differs (division, sqrt, the transcendental
- * functions) and uses these for the rest, where double rounds to the same
- * float. */
+ * kernel that computes float32 in float uses float versions of the ops
+ * where that differs (division, sqrt, the transcendental functions: the
+ * unary ones are in TPF_UNOPS beside the double ones) and these for the
+ * rest, where double rounds to the same float. */
 #ifndef TPF_ELEMENTWISE_OPS_H
 #define TPF_ELEMENTWISE_OPS_H
 
@@ -146,43 +146,41 @@ TPF_HD uint64_t tpf_binop_u(int op, uint64_t a, uint64_t b)
 	}
 }
 
+/* The unary math, one row an op: X(OP, IN_DOUBLE, IN_FLOAT), the value of
+ * x in double (the CPU reference's, and the CUDA kernels' for double) and
+ * in float (the CUDA kernels' for float32, float16 and bfloat16: expanded
+ * only by nvcc).  TPF_UNOP_VIA_DOUBLE as IN_FLOAT: the float is the double
+ * value rounded (exact for Relu, Neg, Abs, Not, Floor and Ceil; Log and
+ * Softplus keep the CPU reference's roundings). */
+#define TPF_UNOPS(X)                                                                               \
+	X(SIGMOID, x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)),                       \
+	  x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x)))                          \
+	X(RELU, x > 0 ? x : (isnan(x) ? x : 0.0), TPF_UNOP_VIA_DOUBLE)                             \
+	X(SQRT, sqrt(x), __fsqrt_rn(x))                                                            \
+	X(RECIPROCAL, 1.0 / x, __frcp_rn(x))                                                       \
+	X(NEG, -x, TPF_UNOP_VIA_DOUBLE)                                                            \
+	X(EXP, exp(x), expf(x))                                                                    \
+	X(TANH, tanh(x), tanhf(x))                                                                 \
+	X(ERF, erf(x), erff(x))                                                                    \
+	X(ABS, fabs(x), TPF_UNOP_VIA_DOUBLE)                                                       \
+	X(SIN, sin(x), sinf(x))                                                                    \
+	X(COS, cos(x), cosf(x))                                                                    \
+	X(NOT, x == 0, TPF_UNOP_VIA_DOUBLE)                                                        \
+	X(FLOOR, floor(x), TPF_UNOP_VIA_DOUBLE)                                                    \
+	X(CEIL, ceil(x), TPF_UNOP_VIA_DOUBLE)                                                      \
+	X(LOG, log(x), TPF_UNOP_VIA_DOUBLE)                                                        \
+	/* log(1 + e^x) without overflow */                                                        \
+	X(SOFTPLUS, x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)), TPF_UNOP_VIA_DOUBLE)
+
 /* Unary ops of floats in double (NaN for an op without a float form). */
 TPF_HD double tpf_unop_d(int op, double x)
 {
 	switch (op) {
-	case TPF_OP_SIGMOID:
-		return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
-	case TPF_OP_RELU:
-		return x > 0 ? x : (isnan(x) ? x : 0.0);
-	case TPF_OP_SQRT:
-		return sqrt(x);
-	case TPF_OP_RECIPROCAL:
-		return 1.0 / x;
-	case TPF_OP_NEG:
-		return -x;
-	case TPF_OP_EXP:
-		return exp(x);
-	case TPF_OP_TANH:
-		return tanh(x);
-	case TPF_OP_ERF:
-		return erf(x);
-	case TPF_OP_ABS:
-		return fabs(x);
-	case TPF_OP_SIN:
-		return sin(x);
-	case TPF_OP_COS:
-		return cos(x);
-	case TPF_OP_NOT:
-		return x == 0;
-	case TPF_OP_FLOOR:
-		return floor(x);
-	case TPF_OP_CEIL:
-		return ceil(x);
-	case TPF_OP_LOG:
-		return log(x);
-	case TPF_OP_SOFTPLUS:
-		/* log(1 + e^x) without overflow */
-		return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+#define TPF_UNOP_CASE_D(OP, in_double, in_float)                                                   \
+	case TPF_OP_##OP:                                                                          \
+		return in_double;
+	TPF_UNOPS(TPF_UNOP_CASE_D)
+#undef TPF_UNOP_CASE_D
 	default:
 		return NAN;
 	}

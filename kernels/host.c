@@ -9,19 +9,34 @@
 #include <stdio.h>
 #include <string.h>
 
-enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+static void kvfail(const struct tpf_kernel_call *c, struct tpf_diag *d, const char *fmt, va_list ap)
 {
 	char msg[512];
 	char who[256];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	if (c->node)
 		tpf_node_describe(c->node, who, sizeof(who));
 	else
 		snprintf(who, sizeof(who), "kernel");
-	tpf_diag_add(c->diag, TPF_SEV_ERROR, "%s: %s", who, msg);
+	tpf_diag_add(d, TPF_SEV_ERROR, "%s: %s", who, msg);
+}
+
+enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kvfail(c, c->diag, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+enum tpf_status tpf_kfail_to(const struct tpf_kernel_call *c, struct tpf_diag *d, enum tpf_status st,
+			     const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kvfail(c, d, fmt, ap);
+	va_end(ap);
 	return st;
 }
 
@@ -310,6 +325,54 @@ float tpf_sharded_epsilon(const struct tpf_kernel_call *c, size_t i)
 	return tpf_node_attr_float(c->node, "epsilon", 1e-5f);
 }
 
+int tpf_sharded_part(const struct tpf_kernel_call *c, size_t i, int64_t *start, int64_t *end)
+{
+	const struct tpf_attr *as = tpf_node_attr(c->node, "part_starts");
+	const struct tpf_attr *ae = tpf_node_attr(c->node, "part_ends");
+	if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS || i >= as->n ||
+	    i >= ae->n)
+		return -1;
+	*start = as->ints[i];
+	*end = ae->ints[i];
+	return 0;
+}
+
+int tpf_sharded_parts_own(const struct tpf_kernel_call *c, size_t n)
+{
+	for (size_t p = 0; p < n; p++) {
+		const struct tpf_ktensor *x = &c->in[p];
+		int64_t d = x->rank ? x->dims[x->rank - 1] : 1, s, e;
+		if (tpf_sharded_part(c, p, &s, &e) || s != (int64_t)c->rank * d || e - s != d)
+			return 0;
+	}
+	return 1;
+}
+
+enum tpf_status tpf_sharded_tokens(const struct tpf_kernel_call *c, size_t p, int64_t *rows,
+				   int64_t *cols)
+{
+	const struct tpf_ktensor *x = &c->in[p];
+	int64_t d = x->rank ? x->dims[x->rank - 1] : 1, r = d ? x->numel / d : 0;
+	if (*rows >= 0 && r != *rows)
+		return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
+	*rows = r;
+	*cols = d;
+	return TPF_OK;
+}
+
+enum tpf_status tpf_sharded_gathered_part(const struct tpf_kernel_call *c, size_t p, int world,
+					  struct tpf_sharded_gathered *gp)
+{
+	const struct tpf_ktensor *g = &c->in[p], *y = &c->out[p];
+	if (tpf_sharded_part(c, p, &gp->start, &gp->end))
+		return tpf_kfail(c, TPF_ERR_INVALID, "no part_starts/part_ends entry for tensor %zu", p);
+	gp->w = gp->end - gp->start;
+	gp->rows = gp->w > 0 ? y->numel / gp->w : 0;
+	gp->d = gp->rows > 0 ? g->numel / ((int64_t)world * gp->rows) : 0;
+	gp->full = gp->d * world;
+	return TPF_OK;
+}
+
 int tpf_qmap_init(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
 		  const struct tpf_ktensor *s, struct tpf_qmap *m)
 {
@@ -449,33 +512,6 @@ int tpf_pad_resolve(const struct tpf_kernel_call *c, int64_t *begin, int *mode)
 		if (y->dims[d] && !x->dims[d] && *mode)
 			return -1; /* edge, reflect, wrap of an empty axis */
 	return 0;
-}
-
-/* The source index along one axis for output index o (-1: the constant). */
-int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode)
-{
-	int64_t i = o - begin;
-	if (i >= 0 && i < n)
-		return i;
-	switch (mode) {
-	case 1:
-		return i < 0 ? 0 : n - 1;
-	case 2:
-		if (n == 1)
-			return 0;
-		{
-			int64_t period = 2 * (n - 1);
-			i %= period;
-			if (i < 0)
-				i += period;
-			return i < n ? i : period - i;
-		}
-	case 3:
-		i %= n;
-		return i < 0 ? i + n : i;
-	default:
-		return -1;
-	}
 }
 
 /* ------------------------------------------------------------ packed weights */

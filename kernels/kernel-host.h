@@ -16,6 +16,9 @@ extern "C" {
 /* Adds "node 'NAME' (OP): MESSAGE" to the call's diagnostic, returns st. */
 enum tpf_status tpf_kfail(const struct tpf_kernel_call *c, enum tpf_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The same into d (the call's diag may be another). */
+enum tpf_status tpf_kfail_to(const struct tpf_kernel_call *c, struct tpf_diag *d, enum tpf_status st,
+			     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Walks the elements of an output in row-major order, keeping the offsets of
  * up to TPF_BCAST_MAX inputs broadcast to it (numpy rules). */
@@ -123,6 +126,25 @@ int tpf_norm_attrs(const struct tpf_kernel_call *c, const struct tpf_ktensor *x,
  * (epsilons[i], else epsilon, default 1e-5). */
 int64_t tpf_sharded_full_dim(const struct tpf_kernel_call *c, size_t i, int64_t local);
 float tpf_sharded_epsilon(const struct tpf_kernel_call *c, size_t i);
+/* The part form (part_starts, part_ends): the part [*start, *end) of tensor
+ * i, 0; -1 when the node has none.  Whether every part is this rank's shard
+ * (d_i wide: [rank * d_i, rank * d_i + d_i)), as the plan decides. */
+int tpf_sharded_part(const struct tpf_kernel_call *c, size_t i, int64_t *start, int64_t *end);
+int tpf_sharded_parts_own(const struct tpf_kernel_call *c, size_t n);
+/* Input p as rows x cols (its last dim); *rows < 0 before the first input,
+ * else TPF_ERR_INVALID with a message when p's rows differ. */
+enum tpf_status tpf_sharded_tokens(const struct tpf_kernel_call *c, size_t p, int64_t *rows,
+				   int64_t *cols);
+/* The part form on a rank that gathers (world ranks): tensor p's part
+ * [start, end) of the full width, w = end - start wide, of `rows` rows of
+ * output p, from gathered input p [world, rows, d] (full = d * world).
+ * TPF_ERR_INVALID with a message when the node has no part for p; the
+ * caller checks that the operands fit. */
+struct tpf_sharded_gathered {
+	int64_t start, end, w, rows, d, full;
+};
+enum tpf_status tpf_sharded_gathered_part(const struct tpf_kernel_call *c, size_t p, int world,
+					  struct tpf_sharded_gathered *gp);
 
 /* QuantizeLinear / DequantizeLinear: how element i of x (row-major) finds
  * its scale (and zero point) element.  mode 0: one scale; 1: per axis
@@ -158,9 +180,7 @@ int tpf_conv_resolve(const struct tpf_kernel_call *c, struct tpf_conv_geom *g);
  * checked against the output's shape; *mode 0 constant, 1 edge, 2 reflect,
  * 3 wrap.  0 ok, -1 when they disagree. */
 int tpf_pad_resolve(const struct tpf_kernel_call *c, int64_t *begin, int *mode);
-/* The input index along one axis of n elements for output index o with
- * leading pad `begin`; -1 for the constant. */
-int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode);
+/* tpf_pad_source (op-geometry.h): the index along one axis it reads. */
 
 /* ------------------------------------------------------------ launches */
 

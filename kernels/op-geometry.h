@@ -2,8 +2,8 @@
 /* Private to kernels/: what the CPU and the CUDA kernel of Conv, TopK,
  * Attention, the FP8 GEMM, Transpose and CumSum share beyond kernel-host.h:
  * the operand checks and geometry (host; the same nodes are refused with
- * the same message), Conv's index arithmetic and CumSum's line walk and
- * running sums (host and device). */
+ * the same message), Conv's index arithmetic, Pad's source index and
+ * CumSum's line walk and running sums (host and device). */
 #ifndef TPF_OP_GEOMETRY_H
 #define TPF_OP_GEOMETRY_H
 
@@ -62,6 +62,35 @@ static inline enum tpf_status tpf_conv_operands(const struct tpf_kernel_call *c,
 	    (*b && ((*b)->dtype != x->dtype || (*b)->numel != g->m)))
 		return tpf_kfail(c, TPF_ERR_INVALID, "X, W, B and Y must share one dtype (B of M elements)");
 	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ Pad */
+
+/* The input index along one axis of n elements for output index o with
+ * leading pad `begin` and tpf_pad_resolve's mode; -1 for the constant. */
+TPF_HD int64_t tpf_pad_source(int64_t o, int64_t begin, int64_t n, int mode)
+{
+	int64_t i = o - begin;
+	if (i >= 0 && i < n)
+		return i;
+	switch (mode) {
+	case 1:
+		return i < 0 ? 0 : n - 1;
+	case 2: {
+		if (n == 1)
+			return 0;
+		int64_t period = 2 * (n - 1);
+		i %= period;
+		if (i < 0)
+			i += period;
+		return i < n ? i : period - i;
+	}
+	case 3:
+		i %= n;
+		return i < 0 ? i + n : i;
+	default:
+		return -1;
+	}
 }
 
 /* ------------------------------------------------------------ TopK */

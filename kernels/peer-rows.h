@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Private to kernels/: which rows the two-shot all-reduce's ranks own
- * (kernels/cuda/ar-norm.cu; checked on the host by tests/test-peer-rows.c).
+ * (kernels/cuda/ar-peer.cu; checked on the host by tests/test-peer-rows.c).
  * Rank q of `world` owns the rows r with r % world == q and reduces them;
  * the rows it does not own it scatters to their owners and later finishes
  * from the gathered sums.  Consecutive rows have different owners, so that

@@ -41,10 +41,12 @@ static const struct tpf_kernel kernels[] = {
 #define TPF_KERNEL_CPU(name, op, phase, key, cpu, fn) CPU_ROW(name, op, phase, key, cpu, fn)
 #define TPF_KERNEL_CUDA_WS(name, op, phase, key, cpu, cuda, fn)                                    \
 	CPU_ROW(name, op, phase, key, cpu, fn) CUDA_WS_ROW(name, op, phase, key, cuda, fn)
+#define TPF_KERNEL_FORM(op, fn)
 #include "kernels.def"
 #undef TPF_KERNEL
 #undef TPF_KERNEL_CPU
 #undef TPF_KERNEL_CUDA_WS
+#undef TPF_KERNEL_FORM
 };
 
 #define N_KERNELS (sizeof(kernels) / sizeof(kernels[0]))

@@ -137,6 +137,13 @@ const struct tpf_kernel *tpf_kernel_find_any(enum tpf_backend b, enum tpf_op op,
 size_t tpf_kernel_phases(enum tpf_op op, enum tpf_kernel_phase *phases, size_t max);
 /* Every row of the table, all backends built in. */
 const struct tpf_kernel *const *tpf_kernel_list(size_t *count);
+/* Whether the kernels of op (every backend, every phase it is lowered to)
+ * run the form of the call's node and operands (shapes bound, outputs'
+ * count): TPF_OK, or the status with a message "node 'NAME' (OP): ..." in d
+ * for a form they do not run (the TPF_KERNEL_FORM rows of kernels.def;
+ * broadcasting ops of more than 8 operands). */
+enum tpf_status tpf_kernel_supports(enum tpf_op op, const struct tpf_kernel_call *c,
+				    struct tpf_diag *d);
 
 /* Fills numel and nbytes from dtype, rank and dims; -1 on overflow. */
 int tpf_ktensor_finish(struct tpf_ktensor *t);

@@ -1,225 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* Sessions: a model bound to a backend device and a communicator; each run
  * (re)builds the plan when input shapes change, uploads the inputs, runs
- * the steps and downloads the outputs.  Also the CPU device. */
-#include "runtime-internal.h"
+ * the steps and downloads the outputs.  The state is session-internal.h's;
+ * the collectives a plan's steps go through are chosen in
+ * session-collectives.c, the CPU device is session-cpu.c's. */
+#include "session-internal.h"
 
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-/* ------------------------------------------------------------ CPU device */
-
-static void *cpu_alloc(struct tpf_device *dev, size_t bytes)
-{
-	/* 64-byte alignment for the kernels' sake; aligned_alloc needs a multiple */
-	size_t n = (bytes + 63) & ~(size_t)63;
-	return aligned_alloc(64, n ? n : 64);
-}
-
-static void cpu_free(struct tpf_device *dev, void *p)
-{
-	free(p);
-}
-
-static enum tpf_status cpu_copy(struct tpf_device *dev, void *dst, const void *src, size_t n,
-				struct tpf_diag *d)
-{
-	if (n && dst != src)
-		memcpy(dst, src, n);
-	return TPF_OK;
-}
-
-static enum tpf_status cpu_sync(struct tpf_device *dev, struct tpf_diag *d)
-{
-	return TPF_OK;
-}
-
-/* Timing marks: kernels are synchronous on the CPU, the clock suffices. */
-struct cpu_marks {
-	double *t;
-	size_t n;
-};
-
-static double clock_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static enum tpf_status cpu_mark(struct tpf_device *dev, size_t i, struct tpf_diag *d)
-{
-	struct cpu_marks *m = dev->ctx;
-	if (i >= m->n) {
-		size_t n = i + 1 > 2 * m->n ? i + 1 : 2 * m->n;
-		double *t = tpf_realloc(m->t, n * sizeof(double));
-		if (!t)
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-		for (size_t k = m->n; k < n; k++)
-			t[k] = -1;
-		m->t = t;
-		m->n = n;
-	}
-	m->t[i] = clock_ms();
-	return TPF_OK;
-}
-
-static double cpu_elapsed_ms(struct tpf_device *dev, size_t a, size_t b)
-{
-	struct cpu_marks *m = dev->ctx;
-	if (a >= m->n || b >= m->n || m->t[a] < 0 || m->t[b] < 0)
-		return -1;
-	return m->t[b] - m->t[a];
-}
-
-static void cpu_destroy(struct tpf_device *dev)
-{
-	struct cpu_marks *m = dev->ctx;
-	if (m)
-		tpf_free(m->t);
-	tpf_free(m);
-	tpf_free(dev);
-}
-
-#ifdef TPF_HAVE_CUDA
-#include "tpf-cuda-runtime.h"
-#include "cuda/tpf-cuda.h"
-#endif
-
-enum tpf_status tpf_device_create(enum tpf_backend kind, int local_rank, struct tpf_device **out,
-				  struct tpf_diag *d)
-{
-	*out = NULL;
-	if (kind == TPF_BACKEND_CUDA) {
-#ifdef TPF_HAVE_CUDA
-		return tpf_cuda_device_create(local_rank, out, d);
-#else
-		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "this tpfuse was built without CUDA");
-#endif
-	}
-	if (kind != TPF_BACKEND_CPU)
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "unknown backend %d", (int)kind);
-	struct tpf_device *dev = tpf_calloc(1, sizeof(*dev));
-	struct cpu_marks *marks = tpf_calloc(1, sizeof(*marks));
-	if (!dev || !marks) {
-		tpf_free(dev);
-		tpf_free(marks);
-		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-	}
-	dev->kind = TPF_BACKEND_CPU;
-	dev->ctx = marks;
-	dev->mark = cpu_mark;
-	dev->elapsed_ms = cpu_elapsed_ms;
-	dev->alloc = cpu_alloc;
-	dev->free = cpu_free;
-	dev->upload = cpu_copy;
-	dev->download = cpu_copy;
-	dev->sync = cpu_sync;
-	dev->destroy = cpu_destroy;
-	*out = dev;
-	return TPF_OK;
-}
-
-void tpf_device_free(struct tpf_device *dev)
-{
-	if (dev && dev->destroy)
-		dev->destroy(dev);
-}
 
 /* ------------------------------------------------------------ sessions */
-
-/* Plans kept per input signature (LRU): prefill and decode shapes in one
- * process each keep theirs. */
-#define TPF_SESSION_PLANS 8
-
-/* A plan bound to the session's device: everything a run of it needs. */
-struct bound {
-	struct tpf_plan *plan;     /* NULL: a free slot */
-	uint64_t shape_key;        /* input names, dtypes and dims */
-	/* inputs whose values the plan depends on (tpf_plan_value_inputs): graph
-	 * input names and their bytes when the plan was built */
-	const char **dep_names;
-	size_t *dep_len;
-	unsigned char *dep_bytes;
-	size_t n_dep;
-	uint64_t used;             /* LRU stamp */
-	void *arena;               /* the arena the operands point into */
-	/* device copies of constants (non-CPU), operand arrays, outputs */
-	void **const_dev;
-	struct tpf_ktensor **kin, **kout;
-	struct tpf_host_tensor *outs;
-	size_t n_outs;
-	/* per step: where a Pack -> AllToAll -> Unpack run starts that goes
-	 * as one exchange between the pieces' own buffers, how (enum
-	 * a2a_mode) */
-	unsigned char *a2a_direct;
-	size_t n_a2a_direct; /* runs found */
-	/* CUDA one-shot collectives (peer memory): per step of the plan what
-	 * runs there (enum oneshot_mode) */
-	unsigned char *oneshot;
-	size_t n_oneshot;
-	/* profiling (opt.profile, eager runs): per step, the device time summed
-	 * over prof_runs runs; a step that starts a multi-step one-shot kernel
-	 * holds the whole kernel's time */
-	double *prof_ms;
-	size_t prof_runs;
-	unsigned char *prof_marked; /* marks recorded by the current run */
-	int prof_seen_first;        /* the plan's first run went by */
-};
-
-struct tpf_session {
-	const struct tpf_model *model;
-	struct tpf_session_options opt;
-	struct tpf_comm *comm;
-	int owns_comm;
-	struct tpf_device *dev;
-	struct bound slots[TPF_SESSION_PLANS];
-	struct bound *b;           /* the current plan's slot (never NULL) */
-	uint64_t clock;            /* LRU clock */
-	uint64_t builds;           /* plans built so far */
-	void *arena;
-	size_t arena_cap;
-	/* scratch of the kernels that ask for it (tpf_kernel.workspace): the
-	 * largest need of any bound plan; grows when a plan needs more */
-	void *ws;
-	size_t ws_cap;
-#ifdef TPF_HAVE_CUDA
-	/* one-shot contexts live as long as the session and grow when a plan
-	 * needs more */
-	struct tpf_cuda_arnorm *os_ctx[TPF_DTYPE_COUNT]; /* sums, by dtype */
-	struct tpf_cuda_arnorm *os_sharded;               /* sharded-norm exchange */
-	struct tpf_cuda_a2a *os_a2a;                      /* direct all-to-alls */
-	int os_failed;                                    /* set-up failed once: NCCL only */
-#endif
-	/* constants shared by the plans: derived copies of the weights and
-	 * device copies (const-store.c) */
-	struct tpf_const_store *consts;
-	/* constants live in memory of their own, uploaded (a GPU; on the CPU
-	 * backend with TPF_CPU_COPY_CONSTANTS=1, for tests); else the kernels
-	 * read the host bytes */
-	int dev_consts;
-	/* the strategy table: options', TPF_STRATEGY_TABLE's (owned) or built-in */
-	const struct tpf_strategy_table *strategy;
-	struct tpf_strategy_table *strategy_owned;
-};
-
-#ifdef TPF_HAVE_CUDA
-static void oneshot_free(struct tpf_session *s);
-#endif
-
-enum oneshot_mode {
-	OS_NONE,      /* as planned */
-	OS_ARNORM,    /* this all-reduce and the next step (post-reduce): one kernel */
-	OS_ALLREDUCE, /* a bare all-reduce through peer memory */
-	OS_SHARDED,   /* sum of squares, all-reduce, normalize: one kernel */
-	OS_MODE_MASK = 0x0f,
-	OS_TWOSHOT = 0x10 /* with OS_ARNORM or OS_ALLREDUCE: the two-shot kernel */
-};
 
 /* Frees the current slot's plan and everything bound to it. */
 static void unbind(struct tpf_session *s)
@@ -299,99 +92,6 @@ const struct tpf_ktensor *tpf_session_bound_input(const struct tpf_session *s, c
 	}
 	return NULL;
 }
-
-/* ------------------------------------------------------------ memory available */
-
-static int read_u64_file(const char *path, uint64_t *v)
-{
-	char buf[64];
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *end;
-	unsigned long long x = strtoull(buf, &end, 10);
-	if (end == buf)
-		return -1; /* "max" */
-	*v = x;
-	return 0;
-}
-
-/* Host memory a process can still use: MemAvailable, within the cgroup's
- * limit where one is set. */
-static int host_available(size_t *out)
-{
-	uint64_t avail = 0;
-	int have = 0;
-	FILE *f = fopen("/proc/meminfo", "r");
-	if (f) {
-		char line[256];
-		unsigned long long kb;
-		while (fgets(line, sizeof(line), f))
-			if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-				avail = (uint64_t)kb * 1024;
-				have = 1;
-				break;
-			}
-		fclose(f);
-	}
-	if (!have) {
-		long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-		if (pages <= 0 || size <= 0)
-			return -1;
-		avail = (uint64_t)pages * (uint64_t)size;
-	}
-	uint64_t max, cur;
-	if (!read_u64_file("/sys/fs/cgroup/memory.max", &max) &&
-	    !read_u64_file("/sys/fs/cgroup/memory.current", &cur))
-		avail = cur >= max ? 0 : max - cur < avail ? max - cur : avail;
-	*out = avail > SIZE_MAX ? SIZE_MAX : (size_t)avail;
-	return 0;
-}
-
-int tpf_memory_available(enum tpf_backend b, size_t *out)
-{
-	if (b == TPF_BACKEND_CPU)
-		return host_available(out);
-#ifdef TPF_HAVE_CUDA
-	size_t total;
-	if (b == TPF_BACKEND_CUDA)
-		return tpf_cuda_mem_info(out, &total);
-#endif
-	return -1;
-}
-
-static void human_bytes(size_t n, char *buf, size_t size)
-{
-	const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)n;
-	int u = 0;
-	while (v >= 1024 && u < 4) {
-		v /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, size, "%zu bytes", n);
-	else
-		snprintf(buf, size, "%.1f %s", v, unit[u]);
-}
-
-enum tpf_status tpf_memory_check(enum tpf_backend b, size_t need, const char *what, struct tpf_diag *d)
-{
-	size_t avail;
-	char nb[32], ab[32];
-	if (tpf_memory_available(b, &avail))
-		return TPF_OK; /* cannot tell: the allocation will say */
-	if (need <= avail)
-		return TPF_OK;
-	human_bytes(need, nb, sizeof(nb));
-	human_bytes(avail, ab, sizeof(ab));
-	return tpf_diag_fail(d, TPF_ERR_NOMEM, "%s: %s needed, only %s of %s memory available", what, nb, ab,
-			     b == TPF_BACKEND_CPU ? "host" : tpf_backend_name(b));
-}
-
 /* Points the current slot's operands into the session's arena (after the
  * arena moved: another plan needed a larger one). */
 static void attach(struct tpf_session *s)
@@ -409,8 +109,6 @@ static void attach(struct tpf_session *s)
 	s->b->arena = s->arena;
 }
 
-static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call, struct tpf_diag *d);
-
 /* The workspace the plan's kernels ask for (the largest answer), grown when
  * this plan needs more than the session has.  A CUDA graph captured with
  * the old workspace is dropped with it. */
@@ -423,7 +121,7 @@ static enum tpf_status bind_workspace(struct tpf_session *s, struct tpf_diag *d)
 		if (st->kind != RT_STEP_KERNEL || !st->kernel->workspace)
 			continue;
 		struct tpf_kernel_call call;
-		make_call(s, k, &call, NULL);
+		tpf_rt_session_call(s, k, &call, NULL);
 		size_t n = st->kernel->workspace(&call);
 		need = n > need ? n : need;
 	}
@@ -950,7 +648,7 @@ void tpf_session_free(struct tpf_session *s)
 	}
 	tpf_const_store_free(s->consts, s->dev);
 #ifdef TPF_HAVE_CUDA
-	oneshot_free(s);
+	tpf_rt_oneshot_free(s);
 #endif
 	if (s->arena)
 		s->dev->free(s->dev, s->arena);
@@ -986,7 +684,8 @@ size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds)
 	return n;
 }
 
-static void make_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call, struct tpf_diag *d)
+void tpf_rt_session_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call,
+			 struct tpf_diag *d)
 {
 	const struct rt_step *st = &s->b->plan->steps[k];
 	*call = (struct tpf_kernel_call){.node = st->node, .opset = s->b->plan->opset, .in = s->b->kin[k],
@@ -1007,7 +706,7 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 	switch (st->kind) {
 	case RT_STEP_KERNEL: {
 		struct tpf_kernel_call call;
-		make_call(s, k, &call, d);
+		tpf_rt_session_call(s, k, &call, d);
 		return st->kernel->run(&call);
 	}
 	default:
@@ -1044,469 +743,6 @@ static enum tpf_status run_step(struct tpf_session *s, size_t k, struct tpf_diag
 		tpf_diag_add(d, TPF_SEV_ERROR, "in %s", tpf_node_describe(st->node, who, sizeof(who)));
 	return rc;
 }
-
-/* ------------------------------------------------------------ direct all-to-all
- * coalesce-alltoall writes Pack -> one AllToAll -> Unpack; where the
- * communicator can exchange several pieces in one group (NCCL: one group
- * of sends and receives), the three steps run as that exchange straight
- * from the pieces' producers' buffers into their consumers': no packing
- * copies, one launch, for up to TPF_A2A_DIRECT_MAX_PIECES pieces (16;
- * beyond, the packed path is faster).  Only for the pass's layout (each piece's chunk j at
- * j*S + offset in the packed buffer, read back the same way), when the
- * packed and received buffers have no other reader, and the steps are
- * consecutive in the plan. */
-
-/* Whether a value is read by any step but `except`, or is a graph output. */
-static int value_used_elsewhere(const struct tpf_plan *p, int v, size_t except)
-{
-	for (size_t o = 0; o < p->n_outputs; o++)
-		if (p->outputs[o] == v)
-			return 1;
-	for (size_t k = 0; k < p->n_steps; k++) {
-		if (k == except)
-			continue;
-		for (size_t i = 0; i < p->steps[k].n_in; i++)
-			if (p->steps[k].ins[i] == v)
-				return 1;
-	}
-	return 0;
-}
-
-/* The segments of a Pack (pack = 1) or Unpack node are exactly the pass's
- * layout for pieces of c[i] elements per rank chunk. */
-static int segments_canonical(const struct tpf_node *n, const int64_t *c, size_t pieces, int world, int pack)
-{
-	const struct tpf_attr *a = tpf_node_attr(n, "segments");
-	if (!a || a->kind != TPF_ATTR_INTS || a->n != 4 * pieces * (size_t)world)
-		return 0;
-	int64_t S = 0;
-	for (size_t i = 0; i < pieces; i++)
-		S += c[i];
-	unsigned char *seen = tpf_calloc(pieces * (size_t)world, 1);
-	if (!seen)
-		return 0;
-	int ok = 1;
-	for (size_t q = 0; q < a->n / 4 && ok; q++) {
-		const int64_t *e = &a->ints[4 * q];
-		int64_t i = e[0], local = pack ? e[1] : e[2], packed = pack ? e[2] : e[1], len = e[3];
-		if (i < 0 || (size_t)i >= pieces || len != c[i] || c[i] <= 0 || local % c[i]) {
-			ok = 0;
-			break;
-		}
-		int64_t j = local / c[i], off = 0;
-		for (int64_t t = 0; t < i; t++)
-			off += c[t];
-		if (j >= world || packed != j * S + off || seen[(size_t)i * (size_t)world + (size_t)j]) {
-			ok = 0;
-			break;
-		}
-		seen[(size_t)i * (size_t)world + (size_t)j] = 1;
-	}
-	tpf_free(seen);
-	return ok;
-}
-
-#ifdef TPF_HAVE_CUDA
-#define TPF_A2A_PEER_MAX_PIECES TPF_CUDA_A2A_MAX_PIECES
-#else
-#define TPF_A2A_PEER_MAX_PIECES 16
-#endif
-
-enum a2a_mode {
-	A2A_GROUPED = 1, /* the communicator's alltoall_pieces (NCCL: one group of sends and receives) */
-	A2A_PEER = 2,    /* CUDA peer memory: one kernel (tpf_cuda_a2a_run) */
-};
-
-static int peer_a2a_possible(const struct tpf_session *s);
-
-/* The most pieces a direct run takes through the communicator's grouped
- * calls (TPF_A2A_DIRECT_MAX_PIECES, default 16). */
-static long grouped_max_pieces(void)
-{
-	return (long)tpf_env_int("TPF_A2A_DIRECT_MAX_PIECES", 16);
-}
-
-/* Finds the direct runs of the current plan; every rank must agree. */
-static enum tpf_status a2a_direct_prepare(struct tpf_session *s, struct tpf_diag *d)
-{
-	const struct tpf_plan *p = s->b->plan;
-	int wanted = tpf_env_switch("TPF_A2A_DIRECT", 1) && s->comm->world > 1 && s->comm->ops->alltoall_pieces;
-	/* Many small pieces go faster packed through NCCL's grouped calls: 2x
-	 * H100, 68 MB in 4 / 16 / 64 pieces: direct 174 / 251 / 596 us, packed
-	 * 239 / 259 / 261 us (bench-fusions); the default bound sits between
-	 * the two.  The peer-memory kernel takes any number up to its limit at
-	 * the speed of one raw all-to-all (136 / 140 / 137 us against 143). */
-	long max_pieces = peer_a2a_possible(s) && tpf_env_int("TPF_A2A_DIRECT_MAX_PIECES", -1) < 0 ? TPF_A2A_PEER_MAX_PIECES : grouped_max_pieces();
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	for (size_t k = 0; wanted && k + 2 < p->n_steps; k++) {
-		const struct rt_step *pk = &p->steps[k], *a2a = &p->steps[k + 1], *up = &p->steps[k + 2];
-		if (!tpf_plan_a2a_run(p, k) || pk->n_in != up->n_out || pk->n_in == 0 || pk->n_in > 4096)
-			continue;
-		if ((long)pk->n_in > max_pieces || value_used_elsewhere(p, pk->outs[0], k + 1) ||
-		    value_used_elsewhere(p, a2a->outs[0], k + 2))
-			continue;
-		size_t n = pk->n_in;
-		int64_t c[4096];
-		int ok = 1;
-		for (size_t i = 0; i < n && ok; i++) {
-			const struct tpf_ktensor *x = &s->b->kin[k][i], *y = &s->b->kout[k + 2][i];
-			ok = pk->ins[i] >= 0 && up->outs[i] >= 0 && x->dtype == s->b->kin[k + 1][0].dtype &&
-			     y->dtype == x->dtype && x->numel == y->numel && x->numel % s->comm->world == 0 &&
-			     tpf_dtype_bits(x->dtype) % 8 == 0; /* whole bytes a chunk */
-			c[i] = ok ? x->numel / s->comm->world : 0;
-		}
-		if (!ok || !segments_canonical(pk->node, c, n, s->comm->world, 1) ||
-		    !segments_canonical(up->node, c, n, s->comm->world, 0))
-			continue;
-		if (!s->b->a2a_direct && !(s->b->a2a_direct = tpf_calloc(p->n_steps + 1, 1)))
-			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-		s->b->a2a_direct[k] = A2A_GROUPED;
-		s->b->n_a2a_direct++;
-		h = (h ^ (uint64_t)k) * UINT64_C(0x100000001b3);
-		k += 2;
-	}
-	/* every rank must exchange alike (the variables are per process) */
-	return s->comm->world > 1 ? tpf_comm_check_same(s->comm, h,
-							"the direct all-to-alls chosen (TPF_A2A_DIRECT and "
-							"TPF_A2A_DIRECT_MAX_PIECES must agree)",
-							d)
-				  : TPF_OK;
-}
-
-static enum tpf_status a2a_direct_run(struct tpf_session *s, size_t k, struct tpf_diag *d)
-{
-	const struct rt_step *pk = &s->b->plan->steps[k];
-	size_t n = pk->n_in, es = (tpf_dtype_bits(s->b->kin[k][0].dtype) + 7) / 8;
-	const void **send = tpf_calloc(n, sizeof(*send));
-	void **recv = tpf_calloc(n, sizeof(*recv));
-	size_t *bytes = tpf_calloc(n, sizeof(*bytes));
-	enum tpf_status st;
-	if (!send || !recv || !bytes) {
-		st = tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-	} else {
-		for (size_t i = 0; i < n; i++) {
-			send[i] = s->b->kin[k][i].data;
-			recv[i] = s->b->kout[k + 2][i].data;
-			bytes[i] = (size_t)s->b->kin[k][i].numel / (size_t)s->comm->world * es;
-		}
-#ifdef TPF_HAVE_CUDA
-		if (s->b->a2a_direct[k] == A2A_PEER)
-			st = tpf_cuda_a2a_run(s->os_a2a, send, (void *const *)recv, bytes, n, s->dev->stream, d);
-		else
-#endif
-			st = s->comm->ops->alltoall_pieces(s->comm, send, (void *const *)recv, bytes, n,
-							   s->dev->stream, d);
-		if (st) {
-			char who[256];
-			tpf_diag_add(d, TPF_SEV_ERROR, "in %s (direct%s, %zu pieces)",
-				     tpf_node_describe(s->b->plan->steps[k + 1].node, who, sizeof(who)),
-				     s->b->a2a_direct[k] == A2A_PEER ? " through peer memory" : "", n);
-		}
-	}
-	tpf_free(send);
-	tpf_free(recv);
-	tpf_free(bytes);
-	return st;
-}
-
-#ifdef TPF_HAVE_CUDA
-/* ------------------------------------------------------------ one-shot collectives
- * On the CUDA backend with more than one rank (NCCL, or MPI through host
- * memory where ranks share GPUs), all-reduces that fit go through peer
- * memory (kernels/cuda/tpf-cuda.h): the fused norms in one kernel each,
- * bare all-reduces without NCCL's latency.  Plans are the
- * same on every rank (structure and shapes are checked), so every rank
- * makes the same choices and the same collective set-up calls. */
-
-static size_t oneshot_max_bytes(void)
-{
-	return (size_t)tpf_env_int("TPF_ONESHOT_MAX_BYTES", (long long)64 << 20);
-}
-
-/* Where one-shot collectives can run at all: the same on every rank. */
-static int oneshot_possible(const struct tpf_session *s)
-{
-	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 &&
-	       (strcmp(s->comm->ops->name, "nccl") == 0 || strcmp(s->comm->ops->name, "mpi-cuda") == 0);
-}
-
-/* Whether this rank wants them (options and environment: checked against
- * the other ranks' choice in oneshot_prepare). */
-static int oneshot_wanted(const struct tpf_session *s)
-{
-	return !s->opt.no_oneshot && !s->os_failed && tpf_env_switch("TPF_ONESHOT", 1);
-}
-
-/* Whether direct all-to-alls go through the peer-memory kernel (as the
- * one-shot collectives; TPF_A2A_PEER=0 keeps NCCL's grouped calls). */
-static int peer_a2a_possible(const struct tpf_session *s)
-{
-	return oneshot_possible(s) && oneshot_wanted(s) && tpf_env_switch("TPF_A2A_PEER", 1);
-}
-
-/* Marks the direct all-to-alls that fit the peer-memory kernel; the most
- * bytes one of them sends a destination. */
-static size_t peer_a2a_mark(struct tpf_session *s)
-{
-	size_t need = 0;
-	const struct tpf_plan *p = s->b->plan;
-	for (size_t k = 0; s->b->a2a_direct && peer_a2a_possible(s) && k < p->n_steps; k++) {
-		if (!s->b->a2a_direct[k] || p->steps[k].n_in > TPF_CUDA_A2A_MAX_PIECES)
-			continue;
-		size_t total = 0, es = (tpf_dtype_bits(s->b->kin[k][0].dtype) + 7) / 8;
-		for (size_t i = 0; i < p->steps[k].n_in; i++)
-			total += ((size_t)s->b->kin[k][i].numel / (size_t)s->comm->world * es + 15) / 16 * 16;
-		if (total > oneshot_max_bytes()) /* the receive area is 2 (world - 1) times this */
-			continue;
-		s->b->a2a_direct[k] = A2A_PEER;
-		need = total > need ? total : need;
-	}
-	return need;
-}
-
-/* Without the peer-memory kernel (its set-up failed on some rank): in
- * every bound plan, a run marked for it goes through the communicator's
- * grouped calls, or packed where it has more pieces than those take well.
- * The same on every rank (after tpf_comm_agree). */
-static void peer_a2a_unmark(struct tpf_session *s)
-{
-	for (int i = 0; i < TPF_SESSION_PLANS; i++) {
-		struct bound *b = &s->slots[i];
-		for (size_t k = 0; b->plan && b->a2a_direct && k < b->plan->n_steps; k++) {
-			if (b->a2a_direct[k] != A2A_PEER)
-				continue;
-			if ((long)b->plan->steps[k].n_in > grouped_max_pieces()) {
-				b->a2a_direct[k] = 0;
-				b->n_a2a_direct--;
-			} else {
-				b->a2a_direct[k] = A2A_GROUPED;
-			}
-		}
-	}
-}
-
-static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
-{
-	struct tpf_comm *c = ctx;
-	return c->ops->allgather(c, send, recv, bytes, NULL, NULL) != TPF_OK;
-}
-
-static void oneshot_free(struct tpf_session *s)
-{
-	for (int t = 0; t < TPF_DTYPE_COUNT; t++) {
-		tpf_cuda_arnorm_free(s->os_ctx[t]);
-		s->os_ctx[t] = NULL;
-	}
-	tpf_cuda_arnorm_free(s->os_sharded);
-	s->os_sharded = NULL;
-	tpf_cuda_a2a_free(s->os_a2a);
-	s->os_a2a = NULL;
-}
-
-/* A context holding at least `elems`; replaced when smaller (collective). */
-static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm **slot,
-				   enum tpf_dtype dt, size_t elems, struct tpf_diag *d)
-{
-	if (*slot && tpf_cuda_arnorm_max_elems(*slot) >= elems)
-		return TPF_OK;
-	tpf_cuda_arnorm_free(*slot);
-	*slot = NULL;
-	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
-	enum tpf_status st = tpf_cuda_arnorm_create(s->comm->rank, s->comm->world, dt, elems, &ex, slot, d);
-	if (!st)
-		tpf_cuda_arnorm_set_timeout(*slot, s->comm->timeout_s);
-	return st;
-}
-
-/* Decides each step's mode for a new plan and sizes the contexts.  A set-up
- * failure on any rank turns the one-shot paths off on all of them (with a
- * warning) and the plan runs through NCCL. */
-static enum tpf_status oneshot_prepare(struct tpf_session *s, struct tpf_diag *d)
-{
-	const struct tpf_plan *p = s->b->plan;
-	if (!oneshot_possible(s))
-		return TPF_OK;
-	/* a rank short of memory turns it off everywhere */
-	s->b->oneshot = tpf_calloc(p->n_steps + 1, 1);
-	if (tpf_comm_agree(s->comm, s->b->oneshot ? TPF_OK : TPF_ERR_NOMEM, "planning one-shot collectives", NULL)) {
-		tpf_free(s->b->oneshot);
-		s->b->oneshot = NULL;
-		return TPF_OK;
-	}
-	s->b->n_oneshot = p->n_steps;
-	int wanted = oneshot_wanted(s);
-	size_t need[TPF_DTYPE_COUNT] = {0}, need_sharded = 0, limit = oneshot_max_bytes();
-	for (size_t k = 0; k < p->n_steps; k++) {
-		const struct rt_step *st = &p->steps[k];
-		const struct rt_step *nx = k + 1 < p->n_steps ? &p->steps[k + 1] : NULL;
-		struct tpf_cuda_oneshot_need nd = {0};
-		struct tpf_kernel_call a, b;
-		int mode = OS_NONE;
-		enum tpf_coll_kind kind = TPF_COLL_ALLREDUCE;
-		if (st->kind == RT_STEP_ALLREDUCE && nx && nx->node == st->node &&
-		    nx->phase == TPF_PHASE_POST_REDUCE) {
-			make_call(s, k + 1, &a, NULL);
-			if (!tpf_cuda_oneshot_arnorm(NULL, &a, s->b->kin[k][0].data, TPF_CUDA_AR_ONESHOT, &nd)) {
-				mode = OS_ARNORM;
-				kind = a.node->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT ? TPF_COLL_ARNORM_FP8
-											: TPF_COLL_ARNORM;
-			}
-		} else if (st->kind == RT_STEP_ALLREDUCE && st->node->op == TPF_OP_MS_ALLREDUCE) {
-			if (!tpf_cuda_oneshot_allreduce(NULL, &s->b->kin[k][0], &s->b->kout[k][0], TPF_CUDA_AR_ONESHOT,
-							NULL, NULL, &nd)) {
-				mode = OS_ALLREDUCE;
-				kind = TPF_COLL_ALLREDUCE;
-			}
-		} else if (st->kind == RT_STEP_KERNEL && st->phase == TPF_PHASE_SUMSQ && k + 2 < p->n_steps &&
-			   nx->kind == RT_STEP_ALLREDUCE && nx->node == st->node && p->steps[k + 2].node == st->node &&
-			   p->steps[k + 2].phase == TPF_PHASE_NORMALIZE) {
-			make_call(s, k, &a, NULL);
-			make_call(s, k + 2, &b, NULL);
-			if (!tpf_cuda_oneshot_sharded(NULL, &a, &b, &nd)) {
-				mode = OS_SHARDED;
-				kind = TPF_COLL_SHARDED;
-			}
-		}
-		size_t bytes;
-		if (!wanted || mode == OS_NONE || tpf_dtype_storage_bytes(nd.dtype, nd.elems, &bytes) || bytes > limit)
-			continue;
-		/* the strategy table decides between NCCL, one-shot and two-shot */
-		enum tpf_coll_path path = tpf_strategy_choose(s->strategy, s->comm->world, kind, nd.hidden,
-							      nd.hidden ? (int64_t)nd.elems / nd.hidden : 0,
-							      (tpf_dtype_bits(nd.dtype) + 7) / 8);
-		if (path == TPF_PATH_NCCL)
-			continue;
-		if (path == TPF_PATH_TWOSHOT && mode != OS_SHARDED)
-			mode |= OS_TWOSHOT;
-		s->b->oneshot[k] = (unsigned char)mode;
-		if ((mode & OS_MODE_MASK) == OS_SHARDED)
-			need_sharded = nd.elems > need_sharded ? nd.elems : need_sharded;
-		else if (nd.elems > need[nd.dtype])
-			need[nd.dtype] = nd.elems;
-	}
-	/* The ranks must choose alike (TPF_ONESHOT, TPF_ONESHOT_MAX_BYTES,
-	 * no_oneshot and the strategy table are per process): one rank in a
-	 * one-shot kernel and another in NCCL would wait for each other
-	 * forever. */
-	const size_t need_a2a = peer_a2a_mark(s);
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-	for (size_t k = 0; k < p->n_steps; k++)
-		h = (h ^ s->b->oneshot[k] ^ (s->b->a2a_direct ? (unsigned)s->b->a2a_direct[k] << 8 : 0u)) *
-		    UINT64_C(0x100000001b3);
-	enum tpf_status cs = tpf_comm_check_same(s->comm, h,
-						 "the peer-memory collectives chosen (TPF_ONESHOT, "
-						 "TPF_ONESHOT_MAX_BYTES, TPF_A2A_PEER, --no-oneshot and the "
-						 "strategy table must agree)",
-						 d);
-	if (cs)
-		return cs;
-	if (!wanted)
-		return TPF_OK;
-	/* Every rank makes the same create calls, failed or not (each is one
-	 * exchange), then all learn whether any failed. */
-	struct tpf_diag *local = tpf_diag_create();
-	enum tpf_status st = TPF_OK, r;
-	for (int t = 0; t < TPF_DTYPE_COUNT; t++)
-		if (need[t] && (r = oneshot_ctx(s, &s->os_ctx[t], (enum tpf_dtype)t, need[t], local)) && !st)
-			st = r;
-	if (need_sharded && (r = oneshot_ctx(s, &s->os_sharded, TPF_DTYPE_FLOAT, need_sharded, local)) && !st)
-		st = r;
-	if (tpf_comm_agree(s->comm, st, "setting up peer memory for one-shot collectives", local)) {
-		/* not an error: the run goes on through the communicator
-		 * (NCCL); the caller's diagnostic says why (the library prints
-		 * nothing) */
-		tpf_diag_add(d, TPF_SEV_WARNING, "one-shot collectives are off, the communicator (%s) runs them",
-			     s->comm->ops->name);
-		for (size_t i = 0; local && i < local->count; i++)
-			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
-		oneshot_free(s);
-		/* every bound plan: a cached one must not find a freed context */
-		for (int i = 0; i < TPF_SESSION_PLANS; i++)
-			if (s->slots[i].oneshot)
-				memset(s->slots[i].oneshot, 0, s->slots[i].n_oneshot);
-		peer_a2a_unmark(s);
-		s->os_failed = 1;
-		tpf_diag_free(local);
-		return TPF_OK;
-	}
-	/* the all-to-all's context on its own: its failure keeps the one-shot
-	 * all-reduces */
-	st = TPF_OK;
-	tpf_diag_clear(local);
-	if (need_a2a && (!s->os_a2a || tpf_cuda_a2a_max_bytes(s->os_a2a) < need_a2a)) {
-		struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
-		tpf_cuda_a2a_free(s->os_a2a);
-		s->os_a2a = NULL;
-		st = tpf_cuda_a2a_create(s->comm->rank, s->comm->world, need_a2a, &ex, &s->os_a2a, local);
-		if (s->os_a2a)
-			tpf_cuda_a2a_set_timeout(s->os_a2a, s->comm->timeout_s);
-	}
-	if (tpf_comm_agree(s->comm, st, "setting up peer memory for all-to-alls", local)) {
-		tpf_diag_add(d, TPF_SEV_WARNING, "peer-memory all-to-alls are off, the communicator (%s) runs them",
-			     s->comm->ops->name);
-		for (size_t i = 0; local && i < local->count; i++)
-			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
-		tpf_cuda_a2a_free(s->os_a2a);
-		s->os_a2a = NULL;
-		peer_a2a_unmark(s);
-	}
-	tpf_diag_free(local);
-	return TPF_OK;
-}
-
-/* After the device is synchronized: whether a peer-memory wait gave up. */
-static enum tpf_status oneshot_check(struct tpf_session *s, struct tpf_diag *d)
-{
-	enum tpf_status st;
-	for (int t = 0; t < TPF_DTYPE_COUNT; t++)
-		if (s->os_ctx[t] && (st = tpf_cuda_arnorm_check(s->os_ctx[t], d)))
-			return st;
-	if (s->os_sharded && (st = tpf_cuda_arnorm_check(s->os_sharded, d)))
-		return st;
-	return s->os_a2a ? tpf_cuda_a2a_check(s->os_a2a, d) : TPF_OK;
-}
-
-/* Runs the one-shot form of the steps from k; *used: how many steps it covered. */
-static enum tpf_status oneshot_run(struct tpf_session *s, size_t k, size_t *used, struct tpf_diag *d)
-{
-	struct tpf_kernel_call a, b;
-	struct tpf_ktensor *in = s->b->kin[k];
-	enum tpf_status st = TPF_OK;
-	char who[256];
-	enum tpf_cuda_ar_path path = s->b->oneshot[k] & OS_TWOSHOT ? TPF_CUDA_AR_TWOSHOT : TPF_CUDA_AR_ONESHOT;
-	switch (s->b->oneshot[k] & OS_MODE_MASK) {
-	case OS_ARNORM:
-		make_call(s, k + 1, &a, d);
-		st = tpf_cuda_oneshot_arnorm(s->os_ctx[in[0].dtype], &a, in[0].data, path, NULL);
-		*used = 2;
-		break;
-	case OS_ALLREDUCE:
-		st = tpf_cuda_oneshot_allreduce(s->os_ctx[in[0].dtype], &in[0], &s->b->kout[k][0], path,
-						s->dev->stream, d, NULL);
-		*used = 1;
-		break;
-	case OS_SHARDED:
-		make_call(s, k, &a, d);
-		make_call(s, k + 2, &b, d);
-		st = tpf_cuda_oneshot_sharded(s->os_sharded, &a, &b, NULL);
-		*used = 3;
-		break;
-	default:
-		return TPF_ERR_INVALID;
-	}
-	if (st)
-		tpf_diag_add(d, TPF_SEV_ERROR, "in %s (one-shot)",
-			     tpf_node_describe(s->b->plan->steps[k].node, who, sizeof(who)));
-	return st;
-}
-#else
-static int peer_a2a_possible(const struct tpf_session *s)
-{
-	(void)s;
-	return 0;
-}
-#endif
-
 static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 {
 	struct tpf_session *s = ctx;
@@ -1520,12 +756,12 @@ static enum tpf_status run_steps(void *ctx, struct tpf_diag *d)
 	for (size_t k = 0; k < s->b->plan->n_steps;) {
 		size_t used = 1;
 		if (s->b->a2a_direct && s->b->a2a_direct[k]) {
-			st = a2a_direct_run(s, k, d);
+			st = tpf_rt_a2a_direct_run(s, k, d);
 			used = 3;
 		} else
 #ifdef TPF_HAVE_CUDA
 		if (s->b->oneshot && s->b->oneshot[k])
-			st = oneshot_run(s, k, &used, d);
+			st = tpf_rt_oneshot_run(s, k, &used, d);
 		else
 #endif
 			st = run_step(s, k, d);
@@ -1660,32 +896,9 @@ enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d)
 	enum tpf_status st = s->dev->sync(s->dev, d);
 #ifdef TPF_HAVE_CUDA
 	if (!st)
-		st = oneshot_check(s, d);
+		st = tpf_rt_oneshot_check(s, d);
 #endif
 	return st;
-}
-
-void tpf_session_collective_stats(const struct tpf_session *s, size_t *collectives, size_t *oneshot)
-{
-	*collectives = *oneshot = 0;
-	if (!s->b->plan)
-		return;
-	for (size_t k = 0; k < s->b->plan->n_steps; k++) {
-		if (s->b->plan->steps[k].kind != RT_STEP_KERNEL)
-			(*collectives)++;
-		if (s->b->oneshot && k < s->b->n_oneshot && s->b->oneshot[k])
-			(*oneshot)++;
-	}
-}
-
-size_t tpf_session_direct_alltoalls(const struct tpf_session *s, size_t *peer)
-{
-	if (peer) {
-		*peer = 0;
-		for (size_t k = 0; s->b->plan && s->b->a2a_direct && k < s->b->plan->n_steps; k++)
-			*peer += s->b->a2a_direct[k] == A2A_PEER;
-	}
-	return s->b->plan ? s->b->n_a2a_direct : 0;
 }
 
 static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n)
@@ -1818,12 +1031,12 @@ static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const str
 		unbind(s);
 		return st;
 	}
-	if ((st = a2a_direct_prepare(s, d))) {
+	if ((st = tpf_rt_a2a_direct_prepare(s, d))) {
 		unbind(s);
 		return st;
 	}
 #ifdef TPF_HAVE_CUDA
-	if ((st = oneshot_prepare(s, d))) {
+	if ((st = tpf_rt_oneshot_prepare(s, d))) {
 		unbind(s);
 		return st;
 	}
@@ -1890,7 +1103,7 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 	if ((st = s->dev->sync(s->dev, d)))
 		return st;
 #ifdef TPF_HAVE_CUDA
-	if ((st = oneshot_check(s, d)))
+	if ((st = tpf_rt_oneshot_check(s, d)))
 		return st;
 #endif
 	profile_collect(s);

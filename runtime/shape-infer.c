@@ -6,75 +6,14 @@
  * output whose shape depends on a value that is not known is reported as
  * unsupported (data-dependent shapes are out of scope).
  *
- * What the runtime's kernels do not implement is said here too, before any
- * shape is computed; it is not a rule of the op. */
+ * Forms of an op that the kernels do not run are refused first, by the
+ * kernels (tpf_kernel_supports, kernels/forms.c), before any shape is
+ * computed. */
 #include "runtime-internal.h"
-
-#include <stdarg.h>
-#include <stdio.h>
-#include <string.h>
 
 static int present(const struct tpf_kernel_call *c, size_t i)
 {
 	return i < c->n_in && c->in[i].rank >= 0 && c->in[i].dtype != TPF_DTYPE_UNDEFINED;
-}
-
-/* Forms of known ops the runtime's kernels do not run. */
-static enum tpf_status unsupported_form(const struct tpf_node *n, const struct tpf_kernel_call *c,
-					struct tpf_diag *d)
-{
-	int64_t to;
-
-	if (tpf_op_has_trait(n->op, TPF_OP_TRAIT_BROADCAST) && c->n_in > 8)
-		return tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "more than 8 operands");
-	switch (n->op) {
-	case TPF_OP_CAST:
-		to = tpf_node_attr_int(n, "to", 0);
-		if (!tpf_dtype_is_valid((int)to) || to == TPF_DTYPE_STRING || to == TPF_DTYPE_UNDEFINED)
-			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "cast to dtype %lld not supported",
-				    (long long)to);
-		break;
-	case TPF_OP_SPLIT:
-		if (c->n_out > 256)
-			return tpf_rt_node_fail(d, n, TPF_ERR_LIMIT, "more than 256 outputs");
-		break;
-	case TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE:
-	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
-		/* the NVFP4 kernels quantize whole 16-element blocks, fp8-group
-		 * whole groups */
-		const struct tpf_ktensor *x = &c->in[0];
-		int group = n->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT &&
-			    strcmp(tpf_node_attr_string(n, "quant", "fp8"), "fp8-group") == 0;
-		int64_t bs = tpf_node_attr_int(n, "block_size", group ? 128 : 16);
-		if (!present(c, 0))
-			break;
-		int fp4 = n->op == TPF_OP_TRT_FP4_DYNAMIC_QUANTIZE ||
-			  strncmp(tpf_node_attr_string(n, "quant", "fp8"), "nvfp4", 5) == 0;
-		if ((fp4 || group) && (x->rank < 1 || bs <= 0 || x->dims[x->rank - 1] % bs))
-			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "last dim is not a multiple of block_size %lld",
-				    (long long)bs);
-		break;
-	}
-	case TPF_OP_MS_ALLREDUCE:
-		if (c->n_in != 1)
-			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "an AllReduce of %zu tensors (one per node is supported)",
-				    c->n_in);
-		break;
-	case TPF_OP_ATTENTION:
-		if (!present(c, 2) || c->in[0].rank != 4 || c->in[1].rank != 4 || c->in[2].rank != 4)
-			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
-		if (c->n_out > 3)
-			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
-		if (present(c, 6))
-			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen is not supported");
-		if (tpf_node_attr_int(n, "left_window_size", -1) >= 0 ||
-		    tpf_node_attr_int(n, "right_window_size", -1) >= 0)
-			return tpf_rt_node_fail(d, n, TPF_ERR_UNSUPPORTED, "windowed attention is not supported");
-		break;
-	default:
-		break;
-	}
-	return TPF_OK;
 }
 
 static void bind_input(const struct tpf_kernel_call *c, size_t i, struct tpf_op_type *t)
@@ -119,7 +58,7 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
 	for (i = 0; i < (size_t)info->min_inputs && i < c->n_in; i++)
 		if (!present(c, i))
 			return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "required input %zu is missing", i);
-	if ((st = unsupported_form(n, c, d)))
+	if ((st = tpf_kernel_supports(n->op, c, d)))
 		return st;
 	/* the node's operands; a call with fewer leaves the rest omitted */
 	if (tpf_add_size(n->n_inputs, n->n_outputs, &count) ||

@@ -10,7 +10,8 @@
  * indices), Tile, Trilu, CumSum (exclusive, reverse), Size, Conv (grouped
  * 1-D with pads and bias, strided 2-D), Pad (every mode, negative pads,
  * axes); and the errors
- * for bad operands (a message naming the node, never a crash).
+ * for bad operands (a message naming the node, never a crash), and the
+ * forms no kernel runs (tpf_kernel_supports).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -603,6 +604,51 @@ static void test_pad(void **state)
 	release(&in[3], 1);
 }
 
+/* ------------------------------------------------------------------ forms */
+
+/* The forms no kernel runs (TPF_KERNEL_FORM rows, kernels/forms.c): the
+ * status and message come from the kernels, into the diagnostic given. */
+static void test_forms(void **state)
+{
+	(void)state;
+	int64_t d4[] = {1, 1, 2, 2}, d3[] = {1, 2, 2};
+	struct tpf_ktensor x = zero_ktensor(TPF_DTYPE_FLOAT, 3, d3), y = zero_ktensor(TPF_DTYPE_FLOAT, 3, d3);
+	struct tpf_node *n = mknode("Cast", 1);
+	struct tpf_kernel_call c = {.node = n, .opset = 21, .in = &x, .n_in = 1, .out = &y, .n_out = 1,
+				    .world = 1, .diag = NULL};
+
+	assert_int_equal(tpf_node_set_attr_int(n, "to", TPF_DTYPE_FLOAT16), TPF_OK);
+	assert_int_equal(tpf_kernel_supports(n->op, &c, kernel_diag), TPF_OK);
+	assert_int_equal(tpf_node_set_attr_int(n, "to", TPF_DTYPE_STRING), TPF_OK);
+	assert_int_equal(tpf_kernel_supports(n->op, &c, kernel_diag), TPF_ERR_UNSUPPORTED);
+	expect_error("cast to dtype 8 not supported");
+	/* Attention of 3-D operands */
+	struct tpf_ktensor qkv[3] = {x, x, x};
+	c.node = mknode("Attention", 3);
+	c.in = qkv;
+	c.n_in = 3;
+	assert_int_equal(tpf_kernel_supports(c.node->op, &c, kernel_diag), TPF_ERR_UNSUPPORTED);
+	expect_error("only 4-D Q, K, V are supported");
+	for (int i = 0; i < 3; i++) {
+		qkv[i].rank = 4;
+		memcpy(qkv[i].dims, d4, sizeof(d4));
+	}
+	assert_int_equal(tpf_kernel_supports(c.node->op, &c, kernel_diag), TPF_OK);
+	/* an op without a form row, and a broadcast op of too many operands */
+	c.node = mknode("Add", 2);
+	assert_int_equal(tpf_kernel_supports(c.node->op, &c, kernel_diag), TPF_OK);
+	struct tpf_ktensor many[9];
+	for (int i = 0; i < 9; i++)
+		many[i] = x;
+	c.node = mknode("Max", 8);
+	c.in = many;
+	c.n_in = 9;
+	assert_int_equal(tpf_kernel_supports(c.node->op, &c, kernel_diag), TPF_ERR_LIMIT);
+	expect_error("more than 8 operands");
+	release(&x, 1);
+	release(&y, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -613,6 +659,7 @@ int main(void)
 		cmocka_unit_test(test_scatter_nd),  cmocka_unit_test(test_one_hot),
 		cmocka_unit_test(test_tile_trilu),  cmocka_unit_test(test_cumsum_size),
 		cmocka_unit_test(test_conv),        cmocka_unit_test(test_pad),
+		cmocka_unit_test(test_forms),
 	};
 	return cmocka_run_group_tests(tests, kernel_setup, kernel_teardown);
 }

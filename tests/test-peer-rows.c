@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The two-shot all-reduce's row ownership (kernels/peer-rows.h, used by the
- * CUDA kernel in kernels/cuda/ar-norm.cu): rank q of W owns the rows r with
+ * CUDA kernel in kernels/cuda/ar-peer.cu): rank q of W owns the rows r with
  * r % W == q; the walk over the rows a rank does not own, one per block of
  * a grid, visits each of them exactly once, names its owner and its place
  * in the owner's receive slot, and never a row past the end or one the rank

@@ -13,7 +13,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ngpu=$(nvidia-smi -L | wc -l)
 flags=(-O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Iir -Ikernels -Ikernels/cuda $(mpicxx --showme:compile))
 libs=($(mpicxx --showme:link) -lnccl)
-common=(kernels/cuda/ar-norm.cu kernels/cuda/a2a.cu kernels/cuda/fused-misc.cu kernels/env.c ir/diag.c ir/dtype.c)
+common=(kernels/cuda/ar-norm.cu kernels/cuda/ar-peer.cu kernels/cuda/a2a.cu kernels/cuda/fused-misc.cu kernels/env.c ir/diag.c ir/dtype.c)
 nvcc "${flags[@]}" bench/bench-arnorm.cu "${common[@]}" -o build-gpu/bench-arnorm "${libs[@]}" &
 nvcc "${flags[@]}" bench/bench-fusions.cu "${common[@]}" -o build-gpu/bench-fusions "${libs[@]}" &
 wait

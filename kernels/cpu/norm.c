@@ -340,31 +340,6 @@ out_free:
  * them (MAIN).  NORMALIZE fails when not every rank took its own part: the
  * ranks' graphs disagree. */
 
-/* The part [*start, *end) of tensor i in the part form; 0 when there is one. */
-static int sharded_part(const struct tpf_kernel_call *c, size_t i, int64_t *start, int64_t *end)
-{
-	const struct tpf_attr *as = tpf_node_attr(c->node, "part_starts");
-	const struct tpf_attr *ae = tpf_node_attr(c->node, "part_ends");
-	if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS || i >= as->n ||
-	    i >= ae->n)
-		return -1;
-	*start = as->ints[i];
-	*end = ae->ints[i];
-	return 0;
-}
-
-/* Whether every part is this rank's shard (d_i wide), as the plan decides. */
-static int sharded_parts_own(const struct tpf_kernel_call *c, size_t n)
-{
-	for (size_t p = 0; p < n; p++) {
-		const struct tpf_ktensor *x = &c->in[p];
-		int64_t d = x->rank ? x->dims[x->rank - 1] : 1, s, e;
-		if (sharded_part(c, p, &s, &e) || s != (int64_t)c->rank * d || e - s != d)
-			return 0;
-	}
-	return 1;
-}
-
 TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 {
 	size_t n = c->n_in / 2;
@@ -375,10 +350,10 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 	int64_t rows = -1;
 	for (size_t p = 0; p < n; p++) {
 		const struct tpf_ktensor *x = &c->in[p];
-		int64_t cols = x->rank ? x->dims[x->rank - 1] : 1, r = cols ? x->numel / cols : 0;
-		if (rows >= 0 && r != rows)
-			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
-		rows = r;
+		int64_t cols;
+		enum tpf_status st = tpf_sharded_tokens(c, p, &rows, &cols);
+		if (st)
+			return st;
 		if (s->numel != rows * (int64_t)n + parts)
 			return tpf_kfail(c, TPF_ERR_INVALID, "sum buffer has the wrong size");
 		for (int64_t i = 0; i < rows; i++) {
@@ -391,7 +366,7 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_sumsq)
 		}
 	}
 	if (parts)
-		((float *)s->data)[s->numel - 1] = sharded_parts_own(c, n) ? 1.0f : 0.0f;
+		((float *)s->data)[s->numel - 1] = tpf_sharded_parts_own(c, n) ? 1.0f : 0.0f;
 	return TPF_OK;
 }
 
@@ -405,7 +380,7 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 	if (parts) {
 		int world = c->world > 0 ? c->world : 1;
 		float own = s->numel ? ((const float *)s->data)[s->numel - 1] : 0;
-		if (!sharded_parts_own(c, n))
+		if (!tpf_sharded_parts_own(c, n))
 			return tpf_kfail(c, TPF_ERR_INVALID, "rank %d's parts are not its own shards; the "
 				         "part form's other path gathers them", c->rank);
 		if (own != (float)world)
@@ -429,7 +404,7 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_normalize)
 		j.ext_stride = (int64_t)n;
 		j.ext_col = (int64_t)p;
 		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
-		if (parts && !sharded_part(c, p, &start, &end)) {
+		if (parts && !tpf_sharded_part(c, p, &start, &end)) {
 			j.gamma_start = start;
 			if (j.gamma->numel != j.full_cols)
 				return tpf_kfail(c, TPF_ERR_INVALID, "weight %zu has %lld elements; the part "
@@ -472,35 +447,32 @@ TPF_CPU_KERNEL(tpf_cpu_sharded_gathered)
 		return tpf_kfail(c, TPF_ERR_INVALID, "expects n gathered inputs, n gammas and the reduced sums");
 	float offset = tpf_node_attr_float(c->node, "weight_offset", 0.0f);
 	for (size_t p = 0; p < n; p++) {
+		struct tpf_sharded_gathered gp; /* the part and its geometry */
+		TPF_KTRY(tpf_sharded_gathered_part(c, p, world, &gp));
 		const struct tpf_ktensor *g = &c->in[p], *gamma = &c->in[n + p];
 		struct tpf_ktensor *y = &c->out[p];
-		int64_t start, end;
-		if (sharded_part(c, p, &start, &end))
-			return tpf_kfail(c, TPF_ERR_INVALID, "no part_starts/part_ends entry for tensor %zu", p);
-		int64_t w = end - start;
-		int64_t rows = w > 0 ? y->numel / w : 0;
-		int64_t d = rows > 0 ? g->numel / ((int64_t)world * rows) : 0;
-		int64_t full = d * world;
 		float eps = tpf_sharded_epsilon(c, p);
-		if (w <= 0 || start < 0 || end > full || g->numel != (int64_t)world * rows * d ||
-		    gamma->numel != full || s->numel != rows * (int64_t)n + 1)
+		if (gp.w <= 0 || gp.start < 0 || gp.end > gp.full ||
+		    g->numel != (int64_t)world * gp.rows * gp.d || gamma->numel != gp.full ||
+		    s->numel != gp.rows * (int64_t)n + 1)
 			return tpf_kfail(c, TPF_ERR_INVALID,
 					 "part [%lld, %lld) of tensor %zu does not fit its gathered input "
 					 "(%lld elements), weight (%lld) or sums",
-					 (long long)start, (long long)end, p, (long long)g->numel,
+					 (long long)gp.start, (long long)gp.end, p, (long long)g->numel,
 					 (long long)gamma->numel);
-		if (tpf_sharded_full_dim(c, p, d) != full)
+		if (tpf_sharded_full_dim(c, p, gp.d) != gp.full)
 			return tpf_kfail(c, TPF_ERR_INVALID, "tensor %zu: the gathered width %lld is not the "
-					 "full dim %lld", p, (long long)full,
-					 (long long)tpf_sharded_full_dim(c, p, d));
-		for (int64_t t = 0; t < rows; t++) {
+					 "full dim %lld", p, (long long)gp.full,
+					 (long long)tpf_sharded_full_dim(c, p, gp.d));
+		for (int64_t t = 0; t < gp.rows; t++) {
 			float ss = ((const float *)s->data)[t * (int64_t)n + (int64_t)p];
-			float inv = 1.0f / sqrtf(ss / (float)full + eps);
-			for (int64_t k = 0; k < w; k++) {
-				int64_t col = start + k, src = (col / d) * rows * d + t * d + col % d;
+			float inv = 1.0f / sqrtf(ss / (float)gp.full + eps);
+			for (int64_t k = 0; k < gp.w; k++) {
+				int64_t col = gp.start + k;
+				int64_t src = (col / gp.d) * gp.rows * gp.d + t * gp.d + col % gp.d;
 				float v = (float)tpf_elem_load(g->dtype, g->data, src);
 				float gm = offset + (float)tpf_elem_load(gamma->dtype, gamma->data, col);
-				tpf_elem_store(y->dtype, y->data, t * w + k, v * inv * gm, 1);
+				tpf_elem_store(y->dtype, y->data, t * gp.w + k, v * inv * gm, 1);
 			}
 		}
 	}

@@ -289,6 +289,14 @@ template <> struct Cvt<__nv_bfloat16> {
 	__device__ static __nv_bfloat16 out(float v) { return __float2bfloat16_rn(v); }
 };
 
+// The same for kernels vectorized over 16-byte chunks (uint4) of T:
+// kPerChunk elements a chunk, load a T as float, store a float as T.
+template <typename T> struct Elem {
+	static constexpr int kPerChunk = 16 / (int)sizeof(T);
+	__device__ static float load(T v) { return Cvt<T>::in(v); }
+	__device__ static T store(float v) { return Cvt<T>::out(v); }
+};
+
 // ------------------------------------------------------------ indexing
 // A strided view of up to kMaxOps operands over an output of `rank` dims
 // (dims collapsed on the host where possible).

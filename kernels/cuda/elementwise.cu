@@ -138,37 +138,22 @@ enum tpf_status launch_binary(const struct tpf_kernel_call *c, int op, const str
 
 // ------------------------------------------------------------ unary
 
-// The CPU reference computes these in double: so does the GPU, for the
-// same roundings.
-__device__ __forceinline__ bool unop_in_double(int op)
-{
-	return op == TPF_OP_LOG || op == TPF_OP_SOFTPLUS;
-}
-
+// The float forms of TPF_UNOPS (elementwise-ops.h); the ops the CPU
+// reference computes in double go through double here too, for the same
+// roundings.
 __device__ __forceinline__ float unop_f(int op, float x)
 {
-	if (unop_in_double(op))
-		return (float)tpf_unop_d(op, (double)x);
+#define TPF_UNOP_VIA_DOUBLE (float)tpf_unop_d(op, (double)x)
 	switch (op) {
-	case TPF_OP_SIGMOID:
-		return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
-	case TPF_OP_SQRT:
-		return __fsqrt_rn(x);
-	case TPF_OP_RECIPROCAL:
-		return __frcp_rn(x);
-	case TPF_OP_EXP:
-		return expf(x);
-	case TPF_OP_TANH:
-		return tanhf(x);
-	case TPF_OP_ERF:
-		return erff(x);
-	case TPF_OP_SIN:
-		return sinf(x);
-	case TPF_OP_COS:
-		return cosf(x);
-	default: /* Relu, Neg, Abs, Not, Floor, Ceil: exact in double */
-		return (float)tpf_unop_d(op, (double)x);
+#define UNOP_CASE_F(OP, in_double, in_float)                                                       \
+	case TPF_OP_##OP:                                                                          \
+		return in_float;
+	TPF_UNOPS(UNOP_CASE_F)
+#undef UNOP_CASE_F
+	default:
+		return TPF_UNOP_VIA_DOUBLE;
 	}
+#undef TPF_UNOP_VIA_DOUBLE
 }
 
 __global__ void unary_kernel(int op, int mode, int dx, const void *x, int dy, void *y, int64_t n, int aux)

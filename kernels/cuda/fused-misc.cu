@@ -7,26 +7,12 @@
 
 #include <stdint.h>
 
+#include "cuda-common.cuh"
 #include "tpf-cuda.h"
 
 namespace {
 
-template <typename T> struct Elem;
-template <> struct Elem<float> {
-	static constexpr int kPerChunk = 4;
-	__device__ static float load(float v) { return v; }
-	__device__ static float store(float v) { return v; }
-};
-template <> struct Elem<__half> {
-	static constexpr int kPerChunk = 8;
-	__device__ static float load(__half v) { return __half2float(v); }
-	__device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <> struct Elem<__nv_bfloat16> {
-	static constexpr int kPerChunk = 8;
-	__device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-	__device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
+using tpfc::Elem;
 
 __device__ inline float sigmoid(float x)
 {

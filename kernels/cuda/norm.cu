@@ -7,6 +7,7 @@
 // below, which follows the CPU reference step by step: the residual sum is
 // rounded to its dtype before it is normalized, statistics in float32.
 #include "cuda-common.cuh"
+#include "op-geometry.h" // TPF_KTRY
 #include "tpf-cuda.h"
 
 #include <string.h>
@@ -212,7 +213,7 @@ bool aligned16(const void *p)
 	return ((uintptr_t)p & 15) == 0;
 }
 
-// The vectorized kernel's limits (see check_norm_args in ar-norm.cu).
+// The vectorized kernel's limits (see check_norm_args in ar-norm.cuh).
 bool fast_ok(enum tpf_dtype dt, int64_t cols)
 {
 	size_t es = tpf_elem_size(dt);
@@ -257,6 +258,31 @@ void job_residual(RowJob *j, const struct tpf_ktensor *r)
 	j->residual = r->data;
 	j->dres = r->dtype;
 	j->res_numel = r->numel;
+}
+
+// A job normalizing x (plus the residual res) with gamma into y, the sum
+// into sum (res and sum may be NULL).
+RowJob job_norm(const struct tpf_ktensor *x, const struct tpf_ktensor *gamma, const struct tpf_ktensor *res,
+		struct tpf_ktensor *y, struct tpf_ktensor *sum)
+{
+	RowJob j = job_init(x);
+	job_gamma(&j, gamma);
+	job_residual(&j, res);
+	job_y(&j, y);
+	job_sum(&j, sum);
+	return j;
+}
+
+// The job's geometry and epsilon, and where 1 / std goes (inv may be NULL).
+void job_rows(RowJob *j, int64_t rows, int64_t cols, float eps, struct tpf_ktensor *inv)
+{
+	j->rows = rows;
+	j->cols = cols;
+	j->eps = eps;
+	if (inv) {
+		j->inv_std = inv->data;
+		j->dinv = inv->dtype;
+	}
 }
 
 bool all_float(const struct tpf_kernel_call *c)
@@ -321,14 +347,8 @@ enum tpf_status norm_common(const struct tpf_kernel_call *c)
 	enum tpf_status st;
 	if (try_fast(c, x, gamma, res, y, sum, rows, cols, eps, offset, &st))
 		return st;
-	RowJob j = job_init(x);
-	job_gamma(&j, gamma);
-	job_residual(&j, res);
-	job_y(&j, y);
-	job_sum(&j, sum);
-	j.rows = rows;
-	j.cols = cols;
-	j.eps = eps;
+	RowJob j = job_norm(x, gamma, res, y, sum);
+	job_rows(&j, rows, cols, eps, NULL);
 	j.offset = offset;
 	return launch_rows(c, j);
 }
@@ -354,13 +374,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_rms_norm)
 	RowJob j = job_init(x);
 	job_gamma(&j, gamma);
 	job_y(&j, y);
-	if (inv) {
-		j.inv_std = inv->data;
-		j.dinv = inv->dtype;
-	}
-	j.rows = rows;
-	j.cols = cols;
-	j.eps = eps;
+	job_rows(&j, rows, cols, eps, inv);
 	return launch_rows(c, j);
 }
 
@@ -388,23 +402,13 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_skip_rms_norm)
 	enum tpf_status st;
 	if (!bias && !inv && try_fast(c, x, gamma, res, y, sum, rows, cols, eps, 0.0f, &st))
 		return st;
-	RowJob j = job_init(x);
-	job_gamma(&j, gamma);
-	job_residual(&j, res);
-	job_y(&j, y);
-	job_sum(&j, sum);
+	RowJob j = job_norm(x, gamma, res, y, sum);
 	if (bias) {
 		j.bias = bias->data;
 		j.dbias = bias->dtype;
 		j.bias_numel = bias->numel;
 	}
-	if (inv) {
-		j.inv_std = inv->data;
-		j.dinv = inv->dtype;
-	}
-	j.rows = rows;
-	j.cols = cols;
-	j.eps = eps;
+	job_rows(&j, rows, cols, eps, inv);
 	return launch_rows(c, j);
 }
 
@@ -432,14 +436,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_layer_norm)
 		j.mean_out = mean->data;
 		j.dmean = mean->dtype;
 	}
-	if (inv) {
-		j.inv_std = inv->data;
-		j.dinv = inv->dtype;
-	}
 	j.center = 1;
-	j.rows = rows;
-	j.cols = cols;
-	j.eps = na.epsilon;
+	job_rows(&j, rows, cols, na.epsilon, inv);
 	return launch_rows(c, j);
 }
 
@@ -474,9 +472,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 	if (norm)
 		job_y(&j, norm);
 	j.dnorm = norm ? norm->dtype : x->dtype;
-	j.rows = rows;
-	j.cols = cols;
-	j.eps = na.epsilon;
+	job_rows(&j, rows, cols, na.epsilon, NULL);
 	j.offset = na.weight_offset;
 	j.qscale = scale->data;
 	j.dqs = scale->dtype;
@@ -513,31 +509,6 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_quant_post)
 
 namespace {
 
-// ShardedRMSNorm's part form (docs/ops.md): the part [*start, *end) of
-// tensor i; false when the node has no part attributes.
-bool sharded_part(const struct tpf_kernel_call *c, size_t i, int64_t *start, int64_t *end)
-{
-	const struct tpf_attr *as = tpf_node_attr(c->node, "part_starts");
-	const struct tpf_attr *ae = tpf_node_attr(c->node, "part_ends");
-	if (!as || !ae || as->kind != TPF_ATTR_INTS || ae->kind != TPF_ATTR_INTS || i >= as->n || i >= ae->n)
-		return false;
-	*start = as->ints[i];
-	*end = ae->ints[i];
-	return true;
-}
-
-// Whether every part is this rank's shard (the plan's rule).
-bool sharded_parts_own(const struct tpf_kernel_call *c, size_t n)
-{
-	for (size_t p = 0; p < n; p++) {
-		const struct tpf_ktensor *x = &c->in[p];
-		int64_t d = x->rank ? x->dims[x->rank - 1] : 1, s, e;
-		if (!sharded_part(c, p, &s, &e) || s != (int64_t)c->rank * d || e - s != d)
-			return false;
-	}
-	return true;
-}
-
 // The weight a rank normalizes its shard with: gamma_i, or in the part form
 // the full weight from the part's start.  false when it does not fit.
 bool sharded_gamma(const struct tpf_kernel_call *c, size_t p, size_t n, int64_t w, const void **data,
@@ -547,7 +518,7 @@ bool sharded_gamma(const struct tpf_kernel_call *c, size_t p, size_t n, int64_t 
 	int64_t s, e;
 	*data = g->data;
 	*numel = g->numel;
-	if (!sharded_part(c, p, &s, &e))
+	if (tpf_sharded_part(c, p, &s, &e))
 		return fits(g, w);
 	if (g->numel != tpf_sharded_full_dim(c, p, w) || e - s != w || s < 0 || e > g->numel)
 		return false;
@@ -646,11 +617,10 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(c->in[0].dtype));
 	int64_t rows = -1;
 	for (size_t p = 0; p < n; p++) {
-		const struct tpf_ktensor *x = &c->in[p];
-		int64_t cols = x->rank ? x->dims[x->rank - 1] : 1, r = cols ? x->numel / cols : 0;
-		if (rows >= 0 && r != rows)
-			return tpf_kfail(c, TPF_ERR_INVALID, "inputs have different token counts");
-		rows = r;
+		int64_t cols;
+		enum tpf_status st = tpf_sharded_tokens(c, p, &rows, &cols);
+		if (st)
+			return st;
 	}
 	int64_t parts = tpf_node_attr(c->node, "part_starts") != NULL;
 	if (s->numel != rows * (int64_t)n + parts)
@@ -658,7 +628,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
 	if (parts) {
 		// one more float: 1 on a rank whose parts are its own shards
 		set_float_kernel<<<1, 1, 0, tpfc_stream(c)>>>((float *)s->data + rows * (int64_t)n,
-							     sharded_parts_own(c, n) ? 1.0f : 0.0f);
+							     tpf_sharded_parts_own(c, n) ? 1.0f : 0.0f);
 		enum tpf_status st = tpfc_launched(c, "sumsq flag");
 		if (st)
 			return st;
@@ -674,9 +644,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_sumsq)
 		unsigned g = (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
 		sumsq_kernel<<<g, cols >= 512 ? 256 : 64, 0, tpfc_stream(c)>>>(x->dtype, x->data, (float *)s->data, rows,
 									      cols, (int64_t)n, (int64_t)p);
-		enum tpf_status st = tpfc_launched(c, "sumsq");
-		if (st)
-			return st;
+		TPF_KTRY(tpfc_launched(c, "sumsq"));
 	}
 	return TPF_OK;
 }
@@ -700,7 +668,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 	// the part form comes here only on a rank whose parts are its own (the
 	// plan's rule); every rank must have taken its own part (the count in
 	// the sums' last float), checked on the device
-	if (parts && !sharded_parts_own(c, n))
+	if (parts && !tpf_sharded_parts_own(c, n))
 		return tpf_kfail(c, TPF_ERR_INVALID, "rank %d's parts are not its own shards; the part "
 			         "form's other path gathers them", c->rank);
 	if (parts && s->numel > 0) {
@@ -734,9 +702,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_normalize)
 		j.full_cols = tpf_sharded_full_dim(c, p, j.cols);
 		if (s->numel != j.rows * (int64_t)n + parts)
 			return tpf_kfail(c, TPF_ERR_INVALID, "the sums do not fit input %zu", p);
-		enum tpf_status st = launch_rows(c, j);
-		if (st)
-			return st;
+		TPF_KTRY(launch_rows(c, j));
 	}
 	return TPF_OK;
 }
@@ -764,11 +730,11 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_gathered)
 	for (size_t p = 0; p < n; p++) {
 		const struct tpf_ktensor *g = &c->in[p], *gamma = &c->in[n + p];
 		struct tpf_ktensor *y = &c->out[p];
-		int64_t start, end;
-		if (!sharded_part(c, p, &start, &end))
-			return tpf_kfail(c, TPF_ERR_INVALID, "no part_starts/part_ends entry for tensor %zu", p);
-		int64_t w = end - start, rows = w > 0 ? y->numel / w : 0;
-		int64_t d = rows > 0 ? g->numel / ((int64_t)world * rows) : 0, full = d * world;
+		struct tpf_sharded_gathered gp;
+		enum tpf_status gst = tpf_sharded_gathered_part(c, p, world, &gp);
+		if (gst)
+			return gst;
+		int64_t start = gp.start, end = gp.end, w = gp.w, rows = gp.rows, d = gp.d, full = gp.full;
 		if (w <= 0 || start < 0 || end > full || g->numel != (int64_t)world * rows * d || gamma->numel != full ||
 		    s->numel != rows * (int64_t)n + 1 || tpf_sharded_full_dim(c, p, d) != full)
 			return tpf_kfail(c, TPF_ERR_INVALID,
@@ -780,9 +746,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_sharded_gathered)
 		sharded_gathered_kernel<<<blocks, w >= 512 ? 256 : 64, 0, tpfc_stream(c)>>>(
 		    g->dtype, g->data, gamma->dtype, gamma->data, y->dtype, y->data, (const float *)s->data, rows, d,
 		    full, start, w, (int64_t)n, (int64_t)p, tpf_sharded_epsilon(c, p), offset);
-		enum tpf_status st = tpfc_launched(c, "sharded gathered norm");
-		if (st)
-			return st;
+		TPF_KTRY(tpfc_launched(c, "sharded gathered norm"));
 	}
 	return TPF_OK;
 }

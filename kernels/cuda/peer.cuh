@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// What the peer-memory contexts share (ar-norm.cu: the one-shot and
+// What the peer-memory contexts share (ar-peer.cu: the one-shot and
 // two-shot all-reduces and the sharded norm's exchange; a2a.cu: the
 // all-to-all): the device state and call counter every kernel keeps, the
 // bounded waits, and the host exchange that maps every rank's buffer.

@@ -67,31 +67,6 @@ struct PadArgs {
 	uint64_t cbits; // the constant when it is not a device operand
 };
 
-__device__ __forceinline__ int64_t pad_src(int64_t o, int64_t begin, int64_t n, int mode)
-{
-	int64_t i = o - begin;
-	if (i >= 0 && i < n)
-		return i;
-	switch (mode) {
-	case 1:
-		return i < 0 ? 0 : n - 1;
-	case 2: {
-		if (n == 1)
-			return 0;
-		int64_t period = 2 * (n - 1);
-		i %= period;
-		if (i < 0)
-			i += period;
-		return i < n ? i : period - i;
-	}
-	case 3:
-		i %= n;
-		return i < 0 ? i + n : i;
-	default:
-		return -1;
-	}
-}
-
 __global__ void pad_kernel(PadArgs a, const void *x, const void *cval, void *y, int64_t n)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -100,7 +75,7 @@ __global__ void pad_kernel(PadArgs a, const void *x, const void *cval, void *y, 
 		for (int d = a.rank - 1; d >= 0; d--) {
 			int64_t o = rem % a.ydims[d];
 			rem /= a.ydims[d];
-			int64_t s = pad_src(o, a.begin[d], a.xdims[d], a.mode);
+			int64_t s = tpf_pad_source(o, a.begin[d], a.xdims[d], a.mode);
 			if (s < 0)
 				inside = false;
 			src += s * mul;
