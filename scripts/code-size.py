@@ -10,8 +10,9 @@ top-level brace block whose opening brace follows a closing parenthesis
 length counts from the line of its name to its closing brace.  Comments,
 strings and preprocessor lines are skipped while braces are matched.
 
-Usage: scripts/code-size.py [--root DIR] [--file-limit N] [--function-limit N] [--list N]
-  --list N   also print the N longest functions (for planning)
+Usage: scripts/code-size.py [--root DIR] [--file-limit N] [--function-limit N] [--list N] [--self-test]
+  --list N     also print the N longest functions (for planning)
+  --self-test  first check the measuring itself on made-up sources
 Exit status: 0 when everything is within the limits, 1 otherwise.
 """
 import argparse
@@ -128,13 +129,41 @@ def sources(root):
                     yield os.path.join(dirpath, name)
 
 
+def self_test():
+    """The measuring on made-up sources: a definition whose braces hide in
+    comments, strings and a macro, a CUDA kernel with launch bounds, a
+    struct initializer (not a function)."""
+    body = "\n".join("\tx += %d; /* { */" % i for i in range(148))
+    src = (
+        "#define OPEN {\n"
+        "static const int table[] = {1, 2};\n"
+        "static int long_one(int x,\n\t\tint y)\n{\n" + body + "\n\treturn x;\n}\n"
+        "__global__ void __launch_bounds__(256) kern(const char *s)\n{\n\tputs(\"}\");\n}\n"
+        "int tail(void) { return '}'; }\n"
+    )
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "a.cu")
+        with open(path, "w") as f:
+            f.write(src)
+        got = {name: last - first + 1 for name, first, last in functions(path)}
+    want = {"long_one": 153, "kern": 4, "tail": 1}
+    if got != want:
+        print(f"code-size: self-test: measured {got}, expected {want}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     ap.add_argument("--file-limit", type=int, default=1500)
     ap.add_argument("--function-limit", type=int, default=150)
     ap.add_argument("--list", type=int, default=0)
+    ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args()
+    if args.self_test and self_test():
+        return 1
     root = os.path.normpath(args.root)
     over = 0
     every = []

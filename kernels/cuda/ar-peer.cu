@@ -101,46 +101,13 @@ __device__ inline void peer_begin()
 // same on every rank, so that every rank's result is bit-identical) into
 // acc, rounded to T.  This rank's own contribution comes from `mine`, its
 // chunks of the row in registers (scrubbed, as the peers received them).
-// (Issuing several slots' loads before checking any measured no faster on
-// 2x H100: 6.64 us against 6.05 at 1 x 4096.)
-template <typename T, int CPT = kMaxChunksPerThread>
+// ROWS: a slot's whole row is taken at a time (take_chunks), else chunk
+// after chunk; the sums are the same.  (Issuing several slots' loads before
+// checking any measured no faster on 2x H100: 6.64 us against 6.05 at
+// 1 x 4096.)
+template <typename T, int CPT = kMaxChunksPerThread, bool ROWS = false>
 __device__ inline void sum_slots(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8],
 				 const uint4 *mine)
-{
-	constexpr int N = Elem<T>::kPerChunk;
-	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
-	char *own = p.peer[p.rank];
-#pragma unroll
-	for (int k = 0; k < CPT; k++) {
-		int c = threadIdx.x + k * blockDim.x;
-		if (c >= chunks)
-			continue;
-#pragma unroll
-		for (int i = 0; i < 8; i++)
-			acc[k][i] = 0.f;
-		for (int q = 0; q < p.world; q++) {
-			uint4 v;
-			if (q == p.rank)
-				v = scrub<T>(mine[k]);
-			else
-				take16<T>(reinterpret_cast<uint4 *>(own + p.slot(b, q) + lrow * row_bytes + (size_t)c * 16), v,
-					  p);
-			float f[8];
-			unpack<T>(v, f);
-#pragma unroll
-			for (int i = 0; i < N; i++)
-				acc[k][i] += f[i];
-		}
-#pragma unroll
-		for (int i = 0; i < N; i++)
-			acc[k][i] = round_to<T>(acc[k][i]); // the all-reduce result is a T tensor
-	}
-}
-
-// sum_slots a slot's whole row at a time (take_chunks): the same sums.
-template <typename T, int CPT = kMaxChunksPerThread>
-__device__ inline void sum_slots_rows(const ArParams &p, int b, int64_t lrow, int chunks, float (*acc)[8],
-				      const uint4 *mine)
 {
 	constexpr int N = Elem<T>::kPerChunk;
 	const size_t row_bytes = (size_t)p.o.hidden * sizeof(T);
@@ -150,24 +117,47 @@ __device__ inline void sum_slots_rows(const ArParams &p, int b, int64_t lrow, in
 #pragma unroll
 		for (int i = 0; i < 8; i++)
 			acc[k][i] = 0.f;
-	for (int q = 0; q < p.world; q++) {
-		uint4 v[CPT];
-		if (q == p.rank) {
+	if constexpr (ROWS) {
+		for (int q = 0; q < p.world; q++) {
+			uint4 v[CPT];
+			if (q == p.rank) {
 #pragma unroll
-			for (int k = 0; k < CPT; k++)
-				v[k] = scrub<T>(mine[k]);
-		} else {
-			take_chunks<T, CPT>(own + p.slot(b, q) + lrow * row_bytes, chunks, v, p);
+				for (int k = 0; k < CPT; k++)
+					v[k] = scrub<T>(mine[k]);
+			} else {
+				take_chunks<T, CPT>(own + p.slot(b, q) + lrow * row_bytes, chunks, v, p);
+			}
+#pragma unroll
+			for (int k = 0; k < CPT; k++) {
+				if (threadIdx.x + k * blockDim.x >= chunks)
+					continue;
+				float f[8];
+				unpack<T>(v[k], f);
+#pragma unroll
+				for (int i = 0; i < N; i++)
+					acc[k][i] += f[i];
+			}
 		}
+	} else {
 #pragma unroll
 		for (int k = 0; k < CPT; k++) {
-			if (threadIdx.x + k * blockDim.x >= chunks)
+			int c = threadIdx.x + k * blockDim.x;
+			if (c >= chunks)
 				continue;
-			float f[8];
-			unpack<T>(v[k], f);
+			for (int q = 0; q < p.world; q++) {
+				uint4 v;
+				if (q == p.rank)
+					v = scrub<T>(mine[k]);
+				else
+					take16<T>(reinterpret_cast<uint4 *>(own + p.slot(b, q) + lrow * row_bytes +
+									     (size_t)c * 16),
+						  v, p);
+				float f[8];
+				unpack<T>(v, f);
 #pragma unroll
-			for (int i = 0; i < N; i++)
-				acc[k][i] += f[i];
+				for (int i = 0; i < N; i++)
+					acc[k][i] += f[i];
+			}
 		}
 	}
 #pragma unroll
@@ -307,10 +297,7 @@ __global__ void __launch_bounds__(kMaxThreads) arnorm_twoshot_kernel(ArParams p)
 		load_chunks<T>(p.x, row, chunks, xv);
 		load_row_in<T, kMaxChunksPerThread, BATCH>(p.o, row, chunks, in);
 		float acc[kMaxChunksPerThread][8];
-		if (BATCH)
-			sum_slots_rows<T>(p, b, j, chunks, acc, xv);
-		else
-			sum_slots<T>(p, b, j, chunks, acc, xv);
+		sum_slots<T, kMaxChunksPerThread, BATCH>(p, b, j, chunks, acc, xv);
 		const size_t off = p.slot(b, W) + row * row_bytes;
 #pragma unroll
 		for (int k = 0; k < kMaxChunksPerThread; k++) {
