@@ -335,6 +335,9 @@ enum tpf_shard_rule tpf_op_shard_rule(enum tpf_op op, int *arg);
  * it (Gelu is unary, Sum broadcasts, ReduceProd reduces, ...). */
 struct tpf_node;
 enum tpf_shard_rule tpf_node_shard_rule(const struct tpf_node *n, int *arg);
+/* 1 when node n's op draws random numbers (RandomNormal, RandomUniform and
+ * their -Like forms, Multinomial, Bernoulli, Dropout): two runs differ. */
+int tpf_node_is_random(const struct tpf_node *n);
 
 /* The project's own ONNX domain for fused ops. */
 #define TPF_DOMAIN "ai.tpfuse"

@@ -507,17 +507,13 @@ const struct tpf_pass tpf_pass_fold_constants = {
 
 static int cse_skip_op(const struct tpf_node *n)
 {
-	static const char *const random_ops[] = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-						 "RandomUniformLike", "Multinomial", "Bernoulli",
-						 "Dropout", NULL};
 	if (tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) ||
 	    tpf_op_has_trait(n->op, TPF_OP_TRAIT_CONTROL_FLOW) || n->n_implicit)
 		return 1;
 	if (n->op == TPF_OP_UNKNOWN && n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0)
 		return 1;
-	for (size_t i = 0; random_ops[i]; i++)
-		if (n->op_type && strcmp(n->op_type, random_ops[i]) == 0)
-			return 1;
+	if (tpf_node_is_random(n))
+		return 1;
 	for (size_t i = 0; i < n->n_attrs; i++) {
 		const struct tpf_attr *a = &n->attrs[i];
 		if (a->ref_attr_name)

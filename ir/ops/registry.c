@@ -44,11 +44,16 @@ enum tpf_shard_rule tpf_op_shard_rule(enum tpf_op op, int *arg)
 	return d->shard.rule;
 }
 
-/* Rules of ops without a record, by their ONNX semantics. */
-static const struct {
+/* What is known of ops without a record, by their ONNX semantics: the
+ * sharder's rule, and whether the op draws random numbers (two runs of
+ * it differ: nothing may merge or fold it). */
+struct unrecorded_op {
 	const char *domain, *op_type;
 	struct op_shard shard;
-} unrecorded_rules[] = {
+	int random;
+};
+
+static const struct unrecorded_op unrecorded_rules[] = {
 	{"", "Acos", SHARD(UNARY, 0)},          {"", "Acosh", SHARD(UNARY, 0)},
 	{"", "Asin", SHARD(UNARY, 0)},          {"", "Asinh", SHARD(UNARY, 0)},
 	{"", "Atan", SHARD(UNARY, 0)},          {"", "Atanh", SHARD(UNARY, 0)},
@@ -60,7 +65,7 @@ static const struct {
 	{"", "Sinh", SHARD(UNARY, 0)},          {"", "Softsign", SHARD(UNARY, 0)},
 	{"", "Tan", SHARD(UNARY, 0)},           {"", "ThresholdedRelu", SHARD(UNARY, 0)},
 	{"", "Celu", SHARD(UNARY, 0)},          {"", "CastLike", SHARD(UNARY, 0)},
-	{"", "Shrink", SHARD(UNARY, 0)},        {"", "Dropout", SHARD(UNARY, 0)},
+	{"", "Shrink", SHARD(UNARY, 0)},        {"", "Dropout", SHARD(UNARY, 0), 1},
 	{"", "LogSoftmax", SHARD(ALONG_AXIS, -1)}, {"", "Hardmax", SHARD(ALONG_AXIS, -1)},
 	{"", "ArgMin", SHARD(ARG_EXTREME, 0)},
 	{"", "ReduceMin", SHARD(REDUCE, TPF_SHARD_MIN)},
@@ -73,11 +78,37 @@ static const struct {
 	{"", "BitwiseOr", SHARD(BROADCAST, 0)}, {"", "BitwiseXor", SHARD(BROADCAST, 0)},
 	{"", "PRelu", SHARD(BROADCAST, 0)},     {"", "Resize", SHARD(RESIZE, 0)},
 	{TPF_MS_DOMAIN, "SkipLayerNormalization", SHARD(NORM, 2)},
+	{"", "RandomNormal", SHARD(NONE, 0), 1}, {"", "RandomUniform", SHARD(NONE, 0), 1},
+	{"", "RandomNormalLike", SHARD(NONE, 0), 1}, {"", "RandomUniformLike", SHARD(NONE, 0), 1},
+	{"", "Multinomial", SHARD(NONE, 0), 1}, {"", "Bernoulli", SHARD(NONE, 0), 1},
 };
+
+/* The entry of node n's op when it has no record (ONNX or com.microsoft
+ * domain), else NULL. */
+static const struct unrecorded_op *unrecorded(const struct tpf_node *n)
+{
+	const char *domain;
+
+	if (!n || n->op != TPF_OP_UNKNOWN || !n->op_type)
+		return NULL;
+	domain = n->domain && strcmp(n->domain, "ai.onnx") ? n->domain : "";
+	for (size_t i = 0; i < sizeof(unrecorded_rules) / sizeof(unrecorded_rules[0]); i++)
+		if (!strcmp(unrecorded_rules[i].op_type, n->op_type) &&
+		    !strcmp(unrecorded_rules[i].domain, domain))
+			return &unrecorded_rules[i];
+	return NULL;
+}
+
+int tpf_node_is_random(const struct tpf_node *n)
+{
+	const struct unrecorded_op *u = unrecorded(n);
+
+	return u && u->random;
+}
 
 enum tpf_shard_rule tpf_node_shard_rule(const struct tpf_node *n, int *arg)
 {
-	const char *domain;
+	const struct unrecorded_op *u;
 
 	if (arg)
 		*arg = 0;
@@ -85,16 +116,11 @@ enum tpf_shard_rule tpf_node_shard_rule(const struct tpf_node *n, int *arg)
 		return TPF_SHARD_RULE_NONE;
 	if (n->op != TPF_OP_UNKNOWN)
 		return tpf_op_shard_rule(n->op, arg);
-	domain = n->domain && strcmp(n->domain, "ai.onnx") ? n->domain : "";
-	for (size_t i = 0; n->op_type && i < sizeof(unrecorded_rules) / sizeof(unrecorded_rules[0]);
-	     i++)
-		if (!strcmp(unrecorded_rules[i].op_type, n->op_type) &&
-		    !strcmp(unrecorded_rules[i].domain, domain)) {
-			if (arg)
-				*arg = unrecorded_rules[i].shard.arg;
-			return unrecorded_rules[i].shard.rule;
-		}
-	return TPF_SHARD_RULE_NONE;
+	if (!(u = unrecorded(n)))
+		return TPF_SHARD_RULE_NONE;
+	if (arg)
+		*arg = u->shard.arg;
+	return u->shard.rule;
 }
 
 int tpf_op_host_input(enum tpf_op op, size_t i)
