@@ -931,6 +931,39 @@ static void startup_watchdog(double timeout_s)
 	alarm((unsigned)ceil(timeout_s));
 }
 
+/* The communicator of a run (run-command.h). */
+enum tpf_status tpf_cli_open_comm(enum tpf_backend backend, const char *name, double timeout,
+				  struct tpf_comm **comm, struct tpf_diag *d)
+{
+	enum tpf_status st;
+	struct tpf_comm_options co = {.timeout_s = timeout};
+	startup_watchdog(timeout > 0 ? timeout : 60);
+	if (tpf_comm_launched_by_mpi() && backend == TPF_BACKEND_CUDA && name && !strcmp(name, "mpi"))
+#ifdef TPF_HAVE_CUDA
+		st = tpf_comm_create_cuda_mpi(&co, comm, d);
+#else
+		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--backend cuda: this tpfuse was built without CUDA");
+#endif
+	else if (tpf_comm_launched_by_mpi() && backend == TPF_BACKEND_CUDA)
+#ifdef TPF_HAVE_NCCL
+		st = tpf_comm_create_nccl(&co, comm, d);
+#else
+		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
+				   "--backend cuda under mpirun needs NCCL (this tpfuse was built without it)");
+#endif
+	else if (tpf_comm_launched_by_mpi())
+		st = tpf_comm_create_mpi(&co, comm, d);
+	else
+		st = tpf_comm_create_self(&co, comm, d);
+	startup_watchdog(0);
+	return st;
+}
+
+char *tpf_cli_rank_path(const char *pattern, int rank)
+{
+	return subst_rank(pattern, rank);
+}
+
 /* tpfuse run with the options o: the exit code. */
 static int run_model(struct run_opts o, struct tpf_diag *d)
 {
@@ -944,26 +977,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	struct tpf_strategy_table *table = NULL;
 	enum tpf_status st;
 	int synced = 1; /* every rank knows about an error at this point */
-	struct tpf_comm_options co = {.timeout_s = o.timeout};
-	startup_watchdog(o.timeout > 0 ? o.timeout : 60);
-	if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA && o.comm && !strcmp(o.comm, "mpi"))
-#ifdef TPF_HAVE_CUDA
-		st = tpf_comm_create_cuda_mpi(&co, &comm, d);
-#else
-		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--backend cuda: this tpfuse was built without CUDA");
-#endif
-	else if (tpf_comm_launched_by_mpi() && o.backend == TPF_BACKEND_CUDA)
-#ifdef TPF_HAVE_NCCL
-		st = tpf_comm_create_nccl(&co, &comm, d);
-#else
-		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED,
-				   "--backend cuda under mpirun needs NCCL (this tpfuse was built without it)");
-#endif
-	else if (tpf_comm_launched_by_mpi())
-		st = tpf_comm_create_mpi(&co, &comm, d);
-	else
-		st = tpf_comm_create_self(&co, &comm, d);
-	startup_watchdog(0);
+	st = tpf_cli_open_comm(o.backend, o.comm, o.timeout, &comm, d);
 	if (st) {
 		print_diag(d);
 		return cli_exit_of(st);
