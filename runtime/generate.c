@@ -51,11 +51,12 @@ struct tpf_generator {
 	size_t new_tokens;
 };
 
-static double now_ms(void)
+/* Milliseconds since *t0 (CLOCK_MONOTONIC). */
+static double ms_since(const struct timespec *t0)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) * 1e-6;
 }
 
 static int64_t *copy_ids(const int64_t *ids, size_t n)
@@ -395,7 +396,8 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	fill_inputs(g, seq);
 	const struct tpf_host_tensor *out = NULL;
 	size_t n_out = 0;
-	double t0 = now_ms();
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if ((st = tpf_session_run(g->s, g->in, g->graph->n_inputs, &out, &n_out, d)))
 		return st;
 	if ((size_t)g->io->logits >= n_out)
@@ -404,7 +406,7 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	    (st = keep_presents(g, out, n_out, seq, d)))
 		return st;
 	take_tokens(g, &out[g->io->logits]);
-	g->step_ms[g->step++] = now_ms() - t0;
+	g->step_ms[g->step++] = ms_since(&t0);
 	if (done)
 		*done = g->n_done == g->batch;
 	return TPF_OK;
