@@ -350,6 +350,19 @@ static void print_results(const struct gen_opts *o, const struct tpf_generator *
 		       s.steps ? s.steps - 1 : 0, s.plans_built);
 }
 
+/* FNV-1a over every sequence's tokens: what the ranks compare. */
+static uint64_t tokens_hash(const struct tpf_generator *gen)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < tpf_generator_count(gen); i++) {
+		const int64_t *ids;
+		size_t n = tpf_generator_tokens(gen, i, &ids);
+		for (size_t j = 0; j <= n; j++)
+			h = (h ^ (uint64_t)(j < n ? ids[j] : -1)) * 0x100000001b3ull;
+	}
+	return h;
+}
+
 static enum tpf_status load(const char *path, struct tpf_model **m, struct tpf_diag *d)
 {
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
@@ -403,6 +416,10 @@ static int generate(struct gen_opts *o, struct tpf_diag *d)
 	struct progress p = {.start = now_ms(), .last = now_ms(), .max_steps = o->g.max_new_tokens};
 	st = tpf_generator_run(gen, comm->rank == 0 ? show_progress : NULL, &p, d);
 	failed_alone = st != TPF_OK;
+	if (!st && comm->world > 1 && o->backend == TPF_BACKEND_CPU)
+		if ((st = tpf_comm_check_same(comm, tokens_hash(gen), "the generated tokens", d)) &&
+		    comm->rank != 0)
+			tpf_diag_clear(d); /* every rank knows; rank 0 says it */
 	if (!st && comm->rank == 0)
 		print_results(o, gen);
 	fflush(stdout);

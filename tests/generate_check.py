@@ -6,6 +6,9 @@
              (its suppressed ids passed as --suppress), with --json
   sampling   --temperature/--top-k/--top-p with a seed: two runs give the
              same tokens, another seed is allowed to differ; --eos stops
+  ranks      (--mpirun) the same under mpirun -np 2: every rank runs the
+             loop on the model (no collectives), the ranks' tokens agree
+             (the command compares them) and rank 0 prints the reference
   refusals   a model without KV-cache I/O, a past without its present,
              token ids outside the vocabulary, an empty prompt, bad options:
              a message and the exit code
@@ -38,8 +41,12 @@ def expect(cond, what):
 		print("FAIL: " + what, flush=True)
 
 
+LAUNCH: list[str] = []  # mpirun -np 2, with --mpirun
+
+
 def run(tpfuse, *args):
-	p = subprocess.run([tpfuse, "generate", *args], capture_output=True, text=True, timeout=300)
+	p = subprocess.run([*LAUNCH, tpfuse, "generate", *args], capture_output=True, text=True,
+			   timeout=300)
 	return p.returncode, p.stdout, p.stderr
 
 
@@ -171,13 +178,21 @@ def main(argv=None):
 	ap.add_argument("--tpfuse", default=os.environ.get("TPFUSE", "tpfuse"))
 	ap.add_argument("--work", default=os.path.join(os.environ.get("TPF_TEST_TMP", "/tmp"), "generate-check"))
 	ap.add_argument("--corpus", default=os.path.join(HERE, "corpus", "kv"))
+	ap.add_argument("--mpirun", help="run every command under MPIRUN -np 2 (two folders, sampling)")
 	a = ap.parse_args(argv)
 	os.makedirs(a.work, exist_ok=True)
+	llama = os.path.join(a.corpus, "llama-dynamo-kv-fp32-w1", "model.onnx")
+	if a.mpirun:
+		LAUNCH[:] = [a.mpirun, "-np", "2"]
+		for name in ("llama-dynamo-kv-fp32-w1", "qwen2moe-torchscript-kv-fp32-w1"):
+			greedy(a.tpfuse, os.path.join(a.corpus, name))
+		sampling(a.tpfuse, llama)
+		print("%d checks, %d failed" % (checks, len(failures)))
+		return 1 if failures else 0
 	folders = sorted(f for f in glob.glob(os.path.join(a.corpus, "*-fp32-w1")) if os.path.isdir(f))
 	expect(len(folders) >= 16, "float32 folders under %s: %d" % (a.corpus, len(folders)))
 	for folder in folders:
 		greedy(a.tpfuse, folder)
-	llama = os.path.join(a.corpus, "llama-dynamo-kv-fp32-w1", "model.onnx")
 	sampling(a.tpfuse, llama)
 	refusals(a.tpfuse, llama, a.work)
 	print("%d checks, %d failed" % (checks, len(failures)))
