@@ -154,6 +154,12 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 	for (size_t i = 0; i < b; i++)
 		len = g->prompt_len[i] > len ? g->prompt_len[i] : len;
 	g->total = len;
+	void **bufs[] = {(void **)&g->mask, (void **)&g->ids, (void **)&g->pos, (void **)&g->tokens,
+			 (void **)&g->n_tokens, (void **)&g->done};
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { /* a failed start, again */
+		tpf_free(*bufs[i]);
+		*bufs[i] = NULL;
+	}
 	g->mask = tpf_malloc(b * (len + max_new) * sizeof(*g->mask));
 	g->ids = tpf_malloc(b * len * sizeof(*g->ids));
 	g->pos = tpf_malloc(b * len * sizeof(*g->pos));

@@ -127,11 +127,36 @@ static void test_refusals(void **state)
 	tpf_diag_clear(f->d);
 }
 
+/* Every allocation of creating a generator and adding prompts failing in
+ * turn: a status, no crash, nothing leaked (the sanitizers' builds). */
+static void test_alloc_failures(void **state)
+{
+	struct fixture *f = *state;
+	const struct tpf_generate_options o = {.max_new_tokens = 2, .temperature = 1, .top_k = 3};
+	for (uint64_t n = 1;; n++) {
+		struct tpf_generator *g = NULL;
+		tpf_alloc_fail_after(n);
+		enum tpf_status st = tpf_generator_create(f->s, &f->io, &o, &g, f->d);
+		for (int k = 0; !st && k < 6; k++) /* the prompt table grows */
+			st = tpf_generator_add_prompt(g, prompt0, 7, f->d);
+		int failed = tpf_alloc_count() >= n; /* the planned failure happened */
+		tpf_alloc_fail_after(0);
+		tpf_generator_free(g);
+		tpf_diag_clear(f->d);
+		if (!failed) {
+			assert_int_equal(st, TPF_OK);
+			break;
+		}
+		assert_int_not_equal(st, TPF_OK);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_and_sampling),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_alloc_failures),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
