@@ -178,6 +178,15 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 	return TPF_OK;
 }
 
+/* Dim a (past the batch) of a cache tensor of p holding `len` positions:
+ * the past axis, then the KV heads and the head dim in axis order. */
+static int64_t cache_dim(const struct tpf_kv_pair *p, int a, size_t len)
+{
+	if (a == p->axis)
+		return (int64_t)len;
+	return a == (p->axis == 1 ? 2 : 1) ? p->kv_heads : p->head_dim;
+}
+
 /* Fills g->in for a step of `seq` new positions per sequence. */
 static void fill_inputs(struct tpf_generator *g, size_t seq)
 {
@@ -207,10 +216,9 @@ static void fill_inputs(struct tpf_generator *g, size_t seq)
 		struct tpf_host_tensor *t = &g->in[p->input];
 		*t = (struct tpf_host_tensor){.name = p->past->name, .dtype = p->past->type.dtype, .rank = 4,
 					      .data = g->step ? g->past[k] : (void *)&empty};
-		for (int a = 1, j = 0; a < 4; a++)
-			t->dims[a] = a == p->axis ? (int64_t)(g->total - seq)
-						  : (j++ ? p->head_dim : p->kv_heads);
 		t->dims[0] = b;
+		for (int a = 1; a < 4; a++)
+			t->dims[a] = cache_dim(p, a, g->total - seq);
 	}
 }
 
@@ -222,8 +230,12 @@ static enum tpf_status keep_presents(struct tpf_generator *g, const struct tpf_h
 		const struct tpf_kv_pair *p = &g->io->pairs[k];
 		const struct tpf_host_tensor *t = &out[p->output];
 		size_t nb;
-		if (p->output >= n_out || t->rank != 4 || t->dims[0] != (int64_t)g->batch ||
-		    t->dims[p->axis] != (int64_t)g->total || tpf_host_tensor_bytes(t, &nb))
+		int fits = p->output < n_out && t->rank == 4 && t->dtype == p->past->type.dtype &&
+			   t->dims[0] == (int64_t)g->batch && t->dims[p->axis] == (int64_t)g->total &&
+			   !tpf_host_tensor_bytes(t, &nb);
+		for (int a = 1; fits && a < 4; a++)
+			fits = t->dims[a] == cache_dim(p, a, g->total);
+		if (!fits)
 			return tpf_diag_fail(d, TPF_ERR_RUNTIME, "output '%s' is not the past '%s' extended by %zu "
 					     "position%s along axis %d", p->present->name, p->past->name, seq,
 					     seq == 1 ? "" : "s", p->axis);
