@@ -218,6 +218,16 @@ static int value_arg(struct gen_opts *o, const char *a, const char *v)
 		return tpf_free(o->eos), list_arg(a, v, &o->eos, &o->n_eos);
 	if (!strcmp(a, "--suppress"))
 		return tpf_free(o->suppress), list_arg(a, v, &o->suppress, &o->n_suppress);
+	if (!strcmp(a, "--seed")) {
+		char *end;
+		errno = 0;
+		o->g.seed = strtoull(v, &end, 10);
+		if (!*v || *v == '-' || *end || errno) {
+			say("error", "--seed needs a whole number of 0 or more, not '%s'", v);
+			return CLI_USAGE;
+		}
+		return -1;
+	}
 	if (!strcmp(a, "--backend")) {
 		if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
 			say("error", "--backend must be cpu or cuda, not '%s'", v);
@@ -241,8 +251,6 @@ static int value_arg(struct gen_opts *o, const char *a, const char *v)
 		o->g.max_new_tokens = (size_t)x;
 	else if (!strcmp(a, "--top-k"))
 		o->g.top_k = (long)x;
-	else if (!strcmp(a, "--seed"))
-		o->g.seed = (uint64_t)x;
 	else
 		o->g.pad_id = (int64_t)x;
 	return -1;

@@ -146,6 +146,9 @@ def refusals(tpfuse, model, work):
 	refused([model, "--prompt-ids", "1", "--max-new-tokens", "0"], 2, "--max-new-tokens needs",
 		"--max-new-tokens 0")
 	refused([model, "--prompt-ids", "1", "--top-p", "1.5"], 2, "--top-p needs", "--top-p 1.5")
+	refused([model, "--prompt-ids", "1", "--seed", "-1"], 2, "--seed needs", "--seed -1")
+	refused([model, "--prompt-ids", "1", "--backend", "tpu"], 2, "--backend must be", "--backend tpu")
+	refused([model, "--prompt-ids", "1", "--eos"], 2, "--eos needs a value", "--eos alone")
 	refused([model, "--prompt-ids", "1", "--frobnicate"], 2, "unknown option", "an unknown option")
 	refused([model, "--prompts", os.path.join(work, "missing.txt")], 3, "cannot read", "a missing --prompts")
 	refused([os.path.join(work, "missing.onnx"), "--prompt-ids", "1"], 3, "", "a missing model")
