@@ -401,7 +401,7 @@ static int generate(struct gen_opts *o, struct tpf_diag *d)
 	struct tpf_kv_io io = {0};
 	char *path = NULL;
 	int failed_alone = 0; /* a failure on this rank alone, after the ranks stopped agreeing */
-	enum tpf_status st = tpf_cli_open_comm(o->backend, NULL, o->timeout, &comm, d);
+	enum tpf_status st = tpf_cli_open_comm("generate", o->backend, NULL, o->timeout, &comm, d);
 	if (st) {
 		say_diag(d);
 		return cli_exit_of(st);

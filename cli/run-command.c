@@ -910,12 +910,16 @@ static enum tpf_status copy_outputs(const struct tpf_host_tensor *src, size_t n,
  * rank that died before it started would make the others wait forever.  An
  * alarm bounds that wait: when it rings the process says why and exits
  * (only async-signal-safe calls in the handler). */
+static const char *startup_command = "run"; /* the command the message names */
+
 static void startup_alarm(int sig)
 {
-	static const char text[] = "tpfuse run: error: the ranks did not all start within the "
+	static const char text[] = ": error: the ranks did not all start within the "
 				   "--timeout (a rank exited or never started); giving up\n";
 	(void)sig;
-	ssize_t ignored = write(2, text, sizeof(text) - 1);
+	ssize_t ignored = write(2, "tpfuse ", 7);
+	ignored = write(2, startup_command, strlen(startup_command));
+	ignored = write(2, text, sizeof(text) - 1);
 	(void)ignored;
 	_exit(1);
 }
@@ -932,11 +936,12 @@ static void startup_watchdog(double timeout_s)
 }
 
 /* The communicator of a run (run-command.h). */
-enum tpf_status tpf_cli_open_comm(enum tpf_backend backend, const char *name, double timeout,
-				  struct tpf_comm **comm, struct tpf_diag *d)
+enum tpf_status tpf_cli_open_comm(const char *command, enum tpf_backend backend, const char *name,
+				  double timeout, struct tpf_comm **comm, struct tpf_diag *d)
 {
 	enum tpf_status st;
 	struct tpf_comm_options co = {.timeout_s = timeout};
+	startup_command = command;
 	startup_watchdog(timeout > 0 ? timeout : 60);
 	if (tpf_comm_launched_by_mpi() && backend == TPF_BACKEND_CUDA && name && !strcmp(name, "mpi"))
 #ifdef TPF_HAVE_CUDA
@@ -977,7 +982,7 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	struct tpf_strategy_table *table = NULL;
 	enum tpf_status st;
 	int synced = 1; /* every rank knows about an error at this point */
-	st = tpf_cli_open_comm(o.backend, o.comm, o.timeout, &comm, d);
+	st = tpf_cli_open_comm("run", o.backend, o.comm, o.timeout, &comm, d);
 	if (st) {
 		print_diag(d);
 		return cli_exit_of(st);
