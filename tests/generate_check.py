@@ -8,13 +8,15 @@
              same tokens, another seed is allowed to differ; --eos stops
   ranks      (--mpirun) the same under mpirun -np 2: every rank runs the
              loop on the model (no collectives), the ranks' tokens agree
-             (the command compares them) and rank 0 prints the reference
+             (the command compares them) and rank 0 prints the reference;
+             ranks whose models give other tokens fail (with the onnx
+             package, to write such a model)
   refusals   a model without KV-cache I/O, a past without its present,
              token ids outside the vocabulary, an empty prompt, bad options:
              a message and the exit code
 
 Needs only the standard library (the refusal models are written by
-tpfuse's text reader, `tpfuse optimize --passes none`).
+tpfuse's text reader and `tpfuse optimize -O0`).
 
 Exit status: 0 all passed, 1 a failure.
 """
@@ -176,6 +178,28 @@ def refusals(tpfuse, model, work):
 		refused([path, "--prompt-ids", "0"], 1, msg, name)
 
 
+def disagreeing_ranks(tpfuse, model, work):
+	"""Rank 1's model with the embedding rows reversed (same structure, other
+	tokens): the ranks' token check fails.  Needs the onnx package (else not
+	run)."""
+	try:
+		import onnx
+		from onnx import numpy_helper
+	except ImportError:
+		print("disagreeing ranks: not run (no onnx package)")
+		return
+	m = onnx.load(model)
+	for t in m.graph.initializer:
+		if t.name.endswith("embed_tokens.weight"):
+			t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t)[::-1].copy(), t.name))
+	onnx.save(onnx.load(model), os.path.join(work, "m.rank0.onnx"))
+	onnx.save(m, os.path.join(work, "m.rank1.onnx"))
+	rc, _, err = run(tpfuse, os.path.join(work, "m.rank{rank}.onnx"), "--prompt-ids", "1,2,3",
+			 "--max-new-tokens", "4")
+	expect(rc == 1 and "rank 0: error: ranks disagree on the generated tokens" in err,
+	       "ranks with other weights: exit %d, %r" % (rc, err))
+
+
 def main(argv=None):
 	ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 	ap.add_argument("--tpfuse", default=os.environ.get("TPFUSE", "tpfuse"))
@@ -190,6 +214,7 @@ def main(argv=None):
 		for name in ("llama-dynamo-kv-fp32-w1", "qwen2moe-torchscript-kv-fp32-w1"):
 			greedy(a.tpfuse, os.path.join(a.corpus, name))
 		sampling(a.tpfuse, llama)
+		disagreeing_ranks(a.tpfuse, llama, a.work)
 		print("%d checks, %d failed" % (checks, len(failures)))
 		return 1 if failures else 0
 	folders = sorted(f for f in glob.glob(os.path.join(a.corpus, "*-fp32-w1")) if os.path.isdir(f))
