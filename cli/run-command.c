@@ -908,12 +908,16 @@ static enum tpf_status copy_outputs(const struct tpf_host_tensor *src, size_t n,
  * rank that died before it started would make the others wait forever.  An
  * alarm bounds that wait: when it rings the process says why and exits
  * (only async-signal-safe calls in the handler). */
+static const char *startup_command = "run"; /* the command the message names */
+
 static void startup_alarm(int sig)
 {
-	static const char text[] = "tpfuse run: error: the ranks did not all start within the "
+	static const char text[] = ": error: the ranks did not all start within the "
 				   "--timeout (a rank exited or never started); giving up\n";
 	(void)sig;
-	ssize_t ignored = write(2, text, sizeof(text) - 1);
+	ssize_t ignored = write(2, "tpfuse ", 7);
+	ignored = write(2, startup_command, strlen(startup_command));
+	ignored = write(2, text, sizeof(text) - 1);
 	(void)ignored;
 	_exit(1);
 }
@@ -929,22 +933,21 @@ static void startup_watchdog(double timeout_s)
 	alarm((unsigned)ceil(timeout_s));
 }
 
-/* The communicator the run's ranks talk through: MPI's, NCCL's or the
- * CUDA-over-MPI one under mpirun, by --backend and --comm; a single rank's
- * alone.  Joining is bounded by the start-up watchdog. */
-static enum tpf_status open_comm(const struct run_opts *o, struct tpf_comm **comm,
-				 struct tpf_diag *d)
+/* The communicator of a run (run-command.h). */
+enum tpf_status tpf_cli_open_comm(const char *command, enum tpf_backend backend, const char *name,
+				  double timeout, struct tpf_comm **comm, struct tpf_diag *d)
 {
-	struct tpf_comm_options co = {.timeout_s = o->timeout};
 	enum tpf_status st;
-	startup_watchdog(o->timeout > 0 ? o->timeout : 60);
-	if (tpf_comm_launched_by_mpi() && o->backend == TPF_BACKEND_CUDA && o->comm && !strcmp(o->comm, "mpi"))
+	struct tpf_comm_options co = {.timeout_s = timeout};
+	startup_command = command;
+	startup_watchdog(timeout > 0 ? timeout : 60);
+	if (tpf_comm_launched_by_mpi() && backend == TPF_BACKEND_CUDA && name && !strcmp(name, "mpi"))
 #ifdef TPF_HAVE_CUDA
 		st = tpf_comm_create_cuda_mpi(&co, comm, d);
 #else
 		st = tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "--backend cuda: this tpfuse was built without CUDA");
 #endif
-	else if (tpf_comm_launched_by_mpi() && o->backend == TPF_BACKEND_CUDA)
+	else if (tpf_comm_launched_by_mpi() && backend == TPF_BACKEND_CUDA)
 #ifdef TPF_HAVE_NCCL
 		st = tpf_comm_create_nccl(&co, comm, d);
 #else
@@ -1036,6 +1039,11 @@ static void print_run_report(struct tpf_session *s, const struct run_opts *o,
 	}
 }
 
+char *tpf_cli_rank_path(const char *pattern, int rank)
+{
+	return subst_rank(pattern, rank);
+}
+
 /* tpfuse run with the options o: the exit code. */
 static int run_model(struct run_opts o, struct tpf_diag *d)
 {
@@ -1049,7 +1057,8 @@ static int run_model(struct run_opts o, struct tpf_diag *d)
 	struct tpf_strategy_table *table = NULL;
 	enum tpf_status st;
 	int synced = 1; /* every rank knows about an error at this point */
-	if ((st = open_comm(&o, &comm, d))) {
+	st = tpf_cli_open_comm("run", o.backend, o.comm, o.timeout, &comm, d);
+	if (st) {
 		print_diag(d);
 		return cli_exit_of(st);
 	}

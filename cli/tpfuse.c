@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli-util.h"
+#include "generate-command.h"
 #include "run-command.h"
 #include "shard-command.h"
 #include "tune-command.h"
@@ -44,6 +45,7 @@ static const char *const main_help =
 	"\n"
 	"Commands:\n"
 	"  dump      print a model as deterministic text or Graphviz DOT\n"
+	"  generate  generate tokens from a model with KV-cache inputs and outputs\n"
 	"  env       list the environment variables that tune the runtime and kernels\n"
 	"  check     load and verify a model, listing every problem\n"
 	"  optimize  run a pass pipeline and write the optimized model\n"
@@ -937,6 +939,7 @@ static const struct {
 	{"optimize", cmd_optimize},
 	{"passes", cmd_passes},
 	{"run", tpf_cli_run},
+	{"generate", tpf_cli_generate},
 	{"plan", tpf_cli_plan},
 	{"shard", tpf_cli_shard},
 	{"tune", tpf_cli_tune},

@@ -885,6 +885,42 @@ enum tpf_status tpf_graph_print_text(const struct tpf_graph *g, FILE *f);
 /* Graphviz DOT; nodes with origin_pass set are highlighted and labelled. */
 enum tpf_status tpf_model_print_dot(const struct tpf_model *m, FILE *f);
 
+/* ------------------------------------------------------------ KV-cache I/O
+ * The inputs and outputs of a language model that carries its key/value
+ * cache through the graph (docs/generate.md): inputs `input_ids` [batch,
+ * seq] and `attention_mask` [batch, past+seq] (int64), `position_ids`
+ * [batch, seq] (int64, optional), and per layer a past key and value
+ * (`past_key_values.{i}.key` / `.value`, or `past_key.{i}` /
+ * `past_value.{i}`) of rank 4; outputs `logits` [batch, seq, vocab] and
+ * per past its present (`present.{i}.key` / `.value`, or `present_key.{i}`
+ * / `present_value.{i}`): the past extended along the past axis. */
+
+struct tpf_kv_pair {
+	const struct tpf_value *past, *present;
+	size_t input, output; /* their indexes in graph->inputs and graph->outputs */
+	int axis;             /* the past axis of both: where new entries are appended */
+	int64_t kv_heads, head_dim; /* the two other non-batch dims; -1 when not static */
+};
+
+struct tpf_kv_io {
+	/* indexes in graph->inputs (position_ids: -1 when the model has none)
+	 * and graph->outputs */
+	long input_ids, attention_mask, position_ids, logits;
+	int64_t vocab; /* the logits' last dim; -1 when not static */
+	struct tpf_kv_pair *pairs; /* in graph input order, tpf_malloc'ed */
+	size_t n_pairs;
+};
+
+/* Finds g's KV-cache I/O: every graph input must be one of the inputs
+ * above, and every past must have its present output, of the same dtype
+ * and rank 4, with the past axis found from the graph (the axis of the
+ * Concat of the past that makes the present, else the one axis past the
+ * batch where the past's dim is symbolic and the present's is another).
+ * TPF_ERR_INVALID with a message naming the input or output otherwise
+ * ("input 'past_key_values.1.value' has no present output"). */
+enum tpf_status tpf_kv_io_find(const struct tpf_graph *g, struct tpf_kv_io *out, struct tpf_diag *d);
+void tpf_kv_io_release(struct tpf_kv_io *io);
+
 /* ------------------------------------------------------------ text reader */
 
 /* Reads the text dump of tpf_model_print_text back into a model, so graphs

@@ -381,6 +381,73 @@ size_t tpf_session_plan_count(const struct tpf_session *s, size_t *builds);
  * like) are its own and not counted. */
 void tpf_session_constant_bytes(const struct tpf_session *s, size_t *device, size_t *derived);
 
+/* ------------------------------------------------------------ generation
+ * A token generation loop over a session of a model with KV-cache I/O
+ * (tpf_kv_io_find; docs/generate.md).  The prompts are left-padded into one
+ * batch with the attention mask; the first step runs the whole prompts
+ * with pasts of length 0 (the prefill), each later step one token per
+ * sequence with the last step's presents as the pasts.  Position ids are
+ * cumsum(mask) - 1, 0 at padding.  A sequence stops at max_new_tokens or
+ * after one of the EOS ids; finished sequences go on with pad tokens
+ * (their outputs ignored) until every one has stopped.  Sampling draws
+ * from a counter-based generator keyed by (seed, step, sequence), so every
+ * rank that sees the same logits picks the same token.
+ *
+ *   struct tpf_generator *gen;
+ *   tpf_generator_create(session, &io, &(struct tpf_generate_options){.max_new_tokens = 32}, &gen, d);
+ *   tpf_generator_add_prompt(gen, ids, n, d);   (once per sequence, before the first step)
+ *   tpf_generator_run(gen, d);                  (or tpf_generator_step until it says done)
+ *   n = tpf_generator_tokens(gen, 0, &tokens);
+ *   tpf_generator_free(gen); */
+
+struct tpf_generate_options {
+	size_t max_new_tokens;
+	const int64_t *eos_ids; /* a sequence stops after generating one of these */
+	size_t n_eos;
+	const int64_t *suppress_ids; /* never generated (their logits count as -inf) */
+	size_t n_suppress;
+	int64_t pad_id;    /* the padding token (left padding, finished sequences) */
+	double temperature; /* <= 0: greedy (the first largest logit) */
+	long top_k;         /* sampling: only the k most likely tokens; <= 0: all */
+	double top_p;       /* sampling: the fewest most likely tokens holding p; <= 0 or >= 1: all */
+	uint64_t seed;
+};
+
+struct tpf_generate_stats {
+	size_t steps;           /* forward calls made */
+	size_t new_tokens;      /* tokens generated, every sequence together */
+	double ttft_ms;         /* the prefill (time to the first token) */
+	double decode_ms;       /* the later steps together */
+	double step_p50_ms, step_p99_ms; /* over the later steps (0 when none) */
+	size_t plans_built;     /* tpf_session_plan_count's builds so far */
+};
+
+struct tpf_generator;
+
+/* The session and io are borrowed (they must outlive the generator), the
+ * options copied.  io must be of the session's model. */
+enum tpf_status tpf_generator_create(struct tpf_session *s, const struct tpf_kv_io *io,
+				     const struct tpf_generate_options *o, struct tpf_generator **out,
+				     struct tpf_diag *d);
+void tpf_generator_free(struct tpf_generator *g);
+/* Adds a sequence (n >= 1 token ids, each below the vocabulary size when
+ * the logits' last dim is static) before the first step. */
+enum tpf_status tpf_generator_add_prompt(struct tpf_generator *g, const int64_t *ids, size_t n,
+					 struct tpf_diag *d);
+/* One forward call and one token per unfinished sequence; *done (may be
+ * NULL) becomes 1 once every sequence has stopped.  A step after that does
+ * nothing. */
+enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tpf_diag *d);
+/* Steps until every sequence has stopped; after each step calls progress
+ * (when not NULL) with the step count. */
+enum tpf_status tpf_generator_run(struct tpf_generator *g, void (*progress)(void *arg, size_t step),
+				  void *arg, struct tpf_diag *d);
+/* The sequences added, and the tokens generated for sequence i so far
+ * (*ids valid until the next step or free). */
+size_t tpf_generator_count(const struct tpf_generator *g);
+size_t tpf_generator_tokens(const struct tpf_generator *g, size_t i, const int64_t **ids);
+void tpf_generator_stats(const struct tpf_generator *g, struct tpf_generate_stats *out);
+
 /* ------------------------------------------------------------ --verify
  * The comparison of `tpfuse run --verify`: the optimized graph's outputs
  * (got) against the unfused graph's (ref), with per-dtype bounds and, for
