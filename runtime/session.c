@@ -27,11 +27,12 @@ static void unbind(struct tpf_session *s)
 			if (s->b->const_dev[i] && !p->values[i].lasting)
 				s->dev->free(s->dev, s->b->const_dev[i]);
 	}
-	if (s->b->kin) {
-		for (size_t i = 0; i < p->n_steps; i++) {
+	/* either array may be missing: its allocation failed */
+	for (size_t i = 0; i < p->n_steps; i++) {
+		if (s->b->kin)
 			tpf_free(s->b->kin[i]);
+		if (s->b->kout)
 			tpf_free(s->b->kout[i]);
-		}
 	}
 	for (size_t i = 0; i < s->b->n_outs; i++)
 		tpf_free(s->b->outs[i].data);

@@ -127,8 +127,9 @@ static void test_refusals(void **state)
 	tpf_diag_clear(f->d);
 }
 
-/* Every allocation of creating a generator and adding prompts failing in
- * turn: a status, no crash, nothing leaked (the sanitizers' builds). */
+/* Every allocation of creating a generator, adding prompts and the
+ * prefill and first decode step (the plans they build) failing in turn: a
+ * status, no crash, nothing leaked (the sanitizers' builds). */
 static void test_alloc_failures(void **state)
 {
 	struct fixture *f = *state;
@@ -139,6 +140,8 @@ static void test_alloc_failures(void **state)
 		enum tpf_status st = tpf_generator_create(f->s, &f->io, &o, &g, f->d);
 		for (int k = 0; !st && k < 6; k++) /* the prompt table grows */
 			st = tpf_generator_add_prompt(g, prompt0, 7, f->d);
+		for (int k = 0; !st && k < 2; k++)
+			st = tpf_generator_step(g, NULL, f->d);
 		int failed = tpf_alloc_count() >= n; /* the planned failure happened */
 		tpf_alloc_fail_after(0);
 		tpf_generator_free(g);
