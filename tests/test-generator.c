@@ -49,6 +49,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
+	if (!f) /* the set-up failed */
+		return 0;
 	tpf_session_free(f->s);
 	tpf_kv_io_release(&f->io);
 	tpf_model_free(f->m);
