@@ -110,7 +110,7 @@ static long parse_ids(const char *s, int64_t **ids)
 		errno = 0;
 		long long v = strtoll(s, &end, 10);
 		if (end == s || errno || v < 0 || (*end && !strchr(", \t\r\n", *end)))
-			return -1;
+			break; /* not a token id */
 		if (n == cap) {
 			int64_t *grown = tpf_realloc(*ids, 2 * cap * sizeof(**ids));
 			if (!grown)
