@@ -97,16 +97,20 @@ static const char *check_transb_int(const struct tpf_pattern_context *pc, struct
 	return check_transb(m, 1);
 }
 
-/* The match's root, a MatMul, becomes the backend op `op` of these
- * inputs; the matched nodes nothing else reads go. */
+/* The match's root becomes the backend op `op` of these inputs (and of
+ * the root's attributes when `attrs`); the matched nodes nothing else
+ * reads go. */
 static enum tpf_status rewrite_as(struct tpf_rewriter *rw, struct tpf_match *m, enum tpf_op op,
-				  struct tpf_value *const *in, size_t n_in)
+				  struct tpf_value *const *in, size_t n_in, int attrs)
 {
 	struct tpf_value *out = m->root->outputs[0];
 	enum tpf_status st;
 	struct tpf_node *n = tpf_rewriter_create(rw, op, in, n_in, 1, NULL);
 	if (!n)
 		return TPF_ERR_NOMEM;
+	for (size_t i = 0; attrs && i < m->root->n_attrs; i++)
+		if ((st = tpf_node_add_attr(n, &m->root->attrs[i])))
+			return st;
 	if (out->type.kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], &out->type)))
 		return st;
 	if ((st = tpf_rewriter_replace(rw, out, n->outputs[0])))
@@ -117,7 +121,7 @@ static enum tpf_status rewrite_as(struct tpf_rewriter *rw, struct tpf_match *m, 
 static enum tpf_status rewrite_transb(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[2] = {tpf_match_value(m, "a"), tpf_match_value(m, "b")};
-	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_TRANS_B, in, 2);
+	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_TRANS_B, in, 2, 0);
 }
 
 #define TRANSB_ROOT                                                                                \
@@ -245,7 +249,7 @@ static enum tpf_status rewrite_fp8(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[4] = {tpf_match_value(m, "xq"), tpf_match_value(m, "wq"), tpf_match_value(m, "sx"),
 				   tpf_match_value(m, "sw")};
-	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_FP8, in, 4);
+	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_FP8, in, 4, 0);
 }
 
 #define FP8_DQ(nm, codes, scale)                                                                   \
@@ -306,20 +310,7 @@ static const char *check_gated(const struct tpf_pattern_context *pc, struct tpf_
 static enum tpf_status rewrite_gated(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[2] = {tpf_match_value(m, "x"), tpf_match_value(m, "w")};
-	const struct tpf_node *g = m->root;
-	struct tpf_value *out = g->outputs[0];
-	enum tpf_status st;
-	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_TPF_GATED_MATMUL, in, 2, 1, NULL);
-	if (!n)
-		return TPF_ERR_NOMEM;
-	for (size_t i = 0; i < g->n_attrs; i++)
-		if ((st = tpf_node_add_attr(n, &g->attrs[i])))
-			return st;
-	if (out->type.kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], &out->type)))
-		return st;
-	if ((st = tpf_rewriter_replace(rw, out, n->outputs[0])))
-		return st;
-	return tpf_rewriter_erase_dead(rw, m);
+	return rewrite_as(rw, m, TPF_OP_TPF_GATED_MATMUL, in, 2, 1);
 }
 
 static const struct tpf_pattern pat_gated = {
