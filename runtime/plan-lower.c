@@ -254,7 +254,8 @@ static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_n
  * activation is folded into the product's epilogue (the gated-matmul-tiled
  * kernel), W packed so that each tile holds the gate and up columns of the
  * same outputs; else the product into a temporary [..., 2F], then the
- * activation on it. */
+ * activation on it (the two steps of the MatMul and the GatedActivation it
+ * stands for). */
 static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 					  const int *outs, struct tpf_diag *d)
 {
@@ -277,8 +278,19 @@ static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_n
 	int prod = add_temp(p, n, "product", yt.dtype, yt.rank, yt.dims);
 	if (prod < 0)
 		return TPF_ERR_NOMEM;
-	if ((st = add_kernel_step(p, p->opt.backend, n, TPF_PHASE_PRODUCT, ins, 2, &prod, 1, d)))
+	/* the product packed as a MatMul's when the fold does not take it
+	 * (F not a multiple of tw / 2) but the packed product does */
+	const struct tpf_kernel *tk =
+		tw ? tpf_kernel_find(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_MATMUL_TILED, p->values[w].t.dtype)
+		   : NULL;
+	int wp = tk ? packed_weight(p, n, w, tw, 0) : -1;
+	if (wp >= 0) {
+		int tins[2] = {ins[0], wp};
+		if (tpf_rt_add_step(p, RT_STEP_KERNEL, n, tk, TPF_PHASE_MATMUL_TILED, tins, 2, &prod, 1) < 0)
+			return TPF_ERR_NOMEM;
+	} else if ((st = add_kernel_step(p, p->opt.backend, n, TPF_PHASE_PRODUCT, ins, 2, &prod, 1, d))) {
 		return st;
+	}
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MAIN, &prod, 1, outs, 1, d);
 }
 

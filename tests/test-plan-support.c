@@ -171,30 +171,32 @@ static size_t plan_count(const struct tpf_model *m, const struct tpf_host_tensor
 	return n;
 }
 
-/* A packed GatedActivation of a product by a merged gate/up weight: the
- * lowered GatedMatMul gives the unlowered bits through either of its
- * plans, the product then the activation (the CPU's default) and the
- * packed weight's one kernel (TPF_GEMV_TILED=16). */
-static void test_lowered_gated_same_bits(void **state)
+/* A packed GatedActivation of a product by a merged gate/up weight [32,
+ * 2F]: the lowered GatedMatMul gives the unlowered bits through each of its
+ * plans, the product then the activation (the CPU's default), the packed
+ * weight's one kernel (TPF_GEMV_TILED=16, and 32 when F is a multiple of
+ * 16) and, when F is not, the product packed as a MatMul's then the
+ * activation (TPF_GEMV_TILED=32). */
+static void gated_same_bits(int F)
 {
-	(void)state;
-	static const char *text = "ir_version 10\n"
-				  "opset \"\" 23\n"
-				  "graph \"g\" {\n"
-				  "  input %0: bf16[3,32] \"x\"\n"
-				  "  init %1: bf16[32,64] \"w\" = [WEIGHTS]\n"
-				  "  %2 = MatMul(%0, %1) : bf16[3,64]  # mm\n"
-				  "  %3 = ai.tpfuse.GatedActivation(%2) {activation=\"gelu_tanh\", packed=1} : bf16[3,32]  # act\n"
-				  "  output %3: bf16[3,32] \"y\"\n"
-				  "}\n";
 	static const char *const wv[8] = {"0.5", "0.0625", "-0.25", "0.1875", "0.125", "-0.375", "0.75", "-0.03125"};
+	static const char *const tiled[5] = {NULL, "16", NULL, "16", "32"};
 	char weights[16384] = "", model_text[20000];
-	for (int i = 0; i < 32 * 64; i++) {
+	for (int i = 0; i < 32 * 2 * F; i++) {
 		strcat(weights, i ? ", " : "");
 		strcat(weights, wv[(i * 5 + i / 7) % 8]);
 	}
-	const char *at = strstr(text, "WEIGHTS");
-	snprintf(model_text, sizeof(model_text), "%.*s%s%s", (int)(at - text), text, weights, at + 7);
+	snprintf(model_text, sizeof(model_text),
+		 "ir_version 10\n"
+		 "opset \"\" 23\n"
+		 "graph \"g\" {\n"
+		 "  input %%0: bf16[3,32] \"x\"\n"
+		 "  init %%1: bf16[32,%d] \"w\" = [%s]\n"
+		 "  %%2 = MatMul(%%0, %%1) : bf16[3,%d]  # mm\n"
+		 "  %%3 = ai.tpfuse.GatedActivation(%%2) {activation=\"gelu_tanh\", packed=1} : bf16[3,%d]  # act\n"
+		 "  output %%3: bf16[3,%d] \"y\"\n"
+		 "}\n",
+		 2 * F, weights, 2 * F, F, F);
 	uint16_t x[96], want[96];
 	for (int i = 0; i < 96; i++) {
 		float v = (float)((i * 7) % 13) * 0.125f - 0.75f;
@@ -205,19 +207,21 @@ static void test_lowered_gated_same_bits(void **state)
 	int64_t xd[2] = {3, 32};
 	struct tpf_host_tensor in[1] = {host_tensor("x", TPF_DTYPE_BFLOAT16, 2, xd, x)};
 	struct tpf_diag *d = tpf_diag_create();
-	/* the unlowered model, then lowered: default, then packed */
-	for (int run = 0; run < 4; run++) {
+	/* the unlowered model (unpacked, packed), then lowered */
+	for (int run = 0; run < 5; run++) {
 		struct tpf_model *m = parse_model(model_text);
-		if (run & 1)
-			setenv("TPF_GEMV_TILED", "16", 1);
+		if (tiled[run])
+			setenv("TPF_GEMV_TILED", tiled[run], 1);
 		else
 			unsetenv("TPF_GEMV_TILED");
 		if (run >= 2) {
+			int fold = run == 3 || (run == 4 && F % 16 == 0);
 			assert_int_equal(tpf_lower_for_backend(m, "cpu", NULL, d), TPF_OK);
 			assert_int_equal(count_op(m->graph, TPF_OP_TPF_GATED_MATMUL), 1);
 			assert_int_equal(count_op(m->graph, TPF_OP_MATMUL), 0);
 			verify_ok(m);
-			assert_int_equal(plan_count(m, in, 1, "cpu.gated-matmul-tiled"), run == 3);
+			assert_int_equal(plan_count(m, in, 1, "cpu.gated-matmul-tiled"), fold);
+			assert_int_equal(plan_count(m, in, 1, "cpu.matmul-tiled"), run == 4 && !fold);
 			assert_int_equal(plan_count(m, in, 1, "[product]"), run == 2);
 		}
 		struct tpf_session *s = NULL;
@@ -229,14 +233,21 @@ static void test_lowered_gated_same_bits(void **state)
 		assert_non_null(s);
 		assert_int_equal(n_out, 1);
 		if (!run)
-			memcpy(want, out[0].data, sizeof(want));
+			memcpy(want, out[0].data, (size_t)(3 * F) * sizeof(uint16_t));
 		else
-			assert_memory_equal(out[0].data, want, sizeof(want));
+			assert_memory_equal(out[0].data, want, (size_t)(3 * F) * sizeof(uint16_t));
 		tpf_session_free(s);
 		tpf_model_free(m);
 	}
 	unsetenv("TPF_GEMV_TILED");
 	tpf_diag_free(d);
+}
+
+static void test_lowered_gated_same_bits(void **state)
+{
+	(void)state;
+	gated_same_bits(32);
+	gated_same_bits(8);
 }
 
 /* ------------------------------------------------------------------ refusals */
