@@ -96,7 +96,7 @@ static const struct tpf_env_knob knobs[] = {
     {"TPF_GEMV_COLS", TPF_ENV_CHOICE, 0, 0, "0|16|32",
      "the FMA GEMV's tile width (0: chosen by the SM count)"},
     {"TPF_GEMV_GATED", TPF_ENV_SWITCH, 0, 0, NULL,
-     "0: no gated activation folded into its matrix product"},
+     "0: no gated activation lowered with its matrix product (no lower-gated-matmul)"},
     {"TPF_GEMV_MMA", TPF_ENV_INT, 0, 17, NULL,
      "the fewest rows the tensor-core GEMV takes (0: never; default 2)"},
     {"TPF_GEMV_TILED", TPF_ENV_CHOICE, 0, 0, "0|16|32",

@@ -173,6 +173,7 @@ const char *tpf_kernel_phase_name(enum tpf_kernel_phase p)
 		[TPF_PHASE_NORMALIZE] = "normalize",
 		[TPF_PHASE_GATHER_REORDER] = "gather-reorder",
 		[TPF_PHASE_MATMUL_TILED] = "matmul-tiled",
+		[TPF_PHASE_PRODUCT] = "product",
 	};
 	return (unsigned)p < TPF_PHASE_COUNT ? names[p] : "?";
 }

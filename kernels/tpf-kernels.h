@@ -82,8 +82,13 @@ enum tpf_kernel_phase {
 	 * zero); N is the output's last dim.  TW is 16 or 32.  Also
 	 * ai.tpfuse.GatedActivation (packed) of such a product: operands A and
 	 * the merged gate/up weight packed by tpf_gemv_pack_gated, output
-	 * [..., F], the product never stored. */
+	 * [..., F], the product never stored (and ai.tpfuse.GatedMatMul, of
+	 * the same operands). */
 	TPF_PHASE_MATMUL_TILED,
+	/* ai.tpfuse.GatedMatMul run as two kernels: the product A @ W,
+	 * [..., 2F], into a temporary (the MatMul kernels); MAIN then runs
+	 * the gated activation on it. */
+	TPF_PHASE_PRODUCT,
 	TPF_PHASE_COUNT
 };
 

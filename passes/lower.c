@@ -15,6 +15,14 @@
  *   lower-matmul-fp8         MatMul(DequantizeLinear(xq, sx), DequantizeLinear(wq, sw))
  *                            of FLOAT8E4M3FN codes, per-tensor scales
  *       => ai.tpfuse.MatMulFp8(xq, wq, sx, sw)   (the product on the codes)
+ *   lower-gated-matmul       GatedActivation(MatMul(x, W)), packed = 1, W a
+ *                            constant [K, 2F] (gate/up merged) of float,
+ *                            float16 or bfloat16, the product read only by
+ *                            the activation
+ *       => ai.tpfuse.GatedMatMul(x, W)   (the activation's attributes; the
+ *                                         plan packs W for the fused kernel
+ *                                         when the rows are few, else two
+ *                                         kernels)
  *
  * The Transpose and the dequantizations go when no other node reads them.
  * Refused, with a near-miss reason: a perm other than the swap of the last
@@ -23,8 +31,11 @@
  * a positive float scalar constant (or an output_dtype other than its
  * dtype), a zero point that is not a zero constant, codes of another
  * dtype, a weight that is not a constant [K, N] with K and N multiples of
- * 16, dequantizations to two dtypes.  TPF_FP8_GEMM=0 turns lower-matmul-fp8
- * off (the products dequantize, then multiply).
+ * 16, dequantizations to two dtypes; for gated products, an unpacked
+ * activation, a weight that is not a constant [K, 2F] or of another dtype.
+ * TPF_FP8_GEMM=0 turns lower-matmul-fp8 off (the products dequantize, then
+ * multiply), TPF_GEMV_GATED=0 lower-gated-matmul (the product, then the
+ * activation).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -86,16 +97,20 @@ static const char *check_transb_int(const struct tpf_pattern_context *pc, struct
 	return check_transb(m, 1);
 }
 
-/* The match's root, a MatMul, becomes the backend op `op` of these
- * inputs; the matched nodes nothing else reads go. */
+/* The match's root becomes the backend op `op` of these inputs (and of
+ * the root's attributes when `attrs`); the matched nodes nothing else
+ * reads go. */
 static enum tpf_status rewrite_as(struct tpf_rewriter *rw, struct tpf_match *m, enum tpf_op op,
-				  struct tpf_value *const *in, size_t n_in)
+				  struct tpf_value *const *in, size_t n_in, int attrs)
 {
 	struct tpf_value *out = m->root->outputs[0];
 	enum tpf_status st;
 	struct tpf_node *n = tpf_rewriter_create(rw, op, in, n_in, 1, NULL);
 	if (!n)
 		return TPF_ERR_NOMEM;
+	for (size_t i = 0; attrs && i < m->root->n_attrs; i++)
+		if ((st = tpf_node_add_attr(n, &m->root->attrs[i])))
+			return st;
 	if (out->type.kind != TPF_TYPE_NONE && (st = tpf_value_copy_type(n->outputs[0], &out->type)))
 		return st;
 	if ((st = tpf_rewriter_replace(rw, out, n->outputs[0])))
@@ -106,7 +121,7 @@ static enum tpf_status rewrite_as(struct tpf_rewriter *rw, struct tpf_match *m, 
 static enum tpf_status rewrite_transb(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[2] = {tpf_match_value(m, "a"), tpf_match_value(m, "b")};
-	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_TRANS_B, in, 2);
+	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_TRANS_B, in, 2, 0);
 }
 
 #define TRANSB_ROOT                                                                                \
@@ -234,7 +249,7 @@ static enum tpf_status rewrite_fp8(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_value *in[4] = {tpf_match_value(m, "xq"), tpf_match_value(m, "wq"), tpf_match_value(m, "sx"),
 				   tpf_match_value(m, "sw")};
-	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_FP8, in, 4);
+	return rewrite_as(rw, m, TPF_OP_TPF_MATMUL_FP8, in, 4, 0);
 }
 
 #define FP8_DQ(nm, codes, scale)                                                                   \
@@ -265,6 +280,64 @@ const struct tpf_pass tpf_pass_lower_matmul_fp8 = {
 	.summary = "MatMul of two FLOAT8E4M3FN dequantizations into ai.tpfuse.MatMulFp8 (backend op)",
 	.run = run_fp8,
 	.patterns = fp8_patterns,
+};
+
+/* ------------------------------------------------------------ gated products */
+
+/* packed = 1: one input, the merged gate/up product. */
+static const char *pred_packed(const struct tpf_node *g, struct tpf_match *m)
+{
+	(void)m;
+	return tpf_node_attr_int(g, "packed", 0) == 1 ? NULL : "it is not packed (two inputs, gate and up)";
+}
+
+/* W is a constant [K, 2F] of a dtype the gated kernels take. */
+static const char *check_gated(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	const struct tpf_value *wv = tpf_match_value(m, "w");
+	const struct tpf_tensor *w = tpf_value_constant(wv);
+	(void)pc;
+	if (!w || w->rank != 2 || w->dims[1] % 2 || numel_of(w) == 0)
+		return tpf_match_reason(m, "the weight '%s' is not a constant [K, 2F]", wv->name);
+	if (!is_scale_float(w->dtype))
+		return tpf_match_reason(m, "the weight '%s' is %s, not float, float16 or bfloat16", wv->name,
+					tpf_dtype_name(w->dtype));
+	return NULL;
+}
+
+/* The activation, root of the match, becomes GatedMatMul(x, W) with its
+ * attributes; the MatMul goes. */
+static enum tpf_status rewrite_gated(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct tpf_value *in[2] = {tpf_match_value(m, "x"), tpf_match_value(m, "w")};
+	return rewrite_as(rw, m, TPF_OP_TPF_GATED_MATMUL, in, 2, 1);
+}
+
+static const struct tpf_pattern pat_gated = {
+	.name = "gated-matmul",
+	.root = TPF_PAT_OP(TPF_GATED_ACTIVATION, "act", 0, pred_packed,
+			   TPF_PAT_OP(MATMUL, "mm", 0, NULL, TPF_PAT_ANY("x"), TPF_PAT_ANY("w"))),
+	.check = check_gated,
+	.rewrite = rewrite_gated,
+};
+
+static const struct tpf_pattern *const gated_patterns[] = {&pat_gated, NULL};
+
+static enum tpf_status run_gated(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
+				 struct tpf_diag *d)
+{
+	/* TPF_GEMV_GATED (kernels/env.c's table): "0" off, "1" or unset on */
+	const char *env = getenv("TPF_GEMV_GATED");
+	if (env && !strcmp(env, "0"))
+		return TPF_OK;
+	return tpf_pattern_run(m, &tpf_pass_lower_gated_matmul, ctx, changed, d);
+}
+
+const struct tpf_pass tpf_pass_lower_gated_matmul = {
+	.name = "lower-gated-matmul",
+	.summary = "GatedActivation (packed) of MatMul(x, W), W a constant [K, 2F], into ai.tpfuse.GatedMatMul",
+	.run = run_gated,
+	.patterns = gated_patterns,
 };
 
 /* ------------------------------------------------------------ the entry point */

@@ -36,6 +36,7 @@ TPF_PASS(shard)
 TPF_PASS(lower_matmul_transb)
 TPF_PASS(lower_matmul_transb_int)
 TPF_PASS(lower_matmul_fp8)
+TPF_PASS(lower_gated_matmul)
 
 #ifdef TPF_PASS_LIST_DECLARES
 #undef TPF_PASS

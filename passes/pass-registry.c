@@ -78,12 +78,14 @@ static const char *const lower_cpu_pipeline[] = {
 	"lower-matmul-transb",
 	"lower-matmul-transb-int",
 	"lower-matmul-fp8",
+	"lower-gated-matmul",
 	NULL,
 };
 
 static const char *const lower_cuda_pipeline[] = {
 	"lower-matmul-transb",
 	"lower-matmul-fp8",
+	"lower-gated-matmul",
 	NULL,
 };
 

@@ -158,8 +158,11 @@ static enum tpf_status lower_fp8_matmul(struct tpf_plan *p, const struct tpf_nod
 static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs,
 				  struct tpf_diag *d);
 
+/* The tile width of n's packed product (MatMul, or GatedMatMul: the output
+ * half the product's columns), else 0. */
 static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
 {
+	const int64_t per_col = n->op == TPF_OP_TPF_GATED_MATMUL ? 2 : 1;
 	const long long env = tpf_env_int("TPF_GEMV_TILED", -1); /* -1: chosen below */
 	int forced = env > 0 ? (int)env : 0;
 	if (env == 0 || n->n_inputs != 2 || n->n_outputs != 1 || ins[0] < 0 || outs[0] < 0)
@@ -170,7 +173,7 @@ static int tiled_width(const struct tpf_plan *p, const struct tpf_node *n, const
 	const struct tpf_ktensor *a = &p->values[ins[0]].t, *b = &p->values[w].t, *y = &p->values[outs[0]].t;
 	int64_t K = b->dims[0], N = b->dims[1];
 	if (a->rank < 1 || a->dims[a->rank - 1] != K || K < 1 || N < 1 || a->dtype != b->dtype ||
-	    y->dtype != b->dtype || y->rank < 1 || y->dims[y->rank - 1] != N)
+	    y->dtype != b->dtype || y->rank < 1 || y->dims[y->rank - 1] * per_col != N)
 		return 0;
 #ifdef TPF_HAVE_CUDA
 	if (p->opt.backend == TPF_BACKEND_CUDA) {
@@ -246,51 +249,49 @@ static enum tpf_status lower_tiled_matmul(struct tpf_plan *p, const struct tpf_n
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
 }
 
-/* A GatedActivation (packed) whose input is a MatMul of a known merged
- * gate/up weight [K, 2F] that the packed product takes (tiled_width), read
- * by nothing else: the activation is folded into the product's epilogue
- * (the gated-matmul-tiled kernel), the weight packed so that each tile
- * holds the gate and up columns of the same outputs, and the MatMul is
- * not run.  The tile width of the fold for the MatMul mm, else 0.
- * TPF_GEMV_GATED=0 turns it off. */
-static int gated_fold_width(const struct tpf_plan *p, const struct tpf_node *mm)
+/* ai.tpfuse.GatedMatMul(x, W) (passes/lower.c), W the known merged gate/up
+ * weight [K, 2F]: when the packed product takes it (tiled_width), the
+ * activation is folded into the product's epilogue (the gated-matmul-tiled
+ * kernel), W packed so that each tile holds the gate and up columns of the
+ * same outputs; else the product into a temporary [..., 2F], then the
+ * activation on it (the two steps of the MatMul and the GatedActivation it
+ * stands for). */
+static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
+					  const int *outs, struct tpf_diag *d)
 {
-	if (!tpf_env_switch("TPF_GEMV_GATED", 1) || mm->op != TPF_OP_MATMUL || mm->n_inputs != 2 || mm->n_outputs != 1)
-		return 0;
-	const struct tpf_value *y = mm->outputs[0];
-	if (!y || y->n_output_refs || y->n_uses != 1)
-		return 0;
-	const struct tpf_node *g = y->uses[0].node;
-	if (!g || g->graph != mm->graph || g->op != TPF_OP_TPF_GATED_ACTIVATION || y->uses[0].index != 0 ||
-	    g->n_inputs != 1 || g->n_outputs != 1 || tpf_node_attr_int(g, "packed", 0) != 1)
-		return 0;
-	int ins[2] = {tpf_rt_value_index(p, mm->inputs[0]), tpf_rt_value_index(p, mm->inputs[1])};
-	int outs[1] = {tpf_rt_value_index(p, y)};
-	if (ins[0] < 0 || outs[0] < 0)
-		return 0;
-	int tw = tiled_width(p, mm, ins, outs);
-	int w = known_index(p, mm->inputs[1]);
-	/* (the GatedActivation's output has the dtype of its input: the
-	 * kernel checks; it is not planned yet when the MatMul is skipped) */
-	if (!tw || w < 0 || p->values[w].t.dims[1] % 2 || (p->values[w].t.dims[1] / 2) % (tw / 2))
-		return 0;
-	return tpf_kernel_find(p->opt.backend, TPF_OP_TPF_GATED_ACTIVATION, TPF_PHASE_MATMUL_TILED,
-			       p->values[w].t.dtype)
-		       ? tw
-		       : 0;
-}
-
-/* The fold's packed weight, made when the MatMul was skipped (the main
- * loop): without it the MatMul ran and the activation runs alone. */
-static enum tpf_status lower_gated_matmul(struct tpf_plan *p, const struct tpf_node *g, const int *ins,
-					  const int *outs, int tw, struct tpf_diag *d)
-{
-	const struct tpf_node *mm = g->inputs[0]->producer;
-	int wp = find_packed(p, known_index(p, mm->inputs[1]), tw, 1);
-	if (wp < 0)
-		return lower_main(p, g, ins, outs, d);
-	int tins[2] = {tpf_rt_value_index(p, mm->inputs[0]), wp};
-	return add_kernel_step(p, p->opt.backend, g, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
+	enum tpf_status st;
+	int w = known_index(p, n->inputs[1]);
+	int tw = w >= 0 ? tiled_width(p, n, ins, outs) : 0;
+	int64_t N = w >= 0 ? p->values[w].t.dims[1] : 0;
+	if (tw && N % 2 == 0 && (N / 2) % (tw / 2) == 0 &&
+	    tpf_kernel_find(p->opt.backend, n->op, TPF_PHASE_MATMUL_TILED, p->values[w].t.dtype)) {
+		int wp = packed_weight(p, n, w, tw, 1);
+		if (wp >= 0) {
+			int tins[2] = {ins[0], wp};
+			return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MATMUL_TILED, tins, 2, outs, 1, d);
+		}
+	}
+	struct tpf_ktensor yt = p->values[outs[0]].t; /* add_temp may move the values array */
+	if (yt.rank < 1)
+		return tpf_rt_node_fail(d, n, TPF_ERR_INVALID, "Y must have rank >= 1");
+	yt.dims[yt.rank - 1] *= 2;
+	int prod = add_temp(p, n, "product", yt.dtype, yt.rank, yt.dims);
+	if (prod < 0)
+		return TPF_ERR_NOMEM;
+	/* the product packed as a MatMul's when the fold does not take it
+	 * (F not a multiple of tw / 2) but the packed product does */
+	const struct tpf_kernel *tk =
+		tw ? tpf_kernel_find(p->opt.backend, TPF_OP_MATMUL, TPF_PHASE_MATMUL_TILED, p->values[w].t.dtype)
+		   : NULL;
+	int wp = tk ? packed_weight(p, n, w, tw, 0) : -1;
+	if (wp >= 0) {
+		int tins[2] = {ins[0], wp};
+		if (tpf_rt_add_step(p, RT_STEP_KERNEL, n, tk, TPF_PHASE_MATMUL_TILED, tins, 2, &prod, 1) < 0)
+			return TPF_ERR_NOMEM;
+	} else if ((st = add_kernel_step(p, p->opt.backend, n, TPF_PHASE_PRODUCT, ins, 2, &prod, 1, d))) {
+		return st;
+	}
+	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MAIN, &prod, 1, outs, 1, d);
 }
 
 /* One kernel step for node n (the common lowering). */
@@ -473,11 +474,8 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		tmp_ins[n_in] = sum;
 		return add_kernel_step(p, b, n, TPF_PHASE_NORMALIZE, tmp_ins, n_in + 1, outs, n_out, d);
 	}
-	case TPF_OP_TPF_GATED_ACTIVATION: {
-		const struct tpf_node *mm = n->n_inputs == 1 && n->inputs[0] ? n->inputs[0]->producer : NULL;
-		int tw = mm ? gated_fold_width(p, mm) : 0;
-		return tw ? lower_gated_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);
-	}
+	case TPF_OP_TPF_GATED_MATMUL:
+		return lower_gated_matmul(p, n, ins, outs, d);
 	case TPF_OP_TPF_MATMUL_FP8:
 		return lower_fp8_matmul(p, n, ins, outs, d);
 	case TPF_OP_MATMUL: {
@@ -489,18 +487,19 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	}
 }
 
-/* Runs a node on the host now: its outputs become plan constants. */
-static enum tpf_status fold_node(struct tpf_plan *p, const struct tpf_node *n,
-				 struct tpf_ktensor *in, struct tpf_ktensor *out, const int *outs,
-				 struct tpf_diag *d)
+/* Runs phase ph of a node on the host now (n_in operands): its outputs
+ * become plan constants. */
+static enum tpf_status fold_phase(struct tpf_plan *p, const struct tpf_node *n, enum tpf_kernel_phase ph,
+				  struct tpf_ktensor *in, size_t n_in, struct tpf_ktensor *out, const int *outs,
+				  struct tpf_diag *d)
 {
 	const struct tpf_kernel *k = NULL;
-	const struct tpf_kernel *any = tpf_kernel_find_any(TPF_BACKEND_CPU, n->op, TPF_PHASE_MAIN);
+	const struct tpf_kernel *any = tpf_kernel_find_any(TPF_BACKEND_CPU, n->op, ph);
 	if (any) {
 		enum tpf_dtype key = any->key_input < 0 ? out[0].dtype
-				     : (size_t)any->key_input < n->n_inputs ? in[any->key_input].dtype
-									    : TPF_DTYPE_UNDEFINED;
-		k = tpf_kernel_find(TPF_BACKEND_CPU, n->op, TPF_PHASE_MAIN, key);
+				     : (size_t)any->key_input < n_in ? in[any->key_input].dtype
+								     : TPF_DTYPE_UNDEFINED;
+		k = tpf_kernel_find(TPF_BACKEND_CPU, n->op, ph, key);
 	}
 	if (!k)
 		return TPF_ERR_UNSUPPORTED; /* not foldable: lowered as a step instead */
@@ -515,7 +514,7 @@ static enum tpf_status fold_node(struct tpf_plan *p, const struct tpf_node *n,
 		out[i].data = r->host;
 		out[i].host = r->host;
 	}
-	struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n->n_inputs,
+	struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n_in,
 				    .out = out, .n_out = n->n_outputs, .rank = p->opt.rank,
 				    .world = p->opt.world, .diag = d};
 	enum tpf_status st = k->run(&c);
@@ -526,6 +525,31 @@ static enum tpf_status fold_node(struct tpf_plan *p, const struct tpf_node *n,
 			p->values[outs[i]].known = 1;
 	p->n_folded++;
 	return TPF_OK;
+}
+
+static enum tpf_status fold_node(struct tpf_plan *p, const struct tpf_node *n, struct tpf_ktensor *in,
+				 struct tpf_ktensor *out, const int *outs, struct tpf_diag *d)
+{
+	return fold_phase(p, n, TPF_PHASE_MAIN, in, n->n_inputs, out, outs, d);
+}
+
+/* A GatedMatMul of known operands: the product folded into a plan
+ * constant [..., 2F], then the activation of it (its two kernels). */
+static enum tpf_status fold_gated_matmul(struct tpf_plan *p, const struct tpf_node *n, struct tpf_ktensor *in,
+					 struct tpf_ktensor *out, const int *outs, struct tpf_diag *d)
+{
+	struct tpf_ktensor t = out[0];
+	if (outs[0] < 0 || t.rank < 1)
+		return TPF_ERR_UNSUPPORTED;
+	t.dims[t.rank - 1] *= 2;
+	int prod = add_temp(p, n, "product", t.dtype, t.rank, t.dims);
+	if (prod < 0)
+		return TPF_ERR_NOMEM;
+	t = p->values[prod].t;
+	enum tpf_status st = fold_phase(p, n, TPF_PHASE_PRODUCT, in, 2, &t, &prod, d);
+	if (st)
+		return st;
+	return fold_phase(p, n, TPF_PHASE_MAIN, &t, 1, out, outs, d);
 }
 
 /* Moves the entries of `from` into `to` (errors that are not about
@@ -825,18 +849,6 @@ static enum tpf_status infer_outputs(struct tpf_plan *p, const struct tpf_node *
 	return mark_value_deps(p, n, ls->in, ls->ins, out);
 }
 
-/* Whether n's work is done by the steps of its reader (lower_node: a
- * GatedActivation runs its MatMul). */
-static int runs_elsewhere(struct tpf_plan *p, const struct tpf_node *n)
-{
-	if (n->op == TPF_OP_MATMUL) {
-		int gtw = gated_fold_width(p, n);
-		if (gtw && packed_weight(p, n, known_index(p, n->inputs[1]), gtw, 1) >= 0)
-			return 1; /* lower_gated_matmul */
-	}
-	return 0;
-}
-
 /* n folded on the host when its inputs are known (and its outputs small),
  * else its steps. */
 static enum tpf_status fold_or_lower(struct tpf_plan *p, const struct tpf_node *n, struct lower_state *ls,
@@ -844,11 +856,13 @@ static enum tpf_status fold_or_lower(struct tpf_plan *p, const struct tpf_node *
 {
 	enum tpf_status st;
 	size_t fold_max = p->opt.fold_max_elements ? p->opt.fold_max_elements : 65536;
+	int gated = n->op == TPF_OP_TPF_GATED_MATMUL; /* the product's elements count */
 	/* (MatMulFp8's kernels read the weight transposed: lower_fp8_matmul) */
 	if ((all_known || n->op == TPF_OP_SHAPE || n->op == TPF_OP_SIZE) &&
 	    !tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) && n->op != TPF_OP_TPF_MATMUL_FP8 &&
-	    out_elems <= fold_max) {
-		st = fold_node(p, n, ls->in, ls->out, ls->outs, ls->scratch);
+	    (gated ? 2 : 1) * out_elems <= fold_max) {
+		st = gated ? fold_gated_matmul(p, n, ls->in, ls->out, ls->outs, ls->scratch)
+			   : fold_node(p, n, ls->in, ls->out, ls->outs, ls->scratch);
 		if (st == TPF_OK)
 			return TPF_OK;
 		if (st != TPF_ERR_UNSUPPORTED) {
@@ -898,8 +912,6 @@ static enum tpf_status lower_one(struct tpf_plan *p, const struct tpf_node *n, s
 		return TPF_OK;
 	if ((st = infer_outputs(p, n, ls, &listed, &out_elems, d)) || listed)
 		return st;
-	if (runs_elsewhere(p, n))
-		return TPF_OK;
 	return fold_or_lower(p, n, ls, all_known, out_elems, d);
 }
 

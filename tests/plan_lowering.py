@@ -21,8 +21,10 @@ dequantizations.  With TPF_FP8_GEMM=0 every product dequantizes first.
 Packed weights: with TPF_GEMV_TILED=16 or 32 every MatMul of a known
 2-D weight runs as a matmul-tiled step on a copy of the weight packed in
 column tiles, on the CPU backend too, and a packed GatedActivation of such
-a product runs it (one gated-matmul-tiled step for both; with
-TPF_GEMV_GATED=0 the two steps); the outputs of `tpfuse run` are then the
+a product, lowered with it into an ai.tpfuse.GatedMatMul (lower-gated-matmul),
+runs as one gated-matmul-tiled step (with TPF_GEMV_GATED=0 the two nodes'
+two steps; unpacked, the GatedMatMul's product phase, then its activation);
+the outputs of `tpfuse run` are then the
 same bytes as without packing (plain and --optimize).  With
 TPF_GEMV_TILED=0, and by default on the CPU, no product is packed; on the
 CUDA backend (where built) the one-row products are packed by default.
@@ -256,9 +258,9 @@ def main():
     for backend in backends or ["cpu"]:
         for extra, want in (([], n_w), (["--optimize"], n_wo)):
             lab = f"decode {backend} {' '.join(extra)}".strip()
-            # the packed GatedActivation runs its MatMul: one matmul-tiled
-            # step for the two nodes, and no gated-activation step
-            # (only the optimized model has GatedActivation nodes)
+            # the packed GatedActivation and its MatMul, one GatedMatMul:
+            # one matmul-tiled step, and no gated-activation step (only
+            # the optimized model has GatedActivation nodes)
             fold = n_gated
             for tw in ("16", "32"):
                 env = {"TPF_GEMV_TILED": tw}
@@ -269,6 +271,8 @@ def main():
                       tiled_plan(backend, extra, env, r"\.gated-matmul-tiled "), fold)
                 check(f"{lab} TPF_GEMV_TILED={tw}: gated-activation steps left",
                       tiled_plan(backend, extra, env, r"\.gated-activation "), 0)
+                check(f"{lab} TPF_GEMV_TILED={tw}: GatedMatMul steps",
+                      tiled_plan(backend, extra, env, r"::GatedMatMul\) \[matmul-tiled\]"), fold)
                 env["TPF_GEMV_GATED"] = "0"
                 check(f"{lab} TPF_GEMV_TILED={tw} TPF_GEMV_GATED=0: gated-matmul-tiled steps",
                       tiled_plan(backend, extra, env, r"\.gated-matmul-tiled "), 0)
@@ -276,6 +280,9 @@ def main():
                       tiled_plan(backend, extra, env, r"\.gated-activation "), fold)
             check(f"{lab} TPF_GEMV_TILED=0: matmul-tiled steps",
                   tiled_plan(backend, extra, {"TPF_GEMV_TILED": "0"}), 0)
+            if extra:
+                check(f"{lab} TPF_GEMV_TILED=0: GatedMatMul product steps",
+                      tiled_plan(backend, extra, {"TPF_GEMV_TILED": "0"}, r"::GatedMatMul\) \[product\]"), fold)
             check(f"{lab} default: matmul-tiled steps", tiled_plan(backend, extra, {}),
                   want if backend == "cuda" else 0)
     base_env = {k: v for k, v in os.environ.items() if k not in ("TPF_GEMV_TILED", "TPF_GEMV_GATED")}

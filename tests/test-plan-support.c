@@ -8,7 +8,8 @@
  * exact results after every switch; Range with float bounds given as
  * inputs; memory checks with clear messages instead of huge allocations;
  * the op knowledge the planner reads from the records and the kernel table;
- * a model lowered for the CPU gives the unlowered model's bits.
+ * a model lowered for the CPU gives the unlowered model's bits (gated
+ * products too, packed or not).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -66,6 +67,8 @@ static void test_op_knowledge(void **state)
 	assert_int_equal(ph[0], TPF_PHASE_POST_REDUCE);
 	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_MATMUL_TRANS_B, ph, 4), 1);
 	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_MATMUL_FP8, ph, 4), 1);
+	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_GATED_MATMUL, ph, 4), 1);
+	assert_int_equal(ph[0], TPF_PHASE_PRODUCT);
 	assert_int_equal(tpf_kernel_phases(TPF_OP_MS_ALLREDUCE, ph, 4), 0);
 	assert_int_equal(tpf_kernel_phases(TPF_OP_TPF_SHARDED_RMS_NORM, ph, 1), 1);
 }
@@ -145,6 +148,106 @@ static void test_lowered_same_bits(void **state)
 	}
 	tpf_diag_free(d);
 	tpf_model_free(m);
+}
+
+/* The kernel steps of m's plan for these inputs whose text holds `what`. */
+static size_t plan_count(const struct tpf_model *m, const struct tpf_host_tensor *in, size_t n_in,
+			 const char *what)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_plan *p = NULL;
+	char *text = NULL;
+	size_t len = 0;
+	if (tpf_plan_build(m, in, n_in, NULL, &p, d))
+		dump_diag(d);
+	FILE *f = open_memstream(&text, &len);
+	assert_non_null(f);
+	assert_int_equal(tpf_plan_print(p, f), TPF_OK);
+	fclose(f);
+	size_t n = count_str(text, what);
+	free(text);
+	tpf_plan_free(p);
+	tpf_diag_free(d);
+	return n;
+}
+
+/* A packed GatedActivation of a product by a merged gate/up weight [32,
+ * 2F]: the lowered GatedMatMul gives the unlowered bits through each of its
+ * plans, the product then the activation (the CPU's default), the packed
+ * weight's one kernel (TPF_GEMV_TILED=16, and 32 when F is a multiple of
+ * 16) and, when F is not, the product packed as a MatMul's then the
+ * activation (TPF_GEMV_TILED=32). */
+static void gated_same_bits(int F)
+{
+	static const char *const wv[8] = {"0.5", "0.0625", "-0.25", "0.1875", "0.125", "-0.375", "0.75", "-0.03125"};
+	static const char *const tiled[5] = {NULL, "16", NULL, "16", "32"};
+	char weights[16384] = "", model_text[20000];
+	for (int i = 0; i < 32 * 2 * F; i++) {
+		strcat(weights, i ? ", " : "");
+		strcat(weights, wv[(i * 5 + i / 7) % 8]);
+	}
+	snprintf(model_text, sizeof(model_text),
+		 "ir_version 10\n"
+		 "opset \"\" 23\n"
+		 "graph \"g\" {\n"
+		 "  input %%0: bf16[3,32] \"x\"\n"
+		 "  init %%1: bf16[32,%d] \"w\" = [%s]\n"
+		 "  %%2 = MatMul(%%0, %%1) : bf16[3,%d]  # mm\n"
+		 "  %%3 = ai.tpfuse.GatedActivation(%%2) {activation=\"gelu_tanh\", packed=1} : bf16[3,%d]  # act\n"
+		 "  output %%3: bf16[3,%d] \"y\"\n"
+		 "}\n",
+		 2 * F, weights, 2 * F, F, F);
+	uint16_t x[96], want[96];
+	for (int i = 0; i < 96; i++) {
+		float v = (float)((i * 7) % 13) * 0.125f - 0.75f;
+		uint32_t u;
+		memcpy(&u, &v, 4);
+		x[i] = (uint16_t)(u >> 16);
+	}
+	int64_t xd[2] = {3, 32};
+	struct tpf_host_tensor in[1] = {host_tensor("x", TPF_DTYPE_BFLOAT16, 2, xd, x)};
+	struct tpf_diag *d = tpf_diag_create();
+	/* the unlowered model (unpacked, packed), then lowered */
+	for (int run = 0; run < 5; run++) {
+		struct tpf_model *m = parse_model(model_text);
+		if (tiled[run])
+			setenv("TPF_GEMV_TILED", tiled[run], 1);
+		else
+			unsetenv("TPF_GEMV_TILED");
+		if (run >= 2) {
+			int fold = run == 3 || (run == 4 && F % 16 == 0);
+			assert_int_equal(tpf_lower_for_backend(m, "cpu", NULL, d), TPF_OK);
+			assert_int_equal(count_op(m->graph, TPF_OP_TPF_GATED_MATMUL), 1);
+			assert_int_equal(count_op(m->graph, TPF_OP_MATMUL), 0);
+			verify_ok(m);
+			assert_int_equal(plan_count(m, in, 1, "cpu.gated-matmul-tiled"), fold);
+			assert_int_equal(plan_count(m, in, 1, "cpu.matmul-tiled"), run == 4 && !fold);
+			assert_int_equal(plan_count(m, in, 1, "[product]"), run == 2);
+		}
+		struct tpf_session *s = NULL;
+		const struct tpf_host_tensor *out = NULL;
+		size_t n_out = 0;
+		if (tpf_session_create(m, &(struct tpf_session_options){0}, &s, d) ||
+		    tpf_session_run(s, in, 1, &out, &n_out, d))
+			dump_diag(d);
+		assert_non_null(s);
+		assert_int_equal(n_out, 1);
+		if (!run)
+			memcpy(want, out[0].data, (size_t)(3 * F) * sizeof(uint16_t));
+		else
+			assert_memory_equal(out[0].data, want, (size_t)(3 * F) * sizeof(uint16_t));
+		tpf_session_free(s);
+		tpf_model_free(m);
+	}
+	unsetenv("TPF_GEMV_TILED");
+	tpf_diag_free(d);
+}
+
+static void test_lowered_gated_same_bits(void **state)
+{
+	(void)state;
+	gated_same_bits(32);
+	gated_same_bits(8);
 }
 
 /* ------------------------------------------------------------------ refusals */
@@ -616,6 +719,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_op_knowledge),
 		cmocka_unit_test(test_lowered_same_bits),
+		cmocka_unit_test(test_lowered_gated_same_bits),
 		cmocka_unit_test(test_refusal_lists_every_op),
 		cmocka_unit_test(test_plan_time_listing),
 		cmocka_unit_test(test_plan_per_signature),
