@@ -152,9 +152,9 @@ mutant kernel-gemv-pack-gated kernels/host.c \
 	"the merged gate/up weight packed for the folded GatedActivation holds the gate columns twice (no up columns)"
 
 mutant runtime-gated-fold-unrun runtime/plan-lower.c \
-	's|^\(\t*\)return tw ? lower_gated_matmul(p, n, ins, outs, tw, d) : lower_main(p, n, ins, outs, d);$|\1return lower_main(p, n, ins, outs, d);|' \
-	"plan-lowering" \
-	"the MatMul of a folded GatedActivation is skipped but the activation runs alone, on a product nothing wrote"
+	's|^\(\t*\)} else if ((st = add_kernel_step(p, p->opt.backend, n, TPF_PHASE_PRODUCT, ins, 2, \&prod, 1, d))) {$|\1} else if (0) {|' \
+	"plan-support plan-lowering" \
+	"a GatedMatMul that the packed product does not take runs its activation alone, on a product nothing wrote"
 
 mutant runtime-constants-per-plan runtime/session.c \
 	's|^\(\t*\)if (r->lasting) {$|\1if (0) {|' \
