@@ -923,32 +923,38 @@ enum tpf_status sharded_params(const struct tpf_cuda_sharded_args *a, ShardedPar
 		}                                                                                  \
 	} while (0)
 
-extern "C" enum tpf_status tpf_cuda_sharded_sumsq(const struct tpf_cuda_sharded_args *a, float *sums,
-						  void *stream, struct tpf_diag *d)
+// The two passes of the exchange through the communicator: the per-rank
+// sums of squares (normalize 0), or the normalization by the summed ones.
+static enum tpf_status sharded_pass(const struct tpf_cuda_sharded_args *a, float *sums, int normalize,
+				    void *stream, struct tpf_diag *d)
 {
 	ShardedParams p;
 	int threads;
 	enum tpf_status st = sharded_params(a, &p, &threads, d);
 	if (st != TPF_OK || a->rows == 0)
 		return st;
-	TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_sumsq_kernel, grid_for(a->rows), threads, (cudaStream_t)stream, p,
-				 sums);
+	if (normalize)
+		TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_normalize_kernel, grid_for(a->rows), threads,
+					 (cudaStream_t)stream, p, sums);
+	else
+		TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_sumsq_kernel, grid_for(a->rows), threads,
+					 (cudaStream_t)stream, p, sums);
 	cudaError_t e = cudaGetLastError();
-	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "sharded sumsq launch", e);
+	return e == cudaSuccess ? TPF_OK
+				: cuda_fail(d, normalize ? "sharded normalize launch" : "sharded sumsq launch", e);
+}
+
+extern "C" enum tpf_status tpf_cuda_sharded_sumsq(const struct tpf_cuda_sharded_args *a, float *sums,
+						  void *stream, struct tpf_diag *d)
+{
+	return sharded_pass(a, sums, 0, stream, d);
 }
 
 extern "C" enum tpf_status tpf_cuda_sharded_normalize(const struct tpf_cuda_sharded_args *a, const float *sums,
 						      void *stream, struct tpf_diag *d)
 {
-	ShardedParams p;
-	int threads;
-	enum tpf_status st = sharded_params(a, &p, &threads, d);
-	if (st != TPF_OK || a->rows == 0)
-		return st;
-	TPF_DISPATCH_FLOAT_TYPES(a->dtype, sharded_normalize_kernel, grid_for(a->rows), threads, (cudaStream_t)stream,
-				 p, sums);
-	cudaError_t e = cudaGetLastError();
-	return e == cudaSuccess ? TPF_OK : cuda_fail(d, "sharded normalize launch", e);
+	// the normalize kernel only reads the sums
+	return sharded_pass(a, const_cast<float *>(sums), 1, stream, d);
 }
 
 extern "C" enum tpf_status tpf_cuda_sharded_rmsnorm_run(struct tpf_cuda_arnorm *c,
