@@ -610,14 +610,12 @@ struct optimize_opts {
 /* Checks every name of a --passes list before any work is done. */
 static int check_pass_list(const char *list)
 {
-	static const char *const pipelines[] = {"none", "cleanup", "default"};
 	const char *p = list;
 
 	while (*p) {
 		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p), i;
+		size_t len = end ? (size_t)(end - p) : strlen(p);
 		char name[128];
-		int found = 0;
 
 		while (len && (*p == ' ' || *p == '\t')) {
 			p++;
@@ -629,9 +627,7 @@ static int check_pass_list(const char *list)
 			return usage_error("optimize ", "pass name too long in '%s'", list);
 		memcpy(name, p, len);
 		name[len] = '\0';
-		for (i = 0; i < sizeof(pipelines) / sizeof(pipelines[0]); i++)
-			found |= strcmp(name, pipelines[i]) == 0;
-		if (len && !found && !tpf_pass_find(name))
+		if (len && !tpf_pipeline_known(name) && !tpf_pass_find(name))
 			return usage_error("optimize ",
 					   "unknown pass '%s' (`tpfuse passes` lists them)", name);
 		p += len;

@@ -103,6 +103,23 @@ static const struct named_pipeline named_pipelines[] = {
 
 #define NAMED_COUNT (sizeof(named_pipelines) / sizeof(named_pipelines[0]))
 
+const char *tpf_pipeline_name(size_t i)
+{
+	if (i == 0)
+		return "none";
+	return i <= NAMED_COUNT ? named_pipelines[i - 1].name : NULL;
+}
+
+int tpf_pipeline_known(const char *name)
+{
+	const char *known;
+
+	for (size_t i = 0; name && (known = tpf_pipeline_name(i)); i++)
+		if (strcmp(known, name) == 0)
+			return 1;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- statistics */
 
 struct stat_entry {

@@ -66,6 +66,11 @@ const char *tpf_pass_counter(const struct tpf_pass *p, size_t k);
 /* All registered passes, in registry order. */
 const struct tpf_pass *const *tpf_pass_list(size_t *count);
 const struct tpf_pass *tpf_pass_find(const char *name);
+/* The named pipelines a --passes list may hold beside pass names: name i
+ * (from 0: "none", "cleanup", "default", "lower-cpu", "lower-cuda"), NULL
+ * past the last; and whether name is one of them. */
+const char *tpf_pipeline_name(size_t i);
+int tpf_pipeline_known(const char *name);
 
 struct tpf_pipeline_options {
 	/* Comma-separated pass names, or a named pipeline: "cleanup" (dce +

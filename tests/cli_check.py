@@ -145,6 +145,13 @@ def main():
     expect(rc == 2, "optimize without -o: exit 2")
     rc, _, err = tpfuse("optimize", model, "-o", w("x.onnx"), "--passes", "no-such-pass")
     expect(rc != 0 and "no-such-pass" in err, "unknown pass is named in the error")
+    # every named pipeline of the library is a --passes name (lower-cpu: the backend ops)
+    for pipeline in ("none", "cleanup", "default", "lower-cpu", "lower-cuda"):
+        rc, out, err = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "default," + pipeline,
+                              "--stats")
+        expect(rc == 0 and "unknown pass" not in err, f"--passes default,{pipeline} is accepted")
+    rc, out, _ = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "lower-cpu", "--stats")
+    expect(rc == 0 and "lower-matmul-transb" in out, "--passes lower-cpu runs the lowering passes (--stats)")
 
     # run --strategy-table: the table is read (and checked) before anything runs
     bad = w("bad-table.txt")

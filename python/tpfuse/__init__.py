@@ -53,6 +53,8 @@ PIPELINES: Dict[str, str] = {
     "none": "no passes (the command's -O0)",
     "cleanup": "clean-up passes (-O1)",
     "default": "the full pipeline (-O2)",
+    "lower-cpu": "the backend ops of the CPU's kernels (what tpfuse run does before planning)",
+    "lower-cuda": "the backend ops of the CUDA kernels (what tpfuse run does before planning)",
 }
 
 

@@ -29,8 +29,6 @@ static PyThread_type_lock lib_lock;
 static PyObject *Error, *ModelError, *FileError, *UnsupportedError;
 static PyTypeObject *DiagnosticType;
 
-static const char *const pipeline_names[] = {"none", "cleanup", "default"};
-
 /* ------------------------------------------------------------------ inputs */
 
 /* Where a model comes from: a file (mapped by the library, external data
@@ -367,16 +365,6 @@ static PyObject *raise_status(enum tpf_status st, const char *what, const struct
 
 /* ------------------------------------------------------------------ helpers */
 
-static int is_pipeline_name(const char *name)
-{
-	size_t i;
-
-	for (i = 0; i < sizeof(pipeline_names) / sizeof(pipeline_names[0]); i++)
-		if (strcmp(name, pipeline_names[i]) == 0)
-			return 1;
-	return 0;
-}
-
 static PyObject *known_pass_names(void)
 {
 	const struct tpf_pass *const *list;
@@ -386,8 +374,11 @@ static PyObject *known_pass_names(void)
 	if (!names)
 		return NULL;
 	list = tpf_pass_list(&n);
-	for (i = 0; i < n + 3; i++) {
-		const char *name = i < 3 ? pipeline_names[i] : list[i - 3]->name;
+	size_t n_pipelines = 0;
+	while (tpf_pipeline_name(n_pipelines))
+		n_pipelines++;
+	for (i = 0; i < n + n_pipelines; i++) {
+		const char *name = i < n_pipelines ? tpf_pipeline_name(i) : list[i - n_pipelines]->name;
 		PyObject *s = PyUnicode_FromString(name);
 
 		if (!s || PyList_Append(names, s) < 0) {
@@ -429,7 +420,7 @@ static int check_pass_list(const char *list)
 			}
 			memcpy(name, q, len);
 			name[len] = '\0';
-			if (!is_pipeline_name(name) && !tpf_pass_find(name)) {
+			if (!tpf_pipeline_known(name) && !tpf_pass_find(name)) {
 				PyObject *known = known_pass_names();
 
 				if (known) {

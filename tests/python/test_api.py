@@ -82,7 +82,7 @@ def test_passes_match_command(tpfuse_cli):
     assert {"fuse-allreduce-rmsnorm", "dce"} <= names
     fuse = next(i for i in infos if i.name == "fuse-allreduce-rmsnorm")
     assert "allreduce-residual-rmsnorm" in fuse.counters
-    assert set(tpfuse.PIPELINES) == {"none", "cleanup", "default"}
+    assert set(tpfuse.PIPELINES) == {"none", "cleanup", "default", "lower-cpu", "lower-cuda"}
 
 
 def test_roundtrip_modelproto_in_modelproto_out():
