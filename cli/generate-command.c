@@ -10,6 +10,7 @@
 #include "generate-command.h"
 #include "run-command.h"
 
+#include "tpf-passes.h"
 #include "tpf-runtime.h"
 
 #include <stdarg.h>
@@ -28,6 +29,12 @@ static const char *const generate_help =
 	"this process's rank: under mpirun every rank runs the same loop on its\n"
 	"own model.  Prints the generated ids of each prompt, one line each.\n"
 	"\n"
+	"The model is compiled as `run --optimize` does (the default pipeline),\n"
+	"then the pass kv-cache-in-place writes its cache in place: one buffer a\n"
+	"layer of a fixed length on the device, so that every decode step has\n"
+	"the same shapes (one plan, one CUDA graph).  A model the pass does not\n"
+	"take runs with its cache copied from step to step.\n"
+	"\n"
 	"Options:\n"
 	"  --prompt-ids IDS      a prompt: token ids separated by commas or spaces\n"
 	"                        (repeat for a batch)\n"
@@ -44,6 +51,15 @@ static const char *const generate_help =
 	"  --seed N              the sampling seed (default 0): the same seed and\n"
 	"                        logits give the same tokens, on every rank\n"
 	"  --backend cpu|cuda    backend (default cpu)\n"
+	"  --cuda-graph          CUDA: capture each plan's steps into a graph on\n"
+	"                        its second run and replay it afterwards\n"
+	"  --max-length N        the in-place cache's positions (default: the\n"
+	"                        longest prompt plus --max-new-tokens)\n"
+	"  --no-in-place         keep the model's cache I/O: each step's presents\n"
+	"                        are copied back in as the next pasts (a plan per\n"
+	"                        length)\n"
+	"  --no-optimize         run the model as exported (no fusions, no\n"
+	"                        in-place cache)\n"
 	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
 	"  --json                print {\"tokens\": [[...], ...], \"stats\": {...}}\n"
 	"  --stats               print the time to the first token, decode tokens/s,\n"
@@ -65,6 +81,7 @@ struct gen_opts {
 	enum tpf_backend backend;
 	double timeout;
 	int json, stats;
+	int no_optimize, no_in_place, cuda_graph;
 };
 
 static int say_rank = -1; /* the rank in messages; -1 alone */
@@ -251,6 +268,8 @@ static int value_arg(struct gen_opts *o, const char *a, const char *v)
 		o->g.max_new_tokens = (size_t)x;
 	else if (!strcmp(a, "--top-k"))
 		o->g.top_k = (long)x;
+	else if (!strcmp(a, "--max-length"))
+		o->g.max_length = (size_t)x;
 	else
 		o->g.pad_id = (int64_t)x;
 	return -1;
@@ -261,7 +280,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 {
 	static const char *const with_value[] = {
 		"--prompt-ids", "--prompts", "--max-new-tokens", "--eos", "--suppress", "--pad-id",
-		"--temperature", "--top-k", "--top-p", "--seed", "--backend", "--timeout"};
+		"--temperature", "--top-k", "--top-p", "--seed", "--backend", "--timeout", "--max-length"};
 	o->g.max_new_tokens = 32;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -280,6 +299,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 			return CLI_OK;
 		} else if (!strcmp(a, "--json") || !strcmp(a, "--stats")) {
 			*(a[2] == 'j' ? &o->json : &o->stats) = 1;
+		} else if (!strcmp(a, "--no-optimize") || !strcmp(a, "--no-in-place") || !strcmp(a, "--cuda-graph")) {
+			*(a[2] == 'c' ? &o->cuda_graph : a[5] == 'o' ? &o->no_optimize : &o->no_in_place) = 1;
 		} else if (a[0] == '-' && a[1]) {
 			say("error", "unknown option '%s' (see tpfuse generate --help)", a);
 			return CLI_USAGE;
@@ -346,9 +367,10 @@ static void print_results(const struct gen_opts *o, const struct tpf_generator *
 	if (o->json)
 		printf("], \"stats\": {\"steps\": %zu, \"new_tokens\": %zu, \"ttft_ms\": %.3f, "
 		       "\"decode_ms\": %.3f, \"decode_tokens_per_s\": %.1f, \"step_p50_ms\": %.3f, "
-		       "\"step_p99_ms\": %.3f, \"plans_built\": %zu}}\n",
+		       "\"step_p99_ms\": %.3f, \"plans_built\": %zu, \"cache_in_place\": %s, "
+		       "\"cache_length\": %zu, \"cache_bytes\": %zu}}\n",
 		       s.steps, s.new_tokens, s.ttft_ms, s.decode_ms, tps, s.step_p50_ms, s.step_p99_ms,
-		       s.plans_built);
+		       s.plans_built, s.in_place ? "true" : "false", s.cache_length, s.cache_bytes);
 	else if (o->stats)
 		printf("time to first token: %.3f ms\n"
 		       "decode: %zu tokens in %.3f ms (%.1f tokens/s)\n"
@@ -356,6 +378,10 @@ static void print_results(const struct gen_opts *o, const struct tpf_generator *
 		       "plans built: %zu\n",
 		       s.ttft_ms, s.new_tokens - first, s.decode_ms, tps, s.step_p50_ms, s.step_p99_ms,
 		       s.steps ? s.steps - 1 : 0, s.plans_built);
+	if (!o->json && o->stats && s.in_place)
+		printf("cache: in place, %zu positions, %.1f MiB\n", s.cache_length, (double)s.cache_bytes / 1048576.0);
+	else if (!o->json && o->stats)
+		printf("cache: copied from each step to the next\n");
 }
 
 /* FNV-1a over every sequence's tokens: what the ranks compare. */
@@ -371,12 +397,25 @@ static uint64_t tokens_hash(const struct tpf_generator *gen)
 	return h;
 }
 
-static enum tpf_status load(const char *path, struct tpf_model **m, struct tpf_diag *d)
+/* Loads and compiles the model as `run --optimize` does, then writes its
+ * cache in place (unless told not to); only errors are kept. */
+static enum tpf_status load(const struct gen_opts *o, const char *path, const struct tpf_comm *comm,
+			    struct tpf_model **m, struct tpf_diag *d)
 {
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
-	if (!st && !(st = tpf_model_verify(*m, d)) && tpf_model_infer_shapes(*m, d))
-		tpf_diag_clear(d); /* the runtime binds shapes itself */
-	return st;
+	if (st)
+		return st;
+	struct tpf_compile_options co = {
+		.verify_before = 1,
+		.infer = TPF_INFER_LENIENT,
+		.optimize = !o->no_optimize,
+		.pipeline = {.passes = o->no_in_place ? "default" : "default,kv-cache-in-place,cleanup"},
+		.min_severity = TPF_SEV_ERROR,
+		.target = o->no_optimize ? NULL : tpf_backend_name(o->backend),
+	};
+	co.pipeline.ctx.rank = comm->world > 1 ? comm->rank : -1;
+	co.pipeline.ctx.world_size = comm->world > 1 ? comm->world : -1;
+	return tpf_compile(*m, &co, d);
 }
 
 /* Every rank passes its status: prints this rank's messages, then all
@@ -408,13 +447,14 @@ static int generate(struct gen_opts *o, struct tpf_diag *d)
 	}
 	say_rank = comm->world > 1 ? comm->rank : -1;
 	path = tpf_cli_rank_path(o->model, comm->rank);
-	st = path ? load(path, &m, d) : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	st = path ? load(o, path, comm, &m, d) : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	if (!st)
 		st = tpf_kv_io_find(m->graph, &io, d);
 	if ((st = agree(comm, st, "loading the model", d)))
 		goto out;
 	st = tpf_session_create(m, &(struct tpf_session_options){.backend = o->backend, .comm = comm,
-								 .check_rank_files = 1}, &s, d);
+								 .check_rank_files = 1, .cuda_graph = o->cuda_graph},
+				&s, d);
 	if (!st)
 		st = tpf_generator_create(s, &io, &o->g, &gen, d);
 	for (size_t i = 0; !st && i < o->n_prompts; i++)

@@ -53,6 +53,11 @@ static int dim_is_symbolic(const struct tpf_dim *d)
 static int past_axis(const struct tpf_value *past, const struct tpf_value *present)
 {
 	const struct tpf_node *n = present->producer;
+	if (n && n->op == TPF_OP_TENSOR_SCATTER && n->inputs[0] == past) {
+		int64_t axis = tpf_node_attr_int(n, "axis", -2);
+		axis = axis < 0 ? axis + 4 : axis;
+		return axis >= 1 && axis < 4 ? (int)axis : -1;
+	}
 	if (n && n->op == TPF_OP_CONCAT) {
 		for (size_t i = 0; i < n->n_inputs; i++) {
 			if (n->inputs[i] != past)
@@ -136,11 +141,17 @@ static enum tpf_status find_io(const struct tpf_graph *g, struct tpf_kv_io *io, 
 			*slot = (long)i;
 			continue;
 		}
+		if (!strcmp(v->name, "past_sequence_length")) {
+			if (!is_tensor_of_rank(v, 1) || v->type.dtype != TPF_DTYPE_INT64)
+				return tpf_diag_fail(d, TPF_ERR_INVALID, "input 'past_sequence_length' must be int64 [batch]");
+			io->past_lengths = (long)i;
+			continue;
+		}
 		char buf[256];
 		if (!present_name(v->name, buf, sizeof(buf)))
 			return tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s' is not a KV-cache model input "
 					     "(input_ids, attention_mask, position_ids, past_key_values.N.key/value, "
-					     "past_key.N, past_value.N)", v->name);
+					     "past_key.N, past_value.N, past_sequence_length)", v->name);
 		if ((st = pair_past(g, i, &io->pairs[io->n_pairs], d)))
 			return st;
 		io->n_pairs++;
@@ -162,7 +173,8 @@ static enum tpf_status find_io(const struct tpf_graph *g, struct tpf_kv_io *io, 
 
 enum tpf_status tpf_kv_io_find(const struct tpf_graph *g, struct tpf_kv_io *out, struct tpf_diag *d)
 {
-	*out = (struct tpf_kv_io){.input_ids = -1, .attention_mask = -1, .position_ids = -1, .logits = -1};
+	*out = (struct tpf_kv_io){.input_ids = -1, .attention_mask = -1, .position_ids = -1, .logits = -1,
+				  .past_lengths = -1};
 	if (!g)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_kv_io_find: no graph");
 	if (g->n_inputs && !(out->pairs = tpf_calloc(g->n_inputs, sizeof(*out->pairs))))

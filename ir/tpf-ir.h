@@ -906,6 +906,10 @@ struct tpf_kv_io {
 	/* indexes in graph->inputs (position_ids: -1 when the model has none)
 	 * and graph->outputs */
 	long input_ids, attention_mask, position_ids, logits;
+	/* the cache in place (kv-cache-in-place): input past_sequence_length
+	 * [batch], the positions each sequence's cache holds; -1 without: each
+	 * present is its past extended by the step */
+	long past_lengths;
 	int64_t vocab; /* the logits' last dim; -1 when not static */
 	struct tpf_kv_pair *pairs; /* in graph input order, tpf_malloc'ed */
 	size_t n_pairs;
@@ -914,8 +918,9 @@ struct tpf_kv_io {
 /* Finds g's KV-cache I/O: every graph input must be one of the inputs
  * above, and every past must have its present output, of the same dtype
  * and rank 4, with the past axis found from the graph (the axis of the
- * Concat of the past that makes the present, else the one axis past the
- * batch where the past's dim is symbolic and the present's is another).
+ * Concat of the past that makes the present, or of the TensorScatter that
+ * writes it in place, else the one axis past the batch where the past's
+ * dim is symbolic and the present's is another).
  * TPF_ERR_INVALID with a message naming the input or output otherwise
  * ("input 'past_key_values.1.value' has no present output"). */
 enum tpf_status tpf_kv_io_find(const struct tpf_graph *g, struct tpf_kv_io *out, struct tpf_diag *d);

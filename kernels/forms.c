@@ -81,8 +81,8 @@ static enum tpf_status tpf_form_attention(const struct tpf_kernel_call *c, struc
 		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
 	if (c->n_out > 3)
 		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
-	if (present(c, 6))
-		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen is not supported");
+	if (present(c, 6) && (present(c, 4) || (c->n_out > 1 && c->out[1].rank >= 0)))
+		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen with past or present K/V is not supported");
 	if (tpf_node_attr_int(n, "left_window_size", -1) >= 0 ||
 	    tpf_node_attr_int(n, "right_window_size", -1) >= 0)
 		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "windowed attention is not supported");

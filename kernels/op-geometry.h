@@ -145,11 +145,13 @@ static inline enum tpf_status tpf_fp8_gemm_dims(const struct tpf_kernel_call *c,
 /* ------------------------------------------------------------ Attention */
 
 /* Q, K, V [B, H, S or L, D], the optional mask and past K/V (inputs 3-5),
- * Y and the optional present K/V (outputs 1-2), and the dims: B, Hq, S, D,
- * Hk, L, Dv, P (past length) and T = P + L.  4-D operands only, past K
- * and V together, their shapes consistent, Y [B, Hq, S, Dv]. */
+ * the optional nonpad_kv_seqlen [B] (input 6: the keys of sequence b are
+ * its first kvlen[b], the rest are never read), Y and the optional present
+ * K/V (outputs 1-2), and the dims: B, Hq, S, D, Hk, L, Dv, P (past length)
+ * and T = P + L.  4-D operands only, past K and V together, their shapes
+ * consistent, Y [B, Hq, S, Dv]. */
 struct tpf_attention_ops {
-	const struct tpf_ktensor *q, *k, *v, *mask, *pk, *pv;
+	const struct tpf_ktensor *q, *k, *v, *mask, *pk, *pv, *kvlen;
 	struct tpf_ktensor *y, *prk, *prv;
 	int64_t B, Hq, S, D, Hk, L, Dv, P, T;
 };
@@ -165,6 +167,7 @@ static inline enum tpf_status tpf_attention_operands(const struct tpf_kernel_cal
 	o->y = &c->out[0];
 	o->prk = c->n_out > 1 && c->out[1].data ? &c->out[1] : NULL;
 	o->prv = c->n_out > 2 && c->out[2].data ? &c->out[2] : NULL;
+	o->kvlen = c->n_in > 6 && c->in[6].data ? &c->in[6] : NULL;
 	if (o->q->rank != 4 || o->k->rank != 4 || o->v->rank != 4 || (o->pk && o->pk->rank != 4) ||
 	    (o->pv && o->pv->rank != 4))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only 4-D Q/K/V are supported");
@@ -181,6 +184,49 @@ static inline enum tpf_status tpf_attention_operands(const struct tpf_kernel_cal
 		return tpf_kfail(c, TPF_ERR_INVALID, "Q/K/V/past shapes disagree");
 	if (o->y->numel != o->B * o->Hq * o->S * o->Dv)
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "only the 4-D output layout is supported");
+	if (o->kvlen && (o->kvlen->dtype != TPF_DTYPE_INT64 || o->kvlen->numel != o->B))
+		return tpf_kfail(c, TPF_ERR_INVALID, "nonpad_kv_seqlen must be int64 [batch]");
+	return TPF_OK;
+}
+
+/* ------------------------------------------------------------ TensorScatter */
+
+/* TensorScatter's cache [B, mid..., L, inner...] along `axis`, the update
+ * with S positions there: rows of `inner` elements of es bytes. */
+struct tpf_tscatter_geom {
+	int64_t B, mid, L, S, inner;
+	size_t es;
+	int circular;
+};
+
+static inline enum tpf_status tpf_tensor_scatter_geometry(const struct tpf_kernel_call *c,
+							  struct tpf_tscatter_geom *g)
+{
+	const struct tpf_ktensor *x = &c->in[0], *up = &c->in[1], *y = &c->out[0];
+	const struct tpf_ktensor *wi = c->n_in > 2 && c->in[2].data ? &c->in[2] : NULL;
+	int ax = tpf_norm_axis(c->node ? tpf_node_attr_int(c->node, "axis", -2) : -2, x->rank);
+	const char *mode = c->node ? tpf_node_attr_string(c->node, "mode", "linear") : "linear";
+	memset(g, 0, sizeof(*g));
+	if (ax < 1 || up->rank != x->rank || up->dtype != x->dtype || y->nbytes != x->nbytes)
+		return tpf_kfail(c, TPF_ERR_INVALID, "past_cache, update and present_cache disagree (rank, dtype, axis)");
+	for (int a = 0; a < x->rank; a++)
+		if (a != ax && up->dims[a] != x->dims[a])
+			return tpf_kfail(c, TPF_ERR_INVALID, "update dim %d is %lld; expected %lld", a,
+					 (long long)up->dims[a], (long long)x->dims[a]);
+	if (wi && (wi->dtype != TPF_DTYPE_INT64 || wi->numel != x->dims[0]))
+		return tpf_kfail(c, TPF_ERR_INVALID, "write_indices must be int64 [batch]");
+	g->B = x->dims[0];
+	g->mid = tpf_dims_prod(x->dims, 1, ax);
+	g->L = x->dims[ax];
+	g->S = up->dims[ax];
+	g->inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	g->es = tpf_elem_size(x->dtype);
+	g->circular = !strcmp(mode, "circular");
+	if (!g->es)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported (sub-byte)", tpf_dtype_name(x->dtype));
+	if (g->S > g->L)
+		return tpf_kfail(c, TPF_ERR_INVALID, "the update's %lld positions exceed the cache's %lld",
+				 (long long)g->S, (long long)g->L);
 	return TPF_OK;
 }
 

@@ -49,6 +49,12 @@ struct tpf_generator {
 
 	double *step_ms;
 	size_t new_tokens;
+
+	/* the cache in place (io->past_lengths >= 0) */
+	int in_place;
+	size_t max_len;
+	int64_t *mask_full; /* [batch, max_len] */
+	int64_t *lengths;   /* past_sequence_length [batch] */
 };
 
 /* Milliseconds since *t0 (CLOCK_MONOTONIC). */
@@ -95,6 +101,20 @@ enum tpf_status tpf_generator_create(struct tpf_session *s, const struct tpf_kv_
 		tpf_generator_free(g);
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	}
+	g->in_place = io->past_lengths >= 0;
+	if (g->in_place) {
+		const char **names = tpf_calloc(io->n_pairs, sizeof(*names));
+		enum tpf_status st = names ? TPF_OK : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		for (size_t i = 0; !st && i < io->n_pairs; i++)
+			names[i] = io->pairs[i].past->name;
+		if (!st)
+			st = tpf_session_keep_inputs(s, names, io->n_pairs, d);
+		tpf_free(names);
+		if (st) {
+			tpf_generator_free(g);
+			return st;
+		}
+	}
 	*out = g;
 	return TPF_OK;
 }
@@ -110,7 +130,7 @@ void tpf_generator_free(struct tpf_generator *g)
 			tpf_free(g->past[i]);
 	void *owned[] = {g->eos, g->suppress, g->prompts, g->prompt_len, g->mask, g->ids, g->pos,
 			 g->tokens, g->n_tokens, g->done, g->in, g->past, g->past_cap, g->row, g->order,
-			 g->step_ms};
+			 g->step_ms, g->mask_full, g->lengths};
 	for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
 		tpf_free(owned[i]);
 	tpf_free(g);
@@ -155,7 +175,7 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 		len = g->prompt_len[i] > len ? g->prompt_len[i] : len;
 	g->total = len;
 	void **bufs[] = {(void **)&g->mask, (void **)&g->ids, (void **)&g->pos, (void **)&g->tokens,
-			 (void **)&g->n_tokens, (void **)&g->done};
+			 (void **)&g->n_tokens, (void **)&g->done, (void **)&g->mask_full, (void **)&g->lengths};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { /* a failed start, again */
 		tpf_free(*bufs[i]);
 		*bufs[i] = NULL;
@@ -168,6 +188,19 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 	g->done = tpf_calloc(b, 1);
 	if (!g->mask || !g->ids || !g->pos || !g->tokens || !g->n_tokens || !g->done)
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	if (g->in_place) {
+		g->max_len = g->o.max_length ? g->o.max_length : len + max_new;
+		if (g->max_len < len + max_new)
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "a cache of %zu positions cannot hold a prompt of %zu "
+					     "and %zu new tokens", g->max_len, len, max_new);
+		g->mask_full = tpf_calloc(b * g->max_len, sizeof(*g->mask_full));
+		g->lengths = tpf_calloc(b, sizeof(*g->lengths));
+		if (!g->mask_full || !g->lengths)
+			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+		enum tpf_status st = tpf_session_clear_kept(g->s, d);
+		if (st)
+			return st;
+	}
 	for (size_t i = 0; i < b; i++) {
 		size_t pad = len - g->prompt_len[i];
 		for (size_t j = 0; j < len; j++) {
@@ -185,6 +218,33 @@ static int64_t cache_dim(const struct tpf_kv_pair *p, int a, size_t len)
 	if (a == p->axis)
 		return (int64_t)len;
 	return a == (p->axis == 1 ? 2 : 1) ? p->kv_heads : p->head_dim;
+}
+
+/* The inputs of a cache in place: the mask over all max_len positions
+ * (zeros past the valid ones), the lengths the caches hold, the caches by
+ * shape only (the session keeps them). */
+static void fill_in_place(struct tpf_generator *g, size_t seq)
+{
+	const struct tpf_kv_io *io = g->io;
+	int64_t b = (int64_t)g->batch;
+	for (size_t i = 0; i < g->batch; i++) {
+		memcpy(g->mask_full + i * g->max_len, g->mask + i * g->total, g->total * sizeof(*g->mask));
+		memset(g->mask_full + i * g->max_len + g->total, 0, (g->max_len - g->total) * sizeof(*g->mask));
+		g->lengths[i] = (int64_t)(g->total - seq);
+	}
+	g->in[io->attention_mask].dims[1] = (int64_t)g->max_len;
+	g->in[io->attention_mask].data = g->mask_full;
+	g->in[io->past_lengths] = (struct tpf_host_tensor){.name = "past_sequence_length",
+							    .dtype = TPF_DTYPE_INT64, .rank = 1, .dims = {b},
+							    .data = g->lengths};
+	for (size_t k = 0; k < io->n_pairs; k++) {
+		const struct tpf_kv_pair *p = &io->pairs[k];
+		struct tpf_host_tensor *t = &g->in[p->input];
+		*t = (struct tpf_host_tensor){.name = p->past->name, .dtype = p->past->type.dtype, .rank = 4};
+		t->dims[0] = b;
+		for (int a = 1; a < 4; a++)
+			t->dims[a] = cache_dim(p, a, g->max_len);
+	}
 }
 
 /* Fills g->in for a step of `seq` new positions per sequence. */
@@ -210,6 +270,10 @@ static void fill_inputs(struct tpf_generator *g, size_t seq)
 		g->in[io->position_ids] = (struct tpf_host_tensor){
 			.name = "position_ids", .dtype = TPF_DTYPE_INT64, .rank = 2,
 			.dims = {b, (int64_t)seq}, .data = g->pos};
+	if (g->in_place) {
+		fill_in_place(g, seq);
+		return;
+	}
 	static int64_t empty; /* the data of a past of length 0 */
 	for (size_t k = 0; k < io->n_pairs; k++) {
 		const struct tpf_kv_pair *p = &io->pairs[k];
@@ -421,7 +485,7 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	if ((size_t)g->io->logits >= n_out)
 		return tpf_diag_fail(d, TPF_ERR_RUNTIME, "the session gave no output 'logits'");
 	if ((st = check_logits(g, &out[g->io->logits], seq, d)) ||
-	    (st = keep_presents(g, out, n_out, seq, d)))
+	    (!g->in_place && (st = keep_presents(g, out, n_out, seq, d))))
 		return st;
 	take_tokens(g, &out[g->io->logits]);
 	g->step_ms[g->step++] = ms_since(&t0);
@@ -467,7 +531,9 @@ static int by_value(const void *a, const void *b)
 
 void tpf_generator_stats(const struct tpf_generator *g, struct tpf_generate_stats *out)
 {
-	*out = (struct tpf_generate_stats){.steps = g->step, .new_tokens = g->new_tokens};
+	*out = (struct tpf_generate_stats){.steps = g->step, .new_tokens = g->new_tokens, .in_place = g->in_place,
+					   .cache_length = g->in_place ? g->max_len : 0,
+					   .cache_bytes = g->in_place ? tpf_session_kept_bytes(g->s) : 0};
 	tpf_session_plan_count(g->s, &out->plans_built);
 	if (!g->step)
 		return;

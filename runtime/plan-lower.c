@@ -346,6 +346,15 @@ static int split_views(struct tpf_plan *p, const struct tpf_node *n, const int *
 	return 1;
 }
 
+/* Every use of v but by `self` reads its shape only. */
+static int only_shape_readers(const struct tpf_value *v, const struct tpf_node *self)
+{
+	for (size_t u = 0; u < v->n_uses; u++)
+		if (v->uses[u].node != self && (!v->uses[u].node || v->uses[u].node->op != TPF_OP_SHAPE))
+			return 0;
+	return !tpf_value_is_graph_output(v);
+}
+
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
@@ -375,6 +384,19 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 	case TPF_OP_SPLIT:
 		if (split_views(p, n, ins, outs))
 			return TPF_OK;
+		return lower_main(p, n, ins, outs, d);
+	case TPF_OP_TENSOR_SCATTER:
+		/* a cache that is a graph input read by this node alone is
+		 * updated in place: the output is its buffer (a session keeping
+		 * the input between runs keeps the update) */
+		if (ins[0] >= 0 && outs[0] >= 0 && p->values[ins[0]].is_input && p->values[ins[0]].alias < 0 &&
+		    !p->values[ins[0]].known && only_shape_readers(n->inputs[0], n) &&
+		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
+			p->values[outs[0]].alias = ins[0];
+			p->values[outs[0]].alias_off = 0;
+			p->values[ins[0]].written = 1;
+			p->n_views++;
+		}
 		return lower_main(p, n, ins, outs, d);
 	case TPF_OP_MS_ALLREDUCE:
 		return tpf_rt_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0

@@ -473,7 +473,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 			continue;
 		}
 		size_t given;
-		if (tpf_host_tensor_bytes(t, &given) || given != r->t.nbytes || !t->data) {
+		int kept = tpf_rt_kept_input(p, v->name);
+		if (tpf_host_tensor_bytes(t, &given) || given != r->t.nbytes || (!t->data && !kept)) {
 			st = tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': %zu bytes of data for %zu expected",
 					   v->name, t->data ? given : 0, r->t.nbytes);
 			continue;
@@ -482,6 +483,8 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 		r->input_index = (int)(t - in);
 		/* small integer inputs and numeric scalars: their values may decide
 		 * shapes (Reshape targets, Split sizes, Range bounds) */
+		if (kept)
+			continue;
 		if ((tpf_dtype_is_integral(t->dtype) && r->t.numel <= TPF_RT_HINT_MAX_ELEMS) ||
 		    (r->t.numel == 1 && tpf_dtype_bits(t->dtype) >= 8 && t->dtype != TPF_DTYPE_STRING)) {
 			r->host = tpf_malloc(r->t.nbytes ? r->t.nbytes : 1);

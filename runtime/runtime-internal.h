@@ -28,6 +28,8 @@ struct rt_value {
 	size_t alias_off;          /* a view's first byte in that buffer */
 	int def_step, last_step;   /* live range in steps (-1: before the first) */
 	int is_input, is_output;
+	int written;               /* is_input: a step updates it in place (its
+				    * views are not invariant) */
 	int input_index;           /* is_input: index into the user's inputs */
 	int value_dep;             /* is_input with host_hint: the plan depends on its
 				    * values (a shape, or a kernel reads them on the

@@ -49,6 +49,17 @@ struct bound {
 	size_t prof_runs;
 	unsigned char *prof_marked; /* marks recorded by the current run */
 	int prof_seen_first;        /* the plan's first run went by */
+	/* per value: the kept input (tpf_session_keep_inputs) it is, or a
+	 * view of, else -1; NULL until bound or without kept inputs */
+	int *kept_of;
+	uint64_t kept_gen;          /* the session's kept_gen its operands point into */
+};
+
+/* An input kept on the device between runs (session-kept.c). */
+struct kept_input {
+	char *name;
+	void *buf; /* NULL until a plan binds it */
+	size_t bytes;
 };
 
 struct tpf_session {
@@ -85,6 +96,11 @@ struct tpf_session {
 	/* the strategy table: options', TPF_STRATEGY_TABLE's (owned) or built-in */
 	const struct tpf_strategy_table *strategy;
 	struct tpf_strategy_table *strategy_owned;
+	/* kept inputs (session-kept.c); kept_gen counts their (re)allocations */
+	struct kept_input *kept;
+	const char **kept_names;
+	size_t n_kept;
+	uint64_t kept_gen;
 };
 
 /* What b->oneshot[k] holds: the path of the collective at step k. */
@@ -100,6 +116,17 @@ enum oneshot_mode {
 /* The call of step k of the current plan (d: its diagnostic). */
 void tpf_rt_session_call(struct tpf_session *s, size_t k, struct tpf_kernel_call *call,
 			 struct tpf_diag *d);
+
+/* Frees the current slot's plan and everything bound to it (session.c). */
+void tpf_rt_session_unbind(struct tpf_session *s);
+
+/* session-kept.c: the kept inputs freed; the device memory of value idx of
+ * the current plan when it is (a view of) a kept input, else NULL; the
+ * current plan's kept inputs given memory of their size (*moved: the
+ * plan's operands must be pointed again). */
+void tpf_rt_kept_free(struct tpf_session *s);
+void *tpf_rt_kept_data(const struct tpf_session *s, int idx);
+enum tpf_status tpf_rt_kept_bind(struct tpf_session *s, int *moved, struct tpf_diag *d);
 
 /* session-collectives.c.  Direct all-to-alls: the current plan's Pack ->
  * AllToAll -> Unpack runs that go as one exchange (b->a2a_direct), chosen

@@ -14,8 +14,7 @@
 
 /* ------------------------------------------------------------ sessions */
 
-/* Frees the current slot's plan and everything bound to it. */
-static void unbind(struct tpf_session *s)
+void tpf_rt_session_unbind(struct tpf_session *s)
 {
 	struct tpf_plan *p = s->b->plan;
 	if (!p)
@@ -49,6 +48,7 @@ static void unbind(struct tpf_session *s)
 	tpf_free(s->b->dep_names);
 	tpf_free(s->b->dep_len);
 	tpf_free(s->b->dep_bytes);
+	tpf_free(s->b->kept_of);
 	tpf_plan_free(p);
 	memset(s->b, 0, sizeof(*s->b));
 #ifdef TPF_HAVE_CUDA
@@ -66,19 +66,23 @@ static void *value_data(struct tpf_session *s, int idx)
 	const struct rt_value *r = &s->b->plan->values[idx];
 	if (r->known)
 		return s->b->const_dev[idx];
+	void *kept = tpf_rt_kept_data(s, idx);
+	if (kept)
+		return kept;
 	if (r->buffer < 0)
 		return NULL;
 	return (char *)s->arena + s->b->plan->buffers[r->buffer].offset + r->alias_off;
 }
 
 /* No step of a run writes value idx: it was known when the plan was built,
- * or it is a graph input, or a view of either (tpf_ktensor.invariant). */
+ * or it is a graph input, or a view of either that no step writes (an
+ * input updated in place is not) (tpf_ktensor.invariant). */
 static int value_invariant(const struct tpf_plan *p, int idx)
 {
 	const struct rt_value *r = &p->values[idx];
 	if (r->alias >= 0)
 		r = &p->values[r->alias];
-	return r->known || r->is_input;
+	return r->known || (r->is_input && !r->written);
 }
 
 const struct tpf_ktensor *tpf_session_bound_input(const struct tpf_session *s, const char *node, size_t input)
@@ -186,6 +190,11 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		}
 	}
 	s->b->arena = s->arena;
+	int moved;
+	if ((st = tpf_rt_kept_bind(s, &moved, d))) {
+		tpf_free(read);
+		return st;
+	}
 	s->b->const_dev = tpf_calloc(p->n_values + 1, sizeof(void *));
 	s->b->kin = tpf_calloc(p->n_steps + 1, sizeof(*s->b->kin));
 	s->b->kout = tpf_calloc(p->n_steps + 1, sizeof(*s->b->kout));
@@ -271,6 +280,8 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		if (r->t.rank > 0)
 			memcpy(o->dims, r->t.dims, sizeof(int64_t) * (size_t)r->t.rank);
 		o->nbytes = r->t.nbytes;
+		if (tpf_rt_kept_data(s, p->outputs[i]))
+			continue; /* a kept input updated in place: not copied back */
 		o->data = tpf_malloc(r->t.nbytes ? r->t.nbytes : 1);
 		if (!o->data)
 			return TPF_ERR_NOMEM;
@@ -645,8 +656,9 @@ void tpf_session_free(struct tpf_session *s)
 		return;
 	for (size_t i = 0; i < TPF_SESSION_PLANS; i++) {
 		s->b = &s->slots[i];
-		unbind(s);
+		tpf_rt_session_unbind(s);
 	}
+	tpf_rt_kept_free(s);
 	tpf_const_store_free(s->consts, s->dev);
 #ifdef TPF_HAVE_CUDA
 	tpf_rt_oneshot_free(s);
@@ -1005,9 +1017,11 @@ static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const str
 				slot = &s->slots[i];
 	}
 	s->b = slot;
-	unbind(s);
+	tpf_rt_session_unbind(s);
 	struct tpf_plan_options po = s->opt.plan;
 	po.backend = s->opt.backend;
+	po.kept_inputs = s->kept_names;
+	po.n_kept_inputs = s->n_kept;
 	po.rank = s->comm->rank;
 	po.world = s->comm->world;
 	/* agree on the input shapes before any rank builds a plan */
@@ -1029,16 +1043,16 @@ static enum tpf_status build_plan(struct tpf_session *s, uint64_t key, const str
 	if ((st = tpf_comm_agree(s->comm, st, "building its plan", d)) ||
 	    (s->comm->world > 1 &&
 	     (st = tpf_comm_check_same(s->comm, deps, "the values of the inputs that decide shapes", d)))) {
-		unbind(s);
+		tpf_rt_session_unbind(s);
 		return st;
 	}
 	if ((st = tpf_rt_a2a_direct_prepare(s, d))) {
-		unbind(s);
+		tpf_rt_session_unbind(s);
 		return st;
 	}
 #ifdef TPF_HAVE_CUDA
 	if ((st = tpf_rt_oneshot_prepare(s, d))) {
-		unbind(s);
+		tpf_rt_session_unbind(s);
 		return st;
 	}
 #endif
@@ -1058,8 +1072,11 @@ enum tpf_status tpf_session_prepare(struct tpf_session *s, const struct tpf_host
 			hit = &s->slots[i];
 	if (hit) {
 		s->b = hit;
-		if (hit->arena != s->arena)
-			attach(s); /* a larger plan moved the arena */
+		int moved;
+		if ((st = tpf_rt_kept_bind(s, &moved, d)))
+			return st;
+		if (hit->arena != s->arena || moved)
+			attach(s); /* a larger plan moved the arena, or kept inputs moved */
 	} else if ((st = build_plan(s, key, inputs, n_inputs, d))) {
 		return st;
 	}
@@ -1096,6 +1113,8 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
 	for (size_t i = 0; i < p->n_outputs; i++) {
 		int v = p->outputs[i];
 		const struct rt_value *r = &p->values[v];
+		if (!s->b->outs[i].data)
+			continue; /* kept on the device */
 		if (r->known)
 			memcpy(s->b->outs[i].data, r->host, r->t.nbytes);
 		else if ((st = s->dev->download(s->dev, s->b->outs[i].data, value_data(s, v), r->t.nbytes, d)))

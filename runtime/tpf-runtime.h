@@ -181,6 +181,10 @@ struct tpf_plan_options {
 	 * input whose dim NAME has another size is an error naming both. */
 	const char *const *dims;
 	size_t n_dims;
+	/* Graph inputs that live outside the arena (a session's kept inputs,
+	 * tpf_session_keep_inputs): they get no buffer of the plan. */
+	const char *const *kept_inputs;
+	size_t n_kept_inputs;
 };
 
 /* Binds the graph to concrete inputs (by name, every graph input without a
@@ -353,6 +357,21 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
  * sequence, so what a replay computes is meant for timing the device work
  * (benchmarks), not as a result; with cuda_graph it launches the graph. */
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d);
+/* Inputs kept on the session's device between runs: a KV cache that a step
+ * updates in place (TensorScatter on a graph input that nothing else reads,
+ * as the kv-cache-in-place pass writes it; docs/generate.md).  From the
+ * next run on, the named inputs are not copied from the caller: their
+ * tensors give the name, dtype and dims only (data may be NULL).  Each
+ * lives in device memory of its own, zeroed when it is made or changes
+ * size (and by tpf_session_clear_kept); an output that is that memory
+ * (the cache updated in place) is not copied back: its host tensor has
+ * data NULL.  Setting the list again drops the plans built so far. */
+enum tpf_status tpf_session_keep_inputs(struct tpf_session *s, const char *const *names, size_t n,
+					struct tpf_diag *d);
+/* Zeroes the kept inputs' memory (a new generation). */
+enum tpf_status tpf_session_clear_kept(struct tpf_session *s, struct tpf_diag *d);
+/* Device bytes the kept inputs hold. */
+size_t tpf_session_kept_bytes(const struct tpf_session *s);
 /* Waits for the device work of the session. */
 enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d);
 /* With options.profile: device time per step summed over the timed runs
@@ -393,6 +412,14 @@ void tpf_session_constant_bytes(const struct tpf_session *s, size_t *device, siz
  * from a counter-based generator keyed by (seed, step, sequence), so every
  * rank that sees the same logits picks the same token.
  *
+ * A model whose cache is in place (kv-cache-in-place: io->past_lengths >=
+ * 0) runs differently: the caches stay on the session's device
+ * (tpf_session_keep_inputs) in buffers of max_length positions, each step
+ * writes its keys and values there, and the mask, position ids and
+ * past_sequence_length say which positions hold what.  Every decode step
+ * then has the same shapes: one plan for the prefill, one for all decode
+ * steps.
+ *
  *   struct tpf_generator *gen;
  *   tpf_generator_create(session, &io, &(struct tpf_generate_options){.max_new_tokens = 32}, &gen, d);
  *   tpf_generator_add_prompt(gen, ids, n, d);   (once per sequence, before the first step)
@@ -411,6 +438,9 @@ struct tpf_generate_options {
 	long top_k;         /* sampling: only the k most likely tokens; <= 0: all */
 	double top_p;       /* sampling: the fewest most likely tokens holding p; <= 0 or >= 1: all */
 	uint64_t seed;
+	/* a cache in place: its positions (0: the longest prompt plus
+	 * max_new_tokens); fixing it lets later generations reuse the plans */
+	size_t max_length;
 };
 
 struct tpf_generate_stats {
@@ -420,6 +450,9 @@ struct tpf_generate_stats {
 	double decode_ms;       /* the later steps together */
 	double step_p50_ms, step_p99_ms; /* over the later steps (0 when none) */
 	size_t plans_built;     /* tpf_session_plan_count's builds so far */
+	int in_place;           /* the cache is in place */
+	size_t cache_length;    /* in place: the caches' positions */
+	size_t cache_bytes;     /* in place: the device bytes the caches hold */
 };
 
 struct tpf_generator;

@@ -2,7 +2,7 @@
 /*
  * Index arithmetic and sequences that exporters' mask and lookup code
  * uses: Range, Flatten, GatherND, ScatterND, OneHot, Tile, Trilu, CumSum,
- * Size.  Range and Size carry the values of their small integer results
+ * Size; TensorScatter (opset 24), the KV-cache update written in place.  Range and Size carry the values of their small integer results
  * (shape arithmetic), like Shape does.
  */
 #include "op-def.h"
@@ -231,6 +231,64 @@ const struct tpf_op_def tpf_op_def_SCATTER_ND = {
 	},
 	.shape = scatter_nd_shape,
 	.shard = SHARD(SCATTER_ND, 0),
+};
+
+/* ------------------------------------------------------------ TensorScatter */
+
+static const char *const tensor_scatter_modes[] = {"linear", "circular", NULL};
+
+/* present_cache has past_cache's type; update differs from it in the
+ * sequence axis only; write_indices is [batch]. */
+static void tensor_scatter_shape(struct tpf_shape_call *c)
+{
+	const struct tpf_op_type *past = op_in(c, 0), *up = op_in(c, 1), *wi = op_in(c, 2);
+	struct tpf_op_type *y = op_out(c, 0);
+	int64_t axis = -2;
+
+	if (y)
+		op_type_shape_of(y, past);
+	if (past->rank < 0 || up->rank < 0)
+		return;
+	op_attr_int(c, "axis", &axis);
+	if (past->rank < 2 || up->rank != past->rank) {
+		op_error(c, "past_cache has rank %d and update rank %d; expected one rank of 2 or more",
+			 past->rank, up->rank);
+		return;
+	}
+	if (axis < 0)
+		axis += past->rank;
+	if (axis < 1 || axis >= past->rank) {
+		op_error(c, "axis %" PRId64 " is out of range (1 to %d, not the batch axis)", axis,
+			 past->rank - 1);
+		return;
+	}
+	for (int a = 0; a < past->rank; a++) {
+		const struct tpf_dim *p = &past->dims[a], *u = &up->dims[a];
+		if (!dim_is_static(p) || !dim_is_static(u))
+			continue;
+		if (a == axis ? u->value > p->value : u->value != p->value)
+			op_error(c, "update dim %d is %" PRId64 "; expected %s%" PRId64 " (past_cache's)", a,
+				 u->value, a == axis ? "at most " : "", p->value);
+	}
+	if (wi && wi->present && wi->rank >= 0 &&
+	    (wi->rank != 1 || (dim_is_static(&wi->dims[0]) && dim_is_static(&past->dims[0]) &&
+			       wi->dims[0].value != past->dims[0].value)))
+		op_error(c, "write_indices must be [batch]");
+}
+
+const struct tpf_op_def tpf_op_def_TENSOR_SCATTER = {
+	.info = {"", "TensorScatter", 2, 3, 1, 1},
+	.since = 24,
+	.inputs = {{"past_cache", T}, {"update", T}, {"write_indices", I64}},
+	.outputs = {{"present_cache", T}},
+	.types = {[T] = TYPE_ANY("T"), [I64] = TYPE_INT64},
+	.attrs = (const struct op_attr[]){
+		ATTR_INT("axis", -2),
+		{.name = "mode", .kind = TPF_ATTR_STRING, .flags = ATTR_DEFAULT, .s = "linear",
+		 .allowed = tensor_scatter_modes},
+		{0},
+	},
+	.shape = tensor_scatter_shape,
 };
 
 /* ------------------------------------------------------------------ OneHot */

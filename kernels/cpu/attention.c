@@ -3,7 +3,8 @@
  * 4-D Q [B, Hq, S, D], K/V [B, Hkv, L, D] (Hq a multiple of Hkv: grouped
  * query attention), optional attn_mask (bool or additive, broadcast to
  * [B, Hq, S, L+P]), past_key/past_value concatenated in front of K/V,
- * is_causal, scale, softcap.  Outputs Y and optionally present_key /
+ * is_causal, scale, softcap, nonpad_kv_seqlen (each sequence reads only
+ * its first keys: an in-place cache's valid prefix).  Outputs Y and optionally present_key /
  * present_value.  Float32 accumulation; the scores (after the product, the
  * scale, the softcap and the mask) and the probabilities are rounded to
  * Q's dtype, as the ONNX reference computes in T and as the decomposed
@@ -52,11 +53,16 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 				 (((b) * Hk + (h)) * P + (j)) * (dd) + (d))                         \
 		 : tpf_elem_load((t)->dtype, (t)->data, (((b) * Hk + (h)) * L + (j) - P) * (dd) + (d)))
 	for (int64_t b = 0; b < B; b++) {
+		int64_t Tb = T;
+		if (o.kvlen) {
+			int64_t n = ((const int64_t *)o.kvlen->data)[b];
+			Tb = n < 0 ? 0 : n < T ? n : T;
+		}
 		for (int64_t h = 0; h < Hq; h++) {
 			int64_t hk = h / (Hq / Hk);
 			for (int64_t s = 0; s < S; s++) {
 				float mx = -INFINITY;
-				for (int64_t j = 0; j < T; j++) {
+				for (int64_t j = 0; j < Tb; j++) {
 					float acc = 0;
 					for (int64_t d = 0; d < D; d++)
 						acc += (float)tpf_elem_load(q->dtype, q->data, ((b * Hq + h) * S + s) * D + d) *
@@ -86,16 +92,16 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 					mx = acc > mx ? acc : mx;
 				}
 				float sum = 0;
-				for (int64_t j = 0; j < T; j++) {
+				for (int64_t j = 0; j < Tb; j++) {
 					sc[j] = mx == -INFINITY ? 0 : expf(sc[j] - mx);
 					sum += sc[j];
 				}
 				/* the probabilities, rounded to T as a Softmax output */
-				for (int64_t j = 0; j < T; j++)
+				for (int64_t j = 0; j < Tb; j++)
 					sc[j] = sum > 0 ? to_t(q->dtype, sc[j] / sum) : 0;
 				for (int64_t d = 0; d < Dv; d++) {
 					float acc = 0;
-					for (int64_t j = 0; j < T; j++)
+					for (int64_t j = 0; j < Tb; j++)
 						acc += sc[j] * (float)KV(v, pv, b, hk, j, d, Dv);
 					tpf_elem_store(y->dtype, y->data, ((b * Hq + h) * S + s) * Dv + d,
 						       acc, 1);

@@ -195,6 +195,36 @@ TPF_CPU_KERNEL(tpf_cpu_scatter_nd)
 
 /* ------------------------------------------------------------ OneHot */
 
+/* The cache copied to the output unless it is the output (written in
+ * place), then each sequence's update rows at its write index. */
+TPF_CPU_KERNEL(tpf_cpu_tensor_scatter)
+{
+	const struct tpf_ktensor *x = &c->in[0], *up = &c->in[1], *y = &c->out[0];
+	const int64_t *wi = c->n_in > 2 && c->in[2].data ? c->in[2].data : NULL;
+	struct tpf_tscatter_geom g;
+	TPF_KTRY(tpf_tensor_scatter_geometry(c, &g));
+	for (int64_t b = 0; b < g.B; b++) {
+		int64_t w = wi ? wi[b] : 0;
+		if (w < 0 || (!g.circular && w + g.S > g.L))
+			return tpf_kfail(c, TPF_ERR_INVALID, "write index %lld of sequence %lld: %lld positions do not "
+					 "fit a cache of %lld", (long long)w, (long long)b, (long long)g.S,
+					 (long long)g.L);
+	}
+	if (y->data != x->data && x->nbytes)
+		memmove(y->data, x->data, x->nbytes);
+	size_t row = (size_t)g.inner * g.es;
+	for (int64_t b = 0; b < g.B; b++)
+		for (int64_t m = 0; m < g.mid; m++)
+			for (int64_t s = 0; s < g.S; s++) {
+				int64_t w = (wi ? wi[b] : 0) + s;
+				if (g.circular && g.L)
+					w %= g.L;
+				memcpy((char *)y->data + (size_t)((b * g.mid + m) * g.L + w) * row,
+				       (const char *)up->data + (size_t)((b * g.mid + m) * g.S + s) * row, row);
+			}
+	return TPF_OK;
+}
+
 TPF_CPU_KERNEL(tpf_cpu_one_hot)
 {
 	const struct tpf_ktensor *ix = &c->in[0], *dp = &c->in[1], *val = &c->in[2];

@@ -40,10 +40,22 @@ struct AttnArgs {
 	void *y, *prk, *prv;
 	int dq, dk, dv, dm, dpk, dpv, dy, dprk, dprv;
 	int64_t B, Hq, S, D, Hk, L, Dv, P, T;
+	const int64_t *kvlen; // nonpad_kv_seqlen [B], or null
 	int64_t mstride[4];
 	float scale, softcap;
 	int causal, mask_bool;
 };
+
+// The keys sequence b reads: all T, or its nonpad_kv_seqlen (an in-place
+// cache's valid prefix; the keys after it are never loaded).
+template <typename A>
+__device__ __forceinline__ int64_t keys_of(const A &a, int64_t b)
+{
+	if (!a.kvlen)
+		return a.T;
+	const int64_t n = a.kvlen[b];
+	return n < 0 ? 0 : n < a.T ? n : a.T;
+}
 
 // Score acc of key j for the query of head h at position s (batch b),
 // rounded by rnd (to the operands' dtype) where the MatMul/Mul/Tanh/Add
@@ -88,8 +100,9 @@ __global__ void attention_kernel(AttnArgs a)
 	int64_t row = blockIdx.x; // (b, h, s)
 	int64_t s = row % a.S, h = (row / a.S) % a.Hq, b = row / (a.S * a.Hq);
 	int64_t hk = h / (a.Hq / a.Hk);
+	const int64_t T = keys_of(a, b);
 	float mx = -INFINITY;
-	for (int64_t j = threadIdx.x; j < a.T; j += blockDim.x) {
+	for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
 		float acc = 0;
 		for (int64_t d = 0; d < a.D; d++)
 			acc += ld_f(a.dq, a.q, ((b * a.Hq + h) * a.S + s) * a.D + d) * kv_load(a, true, b, hk, j, d);
@@ -114,7 +127,7 @@ __global__ void attention_kernel(AttnArgs a)
 	mx = red[32];
 	__syncthreads();
 	float sum = 0;
-	for (int64_t j = threadIdx.x; j < a.T; j += blockDim.x) {
+	for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
 		float e = mx == -INFINITY ? 0.f : expf(sc[j] - mx);
 		sc[j] = e;
 		sum += e;
@@ -133,12 +146,12 @@ __global__ void attention_kernel(AttnArgs a)
 	__syncthreads();
 	sum = red[32];
 	// the probabilities rounded as a Softmax output
-	for (int64_t j = threadIdx.x; j < a.T; j += blockDim.x)
+	for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
 		sc[j] = sum > 0 ? round_through(a.dq, sc[j] / sum) : 0.f;
 	__syncthreads();
 	for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
 		float acc = 0;
-		for (int64_t j = 0; j < a.T; j++)
+		for (int64_t j = 0; j < T; j++)
 			acc += sc[j] * kv_load(a, false, b, hk, j, d);
 		st_f(a.dy, a.y, ((b * a.Hq + h) * a.S + s) * a.Dv + d, acc);
 	}
@@ -173,6 +186,7 @@ struct DecArgs {
 	float *part;    // [splits][rows][Dv] unnormalized outputs, then [splits][rows][2] (max, sum)
 	int dm, mask_bool;
 	int64_t B, Hq, S, D, Hk, L, Dv, P, T, G, R;
+	const int64_t *kvlen; // nonpad_kv_seqlen [B], or null
 	int64_t mstride[4];
 	int splits, chunks_per_split, row_chunks;
 	float scale, softcap;
@@ -375,7 +389,8 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 		for (int i = 0; i < DVL; i++)
 			acc[r][i] = 0.f;
 	}
-	const int64_t nchunks = (a.T + kChunk - 1) / kChunk;
+	const int64_t nkeys = keys_of(a, b);
+	const int64_t nchunks = (nkeys + kChunk - 1) / kChunk;
 	const int64_t c0 = (int64_t)blockIdx.x * a.chunks_per_split;
 	const int64_t c1 = min(nchunks, c0 + a.chunks_per_split);
 	const int kk = lane / kKeyThreads, part = lane % kKeyThreads;
@@ -390,12 +405,12 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
 	for (int64_t ch = c0; ch < c1; ch++) {
 		const int64_t jw = ch * kChunk + warp * kWarpKeys; // the warp's first key
-		if (jw >= a.T)
+		if (jw >= nkeys)
 			break;
 		const int64_t j = jw + kk;
-		const int jn = (int)min((int64_t)kWarpKeys, a.T - jw);
+		const int jn = (int)min((int64_t)kWarpKeys, nkeys - jw);
 		// every load first: the lane's first kKVec key vectors, its columns of the warp's keys
-		const T *kr = j < a.T ? dec_row<T>(a, true, b, hk, j) : nullptr;
+		const T *kr = j < nkeys ? dec_row<T>(a, true, b, hk, j) : nullptr;
 		uint4 kraw[kKVec];
 #pragma unroll
 		for (int u = 0; u < kKVec; u++)
@@ -450,7 +465,7 @@ __global__ void __launch_bounds__(kDecThreads, DecMinBlocks<RB>::value) decode_a
 #pragma unroll
 		for (int r = 0; r < RB; r++) {
 			float x = -INFINITY;
-			if (j < a.T && r0 + r < a.R)
+			if (j < nkeys && r0 + r < a.R)
 				x = masked_score(a, [](float v) { return rt<T>(v); }, sc[r], b, rh[r], rs[r], j);
 			float cm = x;
 			cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, 4));
@@ -672,7 +687,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	const int64_t r0 = (int64_t)blockIdx.z * kMaxGroupRows;
 	const bool writes_present = blockIdx.z == 0;
 	const int64_t k0 = (int64_t)blockIdx.x * a.chunks_per_split * kMmaTile;
-	const int64_t k1 = min(a.T, k0 + (int64_t)a.chunks_per_split * kMmaTile);
+	const int64_t k1 = min(keys_of(a, b), k0 + (int64_t)a.chunks_per_split * kMmaTile);
 	T *const prk = a.prk && writes_present ? (T *)a.prk : nullptr;
 	T *const prv = a.prv && writes_present ? (T *)a.prv : nullptr;
 	const int64_t kvrow = (b * a.Hk + hk) * a.T; // present rows of this KV head
@@ -1136,6 +1151,7 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	for (int d = 0; d < 4; d++)
 		a.mstride[d] = ra.mstride[d];
 	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
+	a.kvlen = o.kvlen ? (const int64_t *)o.kvlen->data : nullptr;
 	a.G = p.G, a.R = p.R;
 	a.splits = p.splits, a.chunks_per_split = p.chunks_per_split, a.row_chunks = p.row_chunks;
 	a.part = (float *)c->workspace;
@@ -1180,6 +1196,7 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 	const struct tpf_ktensor *q = o.q, *k = o.k, *v = o.v, *mask = o.mask, *pk = o.pk, *pv = o.pv;
 	memset(&a, 0, sizeof(a));
 	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
+	a.kvlen = o.kvlen ? (const int64_t *)o.kvlen->data : nullptr;
 	for (size_t i = 0; i < c->n_in; i++)
 		if (c->in[i].data && i != 3 && !tpfc_float_ok(c->in[i].dtype))
 			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda",

@@ -300,6 +300,48 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_scatter_nd)
 			   (int)tpf_elem_size(x->dtype));
 }
 
+// TensorScatter: one thread per byte group of the update's rows, 4 bytes
+// at a time where the row allows it.  A write index the cache cannot hold
+// (linear mode) drops that sequence's rows: the device cannot report it,
+// and a graph replay must not fault.
+__global__ void tensor_scatter_kernel(const char *up, char *y, const int64_t *wi, int64_t mid, int64_t L,
+				      int64_t S, int64_t row, int circular, int64_t n)
+{
+	const bool words = row % 4 == 0;
+	const int64_t unit = words ? 4 : 1, per = row / unit;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n / unit;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t e = i % per, r = i / per, s = r % S, bm = r / S, b = bm / mid;
+		int64_t w = (wi ? wi[b] : 0) + s;
+		if (circular)
+			w = L ? w % L : 0;
+		if (w < 0 || w >= L)
+			continue;
+		int64_t dst = (bm * L + w) * row + e * unit, src = r * row + e * unit;
+		if (words)
+			*(uint32_t *)(y + dst) = *(const uint32_t *)(up + src);
+		else
+			y[dst] = up[src];
+	}
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_tensor_scatter)
+{
+	const struct tpf_ktensor *x = &c->in[0], *up = &c->in[1];
+	struct tpf_ktensor *y = &c->out[0];
+	const int64_t *wi = c->n_in > 2 && c->in[2].data ? (const int64_t *)c->in[2].data : nullptr;
+	struct tpf_tscatter_geom g;
+	if (enum tpf_status st = tpf_tensor_scatter_geometry(c, &g))
+		return st;
+	if (enum tpf_status st = tpfc_copy_input(c, x, y))
+		return st;
+	int64_t row = g.inner * (int64_t)g.es, n = g.B * g.mid * g.S * row;
+	if (!n)
+		return TPF_OK;
+	return tpfc_launch(c, "tensor scatter", row % 4 ? n : n / 4, kThreads, tensor_scatter_kernel,
+			   (const char *)up->data, (char *)y->data, wi, g.mid, g.L, g.S, row, g.circular, n);
+}
+
 extern "C" TPF_CUDA_KERNEL(tpf_cu_one_hot)
 {
 	const struct tpf_ktensor *ix = &c->in[0], *val = &c->in[2];
