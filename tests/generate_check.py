@@ -60,7 +60,13 @@ def unpadded(ids, mask):
 	return [t for t, m in zip(ids, mask) if m]
 
 
-def greedy(tpfuse, folder):
+# The ways to run a model: its cache in place (the default: one plan for
+# the prefill, one for every decode step), copied from step to step, and
+# as exported (no fusions).
+MODES = {"in-place": [], "copied": ["--no-in-place"], "as-exported": ["--no-optimize"]}
+
+
+def greedy(tpfuse, folder, mode="in-place"):
 	ref = json.load(open(os.path.join(folder, "reference_tokens.json")))
 	model = os.path.join(folder, "model.onnx")
 	name = os.path.basename(folder)
@@ -71,8 +77,8 @@ def greedy(tpfuse, folder):
 			prompts += ["--prompt-ids", ids_arg(unpadded(ids, mask))]
 		want = case["generated_ids"]
 		rc, out, err = run(tpfuse, model, *prompts, "--max-new-tokens", str(len(want[0])),
-				   *suppress, "--json")
-		what = "%s %s" % (name, case["name"])
+				   *suppress, "--json", *MODES[mode])
+		what = "%s %s (%s)" % (name, case["name"], mode)
 		if rc:
 			expect(False, "%s: exit %d: %s" % (what, rc, err.strip()))
 			continue
@@ -81,6 +87,14 @@ def greedy(tpfuse, folder):
 		st = got["stats"]
 		expect(st["steps"] == len(want[0]) and st["plans_built"] >= 1,
 		       "%s: stats %s" % (what, st))
+		longest = max(len(unpadded(i, m)) for i, m in zip(case["input_ids"], case["attention_mask"]))
+		if mode == "in-place":
+			expect(st["cache_in_place"] and st["plans_built"] == 2 and
+			       st["cache_length"] == longest + len(want[0]) and st["cache_bytes"] > 0,
+			       "%s: in place, one plan for the prefill and one for every decode step: %s" % (what, st))
+		else:
+			expect(not st["cache_in_place"] and st["plans_built"] > 2,
+			       "%s: the cache copied, a plan per length: %s" % (what, st))
 
 
 def sampling(tpfuse, model):
@@ -220,7 +234,8 @@ def main(argv=None):
 	folders = sorted(f for f in glob.glob(os.path.join(a.corpus, "*-fp32-w1")) if os.path.isdir(f))
 	expect(len(folders) >= 16, "float32 folders under %s: %d" % (a.corpus, len(folders)))
 	for folder in folders:
-		greedy(a.tpfuse, folder)
+		for mode in MODES:
+			greedy(a.tpfuse, folder, mode)
 	sampling(a.tpfuse, llama)
 	refusals(a.tpfuse, llama, a.work)
 	print("%d checks, %d failed" % (checks, len(failures)))

@@ -422,6 +422,56 @@ static void test_scatter_nd(void **state)
 	release(&y, 1);
 }
 
+/* TensorScatter: a cache [2, 1, 4, 2] (batch 2, one head, 4 positions, 2
+ * wide), an update of 2 positions written at each sequence's index:
+ * linear, circular (wrapping past the end), in place (the output is the
+ * cache), and an index the cache cannot hold. */
+static void test_tensor_scatter(void **state)
+{
+	(void)state;
+	int64_t dc[] = {2, 1, 4, 2}, du[] = {2, 1, 2, 2}, dw[] = {2};
+	double cache[16], up[8];
+	for (int i = 0; i < 16; i++)
+		cache[i] = i;
+	for (int i = 0; i < 8; i++)
+		up[i] = 100 + i;
+	const double linear[16] = {100, 101, 102, 103, 4, 5, 6, 7, 8, 9, 10, 11, 104, 105, 106, 107};
+	const double circular[16] = {102, 103, 2, 3, 4, 5, 100, 101, 8, 9, 104, 105, 106, 107, 14, 15};
+	const char *modes[] = {"linear", "circular"};
+	const double idx[2][2] = {{0, 2}, {3, 1}};
+	const double *want[] = {linear, circular};
+	for (int m = 0; m < 2; m++)
+		for (int inplace = 0; inplace < 2; inplace++) {
+			struct tpf_node *n = mknode("TensorScatter", 3);
+			tpf_node_set_attr_string(n, "mode", modes[m]);
+			tpf_node_set_attr_int(n, "axis", 2);
+			struct tpf_ktensor in[3] = {ten(TPF_DTYPE_FLOAT, 4, dc, cache), ten(TPF_DTYPE_FLOAT, 4, du, up),
+						    ten(TPF_DTYPE_INT64, 1, dw, idx[m])};
+			struct tpf_ktensor y = out(TPF_DTYPE_FLOAT, 4, dc);
+			struct tpf_ktensor *dst = &y;
+			if (inplace) {
+				release(&y, 1);
+				y = in[0];
+				y.host = NULL;
+				dst = &y;
+			}
+			assert_int_equal(run(n, in, 3, dst), TPF_OK);
+			expect(dst, want[m]);
+			release(in, 3);
+			if (!inplace)
+				release(&y, 1);
+		}
+	struct tpf_node *n = mknode("TensorScatter", 3);
+	tpf_node_set_attr_int(n, "axis", 2);
+	struct tpf_ktensor in[3] = {ten(TPF_DTYPE_FLOAT, 4, dc, cache), ten(TPF_DTYPE_FLOAT, 4, du, up),
+				    ten(TPF_DTYPE_INT64, 1, dw, (double[]){0, 3})};
+	struct tpf_ktensor y = out(TPF_DTYPE_FLOAT, 4, dc);
+	assert_int_equal(run(n, in, 3, &y), TPF_ERR_INVALID);
+	expect_error("write index 3 of sequence 1");
+	release(in, 3);
+	release(&y, 1);
+}
+
 static void test_one_hot(void **state)
 {
 	(void)state;
@@ -656,7 +706,7 @@ int main(void)
 		cmocka_unit_test(test_mod),         cmocka_unit_test(test_unary),
 		cmocka_unit_test(test_clip),        cmocka_unit_test(test_range),
 		cmocka_unit_test(test_flatten_copy), cmocka_unit_test(test_gather_nd),
-		cmocka_unit_test(test_scatter_nd),  cmocka_unit_test(test_one_hot),
+		cmocka_unit_test(test_scatter_nd), cmocka_unit_test(test_tensor_scatter),  cmocka_unit_test(test_one_hot),
 		cmocka_unit_test(test_tile_trilu),  cmocka_unit_test(test_cumsum_size),
 		cmocka_unit_test(test_conv),        cmocka_unit_test(test_pad),
 		cmocka_unit_test(test_forms),

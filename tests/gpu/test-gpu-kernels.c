@@ -1528,6 +1528,61 @@ static void attention_decode(void)
 	}
 }
 
+/* An in-place cache's attention: K and V hold max keys, each sequence
+ * reads its first nonpad_kv_seqlen of them (the keys after are garbage the
+ * kernels must not read into the result). */
+static void attention_nonpad(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		if (dt == TPF_DTYPE_DOUBLE)
+			continue;
+		const int64_t shapes[][6] = {{2, 16, 4, 1, 128, 1280}, {3, 8, 8, 1, 64, 300}, {2, 4, 2, 5, 96, 77}};
+		const char *labels[] = {"Attention nonpad_kv_seqlen 16/4 heads of 128, cache 1280 (split KV)",
+					"Attention nonpad_kv_seqlen 8/8 heads of 64, cache 300, additive mask",
+					"Attention nonpad_kv_seqlen 5 tokens, head 96, cache 77"};
+		const int64_t lens[][3] = {{700, 1280, 0}, {1, 150, 299}, {5, 77, 0}};
+		for (int c = 0; c < 3; c++) {
+			int64_t B = shapes[c][0], Hq = shapes[c][1], Hk = shapes[c][2], S = shapes[c][3], D = shapes[c][4],
+				L = shapes[c][5];
+			struct tpf_node *n = node("", "Attention", 7, 1);
+			struct tpf_ktensor a[7] = {R(dt, 4, B, Hq, S, D), R(dt, 4, B, Hk, L, D), R(dt, 4, B, Hk, L, D),
+						   c == 1 ? R(dt, 4, B, 1, S, L) : omitted(), omitted(), omitted(),
+						   ints(TPF_DTYPE_INT64, (int)B, lens[c])};
+			check(labels[c], n, TPF_PHASE_MAIN, a, 7, NULL, 1, 4);
+			free_tensors(a, 7);
+		}
+	}
+}
+
+/* TensorScatter: a decode step's keys (one position) and a prefill's (9)
+ * written into a cache of 64 at each sequence's index, linear and
+ * circular (wrapping); rows of 3 bytes go byte by byte. */
+static void tensor_scatter(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		for (int c = 0; c < 3; c++) {
+			int64_t S = c ? 9 : 1;
+			struct tpf_node *n = node("", "TensorScatter", 3, 1);
+			tpf_node_set_attr_int(n, "axis", 2);
+			if (c == 2)
+				tpf_node_set_attr_string(n, "mode", "circular");
+			struct tpf_ktensor a[3] = {R(dt, 4, 2, 4, 64, 128), R(dt, 4, 2, 4, S, 128),
+						   ints(TPF_DTYPE_INT64, 2, c == 2 ? (int64_t[]){60, 3} : (int64_t[]){0, 55})};
+			CHECK(c == 0 ? "TensorScatter one position" : c == 1 ? "TensorScatter 9 positions"
+									  : "TensorScatter circular",
+			      n, a, 1, 1);
+			free_tensors(a, 3);
+		}
+	}
+	struct tpf_node *n = node("", "TensorScatter", 3, 1);
+	struct tpf_ktensor b[3] = {fill(T(TPF_DTYPE_INT8, 3, 2, 10, 3), F_SMALLINT, 0),
+				   fill(T(TPF_DTYPE_INT8, 3, 2, 2, 3), F_SMALLINT, 0), ints(TPF_DTYPE_INT64, 2, (int64_t[]){4, 8})};
+	CHECK("TensorScatter rows of 3 bytes", n, b, 1, 1);
+	free_tensors(b, 3);
+}
+
 static void attention(void)
 {
 	for (int d = 0; d < NFL; d++) {
@@ -1551,6 +1606,8 @@ static void attention(void)
 		free_tensors(s3, 3);
 	}
 	attention_decode();
+	attention_nonpad();
+	tensor_scatter();
 }
 
 int main(int argc, char **argv)
