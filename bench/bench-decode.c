@@ -12,7 +12,12 @@
  *          --iters 200 --warmup 20 --label batch=8 [--optimize] [--no-oneshot]
  *
  * Under mpirun the communicator is NCCL for --backend cuda, MPI otherwise.
- * Inputs are random (floats in [-1, 1), integers 0), from --seed.
+ * Inputs are random (floats in [-1, 1), integers 0), from --seed; a
+ * symbolic dim takes its --dim NAME=N value (else 1), an integer input
+ * named by --fill INPUT=V holds V everywhere (a language model's decode
+ * step: --dim max_sequence=1280 --fill attention_mask=1 --fill
+ * past_sequence_length=1024).  --passes LIST compiles with that pipeline
+ * (default,kv-cache-in-place,cleanup: the generation's decode step).
  * --optimize runs the default pass pipeline first (the fused graph);
  * --no-oneshot keeps every collective on NCCL; --no-fp8-gemm dequantizes
  * FP8 operands before bf16 GEMMs; --variant names the configuration in
@@ -42,8 +47,13 @@
 #include "cupti-trace.h"
 #endif
 
+/* --dim NAME=N and --fill NAME=V: at most this many of each */
+#define MAX_SETS 16
+
 struct args {
-	const char *model, *label, *variant, *backend_name, *trace;
+	const char *model, *label, *variant, *backend_name, *trace, *passes;
+	const char *dims[MAX_SETS], *fills[MAX_SETS];
+	size_t n_dims, n_fills;
 	enum tpf_backend backend;
 	long iters, warmup, trace_steps;
 	unsigned long long seed;
@@ -69,7 +79,8 @@ static int usage(void)
 	fprintf(stderr, "usage: bench-decode MODEL [--backend cpu|cuda] [--iters N] [--warmup N] [--seed S]\n"
 			"                    [--label TEXT] [--variant NAME] [--optimize] [--no-oneshot]\n"
 			"                    [--no-fp8-gemm] [--no-graph] [--profile] [--timeout S]\n"
-			"                    [--trace PATH] [--trace-steps N]\n");
+			"                    [--trace PATH] [--trace-steps N] [--passes LIST]\n"
+			"                    [--dim NAME=N]... [--fill INPUT=V]...\n");
 	return 2;
 }
 
@@ -104,6 +115,12 @@ static int parse(int argc, char **argv, struct args *a)
 			a->trace_steps = atol(argv[++i]);
 		else if (!strcmp(o, "--timeout") && has_v)
 			a->timeout = atof(argv[++i]);
+		else if (!strcmp(o, "--passes") && has_v)
+			a->passes = argv[++i], a->optimize = 1;
+		else if (!strcmp(o, "--dim") && has_v && a->n_dims < MAX_SETS && strchr(argv[i + 1], '='))
+			a->dims[a->n_dims++] = argv[++i];
+		else if (!strcmp(o, "--fill") && has_v && a->n_fills < MAX_SETS && strchr(argv[i + 1], '='))
+			a->fills[a->n_fills++] = argv[++i];
 		else if (!strcmp(o, "--no-graph"))
 			a->no_graph = 1;
 		else if (!strcmp(o, "--optimize"))
@@ -212,7 +229,7 @@ static enum tpf_status load(const struct args *a, const struct tpf_comm *c, stru
 	struct tpf_compile_options co = {
 		.infer = TPF_INFER_STRICT,
 		.optimize = a->optimize,
-		.pipeline = {.passes = "default"},
+		.pipeline = {.passes = a->passes ? a->passes : "default"},
 		.min_severity = TPF_SEV_ERROR, /* not the "matched nothing" notes */
 		.target = tpf_backend_name(a->backend),
 	};
@@ -221,8 +238,19 @@ static enum tpf_status load(const struct args *a, const struct tpf_comm *c, stru
 	return tpf_compile(*m, &co, d);
 }
 
-/* Random inputs of the declared (static) shapes. */
-static enum tpf_status make_inputs(const struct tpf_graph *g, unsigned long long seed,
+/* The value of NAME in sets ("NAME=V"), or dflt. */
+static long long set_value(const char *const *sets, size_t n, const char *name, long long dflt)
+{
+	size_t len = name ? strlen(name) : 0;
+	for (size_t i = 0; len && i < n; i++)
+		if (!strncmp(sets[i], name, len) && sets[i][len] == '=')
+			return atoll(sets[i] + len + 1);
+	return dflt;
+}
+
+/* Random inputs of the declared shapes (a symbolic dim: its --dim value,
+ * else 1); an integer input named by --fill holds that value, others 0. */
+static enum tpf_status make_inputs(const struct args *a, const struct tpf_graph *g, unsigned long long seed,
 				   struct tpf_host_tensor **out, size_t *n_out, struct tpf_diag *d)
 {
 	struct tpf_host_tensor *in = calloc(g->n_inputs + 1, sizeof(*in));
@@ -245,7 +273,9 @@ static enum tpf_status make_inputs(const struct tpf_graph *g, unsigned long long
 			return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "input '%s': no static shape or dtype this benchmark can fill",
 					     v->name);
 		for (int k = 0; k < t->rank; k++)
-			t->dims[k] = v->type.shape.dims[k].value > 0 ? v->type.shape.dims[k].value : 1;
+			t->dims[k] = v->type.shape.dims[k].value > 0
+					     ? v->type.shape.dims[k].value
+					     : set_value(a->dims, a->n_dims, v->type.shape.dims[k].param, 1);
 		size_t nb;
 		if (t->rank < 0 || tpf_host_tensor_bytes(t, &nb))
 			return tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s' has no static shape", v->name);
@@ -255,8 +285,12 @@ static enum tpf_status make_inputs(const struct tpf_graph *g, unsigned long long
 		int64_t n = 1;
 		for (int k = 0; k < t->rank; k++)
 			n *= t->dims[k];
-		for (int64_t e = 0; e < n && !tpf_dtype_is_integral(t->dtype); e++)
-			tpf_elem_store(t->dtype, t->data, e, (double)(lcg(&seed) % 2048) / 1024.0 - 1.0, 1);
+		long long fill = set_value(a->fills, a->n_fills, v->name, 0);
+		for (int64_t e = 0; e < n; e++)
+			if (!tpf_dtype_is_integral(t->dtype))
+				tpf_elem_store(t->dtype, t->data, e, (double)(lcg(&seed) % 2048) / 1024.0 - 1.0, 1);
+			else if (fill)
+				tpf_elem_store_int(t->dtype, t->data, e, fill);
 	}
 	return TPF_OK;
 }
@@ -268,6 +302,7 @@ static enum tpf_status bench_mode(const struct args *a, const struct tpf_model *
 	struct tpf_session *s = NULL;
 	struct tpf_session_options so = {.backend = a->backend, .comm = c, .cuda_graph = graph,
 					 .no_oneshot = a->no_oneshot, .profile = a->profile && !graph};
+	so.plan.inputs_live = 1; /* every replay reads the inputs as uploaded */
 	const struct tpf_host_tensor *outs;
 	size_t n_outs;
 	enum tpf_status st = tpf_session_create(m, &so, &s, d);
@@ -346,7 +381,7 @@ int main(int argc, char **argv)
 	if (!st)
 		st = load(&a, c, &m, d);
 	if (!st)
-		st = make_inputs(m->graph, a.seed, &in, &n_in, d);
+		st = make_inputs(&a, m->graph, a.seed, &in, &n_in, d);
 	for (int graph = 0; graph < 2 && !st; graph++) {
 		if (graph && (a.no_graph || a.backend != TPF_BACKEND_CUDA))
 			break;

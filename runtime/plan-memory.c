@@ -102,7 +102,7 @@ enum tpf_status tpf_rt_plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 			continue; /* never produced by a step (an omitted or folded output) */
 		if (r->is_input && tpf_rt_kept_input(p, r->name))
 			continue; /* lives outside the arena */
-		if (r->is_output)
+		if (r->is_output || (r->is_input && p->opt.inputs_live))
 			r->last_step = last;
 		if (r->last_step < r->def_step)
 			r->last_step = r->def_step;

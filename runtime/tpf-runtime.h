@@ -185,6 +185,9 @@ struct tpf_plan_options {
 	 * tpf_session_keep_inputs): they get no buffer of the plan. */
 	const char *const *kept_inputs;
 	size_t n_kept_inputs;
+	/* Inputs keep their buffers for the whole run (no step's output
+	 * reuses them), so that tpf_session_replay reads them as uploaded. */
+	int inputs_live;
 };
 
 /* Binds the graph to concrete inputs (by name, every graph input without a
