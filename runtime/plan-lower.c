@@ -355,6 +355,21 @@ static int only_shape_readers(const struct tpf_value *v, const struct tpf_node *
 	return !tpf_value_is_graph_output(v);
 }
 
+/* A TensorScatter whose cache is a graph input read by this node alone
+ * (Shape nodes aside) updates it in place: the output is the input's
+ * buffer (a session keeping the input between runs keeps the update). */
+static void scatter_in_place(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
+{
+	if (ins[0] >= 0 && outs[0] >= 0 && p->values[ins[0]].is_input && p->values[ins[0]].alias < 0 &&
+	    !p->values[ins[0]].known && only_shape_readers(n->inputs[0], n) &&
+	    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
+		p->values[outs[0]].alias = ins[0];
+		p->values[outs[0]].alias_off = 0;
+		p->values[ins[0]].written = 1;
+		p->n_views++;
+	}
+}
+
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
@@ -386,17 +401,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 			return TPF_OK;
 		return lower_main(p, n, ins, outs, d);
 	case TPF_OP_TENSOR_SCATTER:
-		/* a cache that is a graph input read by this node alone is
-		 * updated in place: the output is its buffer (a session keeping
-		 * the input between runs keeps the update) */
-		if (ins[0] >= 0 && outs[0] >= 0 && p->values[ins[0]].is_input && p->values[ins[0]].alias < 0 &&
-		    !p->values[ins[0]].known && only_shape_readers(n->inputs[0], n) &&
-		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
-			p->values[outs[0]].alias = ins[0];
-			p->values[outs[0]].alias_off = 0;
-			p->values[ins[0]].written = 1;
-			p->n_views++;
-		}
+		scatter_in_place(p, n, ins, outs);
 		return lower_main(p, n, ins, outs, d);
 	case TPF_OP_MS_ALLREDUCE:
 		return tpf_rt_add_step(p, RT_STEP_ALLREDUCE, n, NULL, TPF_PHASE_MAIN, ins, 1, outs, 1) < 0
