@@ -128,9 +128,10 @@ static int check_attention(struct inplace *c)
 		if (!n || n->op != TPF_OP_ATTENTION)
 			return refuse(c, n, "output '%s' is not made by a fused Attention (run the default "
 				      "pipeline first)", pr->present->name);
-		if (n->n_inputs < 6 || !n->inputs[4] || !n->inputs[5] || !is_past(c, n->inputs[4]) ||
-		    !is_past(c, n->inputs[5]) || n->n_outputs < 3 || !pair_of_present(c, n->outputs[1]) ||
-		    !pair_of_present(c, n->outputs[2]) || (n->n_inputs > 6 && n->inputs[6]) ||
+		const struct tpf_kv_pair *pk = n->n_outputs >= 3 ? pair_of_present(c, n->outputs[1]) : NULL;
+		const struct tpf_kv_pair *pv = n->n_outputs >= 3 ? pair_of_present(c, n->outputs[2]) : NULL;
+		if (n->n_inputs < 6 || !pk || !pv || n->inputs[4] != pk->past || n->inputs[5] != pv->past ||
+		    (n->n_inputs > 6 && n->inputs[6]) ||
 		    (n->n_outputs > 3 && n->outputs[3] && tpf_value_use_count(n->outputs[3])))
 			return refuse(c, n, "its past and present key and value are not the model's cache "
 				      "inputs and outputs");
@@ -193,7 +194,8 @@ static int close_p(struct inplace *c)
 		const struct tpf_value *v = c->p[i];
 		for (size_t u = 0; u < v->n_uses; u++) {
 			const struct tpf_node *n = v->uses[u].node;
-			if (n && passes_through(n, v->uses[u].index) && !push(c, &c->p, &c->n_p, n->outputs[0]))
+			if (n && n->n_outputs && n->outputs[0] && passes_through(n, v->uses[u].index) &&
+			    !push(c, &c->p, &c->n_p, n->outputs[0]))
 				return refuse(c, n, "out of memory");
 		}
 	}
@@ -219,8 +221,8 @@ static int one_element(const struct tpf_value *v)
  * total length T. */
 static int is_total(const struct inplace *c, const struct tpf_node *n)
 {
-	if (n->op != TPF_OP_ADD || n->n_inputs != 2 || !n->inputs[0] || !n->inputs[1] ||
-	    !one_element(n->outputs[0]))
+	if (n->op != TPF_OP_ADD || n->n_inputs != 2 || !n->inputs[0] || !n->inputs[1] || n->n_outputs != 1 ||
+	    !n->outputs[0] || !one_element(n->outputs[0]))
 		return 0;
 	int a = is_p(c, n->inputs[0]), b = is_p(c, n->inputs[1]);
 	return a != b && one_element(n->inputs[a ? 1 : 0]);
@@ -261,6 +263,8 @@ static int extent_only(struct inplace *c, const struct tpf_value *v, int depth)
 		int i = v->uses[u].index;
 		if (!n)
 			return refuse(c, NULL, "the total length '%s' is a graph output", v->name);
+		if (!n->n_outputs || !n->outputs[0])
+			return refuse(c, n, "uses the total length and has no output");
 		if (depth < 8 && (passes_through(n, i) || n->op == TPF_OP_CONCAT)) {
 			if (!extent_only(c, n->outputs[0], depth + 1))
 				return 0;
@@ -314,10 +318,14 @@ static int analyse(struct inplace *c)
 		return 0;
 	for (size_t i = 0; i < c->io.n_pairs; i++) {
 		const struct tpf_value *past = c->io.pairs[i].past;
+		size_t readers = 0;
 		for (size_t u = 0; u < past->n_uses; u++) {
 			struct tpf_node *n = past->uses[u].node;
-			if (n && n->op == TPF_OP_ATTENTION)
+			if (n && n->op == TPF_OP_ATTENTION) {
+				if (++readers > 1)
+					return refuse(c, n, "input '%s' is read by more than one Attention", past->name);
 				continue;
+			}
 			if (!n || n->op != TPF_OP_SHAPE)
 				return refuse(c, n, "reads input '%s' (expected its Attention and Shape only)",
 					      past->name);
@@ -331,7 +339,7 @@ static int analyse(struct inplace *c)
 		const struct tpf_value *v = c->p[k];
 		for (size_t u = 0; u < v->n_uses; u++) {
 			struct tpf_node *n = v->uses[u].node;
-			if (is_total(c, n) && !push(c, &c->t, &c->n_t, n->outputs[0]))
+			if (n && is_total(c, n) && !push(c, &c->t, &c->n_t, n->outputs[0]))
 				return refuse(c, n, "out of memory");
 		}
 	}
