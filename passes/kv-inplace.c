@@ -92,14 +92,6 @@ static int push(struct inplace *c, struct tpf_value ***list, size_t *n, struct t
 	return 1;
 }
 
-static int is_past(const struct inplace *c, const struct tpf_value *v)
-{
-	for (size_t i = 0; i < c->io.n_pairs; i++)
-		if (c->io.pairs[i].past == v)
-			return 1;
-	return 0;
-}
-
 static const struct tpf_kv_pair *pair_of_present(const struct inplace *c, const struct tpf_value *v)
 {
 	for (size_t i = 0; i < c->io.n_pairs; i++)
