@@ -472,6 +472,64 @@ static void test_tensor_scatter(void **state)
 	release(&y, 1);
 }
 
+/* Attention with nonpad_kv_seqlen: each sequence reads only its first
+ * keys; the same as attention over that prefix alone, whatever the keys
+ * after it hold. */
+static void test_attention_nonpad(void **state)
+{
+	(void)state;
+	const int64_t B = 2, H = 2, L = 6, D = 4, lens[2] = {3, 5};
+	int64_t dq[] = {B, H, 1, D}, dk[] = {B, H, L, D}, dl[] = {B};
+	double q[16], k[96], v[96];
+	for (int i = 0; i < 16; i++)
+		q[i] = (i % 7) * 0.25 - 0.75;
+	for (int i = 0; i < 96; i++) {
+		k[i] = ((i * 5) % 11) * 0.125 - 0.5;
+		v[i] = ((i * 3) % 13) * 0.2 - 1.0;
+	}
+	for (int b = 0; b < 2; b++) /* the keys and values past each prefix: huge */
+		for (int h = 0; h < H; h++)
+			for (int64_t j = lens[b]; j < L; j++)
+				for (int d = 0; d < D; d++) {
+					k[((b * H + h) * L + j) * D + d] = 1e4;
+					v[((b * H + h) * L + j) * D + d] = -1e4;
+				}
+	struct tpf_node *n = mknode("Attention", 7);
+	struct tpf_ktensor none = {.rank = -1};
+	struct tpf_ktensor in[7] = {ten(TPF_DTYPE_FLOAT, 4, dq, q), ten(TPF_DTYPE_FLOAT, 4, dk, k),
+				    ten(TPF_DTYPE_FLOAT, 4, dk, v), none, none, none,
+				    ten(TPF_DTYPE_INT64, 1, dl, (double[]){3, 5})};
+	struct tpf_ktensor y = out(TPF_DTYPE_FLOAT, 4, dq);
+	assert_int_equal(run(n, in, 7, &y), TPF_OK);
+	for (int b = 0; b < 2; b++) {
+		int64_t pq[] = {1, H, 1, D}, pk[] = {1, H, lens[b], D};
+		double kp[40], vp[40];
+		for (int h = 0; h < H; h++)
+			for (int64_t j = 0; j < lens[b]; j++)
+				for (int d = 0; d < D; d++) {
+					kp[(h * lens[b] + j) * D + d] = k[((b * H + h) * L + j) * D + d];
+					vp[(h * lens[b] + j) * D + d] = v[((b * H + h) * L + j) * D + d];
+				}
+		struct tpf_node *m = mknode("Attention", 3);
+		struct tpf_ktensor pin[3] = {ten(TPF_DTYPE_FLOAT, 4, pq, q + b * H * D), ten(TPF_DTYPE_FLOAT, 4, pk, kp),
+					     ten(TPF_DTYPE_FLOAT, 4, pk, vp)};
+		struct tpf_ktensor py = out(TPF_DTYPE_FLOAT, 4, pq);
+		assert_int_equal(run(m, pin, 3, &py), TPF_OK);
+		double want[8];
+		for (int i = 0; i < H * D; i++)
+			want[i] = tpf_elem_load(TPF_DTYPE_FLOAT, py.data, i);
+		struct tpf_ktensor row = y;
+		row.numel = H * D;
+		row.data = (char *)y.data + (size_t)(b * H * D) * sizeof(float);
+		expect(&row, want);
+		release(pin, 3);
+		release(&py, 1);
+	}
+	release(in, 3);
+	release(&in[6], 1);
+	release(&y, 1);
+}
+
 static void test_one_hot(void **state)
 {
 	(void)state;
@@ -706,7 +764,7 @@ int main(void)
 		cmocka_unit_test(test_mod),         cmocka_unit_test(test_unary),
 		cmocka_unit_test(test_clip),        cmocka_unit_test(test_range),
 		cmocka_unit_test(test_flatten_copy), cmocka_unit_test(test_gather_nd),
-		cmocka_unit_test(test_scatter_nd), cmocka_unit_test(test_tensor_scatter),  cmocka_unit_test(test_one_hot),
+		cmocka_unit_test(test_scatter_nd), cmocka_unit_test(test_tensor_scatter), cmocka_unit_test(test_attention_nonpad),  cmocka_unit_test(test_one_hot),
 		cmocka_unit_test(test_tile_trilu),  cmocka_unit_test(test_cumsum_size),
 		cmocka_unit_test(test_conv),        cmocka_unit_test(test_pad),
 		cmocka_unit_test(test_forms),
