@@ -177,11 +177,14 @@ class Session:
     def _feed(self, name: Any, value: Any) -> Tuple[str, int, Tuple[int, ...], np.ndarray]:
         if not isinstance(name, str):
             raise TypeError("input_feed: names must be str, not %s" % type(name).__name__)
-        arr = np.asarray(value)
+        declared = self._input_codes.get(name)
+        if isinstance(value, np.ndarray) or declared not in _DTYPES:
+            arr = np.asarray(value)
+        else:  # a list or a scalar: the input's dtype
+            arr = np.asarray(value, dtype=_DTYPES[declared])
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")
         code = _CODES.get(arr.dtype)
-        declared = self._input_codes.get(name)
         if declared in _EXTENDED and arr.dtype == _EXTENDED[declared][1]:
             code = declared  # bfloat16 or float8 given as its bits
         if code is None:
@@ -195,7 +198,8 @@ class Session:
         run_options: Any = None,
     ) -> List[np.ndarray]:
         """One forward call: ``input_feed`` maps input names to arrays (or
-        anything ``numpy.asarray`` takes); returns the outputs named in
+        anything ``numpy.asarray`` takes: lists and scalars become arrays of
+        the input's dtype); returns the outputs named in
         ``output_names`` in that order (``None``: every output).
 
         Raises :class:`InputError` (a ``ValueError``) when the inputs do not
