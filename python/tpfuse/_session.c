@@ -221,15 +221,6 @@ static PyObject *values_info(struct tpf_value *const *vals, size_t n, int skip_i
 	return list;
 }
 
-PyDoc_STRVAR(open_session_doc,
-"open_session(model, rank=0, world_size=1, backend='cpu', passes='default', *,\n"
-"             lower=True, base_dir=None)\n"
-"--\n"
-"\n"
-"Compiles a model (a path or serialized bytes) for a backend and opens a\n"
-"runtime session of it.  passes None: no pipeline; lower False: not the\n"
-"backend's lowering either (the model as tpfuse generate runs it).");
-
 static PyObject *py_open_session(PyObject *self, PyObject *args, PyObject *kwargs)
 {
 	static char *kwlist[] = {"model", "rank", "world_size", "backend", "passes", "lower",
@@ -347,7 +338,7 @@ static PyObject *session_outputs(SessionObject *s, PyObject *unused)
 }
 
 struct run_job {
-	struct tpf_session *session;
+	SessionObject *s;
 	const struct tpf_host_tensor *in;
 	size_t n_in;
 	struct tpf_host_tensor *out; /* copies, tpf_malloc'ed */
@@ -362,7 +353,9 @@ static void run_work(void *job)
 	const struct tpf_host_tensor *out;
 	size_t n;
 
-	j->st = tpf_session_run(j->session, j->in, j->n_in, &out, &n, j->d);
+	if (!j->s->session)
+		return; /* closed by another thread meanwhile */
+	j->st = tpf_session_run(j->s->session, j->in, j->n_in, &out, &n, j->d);
 	if (j->st)
 		return;
 	j->out = tpf_malloc((n ? n : 1) * sizeof(*j->out));
@@ -494,10 +487,12 @@ static PyObject *session_run(SessionObject *s, PyObject *feeds_obj)
 	for (; held < n; held++)
 		if (feed_arg(PySequence_Fast_GET_ITEM(feeds, held), &in[held], &views[held]) < 0)
 			goto out;
-	j = (struct run_job){.session = s->session, .in = in, .n_in = (size_t)n};
+	j = (struct run_job){.s = s, .in = in, .n_in = (size_t)n};
 	if (run_job(run_work, &j, &j.d) < 0)
 		goto out;
-	if (j.st)
+	if (!j.st && !j.out)
+		PyErr_SetString(PyExc_ValueError, "the session is closed"); /* meanwhile */
+	else if (j.st)
 		raise_error(j.st == TPF_ERR_INVALID ? InputError : NULL, j.st, "run", j.d);
 	else
 		result = run_result(j.out, j.n_out);
@@ -528,7 +523,7 @@ struct generate_job {
 	struct tpf_generate_stats stats;
 	enum tpf_status st;
 	const char *what;
-	int bad_input;
+	int bad_input, closed;
 	struct tpf_diag *d;
 };
 
@@ -540,6 +535,9 @@ static void generate_work(void *job)
 	struct tpf_generator *gen = NULL;
 
 	j->what = "the model has no KV-cache I/O";
+	j->closed = !j->s->session; /* by another thread meanwhile */
+	if (j->closed)
+		return;
 	if (!j->s->have_io) {
 		j->st = tpf_kv_io_find(j->s->model->graph, &j->s->io, j->d);
 		if (j->st)
@@ -721,7 +719,9 @@ static PyObject *session_generate(SessionObject *s, PyObject *args)
 					    .top_p = top_p, .seed = seed};
 	if (generate_args(&j, prompts, eos, suppress) == 0 &&
 	    run_job(generate_work, &j, &j.d) == 0) {
-		if (j.st)
+		if (j.closed)
+			PyErr_SetString(PyExc_ValueError, "the session is closed");
+		else if (j.st)
 			raise_error(j.bad_input ? InputError : NULL, j.st, j.what, j.d);
 		else
 			result = generate_result(&j);
@@ -764,6 +764,15 @@ static PyTypeObject SessionType = {
 	.tp_dealloc = (destructor)session_dealloc,
 	.tp_methods = session_methods,
 };
+
+PyDoc_STRVAR(open_session_doc,
+"open_session(model, rank=0, world_size=1, backend='cpu', passes='default', *,\n"
+"             lower=True, base_dir=None)\n"
+"--\n"
+"\n"
+"Compiles a model (a path or serialized bytes) for a backend and opens a\n"
+"runtime session of it.  passes None: no pipeline; lower False: not the\n"
+"backend's lowering either (the model as tpfuse generate runs it).");
 
 static PyMethodDef module_methods[] = {
 	{"open_session", (PyCFunction)(void (*)(void))py_open_session,

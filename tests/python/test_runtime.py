@@ -473,3 +473,30 @@ def test_world_size_2_under_mpirun(tmp_path):
         np.testing.assert_allclose(np.array(got["y"], np.float32), want, rtol=1e-5, atol=1e-6)
         assert got["tokens"] == [[65, 109, 109, 54]]
         assert "runs this process as rank %d of 2" % rank in got["mismatch"], got["mismatch"]
+
+
+def test_close_while_another_thread_runs():
+    """A run either finishes or finds the session closed; never a crash."""
+    model = os.path.join(LLAMA, "model.onnx")
+    for _ in range(5):
+        sess = tpfuse.Session(model)
+        feeds = _read_set(os.path.join(LLAMA, "test_data_set_0"), "input",
+                          [i.name for i in sess.get_inputs()])
+        seen = []
+
+        def work():
+            for _ in range(200):
+                try:
+                    seen.append(sess.run(["logits"], feeds)[0].shape)
+                except ValueError as e:
+                    assert "closed" in str(e)
+                    seen.append("closed")
+                    return
+
+        t = threading.Thread(target=work)
+        t.start()
+        while not seen:
+            pass
+        sess.close()
+        t.join()
+        assert all(v in ((2, 7, 128), "closed") for v in seen)
