@@ -139,19 +139,31 @@ class Session:
         passes: Union[str, Sequence[str], None] = None,
         *,
         base_dir: Union[str, "os.PathLike[str]", None] = None,
-        _lower: bool = True,
     ) -> None:
         if not optimize and passes is not None:
             raise ValueError("passes: give them with optimize=True (optimize=False runs none)")
         pipeline = None
         if optimize:
             pipeline = "default" if passes is None else _pass_list(passes)
-        self._s: Any = _tpfuse.open_session(
-            _source(model), rank, world_size, backend, pipeline, lower=_lower, base_dir=base_dir
+        self._attach(
+            _tpfuse.open_session(
+                _source(model), rank, world_size, backend, pipeline, base_dir=base_dir
+            )
         )
-        self._inputs = _io_info(self._s.inputs())
-        self._outputs = _io_info(self._s.outputs())
-        self._input_codes = {name: code for name, code, _ in self._s.inputs()}
+
+    @classmethod
+    def _as_generate_loads(cls, model: ModelLike, backend: str) -> "Session":
+        """A session of the model as ``tpfuse generate`` loads it: verified,
+        shapes inferred, neither rewritten nor lowered."""
+        self = cls.__new__(cls)
+        self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, None, lower=False))
+        return self
+
+    def _attach(self, s: Any) -> None:
+        self._s: Any = s
+        self._inputs = _io_info(s.inputs())
+        self._outputs = _io_info(s.outputs())
+        self._input_codes = {name: code for name, code, _ in s.inputs()}
 
     # ------------------------------------------------------------ info
 
@@ -351,8 +363,7 @@ def generate(
     if isinstance(model_or_session, Session):
         session, own = model_or_session, False
     else:
-        # as the command loads it: verified, shapes inferred, not rewritten
-        session, own = Session(model_or_session, backend=backend, optimize=False, _lower=False), True
+        session, own = Session._as_generate_loads(model_or_session, backend), True
     try:
         tokens, raw_stats = session._live().generate(
             rows,
