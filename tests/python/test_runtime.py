@@ -427,7 +427,7 @@ import numpy as np
 import tpfuse
 
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-model, llama, out = sys.argv[1:4]
+model, llama, out, dense_w1, dense_w2 = sys.argv[1:6]
 x = (np.arange(8, dtype=np.float32).reshape(2, 4) - 3) * (rank + 1)
 with tpfuse.Session(model.format(rank=rank), rank=rank, world_size=2) as sess:
     (y,) = sess.run(None, {"x": x})
@@ -437,14 +437,35 @@ try:
     mismatch = "accepted"
 except ValueError as e:
     mismatch = str(e)
+
+# the dense example: rank 0 of world 1 alone, then this rank's shard with
+# its all-reduces over MPI; the pasts split by heads
+rng = np.random.default_rng(0)
+with tpfuse.Session(dense_w1) as one:
+    full = {i.name: (rng.standard_normal(i.shape) * 0.5).astype(np.float32) for i in one.get_inputs()}
+    if one.get_inputs()[0].type == "tensor(bfloat16)":  # as bits: no ml_dtypes needed
+        full = {k: (v.view(np.uint32) >> 16).astype(np.uint16) for k, v in full.items()}
+    (want,) = one.run(["last_hidden_state"], full)
+with tpfuse.Session(dense_w2.format(rank=rank), rank=rank, world_size=2) as tp:
+    feeds = {}
+    for i in tp.get_inputs():
+        a = full[i.name]
+        if a.shape != tuple(i.shape):
+            a = a[:, rank * i.shape[1]:(rank + 1) * i.shape[1]]
+        feeds[i.name] = a
+    (got,) = tp.run(["last_hidden_state"], feeds)
+as_float = lambda a: (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 with open(out.format(rank=rank), "w") as f:
-    json.dump({"x": x.tolist(), "y": y.tolist(), "tokens": tokens, "mismatch": mismatch}, f)
+    json.dump({"x": x.tolist(), "y": y.tolist(), "tokens": tokens, "mismatch": mismatch,
+               "dense_diff": float(np.abs(as_float(got) - as_float(want)).max()),
+               "dense_max": float(np.abs(as_float(want)).max())}, f)
 """
 
 
 def test_world_size_2_under_mpirun(tmp_path):
     """Each rank runs its own rank's model and generates; a rank that is
-    not the job's is refused."""
+    not the job's is refused; the dense example's two shards, all-reducing
+    through MPI, give what its one-rank model gives."""
     mpirun = shutil.which("mpirun")
     if not mpirun:
         pytest.skip("no mpirun")
@@ -452,13 +473,22 @@ def test_world_size_2_under_mpirun(tmp_path):
         m = tiny_model()
         helper.set_model_props(m, {"tp_rank": str(rank), "tp_world_size": "2"})
         onnx.save(m, str(tmp_path / ("tiny.rank%d.onnx" % rank)))
+    import contextlib
+    import io
+
+    import tpmodels  # examples/tpmodels.py
+
+    for w in (1, 2):
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert tpmodels.main(["dense", "--world-size", str(w), "--out", str(tmp_path / ("w%d" % w))]) == 0
     script = tmp_path / "ranks.py"
     script.write_text(MPI_SCRIPT)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     p = subprocess.run([mpirun, "-np", "2", "-x", "PYTHONPATH", sys.executable, str(script),
                         str(tmp_path / "tiny.rank{rank}.onnx"), os.path.join(LLAMA, "model.onnx"),
-                        str(tmp_path / "out.{rank}.json")],
+                        str(tmp_path / "out.{rank}.json"), str(tmp_path / "w1" / "dense.rank0.onnx"),
+                        str(tmp_path / "w2" / "dense.rank{rank}.onnx")],
                        capture_output=True, text=True, timeout=300, env=env)
     if p.returncode and "built without MPI" in p.stderr:
         pytest.skip("tpfuse built without MPI")
@@ -473,6 +503,8 @@ def test_world_size_2_under_mpirun(tmp_path):
         np.testing.assert_allclose(np.array(got["y"], np.float32), want, rtol=1e-5, atol=1e-6)
         assert got["tokens"] == [[65, 109, 109, 54]]
         assert "runs this process as rank %d of 2" % rank in got["mismatch"], got["mismatch"]
+        # bfloat16 outputs of sums taken in another order
+        assert got["dense_diff"] <= 0.02 * max(1.0, got["dense_max"]), got
 
 
 def test_close_while_another_thread_runs():
