@@ -12,6 +12,12 @@ or ``os.PathLike``).  A path is read by the library itself: weights in
 external data stay mapped from their files instead of being copied, so pass
 large models by path, together with ``output=PATH``.
 
+It also runs them, as ``tpfuse run`` and ``tpfuse generate`` do::
+
+    with tpfuse.Session("model.onnx") as sess:
+        logits, *_ = sess.run(None, {"input_ids": ids, "attention_mask": mask})
+    tokens = tpfuse.generate("model.onnx", [[1, 15, 27]], max_new_tokens=16)
+
 The library work runs with the GIL released, one call at a time.  Library
 errors raise :class:`Error` (or a subclass) whose ``diagnostics`` attribute
 lists every message.  docs/python.md in the source tree is the guide.
@@ -25,7 +31,9 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tu
 import onnx
 
 from . import _tpfuse
-from ._tpfuse import Diagnostic, Error, FileError, ModelError, UnsupportedError
+from ._tpfuse import Diagnostic, Error, FileError, InputError, ModelError, UnsupportedError
+from ._models import ModelLike, _pass_list, _source
+from ._session import GenerateStats, IOInfo, Session, generate
 
 __version__: str = _tpfuse.__version__
 
@@ -33,20 +41,22 @@ __all__ = [
     "Diagnostic",
     "Error",
     "FileError",
+    "GenerateStats",
+    "IOInfo",
+    "InputError",
     "ModelError",
     "OptimizeResult",
     "PIPELINES",
     "PassInfo",
+    "Session",
     "UnsupportedError",
     "__version__",
     "check",
     "dump",
+    "generate",
     "optimize",
     "passes",
 ]
-
-#: A model argument: a ModelProto, its serialized bytes, or a path.
-ModelLike = Union[onnx.ModelProto, bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 
 #: Named pipelines accepted by ``optimize(passes=...)`` next to pass names.
 PIPELINES: Dict[str, str] = {
@@ -109,47 +119,6 @@ class OptimizeResult:
             len(self.near_misses),
             len(self.diagnostics),
         )
-
-
-def _source(model: ModelLike) -> Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]:
-    """The model as the extension takes it: serialized bytes or a path."""
-    if isinstance(model, onnx.ModelProto):
-        try:
-            data: bytes = model.SerializeToString()
-            return data
-        except ValueError as e:  # protobuf refuses messages over 2 GB
-            raise ModelError(
-                "the ModelProto cannot be serialized (%s): save it with external data "
-                "(onnx.save(model, path, save_as_external_data=True)) and pass the path" % e
-            ) from e
-    if isinstance(model, (bytes, bytearray, memoryview, str, os.PathLike)):
-        return model
-    raise TypeError(
-        "model: expected an onnx.ModelProto, serialized bytes or a path "
-        "(str or os.PathLike), not %s" % type(model).__name__
-    )
-
-
-def _pass_list(passes: Union[str, Sequence[str], None]) -> str:
-    if passes is None:
-        return "none"
-    if isinstance(passes, str):
-        return passes
-    try:
-        names = list(passes)
-    except TypeError:
-        raise TypeError(
-            "passes: expected a str, a sequence of str or None, not %s" % type(passes).__name__
-        ) from None
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError(
-                "passes: expected a str or a sequence of str, found %s in the sequence"
-                % type(name).__name__
-            )
-        if "," in name:
-            raise ValueError("passes: %r: give one name per item of the sequence" % name)
-    return ",".join(names)
 
 
 def optimize(

@@ -1,9 +1,10 @@
 /*
  * tpfuse._tpfuse: the CPython extension behind the `tpfuse` package.
  *
- * Each call loads a model (a path, mapped by the library with its external
- * data, or serialized bytes), works on it and frees it again; no IR object
- * outlives a call.  The library work runs with the GIL released, one call at
+ * Each call here loads a model (a path, mapped by the library with its
+ * external data, or serialized bytes), works on it and frees it again; the
+ * runtime's objects (a Session holds its model and runtime session) are
+ * _session.c's.  The library work runs with the GIL released, one call at
  * a time (the library keeps a global allocation counter, so calls are
  * serialized by a lock of this module; other Python threads run meanwhile).
  * Library errors become exceptions of this module carrying the diagnostics.
@@ -11,39 +12,21 @@
  * python/tpfuse/__init__.py wraps these functions (onnx.ModelProto in and
  * out); docs/python.md documents the package.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <pythread.h>
+#include "_tpfuse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpf-ir.h"
 #include "tpf-passes.h"
 
-/* Same bounds as the command's --rank / --world-size. */
-#define MAX_WORLD_SIZE (1L << 20)
-
-static PyThread_type_lock lib_lock;
-static PyObject *Error, *ModelError, *FileError, *UnsupportedError;
+PyThread_type_lock lib_lock;
+PyObject *Error, *ModelError, *FileError, *UnsupportedError, *InputError;
 static PyTypeObject *DiagnosticType;
 
 /* ------------------------------------------------------------------ inputs */
 
-/* Where a model comes from: a file (mapped by the library, external data
- * next to it) or bytes in memory (external data only below base_dir). */
-struct source {
-	PyObject *path;    /* bytes from PyUnicode_FSConverter, or NULL */
-	Py_buffer view;    /* bytes objects: borrowed without a copy */
-	int have_view;
-	char *copy;        /* other buffers: copied, so no one resizes them under us */
-	const void *data;
-	size_t size;
-	PyObject *base_dir; /* bytes from PyUnicode_FSConverter, or NULL */
-};
-
-static void source_release(struct source *s)
+void source_release(struct source *s)
 {
 	Py_CLEAR(s->path);
 	Py_CLEAR(s->base_dir);
@@ -55,7 +38,7 @@ static void source_release(struct source *s)
 }
 
 /* str / os.PathLike: a path; bytes-like: a serialized ModelProto. */
-static int source_init(struct source *s, PyObject *model, PyObject *base_dir)
+int source_init(struct source *s, PyObject *model, PyObject *base_dir)
 {
 	memset(s, 0, sizeof(*s));
 	if (PyUnicode_Check(model) || (!PyObject_CheckBuffer(model) &&
@@ -109,8 +92,7 @@ static const char *source_path(const struct source *s)
 	return s->path ? PyBytes_AS_STRING(s->path) : NULL;
 }
 
-/* Runs without the GIL. */
-static enum tpf_status source_load(const struct source *s, struct tpf_model **m,
+enum tpf_status source_load(const struct source *s, struct tpf_model **m,
 				   struct tpf_diag *d)
 {
 	struct tpf_load_options lo = {0};
@@ -232,7 +214,7 @@ static PyObject *make_diagnostic(const struct tpf_diag_entry *e)
 	return d;
 }
 
-static PyObject *diag_list(const struct tpf_diag *d)
+PyObject *diag_list(const struct tpf_diag *d)
 {
 	PyObject *list = PyList_New(0);
 	size_t i;
@@ -299,10 +281,7 @@ static const struct status_info *status_info(enum tpf_status st)
 	return &unknown;
 }
 
-/* Runs work(job) without the GIL and under the library lock, with a fresh
- * diagnostic in *d (the caller frees it).  -1 (MemoryError raised) when
- * there is no memory for the diagnostic. */
-static int run_job(void (*work)(void *), void *job, struct tpf_diag **d)
+int run_job(void (*work)(void *), void *job, struct tpf_diag **d)
 {
 	*d = tpf_diag_create();
 	if (!*d) {
@@ -317,13 +296,21 @@ static int run_job(void (*work)(void *), void *job, struct tpf_diag **d)
 	return 0;
 }
 
-/* Raises the exception of `st` with the message "WHAT: FIRST ERROR" (and a
- * count of the other errors); .status and .diagnostics carry the rest. */
-static PyObject *raise_status(enum tpf_status st, const char *what, const struct tpf_diag *d)
+/* The message names the first error and counts the others. */
+PyObject *raise_status(enum tpf_status st, const char *what, const struct tpf_diag *d)
+{
+	return raise_error(NULL, st, what, d);
+}
+
+PyObject *raise_error(PyObject *type, enum tpf_status st, const char *what,
+		      const struct tpf_diag *d)
 {
 	const char *first = NULL;
 	size_t i, errors = 0;
-	PyObject *type = *status_info(st)->type, *msg, *exc, *diags, *key;
+	PyObject *msg, *exc, *diags, *key;
+
+	if (!type)
+		type = *status_info(st)->type;
 
 	if (st == TPF_OK)
 		st = TPF_ERR_VERIFY; /* errors reported without a failing status */
@@ -395,8 +382,7 @@ static PyObject *known_pass_names(void)
 	return joined;
 }
 
-/* Checks every name of a comma-separated pass list before any work. */
-static int check_pass_list(const char *list)
+int check_pass_list(const char *list)
 {
 	const char *p = list;
 
@@ -438,8 +424,7 @@ static int check_pass_list(const char *list)
 	return 0;
 }
 
-/* An int argument or None (-> *out = dflt).  bool is refused. */
-static int int_arg(PyObject *o, const char *what, long lo, long hi, long dflt, long *out)
+int int_arg(PyObject *o, const char *what, long lo, long hi, long dflt, long *out)
 {
 	long v;
 
@@ -1013,6 +998,9 @@ static const struct error_def errors[] = {
 	 &PyExc_OSError},
 	{"UnsupportedError", "tpfuse.UnsupportedError", "A valid model that tpfuse does not handle.",
 	 &UnsupportedError, NULL},
+	{"InputError", "tpfuse.InputError",
+	 "The inputs of a run do not fit the model (an unknown or missing name, another dtype "
+	 "or shape).", &InputError, &PyExc_ValueError},
 };
 
 static int add_error(PyObject *m, const struct error_def *e, PyObject *bases)
@@ -1063,6 +1051,8 @@ PyMODINIT_FUNC PyInit__tpfuse(void)
 		if (rc < 0)
 			goto fail;
 	}
+	if (session_module_init(m) < 0)
+		goto fail;
 	return m;
 fail:
 	Py_DECREF(m);

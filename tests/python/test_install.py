@@ -3,7 +3,7 @@
 
 pip builds the wheel with meson-python in an isolated build environment, so
 the build requirements (meson-python, meson, ninja) and the runtime
-requirement (onnx) come from the package index: the test is skipped when the
+requirements (onnx, numpy) come from the package index: the test is skipped when the
 index cannot be reached.  PIP_CONSTRAINT names the locks
 (scripts/constraints.txt, scripts/build-constraints.txt), which pip applies to
 the build environment too, and every package the venv ends up with must be
@@ -30,6 +30,12 @@ import tpfuse
 site = sysconfig.get_paths()["platlib"]
 folder = os.path.dirname(tpfuse.__file__)
 r = tpfuse.optimize(sys.argv[1], explain=True)
+from onnx import TensorProto, helper
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+with tpfuse.Session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])) as s:
+    relu = s.run(None, {"x": [-1.0, 2.0]})[0].tolist()
 print(json.dumps({
     "folder": folder,
     "site": site,
@@ -39,6 +45,7 @@ print(json.dumps({
     "stats": r.stats,
     "ops": [n.op_type for n in r.model.graph.node],
     "passes": [p.name for p in tpfuse.passes()],
+    "relu": relu,
 }))
 """
 
@@ -95,9 +102,10 @@ def _install_and_check(tmp_path, venv, dense_rank0, tpfuse_cli):
     assert r.returncode == 0, r.stderr[-4000:]
     got = json.loads(r.stdout)
     assert got["folder"] == os.path.join(got["site"], "tpfuse")
-    assert {"__init__.py", "_tpfuse.pyi", "py.typed"} <= set(got["files"])
+    assert {"__init__.py", "_models.py", "_session.py", "_tpfuse.pyi", "py.typed"} <= set(got["files"])
     assert any(f.startswith("_tpfuse.") and f.endswith(".so") for f in got["files"])
-    assert "onnx" in got["site_files"], "onnx, the one runtime dependency, was installed"
+    assert "onnx" in got["site_files"], "onnx, a runtime dependency, was installed"
+    assert "numpy" in got["site_files"], "numpy, a runtime dependency, was installed"
     # only the package: no C library, headers or command
     assert not [f for f in got["site_files"] if f.startswith("libtpfuse")]
     assert not (venv / "bin" / "tpfuse").exists()
@@ -112,3 +120,4 @@ def _install_and_check(tmp_path, venv, dense_rank0, tpfuse_cli):
     assert cli.returncode == 0, cli.stderr
     assert got["stats"] == read_cli_stats(cli.stdout)
     assert "AllReduceRMSNorm" in got["ops"]
+    assert got["relu"] == [0.0, 2.0], "the installed package runs a model"

@@ -145,3 +145,37 @@ def test_threads_calling_at_once_get_correct_results(dense_rank0):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_sessions_do_not_leak():
+    """Sessions opened, run (and refused), generating, closed or dropped."""
+    import numpy as np
+
+    from conftest import ROOT, tiny_model
+
+    raw = tiny_model().SerializeToString()
+    llama = os.path.join(ROOT, "tests", "corpus", "kv", "llama-dynamo-kv-fp32-w1", "model.onnx")
+    x = np.ones((2, 4), np.float32)
+
+    def one_round():
+        with tpfuse.Session(raw) as s:
+            assert s.run(None, {"x": x})[0].shape == (2, 3)
+            try:
+                s.run(None, {"x": x.astype(np.float64)})
+            except tpfuse.InputError as e:
+                assert e.diagnostics
+            else:
+                raise AssertionError("a float64 input was accepted")
+        tpfuse.Session(raw, optimize=False).run(["y"], {"x": x})  # dropped, not closed
+        assert len(tpfuse.generate(llama, [[1, 2, 3], [4, 5]], max_new_tokens=2)) == 2
+
+    for _ in range(50):
+        one_round()
+    gc.collect()
+    rss0, objects0 = _rss(), len(gc.get_objects())
+    for _ in range(400):
+        one_round()
+    gc.collect()
+    growth, objects = _rss() - rss0, len(gc.get_objects()) - objects0
+    assert growth < GROWTH_LIMIT, "resident memory grew by %d bytes over 400 rounds" % growth
+    assert objects < 100, "%d Python objects more after 400 rounds" % objects
