@@ -123,6 +123,8 @@ void tpf_generator_free(struct tpf_generator *g)
 {
 	if (!g)
 		return;
+	if (g->in_place) /* the session runs as it did before: its caller's inputs copied */
+		tpf_session_keep_inputs(g->s, NULL, 0, NULL);
 	for (size_t i = 0; i < g->batch; i++)
 		tpf_free(g->prompts[i]);
 	if (g->past)

@@ -382,7 +382,10 @@ static void run_work(void *job)
 			j->st = tpf_diag_fail(j->d, TPF_ERR_NOMEM, "out of memory");
 			return;
 		}
-		memcpy(c->data, t->data, bytes);
+		if (t->data)
+			memcpy(c->data, t->data, bytes);
+		else /* a kept input updated in place stays on the device */
+			memset(c->data, 0, bytes);
 	}
 }
 
@@ -626,12 +629,14 @@ static PyObject *generate_result(const struct generate_job *j)
 	}
 	if (!tokens)
 		return NULL;
-	return Py_BuildValue("(N{s:n,s:n,s:d,s:d,s:d,s:d,s:d,s:n})", tokens, "steps",
+	return Py_BuildValue("(N{s:n,s:n,s:d,s:d,s:d,s:d,s:d,s:n,s:O,s:n,s:n})", tokens, "steps",
 			     (Py_ssize_t)st->steps, "new_tokens", (Py_ssize_t)st->new_tokens,
 			     "ttft_ms", st->ttft_ms, "decode_ms", st->decode_ms,
 			     "decode_tokens_per_s", tps, "step_p50_ms", st->step_p50_ms,
 			     "step_p99_ms", st->step_p99_ms, "plans_built",
-			     (Py_ssize_t)st->plans_built);
+			     (Py_ssize_t)st->plans_built, "cache_in_place", st->in_place ? Py_True : Py_False,
+			     "cache_length", (Py_ssize_t)st->cache_length, "cache_bytes",
+			     (Py_ssize_t)st->cache_bytes);
 }
 
 static void generate_job_free(struct generate_job *j)

@@ -90,6 +90,9 @@ class GenerateStats(NamedTuple):
     step_p50_ms: float  #: median latency of a decode step
     step_p99_ms: float
     plans_built: int  #: plans the session has built (one per input signature)
+    cache_in_place: bool  #: the cache written in place (kv-cache-in-place)
+    cache_length: int  #: in place: the positions of each cache
+    cache_bytes: int  #: in place: the device bytes the caches hold
 
 
 def _io_info(raw: Sequence[Tuple[str, int, Any]]) -> List[IOInfo]:
@@ -153,10 +156,11 @@ class Session:
 
     @classmethod
     def _as_generate_loads(cls, model: ModelLike, backend: str) -> "Session":
-        """A session of the model as ``tpfuse generate`` loads it: verified,
-        shapes inferred, neither rewritten nor lowered."""
+        """A session of the model as ``tpfuse generate`` compiles it: the
+        default pipeline, the cache written in place (kv-cache-in-place,
+        where the model takes it), lowered for the backend."""
         self = cls.__new__(cls)
-        self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, None, lower=False))
+        self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, "default,kv-cache-in-place,cleanup"))
         return self
 
     def _attach(self, s: Any) -> None:
@@ -336,8 +340,9 @@ def generate(
     ``top_p``) from a generator keyed by ``seed``: the same seed gives the
     same tokens.
 
-    ``model_or_session`` is a model (loaded and run as the command runs it,
-    on ``backend``) or a :class:`Session` (its backend; it stays open).
+    ``model_or_session`` is a model (compiled and run as the command does,
+    its cache in place where the model takes it, on ``backend``) or a
+    :class:`Session` (its backend and pipeline; it stays open).
     With ``tokenizer`` (any object with ``encode(str) -> list[int]`` and
     ``decode(list[int]) -> str``), prompts may be strings and the results
     are decoded.

@@ -346,6 +346,28 @@ def test_generate_on_a_session(folder):
         assert not sess.closed
 
 
+def test_generate_cache_in_place():
+    """A model generates with its cache in place (two plans: the prefill
+    and every decode step), the tokens of the cache copied; a Session with
+    the in-place pipeline too, and its run afterwards takes the caller's
+    caches again."""
+    path = os.path.join(LLAMA, "model.onnx")
+    for name, prompts, want, suppressed in _cases(LLAMA):
+        got, st = tpfuse.generate(path, prompts, max_new_tokens=len(want[0]), suppress=suppressed,
+                                  stats=True)
+        assert got == want and st.cache_in_place and st.plans_built == 2, name
+        assert st.cache_length == max(len(p) for p in prompts) + len(want[0]) and st.cache_bytes > 0
+    with tpfuse.Session(path, passes="default,kv-cache-in-place,cleanup") as sess:
+        names = [i.name for i in sess.get_inputs()]
+        assert "past_sequence_length" in names
+        name, prompts, want, suppressed = next(iter(_cases(LLAMA)))
+        got, st = tpfuse.generate(sess, prompts, max_new_tokens=4, suppress=suppressed, stats=True)
+        assert got == [w[:4] for w in want] and st.cache_in_place
+        with tpfuse.Session(path, passes="default") as plain:
+            assert not tpfuse.generate(plain, prompts, max_new_tokens=4, suppress=suppressed,
+                                       stats=True)[1].cache_in_place
+
+
 def test_generate_one_prompt_and_eos():
     model = os.path.join(LLAMA, "model.onnx")
     # one list of ids is one prompt; greedy prompt 0 starts 65 109
