@@ -55,6 +55,9 @@ static const char *const generate_help =
 	"                        its second run and replay it afterwards\n"
 	"  --max-length N        the in-place cache's positions (default: the\n"
 	"                        longest prompt plus --max-new-tokens)\n"
+	"  --prefill-chunk N     run the prompt in calls of at most N positions\n"
+	"                        (the cache in place; default: whole, halved\n"
+	"                        while its plan's memory does not fit, at one rank)\n"
 	"  --no-in-place         keep the model's cache I/O: each step's presents\n"
 	"                        are copied back in as the next pasts (a plan per\n"
 	"                        length)\n"
@@ -270,6 +273,8 @@ static int value_arg(struct gen_opts *o, const char *a, const char *v)
 		o->g.top_k = (long)x;
 	else if (!strcmp(a, "--max-length"))
 		o->g.max_length = (size_t)x;
+	else if (!strcmp(a, "--prefill-chunk"))
+		o->g.prefill_chunk = (size_t)x;
 	else
 		o->g.pad_id = (int64_t)x;
 	return -1;
@@ -280,7 +285,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 {
 	static const char *const with_value[] = {
 		"--prompt-ids", "--prompts", "--max-new-tokens", "--eos", "--suppress", "--pad-id",
-		"--temperature", "--top-k", "--top-p", "--seed", "--backend", "--timeout", "--max-length"};
+		"--temperature", "--top-k", "--top-p", "--seed", "--backend", "--timeout", "--max-length",
+		"--prefill-chunk"};
 	o->g.max_new_tokens = 32;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -368,9 +374,10 @@ static void print_results(const struct gen_opts *o, const struct tpf_generator *
 		printf("], \"stats\": {\"steps\": %zu, \"new_tokens\": %zu, \"ttft_ms\": %.3f, "
 		       "\"decode_ms\": %.3f, \"decode_tokens_per_s\": %.1f, \"step_p50_ms\": %.3f, "
 		       "\"step_p99_ms\": %.3f, \"plans_built\": %zu, \"cache_in_place\": %s, "
-		       "\"cache_length\": %zu, \"cache_bytes\": %zu}}\n",
+		       "\"cache_length\": %zu, \"cache_bytes\": %zu, \"prefill_calls\": %zu}}\n",
 		       s.steps, s.new_tokens, s.ttft_ms, s.decode_ms, tps, s.step_p50_ms, s.step_p99_ms,
-		       s.plans_built, s.in_place ? "true" : "false", s.cache_length, s.cache_bytes);
+		       s.plans_built, s.in_place ? "true" : "false", s.cache_length, s.cache_bytes,
+		       s.prefill_calls);
 	else if (o->stats)
 		printf("time to first token: %.3f ms\n"
 		       "decode: %zu tokens in %.3f ms (%.1f tokens/s)\n"
@@ -379,7 +386,8 @@ static void print_results(const struct gen_opts *o, const struct tpf_generator *
 		       s.ttft_ms, s.new_tokens - first, s.decode_ms, tps, s.step_p50_ms, s.step_p99_ms,
 		       s.steps ? s.steps - 1 : 0, s.plans_built);
 	if (!o->json && o->stats && s.in_place)
-		printf("cache: in place, %zu positions, %.1f MiB\n", s.cache_length, (double)s.cache_bytes / 1048576.0);
+		printf("cache: in place, %zu positions, %.1f MiB; the prompt in %zu call%s\n", s.cache_length,
+		       (double)s.cache_bytes / 1048576.0, s.prefill_calls, s.prefill_calls == 1 ? "" : "s");
 	else if (!o->json && o->stats)
 		printf("cache: copied from each step to the next\n");
 }

@@ -55,6 +55,8 @@ struct tpf_generator {
 	size_t max_len;
 	int64_t *mask_full; /* [batch, max_len] */
 	int64_t *lengths;   /* past_sequence_length [batch] */
+	int64_t *chunk_ids; /* a prefill chunk's ids [batch, chunk] */
+	size_t prefill_calls;
 };
 
 /* Milliseconds since *t0 (CLOCK_MONOTONIC). */
@@ -102,6 +104,11 @@ enum tpf_status tpf_generator_create(struct tpf_session *s, const struct tpf_kv_
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	}
 	g->in_place = io->past_lengths >= 0;
+	if (o->prefill_chunk && !g->in_place) {
+		tpf_generator_free(g);
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "a prefill in chunks needs the cache in place (the pass "
+				     "kv-cache-in-place)");
+	}
 	if (g->in_place) {
 		const char **names = tpf_calloc(io->n_pairs, sizeof(*names));
 		enum tpf_status st = names ? TPF_OK : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
@@ -132,7 +139,7 @@ void tpf_generator_free(struct tpf_generator *g)
 			tpf_free(g->past[i]);
 	void *owned[] = {g->eos, g->suppress, g->prompts, g->prompt_len, g->mask, g->ids, g->pos,
 			 g->tokens, g->n_tokens, g->done, g->in, g->past, g->past_cap, g->row, g->order,
-			 g->step_ms, g->mask_full, g->lengths};
+			 g->step_ms, g->mask_full, g->lengths, g->chunk_ids};
 	for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
 		tpf_free(owned[i]);
 	tpf_free(g);
@@ -177,7 +184,8 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 		len = g->prompt_len[i] > len ? g->prompt_len[i] : len;
 	g->total = len;
 	void **bufs[] = {(void **)&g->mask, (void **)&g->ids, (void **)&g->pos, (void **)&g->tokens,
-			 (void **)&g->n_tokens, (void **)&g->done, (void **)&g->mask_full, (void **)&g->lengths};
+			 (void **)&g->n_tokens, (void **)&g->done, (void **)&g->mask_full, (void **)&g->lengths,
+			 (void **)&g->chunk_ids};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) { /* a failed start, again */
 		tpf_free(*bufs[i]);
 		*bufs[i] = NULL;
@@ -197,7 +205,8 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 					     "and %zu new tokens", g->max_len, len, max_new);
 		g->mask_full = tpf_calloc(b * g->max_len, sizeof(*g->mask_full));
 		g->lengths = tpf_calloc(b, sizeof(*g->lengths));
-		if (!g->mask_full || !g->lengths)
+		g->chunk_ids = tpf_calloc(b * len, sizeof(*g->chunk_ids));
+		if (!g->mask_full || !g->lengths || !g->chunk_ids)
 			return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 		enum tpf_status st = tpf_session_clear_kept(g->s, d);
 		if (st)
@@ -222,20 +231,43 @@ static int64_t cache_dim(const struct tpf_kv_pair *p, int a, size_t len)
 	return a == (p->axis == 1 ? 2 : 1) ? p->kv_heads : p->head_dim;
 }
 
-/* The inputs of a cache in place: the mask over all max_len positions
- * (zeros past the valid ones), the lengths the caches hold, the caches by
- * shape only (the session keeps them). */
-static void fill_in_place(struct tpf_generator *g, size_t seq)
+/* The inputs of a cache in place for the positions [c0, c0 + seq) of the
+ * mask's g->total columns (a decode step: the last one; a prefill chunk):
+ * their ids and position ids, the mask over all max_len positions (zeros
+ * past c0 + seq), the positions the caches hold (c0), the caches by shape
+ * only (the session keeps them). */
+static void fill_in_place(struct tpf_generator *g, size_t c0, size_t seq)
 {
 	const struct tpf_kv_io *io = g->io;
 	int64_t b = (int64_t)g->batch;
-	for (size_t i = 0; i < g->batch; i++) {
-		memcpy(g->mask_full + i * g->max_len, g->mask + i * g->total, g->total * sizeof(*g->mask));
-		memset(g->mask_full + i * g->max_len + g->total, 0, (g->max_len - g->total) * sizeof(*g->mask));
-		g->lengths[i] = (int64_t)(g->total - seq);
+	size_t end = c0 + seq, w = g->total;
+	const int64_t *ids = g->ids;
+	if (g->step == 0) { /* the prompt's columns c0.. */
+		for (size_t i = 0; i < g->batch; i++)
+			memcpy(g->chunk_ids + i * seq, g->ids + i * w + c0, seq * sizeof(*g->ids));
+		ids = g->chunk_ids;
 	}
-	g->in[io->attention_mask].dims[1] = (int64_t)g->max_len;
-	g->in[io->attention_mask].data = g->mask_full;
+	for (size_t i = 0; i < g->batch; i++) {
+		const int64_t *m = g->mask + i * w;
+		int64_t run = 0;
+		for (size_t j = 0; j < end; j++) {
+			run += m[j];
+			if (j >= c0)
+				g->pos[i * seq + j - c0] = m[j] ? run - 1 : 0;
+		}
+		memcpy(g->mask_full + i * g->max_len, m, end * sizeof(*m));
+		memset(g->mask_full + i * g->max_len + end, 0, (g->max_len - end) * sizeof(*m));
+		g->lengths[i] = (int64_t)c0;
+	}
+	g->in[io->input_ids] = (struct tpf_host_tensor){.name = "input_ids", .dtype = TPF_DTYPE_INT64,
+							 .rank = 2, .dims = {b, (int64_t)seq}, .data = (void *)ids};
+	g->in[io->attention_mask] = (struct tpf_host_tensor){
+		.name = "attention_mask", .dtype = TPF_DTYPE_INT64, .rank = 2,
+		.dims = {b, (int64_t)g->max_len}, .data = g->mask_full};
+	if (io->position_ids >= 0)
+		g->in[io->position_ids] = (struct tpf_host_tensor){
+			.name = "position_ids", .dtype = TPF_DTYPE_INT64, .rank = 2,
+			.dims = {b, (int64_t)seq}, .data = g->pos};
 	g->in[io->past_lengths] = (struct tpf_host_tensor){.name = "past_sequence_length",
 							    .dtype = TPF_DTYPE_INT64, .rank = 1, .dims = {b},
 							    .data = g->lengths};
@@ -246,6 +278,39 @@ static void fill_in_place(struct tpf_generator *g, size_t seq)
 		t->dims[0] = b;
 		for (int a = 1; a < 4; a++)
 			t->dims[a] = cache_dim(p, a, g->max_len);
+	}
+}
+
+/* The prompt into a cache in place, in calls of at most `chunk` positions
+ * (o.prefill_chunk, else whole; at one rank a plan whose memory does not
+ * fit halves the chunk and starts again).  *seq: the last call's
+ * positions, whose logits *out holds. */
+static enum tpf_status prefill_in_place(struct tpf_generator *g, const struct tpf_host_tensor **out,
+					size_t *n_out, size_t *seq, struct tpf_diag *d)
+{
+	size_t len = g->total, chunk = g->o.prefill_chunk && g->o.prefill_chunk < len ? g->o.prefill_chunk : len;
+	int retry = !g->o.prefill_chunk && tpf_session_world(g->s) == 1;
+	for (;;) {
+		struct tpf_diag *tmp = retry ? tpf_diag_create() : d;
+		enum tpf_status st = retry && !tmp ? TPF_ERR_NOMEM : TPF_OK;
+		g->prefill_calls = 0;
+		for (size_t c0 = 0; c0 < len && !st; c0 += chunk) {
+			*seq = len - c0 < chunk ? len - c0 : chunk;
+			fill_in_place(g, c0, *seq);
+			st = tpf_session_run(g->s, g->in, g->graph->n_inputs, out, n_out, tmp);
+			g->prefill_calls++;
+		}
+		if (tmp && tmp != d) {
+			int again = st == TPF_ERR_NOMEM && chunk > 1;
+			for (size_t i = 0; !again && i < tmp->count; i++)
+				tpf_diag_add(d, tmp->entries[i].severity, "%s", tmp->entries[i].text);
+			tpf_diag_free(tmp);
+			if (again) {
+				chunk = (chunk + 1) / 2;
+				continue;
+			}
+		}
+		return st;
 	}
 }
 
@@ -273,7 +338,7 @@ static void fill_inputs(struct tpf_generator *g, size_t seq)
 			.name = "position_ids", .dtype = TPF_DTYPE_INT64, .rank = 2,
 			.dims = {b, (int64_t)seq}, .data = g->pos};
 	if (g->in_place) {
-		fill_in_place(g, seq);
+		fill_in_place(g, g->total - seq, seq);
 		return;
 	}
 	static int64_t empty; /* the data of a past of length 0 */
@@ -477,12 +542,18 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 		return TPF_OK;
 	}
 	size_t seq = g->step ? 1 : g->total;
-	fill_inputs(g, seq);
 	const struct tpf_host_tensor *out = NULL;
 	size_t n_out = 0;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if ((st = tpf_session_run(g->s, g->in, g->graph->n_inputs, &out, &n_out, d)))
+	if (!g->step && g->in_place) {
+		st = prefill_in_place(g, &out, &n_out, &seq, d);
+	} else {
+		fill_inputs(g, seq);
+		st = tpf_session_run(g->s, g->in, g->graph->n_inputs, &out, &n_out, d);
+		g->prefill_calls += !g->step;
+	}
+	if (st)
 		return st;
 	if ((size_t)g->io->logits >= n_out)
 		return tpf_diag_fail(d, TPF_ERR_RUNTIME, "the session gave no output 'logits'");
@@ -535,7 +606,8 @@ void tpf_generator_stats(const struct tpf_generator *g, struct tpf_generate_stat
 {
 	*out = (struct tpf_generate_stats){.steps = g->step, .new_tokens = g->new_tokens, .in_place = g->in_place,
 					   .cache_length = g->in_place ? g->max_len : 0,
-					   .cache_bytes = g->in_place ? tpf_session_kept_bytes(g->s) : 0};
+					   .cache_bytes = g->in_place ? tpf_session_kept_bytes(g->s) : 0,
+					   .prefill_calls = g->prefill_calls};
 	tpf_session_plan_count(g->s, &out->plans_built);
 	if (!g->step)
 		return;

@@ -181,7 +181,7 @@ static int host_available(size_t *out)
 	return 0;
 }
 
-int tpf_memory_available(enum tpf_backend b, size_t *out)
+static int backend_available(enum tpf_backend b, size_t *out)
 {
 	if (b == TPF_BACKEND_CPU)
 		return host_available(out);
@@ -191,6 +191,21 @@ int tpf_memory_available(enum tpf_backend b, size_t *out)
 		return tpf_cuda_mem_info(out, &total);
 #endif
 	return -1;
+}
+
+/* What the backend has, capped by TPF_MEMORY_LIMIT. */
+int tpf_memory_available(enum tpf_backend b, size_t *out)
+{
+	long long cap = tpf_env_int("TPF_MEMORY_LIMIT", 0);
+	if (backend_available(b, out)) {
+		if (cap <= 0)
+			return -1;
+		*out = (size_t)cap;
+		return 0;
+	}
+	if (cap > 0 && (unsigned long long)cap < *out)
+		*out = (size_t)cap;
+	return 0;
 }
 
 static void human_bytes(size_t n, char *buf, size_t size)

@@ -674,6 +674,11 @@ void tpf_session_free(struct tpf_session *s)
 	tpf_free(s);
 }
 
+int tpf_session_world(const struct tpf_session *s)
+{
+	return s->comm->world;
+}
+
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s)
 {
 	return s->b->plan;

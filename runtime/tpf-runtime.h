@@ -221,7 +221,8 @@ enum tpf_status tpf_plan_check_model(const struct tpf_model *m, enum tpf_backend
 
 /* Memory a backend can still allocate: host memory (MemAvailable, within
  * the cgroup's limit) for the CPU, the current device's free memory for
- * CUDA.  0 ok, -1 when it cannot be told. */
+ * CUDA, at most TPF_MEMORY_LIMIT bytes when that is set.  0 ok, -1 when it
+ * cannot be told. */
 int tpf_memory_available(enum tpf_backend b, size_t *out);
 /* TPF_ERR_NOMEM with "WHAT: 16.0 GiB needed, only 7.5 GiB of host memory
  * available" when `need` bytes exceed it; TPF_OK otherwise (or when the
@@ -380,6 +381,8 @@ enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d);
 /* With options.profile: device time per step summed over the timed runs
  * of the current plan, by kernel (and by step, the slowest first). */
 void tpf_session_profile_print(const struct tpf_session *s, FILE *f);
+/* The session's world size (its communicator's). */
+int tpf_session_world(const struct tpf_session *s);
 /* The current plan (NULL before the first run). */
 const struct tpf_plan *tpf_session_plan(const struct tpf_session *s);
 /* Collective steps of the current plan and how many of them run through
@@ -444,6 +447,10 @@ struct tpf_generate_options {
 	/* a cache in place: its positions (0: the longest prompt plus
 	 * max_new_tokens); fixing it lets later generations reuse the plans */
 	size_t max_length;
+	/* a cache in place: the prompt runs in calls of at most this many
+	 * positions (0: whole; at one rank, halved while the plan's memory does
+	 * not fit) */
+	size_t prefill_chunk;
 };
 
 struct tpf_generate_stats {
@@ -454,6 +461,7 @@ struct tpf_generate_stats {
 	double step_p50_ms, step_p99_ms; /* over the later steps (0 when none) */
 	size_t plans_built;     /* tpf_session_plan_count's builds so far */
 	int in_place;           /* the cache is in place */
+	size_t prefill_calls;   /* forward calls the prompt took (chunks) */
 	size_t cache_length;    /* in place: the caches' positions */
 	size_t cache_bytes;     /* in place: the device bytes the caches hold */
 };

@@ -46,9 +46,9 @@ def expect(cond, what):
 LAUNCH: list[str] = []  # mpirun -np 2, with --mpirun
 
 
-def run(tpfuse, *args):
+def run(tpfuse, *args, env=None):
 	p = subprocess.run([*LAUNCH, tpfuse, "generate", *args], capture_output=True, text=True,
-			   timeout=300)
+			   timeout=300, env=env)
 	return p.returncode, p.stdout, p.stderr
 
 
@@ -63,7 +63,8 @@ def unpadded(ids, mask):
 # The ways to run a model: its cache in place (the default: one plan for
 # the prefill, one for every decode step), copied from step to step, and
 # as exported (no fusions).
-MODES = {"in-place": [], "copied": ["--no-in-place"], "as-exported": ["--no-optimize"]}
+MODES = {"in-place": [], "copied": ["--no-in-place"], "as-exported": ["--no-optimize"],
+	 "chunked": ["--prefill-chunk", "3"]}
 
 
 def greedy(tpfuse, folder, mode="in-place"):
@@ -89,9 +90,12 @@ def greedy(tpfuse, folder, mode="in-place"):
 		       "%s: stats %s" % (what, st))
 		longest = max(len(unpadded(i, m)) for i, m in zip(case["input_ids"], case["attention_mask"]))
 		if mode == "in-place":
-			expect(st["cache_in_place"] and st["plans_built"] == 2 and
+			expect(st["cache_in_place"] and st["plans_built"] == 2 and st["prefill_calls"] == 1 and
 			       st["cache_length"] == longest + len(want[0]) and st["cache_bytes"] > 0,
 			       "%s: in place, one plan for the prefill and one for every decode step: %s" % (what, st))
+		elif mode == "chunked":
+			expect(st["cache_in_place"] and st["prefill_calls"] == (longest + 2) // 3 and
+			       st["plans_built"] <= 3, "%s: the prompt in calls of 3: %s" % (what, st))
 		else:
 			expect(not st["cache_in_place"] and st["plans_built"] > 2,
 			       "%s: the cache copied, a plan per length: %s" % (what, st))
@@ -145,6 +149,25 @@ def text_model(tpfuse, work, name, text):
 		f.write(text)
 	p = subprocess.run([tpfuse, "optimize", src, "-o", dst, "-O0"], capture_output=True, text=True)
 	return dst if p.returncode == 0 else None
+
+
+def prefill_memory(tpfuse, model):
+	"""A prompt whose plan's memory does not fit (TPF_MEMORY_LIMIT) runs in
+	halved chunks, giving the tokens of the whole prompt; the command says
+	so.  --prefill-chunk needs the cache in place."""
+	prompt = ",".join(str(3 + i % 100) for i in range(64))
+	args = [model, "--prompt-ids", prompt, "--max-new-tokens", "6", "--suppress", "2", "--json"]
+	rc, out, err = run(tpfuse, *args)
+	whole = json.loads(out) if rc == 0 else None
+	env = dict(os.environ, TPF_MEMORY_LIMIT="60000")
+	rc2, out2, err2 = run(tpfuse, *args, env=env)
+	small = json.loads(out2) if rc2 == 0 else None
+	expect(whole and small and whole["stats"]["prefill_calls"] == 1 and small["stats"]["prefill_calls"] > 1
+	       and small["tokens"] == whole["tokens"],
+	       "a prefill within TPF_MEMORY_LIMIT: exit %d/%d, %s / %s %s" % (rc, rc2, out, out2, err2))
+	rc, _, err = run(tpfuse, model, "--prompt-ids", "1,2", "--prefill-chunk", "1", "--no-in-place")
+	expect(rc == 4 and "a prefill in chunks needs the cache in place" in err,
+	       "--prefill-chunk without the cache in place: exit %d, %r" % (rc, err))
 
 
 def refusals(tpfuse, model, work):
@@ -237,6 +260,7 @@ def main(argv=None):
 		for mode in MODES:
 			greedy(a.tpfuse, folder, mode)
 	sampling(a.tpfuse, llama)
+	prefill_memory(a.tpfuse, llama)
 	refusals(a.tpfuse, llama, a.work)
 	print("%d checks, %d failed" % (checks, len(failures)))
 	return 1 if failures else 0
