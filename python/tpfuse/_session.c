@@ -629,14 +629,14 @@ static PyObject *generate_result(const struct generate_job *j)
 	}
 	if (!tokens)
 		return NULL;
-	return Py_BuildValue("(N{s:n,s:n,s:d,s:d,s:d,s:d,s:d,s:n,s:O,s:n,s:n})", tokens, "steps",
+	return Py_BuildValue("(N{s:n,s:n,s:d,s:d,s:d,s:d,s:d,s:n,s:O,s:n,s:n,s:n})", tokens, "steps",
 			     (Py_ssize_t)st->steps, "new_tokens", (Py_ssize_t)st->new_tokens,
 			     "ttft_ms", st->ttft_ms, "decode_ms", st->decode_ms,
 			     "decode_tokens_per_s", tps, "step_p50_ms", st->step_p50_ms,
 			     "step_p99_ms", st->step_p99_ms, "plans_built",
 			     (Py_ssize_t)st->plans_built, "cache_in_place", st->in_place ? Py_True : Py_False,
 			     "cache_length", (Py_ssize_t)st->cache_length, "cache_bytes",
-			     (Py_ssize_t)st->cache_bytes);
+			     (Py_ssize_t)st->cache_bytes, "prefill_calls", (Py_ssize_t)st->prefill_calls);
 }
 
 static void generate_job_free(struct generate_job *j)
@@ -693,7 +693,8 @@ static int generate_args(struct generate_job *j, PyObject *prompts, PyObject *eo
 }
 
 PyDoc_STRVAR(generate_doc,
-"generate(prompts, max_new_tokens, eos, suppress, temperature, top_k, top_p, seed, pad_id)\n"
+"generate(prompts, max_new_tokens, eos, suppress, temperature, top_k, top_p, seed, pad_id,\n"
+"         max_length=0, prefill_chunk=0)\n"
 "--\n"
 "\n"
 "The runtime's generation loop over the session's model (KV-cache I/O):\n"
@@ -703,16 +704,19 @@ PyDoc_STRVAR(generate_doc,
 static PyObject *session_generate(SessionObject *s, PyObject *args)
 {
 	PyObject *prompts, *eos, *suppress, *result = NULL;
-	Py_ssize_t max_new;
+	Py_ssize_t max_new, max_length = 0, prefill_chunk = 0;
 	long top_k;
 	long long pad_id;
 	unsigned long long seed;
 	double temperature, top_p;
 	struct generate_job j = {0};
 
-	if (!PyArg_ParseTuple(args, "OnOOdldKL:generate", &prompts, &max_new, &eos, &suppress,
-			      &temperature, &top_k, &top_p, &seed, &pad_id))
+	if (!PyArg_ParseTuple(args, "OnOOdldKL|nn:generate", &prompts, &max_new, &eos, &suppress,
+			      &temperature, &top_k, &top_p, &seed, &pad_id, &max_length, &prefill_chunk))
 		return NULL;
+	if (max_length < 0 || prefill_chunk < 0)
+		return PyErr_Format(PyExc_ValueError, "%s must be 0 or more",
+				    max_length < 0 ? "max_length" : "prefill_chunk");
 	if (session_open(s) < 0)
 		return NULL;
 	if (max_new < 1)
@@ -721,7 +725,8 @@ static PyObject *session_generate(SessionObject *s, PyObject *args)
 	j.s = s;
 	j.o = (struct tpf_generate_options){.max_new_tokens = (size_t)max_new, .pad_id = pad_id,
 					    .temperature = temperature, .top_k = top_k,
-					    .top_p = top_p, .seed = seed};
+					    .top_p = top_p, .seed = seed, .max_length = (size_t)max_length,
+					    .prefill_chunk = (size_t)prefill_chunk};
 	if (generate_args(&j, prompts, eos, suppress) == 0 &&
 	    run_job(generate_work, &j, &j.d) == 0) {
 		if (j.closed)

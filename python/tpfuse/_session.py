@@ -93,6 +93,7 @@ class GenerateStats(NamedTuple):
     cache_in_place: bool  #: the cache written in place (kv-cache-in-place)
     cache_length: int  #: in place: the positions of each cache
     cache_bytes: int  #: in place: the device bytes the caches hold
+    prefill_calls: int  #: forward calls the prompts took (chunks of a cache in place)
 
 
 def _io_info(raw: Sequence[Tuple[str, int, Any]]) -> List[IOInfo]:
@@ -328,6 +329,8 @@ def generate(
     backend: str = "cpu",
     tokenizer: Any = None,
     stats: bool = False,
+    max_length: int = 0,
+    prefill_chunk: int = 0,
 ) -> Any:
     """Generates tokens from a language model with KV-cache I/O, as
     ``tpfuse generate`` does (docs/generate.md).
@@ -338,7 +341,10 @@ def generate(
     after one of the ``eos`` ids; ``suppress`` ids are never generated.
     ``temperature`` 0 is greedy; above it, tokens are sampled (``top_k``,
     ``top_p``) from a generator keyed by ``seed``: the same seed gives the
-    same tokens.
+    same tokens.  A model whose cache is in place takes ``max_length`` (its
+    caches' positions; 0: the longest prompt plus ``max_new_tokens``) and
+    ``prefill_chunk`` (the prompt in calls of at most that many positions;
+    0: whole, halved while its memory does not fit).
 
     ``model_or_session`` is a model (compiled and run as the command does,
     its cache in place where the model takes it, on ``backend``) or a
@@ -380,6 +386,8 @@ def generate(
             float(top_p),
             operator.index(seed),
             operator.index(pad_id),
+            operator.index(max_length),
+            operator.index(prefill_chunk),
         )
     finally:
         if own:

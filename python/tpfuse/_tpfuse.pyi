@@ -73,6 +73,8 @@ class Session:
         top_p: float,
         seed: int,
         pad_id: int,
+        max_length: int = ...,
+        prefill_chunk: int = ...,
     ) -> Tuple[List[List[int]], Dict[str, Union[int, float]]]: ...
     def close(self) -> None: ...
 
