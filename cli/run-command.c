@@ -730,7 +730,8 @@ static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_op
 			return TPF_ERR_NOMEM;
 		enum tpf_status st = data_inputs(m, dir, in, n_in, d);
 		tpf_free(dir);
-		return st;
+		/* a rank model's split inputs given whole: the rank's part */
+		return st ? st : tpf_rank_parts_cut(m, 0, *in, *n_in, d);
 	}
 	if (o->have_seed) {
 		/* the inputs' size first: a huge declared input is refused at once */
