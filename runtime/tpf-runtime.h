@@ -174,7 +174,7 @@ void tpf_host_tensors_release(struct tpf_host_tensor *t, size_t count);
  * "tp_split_input:NAME" / "tp_split_output:NAME" = "axis=A world=W
  * [sections=S1,S2,...]".  Along axis A the rank (tp_rank) holds block r of
  * W equal blocks of each section (full sizes; none given: one section, the
- * whole dim), concatenated (runtime/rank-parts.c, docs/runtime.md). */
+ * whole dim), concatenated (runtime/rank-parts.c; docs/cli.md, "tpfuse shard"). */
 
 #define TPF_RANK_SPLIT_MAX_SECTIONS 16
 
