@@ -6,8 +6,9 @@ For every folder and world size W:
   1. tpfuse shard MODEL --world-size W -o 'OUT/m.rank{rank}.onnx' --explain
      --stats; in every rank model a layer's past key and value (and their
      presents) are split alike: on the KV-head axis, kv_heads / W each, with
-     their metadata entries (tp_split_input:NAME, tp_split_output:NAME), or
-     whole when the k/v projections stay replicated; the only AllGather is
+     their metadata entries (tp_split_input:NAME, tp_split_output:NAME)
+     whenever W divides the KV heads, else whole (the k/v projections
+     stay replicated); the only AllGather is
      the LM head's (norms over all heads excepted, MiniMax-M2's Q/K norms)
   2. mpirun -np W tpfuse generate on the rank models: the greedy tokens of
      every case of reference_tokens.json, exactly
@@ -118,6 +119,10 @@ def check_rank_models(name, folder, out, world, stats):
 					       "%s W=%d: %s has %d heads, metadata %r" % (name, world, v.name, d, rule))
 		for layer, ds in heads.items():
 			expect(len(ds) == 1, "%s W=%d layer %s: its caches hold %s heads" % (name, world, layer, ds))
+			# KV heads that divide by W split, as the k/v projections do
+			expect(kv_heads % world or ds == {kv_heads // world},
+			       "%s W=%d layer %s: caches of %s heads, not %d" %
+			       (name, world, layer, ds, kv_heads // world))
 		if r == 0:
 			split = sum(1 for k in meta if k.startswith("tp_split_input:"))
 			print("%s W=%d: %d of %d caches split, %d AllGather" %
