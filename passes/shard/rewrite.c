@@ -897,6 +897,11 @@ static void full_dims_of_local(struct rw *w, struct tpf_node *n, struct sh x)
 	if (!u || (!uses_of(u) && !tpf_value_is_graph_output(u)))
 		return;
 	mul[0] = w->s->W;
+	if (sh_op(n, TPF_OP_SHAPE) && rank <= x.axis) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "%s: the rank of input '%s' is unknown",
+				      n->name ? n->name : "Shape", n->inputs[0]->name);
+		return;
+	}
 	if (sh_op(n, TPF_OP_SHAPE)) {
 		int64_t st = tpf_node_attr_int(n, "start", 0), en = tpf_node_attr_int(n, "end", rank);
 		st = st < 0 ? st + rank : st;

@@ -31,7 +31,7 @@ enum tpf_status sh_split_metadata(struct shard *s, int output, const struct tpf_
 	const struct sh_fact *f = sh_full(s, v);
 	int at;
 
-	if (x.kind != SH_S || (x.outer > 1))
+	if (x.kind != SH_S || x.outer > 1)
 		return TPF_OK;
 	snprintf(key, sizeof(key), "%s%s", output ? TPF_SPLIT_OUTPUT_KEY : TPF_SPLIT_INPUT_KEY, v->name);
 	at = snprintf(val, sizeof(val), "axis=%d world=%d", x.axis, s->W);
