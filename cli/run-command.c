@@ -39,7 +39,8 @@ static const char *const run_help =
 	"\n"
 	"Options:\n"
 	"  --inputs DIR          inputs from DIR/input_N.pb (ONNX test-data format;\n"
-	"                        DIR may contain {rank})\n"
+	"                        DIR may contain {rank}); a rank model of tpfuse shard\n"
+	"                        takes the inputs it splits (a KV cache) whole or cut\n"
 	"  --random-inputs SEED  random inputs from SEED (floats in [-1, 1), integers\n"
 	"                        in [0, 4)); symbolic dims are 1 unless --dim is given\n"
 	"  --dim NAME=VALUE      value of a symbolic input dim: the size of that dim\n"
@@ -730,7 +731,8 @@ static enum tpf_status get_inputs(const struct tpf_model *m, const struct run_op
 			return TPF_ERR_NOMEM;
 		enum tpf_status st = data_inputs(m, dir, in, n_in, d);
 		tpf_free(dir);
-		return st;
+		/* a rank model's split inputs given whole: the rank's part */
+		return st ? st : tpf_rank_parts_cut(m, 0, *in, *n_in, d);
 	}
 	if (o->have_seed) {
 		/* the inputs' size first: a huge declared input is refused at once */

@@ -168,6 +168,38 @@ enum tpf_status tpf_tensor_read_dir(const char *dir, const char *prefix,
 				    struct tpf_host_tensor **out, size_t *count, struct tpf_diag *d);
 void tpf_host_tensors_release(struct tpf_host_tensor *t, size_t count);
 
+/* ------------------------------------------------------------ rank parts
+ * A rank model from `tpfuse shard` names in its metadata the graph inputs
+ * and outputs it holds only a part of (a KV cache: the rank's heads):
+ * "tp_split_input:NAME" / "tp_split_output:NAME" = "axis=A world=W
+ * [sections=S1,S2,...]".  Along axis A the rank (tp_rank) holds block r of
+ * W equal blocks of each section (full sizes; none given: one section, the
+ * whole dim), concatenated (runtime/rank-parts.c; docs/cli.md, "tpfuse shard"). */
+
+#define TPF_RANK_SPLIT_MAX_SECTIONS 16
+
+struct tpf_rank_split {
+	int axis, world, rank;
+	int n_sections; /* 0: one section, the full tensor's dim */
+	int64_t sections[TPF_RANK_SPLIT_MAX_SECTIONS];
+};
+
+/* The split of m's graph input (output = 0) or output `name`: 1 when the
+ * metadata names it (in *sp), 0 when it does not, -1 when the entry or
+ * tp_rank is malformed (the message in d). */
+int tpf_rank_split_find(const struct tpf_model *m, int output, const char *name,
+			struct tpf_rank_split *sp, struct tpf_diag *d);
+/* The rank's part of `full` (name and data tpf_malloc'ed into *part);
+ * TPF_ERR_INVALID when full's dim along the axis is not the split's. */
+enum tpf_status tpf_rank_part(const struct tpf_rank_split *sp, const struct tpf_host_tensor *full,
+			      struct tpf_host_tensor *part, struct tpf_diag *d);
+/* Every tensor of t[0..n) named after a graph input (outputs: output) that
+ * m splits and given whole is replaced by the rank's part, in place; one
+ * already of the rank's size (its declared dim, or a block of the full
+ * size) is kept.  So a rank takes the single-device model's inputs. */
+enum tpf_status tpf_rank_parts_cut(const struct tpf_model *m, int outputs,
+				   struct tpf_host_tensor *t, size_t n, struct tpf_diag *d);
+
 /* ------------------------------------------------------------ plans */
 
 struct tpf_plan;

@@ -657,6 +657,77 @@ static void test_pass_alloc_failures(void **state)
 	fail_msg("the pass made more than 200000 allocations");
 }
 
+/* The runtime's side of a split input: tpf_rank_parts_cut gives a rank its
+ * part of a full tensor (block r of each section along the axis), keeps a
+ * tensor already of the rank's size and one the model does not split, and
+ * refuses a full tensor of another size and malformed metadata. */
+static void test_rank_parts(void **state)
+{
+	static const char text[] =
+		"ir_version 10\n"
+		"opset \"\" 18\n"
+		"metadata \"tp_rank\" \"1\"\n"
+		"metadata \"tp_world_size\" \"2\"\n"
+		"metadata \"tp_split_input:cache\" \"axis=1 world=2 sections=2,4\"\n"
+		"graph \"\" {\n"
+		"  input %0: f32[2,3] \"cache\"\n"
+		"  input %1: f32[2,6] \"other\"\n"
+		"  %2 = Add(%0, %0) : f32[2,3]\n"
+		"  output %2: f32[2,3] \"y\"\n"
+		"  output %1: f32[2,6] \"other\"\n"
+		"}\n";
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *m = NULL;
+	struct tpf_host_tensor t[3];
+	float full[12], part[3] = {7, 7, 7};
+	struct tpf_rank_split sp;
+
+	(void)state;
+	assert_non_null(d);
+	assert_int_equal(tpf_model_parse_text(text, sizeof(text) - 1, "parts", &m, d), TPF_OK);
+	for (int i = 0; i < 12; i++)
+		full[i] = (float)i;
+	memset(t, 0, sizeof(t));
+	for (int k = 0; k < 3; k++) {
+		t[k].name = tpf_strdup(k == 2 ? "other" : "cache");
+		t[k].dtype = TPF_DTYPE_FLOAT;
+		t[k].rank = 2;
+		t[k].dims[0] = k == 1 ? 1 : 2;
+		t[k].dims[1] = k == 1 ? 3 : 6;
+		t[k].data = tpf_malloc(sizeof(full));
+		assert_non_null(t[k].data);
+		memcpy(t[k].data, k == 1 ? part : full, k == 1 ? sizeof(part) : sizeof(full));
+	}
+	t[1].dims[0] = 1;
+	assert_int_equal(tpf_rank_split_find(m, 0, "cache", &sp, d), 1);
+	assert_int_equal(sp.axis, 1);
+	assert_int_equal(sp.rank, 1);
+	assert_int_equal(sp.n_sections, 2);
+	assert_int_equal(tpf_rank_split_find(m, 1, "cache", &sp, d), 0);
+	assert_int_equal(tpf_rank_parts_cut(m, 0, t, 3, d), TPF_OK);
+	/* rank 1: column 1 of section [0, 2), columns 4-5 of section [2, 6) */
+	assert_int_equal(t[0].dims[1], 3);
+	{
+		const float *p = t[0].data, want[6] = {1, 4, 5, 7, 10, 11};
+		for (int i = 0; i < 6; i++)
+			assert_true(p[i] == want[i]);
+	}
+	assert_int_equal(t[1].dims[1], 3); /* the rank's size already */
+	assert_true(((const float *)t[1].data)[0] == 7.0f);
+	assert_int_equal(t[2].dims[1], 6); /* not split */
+	t[1].dims[1] = 4;                  /* neither the part nor the whole */
+	assert_int_equal(tpf_rank_parts_cut(m, 0, &t[1], 1, d), TPF_ERR_INVALID);
+	assert_int_equal(tpf_model_set_metadata(m, "tp_split_input:cache", "axis=1 world=2 sections=3"),
+			 TPF_OK);
+	assert_int_equal(tpf_rank_split_find(m, 0, "cache", &sp, d), -1);
+	assert_int_equal(tpf_model_set_metadata(m, "tp_split_input:cache", "axis=1"), TPF_OK);
+	assert_int_equal(tpf_rank_parts_cut(m, 0, t, 1, d), TPF_ERR_INVALID);
+	for (int k = 0; k < 3; k++)
+		tpf_host_tensor_release(&t[k]);
+	tpf_model_free(m);
+	tpf_diag_free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -675,6 +746,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_failures),
 		cmocka_unit_test(test_rules_from_records),
 		cmocka_unit_test(test_pass_alloc_failures),
+		cmocka_unit_test(test_rank_parts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

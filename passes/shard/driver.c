@@ -675,20 +675,20 @@ static void explain(struct tpf_shard *sh, FILE *f)
 	for (size_t i = 0; i < p->n_notes; i++)
 		if (strncmp(p->notes[i].text, "HARD ", 5))
 			fprintf(f, "fallback: %s: its split operand is gathered (replicated)\n", p->notes[i].text);
-	for (size_t i = 0; i < s->g->n_inputs; i++) {
-		struct tpf_value *v = s->g->inputs[i];
-		char sb[128];
-		if (v && v->id < s->n_values0 && v->kind == TPF_VALUE_GRAPH_INPUT &&
-		    v->type.kind == TPF_TYPE_TENSOR && v->n_uses) {
-			for (size_t k = 0; k < p->n_convs; k++)
-				if (p->convs[k].kind == CONV_INPUT && p->convs[k].node->inputs[p->convs[k].index] == v &&
-				    p->convs[k].to.kind == SH_S) {
-					fprintf(f, "input '%s': each rank is given its part, %s\n", v->name,
-						sh_str(s, p->convs[k].to, sb, sizeof(sb)));
-					break;
-				}
+	/* the inputs and outputs split at the interface: their metadata */
+	for (int out = 0; out < 2; out++)
+		for (size_t i = 0; i < (out ? s->g->n_outputs : s->g->n_inputs); i++) {
+			const struct tpf_value *v = out ? s->g->outputs[i] : s->g->inputs[i];
+			char key[600];
+			const char *rule;
+			if (!v || !v->name)
+				continue;
+			snprintf(key, sizeof(key), "%s%s", out ? TPF_SPLIT_OUTPUT_KEY : TPF_SPLIT_INPUT_KEY,
+				 v->name);
+			if ((rule = tpf_model_metadata(s->m, key)))
+				fprintf(f, "%s '%s': each rank %s its part (%s)\n", out ? "output" : "input",
+					v->name, out ? "holds" : "is given", rule);
 		}
-	}
 	fprintf(f, "summary: %zu column-parallel (%zu gathered), %zu row-parallel, %zu replicated; "
 		   "%zu AllReduce, %zu AllGather, %zu Slice inserted; %zu weights split; %zu fallbacks\n",
 		sh->stats.column, sh->stats.column_gather, sh->stats.row, sh->stats.replicated,

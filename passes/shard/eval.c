@@ -717,9 +717,15 @@ static enum tpf_status record_infer(const struct tpf_node *n, const struct sh_fa
 				t->dims[k] = (struct tpf_dim){f->dims[k] >= 0 ? f->dims[k] : -1, NULL, NULL};
 		}
 		if (f->nvals >= 0 && f->nvals <= TPF_MAX_VALUES) {
+			/* the records read INT64_MIN as an unknown element; a Slice
+			 * bound of INT64_MIN (dynamo's `[:-2]`) clamps as the next
+			 * number does */
+			int bound = sh_op(n, TPF_OP_SLICE) && (i == 1 || i == 2);
 			t->n_values = f->nvals;
 			for (int k = 0; k < f->nvals; k++)
-				t->values[k] = (struct tpf_dim){f->vals[k], NULL, NULL};
+				t->values[k] = (struct tpf_dim){
+					bound && f->vals[k] == INT64_MIN ? INT64_MIN + 1 : f->vals[k], NULL,
+					NULL};
 		}
 	}
 	for (size_t j = 0; j < no; j++)

@@ -880,8 +880,57 @@ static void embed_rewrite(struct rw *w, struct tpf_node *n, struct tpf_value *ta
 
 /* ------------------------------------------------------------------ the rewrite */
 
+static void redirect(struct rw *w, struct tpf_value *u, struct tpf_value *c);
+
+/* Shape(x) or Size(x) of an input split at the interface reads the
+ * rank's dims; the graph was propagated with the full ones, so the split
+ * dim is multiplied back by W (Shape: only when its [start, end) holds the
+ * axis). */
+static void full_dims_of_local(struct rw *w, struct tpf_node *n, struct sh x)
+{
+	struct tpf_value *u = n->outputs[0], *k, *in[2];
+	const struct sh_fact *f = sh_full(w->s, n->inputs[0]);
+	int64_t mul[TPF_MAX_RANK];
+	int count = 1, rank = f->rank;
+	struct tpf_node *m;
+
+	if (!u || (!uses_of(u) && !tpf_value_is_graph_output(u)))
+		return;
+	mul[0] = w->s->W;
+	if (sh_op(n, TPF_OP_SHAPE) && rank <= x.axis) {
+		w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "%s: the rank of input '%s' is unknown",
+				      n->name ? n->name : "Shape", n->inputs[0]->name);
+		return;
+	}
+	if (sh_op(n, TPF_OP_SHAPE)) {
+		int64_t st = tpf_node_attr_int(n, "start", 0), en = tpf_node_attr_int(n, "end", rank);
+		st = st < 0 ? st + rank : st;
+		en = en < 0 ? en + rank : en;
+		st = st < 0 ? 0 : st > rank ? rank : st;
+		en = en < 0 ? 0 : en > rank ? rank : en;
+		if (x.axis < st || x.axis >= en)
+			return;
+		count = (int)(en - st);
+		for (int i = 0; i < count; i++)
+			mul[i] = st + i == x.axis ? w->s->W : 1;
+	}
+	k = new_ints(w, "shard_full_dims", mul, count, sh_op(n, TPF_OP_SIZE), TPF_DTYPE_INT64);
+	in[0] = u;
+	in[1] = k;
+	m = k ? insert(w, n->next, "", "Mul", node_name(w, n->name, "full_dims"), in, 2, 1) : NULL;
+	if (!m)
+		return;
+	if (tpf_value_copy_type(m->outputs[0], &u->type)) {
+		w->st = TPF_ERR_NOMEM;
+		return;
+	}
+	redirect(w, u, m->outputs[0]);
+}
+
 /* Values whose users see it as a local slice of a graph input: the
- * interface is split instead (all uses want the same split). */
+ * interface is split instead (all uses want the same split; Shape and
+ * Size read any, their split dim multiplied back).  A KV cache: each rank
+ * is given its heads. */
 static void decide_interfaces(struct rw *w)
 {
 	struct shard *s = w->s;
@@ -889,7 +938,7 @@ static void decide_interfaces(struct rw *w)
 
 	for (size_t i = 0; i < s->g->n_inputs; i++) {
 		struct tpf_value *v = s->g->inputs[i];
-		size_t convs = 0;
+		size_t convs = 0, dims = 0;
 		struct sh target = {0};
 		int ok = 1;
 		if (!v || v->kind != TPF_VALUE_GRAPH_INPUT || v->id >= s->n_values0)
@@ -904,9 +953,15 @@ static void decide_interfaces(struct rw *w)
 			target = c->to;
 			convs++;
 		}
-		if (ok && convs && convs == v->n_uses && !tpf_value_is_graph_output(v)) {
+		for (size_t k = 0; k < v->n_uses; k++)
+			dims += sh_op(v->uses[k].node, TPF_OP_SHAPE) || sh_op(v->uses[k].node, TPF_OP_SIZE);
+		if (ok && convs && convs + dims == v->n_uses && !tpf_value_is_graph_output(v)) {
 			w->iface[v->id] = 1;
 			w->iface_sh[v->id] = target;
+			for (size_t k = v->n_uses; k-- > 0 && !w->st;)
+				if (sh_op(v->uses[k].node, TPF_OP_SHAPE) ||
+				    sh_op(v->uses[k].node, TPF_OP_SIZE))
+					full_dims_of_local(w, v->uses[k].node, target);
 		}
 	}
 }
@@ -1021,8 +1076,11 @@ static void local_types(struct rw *w)
 			if (f->rank == v->type.shape.rank)
 				set_local_type(w, v, v, (struct sh){SH_R, 0, 0});
 		}
-		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT)
+		if (x.kind == SH_S && v->kind == TPF_VALUE_GRAPH_INPUT) {
 			w->rd->inputs_split++;
+			if (sh_split_metadata(s, 0, v, x))
+				w->st = TPF_ERR_NOMEM;
+		}
 	}
 }
 
@@ -1146,6 +1204,8 @@ enum tpf_status sh_rewrite(struct shard *s, struct sh_prop *p, struct sh_rank_da
 			continue;
 		if (x.kind == SH_S && is_state(&w, v, 0)) {
 			w.rd->outputs_split++;
+			if (sh_split_metadata(s, 1, v, x))
+				w.st = TPF_ERR_NOMEM;
 			continue;
 		}
 		nv = convert(&w, v, x, (struct sh){SH_R, 0, 0});

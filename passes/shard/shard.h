@@ -269,6 +269,13 @@ enum tpf_status sh_rank_keep(struct sh_rank_data *rd, struct tpf_graph *g, struc
 void sh_rank_data_free(struct sh_rank_data *rd);
 size_t sh_rank_count(const struct sh_rank_data *rd, const char *what);
 
+#define TPF_SPLIT_INPUT_KEY "tp_split_input:"
+#define TPF_SPLIT_OUTPUT_KEY "tp_split_output:"
+/* The metadata entry of a graph input or output split at the interface
+ * (TPF_SPLIT_INPUT_KEY / TPF_SPLIT_OUTPUT_KEY + its name, docs/passes.md
+ * "shard"): "axis=A world=W sections=S1[,S2...]". */
+enum tpf_status sh_split_metadata(struct shard *s, int output, const struct tpf_value *v, struct sh x);
+
 /* Messages. */
 const char *sh_str(const struct shard *s, struct sh x, char *buf, size_t size);
 const char *sh_node_name(const struct tpf_node *n, char *buf, size_t size);

@@ -24,6 +24,27 @@ int sh_push(void **arr, size_t *n, size_t *cap, size_t esz)
 	return 0;
 }
 
+enum tpf_status sh_split_metadata(struct shard *s, int output, const struct tpf_value *v, struct sh x)
+{
+	char key[600], val[64 + SH_MAX_SECT * 24];
+	const struct sh_sections *sec = sh_sect(s, x.sect);
+	const struct sh_fact *f = sh_full(s, v);
+	int at;
+
+	if (x.kind != SH_S || x.outer > 1)
+		return TPF_OK;
+	snprintf(key, sizeof(key), "%s%s", output ? TPF_SPLIT_OUTPUT_KEY : TPF_SPLIT_INPUT_KEY, v->name);
+	at = snprintf(val, sizeof(val), "axis=%d world=%d", x.axis, s->W);
+	if (sec && sec->n > 1) {
+		for (int j = 0; j < sec->n; j++)
+			at += snprintf(val + at, sizeof(val) - (size_t)at, "%s%lld", j ? "," : " sections=",
+				       (long long)sec->size[j]);
+	} else if (f->rank > x.axis && f->dims[x.axis] > 0) {
+		snprintf(val + at, sizeof(val) - (size_t)at, " sections=%lld", (long long)f->dims[x.axis]);
+	}
+	return tpf_model_set_metadata(s->m, key, val);
+}
+
 size_t sh_rank_count(const struct sh_rank_data *rd, const char *what)
 {
 	if (!strcmp(what, "allreduce"))
