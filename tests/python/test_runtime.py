@@ -357,11 +357,11 @@ def test_generate_cache_in_place():
                                   stats=True)
         assert got == want and st.cache_in_place and st.plans_built == 2, name
         assert st.prefill_calls == 1
+        assert st.cache_length == max(len(p) for p in prompts) + len(want[0]) and st.cache_bytes > 0
         got, st = tpfuse.generate(path, prompts, max_new_tokens=len(want[0]), suppress=suppressed,
                                   stats=True, prefill_chunk=2, max_length=64)
         assert got == want and st.cache_length == 64, name
         assert st.prefill_calls == (max(len(p) for p in prompts) + 1) // 2
-        assert st.cache_length == max(len(p) for p in prompts) + len(want[0]) and st.cache_bytes > 0
     with tpfuse.Session(path, passes="default,kv-cache-in-place,cleanup") as sess:
         names = [i.name for i in sess.get_inputs()]
         assert "past_sequence_length" in names
