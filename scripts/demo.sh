@@ -7,6 +7,10 @@
 #   4. runs both ranks under `mpirun -np 2` with `tpfuse run --optimize
 #      --verify`: each rank runs the unfused and the fused graph on the
 #      example's inputs and compares every output
+#   5. generates tokens at world size 2: `tpfuse shard` splits a committed
+#      KV-cache export (a small Llama, tests/corpus/kv/) into two rank
+#      models, and `mpirun -np 2 tpfuse generate` runs them with the cache
+#      in place; the tokens are transformers' own (reference_tokens.json)
 # Everything it writes goes to out/demo/ (or $DEMO_OUT).
 set -euo pipefail
 
@@ -63,5 +67,23 @@ if [ "$status" -eq 0 ] && [ "$checked" -gt 0 ]; then
 	echo "==> ok: on both ranks the fused graph's outputs match the unfused graph's ($checked outputs checked, $out/verify.txt)"
 else
 	echo "==> FAILED: the fused graph's outputs do not match the unfused graph's (tpfuse run exit $status, $out/verify.txt)"
+	exit 1
+fi
+
+kv=tests/corpus/kv/llama-dynamo-kv-fp32-w1
+echo
+echo "==> tpfuse shard $kv/model.onnx --world-size 2 -o '$out/kv/llama.rank{rank}.onnx'"
+"$tpfuse" shard "$kv/model.onnx" --world-size 2 -o "$out/kv/llama.rank{rank}.onnx"
+prompt=26,35,35,86,75,17,20
+echo
+echo "==> both ranks generate: mpirun -np 2 tpfuse generate '$out/kv/llama.rank{rank}.onnx' --prompt-ids $prompt --max-new-tokens 32 --suppress 2 --stats"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$tpfuse" generate "$out/kv/llama.rank{rank}.onnx" \
+	--prompt-ids "$prompt" --max-new-tokens 32 --suppress 2 --stats | tee "$out/generate.txt"
+want=$("$py" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join(map(str, next(c for c in r["cases"] if c["name"] == "prompt0")["generated_ids"][0])))' "$kv/reference_tokens.json")
+got=$(sed -n 's/^prompt 0: //p' "$out/generate.txt")
+if [ "$got" = "$want" ]; then
+	echo "==> ok: two ranks generated transformers' 32 tokens"
+else
+	echo "==> FAILED: the ranks generated '$got', transformers '$want'"
 	exit 1
 fi
