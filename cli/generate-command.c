@@ -374,17 +374,22 @@ static void print_results(const struct gen_opts *o, const struct tpf_generator *
 		printf("], \"stats\": {\"steps\": %zu, \"new_tokens\": %zu, \"ttft_ms\": %.3f, "
 		       "\"decode_ms\": %.3f, \"decode_tokens_per_s\": %.1f, \"step_p50_ms\": %.3f, "
 		       "\"step_p99_ms\": %.3f, \"plans_built\": %zu, \"cache_in_place\": %s, "
-		       "\"cache_length\": %zu, \"cache_bytes\": %zu, \"prefill_calls\": %zu}}\n",
+		       "\"cache_length\": %zu, \"cache_bytes\": %zu, \"prefill_calls\": %zu, "
+		       "\"graphs_captured\": %lu, \"graph_replays\": %lu, \"device_bytes\": %zu, "
+		       "\"peak_rss_bytes\": %zu}}\n",
 		       s.steps, s.new_tokens, s.ttft_ms, s.decode_ms, tps, s.step_p50_ms, s.step_p99_ms,
 		       s.plans_built, s.in_place ? "true" : "false", s.cache_length, s.cache_bytes,
-		       s.prefill_calls);
+		       s.prefill_calls, s.graphs_captured, s.graph_replays, s.device_bytes, s.peak_rss_bytes);
 	else if (o->stats)
 		printf("time to first token: %.3f ms\n"
 		       "decode: %zu tokens in %.3f ms (%.1f tokens/s)\n"
 		       "step latency: p50 %.3f ms, p99 %.3f ms (%zu decode steps)\n"
-		       "plans built: %zu\n",
+		       "plans built: %zu; CUDA graphs captured: %lu, replayed: %lu\n"
+		       "memory: %.1f MiB held by the session on the %s, peak resident %.1f MiB\n",
 		       s.ttft_ms, s.new_tokens - first, s.decode_ms, tps, s.step_p50_ms, s.step_p99_ms,
-		       s.steps ? s.steps - 1 : 0, s.plans_built);
+		       s.steps ? s.steps - 1 : 0, s.plans_built, s.graphs_captured, s.graph_replays,
+		       (double)s.device_bytes / 1048576.0, o->backend == TPF_BACKEND_CUDA ? "GPU" : "host",
+		       (double)s.peak_rss_bytes / 1048576.0);
 	if (!o->json && o->stats && s.in_place)
 		printf("cache: in place, %zu positions, %.1f MiB; the prompt in %zu call%s\n", s.cache_length,
 		       (double)s.cache_bytes / 1048576.0, s.prefill_calls, s.prefill_calls == 1 ? "" : "s");

@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <time.h>
 
@@ -607,7 +608,12 @@ void tpf_generator_stats(const struct tpf_generator *g, struct tpf_generate_stat
 	*out = (struct tpf_generate_stats){.steps = g->step, .new_tokens = g->new_tokens, .in_place = g->in_place,
 					   .cache_length = g->in_place ? g->max_len : 0,
 					   .cache_bytes = g->in_place ? tpf_session_kept_bytes(g->s) : 0,
-					   .prefill_calls = g->prefill_calls};
+					   .prefill_calls = g->prefill_calls,
+					   .device_bytes = tpf_session_device_bytes(g->s)};
+	tpf_session_graph_stats(g->s, &out->graphs_captured, &out->graph_replays);
+	struct rusage ru;
+	if (!getrusage(RUSAGE_SELF, &ru))
+		out->peak_rss_bytes = (size_t)ru.ru_maxrss * 1024; /* kilobytes on Linux */
 	tpf_session_plan_count(g->s, &out->plans_built);
 	if (!g->step)
 		return;

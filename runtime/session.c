@@ -674,6 +674,26 @@ void tpf_session_free(struct tpf_session *s)
 	tpf_free(s);
 }
 
+void tpf_session_graph_stats(const struct tpf_session *s, unsigned long *captures, unsigned long *replays)
+{
+	unsigned long c = 0, r = 0, e = 0;
+#ifdef TPF_HAVE_CUDA
+	tpf_cuda_device_graph_stats(s->dev, &c, &r, &e);
+#endif
+	(void)s;
+	(void)e;
+	if (captures)
+		*captures = c;
+	if (replays)
+		*replays = r;
+}
+
+size_t tpf_session_device_bytes(const struct tpf_session *s)
+{
+	size_t n = s->arena_cap + s->ws_cap + tpf_session_kept_bytes(s);
+	return n + (s->dev_consts ? tpf_const_store_device_bytes(s->consts) : 0);
+}
+
 int tpf_session_world(const struct tpf_session *s)
 {
 	return s->comm->world;

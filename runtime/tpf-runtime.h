@@ -413,6 +413,13 @@ enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d);
 /* With options.profile: device time per step summed over the timed runs
  * of the current plan, by kernel (and by step, the slowest first). */
 void tpf_session_profile_print(const struct tpf_session *s, FILE *f);
+/* CUDA graphs the session's device captured and replayed so far (0 on the
+ * CPU backend); either pointer may be NULL. */
+void tpf_session_graph_stats(const struct tpf_session *s, unsigned long *captures, unsigned long *replays);
+/* Device bytes the session holds now: its arena, the kernels' workspace,
+ * its kept inputs and the device copies of constants (0 for constants on
+ * the CPU backend, whose kernels read the model's bytes). */
+size_t tpf_session_device_bytes(const struct tpf_session *s);
 /* The session's world size (its communicator's). */
 int tpf_session_world(const struct tpf_session *s);
 /* The current plan (NULL before the first run). */
@@ -494,6 +501,9 @@ struct tpf_generate_stats {
 	size_t plans_built;     /* tpf_session_plan_count's builds so far */
 	int in_place;           /* the cache is in place */
 	size_t prefill_calls;   /* forward calls the prompt took (chunks) */
+	unsigned long graphs_captured, graph_replays; /* CUDA graphs (tpf_session_graph_stats) */
+	size_t device_bytes;    /* tpf_session_device_bytes at the end */
+	size_t peak_rss_bytes;  /* the process's peak resident memory (getrusage) */
 	size_t cache_length;    /* in place: the caches' positions */
 	size_t cache_bytes;     /* in place: the device bytes the caches hold */
 };

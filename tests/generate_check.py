@@ -89,6 +89,8 @@ def greedy(tpfuse, folder, mode="in-place"):
 		expect(st["steps"] == len(want[0]) and st["plans_built"] >= 1,
 		       "%s: stats %s" % (what, st))
 		longest = max(len(unpadded(i, m)) for i, m in zip(case["input_ids"], case["attention_mask"]))
+		expect(st["graphs_captured"] == 0 and st["peak_rss_bytes"] > 0 and st["device_bytes"] >= st["cache_bytes"],
+		       "%s: memory and graphs (CPU: none): %s" % (what, st))
 		if mode == "in-place":
 			expect(st["cache_in_place"] and st["plans_built"] == 2 and st["prefill_calls"] == 1 and
 			       st["cache_length"] == longest + len(want[0]) and st["cache_bytes"] > 0,

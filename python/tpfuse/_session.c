@@ -629,14 +629,17 @@ static PyObject *generate_result(const struct generate_job *j)
 	}
 	if (!tokens)
 		return NULL;
-	return Py_BuildValue("(N{s:n,s:n,s:d,s:d,s:d,s:d,s:d,s:n,s:O,s:n,s:n,s:n})", tokens, "steps",
+	return Py_BuildValue("(N{s:n,s:n,s:d,s:d,s:d,s:d,s:d,s:n,s:O,s:n,s:n,s:n,s:k,s:k,s:n,s:n})", tokens, "steps",
 			     (Py_ssize_t)st->steps, "new_tokens", (Py_ssize_t)st->new_tokens,
 			     "ttft_ms", st->ttft_ms, "decode_ms", st->decode_ms,
 			     "decode_tokens_per_s", tps, "step_p50_ms", st->step_p50_ms,
 			     "step_p99_ms", st->step_p99_ms, "plans_built",
 			     (Py_ssize_t)st->plans_built, "cache_in_place", st->in_place ? Py_True : Py_False,
 			     "cache_length", (Py_ssize_t)st->cache_length, "cache_bytes",
-			     (Py_ssize_t)st->cache_bytes, "prefill_calls", (Py_ssize_t)st->prefill_calls);
+			     (Py_ssize_t)st->cache_bytes, "prefill_calls", (Py_ssize_t)st->prefill_calls,
+			     "graphs_captured", st->graphs_captured, "graph_replays", st->graph_replays,
+			     "device_bytes", (Py_ssize_t)st->device_bytes, "peak_rss_bytes",
+			     (Py_ssize_t)st->peak_rss_bytes);
 }
 
 static void generate_job_free(struct generate_job *j)

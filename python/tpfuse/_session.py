@@ -94,6 +94,10 @@ class GenerateStats(NamedTuple):
     cache_length: int  #: in place: the positions of each cache
     cache_bytes: int  #: in place: the device bytes the caches hold
     prefill_calls: int  #: forward calls the prompts took (chunks of a cache in place)
+    graphs_captured: int  #: CUDA graphs captured (0 on the CPU)
+    graph_replays: int  #: CUDA graph launches
+    device_bytes: int  #: what the session holds on its device (arena, workspace, caches, constants)
+    peak_rss_bytes: int  #: the process's peak resident memory
 
 
 def _io_info(raw: Sequence[Tuple[str, int, Any]]) -> List[IOInfo]:
