@@ -81,6 +81,10 @@ static enum tpf_status tpf_form_attention(const struct tpf_kernel_call *c, struc
 		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "only 4-D Q, K, V are supported");
 	if (c->n_out > 3)
 		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "qk_matmul_output is not supported");
+	if (present(c, 3) && c->in[3].rank >= 1 && c->in[1].rank == 4 &&
+	    c->in[3].dims[c->in[3].rank - 1] != 1 &&
+	    c->in[3].dims[c->in[3].rank - 1] < c->in[1].dims[2] + (present(c, 4) && c->in[4].rank == 4 ? c->in[4].dims[2] : 0))
+		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "an attn_mask shorter than the keys is not supported");
 	if (present(c, 6) && (present(c, 4) || (c->n_out > 1 && c->out[1].rank >= 0)))
 		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED, "nonpad_kv_seqlen with past or present K/V is not supported");
 	if (tpf_node_attr_int(n, "left_window_size", -1) >= 0 ||

@@ -53,10 +53,11 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 				 (((b) * Hk + (h)) * P + (j)) * (dd) + (d))                         \
 		 : tpf_elem_load((t)->dtype, (t)->data, (((b) * Hk + (h)) * L + (j) - P) * (dd) + (d)))
 	for (int64_t b = 0; b < B; b++) {
-		int64_t Tb = T;
+		int64_t Tb = T, coff = P; /* causal: query s sees keys up to s + coff */
 		if (o.kvlen) {
 			int64_t n = ((const int64_t *)o.kvlen->data)[b];
 			Tb = n < 0 ? 0 : n < T ? n : T;
+			coff = n - S; /* bottom-right aligned with the valid keys */
 		}
 		for (int64_t h = 0; h < Hq; h++) {
 			int64_t hk = h / (Hq / Hk);
@@ -86,7 +87,7 @@ TPF_CPU_KERNEL(tpf_cpu_attention)
 							acc = to_t(q->dtype, acc + (float)tpf_elem_load(mask->dtype, mask->data, off));
 						}
 					}
-					if (causal && j > s + P)
+					if (causal && j > s + coff)
 						acc = -INFINITY;
 					sc[j] = acc;
 					mx = acc > mx ? acc : mx;

@@ -78,7 +78,9 @@ __device__ __forceinline__ float masked_score(const A &a, R rnd, float acc, int6
 			acc = rnd(acc + ld_f(a.dm, a.mask, off));
 		}
 	}
-	if (a.causal && j > s + a.P)
+	// causal: bottom-right aligned with nonpad_kv_seqlen (query s sits at
+	// kvlen[b] - S + s), else after the past
+	if (a.causal && j > s + (a.kvlen ? a.kvlen[b] - a.S : a.P))
 		acc = -INFINITY;
 	return acc;
 }
