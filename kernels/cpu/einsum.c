@@ -4,9 +4,9 @@
  * rounded into the output dtype once.  Two inputs run as a batched matrix
  * product: the loops split into batch (both inputs and the output), rows
  * (the first input and the output), columns (the second input and the
- * output) and the summed ones, each input gathered into [batch, rows, sum]
- * / [batch, columns, sum] so that every dot product reads contiguous
- * memory.  Other input counts run the general loop: for each output
+ * output) and the summed ones, the inputs gathered into [batch, rows,
+ * summed] and [batch, summed, columns] so that the inner loop runs over
+ * contiguous memory.  Other input counts run the general loop: for each output
  * element, the sum over the summed loops of the inputs' product. */
 #include "cpu-kernels.h"
 #include "op-geometry.h"
@@ -17,18 +17,26 @@
 /* The accumulator kinds. */
 enum { ES_FLOAT, ES_DOUBLE, ES_INT };
 
-/* Loads n elements of x, row-major over size[0..nd) at the offsets the
- * strides give (from base), into dst widened to the accumulator kind. */
-#define ES_GATHER(T, name, LOAD)                                                                   \
-	static void name(T *dst, const struct tpf_ktensor *x, int64_t base, int nd,                \
-			 const int64_t *size, const int64_t *stride)                               \
+/* Loads x, row-major over size[0..nd) at the offsets the strides give,
+ * into dst widened to the accumulator type T (read directly when x is of
+ * dtype NATIVE). */
+#define ES_GATHER(T, name, LOAD, NATIVE)                                                           \
+	static void name(T *dst, const struct tpf_ktensor *x, int nd, const int64_t *size,         \
+			 const int64_t *stride)                                                    \
 	{                                                                                          \
-		int64_t idx[TPF_EINSUM_LOOPS] = {0}, off = base, n = 1;                           \
-		for (int d = 0; d < nd; d++)                                                       \
-			n *= size[d];                                                              \
-		for (int64_t o = 0; o < n; o++) {                                                  \
-			dst[o] = (T)LOAD(x->dtype, x->data, off);                                  \
-			for (int d = nd - 1; d >= 0; d--) {                                        \
+		int64_t idx[TPF_EINSUM_LOOPS] = {0}, off = 0, rows = 1;                           \
+		int64_t len = nd ? size[nd - 1] : 1, st = nd ? stride[nd - 1] : 0;                 \
+		const T *src = x->dtype == (NATIVE) ? (const T *)x->data : NULL;                  \
+		for (int d = 0; d + 1 < nd; d++)                                                   \
+			rows *= size[d];                                                           \
+		for (int64_t r = 0; r < rows; r++, dst += len) {                                   \
+			if (src)                                                                   \
+				for (int64_t j = 0; j < len; j++)                                  \
+					dst[j] = src[off + j * st];                                \
+			else                                                                       \
+				for (int64_t j = 0; j < len; j++)                                  \
+					dst[j] = (T)LOAD(x->dtype, x->data, off + j * st);         \
+			for (int d = nd - 2; d >= 0; d--) {                                        \
 				off += stride[d];                                                  \
 				if (++idx[d] < size[d])                                            \
 					break;                                                     \
@@ -37,24 +45,26 @@ enum { ES_FLOAT, ES_DOUBLE, ES_INT };
 			}                                                                          \
 		}                                                                                  \
 	}
-ES_GATHER(float, gather_f, tpf_elem_load)
-ES_GATHER(double, gather_d, tpf_elem_load)
-ES_GATHER(int64_t, gather_i, tpf_elem_load_int)
+ES_GATHER(float, gather_f, tpf_elem_load, TPF_DTYPE_FLOAT)
+ES_GATHER(double, gather_d, tpf_elem_load, TPF_DTYPE_DOUBLE)
+ES_GATHER(int64_t, gather_i, tpf_elem_load_int, TPF_DTYPE_INT64)
 
-/* The batched product C[b][m][n] = sum_k A[b][m][k] * B[b][n][k]. */
+/* The batched product C[b][m][n] = sum_k A[b][m][k] * B[b][k][n]: a row of
+ * C accumulates B's rows in k order, so that each element sums in order
+ * and the inner loop runs over contiguous columns. */
 #define ES_BMM(T, name)                                                                            \
-	static void name(T *C, const T *A, const T *B, int64_t nb, int64_t nm, int64_t nn,         \
-			 int64_t nk)                                                               \
+	static void name(T *restrict C, const T *restrict A, const T *restrict B, int64_t nb,     \
+			 int64_t nm, int64_t nn, int64_t nk)                                       \
 	{                                                                                          \
 		for (int64_t b = 0; b < nb; b++)                                                   \
 			for (int64_t m = 0; m < nm; m++) {                                         \
 				const T *a = A + (b * nm + m) * nk;                                \
-				for (int64_t n = 0; n < nn; n++) {                                 \
-					const T *r = B + (b * nn + n) * nk;                        \
-					T acc = 0;                                                 \
-					for (int64_t k = 0; k < nk; k++)                           \
-						acc += a[k] * r[k];                                \
-					C[(b * nm + m) * nn + n] = acc;                            \
+				T *c = C + (b * nm + m) * nn;                                      \
+				for (int64_t k = 0; k < nk; k++) {                                 \
+					const T *r = B + (b * nk + k) * nn;                        \
+					T ak = a[k];                                               \
+					for (int64_t n = 0; n < nn; n++)                           \
+						c[n] += ak * r[n];                                 \
 				}                                                                  \
 			}                                                                          \
 	}
@@ -110,11 +120,11 @@ static void es_gather(int kind, void *dst, const struct tpf_ktensor *x, int nd, 
 		      const int64_t *stride)
 {
 	if (kind == ES_FLOAT)
-		gather_f(dst, x, 0, nd, size, stride);
+		gather_f(dst, x, nd, size, stride);
 	else if (kind == ES_DOUBLE)
-		gather_d(dst, x, 0, nd, size, stride);
+		gather_d(dst, x, nd, size, stride);
 	else
-		gather_i(dst, x, 0, nd, size, stride);
+		gather_i(dst, x, nd, size, stride);
 }
 
 /* Writes the accumulators acc (row-major over the output's loops when
@@ -127,7 +137,9 @@ static void es_store(int kind, struct tpf_ktensor *y, const void *acc, const str
 
 	for (int64_t o = 0; o < y->numel; o++) {
 		int64_t at = stride ? off : o;
-		if (kind == ES_INT)
+		if (kind == ES_FLOAT && y->dtype == TPF_DTYPE_FLOAT)
+			((float *)y->data)[o] = ((const float *)acc)[at];
+		else if (kind == ES_INT)
 			tpf_elem_store_int(y->dtype, y->data, o, ((const int64_t *)acc)[at]);
 		else if (kind == ES_DOUBLE)
 			tpf_elem_store(y->dtype, y->data, o, ((const double *)acc)[at], 0);
@@ -199,14 +211,15 @@ static void es_group(const struct tpf_einsum_plan *p, struct es_groups *g)
 	}
 }
 
-/* Input i gathered as [batch, own, summed] (own: group 1 or 2). */
+/* Input i gathered as [batch, rows, summed] (i 0) or [batch, summed,
+ * columns] (i 1). */
 static void *es_pack(int kind, const struct tpf_ktensor *x, const struct tpf_einsum_plan *p,
-		     const struct es_groups *g, int i, int own)
+		     const struct es_groups *g, int i)
 {
-	const int order[3] = {0, own, 3};
+	const int order[3] = {0, i ? 3 : 1, i ? 2 : 3};
 	int64_t size[TPF_EINSUM_LOOPS], stride[TPF_EINSUM_LOOPS];
 	int nd = 0;
-	size_t n = (size_t)(g->numel[0] * g->numel[own] * g->numel[3]);
+	size_t n = (size_t)(g->numel[0] * g->numel[1 + i] * g->numel[3]);
 	void *dst = tpf_calloc(n ? n : 1, es_size(kind));
 
 	if (!dst)
@@ -235,8 +248,8 @@ static enum tpf_status es_product(const struct tpf_kernel_call *c, const struct 
 			cstride[g.loop[k][j]] = st;
 			st *= p->size[g.loop[k][j]];
 		}
-	void *A = es_pack(kind, &c->in[0], p, &g, 0, 1);
-	void *B = A ? es_pack(kind, &c->in[1], p, &g, 1, 2) : NULL;
+	void *A = es_pack(kind, &c->in[0], p, &g, 0);
+	void *B = A ? es_pack(kind, &c->in[1], p, &g, 1) : NULL;
 	void *C = B ? tpf_calloc(p->out_numel > 0 ? (size_t)p->out_numel : 1, es_size(kind)) : NULL;
 	if (C) {
 		int64_t nb = g.numel[0], nm = g.numel[1], nn = g.numel[2], nk = g.numel[3];
