@@ -586,8 +586,10 @@ static void test_einsum_shapes(void **state)
 	(void)state;
 	struct tpf_model *m = tp_model(18, NULL);
 	struct tpf_graph *g = m->graph;
-	struct tpf_value *a = add_input(g, "a", TPF_DTYPE_FLOAT, 5, (const char *[]){"B", "2", "8", "4", "16"});
-	struct tpf_value *b = add_input(g, "b", TPF_DTYPE_FLOAT, 5, (const char *[]){"B", "2", "8", "1", "16"});
+	struct tpf_value *a =
+	    add_input(g, "a", TPF_DTYPE_FLOAT, 5, (const char *[]){"B", "2", "8", "4", "16"});
+	struct tpf_value *b =
+	    add_input(g, "b", TPF_DTYPE_FLOAT, 5, (const char *[]){"B", "2", "8", "1", "16"});
 	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"S", "3", "3"});
 	struct tpf_value *y = add_input(g, "y", TPF_DTYPE_FLOAT, 2, (const char *[]){"3", "5"});
 	struct tpf_value *q = add_input(g, "q", TPF_DTYPE_FLOAT, 2, (const char *[]){"4", "5"});
