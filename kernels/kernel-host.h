@@ -198,6 +198,10 @@ struct tpf_einsum_plan {
 	int64_t out_numel, sum_numel; /* elements of the output and of one sum */
 };
 enum tpf_status tpf_einsum_plan(const struct tpf_kernel_call *c, struct tpf_einsum_plan *p);
+/* The plan's checks that need no output (kernels.def's form of Einsum):
+ * the equation over the inputs, and at most TPF_EINSUM_LOOPS labels of
+ * more than one element (TPF_ERR_UNSUPPORTED), reported into d. */
+enum tpf_status tpf_einsum_form(const struct tpf_kernel_call *c, struct tpf_diag *d);
 
 /* ------------------------------------------------------------ launches */
 

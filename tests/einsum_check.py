@@ -7,7 +7,8 @@ ellipsis, transpose, trace, diagonal, outer product, reduction, broadcast
 size-1 dims, three operands) in float32, float16, double, int32 and int64
 run through `tpfuse run` and are compared with onnxruntime's outputs.
 Equations that do not fit their inputs are refused by `tpfuse check` with
-exit 1 and an error naming the node.  With --fixtures DIR, every model
+exit 1 and an error naming the node, and one of more loops than the kernels
+run by `tpfuse run` with exit 4.  With --fixtures DIR, every model
 DIR/*/model.onnx runs on its test_data_set_0 and is compared with the
 stored outputs (tests/fixtures/mamba2/, written by gen_mamba2.py).
 
@@ -163,6 +164,18 @@ def check_bad(tpf, work):
     return fails
 
 
+def check_too_many_loops(tpf, work):
+    """26 subscripts of two elements: valid, but more loops than the kernels
+    run, so `tpfuse run` refuses it before any input is made (exit 4)."""
+    path = os.path.join(work, "loops.onnx")
+    onnx.save(model("abcdefghijklm,nopqrstuvwxyz->", [(2,) * 13] * 2, TensorProto.FLOAT,
+                    name="many_loops"), path)
+    r = subprocess.run([tpf, "run", path, "--random-inputs", "1"], capture_output=True, text=True)
+    ok = r.returncode == 4 and "'many_loops'" in r.stderr and "at most 24 run" in r.stderr
+    print("ok" if ok else "FAIL", f"too many loops: rc {r.returncode}:", r.stderr.strip()[:200])
+    return not ok
+
+
 def check_fixtures(tpf, fixtures, work):
     fails = 0
     for path in sorted(glob.glob(os.path.join(fixtures, "*", "model.onnx"))):
@@ -194,6 +207,7 @@ def main():
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     fails = check_cases(a.tpfuse, a.work) + check_bad(a.tpfuse, a.work)
+    fails += check_too_many_loops(a.tpfuse, a.work)
     if a.fixtures:
         fails += check_fixtures(a.tpfuse, a.fixtures, a.work)
     print("failures:", fails)
