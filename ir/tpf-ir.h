@@ -800,6 +800,35 @@ enum tpf_dtype tpf_value_dtype(const struct tpf_value *v);
  * -1 when a value is not known (or more than max). */
 int tpf_value_ints(const struct tpf_value *v, int64_t *out, size_t max, size_t *count);
 
+/* ------------------------------------------------------------------ Einsum equations
+ * The one parser of Einsum's `equation` (ir/ops/einsum.c), for its shape
+ * function and the kernels' index plans.  Every subscript gets a label id
+ * (0..n_labels); the dims an ellipsis stands for get the ids 0..n_ell,
+ * right-aligned across the operands as numpy broadcasts them, the letters
+ * the ids after those in the order they first appear.  The output lists
+ * its labels in order: those of the "->" part, or, without one, the
+ * ellipsis dims and then every letter that appears once, alphabetically. */
+
+#define TPF_EINSUM_MAX_OPERANDS 8
+#define TPF_EINSUM_MAX_RANK 16
+#define TPF_EINSUM_MAX_LABELS (52 + TPF_EINSUM_MAX_RANK)
+
+struct tpf_einsum {
+	int n_in, n_labels, n_ell;
+	int rank[TPF_EINSUM_MAX_OPERANDS];
+	unsigned char label[TPF_EINSUM_MAX_OPERANDS][TPF_EINSUM_MAX_RANK];
+	int out_rank;
+	unsigned char out[TPF_EINSUM_MAX_RANK];
+	char name[TPF_EINSUM_MAX_LABELS]; /* the letter of a label, '.' for an ellipsis dim */
+};
+
+/* Parses eq for n_in operands of ranks[0..n_in) (-1: unknown).  0 with *e
+ * filled; 1 when the equation is well formed but an operand with an
+ * ellipsis has an unknown rank; -1 with a message in err[0..size) when
+ * the equation is not valid for these operands. */
+int tpf_einsum_parse(const char *eq, int n_in, const int *ranks, struct tpf_einsum *e, char *err,
+		     size_t size);
+
 /* ------------------------------------------------------------------ shape functions
  * Every known op has one shape-and-type function (its record's).  It reads
  * the input types, which may be partly known (static, symbolic and unknown

@@ -93,6 +93,11 @@ static enum tpf_status tpf_form_attention(const struct tpf_kernel_call *c, struc
 	return TPF_OK;
 }
 
+static enum tpf_status tpf_form_einsum(const struct tpf_kernel_call *c, struct tpf_diag *d)
+{
+	return tpf_einsum_form(c, d);
+}
+
 enum tpf_status tpf_kernel_supports(enum tpf_op op, const struct tpf_kernel_call *c,
 				    struct tpf_diag *d)
 {

@@ -4,6 +4,7 @@
  * attribute that the CPU and the CUDA kernel of an op both need. */
 #include "kernel-host.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -601,4 +602,134 @@ void tpf_gemv_unpack_gated(const void *packed, void *w, int64_t K, int64_t F, in
 			memcpy(row + (size_t)t * h * es, d, h * es);
 			memcpy(row + ((size_t)F + (size_t)t * h) * es, d + h * es, h * es);
 		}
+}
+
+/* ------------------------------------------------------------ Einsum */
+
+/* The equation over the inputs' ranks and the size of every label
+ * (size-1 dims broadcast); failures are reported into d. */
+static enum tpf_status einsum_sizes(const struct tpf_kernel_call *c, struct tpf_diag *d,
+				    struct tpf_einsum *e, int64_t *size)
+{
+	const char *eq = tpf_node_attr_string(c->node, "equation", NULL);
+	int ranks[TPF_EINSUM_MAX_OPERANDS];
+	char err[160];
+
+	if (!eq || c->n_in < 1 || c->n_in > TPF_EINSUM_MAX_OPERANDS || c->n_out != 1)
+		return tpf_kfail_to(c, d, TPF_ERR_INVALID, "needs an equation and 1 to %d inputs",
+				    TPF_EINSUM_MAX_OPERANDS);
+	for (size_t i = 0; i < c->n_in; i++)
+		ranks[i] = c->in[i].rank;
+	if (tpf_einsum_parse(eq, (int)c->n_in, ranks, e, err, sizeof(err)))
+		return tpf_kfail_to(c, d, TPF_ERR_INVALID, "equation '%s': %s", eq, err);
+	for (int l = 0; l < e->n_labels; l++)
+		size[l] = 1;
+	for (int i = 0; i < e->n_in; i++)
+		for (int k = 0; k < e->rank[i]; k++) {
+			int l = e->label[i][k];
+			int64_t n = c->in[i].dims[k];
+			if (n == 1)
+				continue;
+			if (size[l] != 1 && size[l] != n)
+				return tpf_kfail_to(c, d, TPF_ERR_INVALID,
+						    "subscript '%c' is %" PRId64 " in one input and %" PRId64
+						    " in input %d",
+						    e->name[l], size[l], n, i);
+			size[l] = n;
+		}
+	return TPF_OK;
+}
+
+enum tpf_status tpf_einsum_form(const struct tpf_kernel_call *c, struct tpf_diag *d)
+{
+	struct tpf_einsum e;
+	int64_t size[TPF_EINSUM_MAX_LABELS];
+	int n = 0;
+	enum tpf_status st = einsum_sizes(c, d, &e, size);
+
+	if (st)
+		return st;
+	for (int l = 0; l < e.n_labels; l++)
+		n += size[l] != 1;
+	if (n > TPF_EINSUM_LOOPS)
+		return tpf_kfail_to(c, d, TPF_ERR_UNSUPPORTED,
+				    "the equation has %d subscripts of more than one element; at most %d run",
+				    n, TPF_EINSUM_LOOPS);
+	return TPF_OK;
+}
+
+/* Loop order: the output's labels, then the summed ones by decreasing
+ * largest stride; labels of one element are left out. */
+static int einsum_loops(const struct tpf_einsum *e, const int64_t *size,
+			int64_t (*lstride)[TPF_EINSUM_MAX_LABELS], int *loop, int *n_out)
+{
+	int n = 0, in_out[TPF_EINSUM_MAX_LABELS] = {0};
+	int64_t key[TPF_EINSUM_MAX_LABELS];
+
+	for (int k = 0; k < e->out_rank; k++) {
+		in_out[e->out[k]] = 1;
+		if (size[e->out[k]] != 1)
+			loop[n++] = e->out[k];
+	}
+	*n_out = n;
+	for (int l = 0; l < e->n_labels; l++) {
+		if (in_out[l] || size[l] == 1)
+			continue;
+		key[l] = 0;
+		for (int i = 0; i < e->n_in; i++)
+			key[l] = lstride[i][l] > key[l] ? lstride[i][l] : key[l];
+		int j = n++;
+		for (; j > *n_out && key[loop[j - 1]] < key[l]; j--)
+			loop[j] = loop[j - 1];
+		loop[j] = l;
+	}
+	return n;
+}
+
+enum tpf_status tpf_einsum_plan(const struct tpf_kernel_call *c, struct tpf_einsum_plan *p)
+{
+	int loop[TPF_EINSUM_MAX_LABELS];
+	int64_t size[TPF_EINSUM_MAX_LABELS], lstride[TPF_EINSUM_MAX_OPERANDS][TPF_EINSUM_MAX_LABELS];
+	const struct tpf_ktensor *y = &c->out[0];
+	struct tpf_einsum e;
+	enum tpf_status st = einsum_sizes(c, c->diag, &e, size);
+
+	if (st)
+		return st;
+	for (int i = 0; i < e.n_in; i++)
+		if (c->in[i].dtype != y->dtype)
+			return tpf_kfail(c, TPF_ERR_INVALID, "input %d is not of the output's dtype", i);
+	if (y->rank != e.out_rank)
+		return tpf_kfail(c, TPF_ERR_INVALID, "the output has rank %d; the equation gives %d",
+				 y->rank, e.out_rank);
+	for (int k = 0; k < e.out_rank; k++)
+		if (y->dims[k] != size[e.out[k]])
+			return tpf_kfail(c, TPF_ERR_INVALID,
+					 "output dim %d is %" PRId64 "; the equation gives %" PRId64, k,
+					 y->dims[k], size[e.out[k]]);
+	memset(lstride, 0, sizeof(lstride));
+	for (int i = 0; i < e.n_in; i++) {
+		int64_t step = 1;
+		for (int d = e.rank[i] - 1; d >= 0; d--) {
+			if (c->in[i].dims[d] != 1)
+				lstride[i][e.label[i][d]] += step;
+			step *= c->in[i].dims[d];
+		}
+	}
+	int n = einsum_loops(&e, size, lstride, loop, &p->n_out);
+	if (n > TPF_EINSUM_LOOPS)
+		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "the equation has %d loops; at most %d run", n,
+				 TPF_EINSUM_LOOPS);
+	p->n_in = e.n_in;
+	p->n_loops = n;
+	p->out_numel = y->numel;
+	p->sum_numel = 1;
+	for (int k = 0; k < n; k++) {
+		p->size[k] = size[loop[k]];
+		for (int i = 0; i < e.n_in; i++)
+			p->stride[i][k] = lstride[i][loop[k]];
+		if (k >= p->n_out)
+			p->sum_numel *= p->size[k];
+	}
+	return TPF_OK;
 }

@@ -182,6 +182,27 @@ int tpf_conv_resolve(const struct tpf_kernel_call *c, struct tpf_conv_geom *g);
 int tpf_pad_resolve(const struct tpf_kernel_call *c, int64_t *begin, int *mode);
 /* tpf_pad_source (op-geometry.h): the index along one axis it reads. */
 
+/* Einsum: the index plan of the node's equation (tpf_einsum_parse) over
+ * its operands.  Loops are the labels of more than one element: the
+ * output's first, in its order (so the output is row-major over them),
+ * then the summed ones, those of larger strides outside.  stride[i][l]
+ * is input i's element stride along loop l: 0 where the input broadcasts
+ * or lacks the label, summed over the dims of a repeated label (a
+ * diagonal).  TPF_ERR_INVALID (or TPF_ERR_UNSUPPORTED past the loops it
+ * holds) with a message when the equation does not fit the operands. */
+#define TPF_EINSUM_LOOPS 24
+struct tpf_einsum_plan {
+	int n_in, n_out, n_loops; /* n_out: the output's loops, first */
+	int64_t size[TPF_EINSUM_LOOPS];
+	int64_t stride[TPF_EINSUM_MAX_OPERANDS][TPF_EINSUM_LOOPS];
+	int64_t out_numel, sum_numel; /* elements of the output and of one sum */
+};
+enum tpf_status tpf_einsum_plan(const struct tpf_kernel_call *c, struct tpf_einsum_plan *p);
+/* The plan's checks that need no output (kernels.def's form of Einsum):
+ * the equation over the inputs, and at most TPF_EINSUM_LOOPS labels of
+ * more than one element (TPF_ERR_UNSUPPORTED), reported into d. */
+enum tpf_status tpf_einsum_form(const struct tpf_kernel_call *c, struct tpf_diag *d);
+
 /* ------------------------------------------------------------ launches */
 
 /* The kinds of GPU kernel that may be launched as programmatic dependents

@@ -570,6 +570,66 @@ static void test_fused_misc_rejects(void **state)
 	tpf_model_free(m);
 }
 
+/* Einsum: the output shapes of symbolic, ellipsis, broadcast, diagonal and
+ * implicit equations, and the equations the verifier rejects, naming the
+ * node. */
+static struct tpf_node *einsum(struct tpf_graph *g, const char *name, const char *eq, size_t n,
+                               struct tpf_value *const *in)
+{
+	struct tpf_node *e = add_node(g, "", "Einsum", name, n, in, 1);
+	tpf_node_set_attr_string(e, "equation", eq);
+	return e;
+}
+
+static void test_einsum_shapes(void **state)
+{
+	(void)state;
+	struct tpf_model *m = tp_model(18, NULL);
+	struct tpf_graph *g = m->graph;
+	struct tpf_value *a =
+	    add_input(g, "a", TPF_DTYPE_FLOAT, 5, (const char *[]){"B", "2", "8", "4", "16"});
+	struct tpf_value *b =
+	    add_input(g, "b", TPF_DTYPE_FLOAT, 5, (const char *[]){"B", "2", "8", "1", "16"});
+	struct tpf_value *x = add_input(g, "x", TPF_DTYPE_FLOAT, 3, (const char *[]){"S", "3", "3"});
+	struct tpf_value *y = add_input(g, "y", TPF_DTYPE_FLOAT, 2, (const char *[]){"3", "5"});
+	struct tpf_value *q = add_input(g, "q", TPF_DTYPE_FLOAT, 2, (const char *[]){"4", "5"});
+	struct tpf_node *mamba = einsum(g, "mamba", "bclhn,bcshn->bclsh", 2, IN(a, b));
+	struct tpf_node *diag = einsum(g, "diag", "...ii->...i", 1, IN(x));
+	struct tpf_node *impl = einsum(g, "impl", "sij,jk", 2, IN(x, y));
+	struct tpf_node *trace = einsum(g, "trace", " s i i -> ", 1, IN(x));
+	einsum(g, "sizes", "ij,jk->ik", 2, IN(y, q));
+	einsum(g, "count", "ij->ji", 2, IN(y, q));
+	einsum(g, "rank", "ijk->i", 1, IN(y));
+	einsum(g, "letter", "i1->i", 1, IN(y));
+	einsum(g, "arrow", "ij-ji", 1, IN(y));
+	einsum(g, "twice", "ij->ii", 1, IN(y));
+	einsum(g, "missing", "ij->z", 1, IN(y));
+
+	expect_verify(m, (const char *[]){
+	                     "node 'sizes' (Einsum): subscript 'j' is 5 in input 0 ('y') but 4 in "
+	                     "input 1 ('q')",
+	                     "node 'count' (Einsum): equation 'ij->ji': it has 1 input term for 2 inputs",
+	                     "node 'rank' (Einsum): equation 'ijk->i': input term 0 'ijk' has 3 "
+	                     "subscripts for input 0 of rank 2",
+	                     "node 'letter' (Einsum): equation 'i1->i': input term 0: '1' is not a "
+	                     "subscript",
+	                     "node 'arrow' (Einsum): equation 'ij-ji': '-' is not followed by '>'",
+	                     "node 'twice' (Einsum): equation 'ij->ii': output subscript 'i' is "
+	                     "given twice",
+	                     "node 'missing' (Einsum): equation 'ij->z': output subscript 'z' is in "
+	                     "no input term",
+	                     NULL});
+	expect_valid(m, (const char *const[]){"'mamba'", "'diag'", "'impl'", "'trace'", NULL},
+	             (const struct typed[]){
+	                 {mamba->outputs[0], "f32[B,2,8,8,4]"},
+	                 {diag->outputs[0], "f32[S,3]"},
+	                 {impl->outputs[0], "f32[3,5,S]"},
+	                 {trace->outputs[0], "f32[]"},
+	                 {NULL, NULL},
+	             });
+	tpf_model_free(m);
+}
+
 /* GatedActivation and RotaryEmbedding (the decode fusions): shapes, and
  * what the verifier rejects, naming the node. */
 static void test_decode_fusion_ops(void **state)
@@ -738,6 +798,7 @@ int main(void)
 	    cmocka_unit_test(test_fused_quant_rejects),
 	    cmocka_unit_test(test_fused_misc_rejects),
 	    cmocka_unit_test(test_decode_fusion_ops),
+	    cmocka_unit_test(test_einsum_shapes),
 	    cmocka_unit_test(test_value_dtype),
 	    cmocka_unit_test(test_value_ints),
 	    cmocka_unit_test(test_record_attributes),

@@ -122,6 +122,7 @@ static const struct builder_op builder_ops[] = {
 	/* 99 */ {"ai.tpfuse", "MatMulFp8"},
 	/* 100 */ {"ai.tpfuse", "GatedMatMul"},
 	/* 101 */ {"", "TensorScatter"},
+	/* 102 */ {"", "Einsum"},
 };
 #define N_BUILDER_OPS (sizeof(builder_ops) / sizeof(builder_ops[0]))
 

@@ -1211,6 +1211,30 @@ static void indexing(void)
 	ci[1].rank = ci[2].rank = 0;
 	CHECK("Clip int64 [-3, 4]", cli, ci, 1, 1);
 	free_tensors(ci, 3);
+	/* Einsum: the Mamba-2 chunked scan's forms, a trace, three operands, int64 */
+	for (int d = 0; d < NFL; d++) {
+		const char *eqs[] = {"bclhn,bcshn->bclsh", "bzch,bzhpn->bchpn", "ii->", "ij,jk,k->i"};
+		struct tpf_ktensor e[4][3] = {
+			{R(FL[d], 5, 1, 2, 8, 4, 16), R(FL[d], 5, 1, 2, 8, 4, 16), omitted()},
+			{R(FL[d], 4, 1, 3, 3, 4), R(FL[d], 5, 1, 3, 4, 16, 16), omitted()},
+			{R(FL[d], 2, 9, 9), omitted(), omitted()},
+			{R(FL[d], 2, 5, 6), R(FL[d], 2, 6, 7), R(FL[d], 1, 7)}};
+		const int n_in[] = {2, 2, 1, 3};
+		for (int k = 0; k < 4; k++) {
+			char lab[96];
+			struct tpf_node *en = node("", "Einsum", n_in[k], 1);
+			tpf_node_set_attr_string(en, "equation", eqs[k]);
+			snprintf(lab, sizeof(lab), "Einsum %s", eqs[k]);
+			check(lab, en, TPF_PHASE_MAIN, e[k], (size_t)n_in[k], NULL, 1, 4);
+			free_tensors(e[k], n_in[k]);
+		}
+	}
+	struct tpf_node *ei = node("", "Einsum", 2, 1);
+	tpf_node_set_attr_string(ei, "equation", "bij,bjk->bik");
+	struct tpf_ktensor eia[2] = {fill(T(TPF_DTYPE_INT64, 3, 2, 3, 4), F_SMALLINT, 0),
+				     fill(T(TPF_DTYPE_INT64, 3, 2, 4, 5), F_SMALLINT, 0)};
+	CHECK("Einsum int64 bij,bjk->bik", ei, eia, 1, 1);
+	free_tensors(eia, 2);
 	/* Range: int64 (a mask's positions) and float */
 	struct tpf_node *rg = node("", "Range", 3, 1);
 	struct tpf_ktensor ri[3] = {ints(TPF_DTYPE_INT64, 1, (int64_t[]){-7}), ints(TPF_DTYPE_INT64, 1, (int64_t[]){40}),
