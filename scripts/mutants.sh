@@ -257,9 +257,29 @@ mutant strategy-crlf-refused runtime/strategy.c \
 	"the strategy-table parser refuses CRLF line endings (a carriage return is read as part of the last field)"
 
 mutant kernel-causal-past-ignored kernels/cpu/attention.c \
-	's|^\(\t*\)if (causal \&\& j > s + P)$|\1if (causal \&\& j > s)|' \
+	's|^\(\t*\)if (causal \&\& j > s + coff)$|\1if (causal \&\& j > s)|' \
 	"kernels-cpu" \
 	"the CPU Attention's causal mask ignores the past length: a new query sees only as many keys as its position, cached ones included"
+
+mutant kernel-nonpad-ignored kernels/cpu/attention.c \
+	's|^\(\t*\)Tb = n < 0 ? 0 : n < T ? n : T;$|\1Tb = T;|' \
+	"kernels-ops" \
+	"the CPU Attention reads every key of an in-place cache, not each sequence's valid prefix (nonpad_kv_seqlen)"
+
+mutant kernel-nonpad-causal-top-left kernels/cpu/attention.c \
+	's|^\(\t*\)coff = n - S; /\* bottom-right aligned with the valid keys \*/$|\1coff = P;|' \
+	"onnx-node-tests" \
+	"with nonpad_kv_seqlen the CPU Attention's causal mask starts at the first key (top-left), not at the end of the valid keys"
+
+mutant plan-scatter-not-in-place runtime/plan-lower.c \
+	's|^\(\t*\)p->values\[outs\[0\]\].alias = ins\[0\];$|\1p->values[outs[0]].alias = -1;|' \
+	"generate" \
+	"a TensorScatter on a kept cache writes a copy: the cache the next step reads never gets the step's keys"
+
+mutant generate-chunk-start-zero runtime/generate.c \
+	's|^\(\t*\)g->lengths\[i\] = (int64_t)c0;$|\1g->lengths[i] = 0;|' \
+	"generate" \
+	"every prefill chunk of an in-place cache writes at position 0 (and a decode step too): the caches hold the wrong positions"
 
 mutant shard-transpose-axis-kept passes/shard/rules-movement.c \
 	's|^\(\t*\)c->out\[0\] = c->raw\[0\] = on_axis(c->in\[0\], i);$|\1c->out[0] = c->raw[0] = on_axis(c->in[0], c->in[0].axis);|' \
