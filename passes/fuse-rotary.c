@@ -13,6 +13,18 @@
  *   y = Concat(<the above on Slice(X, :r)>, Slice(X, r:))
  *       => RotaryEmbedding(X, ...) {rotary_embedding_dim = r}
  *
+ * and the interleaved rotation (GPT-J's rotate_every_two, Cohere's
+ * rotate_half), full or partial, where the pairs (x[2i], x[2i+1]) turn:
+ *
+ *   rot = Reshape(Concat(Unsqueeze(Neg(Slice(x, 1::2)), -1),
+ *                        Unsqueeze(Slice(x, 0::2), -1)), x's shape)
+ *   y   = Add(Mul(x, cos), Mul(rot, sin))
+ *       => RotaryEmbedding(x, cos_cache, sin_cache) {interleaved = 1}
+ *
+ * whose caches have equal pairs: Cos/Sin of repeat_interleave(f, 2)
+ * (Reshape(Expand|Tile(Unsqueeze(f, -1), [1, .., 2]))) becomes Cos(f),
+ * and constants (or gathered tables) keep the first of each pair.
+ *
  * x is [batch, heads, seq, head] (RotaryEmbedding's 4-D layout); cos and
  * sin broadcast as [b, 1, seq, D]: Unsqueeze(c, axes = [1]) of a
  * [b, seq, D] value, or constants.  RotaryEmbedding wants half-width caches
