@@ -34,6 +34,9 @@ import onnx  # noqa: E402
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
+import decode_fusions  # noqa: E402 (its optimize --stats, ONNX Runtime and sign-flip helpers)
+from decode_fusions import ort_run, plant_sign_flip, stats_of  # noqa: E402
+
 failures: list[str] = []
 TPFUSE = ""
 B, H, S, D = 2, 3, 5, 8
@@ -159,42 +162,9 @@ def partial_block(dt):
     return finish(b, [("q", dt, [B, H, S, D])], [(y, [B, H, S, D])], 18)
 
 
-def stats_of(path, passes=None):
-    args = ["optimize", path, "-o", path + ".opt.onnx", "--stats"]
-    if passes:
-        args += ["--passes", passes]
-    rc, out, err = tpfuse(*args)
-    counters = {}
-    for line in (out + err).splitlines():
-        f = line.split()
-        if len(f) == 3 and f[2].lstrip("-").isdigit():
-            counters[(f[0], f[1])] = int(f[2])
-    return rc, counters, out + err
-
-
-def ort_run(path, feeds):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-
-
 def max_err(a_path, b_path, feeds):
     a, b = ort_run(a_path, feeds), ort_run(b_path, feeds)
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
-
-
-def plant_sign_flip(path, out):
-    """The rewritten model with the first RotaryEmbedding's sin cache negated."""
-    m = onnx.load(path)
-    g = m.graph
-    for i, n in enumerate(g.node):
-        if n.op_type == "RotaryEmbedding":
-            neg = helper.make_node("Neg", [n.input[2]], [n.input[2] + "_planted"], name="planted")
-            n.input[2] = n.input[2] + "_planted"
-            g.node.insert(i, neg)
-            break
-    onnx.save(m, out)
 
 
 def check_case(work, name, model, counter, sites):
@@ -237,7 +207,7 @@ def main():
     global TPFUSE
     ap = argparse.ArgumentParser()
     ap.add_argument("--tpfuse", required=True)
-    TPFUSE = ap.parse_args().tpfuse
+    TPFUSE = decode_fusions.TPFUSE = ap.parse_args().tpfuse
     work = tempfile.mkdtemp(prefix="tpf-rope-il-")
     for dn, dt in (("f32", T.FLOAT), ("f16", T.FLOAT16)):
         check_case(work, "dynamo-" + dn, computed_block(dt, False), "interleaved", 2)
