@@ -21,6 +21,8 @@
 struct raised_node {
 	struct tpf_node *node;
 	struct tpf_value *axes; /* the initializer made from the attribute */
+	struct tpf_attr attr;   /* the attribute as it was, and its place */
+	size_t attr_pos;
 };
 
 struct tpf_opset_raise {
@@ -51,7 +53,8 @@ static int64_t axes_input_since(const char *op_type)
 	return 0;
 }
 
-static enum tpf_status remember(struct tpf_opset_raise *r, struct tpf_node *n, struct tpf_value *v)
+static enum tpf_status remember(struct tpf_opset_raise *r, struct tpf_node *n, struct tpf_value *v,
+                                const struct tpf_attr *a)
 {
 	if (r->n == r->cap) {
 		size_t cap = r->cap ? 2 * r->cap : 8;
@@ -63,6 +66,8 @@ static enum tpf_status remember(struct tpf_opset_raise *r, struct tpf_node *n, s
 	}
 	r->nodes[r->n].node = n;
 	r->nodes[r->n].axes = v;
+	r->nodes[r->n].attr = *a;
+	r->nodes[r->n].attr_pos = (size_t)(a - n->attrs);
 	r->n++;
 	return TPF_OK;
 }
@@ -86,7 +91,7 @@ static enum tpf_status axes_to_input(struct tpf_opset_raise *r, struct tpf_graph
 	       : NULL;
 	if (!v)
 		return TPF_ERR_NOMEM;
-	if ((st = remember(r, n, v)) || (st = tpf_node_append_input(n, v)))
+	if ((st = remember(r, n, v, a)) || (st = tpf_node_append_input(n, v)))
 		return st;
 	return tpf_node_remove_attr(n, "axes");
 }
@@ -164,12 +169,15 @@ enum tpf_status tpf_opset_raise_undo(struct tpf_model *m, struct tpf_opset_raise
 	for (size_t i = r->n; i-- > 0;) {
 		struct tpf_node *n = r->nodes[i].node;
 		struct tpf_value *v = r->nodes[i].axes;
-		const struct tpf_tensor *t = tpf_value_constant(v);
-		if (n->erased || n->n_inputs != 2 || n->inputs[1] != v || !t)
+		if (n->erased || n->n_inputs != 2 || n->inputs[1] != v || tpf_node_attr(n, "axes"))
 			continue;
-		if ((st = tpf_node_set_attr_ints(n, "axes", t->data, (size_t)tpf_tensor_numel(t))) ||
-		    (st = tpf_node_set_input(n, 1, NULL)))
+		/* the attribute goes back where it was among the node's attributes */
+		if ((st = tpf_node_add_attr(n, &r->nodes[i].attr)) || (st = tpf_node_set_input(n, 1, NULL)))
 			return st;
+		size_t pos = r->nodes[i].attr_pos < n->n_attrs ? r->nodes[i].attr_pos : n->n_attrs - 1;
+		struct tpf_attr a = n->attrs[n->n_attrs - 1];
+		memmove(&n->attrs[pos + 1], &n->attrs[pos], (n->n_attrs - 1 - pos) * sizeof(*n->attrs));
+		n->attrs[pos] = a;
 		n->n_inputs = 1;
 		if (!tpf_value_use_count(v) && (st = tpf_graph_remove_initializer(n->graph, v)))
 			return st;

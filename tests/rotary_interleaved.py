@@ -129,11 +129,15 @@ def finish(b, ins, outs, opset):
     return m
 
 
-def computed_block(dt, torchscript):
-    """q and k turned by Cos/Sin(repeat_interleave(angles)); the TorchScript
-    spelling at opset 17 with an RMSNorm of ReduceMean {axes = [-1]}."""
+def computed_block(dt, torchscript, halves=False):
+    """q and k turned by Cos/Sin(repeat_interleave(angles)) (halves: of
+    Concat(angles, angles), which does not fuse); the TorchScript spelling
+    at opset 17 with an RMSNorm of ReduceMean {axes = [-1]}."""
     b = Builder(dt)
-    rep = b.repeat_pairs("angles", 3, torchscript, torchscript)
+    if halves:
+        rep = b.op("Concat", ["angles", "angles"], axis=-1)
+    else:
+        rep = b.repeat_pairs("angles", 3, torchscript, torchscript)
     cos = b.op("Unsqueeze", [b.op("Cos", [rep]), b.ints([1])])
     sin = b.op("Unsqueeze", [b.op("Sin", [rep]), b.ints([1])])
     outs = [(b.rope("q", cos, sin, torchscript), [B, H, S, D]),
@@ -203,6 +207,21 @@ def check_case(work, name, model, counter, sites):
         expect(False, "%s: ONNX Runtime runs the rewritten model (%s)" % (name, str(ex)[:200]))
 
 
+def unfused_stays(work):
+    """An opset-17 model that does not fuse is written as it was read: the
+    raise to 23 (ReduceMean's axes made an input) is undone, attribute
+    order included."""
+    path = os.path.join(work, "unfused-opset17.onnx")
+    onnx.save(computed_block(T.FLOAT, True, halves=True), path)
+    rc1, _, _ = tpfuse("optimize", path, "-o", path + ".none.onnx", "--passes", "none")
+    rc2, _, _ = tpfuse("optimize", path, "-o", path + ".rope.onnx", "--passes",
+                       "fuse-rotary-embedding")
+    with open(path + ".none.onnx", "rb") as f1, open(path + ".rope.onnx", "rb") as f2:
+        same = f1.read() == f2.read()
+    expect(rc1 == 0 and rc2 == 0 and same,
+           "unfused-opset17: the model is written unchanged (opset 17, axes attributes)")
+
+
 def main():
     global TPFUSE
     ap = argparse.ArgumentParser()
@@ -213,6 +232,7 @@ def main():
         check_case(work, "dynamo-" + dn, computed_block(dt, False), "interleaved", 2)
         check_case(work, "torchscript-opset17-" + dn, computed_block(dt, True), "interleaved", 2)
         check_case(work, "partial-" + dn, partial_block(dt), "interleaved-partial", 1)
+    unfused_stays(work)
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
