@@ -328,8 +328,8 @@ static int every_other(const struct tpf_node *s, const struct tpf_value *x, int6
 }
 
 /* Reshape(stack [b, h, s, D/2, 2], shape) gives x's shape [b, h, s, D]: a
- * constant shape of x's dims (0 copying one, -1 last), else an output
- * type whose dims are x's. */
+ * constant shape of x's dims (0 copying one, -1 last), or an output type
+ * whose dims are x's. */
 static int merges_pairs(struct tpf_graph *g, const struct tpf_node *rs, const struct tpf_value *x)
 {
 	const struct tpf_type *xt = &x->type, *yt = &rs->outputs[0]->type;
@@ -338,17 +338,17 @@ static int merges_pairs(struct tpf_graph *g, const struct tpf_node *rs, const st
 
 	if (xt->kind != TPF_TYPE_TENSOR || xt->shape.rank != 4)
 		return 0;
-	if (!tpf_pattern_const_ints(rs->inputs[1], sh, 5, &n)) {
-		int zero_copies = !tpf_node_attr_int(rs, "allowzero", 0);
-		for (size_t i = 0; i < n && n == 4; i++) {
+	if (!tpf_pattern_const_ints(rs->inputs[1], sh, 5, &n) && n == 4) {
+		int zero_copies = !tpf_node_attr_int(rs, "allowzero", 0), same = 1;
+		for (size_t i = 0; i < n && same; i++) {
 			const struct tpf_dim want = {sh[i], NULL, NULL};
 			if ((sh[i] == 0 && zero_copies) || (sh[i] == -1 && i == 3))
 				continue;
-			if (sh[i] <= 0 || tpf_graph_dims_equal(g, &xt->shape.dims[i], &want) !=
-			                      TPF_ANSWER_YES)
-				return 0;
+			same = sh[i] > 0 &&
+			       tpf_graph_dims_equal(g, &xt->shape.dims[i], &want) == TPF_ANSWER_YES;
 		}
-		return n == 4;
+		if (same)
+			return 1;
 	}
 	if (yt->kind != TPF_TYPE_TENSOR || yt->shape.rank != 4)
 		return 0;
