@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -34,25 +33,11 @@ import onnx  # noqa: E402
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
-import decode_fusions  # noqa: E402 (its optimize --stats, ONNX Runtime and sign-flip helpers)
-from decode_fusions import ort_run, plant_sign_flip, stats_of  # noqa: E402
+import decode_fusions  # noqa: E402 (its checks, optimize --stats, ONNX Runtime, sign flip)
+from decode_fusions import expect, failures, ort_run, plant_sign_flip, stats_of, tpfuse  # noqa: E402,E501
 
-failures: list[str] = []
-TPFUSE = ""
 B, H, S, D = 2, 3, 5, 8
 BIG = 9223372036854775807
-
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def tpfuse(*args, timeout=300):
-    p = subprocess.run([TPFUSE, *args], capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
 
 
 class Builder:
@@ -223,10 +208,9 @@ def unfused_stays(work):
 
 
 def main():
-    global TPFUSE
     ap = argparse.ArgumentParser()
     ap.add_argument("--tpfuse", required=True)
-    TPFUSE = decode_fusions.TPFUSE = ap.parse_args().tpfuse
+    decode_fusions.TPFUSE = ap.parse_args().tpfuse
     work = tempfile.mkdtemp(prefix="tpf-rope-il-")
     for dn, dt in (("f32", T.FLOAT), ("f16", T.FLOAT16)):
         check_case(work, "dynamo-" + dn, computed_block(dt, False), "interleaved", 2)
