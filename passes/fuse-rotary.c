@@ -23,7 +23,9 @@
  *
  * whose caches have equal pairs: Cos/Sin of repeat_interleave(f, 2)
  * (Reshape(Expand|Tile(Unsqueeze(f, -1), [1, .., 2]))) becomes Cos(f),
- * and constants (or gathered tables) keep the first of each pair.
+ * repeat_interleave(c[..., :D/2], 2) of a rotate-half cache c (ERNIE 4.5)
+ * becomes c's half cache, and constants (or gathered tables) keep the
+ * first of each pair.
  *
  * x is [batch, heads, seq, head] (RotaryEmbedding's 4-D layout); cos and
  * sin broadcast as [b, 1, seq, D]: Unsqueeze(c, axes = [1]) of a
@@ -214,18 +216,15 @@ static struct tpf_value *trig_of_twice(struct tpf_value *c, enum tpf_op op)
 	return cat->inputs[0];
 }
 
-/* c = Cos|Sin(R), R the exporters' repeat_interleave(f, 2) along the last
- * axis: Reshape(Expand|Tile(Unsqueeze(f, rank(f)), [1, .., 1, 2]), shape)
- * of f's rank: f, else NULL. */
-static struct tpf_value *trig_of_pairs(struct tpf_value *c, enum tpf_op op)
+/* f when c is the exporters' repeat_interleave(f, 2) along the last axis:
+ * Reshape(Expand|Tile(Unsqueeze(f, rank(f)), [1, .., 1, 2]), shape) of
+ * f's rank; else NULL. */
+static struct tpf_value *repeat_source(struct tpf_value *c)
 {
-	struct tpf_node *n = c ? c->producer : NULL;
+	struct tpf_node *rs = c ? c->producer : NULL;
 	int64_t reps[8], ax;
 	size_t nr = 0;
 
-	if (!n || n->op != op || !n->inputs[0])
-		return NULL;
-	struct tpf_node *rs = n->inputs[0]->producer;
 	if (!rs || rs->op != TPF_OP_RESHAPE || !rs->inputs[0])
 		return NULL;
 	struct tpf_node *rep = rs->inputs[0]->producer;
@@ -244,6 +243,30 @@ static struct tpf_value *trig_of_pairs(struct tpf_value *c, enum tpf_op op)
 	    tpf_pattern_rank(rs->outputs[0]) != r)
 		return NULL;
 	return f;
+}
+
+/* c = Cos|Sin(repeat_interleave(f, 2)): f, else NULL. */
+static struct tpf_value *trig_of_pairs(struct tpf_value *c, enum tpf_op op)
+{
+	struct tpf_node *n = c ? c->producer : NULL;
+	if (!n || n->op != op || !n->inputs[0])
+		return NULL;
+	return repeat_source(n->inputs[0]);
+}
+
+/* c = repeat_interleave(w[..., :D/2], 2) (ERNIE 4.5 turns a rotate-half
+ * cache into an interleaved one so): w, else NULL. */
+static struct tpf_value *repeated_first_half(struct tpf_value *c, int64_t d)
+{
+	struct tpf_value *v = repeat_source(c);
+	struct slice_par p;
+
+	if (!v || !v->producer || v->producer->op != TPF_OP_SLICE || slice_params(v->producer, &p))
+		return NULL;
+	struct tpf_value *w = v->producer->inputs[0];
+	if (p.start != 0 || p.step != 1 || !last_axis(p.axis, w) || d < 0 || 2 * p.end != d)
+		return NULL;
+	return w;
 }
 
 /* A float constant whose last dim is 2 * half and whose two halves (il:
@@ -391,6 +414,16 @@ static const char *check_caches(struct tpf_match *m, struct rope_facts *f, struc
                                 struct tpf_value *sin, int64_t d)
 {
 	int il = f->interleaved;
+	struct tpf_value *wc = il ? repeated_first_half(cos, d) : NULL;
+	struct tpf_value *ws = wc ? repeated_first_half(sin, d) : NULL;
+	if (ws) {
+		/* the first half of a rotate-half cache, each element twice: that
+		 * cache's half is the interleaved one */
+		f->interleaved = 0;
+		const char *why = check_caches(m, f, wc, ws, d);
+		f->interleaved = 1;
+		return why;
+	}
 	int uc, us;
 	int64_t cc, sc;
 	struct tpf_value *cs = cache_source(cos, &uc, &cc), *ss = cache_source(sin, &us, &sc);

@@ -114,17 +114,23 @@ def finish(b, ins, outs, opset):
     return m
 
 
-def computed_block(dt, torchscript, halves=False):
+def computed_block(dt, torchscript, halves=False, ernie=False):
     """q and k turned by Cos/Sin(repeat_interleave(angles)) (halves: of
-    Concat(angles, angles), which does not fuse); the TorchScript spelling
-    at opset 17 with an RMSNorm of ReduceMean {axes = [-1]}."""
+    Concat(angles, angles), which does not fuse; ernie: ERNIE 4.5's
+    repeat_interleave of the first half of Cos/Sin(Concat(angles, angles))
+    unsqueezed); the TorchScript spelling at opset 17 with an RMSNorm of
+    ReduceMean {axes = [-1]}."""
     b = Builder(dt)
-    if halves:
+    if halves or ernie:
         rep = b.op("Concat", ["angles", "angles"], axis=-1)
     else:
         rep = b.repeat_pairs("angles", 3, torchscript, torchscript)
     cos = b.op("Unsqueeze", [b.op("Cos", [rep]), b.ints([1])])
     sin = b.op("Unsqueeze", [b.op("Sin", [rep]), b.ints([1])])
+    if ernie:
+        half = [b.ints([0]), b.ints([D // 2]), b.ints([-1])]
+        cos = b.repeat_pairs(b.op("Slice", [cos] + half), 4, False, torchscript)
+        sin = b.repeat_pairs(b.op("Slice", [sin] + half), 4, False, torchscript)
     outs = [(b.rope("q", cos, sin, torchscript), [B, H, S, D]),
             (b.rope("k", cos, sin, torchscript), [B, 1, S, D])]
     ins = [("q", dt, [B, H, S, D]), ("k", dt, [B, 1, S, D]), ("angles", dt, [B, S, D // 2])]
@@ -216,6 +222,7 @@ def main():
         check_case(work, "dynamo-" + dn, computed_block(dt, False), "interleaved", 2)
         check_case(work, "torchscript-opset17-" + dn, computed_block(dt, True), "interleaved", 2)
         check_case(work, "partial-" + dn, partial_block(dt), "interleaved-partial", 1)
+        check_case(work, "ernie-" + dn, computed_block(dt, False, ernie=True), "interleaved", 2)
     unfused_stays(work)
     if failures:
         print("%d failure(s)" % len(failures))
