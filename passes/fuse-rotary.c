@@ -25,7 +25,11 @@
  * (Reshape(Expand|Tile(Unsqueeze(f, -1), [1, .., 2]))) becomes Cos(f),
  * repeat_interleave(c[..., :D/2], 2) of a rotate-half cache c (ERNIE 4.5)
  * becomes c's half cache, and constants (or gathered tables) keep the
- * first of each pair.
+ * first of each pair.  DeepSeek-V3's interleaved rotation laid out in
+ * halves is the rotate-half rotation of the de-interleaved x:
+ *
+ *   Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin), x1, x2 = Slice(x, 0::2), Slice(x, 1::2)
+ *       => RotaryEmbedding(Concat(x1, x2), c_cos, c_sin)    (cos = Unsqueeze(c_cos, 1))
  *
  * x is [batch, heads, seq, head] (RotaryEmbedding's 4-D layout); cos and
  * sin broadcast as [b, 1, seq, D]: Unsqueeze(c, axes = [1]) of a
@@ -45,7 +49,8 @@
  *
  * h is a constant equal to D/2 (D static), or the exporter's computed
  * D / 2 (Div(Gather(Shape(x), 3), 2)).  RotaryEmbedding is an opset-23 op:
- * a model of a default-domain opset from 13 to 22 is raised to 23 when it still
+ * a model of a default-domain opset from 13 to 22 is raised to 23 (Reduce
+ * axes attributes made inputs, tpf_model_raise_opset) when it still
  * verifies there (otherwise the pass leaves it alone and says why).
  */
 #include <inttypes.h>
@@ -567,6 +572,58 @@ static const char *check_partial(const struct tpf_pattern_context *pc, struct tp
 	return NULL;
 }
 
+/* DeepSeek-V3's apply_rotary_pos_emb_interleave: the pairs of x turn and
+ * the result is laid out in halves,
+ *   Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin), x1, x2 = x[..., 0::2], x[..., 1::2],
+ * which is the rotate-half rotation of Concat(x1, x2); cos and sin are
+ * Unsqueeze(c, 1) of the half caches c [b, seq, D/2] themselves. */
+static const char *check_split(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct rope_facts *f = (struct rope_facts *)m->facts;
+	struct tpf_value *x1 = tpf_match_value(m, "x1"), *x2 = tpf_match_value(m, "x2");
+	struct tpf_value *cos = tpf_match_value(m, "cos"), *sin = tpf_match_value(m, "sin");
+	struct tpf_value *half[2] = {NULL, NULL};
+	int64_t d = -1, ax;
+
+	if (!x1 || !x2 || !cos || !sin || !x1->producer || !x2->producer ||
+	    x1->producer->op != TPF_OP_SLICE || x2->producer->op != TPF_OP_SLICE ||
+	    x1->producer->inputs[0] != x2->producer->inputs[0])
+		return "the two parts are not Slices of one input";
+	struct tpf_value *x = x1->producer->inputs[0];
+	if (tpf_pattern_rank(x) != 4)
+		return tpf_match_reason(m, "x '%s' has rank %d; RotaryEmbedding takes [batch, heads, "
+		                        "seq, head]", x->name, tpf_pattern_rank(x));
+	tpf_pattern_last_dim(x, &d);
+	if (!last_axis(tpf_node_attr_int(m->root, "axis", 0), x))
+		return "the halves are not concatenated along the last axis";
+	if (!every_other(x1->producer, x, 0, d) || !every_other(x2->producer, x, 1, d))
+		return "the parts are not x[..., 0::2] and x[..., 1::2]";
+	for (int i = 0; i < 2; i++) {
+		struct tpf_node *u = (i ? sin : cos)->producer;
+		if (!u || u->op != TPF_OP_UNSQUEEZE || unsqueeze_axis(u, &ax) || ax != 1 ||
+		    tpf_pattern_rank(u->inputs[0]) != 3)
+			return "cos and sin are not Unsqueeze(c, 1) of caches [b, seq, D/2]";
+		half[i] = u->inputs[0];
+		int64_t hd = -1;
+		if (tpf_pattern_last_dim(half[i], &hd) && d >= 0 && 2 * hd != d)
+			return tpf_match_reason(m, "the caches' last dim %" PRId64 " is not half the head "
+			                        "size %" PRId64, hd, d);
+	}
+	enum tpf_dtype tx = tpf_pattern_dtype(x), tc = tpf_pattern_dtype(half[0]),
+	               ts = tpf_pattern_dtype(half[1]);
+	if (tx == TPF_DTYPE_UNDEFINED || tx != tc || tx != ts)
+		return tpf_match_reason(m, "mixed or unknown dtypes: x %s, cos %s, sin %s",
+		                        tpf_dtype_name(tx), tpf_dtype_name(tc), tpf_dtype_name(ts));
+	if (tx != TPF_DTYPE_FLOAT && tx != TPF_DTYPE_FLOAT16 && tx != TPF_DTYPE_BFLOAT16)
+		return tpf_match_reason(m, "dtype %s: RotaryEmbedding takes float, float16 or bfloat16",
+		                        tpf_dtype_name(tx));
+	f->x = x;
+	f->cos_c = half[0];
+	f->sin_c = half[1];
+	return NULL;
+}
+
 /* ------------------------------------------------------------ rewrite */
 
 static struct tpf_node *find_user(const struct tpf_value *v, enum tpf_op op, int index)
@@ -835,6 +892,35 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 	return erase_chain(rw, sin, 0);
 }
 
+/* RotaryEmbedding(Concat(x1, x2), c, s): the rotate-half rotation of the
+ * de-interleaved x. */
+static enum tpf_status rewrite_split(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct rope_facts *f = (struct rope_facts *)m->facts;
+	struct tpf_value *out = m->root->outputs[0];
+	struct tpf_value *cos = tpf_match_value(m, "cos"), *sin = tpf_match_value(m, "sin");
+	struct tpf_value *parts[2] = {tpf_match_value(m, "x1"), tpf_match_value(m, "x2")};
+	enum tpf_status st;
+
+	struct tpf_node *cat = tpf_rewriter_create(rw, TPF_OP_CONCAT, parts, 2, 1, NULL);
+	if (!cat || tpf_node_set_attr_int(cat, "axis", -1) ||
+	    tpf_value_copy_type(cat->outputs[0], &f->x->type) || suffix_name(rw, cat, "halves"))
+		return TPF_ERR_NOMEM;
+	struct tpf_value *ch = batch_expand(rw, f->cos_c, f->x, "cos", 3);
+	struct tpf_value *sh = ch ? batch_expand(rw, f->sin_c, f->x, "sin", 3) : NULL;
+	struct tpf_value *in[3] = {cat->outputs[0], ch, sh};
+	struct tpf_node *n = sh ? tpf_rewriter_create(rw, TPF_OP_ROTARY_EMBEDDING, in, 3, 1, NULL)
+	                        : NULL;
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if ((st = tpf_value_copy_type(n->outputs[0],
+	                              out->type.kind != TPF_TYPE_NONE ? &out->type : &f->x->type)) ||
+	    (st = tpf_rewriter_replace(rw, out, n->outputs[0])) ||
+	    (st = tpf_rewriter_erase_dead(rw, m)) || (st = erase_chain(rw, cos, 0)))
+		return st;
+	return erase_chain(rw, sin, 0);
+}
+
 /* ------------------------------------------------------------ patterns */
 
 #define ROPE_CORE                                                                                  \
@@ -904,8 +990,28 @@ static const struct tpf_pattern pat_full = {
     .explain_min_nodes = 4,
 };
 
+/* Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin) */
+static const struct tpf_pattern pat_split = {
+    .name = "interleaved-to-halves",
+    .root = TPF_PAT_OP(
+        CONCAT, "out", 0, NULL,
+        TPF_PAT_OP(SUB, "real", 0, NULL,
+                   TPF_PAT_OP(MUL, "x1_cos", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x1"),
+                              TPF_PAT_ANY("cos")),
+                   TPF_PAT_OP(MUL, "x2_sin", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x2"),
+                              TPF_PAT_ANY("sin"))),
+        TPF_PAT_OP(ADD, "imag", TPF_PNODE_COMMUTE, NULL,
+                   TPF_PAT_OP(MUL, "x2_cos", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x2"),
+                              TPF_PAT_ANY("cos")),
+                   TPF_PAT_OP(MUL, "x1_sin", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x1"),
+                              TPF_PAT_ANY("sin")))),
+    .check = check_split,
+    .rewrite = rewrite_split,
+    .explain_min_nodes = 5,
+};
+
 static const struct tpf_pattern *const patterns[] = {&pat_partial, &pat_full, &pat_pairs_partial,
-                                                     &pat_pairs, NULL};
+                                                     &pat_pairs, &pat_split, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
@@ -915,7 +1021,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 	 * (and no reason to verify the model at opset 23) */
 	int has_neg = m->graph->n_children > 0 || m->n_functions > 0;
 	for (struct tpf_node *n = m->graph->first; n && !has_neg; n = n->next)
-		has_neg = n->op == TPF_OP_NEG;
+		has_neg = n->op == TPF_OP_NEG || n->op == TPF_OP_SUB;
 	if (!has_neg)
 		return TPF_OK;
 	return tpf_pattern_run_opset23(m, &tpf_pass_fuse_rotary_embedding, "RotaryEmbedding", ctx, changed, d);

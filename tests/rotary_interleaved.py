@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fuse-rotary-embedding on interleaved rotary embeddings (GPT-J's
-rotate_every_two, Cohere's rotate_half: the pairs (x[2i], x[2i+1]) turn)
-and on opset-17 models whose Reduce ops keep their `axes` attribute.
+rotate_every_two, Cohere's and ERNIE 4.5's rotate_half, DeepSeek-V3's
+apply_rotary_pos_emb_interleave: the pairs (x[2i], x[2i+1]) turn) and on
+opset-17 models whose Reduce ops keep their `axes` attribute.
 
 The models spell the rotation as the exporters do: x[..., ::2] and
 x[..., 1::2] (Slice with step 2), torch.stack(-1) (Unsqueeze + Concat) and
@@ -9,7 +10,8 @@ flatten (Reshape), caches Cos/Sin of repeat_interleave(f, 2) (Unsqueeze,
 Expand or Tile, Reshape) or constants whose pairs are equal.  For each:
 
 * `tpfuse optimize --stats` fires the expected counter and writes one
-  RotaryEmbedding with interleaved = 1 per site;
+  RotaryEmbedding per site, with interleaved = 1 (DeepSeek-V3's form, laid
+  out in halves: 0);
 * `tpfuse run --random-inputs --optimize --verify` compares the unfused and
   the fused graph on the CPU runtime;
 * for float32, ONNX Runtime gives the original model's outputs on the
@@ -157,12 +159,31 @@ def partial_block(dt):
     return finish(b, [("q", dt, [B, H, S, D])], [(y, [B, H, S, D])], 18)
 
 
+def deepseek_block(dt):
+    """DeepSeek-V3's apply_rotary_pos_emb_interleave: the pairs turn, the
+    result in halves, Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin)."""
+    b = Builder(dt)
+    full = b.op("Concat", ["angles", "angles"], axis=-1)
+    half = [b.ints([0]), b.ints([D // 2]), b.ints([-1])]
+    cos = b.op("Unsqueeze", [b.op("Slice", [b.op("Cos", [full])] + half), b.ints([1])])
+    sin = b.op("Unsqueeze", [b.op("Slice", [b.op("Sin", [full])] + half), b.ints([1])])
+    outs = []
+    for x, h in (("q", H), ("k", 1)):
+        x1 = b.op("Slice", [x, b.ints([0]), b.ints([BIG]), b.ints([-1]), b.ints([2])])
+        x2 = b.op("Slice", [x, b.ints([1]), b.ints([BIG]), b.ints([-1]), b.ints([2])])
+        re = b.op("Sub", [b.op("Mul", [x1, cos]), b.op("Mul", [x2, sin])])
+        im = b.op("Add", [b.op("Mul", [x2, cos]), b.op("Mul", [x1, sin])])
+        outs.append((b.op("Concat", [re, im], axis=-1), [B, h, S, D]))
+    ins = [("q", dt, [B, H, S, D]), ("k", dt, [B, 1, S, D]), ("angles", dt, [B, S, D // 2])]
+    return finish(b, ins, outs, 18)
+
+
 def max_err(a_path, b_path, feeds):
     a, b = ort_run(a_path, feeds), ort_run(b_path, feeds)
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
-def check_case(work, name, model, counter, sites):
+def check_case(work, name, model, counter, sites, interleaved=1):
     path = os.path.join(work, name + ".onnx")
     onnx.save(model, path)
     rc, counters, text = stats_of(path)
@@ -174,9 +195,11 @@ def check_case(work, name, model, counter, sites):
     fused = onnx.load(path + ".opt.onnx")
     ropes = [n for n in fused.graph.node if n.op_type == "RotaryEmbedding"]
     il = [a.i for n in ropes for a in n.attribute if a.name == "interleaved"]
-    expect(len(ropes) == sites and il == [1] * sites,
-           "%s: %d RotaryEmbedding with interleaved=1 (%d, %s)" % (name, sites, len(ropes), il))
-    expect(all(n.op_type != "Neg" for n in fused.graph.node), "%s: no Neg left" % name)
+    expect(len(ropes) == sites and il == [1] * (sites * interleaved),
+           "%s: %d RotaryEmbedding with interleaved=%d (%d, %s)" % (name, sites, interleaved,
+                                                                   len(ropes), il))
+    expect(all(n.op_type not in ("Neg", "Sub") for n in fused.graph.node),
+           "%s: no Neg or Sub left" % name)
     rc, out, err = tpfuse("run", path, "--random-inputs", "5", "--optimize", "--verify", "--quiet")
     if not expect(rc == 0, "%s: run --optimize --verify" % name):
         print(out + err)
@@ -223,6 +246,8 @@ def main():
         check_case(work, "torchscript-opset17-" + dn, computed_block(dt, True), "interleaved", 2)
         check_case(work, "partial-" + dn, partial_block(dt), "interleaved-partial", 1)
         check_case(work, "ernie-" + dn, computed_block(dt, False, ernie=True), "interleaved", 2)
+        check_case(work, "deepseek-" + dn, deepseek_block(dt), "interleaved-to-halves", 2,
+                   interleaved=0)
     unfused_stays(work)
     if failures:
         print("%d failure(s)" % len(failures))
