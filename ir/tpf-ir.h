@@ -555,6 +555,16 @@ void tpf_model_free(struct tpf_model *m);
 void tpf_model_backing_release(void *backing);
 int64_t tpf_model_opset(const struct tpf_model *m, const char *domain); /* -1 if not imported */
 enum tpf_status tpf_model_set_opset(struct tpf_model *m, const char *domain, int64_t version);
+/* Raises the default-domain opset to `to`, rewriting what the newer opset
+ * spells differently (the Reduce ops' `axes` attribute becomes an input;
+ * ir/opset-upgrade.c).  TPF_ERR_UNSUPPORTED when a node would change meaning.
+ * *undo (freed with tpf_opset_raise_free) lets tpf_opset_raise_undo put the
+ * model back as it was. */
+struct tpf_opset_raise;
+enum tpf_status tpf_model_raise_opset(struct tpf_model *m, int64_t to,
+				      struct tpf_opset_raise **undo, struct tpf_diag *d);
+enum tpf_status tpf_opset_raise_undo(struct tpf_model *m, struct tpf_opset_raise *r);
+void tpf_opset_raise_free(struct tpf_opset_raise *r);
 /* metadata_props lookup; NULL if absent */
 const char *tpf_model_metadata(const struct tpf_model *m, const char *key);
 enum tpf_status tpf_model_set_metadata(struct tpf_model *m, const char *key, const char *value);

@@ -13,6 +13,24 @@
  *   y = Concat(<the above on Slice(X, :r)>, Slice(X, r:))
  *       => RotaryEmbedding(X, ...) {rotary_embedding_dim = r}
  *
+ * and the interleaved rotation (GPT-J's rotate_every_two, Cohere's
+ * rotate_half), full or partial, where the pairs (x[2i], x[2i+1]) turn:
+ *
+ *   rot = Reshape(Concat(Unsqueeze(Neg(Slice(x, 1::2)), -1),
+ *                        Unsqueeze(Slice(x, 0::2), -1)), x's shape)
+ *   y   = Add(Mul(x, cos), Mul(rot, sin))
+ *       => RotaryEmbedding(x, cos_cache, sin_cache) {interleaved = 1}
+ *
+ * whose caches have equal pairs: Cos/Sin of repeat_interleave(f, 2)
+ * (Reshape(Expand|Tile(Unsqueeze(f, -1), [1, .., 2]))) becomes Cos(f),
+ * repeat_interleave(c[..., :D/2], 2) of a rotate-half cache c (ERNIE 4.5)
+ * becomes c's half cache, and constants (or gathered tables) keep the
+ * first of each pair.  DeepSeek-V3's interleaved rotation laid out in
+ * halves is the rotate-half rotation of the de-interleaved x:
+ *
+ *   Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin), x1, x2 = Slice(x, 0::2), Slice(x, 1::2)
+ *       => RotaryEmbedding(Concat(x1, x2), c_cos, c_sin)    (cos = Unsqueeze(c_cos, 1))
+ *
  * x is [batch, heads, seq, head] (RotaryEmbedding's 4-D layout); cos and
  * sin broadcast as [b, 1, seq, D]: Unsqueeze(c, axes = [1]) of a
  * [b, seq, D] value, or constants.  RotaryEmbedding wants half-width caches
@@ -31,7 +49,8 @@
  *
  * h is a constant equal to D/2 (D static), or the exporter's computed
  * D / 2 (Div(Gather(Shape(x), 3), 2)).  RotaryEmbedding is an opset-23 op:
- * a model of a default-domain opset from 13 to 22 is raised to 23 when it still
+ * a model of a default-domain opset from 13 to 22 is raised to 23 (Reduce
+ * axes attributes made inputs, tpf_model_raise_opset) when it still
  * verifies there (otherwise the pass leaves it alone and says why).
  */
 #include <inttypes.h>
@@ -52,6 +71,7 @@ struct rope_facts {
 	struct tpf_value *pos;      /* gathered form: the caches [P, D] read at these positions */
 	struct tpf_node *x_slice;   /* partial: Slice(X, :r) and Slice(X, r:) */
 	struct tpf_node *pass_slice;
+	int interleaved;            /* the pairs form (RotaryEmbedding interleaved = 1) */
 };
 
 /* ------------------------------------------------------------ reading Slices */
@@ -134,6 +154,17 @@ static int last_axis(int64_t axis, const struct tpf_value *x)
 	return axis == -1 || (r > 0 && axis == r - 1);
 }
 
+/* The one axis of an Unsqueeze (attribute or input); 0 on success. */
+static int unsqueeze_axis(const struct tpf_node *n, int64_t *ax)
+{
+	const struct tpf_attr *a = tpf_node_attr(n, "axes");
+	if (a && a->kind == TPF_ATTR_INTS && a->n == 1) {
+		*ax = a->ints[0];
+		return 0;
+	}
+	return n->n_inputs < 2 ? -1 : one_int(n->inputs[1], ax);
+}
+
 /* ------------------------------------------------------------ cos / sin */
 
 /* Looks through an Unsqueeze at axis 1 and a Mul by the constant 1; *unsq
@@ -161,12 +192,7 @@ static struct tpf_value *cache_source(struct tpf_value *c, int *unsq, int64_t *c
 	*unsq = 0;
 	*cast_to = 0;
 	if (n && n->op == TPF_OP_UNSQUEEZE) {
-		const struct tpf_attr *a = tpf_node_attr(n, "axes");
-		if (a && a->kind == TPF_ATTR_INTS && a->n == 1)
-			ax = a->ints[0];
-		else if (n->n_inputs < 2 || one_int(n->inputs[1], &ax))
-			return NULL;
-		if (ax != 1)
+		if (unsqueeze_axis(n, &ax) || ax != 1)
 			return NULL;
 		*unsq = 1;
 		c = n->inputs[0];
@@ -195,13 +221,67 @@ static struct tpf_value *trig_of_twice(struct tpf_value *c, enum tpf_op op)
 	return cat->inputs[0];
 }
 
-/* A float constant whose last dim is 2 * half and whose two halves are
- * equal bit for bit. */
-static const char *const_halves_equal(const struct tpf_value *v, int64_t half)
+/* f when c is the exporters' repeat_interleave(f, 2) along the last axis:
+ * Reshape(Expand|Tile(Unsqueeze(f, rank(f)), [1, .., 1, 2]), shape) of
+ * f's rank; else NULL. */
+static struct tpf_value *repeat_source(struct tpf_value *c)
+{
+	struct tpf_node *rs = c ? c->producer : NULL;
+	int64_t reps[8], ax;
+	size_t nr = 0;
+
+	if (!rs || rs->op != TPF_OP_RESHAPE || !rs->inputs[0])
+		return NULL;
+	struct tpf_node *rep = rs->inputs[0]->producer;
+	if (!rep || (rep->op != TPF_OP_EXPAND && rep->op != TPF_OP_TILE) || rep->n_inputs != 2 ||
+	    tpf_pattern_const_ints(rep->inputs[1], reps, 8, &nr) || nr < 2 || reps[nr - 1] != 2)
+		return NULL;
+	for (size_t i = 0; i + 1 < nr; i++)
+		if (reps[i] != 1)
+			return NULL;
+	struct tpf_node *u = rep->inputs[0] ? rep->inputs[0]->producer : NULL;
+	if (!u || u->op != TPF_OP_UNSQUEEZE || unsqueeze_axis(u, &ax) || !u->inputs[0])
+		return NULL;
+	struct tpf_value *f = u->inputs[0];
+	int r = tpf_pattern_rank(f);
+	if (r < 1 || (size_t)r + 1 != nr || (ax != -1 && ax != r) ||
+	    tpf_pattern_rank(rs->outputs[0]) != r)
+		return NULL;
+	return f;
+}
+
+/* c = Cos|Sin(repeat_interleave(f, 2)): f, else NULL. */
+static struct tpf_value *trig_of_pairs(struct tpf_value *c, enum tpf_op op)
+{
+	struct tpf_node *n = c ? c->producer : NULL;
+	if (!n || n->op != op || !n->inputs[0])
+		return NULL;
+	return repeat_source(n->inputs[0]);
+}
+
+/* c = repeat_interleave(w[..., :D/2], 2) (ERNIE 4.5 turns a rotate-half
+ * cache into an interleaved one so): w, else NULL. */
+static struct tpf_value *repeated_first_half(struct tpf_value *c, int64_t d)
+{
+	struct tpf_value *v = repeat_source(c);
+	struct slice_par p;
+
+	if (!v || !v->producer || v->producer->op != TPF_OP_SLICE || slice_params(v->producer, &p))
+		return NULL;
+	struct tpf_value *w = v->producer->inputs[0];
+	if (p.start != 0 || p.step != 1 || !last_axis(p.axis, w) || d < 0 || 2 * p.end != d)
+		return NULL;
+	return w;
+}
+
+/* A float constant whose last dim is 2 * half and whose two halves (il:
+ * the two elements of each pair) are equal bit for bit. */
+static const char *const_halves_equal(const struct tpf_value *v, int64_t half, int il)
 {
 	const struct tpf_tensor *t = tpf_value_constant(v);
 	if (!t || !t->data || t->rank < 1)
-		return "is neither Cos/Sin(Concat(f, f)) nor a constant";
+		return il ? "is neither Cos/Sin of a repeat_interleave nor a constant"
+		          : "is neither Cos/Sin(Concat(f, f)) nor a constant";
 	if (t->dims[t->rank - 1] != 2 * half)
 		return "is a constant whose last dim is not the head size";
 	size_t esz = tpf_dtype_bits(t->dtype) / 8;
@@ -209,25 +289,27 @@ static const char *const_halves_equal(const struct tpf_value *v, int64_t half)
 	const unsigned char *p = t->data;
 	if (!esz || tpf_dtype_bits(t->dtype) % 8)
 		return "is a constant of a sub-byte dtype";
-	for (int64_t r = 0; r < rows; r++)
-		if (memcmp(p + (size_t)(2 * r * half) * esz, p + (size_t)((2 * r + 1) * half) * esz,
-		           (size_t)half * esz))
+	for (int64_t r = 0; r < rows; r++) {
+		const unsigned char *row = p + (size_t)(2 * r * half) * esz;
+		if (!il && memcmp(row, row + (size_t)half * esz, (size_t)half * esz))
 			return "is a constant whose two halves differ (not a rotate-half cache)";
+		for (int64_t i = 0; il && i < half; i++)
+			if (memcmp(row + (size_t)(2 * i) * esz, row + (size_t)(2 * i + 1) * esz, esz))
+				return "is a constant whose pairs differ (not an interleaved cache)";
+	}
 	return NULL;
 }
 
 /* ------------------------------------------------------------ check */
 
-static const char *check_core(struct tpf_match *m, struct rope_facts *f)
+/* rot = Concat(Neg(Slice(x, h:)), Slice(x, :h)), h = D/2 */
+static const char *check_rotate_half(struct tpf_match *m, struct tpf_value *x, int64_t d)
 {
-	struct tpf_value *x = tpf_match_value(m, "x"), *cos = tpf_match_value(m, "cos"),
-	                 *sin = tpf_match_value(m, "sin");
 	struct tpf_node *hi = tpf_match_node(m, "hi"), *lo = tpf_match_node(m, "lo");
 	struct tpf_node *cat = tpf_match_node(m, "rot");
 	struct slice_par ph, pl;
-	int64_t d = -1;
 
-	if (!x || !cos || !sin || !hi || !lo || !cat)
+	if (!hi || !lo || !cat)
 		return "incomplete match";
 	if (cat->n_inputs != 2 || !last_axis(tpf_node_attr_int(cat, "axis", 0), x))
 		return "the rotate-half Concat is not along the last axis";
@@ -241,7 +323,6 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 	if (r >= 0 && r != 4)
 		return tpf_match_reason(m, "x '%s' has rank %d; RotaryEmbedding takes [batch, heads, "
 		                        "seq, head]", x->name, r);
-	tpf_pattern_last_dim(x, &d);
 	/* lo = x[:h], hi = x[h:] */
 	if (pl.start != 0)
 		return "the second half of rotate_half does not start at 0";
@@ -262,16 +343,103 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 	}
 	if (ph.end != INT64_MIN && d >= 0 ? ph.end < d : (ph.end == INT64_MIN || ph.end < INT32_MAX))
 		return "the first half of rotate_half does not run to the end of the head";
-	/* the caches */
+	return NULL;
+}
+
+/* Slice(x, start::2) along the last axis, to the end of the head. */
+static int every_other(const struct tpf_node *s, const struct tpf_value *x, int64_t start,
+                       int64_t d)
+{
+	struct slice_par p;
+	return !slice_params(s, &p) && p.start == start && p.step == 2 && last_axis(p.axis, x) &&
+	       p.end != INT64_MIN && (d >= 0 ? p.end >= d : p.end >= INT32_MAX);
+}
+
+/* Reshape(stack [b, h, s, D/2, 2], shape) gives x's shape [b, h, s, D]: a
+ * constant shape of x's dims (0 copying one, -1 last), or an output type
+ * whose dims are x's. */
+static int merges_pairs(struct tpf_graph *g, const struct tpf_node *rs, const struct tpf_value *x)
+{
+	const struct tpf_type *xt = &x->type, *yt = &rs->outputs[0]->type;
+	int64_t sh[5];
+	size_t n = 0;
+
+	if (xt->kind != TPF_TYPE_TENSOR || xt->shape.rank != 4)
+		return 0;
+	if (!tpf_pattern_const_ints(rs->inputs[1], sh, 5, &n) && n == 4) {
+		int zero_copies = !tpf_node_attr_int(rs, "allowzero", 0), same = 1;
+		for (size_t i = 0; i < n && same; i++) {
+			const struct tpf_dim want = {sh[i], NULL, NULL};
+			if ((sh[i] == 0 && zero_copies) || (sh[i] == -1 && i == 3))
+				continue;
+			same = sh[i] > 0 &&
+			       tpf_graph_dims_equal(g, &xt->shape.dims[i], &want) == TPF_ANSWER_YES;
+		}
+		if (same)
+			return 1;
+	}
+	if (yt->kind != TPF_TYPE_TENSOR || yt->shape.rank != 4)
+		return 0;
+	for (int i = 0; i < 4; i++)
+		if (tpf_graph_dims_equal(g, &xt->shape.dims[i], &yt->shape.dims[i]) != TPF_ANSWER_YES)
+			return 0;
+	return 1;
+}
+
+/* rot = Reshape(Concat(Unsqueeze(Neg(x[..., 1::2]), -1), Unsqueeze(x[..., ::2], -1)),
+ * x's shape): the pairs (x[2i], x[2i+1]) become (-x[2i+1], x[2i]) */
+static const char *check_pairs(struct tpf_match *m, struct tpf_value *x, int64_t d)
+{
+	struct tpf_node *odd = tpf_match_node(m, "odd"), *even = tpf_match_node(m, "even");
+	struct tpf_node *stack = tpf_match_node(m, "stack"), *flat = tpf_match_node(m, "flat");
+	struct tpf_node *un = tpf_match_node(m, "u_neg"), *ue = tpf_match_node(m, "u_even");
+	int64_t ca = tpf_node_attr_int(stack, "axis", 0), an, ae;
+
+	if (!odd || !even || !stack || !flat || !un || !ue)
+		return "incomplete match";
+	int r = tpf_pattern_rank(x);
+	if (r != 4)
+		return tpf_match_reason(m, "x '%s' has rank %d; RotaryEmbedding takes [batch, heads, "
+		                        "seq, head]", x->name, r);
+	if (stack->n_inputs != 2 || unsqueeze_axis(un, &an) || unsqueeze_axis(ue, &ae) ||
+	    (ca != -1 && ca != 4) || (an != -1 && an != 4) || (ae != -1 && ae != 4))
+		return "the pairs are not stacked along a new last axis";
+	if (!every_other(odd, x, 1, d) || !every_other(even, x, 0, d))
+		return "the interleaved Slices are not x[..., 1::2] (negated) and x[..., ::2]";
+	if (d >= 0 && d % 2)
+		return tpf_match_reason(m, "head size %" PRId64 " is odd", d);
+	if (flat->n_inputs != 2 || !merges_pairs(m->root->graph, flat, x))
+		return "the stacked pairs are not reshaped back to x's shape";
+	return NULL;
+}
+
+/* The caches: Cos/Sin of one angle tensor f whose halves (pairs) are
+ * equal, a gathered constant table or constants of equal halves (pairs). */
+static const char *check_caches(struct tpf_match *m, struct rope_facts *f, struct tpf_value *cos,
+                                struct tpf_value *sin, int64_t d)
+{
+	int il = f->interleaved;
+	struct tpf_value *wc = il ? repeated_first_half(cos, d) : NULL;
+	struct tpf_value *ws = wc ? repeated_first_half(sin, d) : NULL;
+	if (ws) {
+		/* the first half of a rotate-half cache, each element twice: that
+		 * cache's half is the interleaved one */
+		f->interleaved = 0;
+		const char *why = check_caches(m, f, wc, ws, d);
+		f->interleaved = 1;
+		return why;
+	}
 	int uc, us;
 	int64_t cc, sc;
 	struct tpf_value *cs = cache_source(cos, &uc, &cc), *ss = cache_source(sin, &us, &sc);
 	if (!cs || !ss || uc != us || cc != sc)
 		return "cos and sin are not broadcast the same way (Unsqueeze at axis 1 of [b, seq, D])";
-	struct tpf_value *fc = trig_of_twice(cs, TPF_OP_COS), *fs = trig_of_twice(ss, TPF_OP_SIN);
+	struct tpf_value *fc = il ? trig_of_pairs(cs, TPF_OP_COS) : trig_of_twice(cs, TPF_OP_COS);
+	struct tpf_value *fs = il ? trig_of_pairs(ss, TPF_OP_SIN) : trig_of_twice(ss, TPF_OP_SIN);
 	if (fc || fs) {
 		if (fc != fs)
-			return "cos and sin are not Cos and Sin of one Concat(f, f)";
+			return il ? "cos and sin are not Cos and Sin of one repeat_interleave(f, 2)"
+			          : "cos and sin are not Cos and Sin of one Concat(f, f)";
 		if (!uc)
 			return "the Cos/Sin caches are not unsqueezed at the heads axis";
 		if (tpf_pattern_rank(fc) >= 0 && tpf_pattern_rank(fc) != 3)
@@ -294,9 +462,9 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 		if (tpf_pattern_dtype(pos) != TPF_DTYPE_INT64 ||
 		    (tpf_pattern_rank(pos) >= 0 && tpf_pattern_rank(pos) != 2))
 			return "the position ids are not int64 [batch, seq]";
-		const char *why = const_halves_equal(gc->inputs[0], d / 2);
+		const char *why = const_halves_equal(gc->inputs[0], d / 2, il);
 		if (!why)
-			why = const_halves_equal(gs->inputs[0], d / 2);
+			why = const_halves_equal(gs->inputs[0], d / 2, il);
 		if (why)
 			return tpf_match_reason(m, "the gathered cos/sin table %s", why);
 		const struct tpf_tensor *tc = tpf_value_constant(gc->inputs[0]),
@@ -312,9 +480,9 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 			return "constant caches behind a Cast";
 		if (d < 0)
 			return "constant caches need a static head size";
-		const char *why = const_halves_equal(cs, d / 2);
+		const char *why = const_halves_equal(cs, d / 2, il);
 		if (!why)
-			why = const_halves_equal(ss, d / 2);
+			why = const_halves_equal(ss, d / 2, il);
 		if (why)
 			return tpf_match_reason(m, "the cos/sin cache %s", why);
 		const struct tpf_tensor *tc = tpf_value_constant(cs), *ts = tpf_value_constant(ss);
@@ -329,6 +497,23 @@ static const char *check_core(struct tpf_match *m, struct rope_facts *f)
 		f->cos_c = cs;
 		f->sin_c = ss;
 	}
+	return NULL;
+}
+
+static const char *check_core(struct tpf_match *m, struct rope_facts *f)
+{
+	struct tpf_value *x = tpf_match_value(m, "x"), *cos = tpf_match_value(m, "cos"),
+	                 *sin = tpf_match_value(m, "sin");
+	const char *why;
+	int64_t d = -1;
+
+	if (!x || !cos || !sin)
+		return "incomplete match";
+	tpf_pattern_last_dim(x, &d);
+	f->interleaved = tpf_match_node(m, "stack") != NULL;
+	why = f->interleaved ? check_pairs(m, x, d) : check_rotate_half(m, x, d);
+	if (why || (why = check_caches(m, f, cos, sin, d)))
+		return why;
 	enum tpf_dtype tx = tpf_pattern_dtype(x), tcos = tpf_pattern_dtype(cos),
 	               tsin = tpf_pattern_dtype(sin), ty = tpf_pattern_dtype(m->root->outputs[0]);
 	if (tx == TPF_DTYPE_UNDEFINED || tcos == TPF_DTYPE_UNDEFINED)
@@ -384,6 +569,58 @@ static const char *check_partial(const struct tpf_pattern_context *pc, struct tp
 	f->rot = a.end == d ? 0 : a.end;
 	f->x_slice = sa;
 	f->pass_slice = sb;
+	return NULL;
+}
+
+/* DeepSeek-V3's apply_rotary_pos_emb_interleave: the pairs of x turn and
+ * the result is laid out in halves,
+ *   Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin), x1, x2 = x[..., 0::2], x[..., 1::2],
+ * which is the rotate-half rotation of Concat(x1, x2); cos and sin are
+ * Unsqueeze(c, 1) of the half caches c [b, seq, D/2] themselves. */
+static const char *check_split(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct rope_facts *f = (struct rope_facts *)m->facts;
+	struct tpf_value *x1 = tpf_match_value(m, "x1"), *x2 = tpf_match_value(m, "x2");
+	struct tpf_value *cos = tpf_match_value(m, "cos"), *sin = tpf_match_value(m, "sin");
+	struct tpf_value *half[2] = {NULL, NULL};
+	int64_t d = -1, ax;
+
+	if (!x1 || !x2 || !cos || !sin || !x1->producer || !x2->producer ||
+	    x1->producer->op != TPF_OP_SLICE || x2->producer->op != TPF_OP_SLICE ||
+	    x1->producer->inputs[0] != x2->producer->inputs[0])
+		return "the two parts are not Slices of one input";
+	struct tpf_value *x = x1->producer->inputs[0];
+	if (tpf_pattern_rank(x) != 4)
+		return tpf_match_reason(m, "x '%s' has rank %d; RotaryEmbedding takes [batch, heads, "
+		                        "seq, head]", x->name, tpf_pattern_rank(x));
+	tpf_pattern_last_dim(x, &d);
+	if (!last_axis(tpf_node_attr_int(m->root, "axis", 0), x))
+		return "the halves are not concatenated along the last axis";
+	if (!every_other(x1->producer, x, 0, d) || !every_other(x2->producer, x, 1, d))
+		return "the parts are not x[..., 0::2] and x[..., 1::2]";
+	for (int i = 0; i < 2; i++) {
+		struct tpf_node *u = (i ? sin : cos)->producer;
+		if (!u || u->op != TPF_OP_UNSQUEEZE || unsqueeze_axis(u, &ax) || ax != 1 ||
+		    tpf_pattern_rank(u->inputs[0]) != 3)
+			return "cos and sin are not Unsqueeze(c, 1) of caches [b, seq, D/2]";
+		half[i] = u->inputs[0];
+		int64_t hd = -1;
+		if (tpf_pattern_last_dim(half[i], &hd) && d >= 0 && 2 * hd != d)
+			return tpf_match_reason(m, "the caches' last dim %" PRId64 " is not half the head "
+			                        "size %" PRId64, hd, d);
+	}
+	enum tpf_dtype tx = tpf_pattern_dtype(x), tc = tpf_pattern_dtype(half[0]),
+	               ts = tpf_pattern_dtype(half[1]);
+	if (tx == TPF_DTYPE_UNDEFINED || tx != tc || tx != ts)
+		return tpf_match_reason(m, "mixed or unknown dtypes: x %s, cos %s, sin %s",
+		                        tpf_dtype_name(tx), tpf_dtype_name(tc), tpf_dtype_name(ts));
+	if (tx != TPF_DTYPE_FLOAT && tx != TPF_DTYPE_FLOAT16 && tx != TPF_DTYPE_BFLOAT16)
+		return tpf_match_reason(m, "dtype %s: RotaryEmbedding takes float, float16 or bfloat16",
+		                        tpf_dtype_name(tx));
+	f->x = x;
+	f->cos_c = half[0];
+	f->sin_c = half[1];
 	return NULL;
 }
 
@@ -445,9 +682,9 @@ static struct tpf_value *cast_of(struct tpf_rewriter *rw, struct tpf_value *v, i
 	return n->outputs[0];
 }
 
-/* The first half of a constant cache as a [b, seq, D/2] initializer (a
- * position table: [P, D/2]). */
-static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c, int table)
+/* The first half (il: the first of each pair) of a constant cache as a
+ * [b, seq, D/2] initializer (a position table: [P, D/2]). */
+static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c, int table, int il)
 {
 	const struct tpf_tensor *t = tpf_value_constant(c);
 	int64_t d = t->dims[t->rank - 1], half = d / 2;
@@ -458,9 +695,11 @@ static struct tpf_value *const_half(struct tpf_rewriter *rw, struct tpf_value *c
 	unsigned char *buf = tpf_malloc((size_t)(rows * half) * esz + 1);
 	if (!buf)
 		return NULL;
+	const unsigned char *src = t->data;
 	for (int64_t r = 0; r < rows; r++)
-		memcpy(buf + (size_t)(r * half) * esz, (const unsigned char *)t->data + (size_t)(r * d) * esz,
-		       (size_t)half * esz);
+		for (int64_t i = 0; i < (il ? half : 1); i++)
+			memcpy(buf + (size_t)(r * half + i) * esz,
+			       src + (size_t)(r * d + (il ? 2 * i : 0)) * esz, (il ? 1 : (size_t)half) * esz);
 	char base[160];
 	snprintf(base, sizeof(base), "%s.half", c->name);
 	const char *nm = tpf_graph_unique_name(rw->graph, base);
@@ -571,7 +810,7 @@ static enum tpf_status erase_chain(struct tpf_rewriter *rw, struct tpf_value *v,
 {
 	struct tpf_node *n = v ? v->producer : NULL;
 	enum tpf_status st;
-	if (!n || depth > 4 || tpf_value_use_count(v))
+	if (!n || n->erased || depth > 4 || tpf_value_use_count(v))
 		return TPF_OK;
 	struct tpf_value *ins[4] = {0};
 	size_t k = n->n_inputs < 4 ? n->n_inputs : 4;
@@ -590,6 +829,10 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 	struct rope_facts *f = (struct rope_facts *)m->facts;
 	struct tpf_value *out = m->root->outputs[0];
 	struct tpf_value *cos = tpf_match_value(m, "cos"), *sin = tpf_match_value(m, "sin");
+	struct tpf_node *flat = tpf_match_node(m, "flat"), *stack = tpf_match_node(m, "stack");
+	/* the pairs form: TorchScript's flatten reads the stack's shape */
+	struct tpf_value *flat_shape = flat ? flat->inputs[1] : NULL;
+	struct tpf_value *stacked = stack ? stack->outputs[0] : NULL;
 	struct tpf_value *ch, *sh;
 	enum tpf_status st;
 
@@ -601,8 +844,8 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 			sh = ch ? cast_of(rw, sh, f->cast_to) : NULL;
 		}
 	} else {
-		ch = const_half(rw, f->cos_c, f->pos != NULL);
-		sh = ch ? const_half(rw, f->sin_c, f->pos != NULL) : NULL;
+		ch = const_half(rw, f->cos_c, f->pos != NULL, f->interleaved);
+		sh = ch ? const_half(rw, f->sin_c, f->pos != NULL, f->interleaved) : NULL;
 	}
 	if (!ch || !sh)
 		return TPF_ERR_NOMEM;
@@ -622,6 +865,8 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 		return TPF_ERR_NOMEM;
 	if (f->rot && (st = tpf_node_set_attr_int(n, "rotary_embedding_dim", f->rot)))
 		return st;
+	if (f->interleaved && (st = tpf_node_set_attr_int(n, "interleaved", 1)))
+		return st;
 	if ((st = tpf_value_copy_type(n->outputs[0],
 	                              out->type.kind != TPF_TYPE_NONE ? &out->type : &f->x->type)))
 		return st;
@@ -633,8 +878,45 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 		return st;
 	if (f->pass_slice && (st = tpf_rewriter_erase_if_dead(rw, f->pass_slice)))
 		return st;
+	if (flat_shape && ((st = erase_chain(rw, flat_shape, 0)) || (st = erase_chain(rw, stacked, 0))))
+		return st;
+	static const char *const pairs[] = {"u_neg", "u_even", "neg", "odd", "even"};
+	for (size_t i = 0; flat_shape && i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+		struct tpf_node *n = tpf_match_node(m, pairs[i]);
+		if (n && !n->erased && (st = tpf_rewriter_erase_if_dead(rw, n)))
+			return st;
+	}
 	/* the full-width caches once no site reads them */
 	if ((st = erase_chain(rw, cos, 0)))
+		return st;
+	return erase_chain(rw, sin, 0);
+}
+
+/* RotaryEmbedding(Concat(x1, x2), c, s): the rotate-half rotation of the
+ * de-interleaved x. */
+static enum tpf_status rewrite_split(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	struct rope_facts *f = (struct rope_facts *)m->facts;
+	struct tpf_value *out = m->root->outputs[0];
+	struct tpf_value *cos = tpf_match_value(m, "cos"), *sin = tpf_match_value(m, "sin");
+	struct tpf_value *parts[2] = {tpf_match_value(m, "x1"), tpf_match_value(m, "x2")};
+	enum tpf_status st;
+
+	struct tpf_node *cat = tpf_rewriter_create(rw, TPF_OP_CONCAT, parts, 2, 1, NULL);
+	if (!cat || tpf_node_set_attr_int(cat, "axis", -1) ||
+	    tpf_value_copy_type(cat->outputs[0], &f->x->type) || suffix_name(rw, cat, "halves"))
+		return TPF_ERR_NOMEM;
+	struct tpf_value *ch = batch_expand(rw, f->cos_c, f->x, "cos", 3);
+	struct tpf_value *sh = ch ? batch_expand(rw, f->sin_c, f->x, "sin", 3) : NULL;
+	struct tpf_value *in[3] = {cat->outputs[0], ch, sh};
+	struct tpf_node *n = sh ? tpf_rewriter_create(rw, TPF_OP_ROTARY_EMBEDDING, in, 3, 1, NULL)
+	                        : NULL;
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if ((st = tpf_value_copy_type(n->outputs[0],
+	                              out->type.kind != TPF_TYPE_NONE ? &out->type : &f->x->type)) ||
+	    (st = tpf_rewriter_replace(rw, out, n->outputs[0])) ||
+	    (st = tpf_rewriter_erase_dead(rw, m)) || (st = erase_chain(rw, cos, 0)))
 		return st;
 	return erase_chain(rw, sin, 0);
 }
@@ -655,6 +937,43 @@ static enum tpf_status rewrite_rope(struct tpf_rewriter *rw, struct tpf_match *m
 	                                     TPF_PAT_ANY("x"))),                                   \
 	               TPF_PAT_ANY("sin")))
 
+/* x * cos + Reshape(stack([-x[..., 1::2], x[..., ::2]], -1), shape) * sin */
+#define ROPE_PAIRS                                                                                 \
+	TPF_PAT_OP(                                                                                \
+	    ADD, "add", TPF_PNODE_COMMUTE, NULL,                                                   \
+	    TPF_PAT_OP(MUL, "mul_cos", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x"),                  \
+	               TPF_PAT_ANY("cos")),                                                        \
+	    TPF_PAT_OP(                                                                            \
+	        MUL, "mul_sin", TPF_PNODE_COMMUTE, NULL,                                           \
+	        TPF_PAT_OP(                                                                        \
+	            RESHAPE, "flat", TPF_PNODE_EXTRA_INPUTS, NULL,                                 \
+	            TPF_PAT_OP(CONCAT, "stack", TPF_PNODE_MULTI_USE, NULL,                         \
+	                       TPF_PAT_OP(UNSQUEEZE, "u_neg", TPF_PNODE_EXTRA_INPUTS, NULL,        \
+	                                  TPF_PAT_OP(NEG, "neg", 0, NULL,                          \
+	                                             TPF_PAT_OP(SLICE, "odd",                      \
+	                                                        TPF_PNODE_EXTRA_INPUTS, NULL,      \
+	                                                        TPF_PAT_ANY("x")))),               \
+	                       TPF_PAT_OP(UNSQUEEZE, "u_even", TPF_PNODE_EXTRA_INPUTS, NULL,       \
+	                                  TPF_PAT_OP(SLICE, "even", TPF_PNODE_EXTRA_INPUTS, NULL,  \
+	                                             TPF_PAT_ANY("x"))))),                         \
+	        TPF_PAT_ANY("sin")))
+
+static const struct tpf_pattern pat_pairs_partial = {
+    .name = "interleaved-partial",
+    .root = TPF_PAT_OP(CONCAT, "out", 0, NULL, ROPE_PAIRS, TPF_PAT_ANY("pass")),
+    .check = check_partial,
+    .rewrite = rewrite_rope,
+    .explain_min_nodes = 5,
+};
+
+static const struct tpf_pattern pat_pairs = {
+    .name = "interleaved",
+    .root = ROPE_PAIRS,
+    .check = check_full,
+    .rewrite = rewrite_rope,
+    .explain_min_nodes = 5,
+};
+
 static const struct tpf_pattern pat_partial = {
     .name = "rotate-half-partial",
     .root = TPF_PAT_OP(CONCAT, "out", 0, NULL, ROPE_CORE, TPF_PAT_ANY("pass")),
@@ -671,7 +990,28 @@ static const struct tpf_pattern pat_full = {
     .explain_min_nodes = 4,
 };
 
-static const struct tpf_pattern *const patterns[] = {&pat_partial, &pat_full, NULL};
+/* Concat(x1 * cos - x2 * sin, x2 * cos + x1 * sin) */
+static const struct tpf_pattern pat_split = {
+    .name = "interleaved-to-halves",
+    .root = TPF_PAT_OP(
+        CONCAT, "out", 0, NULL,
+        TPF_PAT_OP(SUB, "real", 0, NULL,
+                   TPF_PAT_OP(MUL, "x1_cos", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x1"),
+                              TPF_PAT_ANY("cos")),
+                   TPF_PAT_OP(MUL, "x2_sin", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x2"),
+                              TPF_PAT_ANY("sin"))),
+        TPF_PAT_OP(ADD, "imag", TPF_PNODE_COMMUTE, NULL,
+                   TPF_PAT_OP(MUL, "x2_cos", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x2"),
+                              TPF_PAT_ANY("cos")),
+                   TPF_PAT_OP(MUL, "x1_sin", TPF_PNODE_COMMUTE, NULL, TPF_PAT_ANY("x1"),
+                              TPF_PAT_ANY("sin")))),
+    .check = check_split,
+    .rewrite = rewrite_split,
+    .explain_min_nodes = 5,
+};
+
+static const struct tpf_pattern *const patterns[] = {&pat_partial, &pat_full, &pat_pairs_partial,
+                                                     &pat_pairs, &pat_split, NULL};
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,
                            struct tpf_diag *d)
@@ -681,7 +1021,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 	 * (and no reason to verify the model at opset 23) */
 	int has_neg = m->graph->n_children > 0 || m->n_functions > 0;
 	for (struct tpf_node *n = m->graph->first; n && !has_neg; n = n->next)
-		has_neg = n->op == TPF_OP_NEG;
+		has_neg = n->op == TPF_OP_NEG || n->op == TPF_OP_SUB;
 	if (!has_neg)
 		return TPF_OK;
 	return tpf_pattern_run_opset23(m, &tpf_pass_fuse_rotary_embedding, "RotaryEmbedding", ctx, changed, d);
@@ -689,7 +1029,7 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 
 const struct tpf_pass tpf_pass_fuse_rotary_embedding = {
     .name = PASS_NAME,
-    .summary = "rotate-half rotary embeddings (full or partial) into ONNX RotaryEmbedding",
+    .summary = "rotary embeddings (rotate-half or interleaved, full or partial) into ONNX RotaryEmbedding",
     .run = run,
     .patterns = patterns,
 };

@@ -1266,6 +1266,7 @@ enum tpf_status tpf_pattern_run_opset23(struct tpf_model *m, const struct tpf_pa
 {
 	const char *dom = tpf_model_opset(m, "") >= 0 ? "" : "ai.onnx";
 	int64_t opset = tpf_model_opset(m, dom);
+	struct tpf_opset_raise *undo = NULL;
 	enum tpf_status st;
 
 	*changed = 0;
@@ -1278,26 +1279,33 @@ enum tpf_status tpf_pattern_run_opset23(struct tpf_model *m, const struct tpf_pa
 		return TPF_OK;
 	}
 	if (opset >= 0 && opset < 23) {
+		/* raised (Reduce axes attributes become inputs), then verified
+		 * there; put back as it was when either fails */
 		struct tpf_diag *vd = tpf_diag_create();
 		if (!vd)
 			return TPF_ERR_NOMEM;
-		if ((st = tpf_model_set_opset(m, dom, 23))) {
+		st = tpf_model_raise_opset(m, 23, &undo, vd);
+		if (st == TPF_ERR_NOMEM) {
 			tpf_diag_free(vd);
+			tpf_opset_raise_free(undo);
 			return st;
 		}
-		if (tpf_model_verify(m, vd) != TPF_OK) {
+		if (st != TPF_OK || tpf_model_verify(m, vd) != TPF_OK) {
 			if (ctx && ctx->explain) {
 				fprintf(ctx->explain, "near-miss: %s: the model's opset %" PRId64 " cannot be raised to 23 (%s): ",
 					pass->name, opset, op);
 				tpf_diag_print(vd, ctx->explain);
 			}
 			tpf_diag_free(vd);
-			return tpf_model_set_opset(m, dom, opset);
+			st = tpf_opset_raise_undo(m, undo);
+			tpf_opset_raise_free(undo);
+			return st;
 		}
 		tpf_diag_free(vd);
 	}
 	st = tpf_pattern_run(m, pass, ctx, changed, d);
-	if (st == TPF_OK && !*changed && opset >= 0 && opset < 23)
-		st = tpf_model_set_opset(m, dom, opset);
+	if (st == TPF_OK && !*changed && undo)
+		st = tpf_opset_raise_undo(m, undo);
+	tpf_opset_raise_free(undo);
 	return st;
 }
