@@ -325,8 +325,7 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	static const struct tpf_pattern pat_bias_##nm = FUSION(                                    \
 	    "allreduce-bias-" #nm,                                                                 \
 	    NORM_OF(NORM, TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,    \
-				     TPF_PAT_OP(MS_ALLREDUCE, "ar", 0, NULL, TPF_PAT_ANY("a")),    \
-				     TPF_PAT_ANY("bias"))),                                        \
+				     AR_OPT_CAST, TPF_PAT_ANY("bias"))),                           \
 	    3);                                                                                    \
 	static const struct tpf_pattern pat_plain_##nm = FUSION(                                   \
 	    "allreduce-" #nm,                                                                      \
