@@ -18,6 +18,10 @@
  * The canonical node takes the value before a widening Cast to float (the
  * compute dtype becomes stash_type = FLOAT) and the weight before a Cast, so
  * that a residual Add in bf16 feeds the norm directly.
+ *
+ * The same chain over x - ReduceMean(x) is a LayerNorm without bias; where
+ * an AllReduce feeds it (fuse-allreduce-rmsnorm's input) it becomes ONNX
+ * LayerNormalization, elsewhere it stays as written.
  */
 #include <math.h>
 #include <string.h>
