@@ -121,6 +121,7 @@ static const struct builder_op builder_ops[] = {
 	/* 98 */ {"ai.tpfuse", "MatMulTransB"},
 	/* 99 */ {"ai.tpfuse", "MatMulFp8"},
 	/* 100 */ {"ai.tpfuse", "GatedMatMul"},
+	/* 101 */ {"ai.tpfuse", "AllReduceLayerNorm"},
 };
 #define N_BUILDER_OPS (sizeof(builder_ops) / sizeof(builder_ops[0]))
 
