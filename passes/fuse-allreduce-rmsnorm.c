@@ -77,12 +77,18 @@ static int covers_last_dim(const struct tpf_value *v, int64_t hidden)
 }
 
 /* The bias added to the reduced value: the sum's dtype, broadcast over the
- * rows. */
+ * rows.  An addend of the reduced value's own shape is left to the shared
+ * pattern, which folds it into the residual. */
 static const char *check_bias(struct tpf_match *m, enum tpf_dtype t_sum, int64_t hidden)
 {
 	struct tpf_value *bias = tpf_match_value(m, "bias");
+	struct tpf_node *ar = tpf_match_node(m, "ar");
 	if (!bias)
 		return NULL;
+	if (!tpf_pattern_shapes_differ(bias, ar->outputs[0]))
+		return tpf_match_reason(m, "the addend '%s' has the reduced value's shape: a shared "
+		                           "output, not a bias",
+		                        bias->name);
 	enum tpf_dtype t_b = tpf_pattern_dtype(bias);
 	if (t_b != t_sum)
 		return tpf_match_reason(m, "the bias '%s' is %s, the sum %s", bias->name,
