@@ -280,6 +280,32 @@ static void rms_bias(char *buf, size_t size, int r, int w)
 	norm_graph(buf, size, 1, 0, 0);
 }
 
+/* Cohere's LayerNorm as exports decompose it (no bias), after the
+ * residual add: canonicalize-rmsnorm makes it a LayerNormalization */
+static void ln_decomposed(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	snprintf(buf, size,
+		 HEADER "  input %%0: f32[4,8] \"partial\"\n"
+			"  input %%1: f32[4,8] \"residual\"\n"
+			"  init %%2: f32[8] \"w\" = " W8 "\n"
+			"  init %%3: i64[1] \"axes\" = [-1]\n"
+			"  init %%4: f32[] \"two\" = 2.0\n"
+			"  init %%5: f32[] \"eps\" = 1e-05\n"
+			"  %%6 = com.microsoft.AllReduce(%%0) : f32[4,8]  # ar\n"
+			"  %%7 = Add(%%6, %%1) : f32[4,8]  # add\n"
+			"  %%8 = ReduceMean(%%7, %%3) : f32[4,1]\n"
+			"  %%9 = Sub(%%7, %%8) : f32[4,8]\n"
+			"  %%10 = Pow(%%9, %%4) : f32[4,8]\n"
+			"  %%11 = ReduceMean(%%10, %%3) : f32[4,1]\n"
+			"  %%12 = Add(%%11, %%5) : f32[4,1]\n"
+			"  %%13 = Sqrt(%%12) : f32[4,1]\n"
+			"  %%14 = Div(%%9, %%13) : f32[4,8]\n"
+			"  %%15 = Mul(%%2, %%14) : f32[4,8]  # norm\n"
+			"  %%16 = Add(%%7, %%15) : f32[4,8]  # next\n"
+			"  output %%16: f32[4,8] \"y\"\n}\n");
+}
+
 #define NORM_PASSES "canonicalize-rmsnorm,fuse-allreduce-rmsnorm"
 
 #define SHARDED_PASSES "canonicalize-rmsnorm,fuse-sharded-rmsnorm"
@@ -301,6 +327,7 @@ static const struct fcase cases[] = {
 	{"rmsnorm-bias-residual", NORM_PASSES, rms_bias_residual, "AllReduceRMSNorm", "AllReduce", 0,
 	 NULL, 1},
 	{"rmsnorm-bias", NORM_PASSES, rms_bias, "AllReduceRMSNorm", "AllReduce", 0, NULL, 1},
+	{"layernorm-decomposed", NORM_PASSES, ln_decomposed, "AllReduceLayerNorm", "ReduceMean", 0},
 	/* the rank unknown to the passes: the part form */
 	{"sharded-own-part", SHARDED_PASSES, sharded_own, "ShardedRMSNorm", "AllGather", 0},
 	{"sharded-other-part", SHARDED_PASSES, sharded_other, "ShardedRMSNorm", "AllGather", 0},
