@@ -19,9 +19,9 @@
  * compute dtype becomes stash_type = FLOAT) and the weight before a Cast, so
  * that a residual Add in bf16 feeds the norm directly.
  *
- * The same chain over x - ReduceMean(x) is a LayerNorm without bias; where
- * an AllReduce feeds it (fuse-allreduce-rmsnorm's input) it becomes ONNX
- * LayerNormalization, elsewhere it stays as written.
+ * The same chain over x - ReduceMean(x) is a LayerNorm (+ beta after the
+ * gamma Mul: its bias); where an AllReduce feeds it (fuse-allreduce-rmsnorm's
+ * input) it becomes ONNX LayerNormalization, elsewhere it stays as written.
  */
 #include <math.h>
 #include <string.h>
@@ -429,7 +429,8 @@ static int reads_allreduce(const struct tpf_value *v, int adds)
 }
 
 /* The chain with x = Sub(x0, ReduceMean(x0)) over the last axis: a
- * LayerNorm of x0 without bias (Cohere's), which becomes ONNX
+ * LayerNorm of x0, without bias (Cohere's) or with one added after gamma
+ * (beta, [H], gamma's dtype), which becomes ONNX
  * LayerNormalization (opset 17) where an AllReduce feeds it, so that the
  * all-reduce fusion takes it; elsewhere it stays as written. */
 static const char *check_chain_layer_norm(const struct tpf_pattern_context *pc, struct tpf_match *m)
@@ -462,8 +463,15 @@ static const char *check_chain_layer_norm(const struct tpf_pattern_context *pc, 
 	if (f->stash != TPF_DTYPE_FLOAT)
 		return tpf_match_reason(m, "the chain computes in %s, not float",
 					tpf_dtype_name((enum tpf_dtype)f->stash));
-	if (tpf_pattern_dtype(f->x_in) != tpf_pattern_dtype(tpf_match_value(m, "gamma")))
+	enum tpf_dtype t_g = tpf_pattern_dtype(tpf_match_value(m, "gamma"));
+	if (tpf_pattern_dtype(f->x_in) != t_g)
 		return "the input and gamma dtypes differ (LayerNormalization's X and Scale share one)";
+	struct tpf_value *beta = tpf_match_value(m, "beta");
+	int64_t h = -1, hb = -1;
+	if (beta && (tpf_pattern_dtype(beta) != t_g || tpf_pattern_rank(beta) != 1 ||
+		     !tpf_pattern_last_dim(beta, &hb) || !tpf_pattern_last_dim(f->x_in, &h) || hb != h))
+		return tpf_match_reason(m, "the bias '%s' is not a [H] weight of gamma's dtype",
+					beta->name);
 	int64_t opset = pc && pc->model ? tpf_model_opset(pc->model, "") : -1;
 	if (opset >= 0 && opset < 17)
 		return tpf_match_reason(m, "the model's opset %lld has no LayerNormalization (17)",
@@ -478,9 +486,10 @@ static const char *check_chain_layer_norm(const struct tpf_pattern_context *pc, 
 static enum tpf_status rewrite_chain_layer_norm(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	const struct chain_facts *f = (const struct chain_facts *)m->facts;
-	struct tpf_value *in[2] = {f->x_in, tpf_match_value(m, "gamma")};
+	struct tpf_value *in[3] = {f->x_in, tpf_match_value(m, "gamma"), tpf_match_value(m, "beta")};
 	enum tpf_status st;
-	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_LAYER_NORMALIZATION, in, 2, 1, NULL);
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_LAYER_NORMALIZATION, in, in[2] ? 3 : 2, 1,
+						 NULL);
 	if (!n)
 		return TPF_ERR_NOMEM;
 	if ((st = tpf_node_set_attr_float(n, "epsilon", (float)f->eps)) ||
@@ -519,15 +528,16 @@ static const struct tpf_pnode p_normed = {
 };
 
 /* The root of both chains: gamma * normed, a Cast after it allowed. */
-#define GAMMA_MUL(gamma)                                                                           \
+#define GAMMA_MUL_F(gamma, fl)                                                                     \
 	(&(const struct tpf_pnode){                                                                \
 	    .kind = TPF_PNODE_OP,                                                                  \
 	    .op = TPF_OP_MUL,                                                                      \
 	    .name = "gamma_mul",                                                                   \
-	    .flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,                                       \
+	    .flags = TPF_PNODE_COMMUTE | (fl),                                                     \
 	    .cast_name = "out_cast",                                                               \
 	    .operands = (const struct tpf_pnode *const[]){(gamma), &p_normed, NULL},               \
 	})
+#define GAMMA_MUL(gamma) GAMMA_MUL_F(gamma, TPF_PNODE_OPT_CAST)
 
 static const struct tpf_pattern pat_chain_gemma = {
 	.name = "decomposed-gemma",
@@ -544,6 +554,24 @@ static const struct tpf_pattern pat_chain = {
 	.check = check_chain,
 	.rewrite = rewrite_chain,
 	.explain_min_nodes = 3,
+};
+
+/* A LayerNorm with a bias: gamma * normed + beta, a Cast after it allowed. */
+static const struct tpf_pattern pat_chain_layer_norm_beta = {
+	.name = "decomposed-layernorm-bias",
+	.root = &(const struct tpf_pnode){
+	    .kind = TPF_PNODE_OP,
+	    .op = TPF_OP_ADD,
+	    .name = "beta_add",
+	    .flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,
+	    .cast_name = "out_cast",
+	    .operands = (const struct tpf_pnode *const[]){
+		GAMMA_MUL_F(TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST), 0),
+		TPF_PAT_ANY_F("beta", TPF_PNODE_OPT_CAST), NULL},
+	},
+	.check = check_chain_layer_norm,
+	.rewrite = rewrite_chain_layer_norm,
+	.explain_min_nodes = 4,
 };
 
 static const struct tpf_pattern pat_chain_layer_norm = {
@@ -641,7 +669,7 @@ static const struct tpf_pattern pat_norm_casts = {
 static const struct tpf_pattern *const patterns[] = {
 	&pat_rms_normalization, &pat_simplified,  &pat_ms_simplified,
 	&pat_skip_simplified,   &pat_chain_gemma, &pat_chain,
-	&pat_chain_layer_norm,  &pat_norm_casts,  NULL,
+	&pat_chain_layer_norm_beta, &pat_chain_layer_norm, &pat_norm_casts, NULL,
 };
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,

@@ -280,11 +280,12 @@ static void rms_bias(char *buf, size_t size, int r, int w)
 	norm_graph(buf, size, 1, 0, 0);
 }
 
-/* Cohere's LayerNorm as exports decompose it (no bias), after the
- * residual add: canonicalize-rmsnorm makes it a LayerNormalization */
-static void ln_decomposed(char *buf, size_t size, int r, int w)
+/* A LayerNorm as exports decompose it, after the residual add: with its
+ * bias added after gamma, or (beta 0) followed by an addend that is no bias
+ * (the residual input again), which stays after the norm.
+ * canonicalize-rmsnorm makes it a LayerNormalization */
+static void ln_decomposed_graph(char *buf, size_t size, int beta)
 {
-	(void)r, (void)w;
 	snprintf(buf, size,
 		 HEADER "  input %%0: f32[4,8] \"partial\"\n"
 			"  input %%1: f32[4,8] \"residual\"\n"
@@ -292,18 +293,33 @@ static void ln_decomposed(char *buf, size_t size, int r, int w)
 			"  init %%3: i64[1] \"axes\" = [-1]\n"
 			"  init %%4: f32[] \"two\" = 2.0\n"
 			"  init %%5: f32[] \"eps\" = 1e-05\n"
-			"  %%6 = com.microsoft.AllReduce(%%0) : f32[4,8]  # ar\n"
-			"  %%7 = Add(%%6, %%1) : f32[4,8]  # add\n"
-			"  %%8 = ReduceMean(%%7, %%3) : f32[4,1]\n"
-			"  %%9 = Sub(%%7, %%8) : f32[4,8]\n"
-			"  %%10 = Pow(%%9, %%4) : f32[4,8]\n"
-			"  %%11 = ReduceMean(%%10, %%3) : f32[4,1]\n"
-			"  %%12 = Add(%%11, %%5) : f32[4,1]\n"
-			"  %%13 = Sqrt(%%12) : f32[4,1]\n"
-			"  %%14 = Div(%%9, %%13) : f32[4,8]\n"
-			"  %%15 = Mul(%%2, %%14) : f32[4,8]  # norm\n"
-			"  %%16 = Add(%%7, %%15) : f32[4,8]  # next\n"
-			"  output %%16: f32[4,8] \"y\"\n}\n");
+			"  init %%6: f32[8] \"ln.bias\" = " B8 "\n"
+			"  %%7 = com.microsoft.AllReduce(%%0) : f32[4,8]  # ar\n"
+			"  %%8 = Add(%%7, %%1) : f32[4,8]  # add\n"
+			"  %%9 = ReduceMean(%%8, %%3) : f32[4,1]\n"
+			"  %%10 = Sub(%%8, %%9) : f32[4,8]\n"
+			"  %%11 = Pow(%%10, %%4) : f32[4,8]\n"
+			"  %%12 = ReduceMean(%%11, %%3) : f32[4,1]\n"
+			"  %%13 = Add(%%12, %%5) : f32[4,1]\n"
+			"  %%14 = Sqrt(%%13) : f32[4,1]\n"
+			"  %%15 = Div(%%10, %%14) : f32[4,8]\n"
+			"  %%16 = Mul(%%2, %%15) : f32[4,8]  # norm\n"
+			"  %%17 = Add(%%16, %s) : f32[4,8]  # norm_bias\n"
+			"  %%18 = Add(%%8, %%17) : f32[4,8]  # next\n"
+			"  output %%18: f32[4,8] \"y\"\n}\n",
+		 beta ? "%6" : "%1");
+}
+
+static void ln_decomposed(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	ln_decomposed_graph(buf, size, 0);
+}
+
+static void ln_decomposed_bias(char *buf, size_t size, int r, int w)
+{
+	(void)r, (void)w;
+	ln_decomposed_graph(buf, size, 1);
 }
 
 #define NORM_PASSES "canonicalize-rmsnorm,fuse-allreduce-rmsnorm"
@@ -328,6 +344,7 @@ static const struct fcase cases[] = {
 	 NULL, 1},
 	{"rmsnorm-bias", NORM_PASSES, rms_bias, "AllReduceRMSNorm", "AllReduce", 0, NULL, 1},
 	{"layernorm-decomposed", NORM_PASSES, ln_decomposed, "AllReduceLayerNorm", "ReduceMean", 0},
+	{"layernorm-decomposed-bias", NORM_PASSES, ln_decomposed_bias, "AllReduceLayerNorm", "ReduceMean", 0},
 	/* the rank unknown to the passes: the part form */
 	{"sharded-own-part", SHARDED_PASSES, sharded_own, "ShardedRMSNorm", "AllGather", 0},
 	{"sharded-other-part", SHARDED_PASSES, sharded_other, "ShardedRMSNorm", "AllGather", 0},
