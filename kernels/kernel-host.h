@@ -94,11 +94,12 @@ void tpf_attention_attrs(const struct tpf_kernel_call *c, int64_t head_dim,
 
 /* Normalizations (RMSNormalization, SimplifiedLayerNormalization in both
  * domains, SkipSimplifiedLayerNormalization, LayerNormalization and the
- * ai.tpfuse norms RMSNorm, AllReduceRMSNorm, AllReduceRMSNormQuant): x as
- * [rows, cols] normalized over the dims from `axis` on (the last dim for
- * SkipSimplifiedLayerNormalization), epsilon with the op's default (1e-12
- * for SkipSimplifiedLayerNormalization, else 1e-5), weight_offset (1 for
- * (1 + gamma) norms, else 0), and AllReduceRMSNormQuant's quantization:
+ * ai.tpfuse norms RMSNorm, AllReduceRMSNorm, AllReduceLayerNorm,
+ * AllReduceRMSNormQuant): x as [rows, cols] normalized over the dims from
+ * `axis` on (the last dim for SkipSimplifiedLayerNormalization), epsilon
+ * with the op's default (1e-12 for SkipSimplifiedLayerNormalization, else
+ * 1e-5), weight_offset (1 for (1 + gamma) norms, else 0), and
+ * AllReduceRMSNormQuant's quantization:
  * `quant` (fp8, nvfp4, nvfp4-block, fp8-group) and block_size (default 16;
  * fp8-group's group, default 128).
  * -1 when the axis is out of range for x. */

@@ -63,8 +63,9 @@ struct tpf_ktensor {
  * their local parts as separate phases. */
 enum tpf_kernel_phase {
 	TPF_PHASE_MAIN = 0,
-	/* AllReduceRMSNorm / AllReduceRMSNormQuant: everything after the sum;
-	 * operand 0 is the already reduced activation. */
+	/* AllReduceRMSNorm / AllReduceLayerNorm / AllReduceRMSNormQuant:
+	 * everything after the sum; operand 0 is the already reduced
+	 * activation. */
 	TPF_PHASE_POST_REDUCE,
 	/* ShardedRMSNorm: per-row partial sums of squares of each local shard,
 	 * written as float32 [rows, n_pairs]. */

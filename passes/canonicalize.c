@@ -18,6 +18,10 @@
  * The canonical node takes the value before a widening Cast to float (the
  * compute dtype becomes stash_type = FLOAT) and the weight before a Cast, so
  * that a residual Add in bf16 feeds the norm directly.
+ *
+ * The same chain over x - ReduceMean(x) is a LayerNorm (+ beta after the
+ * gamma Mul: its bias); where an AllReduce feeds it (fuse-allreduce-rmsnorm's
+ * input) it becomes ONNX LayerNormalization, elsewhere it stays as written.
  */
 #include <math.h>
 #include <string.h>
@@ -217,6 +221,7 @@ struct chain_facts {
 	struct tpf_node *x_cast;  /* the widening Cast looked through, or NULL */
 	int64_t stash;
 	float offset;
+	struct tpf_node *sub, *mu; /* a LayerNorm's x - ReduceMean(x) */
 };
 
 /* ReduceMean: keepdims=1, one constant axis (attribute before opset 18,
@@ -278,17 +283,15 @@ static int is_float16ish(enum tpf_dtype t)
 	return t == TPF_DTYPE_BFLOAT16 || t == TPF_DTYPE_FLOAT16 || t == TPF_DTYPE_FLOAT;
 }
 
-static const char *check_chain(const struct tpf_pattern_context *pc, struct tpf_match *m)
+/* The chain's constants: epsilon, the exponent 2, the numerator 1 and the
+ * 1 of a (1 + gamma) weight. */
+static const char *check_chain_constants(struct tpf_match *m, struct chain_facts *f)
 {
-	(void)pc;
-	struct chain_facts *f = (struct chain_facts *)m->facts;
-	struct tpf_value *x = tpf_match_value(m, "x"), *gamma = tpf_match_value(m, "gamma");
 	struct tpf_value *eps = tpf_match_value(m, "eps"), *c;
-	struct tpf_node *mean = tpf_match_node(m, "mean");
-	struct tpf_value *out = m->root->outputs[0];
 	double k;
 
-	if (!x || !gamma || !eps || !mean)
+	if (!tpf_match_value(m, "x") || !tpf_match_value(m, "gamma") || !eps ||
+	    !tpf_match_node(m, "mean"))
 		return "incomplete match";
 	if (tpf_pattern_const_scalar(eps, &f->eps) || !isfinite(f->eps) || f->eps < 0)
 		return tpf_match_reason(m, "epsilon '%s' is not a scalar non-negative constant",
@@ -304,8 +307,16 @@ static const char *check_chain(const struct tpf_pattern_context *pc, struct tpf_
 						c->name);
 		f->offset = 1.0f;
 	}
-	if (is_mean_subtracted(x))
-		return "the input is mean-subtracted (x - ReduceMean(x)): a LayerNorm, not an RMSNorm";
+	return NULL;
+}
+
+/* The chain over x (the value squared, or for a LayerNorm the input the
+ * mean is subtracted from): compute dtype, axis, gamma. */
+static const char *check_chain_input(struct tpf_match *m, struct chain_facts *f, struct tpf_value *x)
+{
+	struct tpf_value *gamma = tpf_match_value(m, "gamma");
+	struct tpf_node *mean = tpf_match_node(m, "mean");
+	struct tpf_value *out = m->root->outputs[0];
 
 	enum tpf_dtype out_t = tpf_pattern_dtype(out), g_t = tpf_pattern_dtype(gamma);
 	if (out_t == TPF_DTYPE_UNDEFINED || g_t == TPF_DTYPE_UNDEFINED)
@@ -375,6 +386,19 @@ static const char *check_chain(const struct tpf_pattern_context *pc, struct tpf_
 	return NULL;
 }
 
+static const char *check_chain(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	(void)pc;
+	struct chain_facts *f = (struct chain_facts *)m->facts;
+	const char *why = check_chain_constants(m, f);
+	if (why)
+		return why;
+	struct tpf_value *x = tpf_match_value(m, "x");
+	if (is_mean_subtracted(x))
+		return "the input is mean-subtracted (x - ReduceMean(x)): a LayerNorm, not an RMSNorm";
+	return check_chain_input(m, f, x);
+}
+
 static enum tpf_status rewrite_chain(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	const struct chain_facts *f = (const struct chain_facts *)m->facts;
@@ -382,6 +406,98 @@ static enum tpf_status rewrite_chain(struct tpf_rewriter *rw, struct tpf_match *
 	enum tpf_status st = emit_norm(rw, m, f->x_in, gamma, m->root->outputs[0], (float)f->eps,
 				       -1, f->stash, f->offset);
 	if (st)
+		return st;
+	return tpf_rewriter_erase_if_dead(rw, f->x_cast);
+}
+
+/* --------------------------------------------- the decomposed LayerNorm */
+
+/* Whether v is the reduced value an AllReduce gives, or a sum of it with
+ * up to two addends (a bias, the residual), maybe widened by a Cast: the
+ * input fuse-allreduce-rmsnorm takes with the norm. */
+static int reads_allreduce(const struct tpf_value *v, int adds)
+{
+	const struct tpf_node *p = v ? v->producer : NULL;
+	if (p && p->op == TPF_OP_CAST && p->n_inputs == 1)
+		p = p->inputs[0] ? p->inputs[0]->producer : NULL;
+	if (!p)
+		return 0;
+	if (p->op == TPF_OP_MS_ALLREDUCE)
+		return 1;
+	return adds > 0 && p->op == TPF_OP_ADD && p->n_inputs == 2 &&
+	       (reads_allreduce(p->inputs[0], adds - 1) || reads_allreduce(p->inputs[1], adds - 1));
+}
+
+/* The chain with x = Sub(x0, ReduceMean(x0)) over the last axis: a
+ * LayerNorm of x0, without bias (Cohere's) or with one added after gamma
+ * (beta, [H], gamma's dtype), which becomes ONNX
+ * LayerNormalization (opset 17) where an AllReduce feeds it, so that the
+ * all-reduce fusion takes it; elsewhere it stays as written. */
+static const char *check_chain_layer_norm(const struct tpf_pattern_context *pc, struct tpf_match *m)
+{
+	struct chain_facts *f = (struct chain_facts *)m->facts;
+	const char *why = check_chain_constants(m, f);
+	if (why)
+		return why;
+	struct tpf_value *d = tpf_match_value(m, "x");
+	struct tpf_node *sub = d->producer;
+	if (!sub || sub->op != TPF_OP_SUB || sub->n_inputs != 2 || !sub->inputs[0] || !sub->inputs[1])
+		return "the squared value is not x - ReduceMean(x)";
+	struct tpf_node *mu = sub->inputs[1]->producer;
+	int64_t axis, vaxis;
+	if (!mu || mu->op != TPF_OP_REDUCE_MEAN || !mu->n_inputs || mu->inputs[0] != sub->inputs[0])
+		return "the squared value is not x - ReduceMean(x)";
+	if (pred_reduce_mean(mu, m) || reduce_mean_axis(mu, &axis) ||
+	    reduce_mean_axis(tpf_match_node(m, "mean"), &vaxis))
+		return "the mean is not over one constant axis, kept";
+	int rank = tpf_pattern_rank(sub->inputs[0]);
+	if (axis < 0 && rank > 0)
+		axis += rank;
+	if (vaxis < 0 && rank > 0)
+		vaxis += rank;
+	if (axis != vaxis)
+		return tpf_match_reason(m, "the mean is over axis %lld, the variance over axis %lld",
+					(long long)axis, (long long)vaxis);
+	if ((why = check_chain_input(m, f, sub->inputs[0])))
+		return why;
+	if (f->stash != TPF_DTYPE_FLOAT)
+		return tpf_match_reason(m, "the chain computes in %s, not float",
+					tpf_dtype_name((enum tpf_dtype)f->stash));
+	enum tpf_dtype t_g = tpf_pattern_dtype(tpf_match_value(m, "gamma"));
+	if (tpf_pattern_dtype(f->x_in) != t_g)
+		return "the input and gamma dtypes differ (LayerNormalization's X and Scale share one)";
+	struct tpf_value *beta = tpf_match_value(m, "beta");
+	int64_t h = -1, hb = -1;
+	if (beta && (tpf_pattern_dtype(beta) != t_g || tpf_pattern_rank(beta) != 1 ||
+		     !tpf_pattern_last_dim(beta, &hb) || !tpf_pattern_last_dim(f->x_in, &h) || hb != h))
+		return tpf_match_reason(m, "the bias '%s' is not a [H] weight of gamma's dtype",
+					beta->name);
+	int64_t opset = pc && pc->model ? tpf_model_opset(pc->model, "") : -1;
+	if (opset >= 0 && opset < 17)
+		return tpf_match_reason(m, "the model's opset %lld has no LayerNormalization (17)",
+					(long long)opset);
+	if (!reads_allreduce(f->x_in, 2))
+		return "no AllReduce feeds the norm: it stays as written";
+	f->sub = sub;
+	f->mu = mu;
+	return NULL;
+}
+
+static enum tpf_status rewrite_chain_layer_norm(struct tpf_rewriter *rw, struct tpf_match *m)
+{
+	const struct chain_facts *f = (const struct chain_facts *)m->facts;
+	struct tpf_value *in[3] = {f->x_in, tpf_match_value(m, "gamma"), tpf_match_value(m, "beta")};
+	enum tpf_status st;
+	struct tpf_node *n = tpf_rewriter_create(rw, TPF_OP_LAYER_NORMALIZATION, in, in[2] ? 3 : 2, 1,
+						 NULL);
+	if (!n)
+		return TPF_ERR_NOMEM;
+	if ((st = tpf_node_set_attr_float(n, "epsilon", (float)f->eps)) ||
+	    (st = tpf_node_set_attr_int(n, "axis", -1)) ||
+	    (st = tpf_node_set_attr_int(n, "stash_type", TPF_DTYPE_FLOAT)) ||
+	    (st = tpf_rewriter_replace(rw, m->root->outputs[0], n->outputs[0])) ||
+	    (st = tpf_rewriter_erase_dead(rw, m)) || (st = tpf_rewriter_erase_if_dead(rw, f->sub)) ||
+	    (st = tpf_rewriter_erase_if_dead(rw, f->mu)))
 		return st;
 	return tpf_rewriter_erase_if_dead(rw, f->x_cast);
 }
@@ -412,15 +528,16 @@ static const struct tpf_pnode p_normed = {
 };
 
 /* The root of both chains: gamma * normed, a Cast after it allowed. */
-#define GAMMA_MUL(gamma)                                                                           \
+#define GAMMA_MUL_F(gamma, fl)                                                                     \
 	(&(const struct tpf_pnode){                                                                \
 	    .kind = TPF_PNODE_OP,                                                                  \
 	    .op = TPF_OP_MUL,                                                                      \
 	    .name = "gamma_mul",                                                                   \
-	    .flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,                                       \
+	    .flags = TPF_PNODE_COMMUTE | (fl),                                                     \
 	    .cast_name = "out_cast",                                                               \
 	    .operands = (const struct tpf_pnode *const[]){(gamma), &p_normed, NULL},               \
 	})
+#define GAMMA_MUL(gamma) GAMMA_MUL_F(gamma, TPF_PNODE_OPT_CAST)
 
 static const struct tpf_pattern pat_chain_gemma = {
 	.name = "decomposed-gemma",
@@ -436,6 +553,32 @@ static const struct tpf_pattern pat_chain = {
 	.root = GAMMA_MUL(TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST)),
 	.check = check_chain,
 	.rewrite = rewrite_chain,
+	.explain_min_nodes = 3,
+};
+
+/* A LayerNorm with a bias: gamma * normed + beta, a Cast after it allowed. */
+static const struct tpf_pattern pat_chain_layer_norm_beta = {
+	.name = "decomposed-layernorm-bias",
+	.root = &(const struct tpf_pnode){
+	    .kind = TPF_PNODE_OP,
+	    .op = TPF_OP_ADD,
+	    .name = "beta_add",
+	    .flags = TPF_PNODE_COMMUTE | TPF_PNODE_OPT_CAST,
+	    .cast_name = "out_cast",
+	    .operands = (const struct tpf_pnode *const[]){
+		GAMMA_MUL_F(TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST), 0),
+		TPF_PAT_ANY_F("beta", TPF_PNODE_OPT_CAST), NULL},
+	},
+	.check = check_chain_layer_norm,
+	.rewrite = rewrite_chain_layer_norm,
+	.explain_min_nodes = 4,
+};
+
+static const struct tpf_pattern pat_chain_layer_norm = {
+	.name = "decomposed-layernorm",
+	.root = GAMMA_MUL(TPF_PAT_ANY_F("gamma", TPF_PNODE_OPT_CAST)),
+	.check = check_chain_layer_norm,
+	.rewrite = rewrite_chain_layer_norm,
 	.explain_min_nodes = 3,
 };
 
@@ -526,7 +669,7 @@ static const struct tpf_pattern pat_norm_casts = {
 static const struct tpf_pattern *const patterns[] = {
 	&pat_rms_normalization, &pat_simplified,  &pat_ms_simplified,
 	&pat_skip_simplified,   &pat_chain_gemma, &pat_chain,
-	&pat_norm_casts,        NULL,
+	&pat_chain_layer_norm_beta, &pat_chain_layer_norm, &pat_norm_casts, NULL,
 };
 
 static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, int *changed,

@@ -165,6 +165,9 @@ static const char *check_common(struct tpf_match *m, enum quant_kind kind)
 					   "op sums in the reduced value's dtype",
 					tpf_dtype_name(tpf_pattern_dtype(fused->inputs[2])),
 					tpf_dtype_name(t_in));
+	if (fused && fused->n_inputs > 3 && fused->inputs[3])
+		return "the fused norm adds a bias after the reduction: the quantizing op has no "
+		       "bias input";
 	if (kind == QUANT_FP8) {
 		const struct tpf_tensor *t = tpf_value_constant(scale);
 		if (!t || tpf_tensor_numel(t) != 1)

@@ -27,6 +27,20 @@
  * reduction of the summed partial sums, vLLM's order, which the patterns
  * above then fuse.
  *
+ * A row-parallel projection with a bias (gpt-oss's o_proj) adds it once,
+ * after the reduction, before the residual:
+ *
+ *   Add(Add(AllReduce(a), bias), residual) -> RMSNorm(., gamma)
+ *       => AllReduceRMSNorm(a, gamma, residual, bias)
+ *   Add(AllReduce(a), bias) -> RMSNorm(., gamma)
+ *       => AllReduceRMSNorm(a, gamma, , bias)
+ *
+ * (bias: one value per element of the last dim, broadcast over the rows;
+ * the fused op adds it in the same order).  Every pattern also roots at an
+ * ONNX LayerNormalization (last axis, float statistics, Mean and InvStdDev
+ * unused), which becomes ai.tpfuse.AllReduceLayerNorm with the norm's bias
+ * B as input 4, beta.
+ *
  * Refused: norm input and gamma (or residual) dtypes that differ, a norm
  * over another axis than the last, a residual that broadcasts, and (with a
  * residual) an AllReduce output with users besides the Add: the fused op
@@ -44,6 +58,75 @@ static const char *allreduces_differ(const struct tpf_node *a, const struct tpf_
 	int64_t ga = tpf_node_attr_int(a, "group_size", -1), gb = tpf_node_attr_int(b, "group_size", -1);
 	if (ga != gb)
 		return "the two AllReduce nodes have different group_size attributes";
+	return NULL;
+}
+
+/* Whether v holds one value per element of the last dim (`hidden`, known):
+ * static dims, all 1 but the last. */
+static int covers_last_dim(const struct tpf_value *v, int64_t hidden)
+{
+	int r = tpf_pattern_rank(v);
+	if (r < 1 || hidden < 0)
+		return 0;
+	for (int i = 0; i < r; i++) {
+		const struct tpf_dim *d = &v->type.shape.dims[i];
+		if (d->param || d->value != (i == r - 1 ? hidden : 1))
+			return 0;
+	}
+	return 1;
+}
+
+/* The bias added to the reduced value: the sum's dtype, broadcast over the
+ * rows.  An addend of the reduced value's own shape is left to the shared
+ * pattern, which folds it into the residual. */
+static const char *check_bias(struct tpf_match *m, enum tpf_dtype t_sum, int64_t hidden)
+{
+	struct tpf_value *bias = tpf_match_value(m, "bias");
+	struct tpf_node *ar = tpf_match_node(m, "ar");
+	if (!bias)
+		return NULL;
+	if (!tpf_pattern_shapes_differ(bias, ar->outputs[0]))
+		return tpf_match_reason(m, "the addend '%s' has the reduced value's shape: a shared "
+		                           "output, not a bias",
+		                        bias->name);
+	enum tpf_dtype t_b = tpf_pattern_dtype(bias);
+	if (t_b != t_sum)
+		return tpf_match_reason(m, "the bias '%s' is %s, the sum %s", bias->name,
+		                        t_b == TPF_DTYPE_UNDEFINED ? "of unknown dtype" : tpf_dtype_name(t_b),
+		                        tpf_dtype_name(t_sum));
+	if (!covers_last_dim(bias, hidden))
+		return tpf_match_reason(m, "the addend '%s' is not a bias of the last dimension "
+		                           "(one value per element of it, broadcast over the rows)",
+		                        bias->name);
+	return NULL;
+}
+
+/* A LayerNormalization root: float statistics over the last axis, its
+ * Mean and InvStdDev outputs unused, B (beta) of gamma's dtype covering the
+ * last dimension. */
+static const char *check_layer_norm(struct tpf_match *m, enum tpf_dtype t_g, int64_t hidden)
+{
+	const struct tpf_node *norm = m->root;
+	if (norm->op != TPF_OP_LAYER_NORMALIZATION)
+		return NULL;
+	for (size_t i = 1; i < norm->n_outputs; i++)
+		if (norm->outputs[i] && tpf_value_use_count(norm->outputs[i]))
+			return "the norm's Mean or InvStdDev output is used";
+	int64_t stash = tpf_node_attr_int(norm, "stash_type", TPF_DTYPE_FLOAT);
+	if (stash != TPF_DTYPE_FLOAT)
+		return tpf_match_reason(m, "stash_type %lld: the fused norm computes in float",
+		                        (long long)stash);
+	const struct tpf_value *beta = norm->n_inputs > 2 ? norm->inputs[2] : NULL;
+	if (!beta)
+		return NULL;
+	if (tpf_pattern_dtype(beta) != t_g)
+		return tpf_match_reason(m, "beta '%s' and gamma have different dtypes", beta->name);
+	int64_t numel = -1;
+	if (beta->type.kind == TPF_TYPE_TENSOR && beta->type.shape.rank >= 0)
+		numel = tpf_shape_numel(&beta->type.shape);
+	if (hidden >= 0 && numel >= 0 && numel != hidden)
+		return tpf_match_reason(m, "beta '%s' has %lld elements, the last dimension %lld",
+		                        beta->name, (long long)numel, (long long)hidden);
 	return NULL;
 }
 
@@ -135,14 +218,15 @@ static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf
 			    residual->name);
 	}
 	/* gamma covers the last dimension exactly */
-	int64_t hidden, numel = -1;
+	int64_t hidden = -1, numel = -1;
 	if (gamma->type.kind == TPF_TYPE_TENSOR && gamma->type.shape.rank >= 0)
 		numel = tpf_shape_numel(&gamma->type.shape);
 	if ((tpf_pattern_last_dim(x, &hidden) || tpf_pattern_last_dim(a, &hidden)) && numel >= 0 &&
 	    numel != hidden)
 		return tpf_match_reason(m, "gamma '%s' has %lld elements, the last dimension %lld",
 		                        gamma->name, (long long)numel, (long long)hidden);
-	return NULL;
+	const char *why = check_bias(m, t_sum, hidden);
+	return why ? why : check_layer_norm(m, t_g, hidden);
 }
 
 static enum tpf_status copy_attr(struct tpf_node *dst, const struct tpf_node *src, const char *name)
@@ -157,7 +241,13 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	struct tpf_node *ar = tpf_match_node(m, "ar");
 	struct tpf_node *add = tpf_match_node(m, "add");
 	struct tpf_value *residual = tpf_match_value(m, "residual");
-	struct tpf_value *in[3] = {tpf_match_value(m, "a"), tpf_match_value(m, "gamma"), residual};
+	struct tpf_value *bias = tpf_match_value(m, "bias");
+	struct tpf_value *beta = norm->op == TPF_OP_LAYER_NORMALIZATION && norm->n_inputs > 2
+	                             ? norm->inputs[2]
+	                             : NULL;
+	struct tpf_value *in[5] = {tpf_match_value(m, "a"), tpf_match_value(m, "gamma"), residual, bias,
+	                           beta};
+	size_t n_in = beta ? 5 : bias ? 4 : residual ? 3 : 2;
 	/* the value other users keep reading: the sum, or the bare reduction */
 	struct tpf_value *sum = add ? add->outputs[0] : ar->outputs[0];
 	/* with the reduction widened into the residual's type, residual_out is
@@ -179,8 +269,9 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 		in[2] = sa->outputs[0];
 	}
 
-	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_ALLREDUCE_RMS_NORM, in,
-	                                         residual ? 3 : 2, need_sum ? 2 : 1, NULL);
+	enum tpf_op op = norm->op == TPF_OP_LAYER_NORMALIZATION ? TPF_OP_TPF_ALLREDUCE_LAYER_NORM
+	                                                         : TPF_OP_TPF_ALLREDUCE_RMS_NORM;
+	struct tpf_node *f = tpf_rewriter_create(rw, op, in, n_in, need_sum ? 2 : 1, NULL);
 	if (!f)
 		return TPF_ERR_NOMEM;
 	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset",
@@ -203,26 +294,6 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	return tpf_rewriter_erase_dead(rw, m);
 }
 
-static const struct tpf_pattern pat_residual = {
-	.name = "allreduce-residual-rmsnorm",
-	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
-			   TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,
-				      &(const struct tpf_pnode){
-					  .kind = TPF_PNODE_OP,
-					  .op = TPF_OP_MS_ALLREDUCE,
-					  .name = "ar",
-					  .flags = TPF_PNODE_OPT_CAST,
-					  .cast_name = "ar_cast",
-					  .operands = (const struct tpf_pnode *const[]){TPF_PAT_ANY("a"),
-											NULL},
-				      },
-				      TPF_PAT_ANY("residual")),
-			   TPF_PAT_ANY("gamma")),
-	.check = check_fusion,
-	.rewrite = rewrite_fusion,
-	.explain_min_nodes = 2,
-};
-
 /* The ar node of the residual patterns: an AllReduce, maybe widened by a
  * Cast ("ar_cast"). */
 #define AR_OPT_CAST                                                                                \
@@ -235,18 +306,40 @@ static const struct tpf_pattern pat_residual = {
 	    .operands = (const struct tpf_pnode *const[]){TPF_PAT_ANY("a"), NULL},                 \
 	})
 
-static const struct tpf_pattern pat_shared = {
-	.name = "allreduce-shared-residual-rmsnorm",
-	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
-			   TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,
-				      TPF_PAT_OP(ADD, "add_shared", TPF_PNODE_COMMUTE, NULL,
-						 AR_OPT_CAST, TPF_PAT_ANY("shared")),
-				      TPF_PAT_ANY("residual")),
-			   TPF_PAT_ANY("gamma")),
-	.check = check_fusion,
-	.rewrite = rewrite_fusion,
-	.explain_min_nodes = 4,
-};
+/* The fused patterns of one norm op: NORM(x, gamma) (LayerNormalization's
+ * B rides along as an extra input), x one of the sums below. */
+#define NORM_OF(NORM, x)                                                                           \
+	TPF_PAT_OP(NORM, "norm", TPF_PNODE_EXTRA_INPUTS, NULL, x, TPF_PAT_ANY("gamma"))
+/* the residual Add, whose sum other users may read (the next residual) */
+#define RESIDUAL_ADD(x)                                                                            \
+	TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL, x,                   \
+		   TPF_PAT_ANY("residual"))
+/* the reduced value plus another addend, named `what` */
+#define AR_PLUS(node, what) TPF_PAT_OP(ADD, node, TPF_PNODE_COMMUTE, NULL, AR_OPT_CAST, TPF_PAT_ANY(what))
+#define FUSION(nm, rt, min)                                                                        \
+	{.name = (nm), .root = (rt), .check = check_fusion, .rewrite = rewrite_fusion,             \
+	 .explain_min_nodes = (min)}
+
+#define NORM_PATTERNS(NORM, nm)                                                                    \
+	static const struct tpf_pattern pat_residual_##nm =                                        \
+	    FUSION("allreduce-residual-" #nm, NORM_OF(NORM, RESIDUAL_ADD(AR_OPT_CAST)), 2);        \
+	static const struct tpf_pattern pat_bias_residual_##nm = FUSION(                           \
+	    "allreduce-bias-residual-" #nm, NORM_OF(NORM, RESIDUAL_ADD(AR_PLUS("add_bias", "bias"))), 4); \
+	static const struct tpf_pattern pat_shared_##nm = FUSION(                                  \
+	    "allreduce-shared-residual-" #nm,                                                      \
+	    NORM_OF(NORM, RESIDUAL_ADD(AR_PLUS("add_shared", "shared"))), 4);                      \
+	static const struct tpf_pattern pat_bias_##nm = FUSION(                                    \
+	    "allreduce-bias-" #nm,                                                                 \
+	    NORM_OF(NORM, TPF_PAT_OP(ADD, "add", TPF_PNODE_COMMUTE | TPF_PNODE_MULTI_USE, NULL,    \
+				     AR_OPT_CAST, TPF_PAT_ANY("bias"))),                           \
+	    3);                                                                                    \
+	static const struct tpf_pattern pat_plain_##nm = FUSION(                                   \
+	    "allreduce-" #nm,                                                                      \
+	    NORM_OF(NORM, TPF_PAT_OP(MS_ALLREDUCE, "ar", TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("a"))), \
+	    2)
+
+NORM_PATTERNS(TPF_RMS_NORM, rmsnorm);
+NORM_PATTERNS(LAYER_NORMALIZATION, layernorm);
 
 /* Add(AllReduce(a), AllReduce(b)) => AllReduce(Add(a, b)): the shared
  * expert's reduction merged into the routed experts' (one exchange). */
@@ -302,22 +395,13 @@ static const struct tpf_pattern pat_merge = {
 	.explain_min_nodes = 3,
 };
 
-static const struct tpf_pattern pat_plain = {
-	.name = "allreduce-rmsnorm",
-	.root = TPF_PAT_OP(TPF_RMS_NORM, "norm", 0, NULL,
-			   TPF_PAT_OP(MS_ALLREDUCE, "ar", TPF_PNODE_MULTI_USE, NULL, TPF_PAT_ANY("a")),
-			   TPF_PAT_ANY("gamma")),
-	.check = check_fusion,
-	.rewrite = rewrite_fusion,
-	.explain_min_nodes = 2,
-};
-
 /* The pass's counters are these patterns' names. */
-static const struct tpf_pattern *const patterns[] = {&pat_residual, &pat_shared, &pat_plain,
-							&pat_merge, NULL};
+static const struct tpf_pattern *const patterns[] = {
+	&pat_residual_rmsnorm,   &pat_bias_residual_rmsnorm,   &pat_shared_rmsnorm,
+	&pat_bias_rmsnorm,       &pat_plain_rmsnorm,           &pat_merge,
+	&pat_residual_layernorm, &pat_bias_residual_layernorm, &pat_shared_layernorm,
+	&pat_bias_layernorm,     &pat_plain_layernorm,         NULL};
 
-/* Whether v reaches a norm the patterns root at: RMSNorm(v), RMSNorm(Add(v,
- * .)) or RMSNorm(Add(Add(v, shared), .)). */
 /* A norm spelling canonicalize-rmsnorm turns into the canonical one (left
  * as it was: its near-miss line says why). */
 static int is_norm_form(enum tpf_op op)
@@ -327,11 +411,19 @@ static int is_norm_form(enum tpf_op op)
 	       op == TPF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORMALIZATION;
 }
 
+/* The norms the patterns root at. */
+static int is_fused_norm(enum tpf_op op)
+{
+	return op == TPF_OP_TPF_RMS_NORM || op == TPF_OP_LAYER_NORMALIZATION;
+}
+
+/* Whether v reaches a norm the patterns root at, or a spelling of one:
+ * NORM(v), NORM(Add(v, .)) or NORM(Add(Add(v, shared or bias), .)). */
 static const struct tpf_node *norm_after_depth(const struct tpf_value *v, int adds)
 {
 	for (size_t i = 0; i < v->n_uses; i++) {
 		const struct tpf_node *u = v->uses[i].node;
-		if ((u->op == TPF_OP_TPF_RMS_NORM || is_norm_form(u->op)) && v->uses[i].index == 0)
+		if ((is_fused_norm(u->op) || is_norm_form(u->op)) && v->uses[i].index == 0)
 			return u;
 		if (adds > 0 && u->op == TPF_OP_ADD && u->n_outputs && u->outputs[0]) {
 			const struct tpf_node *n = norm_after_depth(u->outputs[0], adds - 1);
@@ -357,7 +449,7 @@ static int explain_norm(FILE *f, const char *pass, const struct tpf_node *n)
 
 	if (!norm)
 		return 0;
-	if (norm->op != TPF_OP_TPF_RMS_NORM)
+	if (!is_fused_norm(norm->op))
 		fprintf(f, "unfused: %s at %s: the norm %s after it is not canonical "
 			   "(canonicalize-rmsnorm's near-miss line says why)\n",
 			pass, tpf_node_describe(n, buf, sizeof(buf)),
@@ -375,7 +467,7 @@ static const struct tpf_unfused_explain unfused = {
 	.op = TPF_OP_MS_ALLREDUCE,
 	.value = "reduced",
 	.reader = "norm",
-	.wanted = "an RMSNorm or a residual Add into one",
+	.wanted = "an RMSNorm, a LayerNormalization or a residual Add into one",
 	.norm_line = explain_norm,
 };
 
@@ -390,7 +482,8 @@ static enum tpf_status run(struct tpf_model *m, struct tpf_pass_context *ctx, in
 
 const struct tpf_pass tpf_pass_fuse_allreduce_rmsnorm = {
 	.name = PASS_NAME,
-	.summary = "AllReduce [+ residual Add] + RMSNorm into ai.tpfuse.AllReduceRMSNorm",
+	.summary = "AllReduce [+ bias] [+ residual Add] + RMSNorm or LayerNormalization into "
+	           "ai.tpfuse.AllReduceRMSNorm or AllReduceLayerNorm",
 	.run = run,
 	.patterns = patterns,
 };

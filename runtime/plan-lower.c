@@ -434,6 +434,7 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 		return add_kernel_step(p, b, n, TPF_PHASE_GATHER_REORDER, &tmp, 1, outs, 1, d);
 	}
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM:
+	case TPF_OP_TPF_ALLREDUCE_LAYER_NORM:
 	case TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT: {
 		/* copied: add_temp may move the values array */
 		struct tpf_ktensor xt = p->values[ins[0]].t;

@@ -7,7 +7,9 @@
  * to an op record or a CPU kernel that breaks them fails here without a GPU.
  * Cases: ai.tpfuse.SigmoidGateAdd (gate [B,S,1], same shape, [R,1] with
  * H = 6), ai.tpfuse.RMSNorm (X, gamma) with weight_offset, the residual
- * form of that kernel body (AllReduceRMSNorm's post-reduce phase), and
+ * form of that kernel body (AllReduceRMSNorm's post-reduce phase), the
+ * post-reduce phases with a bias and of AllReduceLayerNorm against the
+ * unfused kernels (bit for bit), and
  * QuantizeLinear per tensor to FLOAT8E4M3FN (the zero point gives the
  * output's dtype) and AllReduceRMSNormQuant's "fp8-group" post-reduce
  * phase against the formula, in float, float16 and bfloat16.  The nodes are the forms
@@ -287,6 +289,48 @@ static void test_allreduce_rmsnorm_post_residual(void **state)
 	}
 }
 
+/* The post-reduce phases with a bias (AllReduceRMSNorm) and of
+ * AllReduceLayerNorm against the unfused kernels they stand for, bit for
+ * bit in every dtype: Add(x, bias) -> Add(., residual) -> RMSNormalization
+ * or LayerNormalization(., gamma, beta). */
+static void test_allreduce_norm_post_bias(void **state)
+{
+	(void)state;
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		for (int layer = 0; layer < 2; layer++) {
+			const char *op = layer ? "AllReduceLayerNorm" : "AllReduceRMSNorm";
+			size_t nin = layer ? 5 : 4;
+			struct tpf_node *f = node("ai.tpfuse", op, nin, 2);
+			tpf_node_set_attr_float(f, "epsilon", 1e-5f);
+			struct tpf_ktensor in[5] = {R(dt, 2, 4, 64), R(dt, 1, 64), R(dt, 2, 4, 64), R(dt, 1, 64),
+						    R(dt, 1, 64)};
+			struct tpf_ktensor out[2] = {T(dt, 2, 4, 64), T(dt, 2, 4, 64)};
+			const struct tpf_kernel *k = tpf_kernel_find(TPF_BACKEND_CPU, f->op, TPF_PHASE_POST_REDUCE, dt);
+			assert_non_null(k);
+			struct tpf_kernel_call cc = {.node = f, .opset = 23, .in = in, .n_in = nin, .out = out,
+						     .n_out = 2, .rank = 0, .world = 2, .diag = kernel_diag};
+			if (k->run(&cc)) {
+				tpf_diag_print(kernel_diag, stdout);
+				fail_msg("%s post-reduce [%s]: cpu kernel failed", op, tpf_dtype_name(dt));
+			}
+			struct tpf_ktensor b[1], sum[1], y[1];
+			run_cpu("Add bias", node("", "Add", 2, 1), (struct tpf_ktensor[]){in[0], in[3]}, 2, b, 1);
+			run_cpu("Add residual", node("", "Add", 2, 1), (struct tpf_ktensor[]){b[0], in[2]}, 2, sum, 1);
+			struct tpf_node *n = node("", layer ? "LayerNormalization" : "RMSNormalization", layer ? 3 : 2, 1);
+			tpf_node_set_attr_float(n, "epsilon", 1e-5f);
+			run_cpu("norm", n, (struct tpf_ktensor[]){sum[0], in[1], in[4]}, layer ? 3 : 2, y, 1);
+			if (memcmp(out[1].data, sum[0].data, sum[0].nbytes) || memcmp(out[0].data, y[0].data, y[0].nbytes))
+				fail_msg("%s post-reduce [%s]: not the unfused kernels' bits", op, tpf_dtype_name(dt));
+			free_tensors(b, 1);
+			free_tensors(sum, 1);
+			free_tensors(y, 1);
+			free_tensors(out, 2);
+			free_tensors(in, 5);
+		}
+	}
+}
+
 /* QuantizeLinear(x, scale, zero point of FLOAT8E4M3FN): saturating e4m3 codes */
 static void test_quantize_fp8(void **state)
 {
@@ -404,6 +448,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sigmoid_gate_add, kernel_setup, kernel_teardown),
 		cmocka_unit_test_setup_teardown(test_rmsnorm, kernel_setup, kernel_teardown),
 		cmocka_unit_test_setup_teardown(test_allreduce_rmsnorm_post_residual, kernel_setup, kernel_teardown),
+		cmocka_unit_test_setup_teardown(test_allreduce_norm_post_bias, kernel_setup, kernel_teardown),
 		cmocka_unit_test_setup_teardown(test_quantize_fp8, kernel_setup, kernel_teardown),
 		cmocka_unit_test_setup_teardown(test_fp8_group, kernel_setup, kernel_teardown),
 		cmocka_unit_test_setup_teardown(test_node_forms, kernel_setup, kernel_teardown),

@@ -205,12 +205,24 @@ static int allreduce_norm_checks(struct tpf_shape_call *c, size_t ri, int64_t *a
 	return r;
 }
 
+/* The optional norm weights after the residual of AllReduceRMSNorm and
+ * AllReduceLayerNorm, each over the normalized (last) dim: input 3, the
+ * bias added once to the reduced value, and AllReduceLayerNorm's beta. */
+static int allreduce_norm_weights(struct tpf_shape_call *c, int r, int64_t ax)
+{
+	for (size_t i = 3; r > 0 && i < c->n_in; i++)
+		if (check_gamma(c, 0, i, ax))
+			return -1;
+	return 0;
+}
+
 static void allreduce_rms_norm_shape(struct tpf_shape_call *c)
 {
 	int64_t ax;
 	size_t j;
 
-	if (allreduce_norm_checks(c, 2, &ax) < 0)
+	int r = allreduce_norm_checks(c, 2, &ax);
+	if (r < 0 || allreduce_norm_weights(c, r, ax))
 		return;
 	for (j = 0; j < c->n_out; j++)
 		op_type_shape_of(&c->out[j], op_in(c, 0));
@@ -237,10 +249,26 @@ static void allreduce_rms_norm_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_RMS_NORM = {
-	.info = {TPF_DOMAIN, "AllReduceRMSNorm", 2, 3, 1, 2},
+	.info = {TPF_DOMAIN, "AllReduceRMSNorm", 2, 4, 1, 2},
 	.since = 1,
 	.traits = TPF_OP_TRAIT_FUSED | TPF_OP_TRAIT_COLLECTIVE,
-	.inputs = {{"input", T}, {"gamma", G}, {"residual", S}},
+	.inputs = {{"input", T}, {"gamma", G}, {"residual", S}, {"bias", S}},
+	.outputs = {{"norm_out", V}, {"residual_out", S}},
+	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V"), [S] = FLOAT_TYPE("R"),
+		  [G] = FLOAT_TYPE("G")},
+	.attrs = norm_attrs,
+	.shape = allreduce_rms_norm_shape,
+};
+
+/* ------------------------------------------------------------------ AllReduceLayerNorm */
+
+/* AllReduceRMSNorm's operands and shapes, and beta (input 4, gamma's type)
+ * added after the scale; the mean is subtracted before the variance. */
+const struct tpf_op_def tpf_op_def_TPF_ALLREDUCE_LAYER_NORM = {
+	.info = {TPF_DOMAIN, "AllReduceLayerNorm", 2, 5, 1, 2},
+	.since = 1,
+	.traits = TPF_OP_TRAIT_FUSED | TPF_OP_TRAIT_COLLECTIVE,
+	.inputs = {{"input", T}, {"gamma", G}, {"residual", S}, {"bias", S}, {"beta", G}},
 	.outputs = {{"norm_out", V}, {"residual_out", S}},
 	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V"), [S] = FLOAT_TYPE("R"),
 		  [G] = FLOAT_TYPE("G")},

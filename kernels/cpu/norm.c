@@ -19,6 +19,7 @@ struct rms_job {
 	float eps;
 	float gamma_offset;
 	int center; /* LayerNormalization: subtract the mean */
+	int bias_first; /* the fused norms: (x + bias) + residual, each sum rounded */
 	const struct tpf_ktensor *beta;
 	struct tpf_ktensor *mean_out;
 	/* ShardedRMSNorm normalize: the sum of squares per row comes from here
@@ -37,6 +38,16 @@ static int gamma_fits(const struct tpf_ktensor *g, int64_t cols)
 	return g && g->numel > 0 && cols % g->numel == 0;
 }
 
+/* v rounded to the dtype the unfused graph keeps a sum of the reduced value
+ * in: the residual sum's, else x's. */
+static float sum_round(const struct rms_job *j, float v)
+{
+	uint8_t tmp[16] = {0};
+	enum tpf_dtype dt = j->sum ? j->sum->dtype : j->x->dtype;
+	tpf_elem_store(dt, tmp, 0, v, 1);
+	return (float)tpf_elem_load(dt, tmp, 0);
+}
+
 static enum tpf_status rms_run(const struct tpf_kernel_call *c, const struct rms_job *j)
 {
 	float *row = tpf_calloc(j->cols > 0 ? (size_t)j->cols : 1, sizeof(float));
@@ -47,7 +58,15 @@ static enum tpf_status rms_run(const struct tpf_kernel_call *c, const struct rms
 		int64_t base = r * j->cols;
 		for (int64_t k = 0; k < j->cols; k++) {
 			float v = (float)tpf_elem_load(j->x->dtype, j->x->data, base + k);
-			if (j->residual || j->bias) {
+			if (j->bias_first) {
+				v = sum_round(j, v + (float)tpf_elem_load(j->bias->dtype, j->bias->data,
+									   k % j->bias->numel));
+				if (j->residual)
+					v = sum_round(j, v + (float)tpf_elem_load(j->residual->dtype,
+										   j->residual->data, base + k));
+				if (j->sum)
+					tpf_elem_store(j->sum->dtype, j->sum->data, base + k, v, 1);
+			} else if (j->residual || j->bias) {
 				if (j->residual)
 					v += (float)tpf_elem_load(j->residual->dtype, j->residual->data,
 								  j->residual->numel == j->x->numel ? base + k : k);
@@ -208,17 +227,26 @@ TPF_CPU_KERNEL(tpf_cpu_layer_norm)
 }
 
 /* ai.tpfuse RMSNorm(x, gamma[, residual]) -> norm[, x + residual] and the
- * post-reduce phase of AllReduceRMSNorm, whose operand 0 is already summed. */
-static enum tpf_status tpf_norm_common(const struct tpf_kernel_call *c, int allreduce)
+ * post-reduce phase of AllReduceRMSNorm(x, gamma[, residual][, bias]) and
+ * AllReduceLayerNorm(x, gamma[, residual][, bias][, beta]), whose operand 0
+ * is already summed: the bias is added before the residual, as the
+ * unfused Add(Add(AllReduce(a), bias), residual) does. */
+static enum tpf_status tpf_norm_common(const struct tpf_kernel_call *c, int center)
 {
 	struct rms_job j = norm_job(c, 1);
 	j.residual = opt_in(c, 2);
+	j.bias = opt_in(c, 3);
+	j.bias_first = j.bias != NULL;
+	j.beta = opt_in(c, 4);
+	j.center = center;
 	j.sum = opt_out(c, 1);
 	struct tpf_norm_attrs na;
-	TPF_KTRY(norm_check(c, &j, &na, "axis out of range", "gamma does not match the normalized size"));
+	TPF_KTRY(norm_check(c, &j, &na, "axis out of range",
+			    "gamma or beta does not match the normalized size"));
 	if (j.residual && j.residual->numel != j.x->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "residual shape differs from x");
-	(void)allreduce;
+	if (j.bias && !gamma_fits(j.bias, j.cols))
+		return tpf_kfail(c, TPF_ERR_INVALID, "bias does not match the normalized size");
 	return rms_run(c, &j);
 }
 
@@ -228,6 +256,11 @@ TPF_CPU_KERNEL(tpf_cpu_tpf_rms_norm)
 }
 
 TPF_CPU_KERNEL(tpf_cpu_allreduce_rms_norm_post)
+{
+	return tpf_norm_common(c, 0);
+}
+
+TPF_CPU_KERNEL(tpf_cpu_allreduce_layer_norm_post)
 {
 	return tpf_norm_common(c, 1);
 }

@@ -33,6 +33,7 @@ struct RowJob {
 	int64_t rows, cols;
 	float eps, offset;
 	int center;
+	int bias_first; // the fused norms: (x + bias) + residual, each sum rounded
 	const float *ext; // sharded: reduced sums of squares
 	int64_t ext_stride, ext_col, full_cols;
 };
@@ -61,7 +62,14 @@ __device__ float block_reduce(float v, float *scratch)
 __device__ __forceinline__ float row_value(const RowJob &j, int64_t base, int64_t k, bool write_sum)
 {
 	float v = ld_f(j.dx, j.x, base + k);
-	if (j.residual || j.bias) {
+	if (j.bias_first) {
+		const int dt = j.sum ? j.dsum : j.dx;
+		v = round_through(dt, v + ld_f(j.dbias, j.bias, k % j.bias_numel));
+		if (j.residual)
+			v = round_through(dt, v + ld_f(j.dres, j.residual, base + k));
+		if (j.sum && write_sum)
+			st_f(j.dsum, j.sum, base + k, v);
+	} else if (j.residual || j.bias) {
 		if (j.residual)
 			v += ld_f(j.dres, j.residual, j.res_numel == j.rows * j.cols ? base + k : k % j.res_numel);
 		if (j.bias)
@@ -328,28 +336,44 @@ bool try_fast(const struct tpf_kernel_call *c, const struct tpf_ktensor *x, cons
 	return true;
 }
 
-enum tpf_status norm_common(const struct tpf_kernel_call *c)
+// RMSNorm(x, gamma[, residual]), and the post-reduce phase of
+// AllReduceRMSNorm(x, gamma[, residual][, bias]) and (center)
+// AllReduceLayerNorm(x, gamma[, residual][, bias][, beta]): the bias is
+// added before the residual, as the CPU kernel does.
+enum tpf_status norm_common(const struct tpf_kernel_call *c, int center)
 {
 	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1];
-	const struct tpf_ktensor *res = opt_in(c, 2);
+	const struct tpf_ktensor *res = opt_in(c, 2), *bias = opt_in(c, 3), *beta = opt_in(c, 4);
 	struct tpf_ktensor *y = &c->out[0], *sum = opt_out(c, 1);
 	struct tpf_norm_attrs na;
 	if (tpf_norm_attrs(c, x, &na))
 		return tpf_kfail(c, TPF_ERR_INVALID, "axis out of range");
 	int64_t rows = na.rows, cols = na.cols;
 	float eps = na.epsilon, offset = na.weight_offset;
-	if (!fits(gamma, cols))
-		return tpf_kfail(c, TPF_ERR_INVALID, "gamma does not match the normalized size");
+	if (!fits(gamma, cols) || (beta && !fits(beta, cols)) || (bias && !fits(bias, cols)))
+		return tpf_kfail(c, TPF_ERR_INVALID, "gamma, beta or bias does not match the normalized size");
 	if (res && res->numel != x->numel)
 		return tpf_kfail(c, TPF_ERR_INVALID, "residual shape differs from x");
 	if (!all_float(c))
 		return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda", tpf_dtype_name(x->dtype));
 	enum tpf_status st;
-	if (try_fast(c, x, gamma, res, y, sum, rows, cols, eps, offset, &st))
+	if (!center && !bias && try_fast(c, x, gamma, res, y, sum, rows, cols, eps, offset, &st))
 		return st;
 	RowJob j = job_norm(x, gamma, res, y, sum);
 	job_rows(&j, rows, cols, eps, NULL);
 	j.offset = offset;
+	j.center = center;
+	if (bias) {
+		j.bias = bias->data;
+		j.dbias = bias->dtype;
+		j.bias_numel = bias->numel;
+		j.bias_first = 1;
+	}
+	if (beta) {
+		j.beta = beta->data;
+		j.dbeta = beta->dtype;
+		j.beta_numel = beta->numel;
+	}
 	return launch_rows(c, j);
 }
 
@@ -443,12 +467,17 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_layer_norm)
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_tpf_rms_norm)
 {
-	return norm_common(c);
+	return norm_common(c, 0);
 }
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_rms_norm_post)
 {
-	return norm_common(c);
+	return norm_common(c, 0);
+}
+
+extern "C" TPF_CUDA_KERNEL(tpf_cu_allreduce_layer_norm_post)
+{
+	return norm_common(c, 1);
 }
 
 // in: a (reduced), gamma, scale, [residual]; out: y (quantized), [sum],
@@ -784,6 +813,10 @@ extern "C" enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, 
 {
 	bool quant = c->node->op == TPF_OP_TPF_ALLREDUCE_RMS_NORM_QUANT;
 	if (c->n_in < (quant ? 3u : 2u) || c->n_out < 1)
+		return decline();
+	// AllReduceLayerNorm and a bias after the reduction run through the
+	// communicator and the post-reduce kernel
+	if (c->node->op == TPF_OP_TPF_ALLREDUCE_LAYER_NORM || (!quant && opt_in(c, 3)))
 		return decline();
 	const struct tpf_ktensor *x = &c->in[0], *gamma = &c->in[1], *res = opt_in(c, quant ? 3 : 2);
 	enum tpf_dtype dt = x->dtype;

@@ -180,9 +180,10 @@ struct tpf_cuda_oneshot_need {
 	size_t elems;
 	int64_t hidden; /* the row width (elems / hidden: the tokens) */
 };
-/* AllReduceRMSNorm, AllReduceRMSNormQuant (fp8, one known scale): `post`
- * is the post-reduce call, `partial` this rank's unreduced input (the shape
- * of post->in[0]).  Context of the input's dtype. */
+/* AllReduceRMSNorm without a bias, AllReduceRMSNormQuant (fp8, one known
+ * scale): `post` is the post-reduce call, `partial` this rank's unreduced
+ * input (the shape of post->in[0]).  Context of the input's dtype.
+ * AllReduceLayerNorm and a bias are declined. */
 enum tpf_status tpf_cuda_oneshot_arnorm(struct tpf_cuda_arnorm *ctx, const struct tpf_kernel_call *post,
 					const void *partial, enum tpf_cuda_ar_path path,
 					struct tpf_cuda_oneshot_need *need);

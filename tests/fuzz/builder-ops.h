@@ -123,6 +123,7 @@ static const struct builder_op builder_ops[] = {
 	/* 100 */ {"ai.tpfuse", "GatedMatMul"},
 	/* 101 */ {"", "TensorScatter"},
 	/* 102 */ {"", "Einsum"},
+	/* 103 */ {"ai.tpfuse", "AllReduceLayerNorm"},
 };
 #define N_BUILDER_OPS (sizeof(builder_ops) / sizeof(builder_ops[0]))
 

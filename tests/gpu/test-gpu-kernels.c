@@ -989,6 +989,32 @@ static void norms(void)
 		check("AllReduceRMSNorm post-reduce", ar, TPF_PHASE_POST_REDUCE, r1, 3, (struct tpf_ktensor[]){r1[0], r1[0]}, 2,
 		      2);
 		free_tensors(r1, 3);
+		/* a bias after the reduction (input 3), added before the residual:
+		 * the generic row kernel */
+		struct tpf_node *ab = node("ai.tpfuse", "AllReduceRMSNorm", 4, 2);
+		struct tpf_ktensor b1[4] = {R(dt, 2, 3, 128), R(dt, 1, 128), R(dt, 2, 3, 128), R(dt, 1, 128)};
+		check("AllReduceRMSNorm post-reduce bias, residual", ab, TPF_PHASE_POST_REDUCE, b1, 4,
+		      (struct tpf_ktensor[]){b1[0], b1[0]}, 2, 2);
+		check("AllReduceRMSNorm post-reduce bias, no residual", ab, TPF_PHASE_POST_REDUCE,
+		      (struct tpf_ktensor[]){b1[0], b1[1], omitted(), b1[3]}, 4,
+		      (struct tpf_ktensor[]){b1[0], b1[0]}, 2, 2);
+		free_tensors(b1, 4);
+		/* AllReduceLayerNorm(x, gamma[, residual][, bias][, beta]) */
+		struct tpf_node *al = node("ai.tpfuse", "AllReduceLayerNorm", 5, 2);
+		tpf_node_set_attr_float(al, "epsilon", 1e-5f);
+		struct tpf_ktensor l2[5] = {R(dt, 2, 3, 128), R(dt, 1, 128), R(dt, 2, 3, 128), R(dt, 1, 128),
+					    R(dt, 1, 128)};
+		check("AllReduceLayerNorm post-reduce residual, bias, beta", al, TPF_PHASE_POST_REDUCE, l2, 5,
+		      (struct tpf_ktensor[]){l2[0], l2[0]}, 2, 2);
+		check("AllReduceLayerNorm post-reduce residual, beta", al, TPF_PHASE_POST_REDUCE,
+		      (struct tpf_ktensor[]){l2[0], l2[1], l2[2], omitted(), l2[4]}, 5,
+		      (struct tpf_ktensor[]){l2[0], l2[0]}, 2, 2);
+		free_tensors(l2, 5);
+		struct tpf_node *ap = node("ai.tpfuse", "AllReduceLayerNorm", 2, 1);
+		struct tpf_ktensor l3[2] = {R(dt, 2, 5, 40), R(dt, 1, 40)};
+		check("AllReduceLayerNorm post-reduce plain, hidden 40", ap, TPF_PHASE_POST_REDUCE, l3, 2,
+		      (struct tpf_ktensor[]){l3[0]}, 1, 2);
+		free_tensors(l3, 2);
 		struct tpf_node *aq = node("ai.tpfuse", "AllReduceRMSNormQuant", 4, 4);
 		struct tpf_ktensor q1[4] = {R(dt, 2, 3, 128), R(dt, 1, 128), scalar_f(TPF_DTYPE_FLOAT, 0.02), R(dt, 2, 3, 128)};
 		struct tpf_ktensor qo[4] = {T(TPF_DTYPE_FLOAT8E4M3FN, 2, 3, 128), q1[0], omitted(), q1[0]};
