@@ -250,26 +250,47 @@ static void reason(struct tpf_shard *sh, const struct tpf_node *n, const char *f
 	sh->reasons[n->id] = tpf_strdup(buf);
 }
 
+/* Axis of `to` that holds axis `ax` of `from` when `to` is `from`
+ * reshaped (the dims before it and the dim itself kept), or -1. */
+static int reshaped_axis(const struct sh_fact *from, int ax, const struct sh_fact *to)
+{
+	int64_t pre = 1, p2 = 1;
+	for (int i = 0; i < ax; i++)
+		pre *= from->dims[i];
+	for (int j = 0; j < to->rank; j++) {
+		if (p2 == pre && to->dims[j] == from->dims[ax])
+			return j;
+		p2 *= to->dims[j];
+	}
+	return -1;
+}
+
 /* Sections of a column split: the bounds of the Slices and Splits that
- * cut the MatMul's output (through a bias Add) along its last axis. */
+ * cut the MatMul's output along the split axis (its last, or the rows of
+ * an expert's weight on the left), through a bias Add (and, for an
+ * expert's product, a Squeeze, Unsqueeze or Reshape that keeps the axis). */
 static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh_sections *sec,
 			   char *why, size_t whysz)
 {
 	const struct tpf_value *y = mm->outputs[0];
 	const struct sh_fact *fy = sh_full(s, y);
 	int64_t N, bounds[64];
-	int nb = 0, r = fy->rank;
+	int nb = 0, r = fy->rank, ax = r - 1, side = 1;
+	int expert = !sh_matmul_weight(mm, NULL) && sh_expert_weight(mm, &side, NULL);
 
-	if (r < 1 || fy->dims[r - 1] <= 0) {
+	if (expert && !side)
+		ax = r - 2;
+	if (r < 1 || ax < 0 || fy->dims[ax] <= 0) {
 		snprintf(why, whysz, "its output size is unknown");
 		return -1;
 	}
-	N = fy->dims[r - 1];
-	for (int hop = 0; hop < 2; hop++) {
+	N = fy->dims[ax];
+	for (int hop = 0; hop < 3; hop++) {
 		const struct tpf_value *next = NULL;
+		int next_ax = ax;
 		for (size_t u = 0; u < y->n_uses; u++) {
 			const struct tpf_node *c = y->uses[u].node;
-			int ax;
+			int a2;
 			if (!c || y->uses[u].index != 0)
 				continue;
 			if (sh_op(c, TPF_OP_ADD) && !next && c->outputs[0] &&
@@ -277,15 +298,22 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 				next = c->outputs[0];
 				continue;
 			}
+			if (expert && (sh_op(c, TPF_OP_SQUEEZE) || sh_op(c, TPF_OP_UNSQUEEZE) || sh_op(c, TPF_OP_RESHAPE)) &&
+			    !next && c->outputs[0] && sh_full(s, y)->rank > ax &&
+			    (a2 = reshaped_axis(sh_full(s, y), ax, sh_full(s, c->outputs[0]))) >= 0) {
+				next = c->outputs[0];
+				next_ax = a2;
+				continue;
+			}
 			if (sh_op(c, TPF_OP_SLICE) && c->n_inputs >= 3) {
 				const struct sh_fact *a = c->n_inputs > 3 && c->inputs[3] ? sh_full(s, c->inputs[3]) : NULL;
 				const struct sh_fact *st = sh_full(s, c->inputs[1]), *en = sh_full(s, c->inputs[2]);
 				for (int i = 0; i < st->nvals && en->nvals == st->nvals && nb < 62; i++) {
 					int64_t f, cnt;
-					ax = a && a->nvals == st->nvals ? (int)a->vals[i] : i;
-					if (ax < 0)
-						ax += r;
-					if (ax != r - 1)
+					a2 = a && a->nvals == st->nvals ? (int)a->vals[i] : i;
+					if (a2 < 0)
+						a2 += r;
+					if (a2 != ax)
 						continue;
 					sh_slice_range(st->vals[i], en->vals[i], 1, N, &f, &cnt);
 					bounds[nb++] = f;
@@ -295,14 +323,14 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 				int64_t a = tpf_node_attr_int(c, "axis", 0), off = 0;
 				if (a < 0)
 					a += r;
-				if (a != r - 1)
+				if (a != ax)
 					continue;
 				for (size_t j = 0; j < c->n_outputs && nb < 63; j++) {
 					const struct sh_fact *fo = sh_full(s, c->outputs[j]);
-					if (fo->rank != r || fo->dims[r - 1] < 0)
+					if (fo->rank != r || fo->dims[ax] < 0)
 						break;
 					bounds[nb++] = off;
-					off += fo->dims[r - 1];
+					off += fo->dims[ax];
 					bounds[nb++] = off;
 				}
 			}
@@ -310,6 +338,8 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 		if (!next)
 			break;
 		y = next;
+		ax = next_ax;
+		r = sh_full(s, y)->rank;
 	}
 	/* sort, dedupe, build sections */
 	for (int i = 1; i < nb; i++)
@@ -389,8 +419,13 @@ static size_t total(const uint32_t *g, size_t n)
  * whose input is whole. */
 static int candidate(const struct shard *s, const struct sh_prop *com, const struct tpf_node *n)
 {
-	return n->id < s->n_nodes0 && is_mm(n) && sh_matmul_weight(n, NULL) &&
-	       com->sh[n->inputs[0]->id].kind == SH_R;
+	if (n->id >= s->n_nodes0 || !is_mm(n))
+		return 0;
+	if (sh_matmul_weight(n, NULL))
+		return com->sh[n->inputs[0]->id].kind == SH_R;
+	/* an expert's product: both operands whole */
+	return sh_expert_weight(n, NULL, NULL) && com->sh[n->inputs[0]->id].kind == SH_R &&
+	       com->sh[n->inputs[1]->id].kind == SH_R;
 }
 
 /* The undecided candidates that v is computed from (nearest first, at
@@ -626,7 +661,7 @@ static void explain(struct tpf_shard *sh, FILE *f)
 		const struct tpf_tensor *w;
 		char nb[256], ds[128], sb[128];
 		struct sh a;
-		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_matmul_weight(n, &base)))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_mm_weight(n, NULL, &base)))
 			continue;
 		(void)ds;
 		fprintf(f, "%s (weight %s): ", sh_node_name(n, nb, sizeof(nb)),
@@ -702,7 +737,7 @@ static void count_stats(struct tpf_shard *sh)
 {
 	struct shard *s = &sh->s;
 	for (struct tpf_node *n = s->g->first; n; n = n->next) {
-		if (n->id >= s->n_nodes0 || !is_mm(n) || !sh_matmul_weight(n, NULL))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !sh_mm_weight(n, NULL, NULL))
 			continue;
 		switch (s->decision[n->id]) {
 		case DEC_COLUMN:
@@ -834,11 +869,13 @@ enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_opt
 		struct tpf_value *base = NULL;
 		const struct tpf_tensor *w;
 		char ds[128], buf[600];
-		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_matmul_weight(n, &base)))
+		int side = 1;
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_mm_weight(n, &side, &base)))
 			continue;
 		shape_str(w, ds, sizeof(ds));
-		snprintf(buf, sizeof(buf), "'%s' %s", base->name, ds);
-		sh->full_n[n->id] = w->rank ? w->dims[w->rank - 1] : 0;
+		snprintf(buf, sizeof(buf), "'%s' %s%s", base->name, ds,
+			 sh_matmul_weight(n, NULL) ? "" : ", an expert's, picked by a Gather");
+		sh->full_n[n->id] = w->rank ? w->dims[w->rank - (side ? 1 : 2)] : 0;
 		if (!(sh->weights[n->id] = tpf_strdup(buf))) {
 			st = TPF_ERR_NOMEM;
 			goto fail;

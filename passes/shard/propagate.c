@@ -354,6 +354,8 @@ static int costly_slice(const struct sh_prop *p, const struct tpf_value *v)
 		const struct tpf_node *q = x->producer;
 		if (tpf_value_constant(x) || x->kind != TPF_VALUE_NODE_OUTPUT)
 			return 0;
+		if (q && sh_stacked_table(q, NULL, NULL))
+			return 0; /* an expert's rows of a stacked table: the table is sliced */
 		if (!q || !q->n_inputs || !(sh_op(q, TPF_OP_CAST) || sh_op(q, TPF_OP_IDENTITY) ||
 					     sh_op(q, TPF_OP_TRANSPOSE) || sh_op(q, TPF_OP_DEQUANTIZE_LINEAR)))
 			break;

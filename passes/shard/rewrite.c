@@ -369,6 +369,12 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 		if (r < 0)
 			return NULL;
 		baxis = pa && pa->n == (size_t)r ? (int)pa->ints[axis] : r - 1 - axis;
+	} else if (sh_op(p, TPF_OP_GATHER) || sh_op(p, TPF_OP_GATHER_ND)) {
+		/* whole rows of a stacked table (experts): the table is sliced */
+		int rows;
+		if (!sh_stacked_table(p, NULL, &rows) || axis < rows)
+			return NULL;
+		baxis = axis - rows + 1;
 	} else if (!sh_op(p, TPF_OP_IDENTITY) && !sh_op(p, TPF_OP_CAST) && !sh_op(p, TPF_OP_DEQUANTIZE_LINEAR)) {
 		return NULL;
 	}
