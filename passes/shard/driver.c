@@ -308,8 +308,11 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 			if (sh_op(c, TPF_OP_SLICE) && c->n_inputs >= 3) {
 				const struct sh_fact *a = c->n_inputs > 3 && c->inputs[3] ? sh_full(s, c->inputs[3]) : NULL;
 				const struct sh_fact *st = sh_full(s, c->inputs[1]), *en = sh_full(s, c->inputs[2]);
+				const struct sh_fact *sp = c->n_inputs > 4 && c->inputs[4] ? sh_full(s, c->inputs[4]) : NULL;
 				for (int i = 0; i < st->nvals && en->nvals == st->nvals && nb < 62; i++) {
 					int64_t f, cnt;
+					if (sp && sp->nvals == st->nvals && sp->vals[i] != 1)
+						continue; /* a strided slice reads every block alike */
 					a2 = a && a->nvals == st->nvals ? (int)a->vals[i] : i;
 					if (a2 < 0)
 						a2 += r;

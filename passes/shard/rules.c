@@ -515,8 +515,9 @@ const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_v
 }
 
 /* The stacked table a Gather (axis 0) or GatherND (batch_dims 0, one index
- * per row) picks whole rows of: a constant of rank 3 or more, seen through
- * Identity or Cast.  *rows gets the dims the indices put in front. */
+ * per row) picks whole rows of: a constant of rank 3 or more (experts'
+ * matrices), or of rank 2 picked by a 1-D index (experts' biases), seen
+ * through Identity or Cast.  *rows gets the dims the indices put in front. */
 const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_value **base, int *rows)
 {
 	const struct tpf_tensor *t = NULL;
@@ -537,7 +538,7 @@ const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_v
 			return NULL;
 		v = p->inputs[0];
 	}
-	if (!t || t->rank < 3 || g->inputs[1]->type.kind != TPF_TYPE_TENSOR ||
+	if (!t || t->rank < 2 || g->inputs[1]->type.kind != TPF_TYPE_TENSOR ||
 	    g->outputs[0]->type.kind != TPF_TYPE_TENSOR)
 		return NULL;
 	ri = g->inputs[1]->type.shape.rank;
@@ -547,7 +548,7 @@ const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_v
 			return NULL;
 		ri--;
 	}
-	if (g->outputs[0]->type.shape.rank != ri + t->rank - 1)
+	if (g->outputs[0]->type.shape.rank != ri + t->rank - 1 || (t->rank == 2 && ri != 1))
 		return NULL;
 	if (base)
 		*base = v;
@@ -569,7 +570,7 @@ const struct tpf_tensor *sh_expert_weight(const struct tpf_node *n, int *side, s
 	for (int i = 0; i < 2; i++) {
 		int rows;
 		t[i] = sh_stacked_table(n->inputs[i]->producer, &b[i], &rows);
-		if (t[i] && rows != 1)
+		if (t[i] && (rows != 1 || t[i]->rank < 3))
 			t[i] = NULL;
 	}
 	for (int i = 1; i >= 0; i--)

@@ -228,9 +228,10 @@ void sh_prop_free(struct sh_prop *p);
  * Cast, Identity or per-tensor DequantizeLinear of a constant), or NULL. */
 const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_value **base);
 
-/* The stacked [E, ...] table (rank 3 or more, a constant through Identity
- * or Cast) whose whole rows Gather g (axis 0) or GatherND g (batch_dims 0,
- * one index per row) picks; *rows: the dims its indices put in front. */
+/* The stacked [E, ...] table (a constant through Identity or Cast: of
+ * rank 3 or more, or of rank 2 under a 1-D index) whose whole rows Gather
+ * g (axis 0) or GatherND g (batch_dims 0, one index per row) picks;
+ * *rows: the dims its indices put in front. */
 const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_value **base, int *rows);
 /* An expert's weight: MatMul n's operand *side is one row per token that a
  * Gather picks out of a stacked table (the table), the other operand not. */
