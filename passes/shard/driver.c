@@ -386,7 +386,8 @@ static enum tpf_status prop_init(struct tpf_shard *sh, struct sh_prop *p, int fi
 	p->final = final;
 	p->sh = tpf_calloc(s->n_values0 + 1, sizeof(*p->sh));
 	p->region_done = tpf_calloc(s->n_regions + 1, 1);
-	if (!p->sh || !p->region_done)
+	p->reduced_at = tpf_calloc(s->n_values0 + 1, sizeof(*p->reduced_at));
+	if (!p->sh || !p->region_done || !p->reduced_at)
 		return TPF_ERR_NOMEM;
 	for (size_t i = 0; i < s->n_values0; i++)
 		p->sh[i] = (struct sh){SH_R, 0, 0};
@@ -401,6 +402,7 @@ static void trial_run(struct shard *s, struct sh_prop *com, struct sh_prop *tri,
 {
 	memcpy(tri->sh, com->sh, s->n_values0 * sizeof(*tri->sh));
 	memcpy(tri->region_done, com->region_done, s->n_regions);
+	memcpy(tri->reduced_at, com->reduced_at, s->n_values0 * sizeof(*tri->reduced_at));
 	memset(tri->taint, 0, s->n_values0);
 	memset(tri->taint_roots, 0, s->n_nodes0);
 	for (size_t i = 0; taint && i < ng; i++)
@@ -568,6 +570,7 @@ static enum tpf_status decide(struct tpf_shard *sh)
 		}
 		memcpy(com.sh, tri.sh, s->n_values0 * sizeof(*com.sh));
 		memcpy(com.region_done, tri.region_done, s->n_regions);
+		memcpy(com.reduced_at, tri.reduced_at, s->n_values0 * sizeof(*com.reduced_at));
 		memcpy(gat_c, gat_t, npos * sizeof(*gat_c));
 		continue;
 undo:

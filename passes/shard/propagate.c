@@ -397,6 +397,8 @@ static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n,
 	c.gather_ok = sc->ok;
 	for (size_t i = 0; i < ni; i++) {
 		c.in[i] = in_sh(p, n->inputs[i]);
+		if (c.in[i].kind == SH_P && p->reduced_at[n->inputs[i]->id])
+			c.in[i] = SH_R_; /* an earlier reader reduces it: read that */
 		c.want[i] = c.in[i];
 		c.gather_ok[i] = 0;
 		if (p->taint && n->inputs[i] && n->inputs[i]->id < p->s->n_values0 &&
@@ -445,6 +447,9 @@ static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n,
 					 c.why[0] ? c.why : "it needs its operand whole");
 			}
 		}
+		if (from.kind == SH_P && to.kind == SH_R && n->inputs[i]->id < p->s->n_values0 &&
+		    !p->reduced_at[n->inputs[i]->id])
+			p->reduced_at[n->inputs[i]->id] = p->s->order[n->id] + 1;
 		record_conv(p, CONV_INPUT, n, (int)i, from, to);
 	}
 	if (c.hard) {
@@ -500,6 +505,9 @@ void sh_prop_run(struct sh_prop *p, uint32_t from, uint32_t *gather_at)
 	for (size_t i = 0; i < s->n_regions; i++)
 		if (s->order[s->regions[i].first->id] >= from)
 			p->region_done[i] = 0;
+	for (size_t i = 0; i < s->n_values0; i++)
+		if (p->reduced_at[i] > from)
+			p->reduced_at[i] = 0;
 	for (n = s->g->first; n; n = n->next, pos++) {
 		size_t g = 0;
 		if (pos < from || n->id >= s->n_nodes0)
@@ -528,7 +536,8 @@ void sh_prop_free(struct sh_prop *p)
 {
 	if (!p)
 		return;
-	void *arrays[] = {p->notes, p->sh, p->taint, p->taint_roots, p->convs, p->edits, p->region_done};
+	void *arrays[] = {p->notes, p->sh, p->taint, p->taint_roots, p->convs, p->edits, p->region_done,
+			  p->reduced_at};
 	for (size_t i = 0; i < p->n_notes; i++)
 		tpf_free(p->notes[i].text);
 	for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)

@@ -192,6 +192,9 @@ struct sh_prop {
 	struct sh_note *notes;
 	size_t n_notes, cap_notes;
 	uint8_t *region_done; /* by region index */
+	/* by value id: 1 + the position of the node that reads a partial sum
+	 * whole (its AllReduce), 0 when none; later readers read it reduced */
+	uint32_t *reduced_at;
 	int nomem;
 };
 
