@@ -464,6 +464,23 @@ static size_t upstream_candidates(const struct shard *s, const struct sh_prop *c
 	return n;
 }
 
+/* Whether the trial's first row-parallel product reads a norm over the
+ * split axis (through Reshape, Cast or Identity): a low-rank latent
+ * (MLA's q_a_proj) whose up-projection would split by heads instead. */
+static const struct tpf_node *latent_norm(const struct shard *s, const struct sh_prop *tri)
+{
+	const struct tpf_value *a = tri->first_row ? tri->first_row->inputs[0] : NULL;
+
+	while (a && a->producer && a->producer->n_inputs &&
+	       (sh_op(a->producer, TPF_OP_RESHAPE) || sh_op(a->producer, TPF_OP_CAST) ||
+		sh_op(a->producer, TPF_OP_IDENTITY)))
+		a = a->producer->inputs[0];
+	for (size_t i = 0; a && i < s->n_regions; i++)
+		if (tri->region_done[i] == 2 && s->regions[i].out == a)
+			return a->producer;
+	return NULL;
+}
+
 static enum tpf_status decide(struct tpf_shard *sh)
 {
 	struct shard *s = &sh->s;
@@ -548,6 +565,12 @@ static enum tpf_status decide(struct tpf_shard *sh)
 			goto undo;
 		if (!ok) {
 			reason(sh, n, "splitting its output meets %s", tri.first_gather_why);
+			goto undo;
+		}
+		if (tri.rows_reached && ng == 1 && latent_norm(s, &tri)) {
+			reason(sh, n, "a latent: its split would reach row-parallel %s through a norm over "
+				   "the split axis; whole, its up-projection splits instead",
+			       sh_node_name(tri.first_row, nb, sizeof(nb)));
 			goto undo;
 		}
 		if (tri.rows_reached) {

@@ -345,7 +345,8 @@ static int region_step(struct sh_prop *p, struct tpf_node *n, size_t *gathers)
 }
 
 /* Slicing v is a cost when v is computed (not a constant, not a weight
- * behind a Cast or DequantizeLinear, not a graph input) and more than one
+ * behind a Cast or DequantizeLinear, not an expert's rows of a stacked
+ * table, not a ConstantOfShape fill, not a graph input) and more than one
  * op reads it. */
 static int costly_slice(const struct sh_prop *p, const struct tpf_value *v)
 {
@@ -356,6 +357,8 @@ static int costly_slice(const struct sh_prop *p, const struct tpf_value *v)
 			return 0;
 		if (q && sh_stacked_table(q, NULL, NULL))
 			return 0; /* an expert's rows of a stacked table: the table is sliced */
+		if (sh_op(q, TPF_OP_CONSTANT_OF_SHAPE))
+			return 0; /* a fill (a buffer that ScatterND writes heads into) */
 		if (!q || !q->n_inputs || !(sh_op(q, TPF_OP_CAST) || sh_op(q, TPF_OP_IDENTITY) ||
 					     sh_op(q, TPF_OP_TRANSPOSE) || sh_op(q, TPF_OP_DEQUANTIZE_LINEAR)))
 			break;
