@@ -679,6 +679,56 @@ static void shape_str(const struct tpf_tensor *t, char *buf, size_t size)
 		snprintf(buf + k, size - (size_t)k, "]");
 }
 
+/* Whether initializer v is the weight of a MatMul or Gemm that has a
+ * line of its own. */
+static int has_line(const struct tpf_shard *sh, const struct tpf_value *v)
+{
+	size_t len = strlen(v->name);
+	for (size_t i = 0; i < sh->s.n_nodes0; i++)
+		if (sh->weights[i] && sh->weights[i][0] == '\'' &&
+		    !strncmp(sh->weights[i] + 1, v->name, len) && sh->weights[i][len + 1] == '\'')
+			return 1;
+	return 0;
+}
+
+/* One line for every float weight (two elements or more) that every rank
+ * keeps whole, with its first reader and why. */
+static void explain_whole(struct tpf_shard *sh, FILE *f)
+{
+	struct shard *s = &sh->s;
+
+	for (size_t i = 0; i < s->g->n_initializers; i++) {
+		struct tpf_value *v = s->g->initializers[i];
+		const struct tpf_tensor *t = v ? v->init : NULL;
+		struct tpf_node *r;
+		char nb[256], ds[128];
+		const char *why;
+		int arg;
+		const struct tpf_value *u = v;
+		if (!t || v->id >= s->n_values0 || !tpf_dtype_is_float(t->dtype) ||
+		    tpf_tensor_numel(t) < 2 || !v->n_uses || !(r = v->uses[0].node) || has_line(sh, v))
+			continue;
+		/* the reader behind an Identity or Cast */
+		for (int hop = 0; hop < 4 && (sh_op(r, TPF_OP_IDENTITY) || sh_op(r, TPF_OP_CAST)) &&
+				  r->outputs[0] && r->outputs[0]->n_uses; hop++) {
+			u = r->outputs[0];
+			r = u->uses[0].node;
+		}
+		if ((r->id < s->n_nodes0 && s->region_of[r->id] >= 0) ||
+		    tpf_node_shard_rule(r, &arg) == TPF_SHARD_RULE_NORM)
+			why = "a norm's weight (norms work on whole rows)";
+		else if ((sh_op(r, TPF_OP_GATHER) || sh_op(r, TPF_OP_GATHER_ND)) && u->uses[0].index == 0)
+			why = t->rank == 2 && !sh_stacked_table(r, NULL, NULL)
+				      ? "a lookup table (--vocab-parallel-embedding splits an embedding)"
+				      : "rows picked by a Gather whose products stay whole";
+		else
+			why = "its reader takes it whole";
+		shape_str(t, ds, sizeof(ds));
+		fprintf(f, "whole: '%s' %s, read by %s: %s\n", v->name, ds,
+			sh_node_name(r, nb, sizeof(nb)), why);
+	}
+}
+
 static void explain(struct tpf_shard *sh, FILE *f)
 {
 	struct shard *s = &sh->s;
@@ -736,6 +786,7 @@ static void explain(struct tpf_shard *sh, FILE *f)
 				   "(the sharded norm form)\n",
 				sh_node_name(s->regions[i].out->producer, nb, sizeof(nb)));
 		}
+	explain_whole(sh, f);
 	for (size_t i = 0; i < p->n_notes; i++)
 		if (strncmp(p->notes[i].text, "HARD ", 5))
 			fprintf(f, "fallback: %s: its split operand is gathered (replicated)\n", p->notes[i].text);

@@ -10,7 +10,8 @@ with each exporter that takes it, and written as
 
   tests/shard/arch/<family>-<exporter>/
     model.onnx            initializers inline, node metadata dropped
-    test_data_set_0/      input_0.pb (input_ids [2, 8]) and output_0.pb:
+    test_data_set_0/      input_N.pb (input_ids [2, 8], attention_mask of ones,
+                          when the export keeps it) and output_0.pb:
                           the logits onnxruntime computes for model.onnx
 
 Families: MoE (qwen3_moe, mixtral, olmoe, phimoe, gpt_oss, deepseek_v3)
@@ -69,8 +70,9 @@ class Logits:
 				super().__init__()
 				self.m = m
 
-			def forward(self, input_ids):
-				return self.m(input_ids=input_ids, use_cache=False).logits
+			def forward(self, input_ids, attention_mask):
+				return self.m(input_ids=input_ids, attention_mask=attention_mask,
+					      use_cache=False).logits
 		return W(model)
 
 
@@ -88,21 +90,23 @@ def build(family):
 def export(model, exporter, path):
 	import torch
 	ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(SEED))
+	mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
 	w = Logits(model)
 	with torch.no_grad():
 		if exporter == "torchscript":
-			torch.onnx.export(w, (ids,), path, dynamo=False, opset_version=18,
-					  input_names=["input_ids"], output_names=["logits"],
-					  dynamic_axes={"input_ids": {0: "batch", 1: "seq"}})
+			torch.onnx.export(w, (ids, mask), path, dynamo=False, opset_version=18,
+					  input_names=["input_ids", "attention_mask"], output_names=["logits"],
+					  dynamic_axes={k: {0: "batch", 1: "seq"}
+							for k in ("input_ids", "attention_mask")})
 		else:
 			b, s = torch.export.Dim("batch"), torch.export.Dim("seq", min=2)
-			torch.onnx.export(w, (ids,), path, dynamo=True, opset_version=18,
-					  input_names=["input_ids"], output_names=["logits"],
-					  dynamic_shapes={"input_ids": {0: b, 1: s}})
-	return ids.numpy()
+			torch.onnx.export(w, (ids, mask), path, dynamo=True, opset_version=18,
+					  input_names=["input_ids", "attention_mask"], output_names=["logits"],
+					  dynamic_shapes={"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}})
+	return ids.numpy(), mask.numpy()
 
 
-def finish(path, ids, folder):
+def finish(path, feeds, folder):
 	"""One file with every initializer inline, no node metadata; the
 	onnxruntime outputs as the test data."""
 	import onnx
@@ -118,11 +122,14 @@ def finish(path, ids, folder):
 	for f in os.listdir(os.path.dirname(path)):
 		if f.startswith(os.path.basename(path)):
 			os.remove(os.path.join(os.path.dirname(path), f))
-	got = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(None, {"input_ids": ids})
+	names = [i.name for i in m.graph.input]
+	got = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(
+		None, {k: v for k, v in zip(("input_ids", "attention_mask"), feeds) if k in names})
 	d = os.path.join(folder, "test_data_set_0")
 	os.makedirs(d, exist_ok=True)
-	with open(os.path.join(d, "input_0.pb"), "wb") as f:
-		f.write(numpy_helper.from_array(ids, "input_ids").SerializeToString())
+	for k, (name, v) in enumerate(x for x in zip(("input_ids", "attention_mask"), feeds) if x[0] in names):
+		with open(os.path.join(d, "input_%d.pb" % k), "wb") as f:
+			f.write(numpy_helper.from_array(v, name).SerializeToString())
 	with open(os.path.join(d, "output_0.pb"), "wb") as f:
 		f.write(numpy_helper.from_array(got[0], "logits").SerializeToString())
 
@@ -140,8 +147,8 @@ def main(argv=None):
 			os.makedirs(folder, exist_ok=True)
 			tmp = os.path.join(folder, "export.tmp.onnx")
 			try:
-				ids = export(build(fam), exp, tmp)
-				finish(tmp, ids, folder)
+				feeds = export(build(fam), exp, tmp)
+				finish(tmp, feeds, folder)
 				print("%s-%s: written" % (fam, exp))
 			except Exception as e:  # noqa: BLE001  (an exporter that refuses a family)
 				for f in os.listdir(folder):
