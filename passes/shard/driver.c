@@ -285,7 +285,7 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 		return -1;
 	}
 	N = fy->dims[ax];
-	for (int hop = 0; hop < 3; hop++) {
+	for (int hop = 0; hop < (expert ? 3 : 2); hop++) {
 		const struct tpf_value *next = NULL;
 		int next_ax = ax;
 		for (size_t u = 0; u < y->n_uses; u++) {

@@ -10,8 +10,8 @@ For every folder and world size W:
      (float initializers; the MoE families at W = 2: 0.6)
   3. the rank graphs have one AllReduce per row-parallel product (the
      summary line of --explain), never two on the inputs of one Add
-  4. mpirun -np W tpfuse run (the rank models) matches test_data_set_0's
-     outputs (onnxruntime on the single-device model)
+  4. mpirun -np W tpfuse run --optimize --verify (the rank models) matches
+     test_data_set_0's outputs (onnxruntime on the single-device model)
 
 Usage:
   arch_check.py --tpfuse build/cli/tpfuse [--models all|NAME,..] [--world-sizes 2,4]
@@ -104,7 +104,8 @@ def check(tpfuse, name, world, run_it, work):
 	if run_it:
 		res = os.path.join(out, "out{rank}")
 		r = run(["mpirun", "-np", str(world), tpfuse, "run", pattern, "--inputs",
-			 os.path.join(folder, "test_data_set_0"), "--outputs", res, "--quiet"])
+			 os.path.join(folder, "test_data_set_0"), "--optimize", "--verify", "--outputs", res,
+			 "--quiet"])
 		if r.returncode:
 			raise RuntimeError("mpirun failed: " + (r.stdout + r.stderr).strip()[-600:])
 		worst = 0.0
