@@ -359,8 +359,18 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 	struct tpf_value *base;
 	int baxis = axis;
 
-	if (t)
-		return sliced_constant(w, v, t, axis, sec);
+	if (t) {
+		/* one slice of a table however many Gathers read it */
+		int si = sh_sect_intern(w->s, sec);
+		struct sh key = {SH_S, (int8_t)axis, (uint16_t)(si > 0 ? si : 0)};
+		struct tpf_value *c = si >= 0 ? cache_get(w, v, key) : NULL;
+		if (c)
+			return c;
+		c = sliced_constant(w, v, t, axis, sec);
+		if (c && si >= 0)
+			cache_put(w, v, key, c);
+		return c;
+	}
 	if (!p || depth > 4 || !p->n_inputs || !p->inputs[0])
 		return NULL;
 	if (sh_op(p, TPF_OP_TRANSPOSE)) {

@@ -557,8 +557,10 @@ const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_v
 	return t;
 }
 
-/* An expert's weight: operand *side of MatMul n is the rows a Gather picks
- * out of a stacked [E, ...] table (sh_stacked_table), one matrix per row,
+/* An expert's weight: operand *side of MatMul n (through Transpose,
+ * Identity or Cast) is what a Gather picks out of a stacked [E, ...]
+ * table (sh_stacked_table) of matrices: one matrix a token (a 1-D index)
+ * or one expert's matrix (a scalar index, a loop over the experts traced);
  * the other operand is not. */
 const struct tpf_tensor *sh_expert_weight(const struct tpf_node *n, int *side, struct tpf_value **base)
 {
@@ -568,9 +570,14 @@ const struct tpf_tensor *sh_expert_weight(const struct tpf_node *n, int *side, s
 	if (!sh_op(n, TPF_OP_MATMUL) || n->n_inputs != 2 || !n->inputs[0] || !n->inputs[1])
 		return NULL;
 	for (int i = 0; i < 2; i++) {
+		const struct tpf_node *g = n->inputs[i]->producer;
 		int rows;
-		t[i] = sh_stacked_table(n->inputs[i]->producer, &b[i], &rows);
-		if (t[i] && (rows != 1 || t[i]->rank < 3))
+		for (int hop = 0; hop < 3 && g && g->n_inputs && g->inputs[0] &&
+				  (sh_op(g, TPF_OP_TRANSPOSE) || sh_op(g, TPF_OP_IDENTITY) || sh_op(g, TPF_OP_CAST));
+		     hop++)
+			g = g->inputs[0]->producer;
+		t[i] = sh_stacked_table(g, &b[i], &rows);
+		if (t[i] && (rows > 1 || t[i]->rank < 3))
 			t[i] = NULL;
 	}
 	for (int i = 1; i >= 0; i--)
