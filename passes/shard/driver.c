@@ -250,26 +250,47 @@ static void reason(struct tpf_shard *sh, const struct tpf_node *n, const char *f
 	sh->reasons[n->id] = tpf_strdup(buf);
 }
 
+/* Axis of `to` that holds axis `ax` of `from` when `to` is `from`
+ * reshaped (the dims before it and the dim itself kept), or -1. */
+static int reshaped_axis(const struct sh_fact *from, int ax, const struct sh_fact *to)
+{
+	int64_t pre = 1, p2 = 1;
+	for (int i = 0; i < ax; i++)
+		pre *= from->dims[i];
+	for (int j = 0; j < to->rank; j++) {
+		if (p2 == pre && to->dims[j] == from->dims[ax])
+			return j;
+		p2 *= to->dims[j];
+	}
+	return -1;
+}
+
 /* Sections of a column split: the bounds of the Slices and Splits that
- * cut the MatMul's output (through a bias Add) along its last axis. */
+ * cut the MatMul's output along the split axis (its last, or the rows of
+ * an expert's weight on the left), through a bias Add (and, for an
+ * expert's product, a Squeeze, Unsqueeze or Reshape that keeps the axis). */
 static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh_sections *sec,
 			   char *why, size_t whysz)
 {
 	const struct tpf_value *y = mm->outputs[0];
 	const struct sh_fact *fy = sh_full(s, y);
 	int64_t N, bounds[64];
-	int nb = 0, r = fy->rank;
+	int nb = 0, r = fy->rank, ax = r - 1, side = 1;
+	int expert = !sh_matmul_weight(mm, NULL) && sh_expert_weight(mm, &side, NULL);
 
-	if (r < 1 || fy->dims[r - 1] <= 0) {
+	if (expert && !side)
+		ax = r - 2;
+	if (r < 1 || ax < 0 || fy->dims[ax] <= 0) {
 		snprintf(why, whysz, "its output size is unknown");
 		return -1;
 	}
-	N = fy->dims[r - 1];
-	for (int hop = 0; hop < 2; hop++) {
+	N = fy->dims[ax];
+	for (int hop = 0; hop < (expert ? 3 : 2); hop++) {
 		const struct tpf_value *next = NULL;
+		int next_ax = ax;
 		for (size_t u = 0; u < y->n_uses; u++) {
 			const struct tpf_node *c = y->uses[u].node;
-			int ax;
+			int a2;
 			if (!c || y->uses[u].index != 0)
 				continue;
 			if (sh_op(c, TPF_OP_ADD) && !next && c->outputs[0] &&
@@ -277,15 +298,25 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 				next = c->outputs[0];
 				continue;
 			}
+			if (expert && (sh_op(c, TPF_OP_SQUEEZE) || sh_op(c, TPF_OP_UNSQUEEZE) || sh_op(c, TPF_OP_RESHAPE)) &&
+			    !next && c->outputs[0] && sh_full(s, y)->rank > ax &&
+			    (a2 = reshaped_axis(sh_full(s, y), ax, sh_full(s, c->outputs[0]))) >= 0) {
+				next = c->outputs[0];
+				next_ax = a2;
+				continue;
+			}
 			if (sh_op(c, TPF_OP_SLICE) && c->n_inputs >= 3) {
 				const struct sh_fact *a = c->n_inputs > 3 && c->inputs[3] ? sh_full(s, c->inputs[3]) : NULL;
 				const struct sh_fact *st = sh_full(s, c->inputs[1]), *en = sh_full(s, c->inputs[2]);
+				const struct sh_fact *sp = c->n_inputs > 4 && c->inputs[4] ? sh_full(s, c->inputs[4]) : NULL;
 				for (int i = 0; i < st->nvals && en->nvals == st->nvals && nb < 62; i++) {
 					int64_t f, cnt;
-					ax = a && a->nvals == st->nvals ? (int)a->vals[i] : i;
-					if (ax < 0)
-						ax += r;
-					if (ax != r - 1)
+					if (sp && sp->nvals == st->nvals && sp->vals[i] != 1)
+						continue; /* a strided slice reads every block alike */
+					a2 = a && a->nvals == st->nvals ? (int)a->vals[i] : i;
+					if (a2 < 0)
+						a2 += r;
+					if (a2 != ax)
 						continue;
 					sh_slice_range(st->vals[i], en->vals[i], 1, N, &f, &cnt);
 					bounds[nb++] = f;
@@ -295,14 +326,14 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 				int64_t a = tpf_node_attr_int(c, "axis", 0), off = 0;
 				if (a < 0)
 					a += r;
-				if (a != r - 1)
+				if (a != ax)
 					continue;
 				for (size_t j = 0; j < c->n_outputs && nb < 63; j++) {
 					const struct sh_fact *fo = sh_full(s, c->outputs[j]);
-					if (fo->rank != r || fo->dims[r - 1] < 0)
+					if (fo->rank != r || fo->dims[ax] < 0)
 						break;
 					bounds[nb++] = off;
-					off += fo->dims[r - 1];
+					off += fo->dims[ax];
 					bounds[nb++] = off;
 				}
 			}
@@ -310,6 +341,8 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 		if (!next)
 			break;
 		y = next;
+		ax = next_ax;
+		r = sh_full(s, y)->rank;
 	}
 	/* sort, dedupe, build sections */
 	for (int i = 1; i < nb; i++)
@@ -353,7 +386,8 @@ static enum tpf_status prop_init(struct tpf_shard *sh, struct sh_prop *p, int fi
 	p->final = final;
 	p->sh = tpf_calloc(s->n_values0 + 1, sizeof(*p->sh));
 	p->region_done = tpf_calloc(s->n_regions + 1, 1);
-	if (!p->sh || !p->region_done)
+	p->reduced_at = tpf_calloc(s->n_values0 + 1, sizeof(*p->reduced_at));
+	if (!p->sh || !p->region_done || !p->reduced_at)
 		return TPF_ERR_NOMEM;
 	for (size_t i = 0; i < s->n_values0; i++)
 		p->sh[i] = (struct sh){SH_R, 0, 0};
@@ -368,6 +402,7 @@ static void trial_run(struct shard *s, struct sh_prop *com, struct sh_prop *tri,
 {
 	memcpy(tri->sh, com->sh, s->n_values0 * sizeof(*tri->sh));
 	memcpy(tri->region_done, com->region_done, s->n_regions);
+	memcpy(tri->reduced_at, com->reduced_at, s->n_values0 * sizeof(*tri->reduced_at));
 	memset(tri->taint, 0, s->n_values0);
 	memset(tri->taint_roots, 0, s->n_nodes0);
 	for (size_t i = 0; taint && i < ng; i++)
@@ -389,8 +424,13 @@ static size_t total(const uint32_t *g, size_t n)
  * whose input is whole. */
 static int candidate(const struct shard *s, const struct sh_prop *com, const struct tpf_node *n)
 {
-	return n->id < s->n_nodes0 && is_mm(n) && sh_matmul_weight(n, NULL) &&
-	       com->sh[n->inputs[0]->id].kind == SH_R;
+	if (n->id >= s->n_nodes0 || !is_mm(n))
+		return 0;
+	if (sh_matmul_weight(n, NULL))
+		return com->sh[n->inputs[0]->id].kind == SH_R;
+	/* an expert's product: both operands whole */
+	return sh_expert_weight(n, NULL, NULL) && com->sh[n->inputs[0]->id].kind == SH_R &&
+	       com->sh[n->inputs[1]->id].kind == SH_R;
 }
 
 /* The undecided candidates that v is computed from (nearest first, at
@@ -422,6 +462,23 @@ static size_t upstream_candidates(const struct shard *s, const struct sh_prop *c
 				stack[sp++] = p->inputs[i];
 	}
 	return n;
+}
+
+/* Whether the trial's first row-parallel product reads a norm over the
+ * split axis (through Reshape, Cast or Identity): a low-rank latent
+ * (MLA's q_a_proj) whose up-projection would split by heads instead. */
+static const struct tpf_node *latent_norm(const struct shard *s, const struct sh_prop *tri)
+{
+	const struct tpf_value *a = tri->first_row ? tri->first_row->inputs[0] : NULL;
+
+	while (a && a->producer && a->producer->n_inputs &&
+	       (sh_op(a->producer, TPF_OP_RESHAPE) || sh_op(a->producer, TPF_OP_CAST) ||
+		sh_op(a->producer, TPF_OP_IDENTITY)))
+		a = a->producer->inputs[0];
+	for (size_t i = 0; a && i < s->n_regions; i++)
+		if (tri->region_done[i] == 2 && s->regions[i].out == a)
+			return a->producer;
+	return NULL;
 }
 
 static enum tpf_status decide(struct tpf_shard *sh)
@@ -510,6 +567,12 @@ static enum tpf_status decide(struct tpf_shard *sh)
 			reason(sh, n, "splitting its output meets %s", tri.first_gather_why);
 			goto undo;
 		}
+		if (tri.rows_reached && ng == 1 && latent_norm(s, &tri)) {
+			reason(sh, n, "a latent: its split would reach row-parallel %s through a norm over "
+				   "the split axis; whole, its up-projection splits instead",
+			       sh_node_name(tri.first_row, nb, sizeof(nb)));
+			goto undo;
+		}
 		if (tri.rows_reached) {
 			snprintf(why, sizeof(why), "its split reaches row-parallel %s",
 				 sh_node_name(tri.first_row, nb, sizeof(nb)));
@@ -530,6 +593,7 @@ static enum tpf_status decide(struct tpf_shard *sh)
 		}
 		memcpy(com.sh, tri.sh, s->n_values0 * sizeof(*com.sh));
 		memcpy(com.region_done, tri.region_done, s->n_regions);
+		memcpy(com.reduced_at, tri.reduced_at, s->n_values0 * sizeof(*com.reduced_at));
 		memcpy(gat_c, gat_t, npos * sizeof(*gat_c));
 		continue;
 undo:
@@ -615,6 +679,56 @@ static void shape_str(const struct tpf_tensor *t, char *buf, size_t size)
 		snprintf(buf + k, size - (size_t)k, "]");
 }
 
+/* Whether initializer v is the weight of a MatMul or Gemm that has a
+ * line of its own. */
+static int has_line(const struct tpf_shard *sh, const struct tpf_value *v)
+{
+	size_t len = strlen(v->name);
+	for (size_t i = 0; i < sh->s.n_nodes0; i++)
+		if (sh->weights[i] && sh->weights[i][0] == '\'' &&
+		    !strncmp(sh->weights[i] + 1, v->name, len) && sh->weights[i][len + 1] == '\'')
+			return 1;
+	return 0;
+}
+
+/* One line for every float weight (two elements or more) that every rank
+ * keeps whole, with its first reader and why. */
+static void explain_whole(struct tpf_shard *sh, FILE *f)
+{
+	struct shard *s = &sh->s;
+
+	for (size_t i = 0; i < s->g->n_initializers; i++) {
+		struct tpf_value *v = s->g->initializers[i];
+		const struct tpf_tensor *t = v ? v->init : NULL;
+		struct tpf_node *r;
+		char nb[256], ds[128];
+		const char *why;
+		int arg;
+		const struct tpf_value *u = v;
+		if (!t || v->id >= s->n_values0 || !tpf_dtype_is_float(t->dtype) ||
+		    tpf_tensor_numel(t) < 2 || !v->n_uses || !(r = v->uses[0].node) || has_line(sh, v))
+			continue;
+		/* the reader behind an Identity or Cast */
+		for (int hop = 0; hop < 4 && (sh_op(r, TPF_OP_IDENTITY) || sh_op(r, TPF_OP_CAST)) &&
+				  r->outputs[0] && r->outputs[0]->n_uses; hop++) {
+			u = r->outputs[0];
+			r = u->uses[0].node;
+		}
+		if ((r->id < s->n_nodes0 && s->region_of[r->id] >= 0) ||
+		    tpf_node_shard_rule(r, &arg) == TPF_SHARD_RULE_NORM)
+			why = "a norm's weight (norms work on whole rows)";
+		else if ((sh_op(r, TPF_OP_GATHER) || sh_op(r, TPF_OP_GATHER_ND)) && u->uses[0].index == 0)
+			why = t->rank == 2 && !sh_stacked_table(r, NULL, NULL)
+				      ? "a lookup table (--vocab-parallel-embedding splits an embedding)"
+				      : "rows picked by a Gather whose products stay whole";
+		else
+			why = "its reader takes it whole";
+		shape_str(t, ds, sizeof(ds));
+		fprintf(f, "whole: '%s' %s, read by %s: %s\n", v->name, ds,
+			sh_node_name(r, nb, sizeof(nb)), why);
+	}
+}
+
 static void explain(struct tpf_shard *sh, FILE *f)
 {
 	struct shard *s = &sh->s;
@@ -626,7 +740,7 @@ static void explain(struct tpf_shard *sh, FILE *f)
 		const struct tpf_tensor *w;
 		char nb[256], ds[128], sb[128];
 		struct sh a;
-		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_matmul_weight(n, &base)))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_mm_weight(n, NULL, &base)))
 			continue;
 		(void)ds;
 		fprintf(f, "%s (weight %s): ", sh_node_name(n, nb, sizeof(nb)),
@@ -672,6 +786,7 @@ static void explain(struct tpf_shard *sh, FILE *f)
 				   "(the sharded norm form)\n",
 				sh_node_name(s->regions[i].out->producer, nb, sizeof(nb)));
 		}
+	explain_whole(sh, f);
 	for (size_t i = 0; i < p->n_notes; i++)
 		if (strncmp(p->notes[i].text, "HARD ", 5))
 			fprintf(f, "fallback: %s: its split operand is gathered (replicated)\n", p->notes[i].text);
@@ -702,7 +817,7 @@ static void count_stats(struct tpf_shard *sh)
 {
 	struct shard *s = &sh->s;
 	for (struct tpf_node *n = s->g->first; n; n = n->next) {
-		if (n->id >= s->n_nodes0 || !is_mm(n) || !sh_matmul_weight(n, NULL))
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !sh_mm_weight(n, NULL, NULL))
 			continue;
 		switch (s->decision[n->id]) {
 		case DEC_COLUMN:
@@ -834,11 +949,13 @@ enum tpf_status tpf_shard_create(struct tpf_model *m, const struct tpf_shard_opt
 		struct tpf_value *base = NULL;
 		const struct tpf_tensor *w;
 		char ds[128], buf[600];
-		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_matmul_weight(n, &base)))
+		int side = 1;
+		if (n->id >= s->n_nodes0 || !is_mm(n) || !(w = sh_mm_weight(n, &side, &base)))
 			continue;
 		shape_str(w, ds, sizeof(ds));
-		snprintf(buf, sizeof(buf), "'%s' %s", base->name, ds);
-		sh->full_n[n->id] = w->rank ? w->dims[w->rank - 1] : 0;
+		snprintf(buf, sizeof(buf), "'%s' %s%s", base->name, ds,
+			 sh_matmul_weight(n, NULL) ? "" : ", an expert's, picked by a Gather");
+		sh->full_n[n->id] = w->rank ? w->dims[w->rank - (side ? 1 : 2)] : 0;
 		if (!(sh->weights[n->id] = tpf_strdup(buf))) {
 			st = TPF_ERR_NOMEM;
 			goto fail;

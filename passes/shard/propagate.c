@@ -345,7 +345,8 @@ static int region_step(struct sh_prop *p, struct tpf_node *n, size_t *gathers)
 }
 
 /* Slicing v is a cost when v is computed (not a constant, not a weight
- * behind a Cast or DequantizeLinear, not a graph input) and more than one
+ * behind a Cast or DequantizeLinear, not an expert's rows of a stacked
+ * table, not a ConstantOfShape fill, not a graph input) and more than one
  * op reads it. */
 static int costly_slice(const struct sh_prop *p, const struct tpf_value *v)
 {
@@ -354,6 +355,10 @@ static int costly_slice(const struct sh_prop *p, const struct tpf_value *v)
 		const struct tpf_node *q = x->producer;
 		if (tpf_value_constant(x) || x->kind != TPF_VALUE_NODE_OUTPUT)
 			return 0;
+		if (q && sh_stacked_table(q, NULL, NULL))
+			return 0; /* an expert's rows of a stacked table: the table is sliced */
+		if (sh_op(q, TPF_OP_CONSTANT_OF_SHAPE))
+			return 0; /* a fill (a buffer that ScatterND writes heads into) */
 		if (!q || !q->n_inputs || !(sh_op(q, TPF_OP_CAST) || sh_op(q, TPF_OP_IDENTITY) ||
 					     sh_op(q, TPF_OP_TRANSPOSE) || sh_op(q, TPF_OP_DEQUANTIZE_LINEAR)))
 			break;
@@ -395,6 +400,8 @@ static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n,
 	c.gather_ok = sc->ok;
 	for (size_t i = 0; i < ni; i++) {
 		c.in[i] = in_sh(p, n->inputs[i]);
+		if (c.in[i].kind == SH_P && p->reduced_at[n->inputs[i]->id])
+			c.in[i] = SH_R_; /* an earlier reader reduces it: read that */
 		c.want[i] = c.in[i];
 		c.gather_ok[i] = 0;
 		if (p->taint && n->inputs[i] && n->inputs[i]->id < p->s->n_values0 &&
@@ -443,6 +450,9 @@ static void prop_node(struct sh_prop *p, struct scratch *sc, struct tpf_node *n,
 					 c.why[0] ? c.why : "it needs its operand whole");
 			}
 		}
+		if (from.kind == SH_P && to.kind == SH_R && n->inputs[i]->id < p->s->n_values0 &&
+		    !p->reduced_at[n->inputs[i]->id])
+			p->reduced_at[n->inputs[i]->id] = p->s->order[n->id] + 1;
 		record_conv(p, CONV_INPUT, n, (int)i, from, to);
 	}
 	if (c.hard) {
@@ -498,6 +508,9 @@ void sh_prop_run(struct sh_prop *p, uint32_t from, uint32_t *gather_at)
 	for (size_t i = 0; i < s->n_regions; i++)
 		if (s->order[s->regions[i].first->id] >= from)
 			p->region_done[i] = 0;
+	for (size_t i = 0; i < s->n_values0; i++)
+		if (p->reduced_at[i] > from)
+			p->reduced_at[i] = 0;
 	for (n = s->g->first; n; n = n->next, pos++) {
 		size_t g = 0;
 		if (pos < from || n->id >= s->n_nodes0)
@@ -526,7 +539,8 @@ void sh_prop_free(struct sh_prop *p)
 {
 	if (!p)
 		return;
-	void *arrays[] = {p->notes, p->sh, p->taint, p->taint_roots, p->convs, p->edits, p->region_done};
+	void *arrays[] = {p->notes, p->sh, p->taint, p->taint_roots, p->convs, p->edits, p->region_done,
+			  p->reduced_at};
 	for (size_t i = 0; i < p->n_notes; i++)
 		tpf_free(p->notes[i].text);
 	for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)

@@ -359,8 +359,18 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 	struct tpf_value *base;
 	int baxis = axis;
 
-	if (t)
-		return sliced_constant(w, v, t, axis, sec);
+	if (t) {
+		/* one slice of a table however many Gathers read it */
+		int si = sh_sect_intern(w->s, sec);
+		struct sh key = {SH_S, (int8_t)axis, (uint16_t)(si > 0 ? si : 0)};
+		struct tpf_value *c = si >= 0 ? cache_get(w, v, key) : NULL;
+		if (c)
+			return c;
+		c = sliced_constant(w, v, t, axis, sec);
+		if (c && si >= 0)
+			cache_put(w, v, key, c);
+		return c;
+	}
 	if (!p || depth > 4 || !p->n_inputs || !p->inputs[0])
 		return NULL;
 	if (sh_op(p, TPF_OP_TRANSPOSE)) {
@@ -369,6 +379,12 @@ static struct tpf_value *slice_weight(struct rw *w, struct tpf_value *v, int axi
 		if (r < 0)
 			return NULL;
 		baxis = pa && pa->n == (size_t)r ? (int)pa->ints[axis] : r - 1 - axis;
+	} else if (sh_op(p, TPF_OP_GATHER) || sh_op(p, TPF_OP_GATHER_ND)) {
+		/* whole rows of a stacked table (experts): the table is sliced */
+		int rows;
+		if (!sh_stacked_table(p, NULL, &rows) || axis < rows)
+			return NULL;
+		baxis = axis - rows + 1;
 	} else if (!sh_op(p, TPF_OP_IDENTITY) && !sh_op(p, TPF_OP_CAST) && !sh_op(p, TPF_OP_DEQUANTIZE_LINEAR)) {
 		return NULL;
 	}

@@ -391,6 +391,17 @@ void sh_rule_slice(struct nctx *c)
 			const struct sh_sections *sec = sh_sect(c->s, c->in[0].sect);
 			struct sh_sections one = {.n = 1, .size = {F}}, sub = {0};
 			int i0 = -1, i1 = -1;
+			if (F > 0 && sp[sliced] > 1 && (!sec || sec->n == 1) && F / W % sp[sliced] == 0) {
+				/* every k-th element from an offset below k (interleaved
+				 * gate and up columns): the same slice of each block */
+				int64_t k = sp[sliced];
+				sh_slice_range(st[sliced], en[sliced], k, F, &first, &cnt);
+				sh_slice_range(lst[sliced], len[sliced], k, F / W, &lf, &lc);
+				if (first < k && cnt == F / k && lf == first && lc == F / W / k) {
+					c->out[0] = c->raw[0] = mk_s(a, 0);
+					return;
+				}
+			}
 			if (F < 0 || sp[sliced] != 1)
 				goto across;
 			if (!sec)

@@ -514,6 +514,98 @@ const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_v
 	return NULL;
 }
 
+/* The stacked table a Gather (axis 0) or GatherND (batch_dims 0, one index
+ * per row) picks whole rows of: a constant of rank 3 or more (experts'
+ * matrices), or of rank 2 picked by a 1-D index (experts' biases), seen
+ * through Identity or Cast.  *rows gets the dims the indices put in front. */
+const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_value **base, int *rows)
+{
+	const struct tpf_tensor *t = NULL;
+	struct tpf_value *v;
+	int ri;
+
+	if (!g || g->n_inputs != 2 || !g->inputs[0] || !g->inputs[1] || !g->outputs[0])
+		return NULL;
+	if (sh_op(g, TPF_OP_GATHER)) {
+		if (tpf_node_attr_int(g, "axis", 0) != 0)
+			return NULL;
+	} else if (!sh_op(g, TPF_OP_GATHER_ND) || tpf_node_attr_int(g, "batch_dims", 0) != 0) {
+		return NULL;
+	}
+	for (v = g->inputs[0]; v && !(t = tpf_value_constant(v));) {
+		const struct tpf_node *p = v->producer;
+		if (!p || !p->n_inputs || !(sh_op(p, TPF_OP_IDENTITY) || sh_op(p, TPF_OP_CAST)))
+			return NULL;
+		v = p->inputs[0];
+	}
+	if (!t || t->rank < 2 || g->inputs[1]->type.kind != TPF_TYPE_TENSOR ||
+	    g->outputs[0]->type.kind != TPF_TYPE_TENSOR)
+		return NULL;
+	ri = g->inputs[1]->type.shape.rank;
+	if (sh_op(g, TPF_OP_GATHER_ND)) {
+		const struct tpf_dim *last = ri > 0 ? &g->inputs[1]->type.shape.dims[ri - 1] : NULL;
+		if (!last || last->param || last->value != 1)
+			return NULL;
+		ri--;
+	}
+	if (g->outputs[0]->type.shape.rank != ri + t->rank - 1 || (t->rank == 2 && ri != 1))
+		return NULL;
+	if (base)
+		*base = v;
+	if (rows)
+		*rows = ri;
+	return t;
+}
+
+/* An expert's weight: operand *side of MatMul n (through Transpose,
+ * Identity or Cast) is what a Gather picks out of a stacked [E, ...]
+ * table (sh_stacked_table) of matrices: one matrix a token (a 1-D index)
+ * or one expert's matrix (a scalar index, a loop over the experts traced);
+ * the other operand is not. */
+const struct tpf_tensor *sh_expert_weight(const struct tpf_node *n, int *side, struct tpf_value **base)
+{
+	const struct tpf_tensor *t[2] = {NULL, NULL};
+	struct tpf_value *b[2] = {NULL, NULL};
+
+	if (!sh_op(n, TPF_OP_MATMUL) || n->n_inputs != 2 || !n->inputs[0] || !n->inputs[1])
+		return NULL;
+	for (int i = 0; i < 2; i++) {
+		const struct tpf_node *g = n->inputs[i]->producer;
+		int rows;
+		for (int hop = 0; hop < 3 && g && g->n_inputs && g->inputs[0] &&
+				  (sh_op(g, TPF_OP_TRANSPOSE) || sh_op(g, TPF_OP_IDENTITY) || sh_op(g, TPF_OP_CAST));
+		     hop++)
+			g = g->inputs[0]->producer;
+		t[i] = sh_stacked_table(g, &b[i], &rows);
+		if (t[i] && (rows > 1 || t[i]->rank < 3))
+			t[i] = NULL;
+	}
+	for (int i = 1; i >= 0; i--)
+		if (t[i] && !t[1 - i]) {
+			if (side)
+				*side = i;
+			if (base)
+				*base = b[i];
+			return t[i];
+		}
+	return NULL;
+}
+
+/* The weight a column split slices: a MatMul's or Gemm's constant B
+ * (side 1) or an expert's stacked table (either side). */
+const struct tpf_tensor *sh_mm_weight(const struct tpf_node *n, int *side, struct tpf_value **base)
+{
+	const struct tpf_tensor *t;
+	if (!sh_op(n, TPF_OP_MATMUL) && !sh_op(n, TPF_OP_GEMM))
+		return NULL;
+	if ((t = sh_matmul_weight(n, base))) {
+		if (side)
+			*side = 1;
+		return t;
+	}
+	return sh_expert_weight(n, side, base);
+}
+
 /* The output is partial sums over the contraction (SH_P); a product of
  * a tainted A counts as reaching the rows. */
 void sh_out_partial_rows(struct nctx *c, const struct tpf_value *A)
@@ -564,9 +656,15 @@ void sh_rule_matmul(struct nctx *c)
 	}
 	if (a.kind == SH_R && b.kind == SH_R) {
 		if (dec == DEC_COLUMN || dec == DEC_COLUMN_GATHER) {
-			int sect = c->s->dec_sect[c->n->id];
-			c->want[1] = mk_s(rb - 1, sect);
-			c->raw[0] = mk_s(ro - 1, sect);
+			int sect = c->s->dec_sect[c->n->id], side = 1;
+			/* an expert's [N, K] weight on the left: its rows */
+			if (!sh_matmul_weight(c->n, NULL) && sh_expert_weight(c->n, &side, NULL) && !side) {
+				c->want[0] = mk_s(ra - 2, sect);
+				c->raw[0] = mk_s(ro - 2, sect);
+			} else {
+				c->want[1] = mk_s(rb - 1, sect);
+				c->raw[0] = mk_s(ro - 1, sect);
+			}
 			c->out[0] = dec == DEC_COLUMN_GATHER ? SH_R_ : c->raw[0];
 			return;
 		}
@@ -627,6 +725,8 @@ void sh_rule_matmul(struct nctx *c)
 			return sh_all_whole(c);
 		}
 		c->want[0] = mk_s(ra - 1, b.sect);
+		if (sh_expert_weight(c->n, NULL, NULL))
+			return sh_out_partial_rows(c, B); /* an expert's down projection */
 		c->out[0] = c->raw[0] = SH_P_;
 		return;
 	}

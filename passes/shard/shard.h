@@ -192,6 +192,9 @@ struct sh_prop {
 	struct sh_note *notes;
 	size_t n_notes, cap_notes;
 	uint8_t *region_done; /* by region index */
+	/* by value id: 1 + the position of the node that reads a partial sum
+	 * whole (its AllReduce), 0 when none; later readers read it reduced */
+	uint32_t *reduced_at;
 	int nomem;
 };
 
@@ -227,6 +230,17 @@ void sh_prop_free(struct sh_prop *p);
 /* The weight of a MatMul: its constant B operand (through a Transpose,
  * Cast, Identity or per-tensor DequantizeLinear of a constant), or NULL. */
 const struct tpf_tensor *sh_matmul_weight(const struct tpf_node *n, struct tpf_value **base);
+
+/* The stacked [E, ...] table (a constant through Identity or Cast: of
+ * rank 3 or more, or of rank 2 under a 1-D index) whose whole rows Gather
+ * g (axis 0) or GatherND g (batch_dims 0, one index per row) picks;
+ * *rows: the dims its indices put in front. */
+const struct tpf_tensor *sh_stacked_table(const struct tpf_node *g, struct tpf_value **base, int *rows);
+/* An expert's weight: MatMul n's operand *side is one row per token that a
+ * Gather picks out of a stacked table (the table), the other operand not. */
+const struct tpf_tensor *sh_expert_weight(const struct tpf_node *n, int *side, struct tpf_value **base);
+/* sh_matmul_weight (side 1), else sh_expert_weight. */
+const struct tpf_tensor *sh_mm_weight(const struct tpf_node *n, int *side, struct tpf_value **base);
 
 /* Full dims of v (original graph); -1 entries unknown; rank -1 unknown. */
 const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v);
