@@ -11,7 +11,9 @@ For every folder and world size W:
      stay replicated); the only AllGather is
      the LM head's (norms over all heads excepted, MiniMax-M2's Q/K norms)
   2. mpirun -np W tpfuse generate on the rank models: the greedy tokens of
-     every case of reference_tokens.json, exactly
+     every case of reference_tokens.json, exactly, with the cache in place
+     (the default), and at the world sizes of step 3 the batch case with
+     the cache copied (--no-in-place)
   3. mpirun -np W tpfuse run on the rank models with the single-device
      test_data_set_1 (full caches, which each rank cuts to its part): the
      logits match the single-device expected outputs, each rank's presents
@@ -20,7 +22,7 @@ For every folder and world size W:
 
 Usage:
   kv_ranks_check.py --tpfuse build/cli/tpfuse [--mpirun mpirun]
-                    [--models llama-dynamo,qwen3-torchscript,...|all]
+                    [--models llama-dynamo,qwen3-torchscript,...|all (default)]
                     [--world-sizes 2,4] [--run-world-sizes 2] [--work DIR]
 
 Exit status: 0 all passed, 1 a failure.
@@ -129,19 +131,20 @@ def check_rank_models(name, folder, out, world, stats):
 			      (name, world, split, 2 * len(heads), gathers), flush=True)
 
 
-def generate(tpfuse, mpirun, name, folder, model, world):
-	"""Step 2: the reference's greedy tokens, every case."""
+def generate(tpfuse, mpirun, name, folder, model, world, extra=(), cases=None):
+	"""Step 2: the reference's greedy tokens, every case (or the first
+	`cases`), with the cache in place (the default) or as `extra` says."""
 	ref = json.load(open(os.path.join(folder, "reference_tokens.json")))
 	suppress = ["--suppress", ",".join(map(str, ref["suppressed_token_ids"]))] \
 		if ref["suppressed_token_ids"] else []
-	for case in ref["cases"]:
+	for case in ref["cases"][:cases]:
 		prompts = []
 		for ids, mask in zip(case["input_ids"], case["attention_mask"]):
 			prompts += ["--prompt-ids", ",".join(str(t) for t, k in zip(ids, mask) if k)]
 		want = case["generated_ids"]
 		rc, out, err = run([mpirun, "-np", str(world), tpfuse, "generate", model, *prompts,
-				    "--max-new-tokens", str(len(want[0])), *suppress, "--json"])
-		what = "%s W=%d generate %s" % (name, world, case["name"])
+				    "--max-new-tokens", str(len(want[0])), *suppress, "--json", *extra])
+		what = "%s W=%d generate %s%s" % (name, world, case["name"], " " + " ".join(extra) if extra else "")
 		if expect(rc == 0, "%s: exit %d: %s" % (what, rc, err.strip()[-600:])):
 			got = json.loads(out)["tokens"]
 			expect(got == want, "%s: tokens %s, reference %s" % (what, got, want))
@@ -183,8 +186,7 @@ def main(argv=None):
 	ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 	ap.add_argument("--tpfuse", required=True)
 	ap.add_argument("--mpirun", default="mpirun")
-	ap.add_argument("--models", default="llama-torchscript,llama-dynamo,qwen3-torchscript,"
-			"qwen3-dynamo,qwen2moe-torchscript")
+	ap.add_argument("--models", default="all")
 	ap.add_argument("--world-sizes", default="2,4")
 	ap.add_argument("--run-world-sizes", default="2", help="world sizes of step 3")
 	ap.add_argument("--work", default=os.path.join(os.environ.get("TPF_TEST_TMP", "/tmp"), "kv-ranks"))
@@ -212,6 +214,8 @@ def main(argv=None):
 			check_rank_models(name, folder, model.replace("{rank}", "%d"), world, stats)
 			generate(a.tpfuse, a.mpirun, name, folder, model, world)
 			if world in runs:
+				# the cache copied from step to step: the batch case
+				generate(a.tpfuse, a.mpirun, name, folder, model, world, ("--no-in-place",), 1)
 				run_decode(a.tpfuse, a.mpirun, name, folder, model, os.path.join(work, "out"), world)
 	print("%d checks, %d failed" % (checks, len(failures)))
 	return 1 if failures else 0
