@@ -51,14 +51,20 @@ struct tpf_generator {
 	double *step_ms;
 	size_t new_tokens;
 
-	/* the cache in place (io->past_lengths >= 0) */
-	int in_place;
+	/* the cache in place (in_place) */
 	size_t max_len;
 	int64_t *mask_full; /* [batch, max_len] */
 	int64_t *lengths;   /* past_sequence_length [batch] */
 	int64_t *chunk_ids; /* a prefill chunk's ids [batch, chunk] */
 	size_t prefill_calls;
 };
+
+/* The model's cache is in place (kv-cache-in-place): it takes
+ * past_sequence_length, the session keeps the caches. */
+static int in_place(const struct tpf_generator *g)
+{
+	return g->io->past_lengths >= 0;
+}
 
 /* Milliseconds since *t0 (CLOCK_MONOTONIC). */
 static double ms_since(const struct timespec *t0)
@@ -104,13 +110,12 @@ enum tpf_status tpf_generator_create(struct tpf_session *s, const struct tpf_kv_
 		tpf_generator_free(g);
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	}
-	g->in_place = io->past_lengths >= 0;
-	if (o->prefill_chunk && !g->in_place) {
+	if (o->prefill_chunk && !in_place(g)) {
 		tpf_generator_free(g);
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "a prefill in chunks needs the cache in place (the pass "
 				     "kv-cache-in-place)");
 	}
-	if (g->in_place) {
+	if (in_place(g)) {
 		const char **names = tpf_calloc(io->n_pairs, sizeof(*names));
 		enum tpf_status st = names ? TPF_OK : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 		for (size_t i = 0; !st && i < io->n_pairs; i++)
@@ -131,7 +136,7 @@ void tpf_generator_free(struct tpf_generator *g)
 {
 	if (!g)
 		return;
-	if (g->in_place) /* the session runs as it did before: its caller's inputs copied */
+	if (in_place(g)) /* the session runs as it did before: its caller's inputs copied */
 		tpf_session_keep_inputs(g->s, NULL, 0, NULL);
 	for (size_t i = 0; i < g->batch; i++)
 		tpf_free(g->prompts[i]);
@@ -199,7 +204,7 @@ static enum tpf_status start(struct tpf_generator *g, struct tpf_diag *d)
 	g->done = tpf_calloc(b, 1);
 	if (!g->mask || !g->ids || !g->pos || !g->tokens || !g->n_tokens || !g->done)
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
-	if (g->in_place) {
+	if (in_place(g)) {
 		g->max_len = g->o.max_length ? g->o.max_length : len + max_new;
 		if (g->max_len < len + max_new)
 			return tpf_diag_fail(d, TPF_ERR_INVALID, "a cache of %zu positions cannot hold a prompt of %zu "
@@ -232,6 +237,39 @@ static int64_t cache_dim(const struct tpf_kv_pair *p, int a, size_t len)
 	return a == (p->axis == 1 ? 2 : 1) ? p->kv_heads : p->head_dim;
 }
 
+/* Position ids of the mask's columns [c0, c0 + seq): cumsum(mask) - 1,
+ * 0 at padding. */
+static void fill_positions(struct tpf_generator *g, size_t c0, size_t seq)
+{
+	for (size_t i = 0; i < g->batch; i++) {
+		const int64_t *m = g->mask + i * g->total;
+		int64_t run = 0;
+		for (size_t j = 0; j < c0 + seq; j++) {
+			run += m[j];
+			if (j >= c0)
+				g->pos[i * seq + j - c0] = m[j] ? run - 1 : 0;
+		}
+	}
+}
+
+/* input_ids [batch, seq], the attention mask [batch, width] and the
+ * position ids (fill_positions'). */
+static void set_step_inputs(struct tpf_generator *g, const int64_t *ids, size_t seq, int64_t *mask,
+			    size_t width)
+{
+	const struct tpf_kv_io *io = g->io;
+	int64_t b = (int64_t)g->batch;
+	g->in[io->input_ids] = (struct tpf_host_tensor){.name = "input_ids", .dtype = TPF_DTYPE_INT64,
+							 .rank = 2, .dims = {b, (int64_t)seq}, .data = (void *)ids};
+	g->in[io->attention_mask] = (struct tpf_host_tensor){
+		.name = "attention_mask", .dtype = TPF_DTYPE_INT64, .rank = 2,
+		.dims = {b, (int64_t)width}, .data = mask};
+	if (io->position_ids >= 0)
+		g->in[io->position_ids] = (struct tpf_host_tensor){
+			.name = "position_ids", .dtype = TPF_DTYPE_INT64, .rank = 2,
+			.dims = {b, (int64_t)seq}, .data = g->pos};
+}
+
 /* The inputs of a cache in place for the positions [c0, c0 + seq) of the
  * mask's g->total columns (a decode step: the last one; a prefill chunk):
  * their ids and position ids, the mask over all max_len positions (zeros
@@ -248,27 +286,13 @@ static void fill_in_place(struct tpf_generator *g, size_t c0, size_t seq)
 			memcpy(g->chunk_ids + i * seq, g->ids + i * w + c0, seq * sizeof(*g->ids));
 		ids = g->chunk_ids;
 	}
+	fill_positions(g, c0, seq);
 	for (size_t i = 0; i < g->batch; i++) {
-		const int64_t *m = g->mask + i * w;
-		int64_t run = 0;
-		for (size_t j = 0; j < end; j++) {
-			run += m[j];
-			if (j >= c0)
-				g->pos[i * seq + j - c0] = m[j] ? run - 1 : 0;
-		}
-		memcpy(g->mask_full + i * g->max_len, m, end * sizeof(*m));
-		memset(g->mask_full + i * g->max_len + end, 0, (g->max_len - end) * sizeof(*m));
+		memcpy(g->mask_full + i * g->max_len, g->mask + i * w, end * sizeof(*g->mask));
+		memset(g->mask_full + i * g->max_len + end, 0, (g->max_len - end) * sizeof(*g->mask));
 		g->lengths[i] = (int64_t)c0;
 	}
-	g->in[io->input_ids] = (struct tpf_host_tensor){.name = "input_ids", .dtype = TPF_DTYPE_INT64,
-							 .rank = 2, .dims = {b, (int64_t)seq}, .data = (void *)ids};
-	g->in[io->attention_mask] = (struct tpf_host_tensor){
-		.name = "attention_mask", .dtype = TPF_DTYPE_INT64, .rank = 2,
-		.dims = {b, (int64_t)g->max_len}, .data = g->mask_full};
-	if (io->position_ids >= 0)
-		g->in[io->position_ids] = (struct tpf_host_tensor){
-			.name = "position_ids", .dtype = TPF_DTYPE_INT64, .rank = 2,
-			.dims = {b, (int64_t)seq}, .data = g->pos};
+	set_step_inputs(g, ids, seq, g->mask_full, g->max_len);
 	g->in[io->past_lengths] = (struct tpf_host_tensor){.name = "past_sequence_length",
 							    .dtype = TPF_DTYPE_INT64, .rank = 1, .dims = {b},
 							    .data = g->lengths};
@@ -318,30 +342,14 @@ static enum tpf_status prefill_in_place(struct tpf_generator *g, const struct tp
 /* Fills g->in for a step of `seq` new positions per sequence. */
 static void fill_inputs(struct tpf_generator *g, size_t seq)
 {
-	const struct tpf_kv_io *io = g->io;
-	int64_t b = (int64_t)g->batch;
-	for (size_t i = 0; i < g->batch; i++) {
-		int64_t run = 0;
-		const int64_t *m = g->mask + i * g->total;
-		for (size_t j = 0; j < g->total; j++) {
-			run += m[j];
-			if (j >= g->total - seq)
-				g->pos[i * seq + j - (g->total - seq)] = m[j] ? run - 1 : 0;
-		}
-	}
-	g->in[io->input_ids] = (struct tpf_host_tensor){.name = "input_ids", .dtype = TPF_DTYPE_INT64,
-							 .rank = 2, .dims = {b, (int64_t)seq}, .data = g->ids};
-	g->in[io->attention_mask] = (struct tpf_host_tensor){
-		.name = "attention_mask", .dtype = TPF_DTYPE_INT64, .rank = 2,
-		.dims = {b, (int64_t)g->total}, .data = g->mask};
-	if (io->position_ids >= 0)
-		g->in[io->position_ids] = (struct tpf_host_tensor){
-			.name = "position_ids", .dtype = TPF_DTYPE_INT64, .rank = 2,
-			.dims = {b, (int64_t)seq}, .data = g->pos};
-	if (g->in_place) {
+	if (in_place(g)) {
 		fill_in_place(g, g->total - seq, seq);
 		return;
 	}
+	const struct tpf_kv_io *io = g->io;
+	int64_t b = (int64_t)g->batch;
+	fill_positions(g, g->total - seq, seq);
+	set_step_inputs(g, g->ids, seq, g->mask, g->total);
 	static int64_t empty; /* the data of a past of length 0 */
 	for (size_t k = 0; k < io->n_pairs; k++) {
 		const struct tpf_kv_pair *p = &io->pairs[k];
@@ -547,7 +555,7 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	size_t n_out = 0;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (!g->step && g->in_place) {
+	if (!g->step && in_place(g)) {
 		st = prefill_in_place(g, &out, &n_out, &seq, d);
 	} else {
 		fill_inputs(g, seq);
@@ -559,7 +567,7 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	if ((size_t)g->io->logits >= n_out)
 		return tpf_diag_fail(d, TPF_ERR_RUNTIME, "the session gave no output 'logits'");
 	if ((st = check_logits(g, &out[g->io->logits], seq, d)) ||
-	    (!g->in_place && (st = keep_presents(g, out, n_out, seq, d))))
+	    (!in_place(g) && (st = keep_presents(g, out, n_out, seq, d))))
 		return st;
 	take_tokens(g, &out[g->io->logits]);
 	g->step_ms[g->step++] = ms_since(&t0);
@@ -605,9 +613,9 @@ static int by_value(const void *a, const void *b)
 
 void tpf_generator_stats(const struct tpf_generator *g, struct tpf_generate_stats *out)
 {
-	*out = (struct tpf_generate_stats){.steps = g->step, .new_tokens = g->new_tokens, .in_place = g->in_place,
-					   .cache_length = g->in_place ? g->max_len : 0,
-					   .cache_bytes = g->in_place ? tpf_session_kept_bytes(g->s) : 0,
+	*out = (struct tpf_generate_stats){.steps = g->step, .new_tokens = g->new_tokens, .in_place = in_place(g),
+					   .cache_length = in_place(g) ? g->max_len : 0,
+					   .cache_bytes = in_place(g) ? tpf_session_kept_bytes(g->s) : 0,
 					   .prefill_calls = g->prefill_calls,
 					   .device_bytes = tpf_session_device_bytes(g->s)};
 	tpf_session_graph_stats(g->s, &out->graphs_captured, &out->graph_replays);

@@ -49,9 +49,6 @@ enum tpf_status tpf_rt_lower_graph(struct tpf_plan *p, const struct tpf_node **o
 				   struct tpf_diag *d);
 
 /* plan-memory.c: every step's buffers placed in one arena by liveness */
-/* Whether graph input `name` is one of the options' kept inputs (no
- * buffer of the plan; its data may be missing at build time). */
-int tpf_rt_kept_input(const struct tpf_plan *p, const char *name);
 enum tpf_status tpf_rt_plan_memory(struct tpf_plan *p, struct tpf_diag *d);
 
 #endif /* TPF_PLAN_INTERNAL_H */

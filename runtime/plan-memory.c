@@ -41,14 +41,6 @@ int tpf_plan_a2a_run(const struct tpf_plan *p, size_t s)
 	       up->ins[0] == a2a->outs[0];
 }
 
-int tpf_rt_kept_input(const struct tpf_plan *p, const char *name)
-{
-	for (size_t i = 0; name && i < p->opt.n_kept_inputs; i++)
-		if (!strcmp(p->opt.kept_inputs[i], name))
-			return 1;
-	return 0;
-}
-
 enum tpf_status tpf_rt_plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 {
 	size_t align = p->opt.alignment ? p->opt.alignment : 256;
@@ -100,7 +92,7 @@ enum tpf_status tpf_rt_plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 			continue; /* placed with the value it views */
 		if (!r->is_input && r->def_step < 0)
 			continue; /* never produced by a step (an omitted or folded output) */
-		if (r->is_input && tpf_rt_kept_input(p, r->name))
+		if (r->kept)
 			continue; /* lives outside the arena */
 		if (r->is_output || (r->is_input && p->opt.inputs_live))
 			r->last_step = last;
@@ -117,8 +109,7 @@ enum tpf_status tpf_rt_plan_memory(struct tpf_plan *p, struct tpf_diag *d)
 	size_t b = 0;
 	for (size_t i = 0; i < p->n_values; i++) {
 		struct rt_value *r = &p->values[i];
-		if (r->known || r->alias >= 0 || (!r->is_input && r->def_step < 0) ||
-		    (r->is_input && tpf_rt_kept_input(p, r->name)))
+		if (r->known || r->alias >= 0 || (!r->is_input && r->def_step < 0) || r->kept)
 			continue;
 		size_t sz = r->t.nbytes;
 		if (sz % align && tpf_add_size(sz, align - sz % align, &sz)) {

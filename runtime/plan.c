@@ -384,6 +384,16 @@ static enum tpf_status check_dim_bindings(const struct tpf_plan *p, struct tpf_d
 	return st;
 }
 
+/* Whether graph input `name` is one of the options' kept inputs (no buffer
+ * of the plan; its data may be missing). */
+static int kept_input(const struct tpf_plan *p, const char *name)
+{
+	for (size_t i = 0; name && i < p->opt.n_kept_inputs; i++)
+		if (!strcmp(p->opt.kept_inputs[i], name))
+			return 1;
+	return 0;
+}
+
 static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_tensor *in, size_t n_in,
 				   struct tpf_diag *d)
 {
@@ -473,13 +483,14 @@ static enum tpf_status bind_inputs(struct tpf_plan *p, const struct tpf_host_ten
 			continue;
 		}
 		size_t given;
-		int kept = tpf_rt_kept_input(p, v->name);
+		int kept = kept_input(p, v->name);
 		if (tpf_host_tensor_bytes(t, &given) || given != r->t.nbytes || (!t->data && !kept)) {
 			st = tpf_diag_fail(d, TPF_ERR_INVALID, "input '%s': %zu bytes of data for %zu expected",
 					   v->name, t->data ? given : 0, r->t.nbytes);
 			continue;
 		}
 		r->is_input = 1;
+		r->kept = kept;
 		r->input_index = (int)(t - in);
 		/* small integer inputs and numeric scalars: their values may decide
 		 * shapes (Reshape targets, Split sizes, Range bounds) */

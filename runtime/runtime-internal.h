@@ -30,6 +30,8 @@ struct rt_value {
 	int is_input, is_output;
 	int written;               /* is_input: a step updates it in place (its
 				    * views are not invariant) */
+	int kept;                  /* is_input: one of the options' kept_inputs,
+				    * outside the arena (no buffer of the plan) */
 	int input_index;           /* is_input: index into the user's inputs */
 	int value_dep;             /* is_input with host_hint: the plan depends on its
 				    * values (a shape, or a kernel reads them on the
