@@ -102,7 +102,7 @@ mutant runtime-buffer-reuse runtime/plan-memory.c \
 	"the memory planner lets a step's output share the bytes of an input that the same step still reads"
 
 mutant runtime-invariant-operands runtime/session.c \
-	's|^\(\t*\)return r->known \|\| r->is_input;$|\1return 1;|' \
+	's|^\(\t*\)return r->known \|\| (r->is_input \&\& !r->written);$|\1return 1;|' \
 	"runtime" \
 	"every kernel operand is marked invariant, computed ones too (a GPU kernel would read a weight computed in the step before the kernel computing it has finished)"
 
@@ -122,7 +122,7 @@ mutant verify-never-mismatch runtime/verify.c \
 	"tpfuse run --verify compares the reference with itself and never reports a mismatch"
 
 mutant pass-rotary-halves-unchecked passes/fuse-rotary.c \
-	's|^\(\t*\)if (memcmp(p + (size_t)(2 \* r \* half) \* esz, p + (size_t)((2 \* r + 1) \* half) \* esz,$|\1if (0 \&\& memcmp(p + (size_t)(2 * r * half) * esz, p + (size_t)((2 * r + 1) * half) * esz,|' \
+	's|^\(\t*\)if (!il \&\& memcmp(row, row + (size_t)half \* esz, (size_t)half \* esz))$|\1if (0 \&\& memcmp(row, row + (size_t)half * esz, (size_t)half * esz))|' \
 	"passes/fuse-rotary-embedding-near-misses" \
 	"fuse-rotary-embedding takes a constant cos/sin cache whose halves differ for a rotate-half cache (RotaryEmbedding would use the first half for both)"
 
