@@ -1199,8 +1199,9 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 	memset(&a, 0, sizeof(a));
 	a.B = o.B, a.Hq = o.Hq, a.S = o.S, a.D = o.D, a.Hk = o.Hk, a.L = o.L, a.Dv = o.Dv, a.P = o.P, a.T = o.T;
 	a.kvlen = o.kvlen ? (const int64_t *)o.kvlen->data : nullptr;
+	// every operand but the mask and nonpad_kv_seqlen (int64) is a float
 	for (size_t i = 0; i < c->n_in; i++)
-		if (c->in[i].data && i != 3 && !tpfc_float_ok(c->in[i].dtype))
+		if (c->in[i].data && i != 3 && &c->in[i] != o.kvlen && !tpfc_float_ok(c->in[i].dtype))
 			return tpf_kfail(c, TPF_ERR_UNSUPPORTED, "dtype %s not supported on cuda",
 					 tpf_dtype_name(c->in[i].dtype));
 
