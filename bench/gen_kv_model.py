@@ -11,6 +11,8 @@ with its weights in external data.
                   [--kv-heads 8] [--ffn 14336] [--vocab 128256] [--dtype bf16]
   gen_kv_model.py OUT.onnx ... --tokens PROMPT_IDS --new 32
                   prints the greedy tokens of the torch model (CUDA when there)
+                  [--save-prefill DIR]: and the prompt's prefill inputs and
+                  last logits (the model's dtype and float32) for a check
 
 Llama-3-8B is the default (--layers 32 for the full depth).
 """
@@ -159,6 +161,41 @@ def greedy(m, a, prompt, new):
 	return out
 
 
+def save_prefill(m, a, prompt, out_dir):
+	"""The prompt's prefill as ONNX test data (out_dir/input_N.pb, the
+	export's input order) and the last position's logits of the model in
+	its dtype (torch_logits.npy) and upcast to float32 (ref_logits.npy)."""
+	import copy
+	import numpy as np
+	import onnx
+	from onnx import numpy_helper
+	dev = "cuda" if torch.cuda.is_available() else "cpu"
+	m = m.to(dev)
+	d, L = a.hidden // a.heads, a.layers
+	dt = next(m.parameters()).dtype
+	ids = torch.tensor([prompt], device=dev)
+	mask = torch.ones_like(ids)
+	pos = torch.arange(ids.shape[1], device=dev)[None]
+	os.makedirs(out_dir, exist_ok=True)
+	feeds = [ids, mask, pos]
+	for i, t in enumerate(feeds):
+		onnx.save_tensor(numpy_helper.from_array(t.cpu().numpy()), os.path.join(out_dir, "input_%d.pb" % i))
+	code = {torch.bfloat16: onnx.TensorProto.BFLOAT16, torch.float16: onnx.TensorProto.FLOAT16,
+		torch.float32: onnx.TensorProto.FLOAT}[dt]
+	for i in range(2 * L):  # empty pasts [1, kv_heads, 0, d]
+		t = onnx.helper.make_tensor("", code, [1, a.kv_heads, 0, d], [])
+		onnx.save_tensor(t, os.path.join(out_dir, "input_%d.pb" % (3 + i)))
+	with torch.no_grad():
+		pasts = [torch.zeros(1, a.kv_heads, 0, d, dtype=dt, device=dev) for _ in range(2 * L)]
+		lg = m(ids, mask, pos, pasts)[0][0, -1].float().cpu().numpy()
+		np.save(os.path.join(out_dir, "torch_logits.npy"), lg)
+		m32 = copy.deepcopy(m).float()
+		pasts = [p.float() for p in pasts]
+		ref = m32(ids, mask, pos, pasts)[0][0, -1].float().cpu().numpy()
+		np.save(os.path.join(out_dir, "ref_logits.npy"), ref)
+		del m32
+
+
 def main():
 	ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 	ap.add_argument("out")
@@ -172,11 +209,16 @@ def main():
 	ap.add_argument("--seed", type=int, default=1)
 	ap.add_argument("--tokens", help="comma-separated prompt ids: print the torch model's greedy tokens")
 	ap.add_argument("--new", type=int, default=32)
+	ap.add_argument("--save-prefill", metavar="DIR", help="with --tokens: also write the prompt's prefill inputs "
+			"(ONNX test data) and its last logits, of the model's dtype and of float32, to DIR")
 	a = ap.parse_args()
 	t0 = time.time()
 	m, dt = build(a)
 	if a.tokens:
-		toks = greedy(m, a, [int(t) for t in a.tokens.split(",")], a.new)
+		prompt = [int(t) for t in a.tokens.split(",")]
+		toks = greedy(m, a, prompt, a.new)
+		if a.save_prefill:
+			save_prefill(m, a, prompt, a.save_prefill)
 		print(json.dumps({"tokens": toks, "seconds": round(time.time() - t0, 1)}))
 		return 0
 	export(m, dt, a)

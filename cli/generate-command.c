@@ -33,7 +33,10 @@ static const char *const generate_help =
 	"then the pass kv-cache-in-place writes its cache in place: one buffer a\n"
 	"layer of a fixed length on the device, so that every decode step has\n"
 	"the same shapes (one plan, one CUDA graph).  A model the pass does not\n"
-	"take runs with its cache copied from step to step.\n"
+	"take runs with its cache copied from step to step.  For greedy\n"
+	"generation (no --temperature, no --suppress) the pass greedy-next-token\n"
+	"makes the model give each step's token ids (ArgMax on the device)\n"
+	"instead of its logits.\n"
 	"\n"
 	"Options:\n"
 	"  --prompt-ids IDS      a prompt: token ids separated by commas or spaces\n"
@@ -415,6 +418,13 @@ static uint64_t tokens_hash(const struct tpf_generator *gen)
 static enum tpf_status load(const struct gen_opts *o, const char *path, const struct tpf_comm *comm,
 			    struct tpf_model **m, struct tpf_diag *d)
 {
+	/* [in place][greedy]: greedy generation without suppressed ids reads
+	 * the model's own next_token (greedy-next-token) */
+	static const char *const pipelines[2][2] = {
+		{"default", "default,greedy-next-token"},
+		{"default,kv-cache-in-place,cleanup", "default,kv-cache-in-place,cleanup,greedy-next-token"},
+	};
+	int greedy = o->g.temperature <= 0 && !o->n_suppress;
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
 	if (st)
 		return st;
@@ -422,7 +432,7 @@ static enum tpf_status load(const struct gen_opts *o, const char *path, const st
 		.verify_before = 1,
 		.infer = TPF_INFER_LENIENT,
 		.optimize = !o->no_optimize,
-		.pipeline = {.passes = o->no_in_place ? "default" : "default,kv-cache-in-place,cleanup"},
+		.pipeline = {.passes = pipelines[!o->no_in_place][greedy]},
 		.min_severity = TPF_SEV_ERROR,
 		.target = o->no_optimize ? NULL : tpf_backend_name(o->backend),
 	};

@@ -161,8 +161,20 @@ static enum tpf_status find_io(const struct tpf_graph *g, struct tpf_kv_io *io, 
 				     io->input_ids < 0 ? "input_ids" : "attention_mask");
 	if (!io->n_pairs)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "the model has no past key/value inputs");
-	if ((io->logits = output_index(g, "logits")) < 0)
-		return tpf_diag_fail(d, TPF_ERR_INVALID, "the model has no output 'logits'");
+	if ((io->logits = output_index(g, "logits")) < 0) {
+		/* greedy-next-token: the ids of ArgMax(logits) in their place */
+		if ((io->next_token = output_index(g, "next_token")) < 0)
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "the model has no output 'logits' (or 'next_token')");
+		const struct tpf_value *nt = g->outputs[io->next_token];
+		const struct tpf_node *am = nt->producer;
+		if (!is_tensor_of_rank(nt, 2) || nt->type.dtype != TPF_DTYPE_INT64 || !am ||
+		    strcmp(am->op_type, "ArgMax") || !am->n_inputs || !is_tensor_of_rank(am->inputs[0], 3))
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "output 'next_token' must be int64 [batch, sequence], "
+					     "the ArgMax of logits [batch, sequence, vocab]");
+		const struct tpf_dim *vd = &am->inputs[0]->type.shape.dims[2];
+		io->vocab = vd->value > 0 && !vd->param ? vd->value : -1;
+		return TPF_OK;
+	}
 	const struct tpf_value *lg = g->outputs[io->logits];
 	if (!is_tensor_of_rank(lg, 3))
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "output 'logits' must be of rank 3 [batch, sequence, vocab]");
@@ -174,7 +186,7 @@ static enum tpf_status find_io(const struct tpf_graph *g, struct tpf_kv_io *io, 
 enum tpf_status tpf_kv_io_find(const struct tpf_graph *g, struct tpf_kv_io *out, struct tpf_diag *d)
 {
 	*out = (struct tpf_kv_io){.input_ids = -1, .attention_mask = -1, .position_ids = -1, .logits = -1,
-				  .past_lengths = -1};
+				  .past_lengths = -1, .next_token = -1};
 	if (!g)
 		return tpf_diag_fail(d, TPF_ERR_INVALID, "tpf_kv_io_find: no graph");
 	if (g->n_inputs && !(out->pairs = tpf_calloc(g->n_inputs, sizeof(*out->pairs))))

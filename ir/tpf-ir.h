@@ -945,6 +945,10 @@ struct tpf_kv_io {
 	/* indexes in graph->inputs (position_ids: -1 when the model has none)
 	 * and graph->outputs */
 	long input_ids, attention_mask, position_ids, logits;
+	/* greedy-next-token: output next_token [batch, sequence] (int64, the
+	 * ArgMax of the logits, which are then no output: logits is -1); -1
+	 * without */
+	long next_token;
 	/* the cache in place (kv-cache-in-place): input past_sequence_length
 	 * [batch], the positions each sequence's cache holds; -1 without: each
 	 * present is its past extended by the step */

@@ -110,6 +110,11 @@ enum tpf_status tpf_generator_create(struct tpf_session *s, const struct tpf_kv_
 		tpf_generator_free(g);
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	}
+	if (io->next_token >= 0 && (o->temperature > 0 || o->n_suppress)) {
+		tpf_generator_free(g);
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "the model gives output 'next_token' (greedy-next-token), "
+				     "not its logits: sampling and suppressed ids need the logits");
+	}
 	if (o->prefill_chunk && !in_place(g)) {
 		tpf_generator_free(g);
 		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "a prefill in chunks needs the cache in place (the pass "
@@ -462,14 +467,27 @@ static int64_t sample(struct tpf_generator *g, size_t seq)
 	return g->order[n - 1].id;
 }
 
-/* The next token of sequence i from its last position's logits. */
+/* The next token of sequence i from its last position's logits (or the
+ * model's own next_token ids). */
 static int64_t next_token(struct tpf_generator *g, const struct tpf_host_tensor *lg, size_t i)
 {
+	if (lg->dtype == TPF_DTYPE_INT64) /* next_token [batch, seq] */
+		return ((const int64_t *)lg->data)[(i + 1) * (size_t)lg->dims[1] - 1];
 	size_t es = lg->dtype == TPF_DTYPE_DOUBLE ? 8 : lg->dtype == TPF_DTYPE_FLOAT ? 4 : 2;
 	size_t seq = (size_t)lg->dims[1];
 	const char *row = (const char *)lg->data + ((i * seq + seq - 1) * g->vocab) * es;
-	for (size_t v = 0; v < g->vocab; v++)
-		g->row[v] = logit_at(row, lg->dtype, v);
+	if (lg->dtype == TPF_DTYPE_FLOAT) {
+		memcpy(g->row, row, g->vocab * sizeof(float));
+	} else if (lg->dtype == TPF_DTYPE_BFLOAT16) { /* the high half of a float32 */
+		const uint16_t *h = (const uint16_t *)row;
+		for (size_t v = 0; v < g->vocab; v++) {
+			uint32_t u = (uint32_t)h[v] << 16;
+			memcpy(&g->row[v], &u, sizeof(u));
+		}
+	} else {
+		for (size_t v = 0; v < g->vocab; v++)
+			g->row[v] = logit_at(row, lg->dtype, v);
+	}
 	for (size_t k = 0; k < g->o.n_suppress; k++)
 		if (g->suppress[k] >= 0 && (size_t)g->suppress[k] < g->vocab)
 			g->row[g->suppress[k]] = -INFINITY;
@@ -482,11 +500,33 @@ static int64_t next_token(struct tpf_generator *g, const struct tpf_host_tensor 
 	return (int64_t)best;
 }
 
-/* Checks the logits and makes the row buffers on the first step. */
+/* Every prompt id is below the vocabulary size. */
+static enum tpf_status check_prompts(const struct tpf_generator *g, size_t vocab, struct tpf_diag *d)
+{
+	for (size_t i = 0; i < g->batch; i++)
+		for (size_t j = 0; j < g->prompt_len[i]; j++)
+			if ((size_t)g->prompts[i][j] >= vocab)
+				return tpf_diag_fail(d, TPF_ERR_INVALID, "prompt %zu: token id %lld is outside the "
+						     "vocabulary (0 to %zu)", i, (long long)g->prompts[i][j], vocab - 1);
+	return TPF_OK;
+}
+
+/* Checks the logits (or next_token) and makes the row buffers on the
+ * first step. */
 static enum tpf_status check_logits(struct tpf_generator *g, const struct tpf_host_tensor *lg, size_t seq,
 				   struct tpf_diag *d)
 {
 	enum tpf_dtype t = lg->dtype;
+	enum tpf_status st;
+	if (g->io->next_token >= 0) {
+		if (lg->rank != 2 || lg->dims[0] != (int64_t)g->batch || lg->dims[1] != (int64_t)seq ||
+		    t != TPF_DTYPE_INT64)
+			return tpf_diag_fail(d, TPF_ERR_RUNTIME, "output 'next_token' is not int64 [%zu, %zu]",
+					     g->batch, seq);
+		if (g->step || g->io->vocab <= 0)
+			return TPF_OK;
+		return check_prompts(g, (size_t)g->io->vocab, d);
+	}
 	if (lg->rank != 3 || lg->dims[0] != (int64_t)g->batch || lg->dims[1] != (int64_t)seq ||
 	    lg->dims[2] < 1 || (t != TPF_DTYPE_FLOAT && t != TPF_DTYPE_FLOAT16 && t != TPF_DTYPE_BFLOAT16 &&
 				t != TPF_DTYPE_DOUBLE))
@@ -497,12 +537,8 @@ static enum tpf_status check_logits(struct tpf_generator *g, const struct tpf_ho
 			       ? TPF_OK
 			       : tpf_diag_fail(d, TPF_ERR_RUNTIME, "output 'logits' changed its vocabulary size");
 	g->vocab = (size_t)lg->dims[2];
-	for (size_t i = 0; i < g->batch; i++)
-		for (size_t j = 0; j < g->prompt_len[i]; j++)
-			if ((size_t)g->prompts[i][j] >= g->vocab)
-				return tpf_diag_fail(d, TPF_ERR_INVALID, "prompt %zu: token id %lld is outside the "
-						     "vocabulary (0 to %zu)", i, (long long)g->prompts[i][j],
-						     g->vocab - 1);
+	if ((st = check_prompts(g, g->vocab, d)))
+		return st;
 	g->row = tpf_malloc(g->vocab * sizeof(*g->row));
 	g->order = tpf_malloc(g->vocab * sizeof(*g->order));
 	return g->row && g->order ? TPF_OK : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
@@ -564,12 +600,12 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	}
 	if (st)
 		return st;
-	if ((size_t)g->io->logits >= n_out)
+	long lo = g->io->logits >= 0 ? g->io->logits : g->io->next_token;
+	if (lo < 0 || (size_t)lo >= n_out)
 		return tpf_diag_fail(d, TPF_ERR_RUNTIME, "the session gave no output 'logits'");
-	if ((st = check_logits(g, &out[g->io->logits], seq, d)) ||
-	    (!in_place(g) && (st = keep_presents(g, out, n_out, seq, d))))
+	if ((st = check_logits(g, &out[lo], seq, d)) || (!in_place(g) && (st = keep_presents(g, out, n_out, seq, d))))
 		return st;
-	take_tokens(g, &out[g->io->logits]);
+	take_tokens(g, &out[lo]);
 	g->step_ms[g->step++] = ms_since(&t0);
 	if (done)
 		*done = g->n_done == g->batch;

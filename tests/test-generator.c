@@ -3,7 +3,7 @@
  * export of tests/corpus/kv/: greedy tokens of transformers' reference,
  * top-k 1 sampling equal to greedy, EOS stops, the statistics, and the
  * refusals (an empty prompt, an id outside the vocabulary, a prompt after
- * the first step). */
+ * the first step); the model's own next_token (greedy-next-token). */
 #define _POSIX_C_SOURCE 200809L
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "test-util.h"
+#include "tpf-passes.h"
 #include "tpf-runtime.h"
 
 /* transformers' greedy tokens of prompt0 (reference_tokens.json), first 8 */
@@ -129,6 +130,35 @@ static void test_refusals(void **state)
 	tpf_diag_clear(f->d);
 }
 
+/* The model rewritten by greedy-next-token gives the same greedy tokens
+ * from its next_token ids, and sampling or suppressed ids are refused. */
+static void test_next_token(void **state)
+{
+	struct fixture *f = *state, g = {.d = f->d};
+	const char *root = getenv("TPF_SOURCE_ROOT");
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/tests/corpus/kv/llama-dynamo-kv-fp32-w1/model.onnx", root ? root : ".");
+	assert_int_equal(tpf_model_load_file(path, &(struct tpf_load_options){0}, &g.m, f->d), TPF_OK);
+	assert_int_equal(tpf_pipeline_run(g.m, &(struct tpf_pipeline_options){.passes = "greedy-next-token"}, f->d),
+			 TPF_OK);
+	assert_int_equal(tpf_kv_io_find(g.m->graph, &g.io, f->d), TPF_OK);
+	assert_true(g.io.logits < 0 && g.io.next_token >= 0 && g.io.vocab == 128);
+	assert_int_equal(tpf_session_create(g.m, &(struct tpf_session_options){0}, &g.s, f->d), TPF_OK);
+	expect_tokens(&g, &(struct tpf_generate_options){.max_new_tokens = 8}, greedy0, 8, greedy1, 8);
+	struct tpf_generator *gen;
+	const int64_t eos[] = {2};
+	assert_int_equal(tpf_generator_create(g.s, &g.io, &(struct tpf_generate_options){.max_new_tokens = 2,
+					      .temperature = 0.5}, &gen, f->d), TPF_ERR_UNSUPPORTED);
+	assert_int_equal(tpf_generator_create(g.s, &g.io, &(struct tpf_generate_options){.max_new_tokens = 2,
+					      .suppress_ids = eos, .n_suppress = 1}, &gen, f->d),
+			 TPF_ERR_UNSUPPORTED);
+	expect_mentions(f->d, (const char *const[]){"gives output 'next_token' (greedy-next-token)", NULL});
+	tpf_session_free(g.s);
+	tpf_kv_io_release(&g.io);
+	tpf_model_free(g.m);
+	tpf_diag_clear(f->d);
+}
+
 /* Every allocation of creating a generator, adding prompts and the
  * prefill and first decode step (the plans they build) failing in turn: a
  * status, no crash, nothing leaked (the sanitizers' builds). */
@@ -161,6 +191,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_and_sampling),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_next_token),
 		cmocka_unit_test(test_alloc_failures),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

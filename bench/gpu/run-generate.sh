@@ -4,7 +4,10 @@
 #      with KV-cache I/O (TPF_GEN_LAYERS layers, default 4; 32 is the full
 #      depth), bfloat16, random weights;
 #   2. correctness: the torch model's 32 greedy tokens for a 16-token prompt
-#      against `tpfuse generate --backend cuda --cuda-graph`'s;
+#      against `tpfuse generate --backend cuda --cuda-graph`'s, and the
+#      prompt's last logits of `tpfuse run --optimize` and of torch in the
+#      model's dtype, each against torch in float32 on the same weights
+#      (the bound: twice torch's own error in the model's dtype);
 #   3. generation: a prompt of TPF_GEN_PROMPT tokens (default 896) and 256
 #      new tokens at each batch of TPF_GEN_BATCHES (default "1 8"), the cache
 #      in place with a CUDA graph, then the cache copied from step to step
@@ -12,9 +15,10 @@
 #      decode tokens/s, step latency p50/p99, plans built;
 #   4. the decode step alone: bench-decode on the same in-place graph at the
 #      generation's middle context (prompt + 128), CUDA graph replays with
-#      the inputs uploaded once: what a step costs the device, to set the
+#      the inputs uploaded once, compiled as generate compiles it (the cache
+#      in place, next_token on the device): what a step costs the device, to set the
 #      generation's p50 step against (their ratio is the loop's overhead:
-#      input upload, logits download, sampling).
+#      input upload, token download).
 # Each part prints how long it took.  Results: OUTDIR/generate.jsonl (one
 # JSON object a row) and OUTDIR/generate-summary.txt.
 #
@@ -58,15 +62,45 @@ echo "model: $layers layers, $(du -sh "$(dirname "$model")" | cut -f1), written 
 # 2. the torch model's greedy tokens against tpfuse's
 t=$(stamp)
 short=$(seq 11 26 | paste -sd,)
-want=$("$py" "$root/bench/gen_kv_model.py" "$model" --layers "$layers" "${margs[@]}" --tokens "$short" --new 32 | tail -1)
+pre=$work/prefill
+rm -rf "$pre" "$pre-out"
+want=$("$py" "$root/bench/gen_kv_model.py" "$model" --layers "$layers" "${margs[@]}" --tokens "$short" --new 32 \
+	--save-prefill "$pre" | tail -1)
 got=$("$tpfuse" generate "$model" --backend "$backend" "${graph[@]}" --prompt-ids "$short" --max-new-tokens 32 --json)
-"$py" - "$want" "$got" "$rows" <<'PY'
-import json, sys
+# the prompt's logits from one forward call of the same compiled model
+"$tpfuse" run "$model" --optimize --backend "$backend" --inputs "$pre" --outputs "$pre-out" >/dev/null ||
+	echo "tpfuse run of the prefill failed" >&2
+"$py" - "$want" "$got" "$rows" "$pre" "$pre-out" <<'PY'
+import json, os, sys
+import numpy as np
 want = json.loads(sys.argv[1])["tokens"]
 got = json.loads(sys.argv[2])["tokens"][0]
 same = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), len(want))
 row = {"part": "tokens", "torch": want, "tpfuse": got, "first_difference": same, "equal": want == got}
 print("tokens: %s (the first %d of 32 equal)" % ("equal" if want == got else "differ", same))
+# the first step's logits: tpfuse's and torch's (the model's dtype) against
+# float32 torch on the same weights; the bound is what the dtype costs torch
+try:
+    import onnx
+    from onnx import numpy_helper
+    t = onnx.load_tensor(os.path.join(sys.argv[5], "output_0.pb"))
+    arr = numpy_helper.to_array(t)
+    if t.data_type == onnx.TensorProto.BFLOAT16 and arr.dtype == np.uint16:
+        arr = (arr.astype(np.uint32) << 16).view(np.float32)
+    tpf = arr.astype(np.float32)[0, -1]
+    tor = np.load(os.path.join(sys.argv[4], "torch_logits.npy"))
+    ref = np.load(os.path.join(sys.argv[4], "ref_logits.npy"))
+    top = np.sort(ref)[-2:]
+    e_tpf, e_tor = float(np.abs(tpf - ref).max()), float(np.abs(tor - ref).max())
+    row["logits"] = {"tpfuse_max_err": e_tpf, "torch_max_err": e_tor, "ref_top2_margin": float(top[1] - top[0]),
+                     "within_bound": e_tpf <= 2 * e_tor, "first_token": {"ref": int(ref.argmax()),
+                     "torch": int(tor.argmax()), "tpfuse_run": int(tpf.argmax()), "tpfuse_generate": got[0]}}
+    print("first step's logits against float32 torch: tpfuse max err %.4g, torch (same dtype) %.4g: %s; "
+          "float32 top-2 margin %.4g; first token float32 %d, torch %d, tpfuse run %d, tpfuse generate %d"
+          % (e_tpf, e_tor, "within 2x" if e_tpf <= 2 * e_tor else "OUTSIDE 2x", top[1] - top[0],
+             ref.argmax(), tor.argmax(), tpf.argmax(), got[0]))
+except Exception as e:  # the token row stays
+    print("logits check failed: %s" % e)
 open(sys.argv[3], "a").write(json.dumps(row) + "\n")
 PY
 echo "tokens checked in $(took "$t") s"
@@ -85,7 +119,7 @@ for b in $batches; do
 		[ "$mode" = copied ] && extra=(--no-in-place)
 		t=$(stamp)
 		res=$("$tpfuse" generate "$model" --backend "$backend" "${extra[@]}" --prompts "$work/prompts-b$b.txt" \
-			--max-new-tokens "$new" --suppress 2 --json) || { echo "generate batch $b $mode failed" >&2; continue; }
+			--max-new-tokens "$new" --json) || { echo "generate batch $b $mode failed" >&2; continue; }
 		"$py" - "$res" "$b" "$mode" "$rows" <<'PY'
 import json, sys
 st = json.loads(sys.argv[1])["stats"]
@@ -99,7 +133,7 @@ PY
 	done
 	# 4. the device step alone at the middle context
 	t=$(stamp)
-	"$build/bench/bench-decode" "$model" --backend "$backend" --passes default,kv-cache-in-place,cleanup \
+	"$build/bench/bench-decode" "$model" --backend "$backend" --passes default,kv-cache-in-place,cleanup,greedy-next-token \
 		--dim batch="$b" --dim sequence=1 --dim max_sequence=$((prompt + new)) --fill attention_mask=1 \
 		--fill past_sequence_length=$((prompt + new / 2)) --iters 100 --warmup 10 \
 		--label "batch=$b" --variant in-place | tee -a "$rows"

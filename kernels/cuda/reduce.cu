@@ -257,6 +257,44 @@ __global__ void argmax_kernel(int dx, const void *x, int64_t *y, int64_t rows, i
 	}
 }
 
+// One block a row where the reduced axis is the innermost and long (a
+// vocabulary's logits): the threads stride over the row, then combine
+// (value, index) pairs in shared memory; ties keep the first index (the
+// last with select_last_index), as the one-thread-a-row kernel does.
+constexpr int kArgRowThreads = 256;
+__global__ void argmax_rows_kernel(int dx, const void *x, int64_t *y, int64_t len, int last)
+{
+	__shared__ double sv[kArgRowThreads];
+	__shared__ int64_t si[kArgRowThreads];
+	const int64_t row = blockIdx.x;
+	double best = -INFINITY;
+	int64_t bi = -1;
+	for (int64_t j = threadIdx.x; j < len; j += kArgRowThreads) {
+		double v = ld_d(dx, x, row * len + j);
+		if (bi < 0 || v > best || (last && v == best)) {
+			best = v;
+			bi = j;
+		}
+	}
+	sv[threadIdx.x] = best;
+	si[threadIdx.x] = bi;
+	__syncthreads();
+	for (int w = kArgRowThreads / 2; w > 0; w >>= 1) {
+		if (threadIdx.x < w) {
+			double ov = sv[threadIdx.x + w];
+			int64_t oi = si[threadIdx.x + w], mi = si[threadIdx.x];
+			if (oi >= 0 && (mi < 0 || ov > sv[threadIdx.x] ||
+					(ov == sv[threadIdx.x] && (last ? oi > mi : oi < mi)))) {
+				sv[threadIdx.x] = ov;
+				si[threadIdx.x] = oi;
+			}
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		y[row] = si[0] < 0 ? 0 : si[0];
+}
+
 } // namespace
 
 extern "C" TPF_CUDA_KERNEL(tpf_cu_reduce)
@@ -359,7 +397,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_argmax)
 	int64_t rows = tpf_dims_prod(x->dims, 0, ax) * tpf_dims_prod(x->dims, ax + 1, x->rank);
 	if (!rows)
 		return TPF_OK;
-	argmax_kernel<<<tpfc_blocks(rows, 128), 128, 0, tpfc_stream(c)>>>(
-		x->dtype, x->data, (int64_t *)y->data, rows, len, tpf_dims_prod(x->dims, ax + 1, x->rank), last);
+	int64_t inner = tpf_dims_prod(x->dims, ax + 1, x->rank);
+	if (inner == 1 && len >= 1024 && rows <= INT32_MAX)
+		argmax_rows_kernel<<<(unsigned)rows, kArgRowThreads, 0, tpfc_stream(c)>>>(
+			x->dtype, x->data, (int64_t *)y->data, len, last);
+	else
+		argmax_kernel<<<tpfc_blocks(rows, 128), 128, 0, tpfc_stream(c)>>>(
+			x->dtype, x->data, (int64_t *)y->data, rows, len, inner, last);
 	return tpfc_launched(c, "argmax");
 }

@@ -925,6 +925,18 @@ static void reductions(void)
 		struct tpf_ktensor a1[1] = {R(dt, 3, 3, 40, 2)};
 		CHECK("ArgMax axis 1", am, a1, 1, 1);
 		free_tensors(a1, 1);
+		struct tpf_node *ar = node("", "ArgMax", 1, 1);
+		tpf_node_set_attr_int(ar, "axis", -1);
+		tpf_node_set_attr_int(ar, "keepdims", 0);
+		struct tpf_ktensor a2[1] = {R(dt, 3, 3, 2, 5001)};
+		CHECK("ArgMax of rows of 5001 (a block a row)", ar, a2, 1, 1);
+		free_tensors(a2, 1);
+		struct tpf_node *al = node("", "ArgMax", 1, 1);
+		tpf_node_set_attr_int(al, "axis", 1);
+		tpf_node_set_attr_int(al, "select_last_index", 1);
+		struct tpf_ktensor a3[1] = {R(dt, 2, 4, 3000)};
+		CHECK("ArgMax last index, rows of 3000", al, a3, 1, 1);
+		free_tensors(a3, 1);
 	}
 	struct tpf_node *n = node("", "ReduceSum", 1, 1);
 	struct tpf_ktensor a[1] = {fill(T(TPF_DTYPE_INT64, 2, 5, 9), F_SMALLINT, 0)};
