@@ -101,6 +101,9 @@ static const struct tpf_env_knob knobs[] = {
      "the fewest rows the tensor-core GEMV takes (0: never; default 2)"},
     {"TPF_GEMV_TILED", TPF_ENV_CHOICE, 0, 0, "0|16|32",
      "the packed weights' tile width (0: row-major; default: chosen by shape)"},
+    {"TPF_HOSTNAME", TPF_ENV_TEXT, 0, 0, NULL,
+     "the host name ranks are grouped by (default: gethostname): {rank} is the rank, a comma-separated "
+     "list names each rank's"},
     {"TPF_MEMORY_LIMIT", TPF_ENV_INT, 1, INT64_MAX, NULL,
      "bytes a session may count on: memory checks see at most this much available"},
     {"TPF_ONESHOT", TPF_ENV_SWITCH, 0, 0, NULL, "0: no peer-memory collectives, as --no-oneshot"},

@@ -272,6 +272,7 @@ enum tpf_status tpf_comm_create_cuda_mpi(const struct tpf_comm_options *o, struc
 	c->impl = im;
 	c->rank = mpi->rank;
 	c->world = mpi->world;
+	c->hosts = mpi->hosts;
 	c->local_rank = mpi->local_rank;
 	c->timeout_s = mpi->timeout_s;
 	struct tpf_cuda_watchdog w = {.poll = watch_poll, .abort = watch_abort, .ctx = c, .timeout_s = c->timeout_s};

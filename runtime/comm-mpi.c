@@ -392,6 +392,12 @@ enum tpf_status tpf_comm_create_mpi_impl(const struct tpf_comm_options *o, struc
 	c->ops = &mpi_ops;
 	c->impl = im;
 	c->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 60;
+	/* which ranks share a host: the peer-memory collectives need one */
+	enum tpf_status st = tpf_comm_group_hosts(c, d);
+	if (st) {
+		mpi_destroy(c);
+		return st;
+	}
 	*out = c;
 	return TPF_OK;
 }

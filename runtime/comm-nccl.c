@@ -396,6 +396,7 @@ enum tpf_status tpf_comm_create_nccl(const struct tpf_comm_options *o, struct tp
 	c->impl = im;
 	c->rank = mpi->rank;
 	c->world = mpi->world;
+	c->hosts = mpi->hosts;
 	c->timeout_s = mpi->timeout_s;
 	im->mpi = mpi;
 	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static enum tpf_status self_allreduce(struct tpf_comm *c, const void *send, void *recv, size_t count,
 				      enum tpf_dtype dtype, void *stream, struct tpf_diag *d)
@@ -65,6 +66,7 @@ enum tpf_status tpf_comm_create_self(const struct tpf_comm_options *o, struct tp
 	c->rank = 0;
 	c->world = 1;
 	c->local_rank = 0;
+	c->hosts = (struct tpf_comm_hosts){.n_hosts = 1, .host = 0, .local_rank = 0, .local_size = 1};
 	c->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 60;
 	*out = c;
 	return TPF_OK;
@@ -140,6 +142,146 @@ enum tpf_status tpf_comm_agree(struct tpf_comm *c, enum tpf_status st, const cha
 					   phase);
 	tpf_free(all);
 	return st;
+}
+
+/* ------------------------------------------------------------ hosts */
+
+void tpf_comm_hosts(const struct tpf_comm *c, struct tpf_comm_hosts *out)
+{
+	if (c && c->hosts.n_hosts > 0)
+		*out = c->hosts;
+	else
+		*out = (struct tpf_comm_hosts){.n_hosts = 1, .host = 0, .local_rank = c ? c->rank : 0,
+					       .local_size = c && c->world > 0 ? c->world : 1};
+}
+
+/* Writes text[0 .. len) into buf with every "{rank}" replaced by the rank;
+ * 0 when it does not fit. */
+static int put_name(const char *text, size_t len, int rank, char *buf, size_t size)
+{
+	size_t at = 0;
+	for (size_t i = 0; i < len; i++) {
+		if (len - i >= 6 && !strncmp(text + i, "{rank}", 6)) {
+			int n = snprintf(buf + at, size - at, "%d", rank);
+			if (n < 0 || (size_t)n >= size - at)
+				return 0;
+			at += (size_t)n;
+			i += 5;
+		} else {
+			if (at + 1 >= size)
+				return 0;
+			buf[at++] = text[i];
+		}
+	}
+	buf[at] = 0;
+	return 1;
+}
+
+enum tpf_status tpf_comm_host_name(int rank, int world, char *buf, size_t size, struct tpf_diag *d)
+{
+	const char *e = tpf_env_text("TPF_HOSTNAME");
+	if (!size)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "host name: no room");
+	buf[0] = 0;
+	if (!e) {
+		if (gethostname(buf, size - 1) || !buf[0])
+			return tpf_diag_fail(d, TPF_ERR_RUNTIME, "rank %d: gethostname failed (set TPF_HOSTNAME)",
+					     rank);
+		buf[size - 1] = 0;
+		return TPF_OK;
+	}
+	const char *text = e;
+	size_t len = strlen(e);
+	if (strchr(e, ',')) {
+		/* a list: this rank's entry, blanks around it left out */
+		int n = 1;
+		for (const char *p = e; *p; p++)
+			n += *p == ',';
+		if (n != world)
+			return tpf_diag_fail(d, TPF_ERR_INVALID,
+					     "TPF_HOSTNAME=\"%s\" lists %d names for %d ranks (one per rank, "
+					     "or one name)",
+					     e, n, world);
+		for (int i = 0; i < rank; i++)
+			text = strchr(text, ',') + 1;
+		len = strcspn(text, ",");
+		while (len && (*text == ' ' || *text == '\t'))
+			text++, len--;
+		while (len && (text[len - 1] == ' ' || text[len - 1] == '\t'))
+			len--;
+	}
+	if (!len)
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "TPF_HOSTNAME=\"%s\" gives rank %d an empty host name",
+				     e, rank);
+	if (!put_name(text, len, rank, buf, size))
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+				     "TPF_HOSTNAME=\"%s\" gives rank %d a host name longer than %zu bytes", e,
+				     rank, size - 1);
+	return TPF_OK;
+}
+
+void tpf_comm_hosts_group(const char *names, size_t stride, int world, int rank,
+			  struct tpf_comm_hosts *out)
+{
+	const char *mine = names + (size_t)rank * stride;
+	struct tpf_comm_hosts h = {0};
+	/* quadratic in the world size, once per communicator */
+	for (int r = 0; r < world; r++) {
+		const char *name = names + (size_t)r * stride;
+		int first = 1; /* the host's lowest rank */
+		for (int q = 0; q < r && first; q++)
+			first = strcmp(names + (size_t)q * stride, name) != 0;
+		h.n_hosts += first;
+		if (strcmp(name, mine))
+			continue;
+		if (first)
+			h.host = h.n_hosts - 1;
+		h.local_rank += r < rank;
+		h.local_size++;
+	}
+	*out = h;
+}
+
+enum tpf_status tpf_comm_group_hosts(struct tpf_comm *c, struct tpf_diag *d)
+{
+	if (c->world <= 1) {
+		c->hosts = (struct tpf_comm_hosts){.n_hosts = 1, .host = 0, .local_rank = 0, .local_size = 1};
+		return TPF_OK;
+	}
+	char mine[TPF_HOST_NAME_MAX];
+	char *all = tpf_calloc((size_t)c->world, TPF_HOST_NAME_MAX);
+	/* every rank takes part in the exchange, or none does */
+	enum tpf_status st = tpf_comm_agree(c, all ? TPF_OK : tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory"),
+					    "gathering the host names", d);
+	if (st) {
+		tpf_free(all);
+		return st;
+	}
+	memset(mine, 0, sizeof(mine));
+	if (tpf_comm_host_name(c->rank, c->world, mine, sizeof(mine), d))
+		mine[0] = 0; /* an empty name tells the others */
+	st = c->ops->allgather(c, mine, all, TPF_HOST_NAME_MAX, NULL, d);
+	for (int r = 0; r < c->world && !st; r++)
+		if (!all[(size_t)r * TPF_HOST_NAME_MAX])
+			st = r == c->rank ? TPF_ERR_INVALID
+					  : tpf_diag_fail(d, TPF_ERR_INVALID, "rank %d has no host name (see its "
+									      "messages)", r);
+	if (!st)
+		tpf_comm_hosts_group(all, TPF_HOST_NAME_MAX, c->world, c->rank, &c->hosts);
+	tpf_free(all);
+	return st;
+}
+
+int tpf_comm_hosts_peer_ok(const struct tpf_comm_hosts *h, const char *comm_name, char *why, size_t size)
+{
+	if (!h || h->n_hosts <= 1)
+		return 1;
+	if (why && size)
+		snprintf(why, size,
+			 "ranks span %d hosts: peer-memory collectives are off (CUDA IPC reaches the GPUs "
+			 "of one host only), the communicator (%s) runs them",
+			 h->n_hosts, comm_name ? comm_name : "NCCL");
+	return 0;
 }
 
 /* Defined by comm-mpi.c, which is linked only when MPI was found. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The collectives a session chooses for a plan's steps: direct all-to-alls
  * (a Pack -> AllToAll -> Unpack run as one exchange) and, on the CUDA
- * backend, the one-shot and two-shot collectives through peer memory; the
- * strategy table (strategy.c) decides between those and NCCL. */
+ * backend with every rank on one host, the one-shot and two-shot
+ * collectives through peer memory; the strategy table (strategy.c) decides
+ * between those and NCCL. */
 #include "session-internal.h"
 
 #include <stdint.h>
@@ -186,11 +187,28 @@ static size_t oneshot_max_bytes(void)
 	return (size_t)tpf_env_int("TPF_ONESHOT_MAX_BYTES", (long long)64 << 20);
 }
 
-/* Where one-shot collectives can run at all: the same on every rank. */
-static int oneshot_possible(const struct tpf_session *s)
+/* Where peer memory could run collectives but for the hosts: CUDA ranks
+ * under NCCL or MPI. */
+static int peer_backend(const struct tpf_session *s)
 {
 	return s->dev->kind == TPF_BACKEND_CUDA && s->comm->world > 1 &&
 	       (strcmp(s->comm->ops->name, "nccl") == 0 || strcmp(s->comm->ops->name, "mpi-cuda") == 0);
+}
+
+/* Whether the communicator's ranks share one host (every collective spans
+ * every rank, and CUDA IPC maps the GPUs of one host only); else why. */
+static int one_host(const struct tpf_session *s, char *why, size_t size)
+{
+	struct tpf_comm_hosts h;
+	tpf_comm_hosts(s->comm, &h);
+	return tpf_comm_hosts_peer_ok(&h, s->comm->ops->name, why, size);
+}
+
+/* Where one-shot collectives can run at all: the same on every rank (the
+ * grouping by host is the communicator's, the same everywhere). */
+static int oneshot_possible(const struct tpf_session *s)
+{
+	return peer_backend(s) && one_host(s, NULL, 0);
 }
 
 /* Whether this rank wants them (options and environment: checked against
@@ -283,10 +301,17 @@ static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm
 
 /* Decides each step's mode for a new plan and sizes the contexts.  A set-up
  * failure on any rank turns the one-shot paths off on all of them (with a
- * warning) and the plan runs through NCCL. */
+ * warning) and the plan runs through NCCL; so do ranks on several hosts
+ * (warned once a session). */
 enum tpf_status tpf_rt_oneshot_prepare(struct tpf_session *s, struct tpf_diag *d)
 {
 	const struct tpf_plan *p = s->b->plan;
+	char why[256];
+	if (peer_backend(s) && oneshot_wanted(s) && !one_host(s, why, sizeof(why))) {
+		/* said once: the session keeps to the communicator from here on */
+		tpf_diag_add(d, TPF_SEV_WARNING, "%s", why);
+		s->os_failed = 1;
+	}
 	if (!oneshot_possible(s))
 		return TPF_OK;
 	/* a rank short of memory turns it off everywhere */

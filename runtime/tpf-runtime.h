@@ -74,12 +74,25 @@ struct tpf_comm_ops {
 	void (*destroy)(struct tpf_comm *c);
 };
 
+/* The ranks grouped by host.  Hosts are numbered in the order of their
+ * lowest rank; n_hosts 0 (a communicator built without a grouping) counts
+ * as one host holding every rank. */
+struct tpf_comm_hosts {
+	int n_hosts;
+	int host;       /* this rank's host, 0 .. n_hosts - 1 */
+	int local_rank; /* this rank's place among its host's ranks, in rank order */
+	int local_size; /* ranks on this rank's host */
+};
+
 struct tpf_comm {
 	const struct tpf_comm_ops *ops;
 	int rank, world;
 	int local_rank;   /* rank on this host (picks the GPU) */
 	double timeout_s; /* collectives fail after this long; <= 0: 60 s */
 	void *impl;
+	/* filled at creation: the MPI communicators exchange every rank's
+	 * host name (tpf_comm_host_name) */
+	struct tpf_comm_hosts hosts;
 };
 
 struct tpf_comm_options {
@@ -102,6 +115,35 @@ void tpf_comm_abort(struct tpf_comm *c, int code);
  * ranks that differ ("what" says what the value is). */
 enum tpf_status tpf_comm_check_same(struct tpf_comm *c, uint64_t value, const char *what,
 				    struct tpf_diag *d);
+
+/* ------------------------------------------------------------ hosts
+ * CUDA IPC maps buffers between the GPUs of one host only, so the
+ * peer-memory collectives run only where every rank of a collective is on
+ * one host; elsewhere the communicator (NCCL) runs them. */
+
+/* The longest host name exchanged, its NUL included. */
+#define TPF_HOST_NAME_MAX 256
+
+/* The grouping of c's ranks by host (one host of c->world ranks when c has
+ * none). */
+void tpf_comm_hosts(const struct tpf_comm *c, struct tpf_comm_hosts *out);
+/* This rank's host name into buf: TPF_HOSTNAME when set, with "{rank}"
+ * replaced by the rank, or, when it holds commas, its rank-th entry
+ * (exactly world entries); else gethostname.  TPF_ERR_INVALID for a list
+ * of another length, an empty or too long name. */
+enum tpf_status tpf_comm_host_name(int rank, int world, char *buf, size_t size, struct tpf_diag *d);
+/* Groups world ranks by name: names holds one NUL-terminated name per
+ * rank, every `stride` bytes; out describes rank `rank`. */
+void tpf_comm_hosts_group(const char *names, size_t stride, int world, int rank,
+			  struct tpf_comm_hosts *out);
+/* Exchanges every rank's host name over c (host buffers, a collective of
+ * every rank) and stores the grouping in c->hosts.  Fails on every rank
+ * when one has no name. */
+enum tpf_status tpf_comm_group_hosts(struct tpf_comm *c, struct tpf_diag *d);
+/* Whether collectives over every rank may go through peer memory: 1 when
+ * the ranks share one host.  Else 0, and why (may be NULL) says so, naming
+ * the communicator `comm_name` (may be NULL) that runs them instead. */
+int tpf_comm_hosts_peer_ok(const struct tpf_comm_hosts *h, const char *comm_name, char *why, size_t size);
 
 /* Every rank passes its status; all learn whether any failed.  Returns st
  * when it is an error, else TPF_ERR_RUNTIME naming the first failed rank
