@@ -183,6 +183,12 @@ enum tpf_status tpf_tune_collectives(struct tpf_comm *comm, const struct tpf_tun
 				max_elems = o->hiddens[i] * o->tokens[j];
 		}
 	}
+	struct tpf_comm_hosts hosts;
+	char why[256];
+	tpf_comm_hosts(comm, &hosts);
+	if (!tpf_comm_hosts_peer_ok(&hosts, NULL, why, sizeof(why)))
+		return tpf_diag_fail(d, TPF_ERR_UNSUPPORTED, "tune: the peer-memory paths it times need every rank "
+				     "on one host (%s)", why);
 	struct tune t = {.comm = comm, .d = d, .replays = o->replays > 0 ? o->replays : 10,
 			 .dt = TPF_DTYPE_BFLOAT16};
 	cudaError_t e;
