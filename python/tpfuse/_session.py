@@ -160,12 +160,15 @@ class Session:
         )
 
     @classmethod
-    def _as_generate_loads(cls, model: ModelLike, backend: str) -> "Session":
+    def _as_generate_loads(cls, model: ModelLike, backend: str, greedy: bool = False) -> "Session":
         """A session of the model as ``tpfuse generate`` compiles it: the
         default pipeline, the cache written in place (kv-cache-in-place,
-        where the model takes it), lowered for the backend."""
+        where the model takes it), for greedy generation without
+        suppressed ids the next token's ArgMax on the device
+        (greedy-next-token), lowered for the backend."""
         self = cls.__new__(cls)
-        self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, "default,kv-cache-in-place,cleanup"))
+        passes = "default,kv-cache-in-place,cleanup" + (",greedy-next-token" if greedy else "")
+        self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, passes))
         return self
 
     def _attach(self, s: Any) -> None:
@@ -378,7 +381,8 @@ def generate(
     if isinstance(model_or_session, Session):
         session, own = model_or_session, False
     else:
-        session, own = Session._as_generate_loads(model_or_session, backend), True
+        greedy = float(temperature) == 0 and not _id_list(suppress, "suppress")
+        session, own = Session._as_generate_loads(model_or_session, backend, greedy), True
     try:
         tokens, raw_stats = session._live().generate(
             rows,
