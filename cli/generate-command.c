@@ -66,6 +66,9 @@ static const char *const generate_help =
 	"                        length)\n"
 	"  --no-optimize         run the model as exported (no fusions, no\n"
 	"                        in-place cache)\n"
+	"  --warmup N            generate N times untimed first (the plans built\n"
+	"                        and the CUDA graphs captured then; the figures\n"
+	"                        are the last generation's)\n"
 	"  --timeout SECONDS     a collective fails after this long (default 60)\n"
 	"  --json                print {\"tokens\": [[...], ...], \"stats\": {...}}\n"
 	"  --stats               print the time to the first token, decode tokens/s,\n"
@@ -88,6 +91,7 @@ struct gen_opts {
 	double timeout;
 	int json, stats;
 	int no_optimize, no_in_place, cuda_graph;
+	size_t warmup; /* untimed generations first */
 };
 
 static int say_rank = -1; /* the rank in messages; -1 alone */
@@ -278,6 +282,8 @@ static int value_arg(struct gen_opts *o, const char *a, const char *v)
 		o->g.max_length = (size_t)x;
 	else if (!strcmp(a, "--prefill-chunk"))
 		o->g.prefill_chunk = (size_t)x;
+	else if (!strcmp(a, "--warmup"))
+		o->warmup = (size_t)x;
 	else
 		o->g.pad_id = (int64_t)x;
 	return -1;
@@ -289,7 +295,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 	static const char *const with_value[] = {
 		"--prompt-ids", "--prompts", "--max-new-tokens", "--eos", "--suppress", "--pad-id",
 		"--temperature", "--top-k", "--top-p", "--seed", "--backend", "--timeout", "--max-length",
-		"--prefill-chunk"};
+		"--prefill-chunk", "--warmup"};
 	o->g.max_new_tokens = 32;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -484,8 +490,14 @@ static int generate(struct gen_opts *o, struct tpf_diag *d)
 		st = tpf_generator_add_prompt(gen, o->prompts[i], o->prompt_len[i], d);
 	if ((st = agree(comm, st, "creating the session", d)))
 		goto out;
-	struct progress p = {.start = now_ms(), .last = now_ms(), .max_steps = o->g.max_new_tokens};
-	st = tpf_generator_run(gen, comm->rank == 0 ? show_progress : NULL, &p, d);
+	for (size_t w = 0; w <= o->warmup && !st; w++) {
+		if (w)
+			tpf_generator_reset(gen);
+		struct progress p = {.start = now_ms(), .last = now_ms(), .max_steps = o->g.max_new_tokens};
+		st = tpf_generator_run(gen, comm->rank == 0 ? show_progress : NULL, &p, d);
+		if (w < o->warmup && (st = agree(comm, st, "generating (warm-up)", d)))
+			goto out;
+	}
 	failed_alone = st != TPF_OK;
 	if (!st && comm->world > 1 && o->backend == TPF_BACKEND_CPU)
 		if ((st = tpf_comm_check_same(comm, tokens_hash(gen), "the generated tokens", d)) &&

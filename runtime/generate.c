@@ -156,6 +156,15 @@ void tpf_generator_free(struct tpf_generator *g)
 	tpf_free(g);
 }
 
+void tpf_generator_reset(struct tpf_generator *g)
+{
+	g->step = 0;
+	g->n_done = 0;
+	g->new_tokens = 0;
+	g->prefill_calls = 0;
+	memset(g->step_ms, 0, (g->o.max_new_tokens + 1) * sizeof(*g->step_ms));
+}
+
 enum tpf_status tpf_generator_add_prompt(struct tpf_generator *g, const int64_t *ids, size_t n,
 					 struct tpf_diag *d)
 {

@@ -558,6 +558,11 @@ enum tpf_status tpf_generator_create(struct tpf_session *s, const struct tpf_kv_
 				     const struct tpf_generate_options *o, struct tpf_generator **out,
 				     struct tpf_diag *d);
 void tpf_generator_free(struct tpf_generator *g);
+/* Back to before the first step with the same prompts and options: the
+ * next step starts the generation again (its tokens and figures anew; the
+ * session's plans and CUDA graphs stay, so a first generation can warm up
+ * a timed one). */
+void tpf_generator_reset(struct tpf_generator *g);
 /* Adds a sequence (n >= 1 token ids, each below the vocabulary size when
  * the logits' last dim is static) before the first step. */
 enum tpf_status tpf_generator_add_prompt(struct tpf_generator *g, const int64_t *ids, size_t n,

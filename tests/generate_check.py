@@ -123,6 +123,17 @@ def sampling(tpfuse, model):
 	rc, out, _ = run(tpfuse, model, "--prompt-ids", "1,2", "--max-new-tokens", "3", "--stats")
 	expect(rc == 0 and "time to first token" in out and "plans built" in out and "p99" in out,
 	       "--stats: %r" % out)
+	# --warmup: the same tokens again; the timed generation builds no plan
+	# (the session's two, the prefill's and the decode step's, stay)
+	args = [model, "--prompt-ids", "26,35,35,86,75,17,20", "--prompt-ids", "45,59,54,14", "--json"]
+	(rc0, cold, _), (rc1, warm, _) = run(tpfuse, *args), run(tpfuse, *args, "--warmup", "2")
+	if rc0 == 0 and rc1 == 0:
+		cold, warm = json.loads(cold), json.loads(warm)
+		expect(cold["tokens"] == warm["tokens"] and warm["stats"]["plans_built"] == 2 and
+		       warm["stats"]["steps"] == cold["stats"]["steps"] and warm["stats"]["prefill_calls"] == 1,
+		       "--warmup 2: %r against %r" % (warm, cold))
+	else:
+		expect(False, "--warmup 2: exit %d / %d" % (rc0, rc1))
 
 
 # A graph of the convention whose present is not its past extended; the
