@@ -111,6 +111,8 @@ static const struct tpf_env_knob knobs[] = {
      "the largest all-reduce, in bytes, that peer memory takes (default 64 MiB)"},
     {"TPF_PDL", TPF_ENV_PDL, 0, 0, NULL,
      "the kinds of kernel launched as programmatic dependents (default: gemv, copy, gated)"},
+    {"TPF_PREFILL_ATTENTION", TPF_ENV_SWITCH, 0, 0, NULL,
+     "1: prompts of 64 tokens and more on the tiled tensor-core attention kernel (float16/bfloat16, head 64 or 128)"},
     {"TPF_STRATEGY_TABLE", TPF_ENV_FILE, 0, 0, NULL,
      "the collective strategy table to use, as --strategy-table"},
 };

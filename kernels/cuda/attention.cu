@@ -1176,6 +1176,10 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 
 } // namespace
 
+// attention-prefill.cu: 1 when it ran the call (*st its status).
+extern "C" int tpf_cu_attention_prefill(const struct tpf_kernel_call *c, const struct tpf_attention_ops *o,
+					enum tpf_status *st);
+
 // Workspace of a call: the decode kernel's partial results when it splits.
 extern "C" size_t tpf_cu_attention_workspace(const struct tpf_kernel_call *c)
 {
@@ -1248,6 +1252,12 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 	if (rows == 0 || a.Dv == 0 || a.T == 0)
 		goto rows_kernel;
 	{
+		enum tpf_status pst;
+		if (tpf_cu_attention_prefill(c, &o, &pst)) { // a prompt on the tiled kernel
+			if (pst)
+				return pst;
+			goto presents;
+		}
 		DecPlan dp = decode_plan(o, !rows_kernel_fits(o));
 		if (dp.ok) {
 			if (dp.splits > 1 && (!c->workspace || c->workspace_bytes < dp.ws_bytes)) {
@@ -1277,6 +1287,7 @@ rows_kernel:
 		if (e)
 			return e;
 	}
+presents:
 	if (o.prk || o.prv) {
 		int64_t n = a.B * a.Hk * a.T * (a.D + a.Dv);
 		if (n > 0) {

@@ -1645,6 +1645,40 @@ static void tensor_scatter(void)
 	free_tensors(b, 3);
 }
 
+/* The tiled tensor-core prefill kernel (attention-prefill.cu, on in this
+ * program: TPF_PREFILL_ATTENTION=1): 64 query rows a block, keys in tiles
+ * of 64 (partial tiles at both ends), causal blocks stopping early. */
+static void attention_prefill(void)
+{
+	for (int d = 0; d < NFL; d++) {
+		enum tpf_dtype dt = FL[d];
+		if (dt != TPF_DTYPE_FLOAT16 && dt != TPF_DTYPE_BFLOAT16)
+			continue;
+		struct tpf_node *c1 = node("", "Attention", 3, 1);
+		tpf_node_set_attr_int(c1, "is_causal", 1);
+		struct tpf_ktensor a1[3] = {R(dt, 4, 2, 8, 200, 128), R(dt, 4, 2, 2, 200, 128), R(dt, 4, 2, 2, 200, 128)};
+		CHECK("Attention prefill tiled: causal, GQA 8/2, head 128, 200 tokens", c1, a1, 1, 4);
+		free_tensors(a1, 3);
+		struct tpf_node *c2 = node("", "Attention", 6, 3);
+		tpf_node_set_attr_int(c2, "is_causal", 1);
+		check_past("Attention prefill tiled: causal after a past of 37, head 64, 100 tokens", c2, dt,
+			   (const int64_t[]){1, 4, 4, 100, 100, 64, 64, 37});
+		struct tpf_node *c3 = node("", "Attention", 4, 1);
+		struct tpf_ktensor a3[4] = {R(dt, 4, 1, 4, 130, 128), R(dt, 4, 1, 2, 130, 128), R(dt, 4, 1, 2, 130, 128),
+					    R(dt, 4, 1, 1, 130, 130)};
+		CHECK("Attention prefill tiled: additive mask, head 128, 130 tokens", c3, a3, 1, 4);
+		free_tensors(a3, 4);
+		struct tpf_node *c4 = node("", "Attention", 7, 1);
+		tpf_node_set_attr_int(c4, "is_causal", 1);
+		const int64_t lens[2] = {150, 96};
+		struct tpf_ktensor a4[7] = {R(dt, 4, 2, 4, 96, 64), R(dt, 4, 2, 2, 300, 64), R(dt, 4, 2, 2, 300, 64),
+					    omitted(), omitted(), omitted(), ints(TPF_DTYPE_INT64, 2, lens)};
+		check("Attention prefill tiled: 96 tokens into a cache of 300 (nonpad 150, 96), causal", c4,
+		      TPF_PHASE_MAIN, a4, 7, NULL, 1, 4);
+		free_tensors(a4, 7);
+	}
+}
+
 static void attention(void)
 {
 	for (int d = 0; d < NFL; d++) {
@@ -1669,6 +1703,7 @@ static void attention(void)
 	}
 	attention_decode();
 	attention_nonpad();
+	attention_prefill();
 	tensor_scatter();
 }
 
@@ -1680,6 +1715,7 @@ int main(int argc, char **argv)
 		return 1;
 	if (!self_check_codes())
 		return 1;
+	setenv("TPF_PREFILL_ATTENTION", "1", 0); /* the prefill kernel's cases */
 	if (tpf_device_create_cuda(0, &DEV, D)) {
 		printf("no GPU: skipped (");
 		tpf_diag_print(D, stdout);
