@@ -1025,3 +1025,87 @@ int sh_per_tensor(const struct tpf_node *n)
 
 /* Ops whose rule is one function of the node (rule), or of the node and
  * an int (sh_rule_arg with arg). */
+
+/* ------------------------------------------------------------------ Einsum */
+
+/* The letter of operand i's axis a under e, or 0 when it is an ellipsis
+ * dim or repeats within the operand (a diagonal). */
+static int einsum_letter(const struct tpf_einsum *e, int i, int a)
+{
+	int l = e->label[i][a];
+	if (e->name[l] == '.')
+		return 0;
+	for (int k = 0; k < e->rank[i]; k++)
+		if (k != a && e->label[i][k] == l)
+			return 0;
+	return l + 1;
+}
+
+/* Einsum with one split letter (the letter of a split operand's axis: the
+ * heads of Mamba-2's chunked scan): every operand that has the letter is
+ * split on it alike (a whole one sliced), the others stay whole, and the
+ * output keeps it split; a letter summed over gathers first. */
+void sh_rule_einsum(struct nctx *c)
+{
+	const char *eq = tpf_node_attr_string(c->n, "equation", NULL);
+	struct tpf_einsum e;
+	int ranks[TPF_EINSUM_MAX_OPERANDS], split = -1, letter = 0, oa = -1;
+	char err[128];
+
+	sh_reduce_partials(c);
+	if (!eq || c->ni > TPF_EINSUM_MAX_OPERANDS || c->no != 1 || frank(c, c->n->outputs[0]) < 0)
+		return sh_rule_default(c);
+	for (size_t i = 0; i < c->ni; i++)
+		if (!c->n->inputs[i] || (ranks[i] = frank(c, c->n->inputs[i])) < 0)
+			return sh_rule_default(c);
+	if (tpf_einsum_parse(eq, (int)c->ni, ranks, &e, err, sizeof(err)))
+		return sh_rule_default(c);
+	for (size_t i = 0; i < c->ni && split < 0; i++)
+		if (c->in[i].kind == SH_S) {
+			split = (int)i;
+			letter = einsum_letter(&e, (int)i, c->in[i].axis);
+		}
+	if (split < 0) {
+		c->out[0] = c->raw[0] = SH_R_;
+		return;
+	}
+	for (int k = 0; k < e.out_rank && letter; k++)
+		if (e.out[k] + 1 == letter)
+			oa = k;
+	if (!letter || oa < 0 || outer_of(c->in[split]) > 1) {
+		sh_whyf(c, "its split letter is summed over, repeated or within rows");
+		return sh_all_whole(c);
+	}
+	{
+		struct sh x = c->in[split];
+		int64_t d = vdim(c, c->n->inputs[split], x.axis);
+		for (size_t i = 0; i < c->ni; i++) {
+			int a = -1;
+			for (int k = 0; k < e.rank[i]; k++)
+				if (e.label[i][k] + 1 == letter)
+					a = einsum_letter(&e, (int)i, k) ? k : -2;
+			if (a == -2) {
+				sh_whyf(c, "operand %zu repeats its split letter", i);
+				return sh_all_whole(c);
+			}
+			if (a < 0) {
+				if (c->in[i].kind == SH_S) {
+					sh_whyf(c, "operand '%s' is split on another letter", c->n->inputs[i]->name);
+					c->want[i] = SH_R_;
+				}
+				continue;
+			}
+			if (c->in[i].kind == SH_S && sh_eq(c->in[i], on_axis(x, a)))
+				continue;
+			if (!sh_can_split(c, c->n->inputs[i], a, x.sect, d)) {
+				sh_whyf(c, "operand '%s' cannot be split like its split letter",
+					c->n->inputs[i]->name);
+				return sh_all_whole(c);
+			}
+			if (c->in[i].kind == SH_S)
+				sh_whyf(c, "operand '%s' is split on another letter", c->n->inputs[i]->name);
+			c->want[i] = mk_s(a, x.sect);
+		}
+		c->out[0] = c->raw[0] = on_axis(x, oa);
+	}
+}

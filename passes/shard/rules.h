@@ -126,6 +126,7 @@ void sh_rule_conv(struct nctx *c);
 void sh_rule_pad(struct nctx *c);
 void sh_rule_scatter_nd(struct nctx *c);
 void sh_rule_elements(struct nctx *c, int scatter);
+void sh_rule_einsum(struct nctx *c);
 /* rules-movement.c */
 void sh_rule_reshape(struct nctx *c);
 void sh_rule_flatten(struct nctx *c);
