@@ -11,6 +11,8 @@ For every folder and world size W:
   2. every rank holds at most --max-fraction of the model's weight bytes
      (float initializers; the MoE families at W = 2: 0.6, the Mamba-2
      hybrids 0.65), and a Mamba-2 mixer's in_proj splits by sections
+     (and the default pipeline fuses every AllReduce of rank 0's graph
+     with the residual Add and RMSNorm after it)
   3. the rank graphs have one AllReduce per row-parallel product (the
      summary line of --explain), never two on the inputs of one Add
   4. mpirun -np W tpfuse run --optimize --verify (the rank models) matches
@@ -113,6 +115,15 @@ def check(tpfuse, name, world, run_it, work):
 	if twice:
 		raise RuntimeError("Add '%s' reduces both of its operands" % twice[0])
 	msg += ", %d row-parallel, %d AllReduce" % (rows, reduces)
+	if name.split("-")[0] in MAMBA:
+		r = run([tpfuse, "optimize", pattern.replace("{rank}", "0"), "-o",
+			 os.path.join(out, "opt.onnx"), "--stats"])
+		fused = sum(int(k) for k in re.findall(r"^fuse-allreduce-rmsnorm\s+\S+\s+(\d+)$",
+							r.stdout, re.M))
+		if r.returncode or fused != reduces:
+			raise RuntimeError("the default pipeline fuses %d of %d AllReduce with the residual "
+					   "and RMSNorm" % (fused, reduces))
+		msg += " (%d fused with the residual and RMSNorm)" % fused
 	if run_it:
 		res = os.path.join(out, "out{rank}")
 		r = run(["mpirun", "-np", str(world), tpfuse, "run", pattern, "--inputs",
