@@ -271,11 +271,14 @@ static int reshaped_axis(const struct sh_fact *from, int ax, const struct sh_fac
  * whose output has its input's dims (SiLU's Sigmoid and Mul); else -1. */
 static int channel_axis(const struct shard *s, const struct tpf_node *n, int ax)
 {
-	const struct sh_fact *fi = sh_full(s, n->inputs[0]), *fo;
+	const struct sh_fact *fi, *fo;
 	int arg;
 	enum tpf_shard_rule rule = tpf_node_shard_rule(n, &arg);
 
-	if (n->n_outputs != 1 || !n->outputs[0] || fi->rank <= ax)
+	if (!n->n_inputs || !n->inputs[0] || n->n_outputs != 1 || !n->outputs[0])
+		return -1;
+	fi = sh_full(s, n->inputs[0]);
+	if (fi->rank <= ax)
 		return -1;
 	fo = sh_full(s, n->outputs[0]);
 	if (sh_op(n, TPF_OP_TRANSPOSE)) {
@@ -312,6 +315,7 @@ static int channel_axis(const struct shard *s, const struct tpf_node *n, int ax)
 struct sh_mixer {
 	int64_t count; /* heads or groups; 0 when all divide */
 	int piece;
+	int visits;    /* nodes looked at (the walk stops at 256) */
 };
 
 /* The heads or groups [count, size] of piece j of Split sp (axis ax) when
@@ -320,14 +324,16 @@ static int64_t unfolded_count(const struct shard *s, const struct tpf_node *sp, 
 {
 	const struct tpf_value *v = sp->outputs[j];
 	const struct sh_fact *fv = sh_full(s, v);
-	for (size_t u = 0; v && u < v->n_uses; u++) {
+	for (size_t u = 0; v && fv->rank > ax && u < v->n_uses; u++) {
 		const struct tpf_node *r = v->uses[u].node;
 		const struct sh_fact *fo;
+		int64_t span;
 		if (!sh_op(r, TPF_OP_RESHAPE) || v->uses[u].index != 0 || !r->outputs[0])
 			continue;
 		fo = sh_full(s, r->outputs[0]);
-		if (fo->rank == fv->rank + 1 && fo->dims[ax] > 0 &&
-		    fo->dims[ax] * fo->dims[ax + 1] == fv->dims[ax])
+		if (fo->rank == fv->rank + 1 && fo->dims[ax] > 0 && fo->dims[ax + 1] > 0 &&
+		    !__builtin_mul_overflow(fo->dims[ax], fo->dims[ax + 1], &span) &&
+		    span == fv->dims[ax])
 			return fo->dims[ax];
 	}
 	return 0;
@@ -340,11 +346,12 @@ static int64_t unfolded_count(const struct shard *s, const struct tpf_node *sp, 
 static void nested_bounds(const struct shard *s, const struct tpf_value *v, int ax, int64_t off,
 			  int64_t *bounds, int *nb, int depth, int conv, struct sh_mixer *mx)
 {
-	for (size_t u = 0; u < v->n_uses && depth < 8; u++) {
+	for (size_t u = 0; u < v->n_uses && depth < 8 && mx->visits < 256; u++) {
 		const struct tpf_node *c = v->uses[u].node;
 		int a2;
 		if (!c || v->uses[u].index != 0)
 			continue;
+		mx->visits++;
 		if (sh_op(c, TPF_OP_SPLIT)) {
 			int r = sh_full(s, v)->rank;
 			int64_t a = tpf_node_attr_int(c, "axis", 0), o = off, k;

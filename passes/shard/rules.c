@@ -1023,9 +1023,6 @@ int sh_per_tensor(const struct tpf_node *n)
 	return 1;
 }
 
-/* Ops whose rule is one function of the node (rule), or of the node and
- * an int (sh_rule_arg with arg). */
-
 /* ------------------------------------------------------------------ Einsum */
 
 /* The letter of operand i's axis a under e, or 0 when it is an ellipsis
@@ -1073,7 +1070,12 @@ void sh_rule_einsum(struct nctx *c)
 		if (e.out[k] + 1 == letter)
 			oa = k;
 	if (!letter || oa < 0 || outer_of(c->in[split]) > 1) {
-		sh_whyf(c, "its split letter is summed over, repeated or within rows");
+		if (!letter)
+			sh_whyf(c, "its split axis is a repeated letter or an ellipsis dim");
+		else if (oa < 0)
+			sh_whyf(c, "it sums over its split letter '%c'", e.name[letter - 1]);
+		else
+			sh_whyf(c, "Einsum does not take a split within rows");
 		return sh_all_whole(c);
 	}
 	{
@@ -1097,6 +1099,8 @@ void sh_rule_einsum(struct nctx *c)
 			}
 			if (c->in[i].kind == SH_S && sh_eq(c->in[i], on_axis(x, a)))
 				continue;
+			if (c->in[i].kind != SH_S && d > 1 && vdim(c, c->n->inputs[i], a) == 1)
+				continue; /* broadcast along the letter: whole */
 			if (!sh_can_split(c, c->n->inputs[i], a, x.sect, d)) {
 				sh_whyf(c, "operand '%s' cannot be split like its split letter",
 					c->n->inputs[i]->name);
@@ -1109,3 +1113,6 @@ void sh_rule_einsum(struct nctx *c)
 		c->out[0] = c->raw[0] = on_axis(x, oa);
 	}
 }
+
+/* Ops whose rule is one function of the node (rule), or of the node and
+ * an int (sh_rule_arg with arg). */
