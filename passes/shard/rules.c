@@ -136,9 +136,44 @@ int sh_local_vals(const struct sh_prop *p, const struct tpf_value *v, int64_t *v
 	}
 }
 
-/* Whether element `elem` of v is a literal: it comes from a constant
- * through Concat / Unsqueeze / Squeeze / Reshape / Identity / Cast. */
-int sh_is_literal(const struct shard *s, const struct tpf_value *v, int elem, int depth)
+/* What operand `side` of a scalar Mul or integer Div must become for its
+ * result to be `want`: a factor divided by k = result / want, or the
+ * numerator of a floor quotient divided by k (floor(floor(a / b) / k) is
+ * floor(a / (k b))), so the result is divided by k for any value of the
+ * other operand.  The new value, or -1 when n is not such a node or the
+ * numbers do not divide. */
+int64_t sh_scale_operand(const struct shard *s, const struct tpf_node *n, int side, int64_t want)
+{
+	const struct sh_fact *f[2];
+	int64_t out, k;
+
+	if (!(sh_op(n, TPF_OP_MUL) || sh_op(n, TPF_OP_DIV)) || n->n_inputs != 2 || want <= 0 ||
+	    (sh_op(n, TPF_OP_DIV) && side))
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		if (!n->inputs[i])
+			return -1;
+		f[i] = sh_full(s, n->inputs[i]);
+		if (f[i]->nvals != 1 || f[i]->vals[0] <= 0 ||
+		    (f[i]->dtype != TPF_DTYPE_INT64 && f[i]->dtype != TPF_DTYPE_INT32))
+			return -1;
+	}
+	if (sh_op(n, TPF_OP_DIV))
+		out = f[0]->vals[0] / f[1]->vals[0];
+	else if (__builtin_mul_overflow(f[0]->vals[0], f[1]->vals[0], &out))
+		return -1;
+	if (out <= 0 || out % want)
+		return -1;
+	k = out / want;
+	return f[side]->vals[0] % k ? -1 : f[side]->vals[0] / k;
+}
+
+/* Whether element `elem` of v can be made `want` by editing a literal: it
+ * comes from a constant through Concat / Unsqueeze / Squeeze / Reshape /
+ * Identity / Cast / Flatten, or through scalar Mul and Div that scale it
+ * (sh_scale_operand: a group count that a dynamic export computes as
+ * (G * seq) // seq). */
+int sh_editable(const struct shard *s, const struct tpf_value *v, int elem, int64_t want, int depth)
 {
 	const struct tpf_node *n;
 
@@ -155,14 +190,19 @@ int sh_is_literal(const struct shard *s, const struct tpf_value *v, int elem, in
 			if (k < 0)
 				return 0;
 			if (elem < k)
-				return sh_is_literal(s, n->inputs[i], elem, depth + 1);
+				return sh_editable(s, n->inputs[i], elem, want, depth + 1);
 			elem -= (int)k;
 		}
 		return 0;
 	}
 	if (sh_op(n, TPF_OP_UNSQUEEZE) || sh_op(n, TPF_OP_SQUEEZE) || sh_op(n, TPF_OP_RESHAPE) ||
 	    sh_op(n, TPF_OP_IDENTITY) || sh_op(n, TPF_OP_CAST) || sh_op(n, TPF_OP_FLATTEN))
-		return sh_is_literal(s, n->inputs[0], elem, depth + 1);
+		return sh_editable(s, n->inputs[0], elem, want, depth + 1);
+	for (int side = 0; side < 2 && elem == 0; side++) {
+		int64_t ow = sh_scale_operand(s, n, side, want);
+		if (ow > 0 && sh_editable(s, n->inputs[side], 0, ow, depth + 1))
+			return 1;
+	}
 	return 0;
 }
 
@@ -186,7 +226,7 @@ int sh_need_elem(struct nctx *c, int index, int elem, int64_t orig, int64_t loca
 {
 	if (local == want)
 		return 1;
-	if (local == orig && sh_is_literal(c->s, c->n->inputs[index], elem, 0)) {
+	if (local == orig && sh_editable(c->s, c->n->inputs[index], elem, want, 0)) {
 		sh_add_edit(c, index, NULL, elem, want);
 		return 1;
 	}

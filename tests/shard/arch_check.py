@@ -3,8 +3,9 @@
 (tests/shard/arch, written by generate_arch.py): MoE families whose
 experts' weights a Gather picks out of stacked tables, post-norm models,
 DeepSeek-V3's MLA attention, and the Mamba-2 hybrids NemotronH and Falcon-H1
-(tests/fixtures/mamba2 as nemotron_h-dynamo and falcon_h1-dynamo, whose
-outputs are torch's logits).
+(tests/fixtures/mamba2 as nemotron_h-dynamo, falcon_h1-dynamo and
+nemotron_h_dynseq-dynamo, a dynamic sequence length; their outputs are
+torch's logits).
 
 For every folder and world size W:
   1. tpfuse shard model.onnx -w W -o 'OUT/m.rank{rank}.onnx' --explain
@@ -50,7 +51,7 @@ MAX_FRACTION = 0.6
 # literal head count, so kv_b_proj stays whole (the dynamo export, a
 # ConstantOfShape buffer with ScatterND along the last axis, splits it)
 FRACTION_LIMITS = {"deepseek_v3-torchscript": 0.65, "nemotron_h-dynamo": 0.65,
-		   "falcon_h1-dynamo": 0.65}
+		   "falcon_h1-dynamo": 0.65, "nemotron_h_dynseq-dynamo": 0.65}
 ATOL, RTOL = 1e-4, 1e-3
 
 
@@ -144,7 +145,7 @@ def check(tpfuse, name, world, run_it, work):
 
 
 MOE = ("qwen3_moe", "mixtral", "olmoe", "phimoe", "gpt_oss", "deepseek_v3")
-MAMBA = ("nemotron_h", "falcon_h1")
+MAMBA = ("nemotron_h", "falcon_h1", "nemotron_h_dynseq")
 
 
 def main(argv=None):
