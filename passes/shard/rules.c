@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The sharder's rules for element-wise ops, reductions, norms and
- * contractions (MatMul, Gemm, Conv), with the helpers all rules share
+ * contractions (MatMul, Gemm, Conv, Einsum), with the helpers all rules share
  * (rules.h says what a rule reads and writes).
  */
 #include <inttypes.h>
