@@ -265,9 +265,124 @@ static int reshaped_axis(const struct sh_fact *from, int ax, const struct sh_fac
 	return -1;
 }
 
+/* The axis of n's output that holds axis `ax` of its input when n moves the
+ * channels of that axis without mixing them: a Transpose, a depthwise Conv
+ * (channels on axis 1), a Slice along other axes, or an element-wise op
+ * whose output has its input's dims (SiLU's Sigmoid and Mul); else -1. */
+static int channel_axis(const struct shard *s, const struct tpf_node *n, int ax)
+{
+	const struct sh_fact *fi, *fo;
+	int arg;
+	enum tpf_shard_rule rule = tpf_node_shard_rule(n, &arg);
+
+	if (!n->n_inputs || !n->inputs[0] || n->n_outputs != 1 || !n->outputs[0])
+		return -1;
+	fi = sh_full(s, n->inputs[0]);
+	if (fi->rank <= ax)
+		return -1;
+	fo = sh_full(s, n->outputs[0]);
+	if (sh_op(n, TPF_OP_TRANSPOSE)) {
+		const struct tpf_attr *pa = tpf_node_attr(n, "perm");
+		for (int i = 0; pa && i < (int)pa->n && pa->n == (size_t)fi->rank; i++)
+			if (pa->ints[i] == ax)
+				return i;
+		return -1;
+	}
+	if (fo->rank != fi->rank || fo->dims[ax] != fi->dims[ax])
+		return -1;
+	if (sh_op(n, TPF_OP_CONV))
+		return ax == 1 && tpf_node_attr_int(n, "group", 1) == fi->dims[1] ? ax : -1;
+	if (sh_op(n, TPF_OP_SLICE)) {
+		const struct sh_fact *a = n->n_inputs > 3 && n->inputs[3] ? sh_full(s, n->inputs[3]) : NULL;
+		if (n->n_inputs < 4 || !a || a->nvals < 0)
+			return -1;
+		for (int i = 0; i < a->nvals; i++)
+			if ((a->vals[i] < 0 ? a->vals[i] + fi->rank : a->vals[i]) == ax)
+				return -1;
+		return ax;
+	}
+	if (rule != TPF_SHARD_RULE_UNARY && rule != TPF_SHARD_RULE_BROADCAST)
+		return -1;
+	for (int i = 0; i < fi->rank; i++)
+		if (fo->dims[i] != fi->dims[i])
+			return -1;
+	return ax;
+}
+
+/* A Mamba-2 mixer that cannot split: the first piece of a Split after a
+ * depthwise conv that a Reshape turns into heads (x) or groups (B, C) not
+ * divisible by the world size. */
+struct sh_mixer {
+	int64_t count; /* heads or groups; 0 when all divide */
+	int piece;
+	int visits;    /* nodes looked at (the walk stops at 256) */
+};
+
+/* The heads or groups [count, size] of piece j of Split sp (axis ax) when
+ * a Reshape unfolds that axis, else 0. */
+static int64_t unfolded_count(const struct shard *s, const struct tpf_node *sp, size_t j, int ax)
+{
+	const struct tpf_value *v = sp->outputs[j];
+	const struct sh_fact *fv = sh_full(s, v);
+	for (size_t u = 0; v && fv->rank > ax && u < v->n_uses; u++) {
+		const struct tpf_node *r = v->uses[u].node;
+		const struct sh_fact *fo;
+		int64_t span;
+		if (!sh_op(r, TPF_OP_RESHAPE) || v->uses[u].index != 0 || !r->outputs[0])
+			continue;
+		fo = sh_full(s, r->outputs[0]);
+		if (fo->rank == fv->rank + 1 && fo->dims[ax] > 0 && fo->dims[ax + 1] > 0 &&
+		    !__builtin_mul_overflow(fo->dims[ax], fo->dims[ax + 1], &span) &&
+		    span == fv->dims[ax])
+			return fo->dims[ax];
+	}
+	return 0;
+}
+
+/* Bounds (offset by `off`) of the Splits that cut value v along axis `ax`
+ * after ops that keep its channels apart (channel_axis): the x, B and C
+ * pieces of a Mamba-2 in_proj cut again after their depthwise conv
+ * (`conv`: one was passed; *mx notes heads or groups that do not divide). */
+static void nested_bounds(const struct shard *s, const struct tpf_value *v, int ax, int64_t off,
+			  int64_t *bounds, int *nb, int depth, int conv, struct sh_mixer *mx)
+{
+	for (size_t u = 0; u < v->n_uses && depth < 8 && mx->visits < 256; u++) {
+		const struct tpf_node *c = v->uses[u].node;
+		int a2;
+		if (!c || v->uses[u].index != 0)
+			continue;
+		mx->visits++;
+		if (sh_op(c, TPF_OP_SPLIT)) {
+			int r = sh_full(s, v)->rank;
+			int64_t a = tpf_node_attr_int(c, "axis", 0), o = off, k;
+			if ((a < 0 ? a + r : a) != ax)
+				continue;
+			for (size_t j = 0; j < c->n_outputs && *nb < 60; j++) {
+				const struct sh_fact *fo = sh_full(s, c->outputs[j]);
+				if (fo->rank != r || fo->dims[ax] < 0)
+					break;
+				bounds[(*nb)++] = o;
+				o += fo->dims[ax];
+				bounds[(*nb)++] = o;
+				k = conv ? unfolded_count(s, c, j, ax) : 0;
+				if (k > 0 && k % s->W && !mx->count) {
+					mx->count = k;
+					mx->piece = (int)j;
+				}
+			}
+			continue;
+		}
+		if ((a2 = channel_axis(s, c, ax)) >= 0)
+			nested_bounds(s, c->outputs[0], a2, off, bounds, nb, depth + 1,
+				      conv || sh_op(c, TPF_OP_CONV), mx);
+	}
+}
+
 /* Sections of a column split: the bounds of the Slices and Splits that
  * cut the MatMul's output along the split axis (its last, or the rows of
- * an expert's weight on the left), through a bias Add (and, for an
+ * an expert's weight on the left), through a bias Add or a scale Mul
+ * (Falcon-H1's multipliers), the pieces of a Split followed through a
+ * depthwise conv to the Splits that cut them again (and, for an
  * expert's product, a Squeeze, Unsqueeze or Reshape that keeps the axis). */
 static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh_sections *sec,
 			   char *why, size_t whysz)
@@ -277,6 +392,7 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 	int64_t N, bounds[64];
 	int nb = 0, r = fy->rank, ax = r - 1, side = 1;
 	int expert = !sh_matmul_weight(mm, NULL) && sh_expert_weight(mm, &side, NULL);
+	struct sh_mixer mx = {0};
 
 	if (expert && !side)
 		ax = r - 2;
@@ -293,7 +409,7 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 			int a2;
 			if (!c || y->uses[u].index != 0)
 				continue;
-			if (sh_op(c, TPF_OP_ADD) && !next && c->outputs[0] &&
+			if ((sh_op(c, TPF_OP_ADD) || sh_op(c, TPF_OP_MUL)) && !next && c->outputs[0] &&
 			    sh_full(s, c->outputs[0])->rank == r) {
 				next = c->outputs[0];
 				continue;
@@ -333,6 +449,7 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 					if (fo->rank != r || fo->dims[ax] < 0)
 						break;
 					bounds[nb++] = off;
+					nested_bounds(s, c->outputs[j], ax, off, bounds, &nb, 0, 0, &mx);
 					off += fo->dims[ax];
 					bounds[nb++] = off;
 				}
@@ -343,6 +460,14 @@ static int column_sections(struct shard *s, const struct tpf_node *mm, struct sh
 		y = next;
 		ax = next_ax;
 		r = sh_full(s, y)->rank;
+	}
+	if (mx.count) {
+		static const char *const what[] = {"x", "B", "C"};
+		snprintf(why, whysz, "a Mamba-2 mixer whose %s (piece %d after the conv) has %s = %" PRId64
+			 ", not divisible by %d: it splits by heads and groups",
+			 mx.piece < 3 ? what[mx.piece] : "piece", mx.piece,
+			 mx.piece ? "n_groups" : "n_heads", mx.count, s->W);
+		return -1;
 	}
 	/* sort, dedupe, build sections */
 	for (int i = 1; i < nb; i++)

@@ -224,7 +224,7 @@ static void apply_rule(struct nctx *c, enum tpf_shard_rule rule, int arg)
 	case TPF_SHARD_RULE_GATHER:
 		return sh_rule_gather(c);
 	default:
-		return sh_rule_default(c);
+		return sh_op(n, TPF_OP_EINSUM) ? sh_rule_einsum(c) : sh_rule_default(c);
 	}
 }
 

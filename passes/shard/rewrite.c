@@ -637,6 +637,15 @@ static void apply_value(struct rw *w, struct tpf_value *v, const struct change *
 		apply_use(w, p, 0, ch, n, depth + 1);
 		return;
 	}
+	for (int side = 0; p && n == 1 && ch[0].elem == 0 && side < 2; side++) {
+		/* a scalar Mul or Div that scales the literal (sh_editable) */
+		int64_t ow = sh_scale_operand(w->s, p, side, ch[0].value);
+		if (ow > 0 && sh_editable(w->s, p->inputs[side], 0, ow, depth + 1)) {
+			struct change one = {0, ow};
+			apply_use(w, p, side, &one, 1, depth + 1);
+			return;
+		}
+	}
 	w->st = tpf_diag_fail(w->d, TPF_ERR_UNSUPPORTED, "value '%s': not a literal to edit", v->name);
 }
 

@@ -147,7 +147,7 @@ void sh_rule_reshape(struct nctx *c)
 		} else if (l == want) {
 			continue;
 		}
-		if (o == l && sh_is_literal(c->s, sv, j, 0) && (o != 0 || allowzero) && o != -1) {
+		if (o == l && sh_editable(c->s, sv, j, want, 0) && (o != 0 || allowzero) && o != -1) {
 			sh_add_edit(c, 1, NULL, j, want);
 			continue;
 		}

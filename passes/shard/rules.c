@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The sharder's rules for element-wise ops, reductions, norms and
- * contractions (MatMul, Gemm, Conv), with the helpers all rules share
+ * contractions (MatMul, Gemm, Conv, Einsum), with the helpers all rules share
  * (rules.h says what a rule reads and writes).
  */
 #include <inttypes.h>
@@ -136,9 +136,44 @@ int sh_local_vals(const struct sh_prop *p, const struct tpf_value *v, int64_t *v
 	}
 }
 
-/* Whether element `elem` of v is a literal: it comes from a constant
- * through Concat / Unsqueeze / Squeeze / Reshape / Identity / Cast. */
-int sh_is_literal(const struct shard *s, const struct tpf_value *v, int elem, int depth)
+/* What operand `side` of a scalar Mul or integer Div must become for its
+ * result to be `want`: a factor divided by k = result / want, or the
+ * numerator of a floor quotient divided by k (floor(floor(a / b) / k) is
+ * floor(a / (k b))), so the result is divided by k for any value of the
+ * other operand.  The new value, or -1 when n is not such a node or the
+ * numbers do not divide. */
+int64_t sh_scale_operand(const struct shard *s, const struct tpf_node *n, int side, int64_t want)
+{
+	const struct sh_fact *f[2];
+	int64_t out, k;
+
+	if (!(sh_op(n, TPF_OP_MUL) || sh_op(n, TPF_OP_DIV)) || n->n_inputs != 2 || want <= 0 ||
+	    (sh_op(n, TPF_OP_DIV) && side))
+		return -1;
+	for (int i = 0; i < 2; i++) {
+		if (!n->inputs[i])
+			return -1;
+		f[i] = sh_full(s, n->inputs[i]);
+		if (f[i]->nvals != 1 || f[i]->vals[0] <= 0 ||
+		    (f[i]->dtype != TPF_DTYPE_INT64 && f[i]->dtype != TPF_DTYPE_INT32))
+			return -1;
+	}
+	if (sh_op(n, TPF_OP_DIV))
+		out = f[0]->vals[0] / f[1]->vals[0];
+	else if (__builtin_mul_overflow(f[0]->vals[0], f[1]->vals[0], &out))
+		return -1;
+	if (out <= 0 || out % want)
+		return -1;
+	k = out / want;
+	return f[side]->vals[0] % k ? -1 : f[side]->vals[0] / k;
+}
+
+/* Whether element `elem` of v can be made `want` by editing a literal: it
+ * comes from a constant through Concat / Unsqueeze / Squeeze / Reshape /
+ * Identity / Cast / Flatten, or through scalar Mul and Div that scale it
+ * (sh_scale_operand: a group count that a dynamic export computes as
+ * (G * seq) // seq). */
+int sh_editable(const struct shard *s, const struct tpf_value *v, int elem, int64_t want, int depth)
 {
 	const struct tpf_node *n;
 
@@ -155,14 +190,19 @@ int sh_is_literal(const struct shard *s, const struct tpf_value *v, int elem, in
 			if (k < 0)
 				return 0;
 			if (elem < k)
-				return sh_is_literal(s, n->inputs[i], elem, depth + 1);
+				return sh_editable(s, n->inputs[i], elem, want, depth + 1);
 			elem -= (int)k;
 		}
 		return 0;
 	}
 	if (sh_op(n, TPF_OP_UNSQUEEZE) || sh_op(n, TPF_OP_SQUEEZE) || sh_op(n, TPF_OP_RESHAPE) ||
 	    sh_op(n, TPF_OP_IDENTITY) || sh_op(n, TPF_OP_CAST) || sh_op(n, TPF_OP_FLATTEN))
-		return sh_is_literal(s, n->inputs[0], elem, depth + 1);
+		return sh_editable(s, n->inputs[0], elem, want, depth + 1);
+	for (int side = 0; side < 2 && elem == 0; side++) {
+		int64_t ow = sh_scale_operand(s, n, side, want);
+		if (ow > 0 && sh_editable(s, n->inputs[side], 0, ow, depth + 1))
+			return 1;
+	}
 	return 0;
 }
 
@@ -186,7 +226,7 @@ int sh_need_elem(struct nctx *c, int index, int elem, int64_t orig, int64_t loca
 {
 	if (local == want)
 		return 1;
-	if (local == orig && sh_is_literal(c->s, c->n->inputs[index], elem, 0)) {
+	if (local == orig && sh_editable(c->s, c->n->inputs[index], elem, want, 0)) {
 		sh_add_edit(c, index, NULL, elem, want);
 		return 1;
 	}
@@ -1021,6 +1061,97 @@ int sh_per_tensor(const struct tpf_node *n)
 		}
 	}
 	return 1;
+}
+
+/* ------------------------------------------------------------------ Einsum */
+
+/* The letter of operand i's axis a under e, or 0 when it is an ellipsis
+ * dim or repeats within the operand (a diagonal). */
+static int einsum_letter(const struct tpf_einsum *e, int i, int a)
+{
+	int l = e->label[i][a];
+	if (e->name[l] == '.')
+		return 0;
+	for (int k = 0; k < e->rank[i]; k++)
+		if (k != a && e->label[i][k] == l)
+			return 0;
+	return l + 1;
+}
+
+/* Einsum with one split letter (the letter of a split operand's axis: the
+ * heads of Mamba-2's chunked scan): every operand that has the letter is
+ * split on it alike (a whole one sliced), the others stay whole, and the
+ * output keeps it split; a letter summed over gathers first. */
+void sh_rule_einsum(struct nctx *c)
+{
+	const char *eq = tpf_node_attr_string(c->n, "equation", NULL);
+	struct tpf_einsum e;
+	int ranks[TPF_EINSUM_MAX_OPERANDS], split = -1, letter = 0, oa = -1;
+	char err[128];
+
+	sh_reduce_partials(c);
+	if (!eq || c->ni > TPF_EINSUM_MAX_OPERANDS || c->no != 1 || frank(c, c->n->outputs[0]) < 0)
+		return sh_rule_default(c);
+	for (size_t i = 0; i < c->ni; i++)
+		if (!c->n->inputs[i] || (ranks[i] = frank(c, c->n->inputs[i])) < 0)
+			return sh_rule_default(c);
+	if (tpf_einsum_parse(eq, (int)c->ni, ranks, &e, err, sizeof(err)))
+		return sh_rule_default(c);
+	for (size_t i = 0; i < c->ni && split < 0; i++)
+		if (c->in[i].kind == SH_S) {
+			split = (int)i;
+			letter = einsum_letter(&e, (int)i, c->in[i].axis);
+		}
+	if (split < 0) {
+		c->out[0] = c->raw[0] = SH_R_;
+		return;
+	}
+	for (int k = 0; k < e.out_rank && letter; k++)
+		if (e.out[k] + 1 == letter)
+			oa = k;
+	if (!letter || oa < 0 || outer_of(c->in[split]) > 1) {
+		if (!letter)
+			sh_whyf(c, "its split axis is a repeated letter or an ellipsis dim");
+		else if (oa < 0)
+			sh_whyf(c, "it sums over its split letter '%c'", e.name[letter - 1]);
+		else
+			sh_whyf(c, "Einsum does not take a split within rows");
+		return sh_all_whole(c);
+	}
+	{
+		struct sh x = c->in[split];
+		int64_t d = vdim(c, c->n->inputs[split], x.axis);
+		for (size_t i = 0; i < c->ni; i++) {
+			int a = -1;
+			for (int k = 0; k < e.rank[i]; k++)
+				if (e.label[i][k] + 1 == letter)
+					a = einsum_letter(&e, (int)i, k) ? k : -2;
+			if (a == -2) {
+				sh_whyf(c, "operand %zu repeats its split letter", i);
+				return sh_all_whole(c);
+			}
+			if (a < 0) {
+				if (c->in[i].kind == SH_S) {
+					sh_whyf(c, "operand '%s' is split on another letter", c->n->inputs[i]->name);
+					c->want[i] = SH_R_;
+				}
+				continue;
+			}
+			if (c->in[i].kind == SH_S && sh_eq(c->in[i], on_axis(x, a)))
+				continue;
+			if (c->in[i].kind != SH_S && d > 1 && vdim(c, c->n->inputs[i], a) == 1)
+				continue; /* broadcast along the letter: whole */
+			if (!sh_can_split(c, c->n->inputs[i], a, x.sect, d)) {
+				sh_whyf(c, "operand '%s' cannot be split like its split letter",
+					c->n->inputs[i]->name);
+				return sh_all_whole(c);
+			}
+			if (c->in[i].kind == SH_S)
+				sh_whyf(c, "operand '%s' is split on another letter", c->n->inputs[i]->name);
+			c->want[i] = mk_s(a, x.sect);
+		}
+		c->out[0] = c->raw[0] = on_axis(x, oa);
+	}
 }
 
 /* Ops whose rule is one function of the node (rule), or of the node and

@@ -100,9 +100,6 @@ int sh_local_vals(const struct sh_prop *p, const struct tpf_value *v, int64_t *v
 /* Element `elem` of operand `index` must read `want` in the rank graph:
  * 1 fine (possibly by an edit of a literal), 0 cannot. */
 int sh_need_elem(struct nctx *c, int index, int elem, int64_t orig, int64_t local, int64_t want);
-/* Whether element `elem` of v is a literal: from a constant through
- * Concat / Unsqueeze / Squeeze / Reshape / Identity / Cast / Flatten. */
-int sh_is_literal(const struct shard *s, const struct tpf_value *v, int elem, int depth);
 void sh_add_edit(struct nctx *c, int index, const char *attr, int elem, int64_t value);
 /* Attribute `name` as an axis of rank r (normalized), -1 when out of range. */
 int sh_axis_attr(const struct tpf_node *n, const char *name, int64_t dflt, int r);
@@ -126,6 +123,7 @@ void sh_rule_conv(struct nctx *c);
 void sh_rule_pad(struct nctx *c);
 void sh_rule_scatter_nd(struct nctx *c);
 void sh_rule_elements(struct nctx *c, int scatter);
+void sh_rule_einsum(struct nctx *c);
 /* rules-movement.c */
 void sh_rule_reshape(struct nctx *c);
 void sh_rule_flatten(struct nctx *c);

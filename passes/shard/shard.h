@@ -244,6 +244,11 @@ const struct tpf_tensor *sh_mm_weight(const struct tpf_node *n, int *side, struc
 
 /* Full dims of v (original graph); -1 entries unknown; rank -1 unknown. */
 const struct sh_fact *sh_full(const struct shard *s, const struct tpf_value *v);
+/* Whether element `elem` of v can be made `want` by editing a literal
+ * (through Concat, Reshape and kin, or scalar Mul and Div that scale it),
+ * and what operand `side` of such a Mul or Div must become (-1: not one). */
+int sh_editable(const struct shard *s, const struct tpf_value *v, int elem, int64_t want, int depth);
+int64_t sh_scale_operand(const struct shard *s, const struct tpf_node *n, int side, int64_t want);
 
 /* Rewriting (rewrite.c) and the per-rank data (slice.c): a weight sliced
  * per rank, a bound filled per rank. */

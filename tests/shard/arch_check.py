@@ -2,12 +2,18 @@
 """`tpfuse shard` on tiny exports of Hugging Face architectures
 (tests/shard/arch, written by generate_arch.py): MoE families whose
 experts' weights a Gather picks out of stacked tables, post-norm models,
-DeepSeek-V3's MLA attention.
+DeepSeek-V3's MLA attention, and the Mamba-2 hybrids NemotronH and Falcon-H1
+(tests/fixtures/mamba2 as nemotron_h-dynamo, falcon_h1-dynamo and
+nemotron_h_dynseq-dynamo, a dynamic sequence length; their outputs are
+torch's logits).
 
 For every folder and world size W:
   1. tpfuse shard model.onnx -w W -o 'OUT/m.rank{rank}.onnx' --explain
   2. every rank holds at most --max-fraction of the model's weight bytes
-     (float initializers; the MoE families at W = 2: 0.6)
+     (float initializers; the MoE families at W = 2: 0.6, the Mamba-2
+     hybrids 0.65), and a Mamba-2 mixer's in_proj splits by sections
+     (and the default pipeline fuses every AllReduce of rank 0's graph
+     with the residual Add and RMSNorm after it)
   3. the rank graphs have one AllReduce per row-parallel product (the
      summary line of --explain), never two on the inputs of one Add
   4. mpirun -np W tpfuse run --optimize --verify (the rank models) matches
@@ -31,6 +37,7 @@ from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARCH = os.path.join(HERE, "arch")
+MAMBA2 = os.path.join(HERE, "..", "fixtures", "mamba2")
 MPI_ENV = {
 	"OMPI_ALLOW_RUN_AS_ROOT": "1",
 	"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -43,7 +50,8 @@ MAX_FRACTION = 0.6
 # k_pass` is a ScatterND whose index grid is computed from a shape with a
 # literal head count, so kv_b_proj stays whole (the dynamo export, a
 # ConstantOfShape buffer with ScatterND along the last axis, splits it)
-FRACTION_LIMITS = {"deepseek_v3-torchscript": 0.65}
+FRACTION_LIMITS = {"deepseek_v3-torchscript": 0.65, "nemotron_h-dynamo": 0.65,
+		   "falcon_h1-dynamo": 0.65, "nemotron_h_dynseq-dynamo": 0.65}
 ATOL, RTOL = 1e-4, 1e-3
 
 
@@ -77,8 +85,13 @@ def double_reduced_adds(path):
 		if n.op_type == "Add" and len(n.input) == 2 and all(i in ar for i in n.input)]
 
 
+def folder_of(name):
+	family = name.split("-")[0]
+	return os.path.join(MAMBA2, family) if family in MAMBA else os.path.join(ARCH, name)
+
+
 def check(tpfuse, name, world, run_it, work):
-	folder = os.path.join(ARCH, name)
+	folder = folder_of(name)
 	out = os.path.join(work, "%s-w%d" % (name, world))
 	shutil.rmtree(out, ignore_errors=True)
 	os.makedirs(out)
@@ -93,14 +106,25 @@ def check(tpfuse, name, world, run_it, work):
 	fracs = [weight_bytes(pattern.replace("{rank}", str(k))) / full for k in range(world)]
 	msg = "rank weights %s" % "/".join("%.2f" % f for f in fracs)
 	limit = FRACTION_LIMITS.get(name, MAX_FRACTION)
-	if world == 2 and name.split("-")[0] in MOE and max(fracs) > limit:
+	if world == 2 and name.split("-")[0] in MOE + MAMBA and max(fracs) > limit:
 		raise RuntimeError("%s: a rank holds more than %.2f of the weights" % (msg, limit))
+	if name.split("-")[0] in MAMBA and "section by section" not in r.stderr:
+		raise RuntimeError("the Mamba-2 mixer's in_proj is not split by sections")
 	if reduces > rows:
 		raise RuntimeError("%d AllReduce for %d row-parallel products" % (reduces, rows))
 	twice = double_reduced_adds(pattern.replace("{rank}", "0"))
 	if twice:
 		raise RuntimeError("Add '%s' reduces both of its operands" % twice[0])
 	msg += ", %d row-parallel, %d AllReduce" % (rows, reduces)
+	if name.split("-")[0] in MAMBA:
+		r = run([tpfuse, "optimize", pattern.replace("{rank}", "0"), "-o",
+			 os.path.join(out, "opt.onnx"), "--stats"])
+		fused = sum(int(k) for k in re.findall(r"^fuse-allreduce-rmsnorm\s+\S+\s+(\d+)$",
+							r.stdout, re.M))
+		if r.returncode or fused != reduces:
+			raise RuntimeError("the default pipeline fuses %d of %d AllReduce with the residual "
+					   "and RMSNorm" % (fused, reduces))
+		msg += " (%d fused with the residual and RMSNorm)" % fused
 	if run_it:
 		res = os.path.join(out, "out{rank}")
 		r = run(["mpirun", "-np", str(world), tpfuse, "run", pattern, "--inputs",
@@ -121,6 +145,7 @@ def check(tpfuse, name, world, run_it, work):
 
 
 MOE = ("qwen3_moe", "mixtral", "olmoe", "phimoe", "gpt_oss", "deepseek_v3")
+MAMBA = ("nemotron_h", "falcon_h1", "nemotron_h_dynseq")
 
 
 def main(argv=None):
@@ -131,7 +156,8 @@ def main(argv=None):
 	ap.add_argument("--run-world-sizes", default="2,4")
 	ap.add_argument("--work")
 	a = ap.parse_args(argv)
-	names = sorted(os.listdir(ARCH)) if a.models == "all" else a.models.split(",")
+	names = sorted(os.listdir(ARCH) + [f + "-dynamo" for f in MAMBA]) if a.models == "all" \
+		else a.models.split(",")
 	work = a.work or tempfile.mkdtemp(prefix="arch-check-")
 	runs = {int(w) for w in a.run_world_sizes.split(",") if w}
 	failed = 0
