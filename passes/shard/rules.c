@@ -927,8 +927,6 @@ void sh_rule_pad(struct nctx *c)
 	c->out[0] = c->raw[0] = c->in[0];
 }
 
-/* ScatterND: the index tuples address the leading k axes; a split after
- * them passes through, the updates split alike. */
 /* --- ScatterND of a coordinate grid (a slice assignment) ------------------------- */
 
 /* TorchScript writes `buf[..., lo:hi] = u` on a buffer D as ScatterND(D,
@@ -1002,24 +1000,29 @@ static int grid_uses_only(const struct tpf_value *v, const struct tpf_value *D, 
 }
 
 /* Range(0, Shape(D)[a], 1) with D split on axis a: the rank graph counts
- * D's local rows (see above); otherwise the default. */
-void sh_rule_range(struct nctx *c)
+ * D's local rows (see above).  1 when taken; 0 leaves the Range to the
+ * rules of ops without one. */
+int sh_rule_range(struct nctx *c)
 {
 	const struct tpf_value *D = NULL;
 	int64_t a, v[3][SH_MAX_VALS];
 
-	for (int i = 0; i < 3 && c->ni == 3; i++)
-		if (!c->n->inputs[i] || full(c, c->n->inputs[i])->nvals != 1 ||
+	if (c->ni != 3)
+		return 0;
+	for (int i = 0; i < 3; i++)
+		if (!c->n->inputs[i] || c->in[i].kind != SH_R ||
+		    full(c, c->n->inputs[i])->nvals != 1 ||
 		    sh_local_vals(c->p, c->n->inputs[i], v[i], 0) != 1)
-			return sh_rule_default(c);
-	if (c->ni != 3 || v[0][0] != 0 || v[2][0] != 1 || !is_dim_of(c->s, c->n->inputs[1], &D, &a))
-		return sh_rule_default(c);
+			return 0;
+	if (v[0][0] != 0 || v[2][0] != 1 || !is_dim_of(c->s, c->n->inputs[1], &D, &a))
+		return 0;
 	struct sh d = in_sh(c->p, D);
 	int64_t whole = full(c, c->n->inputs[1])->vals[0];
-	if (d.kind != SH_S || d.axis != a || outer_of(d) > 1 || v[1][0] * c->s->W != whole ||
-	    !grid_uses_only(c->n->outputs[0], D, 0))
-		return sh_rule_default(c);
-	c->out[0] = c->raw[0] = mk_s(0, d.sect);
+	if (d.kind != SH_S || d.axis != a || d.sect || outer_of(d) > 1 ||
+	    v[1][0] * c->s->W != whole || !grid_uses_only(c->n->outputs[0], D, 0))
+		return 0;
+	c->out[0] = c->raw[0] = mk_s(0, 0);
+	return 1;
 }
 
 /* The coordinate of axis j in a grid part: Unsqueeze(Expand(Reshape(r)))
@@ -1072,6 +1075,8 @@ static int scatter_nd_grid(struct nctx *c, int rd, int ri, int64_t k)
 	return 1;
 }
 
+/* ScatterND: the index tuples address the leading k axes; a split after
+ * them passes through, the updates split alike. */
 void sh_rule_scatter_nd(struct nctx *c)
 {
 	struct tpf_value *D = c->n->inputs[0], *I = c->n->inputs[1], *U = c->n->inputs[2];
@@ -1080,8 +1085,15 @@ void sh_rule_scatter_nd(struct nctx *c)
 	int a = -1, sect = 0, ua;
 
 	sh_reduce_partials(c);
-	if (rd > 0 && ri > 1 && k > 0 && c->in[1].kind == SH_S && scatter_nd_grid(c, rd, ri, k))
-		return;
+	if (rd > 0 && ri > 1 && k > 0 && c->in[1].kind == SH_S) {
+		if (scatter_nd_grid(c, rd, ri, k))
+			return;
+		/* split indices hold local coordinates (sh_rule_range): gathered,
+		 * they would not be the whole grid's */
+		sh_whyf(c, "its split index grid is not the coordinate grid of its split data");
+		c->hard = 1;
+		return sh_all_whole(c);
+	}
 	if (rd < 0 || ri < 1 || ru < 0 || k < 0 || c->in[1].kind != SH_R)
 		return sh_rule_default(c);
 	if (c->in[0].kind == SH_S) {

@@ -125,7 +125,7 @@ void sh_rule_gemm(struct nctx *c);
 void sh_rule_conv(struct nctx *c);
 void sh_rule_pad(struct nctx *c);
 void sh_rule_scatter_nd(struct nctx *c);
-void sh_rule_range(struct nctx *c);
+int sh_rule_range(struct nctx *c);
 void sh_rule_elements(struct nctx *c, int scatter);
 /* rules-movement.c */
 void sh_rule_reshape(struct nctx *c);
