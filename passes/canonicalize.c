@@ -696,8 +696,11 @@ const struct tpf_pass tpf_pass_canonicalize_rmsnorm = {
  *       => AllGather(x, axis = -1)
  *
  * (x of rank r; the Transpose puts the W gathered copies next to the last
- * axis, the Reshape merges them into it).  The fusions then see one
- * AllGather on the last axis. */
+ * axis, the Reshape merges them into it).  The Reshape's sizes may be
+ * computed at run time from shapes (Shape -> Gather -> Unsqueeze -> Concat):
+ * a size read from a dim of a Shape's input stands for that dim, and a
+ * leading one must be the input's own (the same parameter or static size).
+ * The fusions then see one AllGather on the last axis. */
 
 struct gather_facts {
 	int64_t world;
@@ -715,13 +718,173 @@ static int unsqueeze_axes(const struct tpf_node *n, int64_t *axes, size_t max, s
 	return 0;
 }
 
+/* One element of a shape computed at run time: a number, or a dim of some
+ * tensor (the Shape it was read from), known only symbolically. */
+struct shape_elem {
+	int64_t value;		   /* when dim is NULL */
+	const struct tpf_dim *dim; /* a dim of a Shape's input */
+};
+
+#define SHAPE_ELEMS (TPF_MAX_RANK + 1)
+
+static int shape_elems(const struct tpf_value *v, struct shape_elem *e, size_t *n, int depth);
+
+/* Shape(x)[start:end] (Shape's own start/end attributes), as dims. */
+static int shape_of_elems(const struct tpf_node *p, struct shape_elem *e, size_t *n)
+{
+	const struct tpf_value *x = p->n_inputs ? p->inputs[0] : NULL;
+	if (!x || x->type.kind != TPF_TYPE_TENSOR || x->type.shape.rank < 0)
+		return -1;
+	int64_t r = x->type.shape.rank;
+	int64_t a = tpf_node_attr_int(p, "start", 0), b = tpf_node_attr_int(p, "end", r);
+	a = a < 0 ? a + r : a;
+	b = b < 0 ? b + r : b > r ? r : b;
+	if (a < 0 || b - a > SHAPE_ELEMS)
+		return -1;
+	*n = 0;
+	for (int64_t i = a; i < b; i++) {
+		const struct tpf_dim *d = &x->type.shape.dims[i];
+		e[(*n)++] = d->param || d->value < 0 ? (struct shape_elem){0, d}
+						     : (struct shape_elem){d->value, NULL};
+	}
+	return 0;
+}
+
+/* Gather(elements, constant indices) over axis 0. */
+static int gather_elems(const struct tpf_node *p, struct shape_elem *e, size_t *n, int depth)
+{
+	struct shape_elem src[SHAPE_ELEMS];
+	int64_t idx[SHAPE_ELEMS];
+	size_t ns, ni;
+	if (p->n_inputs != 2 || tpf_node_attr_int(p, "axis", 0) != 0 ||
+	    shape_elems(p->inputs[0], src, &ns, depth + 1) ||
+	    tpf_pattern_const_ints(p->inputs[1], idx, SHAPE_ELEMS, &ni))
+		return -1;
+	for (size_t i = 0; i < ni; i++) {
+		int64_t k = idx[i] < 0 ? idx[i] + (int64_t)ns : idx[i];
+		if (k < 0 || k >= (int64_t)ns)
+			return -1;
+		e[i] = src[k];
+	}
+	*n = ni;
+	return 0;
+}
+
+/* The elements of a 0-D or 1-D integer value computed from shapes:
+ * constants, Shape, Gather of constant indices, Concat, and the
+ * Unsqueeze/Squeeze/Reshape/Cast/Identity that carry them; 0 on success. */
+static int shape_elems(const struct tpf_value *v, struct shape_elem *e, size_t *n, int depth)
+{
+	int64_t vals[SHAPE_ELEMS];
+	const struct tpf_node *p = v ? v->producer : NULL;
+
+	if (!v || depth > 8)
+		return -1;
+	if (!tpf_pattern_const_ints(v, vals, SHAPE_ELEMS, n)) {
+		for (size_t i = 0; i < *n; i++)
+			e[i] = (struct shape_elem){vals[i], NULL};
+		return 0;
+	}
+	if (!p || !p->n_inputs)
+		return -1;
+	switch (p->op) {
+	case TPF_OP_SHAPE:
+		return shape_of_elems(p, e, n);
+	case TPF_OP_GATHER:
+		return gather_elems(p, e, n, depth);
+	case TPF_OP_UNSQUEEZE:
+	case TPF_OP_SQUEEZE:
+	case TPF_OP_RESHAPE:
+	case TPF_OP_CAST:
+	case TPF_OP_IDENTITY:
+		return shape_elems(p->inputs[0], e, n, depth + 1);
+	case TPF_OP_CONCAT: {
+		size_t total = 0, k;
+		for (size_t i = 0; i < p->n_inputs; i++) {
+			if (total >= SHAPE_ELEMS ||
+			    shape_elems(p->inputs[i], e + total, &k, depth + 1) ||
+			    k > SHAPE_ELEMS - total)
+				return -1;
+			total += k;
+		}
+		*n = total;
+		return 0;
+	}
+	default:
+		return -1;
+	}
+}
+
+/* Whether a symbolic element is dim `want` (the same parameter, or the same
+ * static size). */
+static int elem_is_dim(const struct shape_elem *e, const struct tpf_dim *want)
+{
+	if (!e->dim)
+		return !want->param && want->value >= 0 && e->value == want->value;
+	return e->dim->param && want->param && strcmp(e->dim->param, want->param) == 0;
+}
+
+/* The Reshape's target (elements computed at compile time, or dims read
+ * from shapes) keeps x's leading dims and merges the W copies into the
+ * last. */
+static const char *check_gather_target(struct tpf_match *m, const struct gather_facts *f,
+				       const struct tpf_value *x, const struct shape_elem *sym,
+				       size_t n_target, int r)
+{
+	if (n_target != (size_t)r)
+		return tpf_match_reason(m, "the Reshape gives rank %zu, not the input's %d", n_target,
+					r);
+	int allowzero = (int)tpf_node_attr_int(m->root, "allowzero", 0);
+	int64_t last = -2;
+	if (tpf_pattern_last_dim(x, &last) && !__builtin_mul_overflow(last, f->world, &last)) {
+	} else {
+		last = -2;
+	}
+	int minus = 0;
+	for (int i = 0; i < r; i++) {
+		int64_t t = sym[i].value;
+		const struct tpf_dim *xd =
+		    x->type.kind == TPF_TYPE_TENSOR ? &x->type.shape.dims[i] : NULL;
+		if (sym[i].dim) {
+			if (i < r - 1 && xd && elem_is_dim(&sym[i], xd))
+				continue;
+			return tpf_match_reason(m, "the Reshape's dim %d is the size %s%s, not the "
+						   "input's %s",
+						i, sym[i].dim->param ? "" : "unknown",
+						sym[i].dim->param ? sym[i].dim->param : "",
+						i < r - 1 ? "dim" : "last dim times the world size");
+		}
+		if (t == -1) {
+			minus++;
+			continue;
+		}
+		if (i < r - 1) {
+			if (t == 0 && !allowzero)
+				continue;
+			if (xd && !xd->param && xd->value == t)
+				continue;
+			return tpf_match_reason(m, "the Reshape's dim %d is %lld, not the input's", i,
+						(long long)t);
+		}
+		if (t != last)
+			return tpf_match_reason(m, "the Reshape's last dim is %lld, not %lld x the "
+						   "input's last",
+						(long long)t, (long long)f->world);
+	}
+	if (minus > 1)
+		return "the Reshape has more than one -1";
+	if (minus == 1 && (sym[r - 1].dim || sym[r - 1].value != -1) && last < 0)
+		return "the Reshape's sizes cannot be proven to merge the copies into the last axis";
+	return NULL;
+}
+
 static const char *check_gather(const struct tpf_pattern_context *pc, struct tpf_match *m)
 {
 	struct gather_facts *f = (struct gather_facts *)m->facts;
 	struct tpf_node *unsq = tpf_match_node(m, "unsq"), *ag = tpf_match_node(m, "ag");
 	struct tpf_node *tr = tpf_match_node(m, "tr");
 	struct tpf_value *x = tpf_match_value(m, "x"), *shape = tpf_match_value(m, "shape");
-	int64_t axes[TPF_MAX_RANK + 1], target[TPF_MAX_RANK + 1];
+	int64_t axes[TPF_MAX_RANK + 1];
 	size_t n_axes = 0, n_target = 0;
 
 	if (!unsq || !ag || !tr || !x || !shape)
@@ -747,44 +910,10 @@ static const char *check_gather(const struct tpf_pattern_context *pc, struct tpf
 						   "(the gathered copies next to the last axis)",
 						i, (long long)perm->ints[i], (long long)want);
 	}
-	if (tpf_pattern_const_ints(shape, target, TPF_MAX_RANK + 1, &n_target))
-		return "the Reshape's shape is not known at compile time";
-	if (n_target != (size_t)r)
-		return tpf_match_reason(m, "the Reshape gives rank %zu, not the input's %d", n_target,
-					r);
-	int allowzero = (int)tpf_node_attr_int(m->root, "allowzero", 0);
-	int64_t last = -2;
-	if (tpf_pattern_last_dim(x, &last) && !__builtin_mul_overflow(last, f->world, &last)) {
-	} else {
-		last = -2;
-	}
-	int minus = 0;
-	for (int i = 0; i < r; i++) {
-		int64_t t = target[i];
-		const struct tpf_dim *xd =
-		    x->type.kind == TPF_TYPE_TENSOR ? &x->type.shape.dims[i] : NULL;
-		if (t == -1) {
-			minus++;
-			continue;
-		}
-		if (i < r - 1) {
-			if (t == 0 && !allowzero)
-				continue;
-			if (xd && !xd->param && xd->value == t)
-				continue;
-			return tpf_match_reason(m, "the Reshape's dim %d is %lld, not the input's", i,
-						(long long)t);
-		}
-		if (t != last)
-			return tpf_match_reason(m, "the Reshape's last dim is %lld, not %lld x the "
-						   "input's last",
-						(long long)t, (long long)f->world);
-	}
-	if (minus > 1)
-		return "the Reshape has more than one -1";
-	if (minus == 1 && target[r - 1] != -1 && last < 0)
-		return "the Reshape's sizes cannot be proven to merge the copies into the last axis";
-	return NULL;
+	struct shape_elem sym[SHAPE_ELEMS];
+	if (shape_elems(shape, sym, &n_target, 0))
+		return "the Reshape's shape is not known at compile time (nor read from shapes)";
+	return check_gather_target(m, f, x, sym, n_target, r);
 }
 
 static enum tpf_status rewrite_gather(struct tpf_rewriter *rw, struct tpf_match *m)

@@ -23,8 +23,12 @@
  * norm + slice (docs/ops.md).  The world size comes from the run, else the
  * AllGather's group_size, else the gathered and local last dims; an
  * AllGather group_size other than the world size is refused.
+ * A float32 gamma of a float16 or bfloat16 input (a norm that computes in
+ * float32 and gives the input's type: canonicalize-rmsnorm's Cast -> RMSNorm
+ * -> Cast form, Olmo2's Q/K norms) is rounded to the input's type here, as
+ * the fused op takes one type; the norm itself still computes in stash_type.
  * Also refused: a gather or norm over another axis, a gamma that is not a
- * constant, input and gamma dtypes that differ, and a gathered or
+ * constant, other input and gamma dtypes that differ, and a gathered or
  * normalized tensor with other users (the full tensor is needed there).
  *
  * Second phase (not a tree pattern, so done here directly): ShardedRMSNorm
@@ -38,6 +42,7 @@
  *
  * Runs on canonical ai.tpfuse.RMSNorm nodes: run canonicalize-rmsnorm first.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +65,7 @@ struct shard_facts {
 	int part;
 	int64_t start, end;
 	struct tpf_value *out; /* the value that becomes the fused output */
+	enum tpf_dtype wtype;  /* the fused op's gamma dtype (the input's) */
 };
 
 _Static_assert(sizeof(struct shard_facts) <= TPF_MATCH_FACTS, "facts too large");
@@ -122,6 +128,29 @@ static const char *pred_norm(const struct tpf_node *n, struct tpf_match *m)
 
 /* ------------------------------------------------------------------ check */
 
+/* Input and gamma share one float type, or gamma is float32 and the input
+ * float16 or bfloat16 with the norm giving the input's type (the fused op
+ * then takes gamma rounded to the input's type). */
+static const char *check_gamma_dtype(struct tpf_match *m, const struct tpf_node *norm,
+                                     enum tpf_dtype t_x, enum tpf_dtype t_g)
+{
+	unsigned bits = tpf_dtype_bits(t_g);
+	if (!tpf_dtype_is_float(t_g) || bits < 8 || bits % 8)
+		return tpf_match_reason(m, "dtype %s is not a float type of whole bytes",
+		                        tpf_dtype_name(t_g));
+	if (t_x == t_g)
+		return NULL;
+	enum tpf_dtype t_y = tpf_pattern_dtype(norm->outputs[0]);
+	if (t_g != TPF_DTYPE_FLOAT || (t_x != TPF_DTYPE_FLOAT16 && t_x != TPF_DTYPE_BFLOAT16))
+		return tpf_match_reason(m, "input dtype %s differs from gamma dtype %s",
+		                        tpf_dtype_name(t_x), tpf_dtype_name(t_g));
+	if (t_y != t_x)
+		return tpf_match_reason(m, "input dtype %s, gamma dtype %s and the norm gives %s: "
+		                           "not the input's type",
+		                        tpf_dtype_name(t_x), tpf_dtype_name(t_g), tpf_dtype_name(t_y));
+	return NULL;
+}
+
 /* Checks shared by the Slice and the Split forms; fills world/rank/dims. */
 static const char *check_common(const struct tpf_pattern_context *pc, struct tpf_match *m,
                                 struct shard_facts *f)
@@ -177,13 +206,10 @@ static const char *check_common(const struct tpf_pattern_context *pc, struct tpf
 		t_x = tpf_pattern_dtype(ag->outputs[0]);
 	if (t_x == TPF_DTYPE_UNDEFINED)
 		return "the dtype of the gathered input is unknown";
-	if (t_x != t->dtype)
-		return tpf_match_reason(m, "input dtype %s differs from gamma dtype %s",
-		                        tpf_dtype_name(t_x), tpf_dtype_name(t->dtype));
+	if ((r = check_gamma_dtype(m, norm, t_x, t->dtype)))
+		return r;
+	f->wtype = t_x;
 	unsigned bits = tpf_dtype_bits(t->dtype);
-	if (!tpf_dtype_is_float(t->dtype) || bits < 8 || bits % 8)
-		return tpf_match_reason(m, "dtype %s is not a float type of whole bytes",
-		                        tpf_dtype_name(t->dtype));
 
 	/* D: the gathered last dim; d = D / W */
 	int64_t D = last_dim(ag->outputs[0]), dx = last_dim(x);
@@ -405,34 +431,98 @@ static const char *check_split(const struct tpf_pattern_context *pc, struct tpf_
 
 /* ---------------------------------------------------------------- rewrite */
 
-/* gamma[r*d : (r+1)*d) as an initializer, reusing an identical one. */
-static struct tpf_value *gamma_shard(struct tpf_graph *g, const struct tpf_value *gamma,
-                                     const struct shard_facts *f)
+/* float32 -> float16, rounded to nearest even (infinity past the largest
+ * finite value, NaN kept a quiet NaN). */
+static uint16_t round_to_f16(float v)
 {
-	const struct tpf_tensor *t = tpf_value_constant(gamma);
-	size_t esz = tpf_dtype_bits(t->dtype) / 8;
+	uint32_t b;
+	memcpy(&b, &v, 4);
+	uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
+	uint32_t mag = b & 0x7fffffffu;
+	if (mag > 0x7f800000u)
+		return (uint16_t)(sign | 0x7e00);
+	if (mag >= 0x477ff000u) /* 65520 and above (infinity included) */
+		return (uint16_t)(sign | 0x7c00);
+	if (mag < 0x38800000u) { /* below 2^-14: a subnormal, in units of 2^-24 */
+		float a;
+		memcpy(&a, &mag, 4);
+		return (uint16_t)(sign | (uint16_t)nearbyintf(a * 16777216.0f));
+	}
+	uint32_t rebased = mag - (112u << 23); /* exponent bias 127 -> 15 */
+	uint32_t h = rebased >> 13, dropped = rebased & 0x1fffu;
+	if (dropped > 0x1000u || (dropped == 0x1000u && (h & 1)))
+		h++;
+	return (uint16_t)(sign | h);
+}
+
+/* float32 -> bfloat16, rounded to nearest even (NaN kept a quiet NaN). */
+static uint16_t round_to_bf16(float v)
+{
+	uint32_t b;
+	memcpy(&b, &v, 4);
+	if ((b & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((b >> 16) | 0x40);
+	return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1)) >> 16);
+}
+
+/* gamma[start : start + count) in the fused op's dtype (f->wtype) as an
+ * initializer named `base`, reusing an identical one. */
+static struct tpf_value *gamma_part(struct tpf_graph *g, const struct tpf_tensor *t,
+                                    const struct shard_facts *f, int64_t start, int64_t count,
+                                    const char *base)
+{
+	size_t esz = tpf_dtype_bits(t->dtype) / 8, osz = tpf_dtype_bits(f->wtype) / 8;
 	int64_t dims[TPF_MAX_RANK];
-	char base[256];
 
 	if (t->rank > TPF_MAX_RANK)
 		return NULL;
 	memcpy(dims, t->dims, (size_t)t->rank * sizeof(int64_t));
-	dims[t->rank - 1] = f->local_dim;
-	size_t nbytes = (size_t)f->local_dim * esz;
-	const unsigned char *src =
-	    (const unsigned char *)t->data + (size_t)(f->rank * f->local_dim) * esz;
-
-	snprintf(base, sizeof(base), "%s.shard%lldof%lld", gamma->name, (long long)f->rank,
-	         (long long)f->world);
-	struct tpf_value *old = tpf_graph_find_value(g, base);
+	dims[t->rank - 1] = count;
+	size_t nbytes = (size_t)count * osz;
+	const unsigned char *src = (const unsigned char *)t->data + (size_t)start * esz;
+	unsigned char *conv = NULL;
+	if (f->wtype != t->dtype) { /* float32 rounded to float16 or bfloat16 */
+		if (!(conv = malloc(nbytes ? nbytes : 1)))
+			return NULL;
+		for (int64_t i = 0; i < count; i++) {
+			float v;
+			memcpy(&v, src + (size_t)i * 4, 4);
+			uint16_t h = f->wtype == TPF_DTYPE_FLOAT16 ? round_to_f16(v) : round_to_bf16(v);
+			memcpy(conv + (size_t)i * 2, &h, 2);
+		}
+		src = conv;
+	}
+	struct tpf_value *old = tpf_graph_find_value(g, base), *res = NULL;
 	if (old && old->kind == TPF_VALUE_INITIALIZER && !old->is_graph_input && old->init &&
-	    old->init->dtype == t->dtype && old->init->nbytes == nbytes && old->init->data &&
-	    memcmp(old->init->data, src, nbytes) == 0)
-		return old;
-	const char *name = tpf_graph_unique_name(g, base);
-	if (!name)
-		return NULL;
-	return tpf_graph_add_initializer(g, name, t->dtype, t->rank, dims, src, nbytes);
+	    old->init->dtype == f->wtype && old->init->nbytes == nbytes && old->init->data &&
+	    memcmp(old->init->data, src, nbytes) == 0) {
+		res = old;
+	} else {
+		const char *name = tpf_graph_unique_name(g, base);
+		if (name)
+			res = tpf_graph_add_initializer(g, name, f->wtype, t->rank, dims, src, nbytes);
+	}
+	free(conv);
+	return res;
+}
+
+/* The fused op's gamma: this rank's shard gamma[r*d : (r+1)*d) (the plain
+ * form) or the full gamma (the part form), in the input's dtype. */
+static struct tpf_value *fused_gamma(struct tpf_graph *g, struct tpf_value *gamma,
+                                     const struct shard_facts *f)
+{
+	const struct tpf_tensor *t = tpf_value_constant(gamma);
+	char base[256];
+
+	if (f->part && f->wtype == t->dtype)
+		return gamma;
+	if (f->part)
+		snprintf(base, sizeof(base), "%s.%s", gamma->name, tpf_dtype_name(f->wtype));
+	else
+		snprintf(base, sizeof(base), "%s.shard%lldof%lld", gamma->name,
+		         (long long)f->rank, (long long)f->world);
+	return f->part ? gamma_part(g, t, f, 0, f->full_dim, base)
+	               : gamma_part(g, t, f, f->rank * f->local_dim, f->local_dim, base);
 }
 
 static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match *m)
@@ -443,8 +533,7 @@ static enum tpf_status rewrite_sharded(struct tpf_rewriter *rw, struct tpf_match
 	enum tpf_status st;
 	char buf[160];
 
-	struct tpf_value *shard = f->part ? tpf_match_value(m, "gamma")
-	                                  : gamma_shard(rw->graph, tpf_match_value(m, "gamma"), f);
+	struct tpf_value *shard = fused_gamma(rw->graph, tpf_match_value(m, "gamma"), f);
 	if (!shard)
 		return tpf_diag_fail(rw->diag, TPF_ERR_NOMEM, "%s: %s: out of memory (gamma shard)",
 		                     tpf_node_describe(m->root, buf, sizeof(buf)), PASS_NAME);

@@ -239,6 +239,8 @@ static void dispatch(struct nctx *c)
 		c->out[0] = c->raw[0] = SH_R_;
 		return;
 	}
+	if (n->op == TPF_OP_RANGE && sh_rule_range(c)) /* a coordinate grid's local rows */
+		return;
 	if ((!c->ni && onnx) || (!sh_any_kind(c, SH_S) && !sh_any_kind(c, SH_P) &&
 				 !may_split_whole(c, rule))) { /* Constant and friends */
 		for (size_t j = 0; j < c->no; j++)

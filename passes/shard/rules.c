@@ -967,6 +967,154 @@ void sh_rule_pad(struct nctx *c)
 	c->out[0] = c->raw[0] = c->in[0];
 }
 
+/* --- ScatterND of a coordinate grid (a slice assignment) ------------------------- */
+
+/* TorchScript writes `buf[..., lo:hi] = u` on a buffer D as ScatterND(D,
+ * grid, u), the index grid built from D's own shape: for each axis j a
+ * Range(0, Shape(D)[j]) (sliced to [lo, hi) on the last), reshaped onto
+ * grid axis j, expanded to the grid's shape (read off a broadcast Add of
+ * them) and concatenated along a new last axis.  With D split on axis a,
+ * the rank graph's Range over axis a counts D's local rows: the grid holds
+ * local coordinates, split along grid axis a like D and u, which is what
+ * the local ScatterND needs.  sh_rule_range splits such a Range (its values
+ * are local, not a slice of the whole: so only where every path from it
+ * ends in a Shape or in the indices of a ScatterND into D), and
+ * sh_rule_scatter_nd takes the split grid when its parts are that
+ * construction. */
+
+/* v's producer through Cast / Identity, or NULL. */
+static const struct tpf_node *producer_thru_casts(const struct tpf_value *v)
+{
+	const struct tpf_node *n = v ? v->producer : NULL;
+	while (n && (sh_op(n, TPF_OP_CAST) || sh_op(n, TPF_OP_IDENTITY)) && n->n_inputs)
+		n = n->inputs[0] ? n->inputs[0]->producer : NULL;
+	return n;
+}
+
+/* Whether v is Shape(D)[j] (through casts), D the given value (or any,
+ * when D is NULL: then *Dp is set); *jp gets j. */
+static int is_dim_of(const struct shard *s, const struct tpf_value *v,
+		     const struct tpf_value **Dp, int64_t *jp)
+{
+	const struct tpf_node *g = producer_thru_casts(v), *sh;
+	if (!g || !sh_op(g, TPF_OP_GATHER) || g->n_inputs != 2 || !g->inputs[0] ||
+	    !g->inputs[1] || !tpf_value_constant(g->inputs[1]) ||
+	    tpf_node_attr_int(g, "axis", 0) != 0 || sh_full(s, g->inputs[1])->nvals != 1)
+		return 0;
+	int64_t j = sh_full(s, g->inputs[1])->vals[0];
+	sh = g->inputs[0]->producer;
+	if (!sh || !sh_op(sh, TPF_OP_SHAPE) || !sh->n_inputs || !sh->inputs[0] ||
+	    tpf_node_attr(sh, "start") || tpf_node_attr(sh, "end"))
+		return 0;
+	int r = sh_full(s, sh->inputs[0])->rank;
+	if (j < 0 && r > 0)
+		j += r;
+	if (*Dp && *Dp != sh->inputs[0])
+		return 0;
+	*Dp = sh->inputs[0];
+	*jp = j;
+	return 1;
+}
+
+/* Whether every path from v ends in a Shape or in the indices of a
+ * ScatterND into D, through the ops that build a coordinate grid. */
+static int grid_uses_only(const struct tpf_value *v, const struct tpf_value *D, int depth)
+{
+	if (!v || depth > 24 || tpf_value_is_graph_output(v))
+		return 0;
+	for (size_t i = 0; i < v->n_uses; i++) {
+		const struct tpf_node *u = v->uses[i].node;
+		int idx = v->uses[i].index;
+		if (sh_op(u, TPF_OP_SHAPE))
+			continue;
+		if (sh_op(u, TPF_OP_SCATTER_ND) && idx == 1 && u->inputs[0] == D)
+			continue;
+		if (!((sh_op(u, TPF_OP_RESHAPE) || sh_op(u, TPF_OP_UNSQUEEZE) ||
+		       sh_op(u, TPF_OP_EXPAND)) && idx == 0) &&
+		    !sh_op(u, TPF_OP_ADD) && !sh_op(u, TPF_OP_CONCAT))
+			return 0;
+		if (u->n_outputs != 1 || !grid_uses_only(u->outputs[0], D, depth + 1))
+			return 0;
+	}
+	return 1;
+}
+
+/* Range(0, Shape(D)[a], 1) with D split on axis a: the rank graph counts
+ * D's local rows (see above).  1 when taken; 0 leaves the Range to the
+ * rules of ops without one. */
+int sh_rule_range(struct nctx *c)
+{
+	const struct tpf_value *D = NULL;
+	int64_t a, v[3][SH_MAX_VALS];
+
+	if (c->ni != 3)
+		return 0;
+	for (int i = 0; i < 3; i++)
+		if (!c->n->inputs[i] || c->in[i].kind != SH_R ||
+		    full(c, c->n->inputs[i])->nvals != 1 ||
+		    sh_local_vals(c->p, c->n->inputs[i], v[i], 0) != 1)
+			return 0;
+	if (v[0][0] != 0 || v[2][0] != 1 || !is_dim_of(c->s, c->n->inputs[1], &D, &a))
+		return 0;
+	struct sh d = in_sh(c->p, D);
+	int64_t whole = full(c, c->n->inputs[1])->vals[0];
+	if (d.kind != SH_S || d.axis != a || d.sect || outer_of(d) > 1 ||
+	    v[1][0] * c->s->W != whole || !grid_uses_only(c->n->outputs[0], D, 0))
+		return 0;
+	c->out[0] = c->raw[0] = mk_s(0, 0);
+	return 1;
+}
+
+/* The coordinate of axis j in a grid part: Unsqueeze(Expand(Reshape(r)))
+ * (each step optional), r a Range(0, Shape(D)[j], 1), or a constant Slice of
+ * one on the last axis.  The Range over the split axis is split, the
+ * others whole. */
+static int grid_part_is(const struct nctx *c, const struct tpf_value *part,
+			const struct tpf_value *D, int j, int split_axis)
+{
+	const struct tpf_node *n = part ? part->producer : NULL;
+	const struct tpf_value *DD = D;
+	int64_t jj;
+	for (int hops = 0; n && hops < 4 &&
+			   (sh_op(n, TPF_OP_UNSQUEEZE) || sh_op(n, TPF_OP_EXPAND) ||
+			    sh_op(n, TPF_OP_RESHAPE));
+	     hops++)
+		n = n->inputs[0] ? n->inputs[0]->producer : NULL;
+	if (n && sh_op(n, TPF_OP_SLICE) && j != split_axis && n->inputs[0])
+		n = n->inputs[0]->producer;
+	if (!n || !sh_op(n, TPF_OP_RANGE) || n->n_inputs != 3 ||
+	    !is_dim_of(c->s, n->inputs[1], &DD, &jj) || jj != j)
+		return 0;
+	struct sh r = in_sh(c->p, n->outputs[0]);
+	return j == split_axis ? r.kind == SH_S : r.kind == SH_R;
+}
+
+/* ScatterND(D, grid, u), every element indexed (k = rank D), the grid
+ * split on axis a with D: the coordinate grid of D above, so each rank
+ * assigns its own rows.  1 when taken. */
+static int scatter_nd_grid(struct nctx *c, int rd, int ri, int64_t k)
+{
+	struct tpf_value *D = c->n->inputs[0], *I = c->n->inputs[1], *U = c->n->inputs[2];
+	const struct tpf_node *cat = I->producer;
+	int a = c->in[1].axis;
+
+	if (k != rd || ri != rd + 1 || a >= rd || c->in[1].sect || outer_of(c->in[1]) > 1 ||
+	    !cat || !sh_op(cat, TPF_OP_CONCAT) || cat->n_inputs != (size_t)k ||
+	    sh_axis_attr(cat, "axis", 0, ri) != ri - 1 || c->in[0].kind != SH_S ||
+	    c->in[0].axis != a || c->in[0].sect || outer_of(c->in[0]) > 1)
+		return 0;
+	for (int j = 0; j < rd; j++)
+		if (!grid_part_is(c, cat->inputs[j], D, j, a))
+			return 0;
+	if (!sh_eq(c->in[2], mk_s(a, 0))) {
+		if (!sh_can_split(c, U, a, 0, vdim(c, D, a)))
+			return 0;
+		c->want[2] = mk_s(a, 0);
+	}
+	c->out[0] = c->raw[0] = mk_s(a, 0);
+	return 1;
+}
+
 /* ScatterND: the index tuples address the leading k axes; a split after
  * them passes through, the updates split alike. */
 void sh_rule_scatter_nd(struct nctx *c)
@@ -977,6 +1125,15 @@ void sh_rule_scatter_nd(struct nctx *c)
 	int a = -1, sect = 0, ua;
 
 	sh_reduce_partials(c);
+	if (rd > 0 && ri > 1 && k > 0 && c->in[1].kind == SH_S) {
+		if (scatter_nd_grid(c, rd, ri, k))
+			return;
+		/* split indices hold local coordinates (sh_rule_range): gathered,
+		 * they would not be the whole grid's */
+		sh_whyf(c, "its split index grid is not the coordinate grid of its split data");
+		c->hard = 1;
+		return sh_all_whole(c);
+	}
 	if (rd < 0 || ri < 1 || ru < 0 || k < 0 || c->in[1].kind != SH_R)
 		return sh_rule_default(c);
 	if (c->in[0].kind == SH_S) {

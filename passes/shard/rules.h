@@ -122,6 +122,7 @@ void sh_rule_gemm(struct nctx *c);
 void sh_rule_conv(struct nctx *c);
 void sh_rule_pad(struct nctx *c);
 void sh_rule_scatter_nd(struct nctx *c);
+int sh_rule_range(struct nctx *c);
 void sh_rule_elements(struct nctx *c, int scatter);
 void sh_rule_einsum(struct nctx *c);
 /* rules-movement.c */

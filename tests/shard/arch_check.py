@@ -46,12 +46,9 @@ MPI_ENV = {
 }
 # the largest share of the weights one rank may hold at W = 2
 MAX_FRACTION = 0.6
-# DeepSeek-V3 from the TorchScript exporter: its `key_states[..., :nope] =
-# k_pass` is a ScatterND whose index grid is computed from a shape with a
-# literal head count, so kv_b_proj stays whole (the dynamo export, a
-# ConstantOfShape buffer with ScatterND along the last axis, splits it)
-FRACTION_LIMITS = {"deepseek_v3-torchscript": 0.65, "nemotron_h-dynamo": 0.65,
-		   "falcon_h1-dynamo": 0.65, "nemotron_h_dynseq-dynamo": 0.65}
+# per-model limits other than MAX_FRACTION: the Mamba-2 hybrids (their
+# embedding and LM head, replicated, weigh more of these small fixtures)
+FRACTION_LIMITS = {"nemotron_h-dynamo": 0.65, "falcon_h1-dynamo": 0.65, "nemotron_h_dynseq-dynamo": 0.65}
 ATOL, RTOL = 1e-4, 1e-3
 
 
