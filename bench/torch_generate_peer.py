@@ -45,6 +45,12 @@ import numpy as np
 import onnx
 import torch
 
+try:  # transformers' generate compiles the decode step of a static cache itself
+	from transformers import CompileConfig  # noqa: F401
+	AUTO_COMPILE = True
+except ImportError:
+	AUTO_COMPILE = False
+
 DTYPES = {onnx.TensorProto.FLOAT: (np.float32, None), onnx.TensorProto.FLOAT16: (np.float16, None),
 	  onnx.TensorProto.BFLOAT16: (np.uint16, torch.bfloat16)}
 
@@ -109,14 +115,15 @@ def hf_model(path, device):
 			  rope_theta=500000.0, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
 			  bos_token_id=None, eos_token_id=None, pad_token_id=0)
 	with torch.device("meta"):
-		model = LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+		model = LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa")
 	state = {}
 	for hf, src in names.items():
 		x = read_initializer(inits[src], base).to(device)
 		if hf.endswith("proj.weight") or hf == "lm_head.weight":
 			x = x.t().contiguous()  # the export's MatMul holds W^T
 		state[hf] = x
-	model.load_state_dict(state, strict=True, assign=True)
+	model.load_state_dict(state, strict=True, assign=True)  # the weights' dtype
+	model.config.dtype = model.config.torch_dtype = dtype  # transformers 5 and 4
 	del state
 	# the rotary buffers are not in the state: built again, and checked
 	# (transformers 4 reads rope_theta, 5 rope_parameters)
@@ -166,9 +173,13 @@ def timed_generate(model, ids, new, mode, device):
 		  attention_mask=torch.ones_like(ids))
 	if mode == "compile":
 		kw["cache_implementation"] = "static"
-		if not device.startswith("cuda"):  # a check of this script: generate compiles only when told to
+		if not AUTO_COMPILE:  # an older transformers: the forward compiled as its docs did
+			if not hasattr(model.forward, "_torchdynamo_orig_callable"):
+				model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+		elif not device.startswith("cuda"):  # a check of this script: generate compiles only when told to
 			from transformers import CompileConfig
-			kw["compile_config"] = CompileConfig(_compile_all_devices=True)
+			kw["compile_config"] = CompileConfig()
+			kw["compile_config"]._compile_all_devices = True
 	sync(device)
 	t = time.perf_counter()
 	with torch.no_grad():
@@ -197,6 +208,8 @@ def run_row(model, r, mode, device):
 	if new > 1:
 		timed_generate(model, ids, new, mode, device)  # warm-up: compiles and captures the step
 	out["warmup_s"] = round(time.perf_counter() - t0, 2)
+	from torch._dynamo.utils import counters
+	out["compiled_graphs"] = counters["stats"]["unique_graphs"]  # so far, every row of this process
 	one, _ = timed_generate(model, ids, 1, mode, device)
 	out["ttft_ms"] = round(one, 3)
 	if new > 1:
@@ -225,16 +238,21 @@ def main():
 	_dynamo.config.cache_size_limit = 64  # a compiled step per batch and cache length
 	t = time.time()
 	model, s = hf_model(a.model, a.device)
-	load = {"part": "peer-load", "seconds": round(time.time() - t, 2), **s}
+	import transformers
+	load = {"part": "peer-load", "seconds": round(time.time() - t, 2), "torch": torch.__version__,
+		"transformers": transformers.__version__, "auto_compile": AUTO_COMPILE, **s}
 	print(json.dumps(load), flush=True)
 	rows = json.load(open(a.rows))
 	failed = 0
-	for mode in a.modes.split(","):
+	# eager first: an older transformers' compile mode replaces the forward
+	for mode in sorted(a.modes.split(","), key=lambda m: m != "eager"):
+		est = 0  # the longest row of this mode so far
 		for r in rows:
-			if a.deadline and time.time() > a.deadline:
+			if a.deadline and time.time() + est > a.deadline:
 				row = {"part": "e2e", "impl": "torch-" + mode, "kind": r["kind"], "batch": r["batch"],
-				       "prompt": r["prompt"], "skipped": "the time budget"}
+				       "prompt": r["prompt"], "skipped": "the time budget (about %.0f s a row)" % est}
 			else:
+				t = time.time()
 				try:
 					row = run_row(model, r, mode, a.device)
 				except Exception as e:  # the other rows stand
@@ -243,6 +261,7 @@ def main():
 					       "prompt": r["prompt"], "error": ("%s: %s" % (type(e).__name__, e))[:300]}
 					if a.device.startswith("cuda"):
 						torch.cuda.empty_cache()
+				est = max(est, time.time() - t)
 			print(json.dumps(row), flush=True)
 			if a.out:
 				with open(a.out, "a") as f:
