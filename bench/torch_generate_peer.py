@@ -123,7 +123,9 @@ def hf_model(path, device):
 			x = x.t().contiguous()  # the export's MatMul holds W^T
 		state[hf] = x
 	model.load_state_dict(state, strict=True, assign=True)  # the weights' dtype
-	model.config.dtype = model.config.torch_dtype = dtype  # transformers 5 and 4
+	import transformers
+	major = int(transformers.__version__.split(".")[0])
+	setattr(model.config, "dtype" if major >= 5 else "torch_dtype", dtype)
 	del state
 	# the rotary buffers are not in the state: built again, and checked
 	# (transformers 4 reads rope_theta, 5 rope_parameters)

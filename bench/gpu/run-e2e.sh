@@ -17,7 +17,7 @@
 # and in every call that has a part to time, the device-to-device copy rate
 # (TPF_E2E_COPY_MB, torch), for each decode row's memory roofline: weights
 # and KV cache read per step (at the decode's mean context) at that rate.
-# Rows that would not fit TPF_E2E_MEM_GB (weights + KV cache + 2 GB) are
+# Rows that would not fit TPF_E2E_MEM_GB GiB (weights + KV cache + 2) are
 # skipped with the reason; rows that would not end before the time budget
 # (TPF_E2E_BUDGET seconds from the start, estimated from the rows before)
 # are skipped and say so.  Each part prints how long it took.
@@ -119,7 +119,7 @@ for kind, b, p, n in plan:
     need = weights + b * (p + n) * kv_tok + (2 << 30)
     row = {"kind": kind, "batch": b, "prompt": p, "new": n, "prompts": path, "need_bytes": need}
     if need > float(mem_gb) * (1 << 30):
-        row["skipped"] = "needs %.1f GB (weights %.1f + KV cache %.1f + 2), over %s GB" % (
+        row["skipped"] = "needs %.1f GiB (weights %.1f + KV cache %.1f + 2), over %s GiB" % (
             need / 2**30, weights / 2**30, b * (p + n) * kv_tok / 2**30, mem_gb)
         print("row %s batch %d prompt %d: skipped, %s" % (kind, b, p, row["skipped"]))
     rows.append(row)
@@ -166,7 +166,7 @@ record() { # KIND BATCH PROMPT NEW SECONDS SMI_PEAK_MIB JSON|-ERROR
 	"$py" - "$rows" "$@" <<'PY'
 import json, sys
 f, kind, b, p, n, sec, smi, res = sys.argv[1:]
-row = {"impl": "tpfuse", "kind": kind, "batch": int(b), "prompt": int(p), "new": int(n), "seconds": float(sec)}
+row = {"part": "e2e", "impl": "tpfuse", "kind": kind, "batch": int(b), "prompt": int(p), "new": int(n), "seconds": float(sec)}
 if res.startswith("-"):
     row["error"] = res[1:]
 else:
@@ -227,7 +227,7 @@ for mode in sys.argv[3].split(","):
     with open(sys.argv[4], "a") as f:
         for r in rows:
             if "skipped" in r:
-                f.write(json.dumps({"impl": "torch-" + mode, "kind": r["kind"], "batch": r["batch"],
+                f.write(json.dumps({"part": "e2e", "impl": "torch-" + mode, "kind": r["kind"], "batch": r["batch"],
                                     "prompt": r["prompt"], "new": r["new"], "error": "skipped: " + r["skipped"]}) + "\n")' \
 		"$work/rows.json" "$work/peer-rows.json" "$modes" "$rows"
 	if [ "$(left)" -gt 0 ]; then
@@ -237,6 +237,17 @@ for mode in sys.argv[3].split(","):
 	else
 		echo "the peer: no time left in the budget" >&2
 	fi
+	# the rows the peer did not reach
+	"$py" -c 'import json, sys
+done = {(r.get("impl"), r.get("kind"), r.get("batch"), r.get("prompt")) for r in map(json.loads, open(sys.argv[3]))}
+with open(sys.argv[3], "a") as f:
+    for mode in sys.argv[2].split(","):
+        for r in json.load(open(sys.argv[1])):
+            if ("torch-" + mode, r["kind"], r["batch"], r["prompt"]) not in done:
+                f.write(json.dumps({"part": "e2e", "impl": "torch-" + mode, "kind": r["kind"], "batch": r["batch"],
+                                    "prompt": r["prompt"], "new": r["new"],
+                                    "error": "skipped: the peer stopped first (the time budget)"}) + "\n")' \
+		"$work/peer-rows.json" "$modes" "$rows"
 	echo "peer rows in $(took "$t") s"
 fi
 
