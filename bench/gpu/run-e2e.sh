@@ -274,7 +274,7 @@ def value(r, kind):
     v = r.get("ttft_ms" if kind == "ttft" else "decode_tokens_per_s")
     return v, "%.2f" % v if kind == "ttft" else "%.1f" % v
 head = "%-22s %10s" % ("row", "tpfuse") + "".join(" %14s %9s" % (p, "tpf/" + p.split("-")[1]) for p in peers)
-head += " %10s %8s" % ("roofline", "tpf/roof")
+head += " %10s %8s %10s" % ("roofline", "tpf/roof", "tpf@p50")
 print("ttft_ms (lower is better) and decode tokens/s (higher is better); ratio = tpfuse / peer")
 print("copy rate: %s" % ("%.1f GB/s read + written, %s MB on %s" % (copy["copy_gbps"], copy["bytes"] >> 20,
       copy["device"]) if copy else "not measured"))
@@ -292,6 +292,8 @@ for kind, b, p in keys:
         step = shapes["weights_bytes"] - shapes["embed_bytes"] + b * (p + n / 2) * shapes["kv_bytes_per_position"]
         roof = b * rate / step if rate else 0
         line += " %10s %8s" % ("%.1f" % roof if roof else "-", "%.3f" % (tv / roof) if tv and roof else "-")
+        p50 = (tr or {}).get("step_p50_ms")  # the steady step, without the first steps' plans and capture
+        line += " %10s" % ("%.1f" % (b * 1e3 / p50) if p50 else "-")
     print(line)
 for (impl, kind, b, p), r in sorted(last.items()):
     why = r.get("error") or r.get("skipped")
