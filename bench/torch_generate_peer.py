@@ -237,7 +237,9 @@ def main():
 	if a.check:
 		return check(a.model)
 	from torch import _dynamo
-	_dynamo.config.cache_size_limit = 64  # a compiled step per batch and cache length
+	for k in ("recompile_limit", "cache_size_limit"):  # a compiled step per batch and cache length
+		if hasattr(_dynamo.config, k):
+			setattr(_dynamo.config, k, 64)
 	t = time.time()
 	model, s = hf_model(a.model, a.device)
 	import transformers

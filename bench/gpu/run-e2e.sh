@@ -63,9 +63,13 @@ device=cuda
 if [ "$backend" != cuda ]; then graph=(); device=cpu; fi
 tpfuse=$build/cli/tpfuse
 py=${PYTHON:-python3}
-model=$work/llama3-8b-l$layers-$dtype/model.onnx
-rows=$work/rows.jsonl
-mkdir -p "$out" "$work"
+name=llama3-8b-l$layers-$dtype
+[ ${#margs[@]} -gt 0 ] && name=$name-$(echo "${margs[*]}" | md5sum | cut -c1-8)
+model=$work/$name/model.onnx
+# the prompts, the planned rows and every row measured, apart from another model's
+data=$work/$name.rows
+rows=$data/rows.jsonl
+mkdir -p "$out" "$data"
 touch "$rows"
 stamp() { date +%s.%N; }
 took() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -95,10 +99,10 @@ fi
 # -- the rows (the prompts written once, the same for both sides) and the
 # -- copy rate of this call's device
 t=$(stamp)
-"$py" - "$model" "$work" "$mem_gb" "$ttft" "$contexts" "$batches" "$new" <<'PY' || exit 1
+"$py" - "$model" "$data" "$mem_gb" "$ttft" "$contexts" "$batches" "$new" <<'PY' || exit 1
 import json, math, os, random, sys
 import onnx
-model, work, mem_gb, ttft, contexts, batches, new = sys.argv[1:]
+model, data, mem_gb, ttft, contexts, batches, new = sys.argv[1:]
 g = onnx.load(model, load_external_data=False).graph
 size = {1: 4, 10: 2, 16: 2}
 weights = sum(size.get(t.data_type, 4) * int(math.prod(t.dims)) for t in g.initializer)
@@ -110,7 +114,7 @@ plan = [("ttft", int(b), int(p), 1) for p, b in (x.split("x") for x in ttft.spli
 plan += [("decode", int(b), int(c), int(new)) for c in contexts.split() for b in batches.split()]
 rows = []
 for kind, b, p, n in plan:
-    path = os.path.join(work, "prompts-%dx%d.txt" % (p, b))
+    path = os.path.join(data, "prompts-%dx%d.txt" % (p, b))
     if not os.path.exists(path):
         r = random.Random(p * 1000 + b)
         with open(path, "w") as f:
@@ -123,10 +127,10 @@ for kind, b, p, n in plan:
             need / 2**30, weights / 2**30, b * (p + n) * kv_tok / 2**30, mem_gb)
         print("row %s batch %d prompt %d: skipped, %s" % (kind, b, p, row["skipped"]))
     rows.append(row)
-json.dump(rows, open(os.path.join(work, "rows.json"), "w"), indent=1)
+json.dump(rows, open(os.path.join(data, "rows.json"), "w"), indent=1)
 embed = next(t for t in g.initializer if t.name == "embed.weight")
 json.dump({"weights_bytes": weights, "embed_bytes": size.get(embed.data_type, 4) * int(math.prod(embed.dims)),
-           "kv_bytes_per_position": kv_tok}, open(os.path.join(work, "shapes.json"), "w"))
+           "kv_bytes_per_position": kv_tok}, open(os.path.join(data, "shapes.json"), "w"))
 PY
 # replaces this part's earlier rows (a part run again)
 drop() {
@@ -198,12 +202,12 @@ if has tpfuse; then
 			continue
 		fi
 		smi=""
-		smi_file=$work/smi.txt
+		smi_file=$data/smi.txt
 		nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$smi_file" 2>/dev/null &
 		smi_pid=$!
 		r=$(stamp)
 		res=$(timeout "$(left)" "$tpfuse" generate "$model" --backend "$backend" "${graph[@]}" --prompts "$file" \
-			--max-new-tokens "$n" --json 2>"$work/tpfuse.err") || res="-failed: $(tail -c 300 "$work/tpfuse.err")"
+			--max-new-tokens "$n" --json 2>"$data/tpfuse.err") || res="-failed: $(tail -c 300 "$data/tpfuse.err")"
 		sec=$(took "$r")
 		kill "$smi_pid" 2>/dev/null
 		wait "$smi_pid" 2>/dev/null
@@ -212,7 +216,7 @@ if has tpfuse; then
 		est=$(awk -v a="$sec" -v b="$est" 'BEGIN { printf "%d", (a > b ? a + 1 : b) }')
 	done < <("$py" -c 'import json, sys
 for r in json.load(open(sys.argv[1])):
-    print("\t".join(str(r.get(k, "")) for k in ("kind", "batch", "prompt", "new", "prompts", "skipped")))' "$work/rows.json")
+    print("\t".join(str(r.get(k, "")) for k in ("kind", "batch", "prompt", "new", "prompts", "skipped")))' "$data/rows.json")
 	echo "tpfuse rows in $(took "$t") s"
 fi
 
@@ -229,9 +233,9 @@ for mode in sys.argv[3].split(","):
             if "skipped" in r:
                 f.write(json.dumps({"part": "e2e", "impl": "torch-" + mode, "kind": r["kind"], "batch": r["batch"],
                                     "prompt": r["prompt"], "new": r["new"], "error": "skipped: " + r["skipped"]}) + "\n")' \
-		"$work/rows.json" "$work/peer-rows.json" "$modes" "$rows"
+		"$data/rows.json" "$data/peer-rows.json" "$modes" "$rows"
 	if [ "$(left)" -gt 0 ]; then
-		timeout "$(left)" "$py" "$root/bench/torch_generate_peer.py" "$model" --rows "$work/peer-rows.json" \
+		timeout "$(left)" "$py" "$root/bench/torch_generate_peer.py" "$model" --rows "$data/peer-rows.json" \
 			--modes "$modes" --device "$device" --deadline "$deadline" --out "$rows" ||
 			echo "the peer failed or ran out of time (rows so far kept)" >&2
 	else
@@ -247,13 +251,13 @@ with open(sys.argv[3], "a") as f:
                 f.write(json.dumps({"part": "e2e", "impl": "torch-" + mode, "kind": r["kind"], "batch": r["batch"],
                                     "prompt": r["prompt"], "new": r["new"],
                                     "error": "skipped: the peer stopped first (the time budget)"}) + "\n")' \
-		"$work/peer-rows.json" "$modes" "$rows"
+		"$data/peer-rows.json" "$modes" "$rows"
 	echo "peer rows in $(took "$t") s"
 fi
 
 # -- the summary (every row in the work folder: parts of earlier calls too)
 cp "$rows" "$out/e2e.jsonl"
-"$py" - "$out/e2e.jsonl" "$work/shapes.json" "$modes" <<'PY' | tee "$out/e2e-summary.txt"
+"$py" - "$out/e2e.jsonl" "$data/shapes.json" "$modes" <<'PY' | tee "$out/e2e-summary.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 shapes = json.load(open(sys.argv[2]))
