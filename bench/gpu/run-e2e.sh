@@ -171,10 +171,13 @@ record() { # KIND BATCH PROMPT NEW SECONDS SMI_PEAK_MIB JSON|-ERROR
 import json, sys
 f, kind, b, p, n, sec, smi, res = sys.argv[1:]
 row = {"part": "e2e", "impl": "tpfuse", "kind": kind, "batch": int(b), "prompt": int(p), "new": int(n), "seconds": float(sec)}
-if res.startswith("-"):
+try:
+    out = json.loads(res) if not res.startswith("-") else None
+except ValueError:
+    out, res = None, "-not JSON: " + res[:300]
+if out is None:
     row["error"] = res[1:]
 else:
-    out = json.loads(res)
     row.update(out["stats"])
     row["tokens0"] = out["tokens"][0][:16]
 if smi:
