@@ -9,6 +9,7 @@ with its weights in external data.
 
   gen_kv_model.py OUT.onnx [--layers 4] [--hidden 4096] [--heads 32]
                   [--kv-heads 8] [--ffn 14336] [--vocab 128256] [--dtype bf16]
+                  [--init-device cuda]   the weights made and exported there
   gen_kv_model.py OUT.onnx ... --tokens PROMPT_IDS --new 32
                   prints the greedy tokens of the torch model (CUDA when there)
                   [--save-prefill DIR]: and the prompt's prefill inputs and
@@ -106,6 +107,8 @@ def build(a):
 	dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
 	with torch.device("meta"):
 		m = Model(a)
+	if a.init_device:
+		return build_on(m, dt, a), dt
 	m = m.to_empty(device="cpu")
 	g = torch.Generator().manual_seed(a.seed)
 	with torch.no_grad():
@@ -119,16 +122,34 @@ def build(a):
 	return m.to(dt).eval(), dt
 
 
+def build_on(m, dt, a):
+	"""The model made in its dtype on --init-device, each weight drawn in
+	place there: one copy of the weights, no float32 stage (other values
+	than the default's, the same distribution)."""
+	m = m.to(dt).to_empty(device=a.init_device)
+	g = torch.Generator(device=a.init_device).manual_seed(a.seed)
+	with torch.no_grad():
+		for name, p in m.named_parameters():
+			if "norm" in name:
+				p.fill_(1.0)
+			else:
+				p.normal_(0.0, 0.02, generator=g)
+		d = a.hidden // a.heads
+		m.inv_freq.copy_(1.0 / (500000.0 ** (torch.arange(0, d, 2, device=a.init_device).float() / d)))
+	return m.eval()
+
+
 def export(m, dt, a):
 	L, d = a.layers, a.hidden // a.heads
 	past = ["past_key_values.%d.%s" % (i, kv) for i in range(L) for kv in ("key", "value")]
 	ins = ["input_ids", "attention_mask", "position_ids"] + past
 	outs = ["logits"] + [p.replace("past_key_values.", "present.") for p in past]
 	b, s, p = 1, 2, 3
-	ids = torch.randint(3, a.vocab, (b, s))
-	mask = torch.ones(b, p + s, dtype=torch.int64)
-	pos = torch.arange(p, p + s)[None]
-	pasts = [torch.zeros(b, a.kv_heads, p, d, dtype=dt) for _ in range(2 * L)]
+	dev = m.inv_freq.device
+	ids = torch.randint(3, a.vocab, (b, s)).to(dev)
+	mask = torch.ones(b, p + s, dtype=torch.int64, device=dev)
+	pos = torch.arange(p, p + s, device=dev)[None]
+	pasts = [torch.zeros(b, a.kv_heads, p, d, dtype=dt, device=dev) for _ in range(2 * L)]
 	axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
 		"position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
 	for n in past:
@@ -207,6 +228,8 @@ def main():
 	ap.add_argument("--vocab", type=int, default=128256)
 	ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
 	ap.add_argument("--seed", type=int, default=1)
+	ap.add_argument("--init-device", metavar="DEV", help="make the model in its dtype on DEV (cuda: fast at "
+			"full depth), each weight drawn there, and export it from there (other random values)")
 	ap.add_argument("--tokens", help="comma-separated prompt ids: print the torch model's greedy tokens")
 	ap.add_argument("--new", type=int, default=32)
 	ap.add_argument("--save-prefill", metavar="DIR", help="with --tokens: also write the prompt's prefill inputs "
@@ -221,6 +244,7 @@ def main():
 			save_prefill(m, a, prompt, a.save_prefill)
 		print(json.dumps({"tokens": toks, "seconds": round(time.time() - t0, 1)}))
 		return 0
+	os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
 	export(m, dt, a)
 	print(json.dumps({"model": a.out, "layers": a.layers, "seconds": round(time.time() - t0, 1),
 			  "bytes": sum(os.path.getsize(os.path.join(os.path.dirname(a.out) or ".", f))
