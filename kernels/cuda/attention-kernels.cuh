@@ -917,7 +917,8 @@ enum tpf_status launch_decode(const struct tpf_kernel_call *c, const DecArgs &a)
 	return launch_decode_dv<T, 16>(c, a);
 }
 
-// The launchers attention.cu calls, instantiated in the files above.
+// The launchers attention.cu calls, instantiated in attention-f32.cu,
+// attention-f16.cu, attention-bf16.cu and attention-mma.cu.
 extern template enum tpf_status launch_combine<float>(const struct tpf_kernel_call *, const DecArgs &, bool);
 extern template enum tpf_status launch_combine<__half>(const struct tpf_kernel_call *, const DecArgs &, bool);
 extern template enum tpf_status launch_combine<__nv_bfloat16>(const struct tpf_kernel_call *, const DecArgs &,

@@ -507,7 +507,7 @@ cudaError_t launch(int ct, unsigned blocks, cudaStream_t st, const void *a, cons
 	return launch_m<T, 8>(ct, blocks, st, a, w, y, rows, K, N, avec, wpre, tiled, gated);
 }
 
-// The launchers gemv.cu calls, instantiated in the files above.
+// The launchers gemv.cu calls, instantiated in gemv-f16.cu and gemv-bf16.cu.
 extern template int try_mma<__half>(cudaStream_t, const void *, const void *, void *, int, int, int, bool,
 				    cudaError_t *);
 extern template int try_mma<__nv_bfloat16>(cudaStream_t, const void *, const void *, void *, int, int, int, bool,
