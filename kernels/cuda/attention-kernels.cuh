@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 // Private to kernels/cuda: the split-KV decode kernels of ONNX Attention
 // (attention.cu says what they do) and their launchers.  The launchers are
-// instantiated in several files, one kernel family each, so that nvcc
-// compiles them side by side: attention-f32.cu, attention-f16.cu and
-// attention-bf16.cu the float decode kernel and the combine kernel of their
-// dtype, attention-mma.cu the tensor-core decode kernel (fp16 and bf16).
-// attention.cu (the planning and the entry points) calls them through the
-// explicit instantiation declarations at the end.
+// instantiated in several files so that nvcc compiles them side by side:
+// the float decode kernel one dtype a file, 1 to 4 group rows a block with
+// the combine kernel (attention-f32.cu, attention-f16.cu, attention-bf16.cu)
+// apart from 8 and 16 rows (attention-f32-r8.cu, attention-f16-r8.cu,
+// attention-bf16-r8.cu), and the tensor-core decode kernel (fp16 and bf16)
+// in attention-mma.cu.  attention.cu (the planning and the entry points)
+// calls them through the explicit instantiation declarations at the end.
 #ifndef TPF_ATTENTION_KERNELS_CUH
 #define TPF_ATTENTION_KERNELS_CUH
 
@@ -917,15 +918,25 @@ enum tpf_status launch_decode(const struct tpf_kernel_call *c, const DecArgs &a)
 	return launch_decode_dv<T, 16>(c, a);
 }
 
-// The launchers attention.cu calls, instantiated in attention-f32.cu,
-// attention-f16.cu, attention-bf16.cu and attention-mma.cu.
+// The launchers attention.cu calls, instantiated in the files named above.
 extern template enum tpf_status launch_combine<float>(const struct tpf_kernel_call *, const DecArgs &, bool);
 extern template enum tpf_status launch_combine<__half>(const struct tpf_kernel_call *, const DecArgs &, bool);
-extern template enum tpf_status launch_combine<__nv_bfloat16>(const struct tpf_kernel_call *, const DecArgs &,
-								bool);
-extern template enum tpf_status launch_decode<float>(const struct tpf_kernel_call *, const DecArgs &);
-extern template enum tpf_status launch_decode<__half>(const struct tpf_kernel_call *, const DecArgs &);
-extern template enum tpf_status launch_decode<__nv_bfloat16>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_combine<__nv_bfloat16>(const struct tpf_kernel_call *, const DecArgs &, bool);
+extern template enum tpf_status launch_decode_dv<float, 1>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<float, 2>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<float, 4>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<float, 8>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<float, 16>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__half, 1>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__half, 2>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__half, 4>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__half, 8>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__half, 16>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__nv_bfloat16, 1>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__nv_bfloat16, 2>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__nv_bfloat16, 4>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__nv_bfloat16, 8>(const struct tpf_kernel_call *, const DecArgs &);
+extern template enum tpf_status launch_decode_dv<__nv_bfloat16, 16>(const struct tpf_kernel_call *, const DecArgs &);
 extern template enum tpf_status launch_mma<__half>(const struct tpf_kernel_call *, const DecArgs &);
 extern template enum tpf_status launch_mma<__nv_bfloat16>(const struct tpf_kernel_call *, const DecArgs &);
 

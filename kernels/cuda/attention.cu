@@ -27,7 +27,7 @@
 //   does not take, no workspace): one block per query row, the row's scores in
 //   shared memory, float32.
 // The decode kernels and their launchers are in attention-kernels.cuh,
-// compiled in attention-f32.cu, attention-f16.cu, attention-bf16.cu and
+// compiled in attention-{f32,f16,bf16}.cu, attention-{f32,f16,bf16}-r8.cu and
 // attention-mma.cu; this file holds the row kernel, the decode plan and the
 // entry points.
 #include "attention-kernels.cuh"
