@@ -189,6 +189,23 @@ static inline enum tpf_status tpf_attention_operands(const struct tpf_kernel_cal
 	return TPF_OK;
 }
 
+/* The element strides of o's mask broadcast to [B, Hq, S, T]; -1 when it
+ * does not broadcast. */
+static inline int tpf_attention_mask_strides(const struct tpf_attention_ops *o, int64_t strides[4])
+{
+	struct tpf_ktensor full;
+	memset(&full, 0, sizeof(full));
+	full.rank = 4;
+	full.dims[0] = o->B, full.dims[1] = o->Hq, full.dims[2] = o->S, full.dims[3] = o->T;
+	struct tpf_bcast it;
+	const struct tpf_ktensor *mv[1] = {o->mask};
+	if (tpf_bcast_init(&it, &full, mv, 1))
+		return -1;
+	for (int d = 0; d < 4; d++)
+		strides[d] = it.strides[0][d];
+	return 0;
+}
+
 /* ------------------------------------------------------------ TensorScatter */
 
 /* TensorScatter's cache [B, mid..., L, inner...] along `axis`, the update

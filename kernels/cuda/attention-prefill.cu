@@ -269,18 +269,9 @@ extern "C" int tpf_cu_attention_prefill(const struct tpf_kernel_call *c, const s
 	a.scale = at.scale, a.causal = at.causal, a.softcap = at.softcap;
 	if (o->mask) {
 		const struct tpf_ktensor *mask = o->mask;
-		if (mask->dtype != TPF_DTYPE_BOOL && !tpfc_float_ok(mask->dtype))
+		if ((mask->dtype != TPF_DTYPE_BOOL && !tpfc_float_ok(mask->dtype)) ||
+		    tpf_attention_mask_strides(o, a.mstride))
 			return 0;
-		struct tpf_ktensor full;
-		memset(&full, 0, sizeof(full));
-		full.rank = 4;
-		full.dims[0] = a.B, full.dims[1] = a.Hq, full.dims[2] = a.S, full.dims[3] = a.T;
-		struct tpf_bcast it;
-		const struct tpf_ktensor *mv[1] = {mask};
-		if (tpf_bcast_init(&it, &full, mv, 1))
-			return 0;
-		for (int d = 0; d < 4; d++)
-			a.mstride[d] = it.strides[0][d];
 		a.mask = mask->data, a.dm = mask->dtype, a.mask_bool = mask->dtype == TPF_DTYPE_BOOL;
 	}
 	if (t == TPF_DTYPE_FLOAT16)

@@ -318,16 +318,8 @@ extern "C" TPF_CUDA_KERNEL(tpf_cu_attention)
 	a.causal = at.causal;
 	a.softcap = at.softcap;
 	if (mask) {
-		struct tpf_ktensor full;
-		memset(&full, 0, sizeof(full));
-		full.rank = 4;
-		full.dims[0] = a.B, full.dims[1] = a.Hq, full.dims[2] = a.S, full.dims[3] = a.T;
-		struct tpf_bcast it;
-		const struct tpf_ktensor *mv[1] = {mask};
-		if (tpf_bcast_init(&it, &full, mv, 1))
+		if (tpf_attention_mask_strides(&o, a.mstride))
 			return tpf_kfail(c, TPF_ERR_INVALID, "attn_mask does not broadcast to [B, H, S, T]");
-		for (int d = 0; d < 4; d++)
-			a.mstride[d] = it.strides[0][d];
 		a.mask = mask->data;
 		a.dm = mask->dtype;
 		a.mask_bool = mask->dtype == TPF_DTYPE_BOOL;
