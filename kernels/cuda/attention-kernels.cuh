@@ -565,6 +565,10 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 	__shared__ float ob[kDecWarps][MR * OS];
 	__shared__ long long orow[MR];
 	pdl_trigger();
+	// kvlen (the keys a sequence has) is read first: before the wait only
+	// where no kernel of the step writes it or the past K/V (kv_pre)
+	if (!a.kv_pre)
+		pdl_wait();
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
 	const int64_t grp = blockIdx.y, b = grp / a.Hk, hk = grp % a.Hk;
 	const int64_t r0 = (int64_t)blockIdx.z * kMaxGroupRows;
@@ -611,10 +615,8 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_mma_kernel(DecArgs a)
 		pdl_wait();
 		if (kb < k1 && kb + kMmaTile * TP > a.P)
 			load(kb, 2);
-	} else {
-		pdl_wait();
-		if (kb < k1)
-			load(kb, 0);
+	} else if (kb < k1) {
+		load(kb, 0);
 	}
 	// this lane's query rows g (and g + 8), as A fragments
 	bool rok[NH];

@@ -263,8 +263,9 @@ enum tpf_status run_decode(const struct tpf_kernel_call *c, const struct tpf_att
 	a.scale = ra.scale, a.softcap = ra.softcap, a.causal = ra.causal;
 	// launched as a dependent, the tensor-core kernel loads its first
 	// step's past K/V before the wait where no kernel of the step writes
-	// them
-	a.kv_pre = p.mma && tpfc_pdl(TPF_PDL_ATTENTION) && (!o.pk || o.pk->invariant) && (!o.pv || o.pv->invariant);
+	// them, nor the sequences' key counts
+	a.kv_pre = p.mma && tpfc_pdl(TPF_PDL_ATTENTION) && (!o.pk || o.pk->invariant) &&
+		   (!o.pv || o.pv->invariant) && (!o.kvlen || o.kvlen->invariant);
 	if (p.mma)
 		return o.q->dtype == TPF_DTYPE_FLOAT16 ? launch_mma<__half>(c, a) : launch_mma<__nv_bfloat16>(c, a);
 	switch (o.q->dtype) {

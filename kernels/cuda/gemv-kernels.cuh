@@ -61,18 +61,37 @@ __device__ __forceinline__ uint4 ld_stream(const void *p, uint64_t pol)
 	return r;
 }
 
+// Loads of A, which the previous kernel may still be writing when a
+// dependent launch starts this one: ordinary global loads (L2-cached), never
+// the read-only path (__ldg, ld.global.nc): ptxas takes those for loads of
+// data no one writes during the kernel and may hoist them above
+// griddepcontrol.wait (seen on sm_90: the tensor-core kernel read A before
+// the wait and summed what the previous product had not yet written).
+__device__ __forceinline__ uint4 ld_dep128(const unsigned short *p)
+{
+	return __ldcg((const uint4 *)p);
+}
+__device__ __forceinline__ unsigned ld_dep32(const unsigned short *p)
+{
+	return __ldcg((const unsigned *)p);
+}
+__device__ __forceinline__ unsigned short ld_dep16(const unsigned short *p)
+{
+	return __ldcg(p);
+}
+
 // 8 elements of A from p (16-byte aligned when vec), only those below n
 // (the others 0) when !full.
 template <bool full, bool vec>
 __device__ __forceinline__ uint4 ld_a8(const unsigned short *p, int n)
 {
 	if constexpr (full && vec) {
-		return __ldg((const uint4 *)p);
+		return ld_dep128(p);
 	} else {
 		uint32_t h[8];
 #pragma unroll
 		for (int j = 0; j < 8; j++)
-			h[j] = (full || j < n) ? (uint32_t)__ldg(p + j) : 0u;
+			h[j] = (full || j < n) ? (uint32_t)ld_dep16(p + j) : 0u;
 		return make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
 	}
 }
@@ -325,11 +344,11 @@ __device__ __forceinline__ void mma_load_x(MmaStage<NR> &st, const unsigned shor
 {
 	const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int ka = k0 + 2 * t, kc = k0 + 8 + 2 * t;
-	st.x[0] = ok && g < rows ? __ldg((const unsigned *)(a + (size_t)g * K + ka)) : 0u;
-	st.x[2] = ok && g < rows ? __ldg((const unsigned *)(a + (size_t)g * K + kc)) : 0u;
+	st.x[0] = ok && g < rows ? ld_dep32((a + (size_t)g * K + ka)) : 0u;
+	st.x[2] = ok && g < rows ? ld_dep32((a + (size_t)g * K + kc)) : 0u;
 	if constexpr (BIG) {
-		st.x[1] = ok && g + 8 < rows ? __ldg((const unsigned *)(a + (size_t)(g + 8) * K + ka)) : 0u;
-		st.x[3] = ok && g + 8 < rows ? __ldg((const unsigned *)(a + (size_t)(g + 8) * K + kc)) : 0u;
+		st.x[1] = ok && g + 8 < rows ? ld_dep32((a + (size_t)(g + 8) * K + ka)) : 0u;
+		st.x[3] = ok && g + 8 < rows ? ld_dep32((a + (size_t)(g + 8) * K + kc)) : 0u;
 	} else {
 		st.x[1] = st.x[3] = 0u;
 	}

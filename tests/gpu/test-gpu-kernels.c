@@ -813,11 +813,107 @@ static void gemv_matmuls(void)
 	}
 }
 
+/* Two small-M products in a row, y2 = (x W1) W2, on one stream without a
+ * synchronization between them: the second is launched as a programmatic
+ * dependent of the first, which lets it start at once, so every read of
+ * its A (the first's output) must wait for the first to finish
+ * (griddepcontrol.wait).  y1 is poisoned (all ones: NaN) before each
+ * chain; y2 is checked against the CPU product of the y1 the GPU wrote, so
+ * a read of A before the wait shows as NaN or a wrong sum.  Three chains a
+ * shape: one row (the FMA kernel), 8 and 16 rows (the tensor-core kernel),
+ * Llama-3-8B's up and down projections. */
+static void gemv_chains(void)
+{
+	static const int64_t mkn[][3] = {{1, 4096, 14336}, {8, 4096, 14336}, {16, 4096, 14336}, {16, 4096, 6144}};
+	static const enum tpf_dtype dts[] = {TPF_DTYPE_BFLOAT16, TPF_DTYPE_FLOAT16};
+	for (int d = 0; d < 2; d++)
+		for (size_t s = 0; s < sizeof(mkn) / sizeof(mkn[0]); s++) {
+			enum tpf_dtype dt = dts[d];
+			int64_t M = mkn[s][0], K = mkn[s][1], N = mkn[s][2];
+			char lab[96], why[256] = "";
+			snprintf(lab, sizeof(lab), "MatMul chain %lldx%lldx%lld then x%lld (dependent launch)",
+				 (long long)M, (long long)K, (long long)N, (long long)K);
+			struct tpf_node *n = node("", "MatMul", 2, 1);
+			struct tpf_ktensor x = R(dt, 2, M, K), w1 = R(dt, 2, K, N), w2 = R(dt, 2, N, K);
+			struct tpf_ktensor y1 = T(dt, 2, M, N), y2 = T(dt, 2, M, K), want = T(dt, 2, M, K);
+			const struct tpf_kernel *kg = tpf_kernel_find(TPF_BACKEND_CUDA, n->op, TPF_PHASE_MAIN, dt);
+			const struct tpf_kernel *kc = tpf_kernel_find(TPF_BACKEND_CPU, n->op, TPF_PHASE_MAIN, dt);
+			int ok = kg && kc;
+			double worst = 0;
+			if (!ok)
+				snprintf(why, sizeof(why), "no kernel");
+			void *dx = DEV->alloc(DEV, x.nbytes), *dw1 = DEV->alloc(DEV, w1.nbytes),
+			     *dw2 = DEV->alloc(DEV, w2.nbytes), *dy1 = DEV->alloc(DEV, y1.nbytes),
+			     *dy2 = DEV->alloc(DEV, y2.nbytes);
+			void *poison = malloc(y1.nbytes);
+			memset(poison, 0xff, y1.nbytes);
+			DEV->upload(DEV, dx, x.data, x.nbytes, D);
+			DEV->upload(DEV, dw1, w1.data, w1.nbytes, D);
+			DEV->upload(DEV, dw2, w2.data, w2.nbytes, D);
+			for (int rep = 0; rep < 3 && ok; rep++) {
+				DEV->upload(DEV, dy1, poison, y1.nbytes, D);
+				DEV->sync(DEV, D);
+				struct tpf_ktensor gi1[2] = {x, w1}, go1[1] = {y1}, gi2[2] = {y1, w2}, go2[1] = {y2};
+				gi1[0].data = dx, gi1[1].data = dw1, go1[0].data = dy1;
+				gi2[0].data = dy1, gi2[1].data = dw2, go2[0].data = dy2;
+				gi2[0].host = go1[0].host = go2[0].host = NULL; /* written on the device */
+				gi1[0].invariant = 1, gi1[1].invariant = 1, gi2[0].invariant = 0, gi2[1].invariant = 1;
+				struct tpf_kernel_call c1 = {.node = n, .opset = 23, .in = gi1, .n_in = 2, .out = go1,
+							     .n_out = 1, .stream = DEV->stream, .world = 1, .diag = D};
+				struct tpf_kernel_call c2 = c1;
+				c2.in = gi2, c2.out = go2;
+				if (kg->run(&c1) || kg->run(&c2) || DEV->sync(DEV, D)) {
+					snprintf(why, sizeof(why), "cuda kernel failed");
+					ok = 0;
+					break;
+				}
+				DEV->download(DEV, y1.data, dy1, y1.nbytes, D);
+				DEV->download(DEV, y2.data, dy2, y2.nbytes, D);
+				struct tpf_ktensor ci[2] = {y1, w2}, co[1] = {want};
+				struct tpf_kernel_call cc = {.node = n, .opset = 23, .in = ci, .n_in = 2, .out = co,
+							     .n_out = 1, .world = 1, .diag = D};
+				if (kc->run(&cc)) {
+					snprintf(why, sizeof(why), "cpu kernel failed");
+					ok = 0;
+					break;
+				}
+				struct tol t = tol_for(dt, 2.0 + (double)N / 2048);
+				for (int64_t e = 0; e < y2.numel && ok; e++) {
+					double w = tpf_elem_load(dt, want.data, e), g = tpf_elem_load(dt, y2.data, e);
+					double err = fabs(g - w);
+					if (!(err <= t.atol + t.rtol * fabs(w))) {
+						snprintf(why, sizeof(why),
+							 "chain %d: element %lld: gpu %.6g, cpu from the gpu's y1 %.6g", rep,
+							 (long long)e, g, w);
+						ok = 0;
+					} else if (err > worst) {
+						worst = err;
+					}
+				}
+			}
+			if (ok)
+				snprintf(why, sizeof(why), "max abs err %.3g", worst);
+			printf("%s %-58s %s [%s]\n", ok ? "PASS" : "FAIL", lab, why, tpf_dtype_name(dt));
+			if (!ok)
+				tpf_diag_print(D, stdout);
+			tpf_diag_clear(D);
+			ok ? n_pass++ : n_fail++;
+			void *dp[] = {dx, dw1, dw2, dy1, dy2};
+			for (int i = 0; i < 5; i++)
+				DEV->free(DEV, dp[i]);
+			free(poison);
+			struct tpf_ktensor all[] = {x, w1, w2, y1, y2, want};
+			free_tensors(all, 6);
+			fflush(stdout);
+		}
+}
+
 static void matmuls(void)
 {
 	fp8_gemms();
 	matmuls_bt();
 	gemv_matmuls();
+	gemv_chains();
 	static const int64_t mkn[][3] = {{1, 64, 128}, {8, 256, 96}, {64, 512, 384}, {3, 7, 5}};
 	for (int d = 0; d < NFL; d++) {
 		enum tpf_dtype dt = FL[d];
