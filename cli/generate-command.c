@@ -66,6 +66,9 @@ static const char *const generate_help =
 	"                        length)\n"
 	"  --no-optimize         run the model as exported (no fusions, no\n"
 	"                        in-place cache)\n"
+	"  --without PASSES      compile without these passes of the pipeline\n"
+	"                        (comma-separated names, each one it runs: a\n"
+	"                        fusion's effect on generation is the difference)\n"
 	"  --warmup N            generate N times untimed first (the plans built\n"
 	"                        and the CUDA graphs captured then; the figures\n"
 	"                        are the last generation's)\n"
@@ -92,6 +95,7 @@ struct gen_opts {
 	int json, stats;
 	int no_optimize, no_in_place, cuda_graph;
 	size_t warmup; /* untimed generations first */
+	const char *without; /* --without: passes taken out of the pipeline */
 };
 
 static int say_rank = -1; /* the rank in messages; -1 alone */
@@ -245,6 +249,30 @@ static int value_arg(struct gen_opts *o, const char *a, const char *v)
 		return tpf_free(o->eos), list_arg(a, v, &o->eos, &o->n_eos);
 	if (!strcmp(a, "--suppress"))
 		return tpf_free(o->suppress), list_arg(a, v, &o->suppress, &o->n_suppress);
+	if (!strcmp(a, "--without")) {
+		/* every name a pass (the pipeline says whether it runs it) */
+		char name[128];
+		for (const char *p = v; *p;) {
+			size_t n = strcspn(p, ",");
+			if (!n || n >= sizeof(name)) {
+				say("error", "--without needs pass names separated by commas, not '%s'", v);
+				return CLI_USAGE;
+			}
+			memcpy(name, p, n);
+			name[n] = '\0';
+			if (!tpf_pass_find(name)) {
+				say("error", "--without: unknown pass '%s' (`tpfuse passes` lists them)", name);
+				return CLI_USAGE;
+			}
+			p += n + (p[n] == ',');
+		}
+		if (!*v) {
+			say("error", "--without needs pass names separated by commas");
+			return CLI_USAGE;
+		}
+		o->without = v;
+		return -1;
+	}
 	if (!strcmp(a, "--seed")) {
 		char *end;
 		errno = 0;
@@ -295,7 +323,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 	static const char *const with_value[] = {
 		"--prompt-ids", "--prompts", "--max-new-tokens", "--eos", "--suppress", "--pad-id",
 		"--temperature", "--top-k", "--top-p", "--seed", "--backend", "--timeout", "--max-length",
-		"--prefill-chunk", "--warmup"};
+		"--prefill-chunk", "--warmup", "--without"};
 	o->g.max_new_tokens = 32;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -438,11 +466,22 @@ static enum tpf_status load(const struct gen_opts *o, const char *path, const st
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);
 	if (st)
 		return st;
+	/* --without a,b: "PIPELINE,-a,-b" (each must be a pass it runs) */
+	char passes[1024];
+	const char *base = pipelines[!o->no_in_place][greedy];
+	size_t used = (size_t)snprintf(passes, sizeof(passes), "%s", base);
+	for (const char *p = o->without; p && *p && used < sizeof(passes);) {
+		size_t n = strcspn(p, ",");
+		used += (size_t)snprintf(passes + used, sizeof(passes) - used, ",-%.*s", (int)n, p);
+		p += n + (p[n] == ',');
+	}
+	if (used >= sizeof(passes))
+		return tpf_diag_fail(d, TPF_ERR_INVALID, "--without: too many pass names");
 	struct tpf_compile_options co = {
 		.verify_before = 1,
 		.infer = TPF_INFER_LENIENT,
 		.optimize = !o->no_optimize,
-		.pipeline = {.passes = pipelines[!o->no_in_place][greedy]},
+		.pipeline = {.passes = passes},
 		.min_severity = TPF_SEV_ERROR,
 		.target = o->no_optimize ? NULL : tpf_backend_name(o->backend),
 	};

@@ -627,9 +627,11 @@ static int check_pass_list(const char *list)
 			return usage_error("optimize ", "pass name too long in '%s'", list);
 		memcpy(name, p, len);
 		name[len] = '\0';
-		if (len && !tpf_pipeline_known(name) && !tpf_pass_find(name))
+		/* "-NAME": a pass taken out of what the names before it run */
+		const char *look = name[0] == '-' ? name + 1 : name;
+		if (len && !(name[0] != '-' && tpf_pipeline_known(name)) && !tpf_pass_find(look))
 			return usage_error("optimize ",
-					   "unknown pass '%s' (`tpfuse passes` lists them)", name);
+					   "unknown pass '%s' (`tpfuse passes` lists them)", look);
 		p += len;
 		while (*p && *p != ',')
 			p++;

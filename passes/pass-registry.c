@@ -336,8 +336,32 @@ static enum tpf_status expand_name(const char *name, struct pass_seq *q, int dep
 	return seq_push(q, p);
 }
 
+/* "-NAME" in a list: every run of pass NAME that the names before it
+ * gave is taken out ("default,-fuse-sigmoid-gate": the default pipeline
+ * without that fusion).  A name that is no pass, or a pass not in the
+ * sequence so far, is an error (a misspelt name would otherwise remove
+ * nothing). */
+static enum tpf_status drop_name(const char *name, struct pass_seq *q, struct tpf_diag *d)
+{
+	const struct tpf_pass *p = tpf_pass_find(name);
+	size_t kept = 0;
+
+	if (!p)
+		return *name ? unknown_pass(name, d)
+			     : tpf_diag_fail(d, TPF_ERR_INVALID, "'-' names no pass (expected -PASS)");
+	for (size_t i = 0; i < q->count; i++)
+		if (q->items[i] != p)
+			q->items[kept++] = q->items[i];
+	if (kept == q->count)
+		return tpf_diag_fail(d, TPF_ERR_INVALID,
+				     "'-%s': the names before it do not run pass '%s' (nothing to take out)", name,
+				     name);
+	q->count = kept;
+	return TPF_OK;
+}
+
 /* Splits a comma-separated list (spaces around names ignored) and expands
- * named pipelines.  Reports every unknown name, then fails. */
+ * named pipelines ("-NAME" takes a pass out: drop_name).  Reports every unknown name, then fails. */
 static enum tpf_status parse_pipeline(const char *list, struct pass_seq *q, struct tpf_diag *d)
 {
 	enum tpf_status st = TPF_OK, first_err = TPF_OK;
@@ -356,7 +380,7 @@ static enum tpf_status parse_pipeline(const char *list, struct pass_seq *q, stru
 			*--end = '\0';
 		if (!*tok)
 			continue;
-		st = expand_name(tok, q, 0, d);
+		st = *tok == '-' ? drop_name(tok + 1, q, d) : expand_name(tok, q, 0, d);
 		if (st == TPF_ERR_NOMEM || st == TPF_ERR_LIMIT) {
 			first_err = st;
 			break;

@@ -152,6 +152,19 @@ def main():
         expect(rc == 0 and "unknown pass" not in err, f"--passes default,{pipeline} is accepted")
     rc, out, _ = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "lower-cpu", "--stats")
     expect(rc == 0 and "lower-matmul-transb" in out, "--passes lower-cpu runs the lowering passes (--stats)")
+    # "-NAME" takes a pass out of the names before it
+    rc, out, err = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "default,-fuse-swiglu,-cse",
+                          "--stats")
+    ran = {line.split()[0] for line in out.splitlines() if line.strip()}
+    expect(rc == 0 and "fuse-swiglu" not in ran and "cse" not in ran and "fuse-attention" in ran,
+           f"--passes default,-fuse-swiglu,-cse runs the rest of default only: {sorted(ran)} {err[-200:]}")
+    rc, _, err = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "cleanup,-fuse-swiglu")
+    expect(rc == 1 and "'-fuse-swiglu': the names before it do not run pass 'fuse-swiglu'" in err,
+           f"--passes cleanup,-fuse-swiglu: exit 1 naming the pass ({rc}, {err.strip()[-200:]})")
+    rc, _, err = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "default,-no-such-pass")
+    expect(rc == 2 and "unknown pass 'no-such-pass'" in err, f"--passes default,-no-such-pass: exit 2 ({rc})")
+    rc, _, err = tpfuse("optimize", model, "-o", w("pipe.onnx"), "--passes", "default,-default")
+    expect(rc == 2 and "unknown pass 'default'" in err, f"--passes default,-default (a pipeline): exit 2 ({rc})")
 
     # run --strategy-table: the table is read (and checked) before anything runs
     bad = w("bad-table.txt")

@@ -64,7 +64,10 @@ def unpadded(ids, mask):
 # the prefill, one for every decode step), copied from step to step, and
 # as exported (no fusions).
 MODES = {"in-place": [], "copied": ["--no-in-place"], "as-exported": ["--no-optimize"],
-	 "chunked": ["--prefill-chunk", "3"]}
+	 "chunked": ["--prefill-chunk", "3"],
+	 "without-fusions": ["--without", "fuse-swiglu,fuse-rotary-embedding,cse"],
+	 # kv-cache-in-place rewrites the fused Attention: without it the cache is copied
+	 "without-attention": ["--without", "fuse-attention"]}
 
 
 def greedy(tpfuse, folder, mode="in-place"):
@@ -91,7 +94,7 @@ def greedy(tpfuse, folder, mode="in-place"):
 		longest = max(len(unpadded(i, m)) for i, m in zip(case["input_ids"], case["attention_mask"]))
 		expect(st["graphs_captured"] == 0 and st["peak_rss_bytes"] > 0 and st["device_bytes"] >= st["cache_bytes"],
 		       "%s: memory and graphs (CPU: none): %s" % (what, st))
-		if mode == "in-place":
+		if mode in ("in-place", "without-fusions"):
 			expect(st["cache_in_place"] and st["plans_built"] == 2 and st["prefill_calls"] == 1 and
 			       st["cache_length"] == longest + len(want[0]) and st["cache_bytes"] > 0,
 			       "%s: in place, one plan for the prefill and one for every decode step: %s" % (what, st))
@@ -202,6 +205,12 @@ def refusals(tpfuse, model, work):
 	refused([model, "--prompt-ids", "1", "--backend", "tpu"], 2, "--backend must be", "--backend tpu")
 	refused([model, "--prompt-ids", "1", "--eos"], 2, "--eos needs a value", "--eos alone")
 	refused([model, "--prompt-ids", "1", "--frobnicate"], 2, "unknown option", "an unknown option")
+	refused([model, "--prompt-ids", "1", "--without", "no-such-pass"], 2, "--without: unknown pass 'no-such-pass'",
+		"--without an unknown pass")
+	refused([model, "--prompt-ids", "1", "--without", "fuse-swiglu,,cse"], 2, "--without needs pass names",
+		"--without with an empty name")
+	refused([model, "--prompt-ids", "1", "--without", "lower-gated-matmul"], 1,
+		"the names before it do not run pass 'lower-gated-matmul'", "--without a pass the pipeline does not run")
 	refused([model, "--prompts", os.path.join(work, "missing.txt")], 3, "cannot read", "a missing --prompts")
 	refused([os.path.join(work, "missing.onnx"), "--prompt-ids", "1"], 3, "", "a missing model")
 	bad = os.path.join(work, "bad-prompts.txt")

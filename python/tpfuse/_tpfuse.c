@@ -406,14 +406,16 @@ int check_pass_list(const char *list)
 			}
 			memcpy(name, q, len);
 			name[len] = '\0';
-			if (!tpf_pipeline_known(name) && !tpf_pass_find(name)) {
+			/* "-NAME": a pass taken out of what the names before it run */
+			const char *look = name[0] == '-' ? name + 1 : name;
+			if (!(name[0] != '-' && tpf_pipeline_known(name)) && !tpf_pass_find(look)) {
 				PyObject *known = known_pass_names();
 
 				if (known) {
 					PyErr_Format(PyExc_ValueError,
 						     "passes: unknown pass '%s' (known passes and "
 						     "pipelines: %U)",
-						     name, known);
+						     look, known);
 					Py_DECREF(known);
 				}
 				return -1;
