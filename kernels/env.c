@@ -112,7 +112,7 @@ static const struct tpf_env_knob knobs[] = {
     {"TPF_PDL", TPF_ENV_PDL, 0, 0, NULL,
      "the kinds of kernel launched as programmatic dependents (default: gemv, copy, gated)"},
     {"TPF_PREFILL_ATTENTION", TPF_ENV_SWITCH, 0, 0, NULL,
-     "1: prompts of 64 tokens and more on the tiled tensor-core attention kernel (float16/bfloat16, head 64 or 128)"},
+     "0: no tiled tensor-core attention kernel for prompts of 64 tokens and more (float16/bfloat16, head 64 or 128): the row kernel"},
     {"TPF_STRATEGY_TABLE", TPF_ENV_FILE, 0, 0, NULL,
      "the collective strategy table to use, as --strategy-table"},
 };

@@ -13,7 +13,7 @@
 // dtype where the MatMul -> Mul -> Add chain it stands for rounds (as the
 // row kernel does); the probabilities enter the value product unnormalized
 // in the operands' dtype and the output is divided by the row's sum at the
-// end.  Off unless TPF_PREFILL_ATTENTION=1 (attention.cu asks
+// end.  On unless TPF_PREFILL_ATTENTION=0 (attention.cu asks
 // tpf_cu_attention_prefill first).
 #include "cuda-common.cuh"
 #include "kernel-host.h"
@@ -244,7 +244,7 @@ bool aligned16(const void *p)
 extern "C" int tpf_cu_attention_prefill(const struct tpf_kernel_call *c, const struct tpf_attention_ops *o,
 					enum tpf_status *st)
 {
-	static const bool on = tpf_env_switch("TPF_PREFILL_ATTENTION", 0);
+	static const bool on = tpf_env_switch("TPF_PREFILL_ATTENTION", 1);
 	if (!on || o->S < kRows || (o->D != 64 && o->D != 128) || o->Dv != o->D || o->T <= 0 ||
 	    o->B * o->Hq > 65535 || (o->S + kRows - 1) / kRows > INT32_MAX)
 		return 0;
