@@ -267,7 +267,9 @@ shapes = json.load(open(sys.argv[2]))
 peers = ["torch-" + m for m in sys.argv[3].split(",")]  # and those of earlier calls
 peers += sorted({r["impl"] for r in rows if r.get("impl", "").startswith("torch-")} - set(peers))
 copy = next((r for r in reversed(rows) if r.get("impl") == "copy"), None)
-rate = copy["copy_gbps"] * 1e9 / 2 if copy else 0  # bytes read a second (a copy reads and writes)
+# the DRAM traffic a second: a copy's reads and writes together, the rate a
+# step's reads of the weights and cache go at (decode_report.py's too)
+rate = copy["copy_gbps"] * 1e9 if copy else 0
 last = {}
 for r in rows:
     if r.get("part") in (None, "e2e") and "kind" in r:
