@@ -36,7 +36,8 @@ static const char *const generate_help =
 	"take runs with its cache copied from step to step.  For greedy\n"
 	"generation (no --temperature, no --suppress) the pass greedy-next-token\n"
 	"makes the model give each step's token ids (ArgMax on the device)\n"
-	"instead of its logits.\n"
+	"instead of its logits, and last-position-logits computes them for\n"
+	"the last position of a call only.\n"
 	"\n"
 	"Options:\n"
 	"  --prompt-ids IDS      a prompt: token ids separated by commas or spaces\n"
@@ -459,8 +460,9 @@ static enum tpf_status load(const struct gen_opts *o, const char *path, const st
 	/* [in place][greedy]: greedy generation without suppressed ids reads
 	 * the model's own next_token (greedy-next-token) */
 	static const char *const pipelines[2][2] = {
-		{"default", "default,greedy-next-token"},
-		{"default,kv-cache-in-place,cleanup", "default,kv-cache-in-place,cleanup,greedy-next-token"},
+		{"default,last-position-logits", "default,last-position-logits,greedy-next-token"},
+		{"default,kv-cache-in-place,cleanup,last-position-logits",
+		 "default,kv-cache-in-place,cleanup,last-position-logits,greedy-next-token"},
 	};
 	int greedy = o->g.temperature <= 0 && !o->n_suppress;
 	enum tpf_status st = tpf_model_load_file(path, &(struct tpf_load_options){0}, m, d);

@@ -33,6 +33,7 @@ TPF_PASS(fuse_rotary_embedding)
 TPF_PASS(fuse_attention)
 TPF_PASS(shard)
 TPF_PASS(kv_cache_in_place)
+TPF_PASS(last_position_logits)
 TPF_PASS(greedy_next_token)
 /* lowering to a backend (passes/lower.c) */
 TPF_PASS(lower_matmul_transb)

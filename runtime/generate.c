@@ -528,19 +528,21 @@ static enum tpf_status check_logits(struct tpf_generator *g, const struct tpf_ho
 	enum tpf_dtype t = lg->dtype;
 	enum tpf_status st;
 	if (g->io->next_token >= 0) {
-		if (lg->rank != 2 || lg->dims[0] != (int64_t)g->batch || lg->dims[1] != (int64_t)seq ||
-		    t != TPF_DTYPE_INT64)
-			return tpf_diag_fail(d, TPF_ERR_RUNTIME, "output 'next_token' is not int64 [%zu, %zu]",
-					     g->batch, seq);
+		/* [batch, 1]: the last position only (last-position-logits) */
+		if (lg->rank != 2 || lg->dims[0] != (int64_t)g->batch ||
+		    (lg->dims[1] != (int64_t)seq && lg->dims[1] != 1) || t != TPF_DTYPE_INT64)
+			return tpf_diag_fail(d, TPF_ERR_RUNTIME, "output 'next_token' is not int64 [%zu, %zu] (or [%zu, 1])",
+					     g->batch, seq, g->batch);
 		if (g->step || g->io->vocab <= 0)
 			return TPF_OK;
 		return check_prompts(g, (size_t)g->io->vocab, d);
 	}
-	if (lg->rank != 3 || lg->dims[0] != (int64_t)g->batch || lg->dims[1] != (int64_t)seq ||
+	if (lg->rank != 3 || lg->dims[0] != (int64_t)g->batch || (lg->dims[1] != (int64_t)seq && lg->dims[1] != 1) ||
 	    lg->dims[2] < 1 || (t != TPF_DTYPE_FLOAT && t != TPF_DTYPE_FLOAT16 && t != TPF_DTYPE_BFLOAT16 &&
 				t != TPF_DTYPE_DOUBLE))
-		return tpf_diag_fail(d, TPF_ERR_RUNTIME, "output 'logits' is not [%zu, %zu, vocab] of a float type",
-				     g->batch, seq);
+		return tpf_diag_fail(d, TPF_ERR_RUNTIME,
+				     "output 'logits' is not [%zu, %zu, vocab] (or [%zu, 1, vocab]) of a float type", g->batch,
+				     seq, g->batch);
 	if (g->vocab)
 		return (size_t)lg->dims[2] == g->vocab
 			       ? TPF_OK

@@ -165,9 +165,10 @@ class Session:
         default pipeline, the cache written in place (kv-cache-in-place,
         where the model takes it), for greedy generation without
         suppressed ids the next token's ArgMax on the device
-        (greedy-next-token), lowered for the backend."""
+        (greedy-next-token), the logits of a call's last position only
+        (last-position-logits), lowered for the backend."""
         self = cls.__new__(cls)
-        passes = "default,kv-cache-in-place,cleanup" + (",greedy-next-token" if greedy else "")
+        passes = "default,kv-cache-in-place,cleanup,last-position-logits" + (",greedy-next-token" if greedy else "")
         self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, passes))
         return self
 
