@@ -136,7 +136,7 @@ PY
 	done
 	# 4. the device step alone at the middle context
 	t=$(stamp)
-	"$build/bench/bench-decode" "$model" --backend "$backend" --passes default,kv-cache-in-place,cleanup,greedy-next-token \
+	"$build/bench/bench-decode" "$model" --backend "$backend" --passes default,kv-cache-in-place,cleanup,last-position-logits,greedy-next-token \
 		--dim batch="$b" --dim sequence=1 --dim max_sequence=$((prompt + new)) --fill attention_mask=1 \
 		--fill past_sequence_length=$((prompt + new / 2)) --iters 100 --warmup 10 \
 		--label "batch=$b" --variant in-place | tee -a "$rows"
