@@ -296,6 +296,16 @@ mutant shard-sections-first-only passes/shard/slice.c \
 	"shard" \
 	"shard slices every section of a fused weight (q/k/v, gate/up) from the first section: each rank's k and v columns are copies of its q columns"
 
+mutant last-logits-shared-value passes/last-logits.c \
+	's|tpf_value_use_count(v) == 1 .*n_output_refs == 1)) {$|tpf_value_use_count(v) >= 1) {|' \
+	"passes/last-position-logits" \
+	"last-position-logits slices a value that has other uses too (the final norm's output that is also an output keeps one position)"
+
+mutant pipeline-drop-absent-pass passes/pass-registry.c \
+	's|^\(\t*\)if (kept == q->count)$|\1if (0)|' \
+	"cli-fixtures" \
+	"a -NAME for a pass the pipeline does not run removes nothing and says nothing (a misspelt --without goes unnoticed)"
+
 mutant fuzz-builder-op-inserted tests/fuzz/builder-ops.h \
 	's|^\(\t*\)/\*  5 \*/ {"", "Cast"},$|\1/*  5 */ {"", "Neg"}, {"", "Cast"},|' \
 	"fuzz-builder-ops" \
