@@ -13,7 +13,8 @@
  * walks back from `logits` through the position-wise chain that makes it
  * (MatMul by a constant 2-D weight, normalizations over the last axis,
  * Cast, unary math and arithmetic with constants that broadcast over the
- * positions), as far as each value there has that one use, and slices the
+ * positions, a vocabulary-parallel lm_head's AllGather along the last axis,
+ * an AllReduce), as far as each value there has that one use, and slices the
  * chain's input to its last position:
  *
  *   x [batch, sequence, hidden] -> Slice(x, starts [-1], ends [max], axes [1])
@@ -66,6 +67,15 @@ static int position_wise(const struct tpf_node *n, size_t in)
 	for (size_t k = 0; binary[k]; k++)
 		if (is(n, "", binary[k]))
 			return n->n_inputs == 2 && broadcasts(n->inputs[1]);
+	/* a vocabulary-parallel lm_head's gather along the last axis (every
+	 * rank slices alike), an all-reduce (elementwise across ranks) */
+	if (is(n, "com.microsoft", "AllGather") || is(n, "ai.tpfuse", "AllGather")) {
+		int64_t ax = tpf_node_attr_int(n, "axis", 0);
+		int r = n->inputs[0] ? n->inputs[0]->type.shape.rank : -1;
+		return n->n_inputs == 1 && r > 1 && (ax == -1 || ax == r - 1);
+	}
+	if (is(n, "com.microsoft", "AllReduce") || is(n, "ai.tpfuse", "AllReduce"))
+		return n->n_inputs == 1;
 	/* normalizations over the last axis, their scale (and bias) constants */
 	if (is(n, "", "RMSNormalization") || is(n, "", "LayerNormalization") ||
 	    is(n, "com.microsoft", "SimplifiedLayerNormalization")) {
