@@ -160,7 +160,9 @@ class Session:
         )
 
     @classmethod
-    def _as_generate_loads(cls, model: ModelLike, backend: str, greedy: bool = False) -> "Session":
+    def _as_generate_loads(
+        cls, model: ModelLike, backend: str, greedy: bool = False, without: Sequence[str] = ()
+    ) -> "Session":
         """A session of the model as ``tpfuse generate`` compiles it: the
         default pipeline, the cache written in place (kv-cache-in-place,
         where the model takes it), for greedy generation without
@@ -169,6 +171,7 @@ class Session:
         (last-position-logits), lowered for the backend."""
         self = cls.__new__(cls)
         passes = "default,kv-cache-in-place,cleanup,last-position-logits" + (",greedy-next-token" if greedy else "")
+        passes += "".join(",-" + p for p in without)
         self._attach(_tpfuse.open_session(_source(model), 0, 1, backend, passes))
         return self
 
@@ -339,6 +342,7 @@ def generate(
     stats: bool = False,
     max_length: int = 0,
     prefill_chunk: int = 0,
+    without: Union[str, Sequence[str], None] = None,
 ) -> Any:
     """Generates tokens from a language model with KV-cache I/O, as
     ``tpfuse generate`` does (docs/generate.md).
@@ -355,8 +359,10 @@ def generate(
     0: whole, halved while its memory does not fit).
 
     ``model_or_session`` is a model (compiled and run as the command does,
-    its cache in place where the model takes it, on ``backend``) or a
-    :class:`Session` (its backend and pipeline; it stays open).
+    its cache in place where the model takes it, on ``backend``; without
+    the passes named in ``without``, each one the pipeline runs, as
+    ``--without``) or a :class:`Session` (its backend and pipeline; it
+    stays open; ``without`` does not apply).
     With ``tokenizer`` (any object with ``encode(str) -> list[int]`` and
     ``decode(list[int]) -> str``), prompts may be strings and the results
     are decoded.
@@ -379,11 +385,16 @@ def generate(
         )
     if operator.index(pad_id) < 0:
         raise ValueError("pad_id must be 0 or more, not %r" % (pad_id,))
+    drop = [without] if isinstance(without, str) else list(without or ())
+    if not all(isinstance(p, str) and p and "," not in p and not p.startswith("-") for p in drop):
+        raise ValueError("without must be pass names, not %r" % (without,))
     if isinstance(model_or_session, Session):
+        if drop:
+            raise ValueError("without applies to a model compiled here, not to a Session (its own pipeline)")
         session, own = model_or_session, False
     else:
         greedy = float(temperature) == 0 and not _id_list(suppress, "suppress")
-        session, own = Session._as_generate_loads(model_or_session, backend, greedy), True
+        session, own = Session._as_generate_loads(model_or_session, backend, greedy, drop), True
     try:
         tokens, raw_stats = session._live().generate(
             rows,

@@ -422,6 +422,28 @@ def test_generate_sampling_with_a_seed():
     )
 
 
+def test_generate_without_passes():
+    """``without`` compiles the model without those passes (as --without):
+    the same tokens; an unknown pass, one the pipeline does not run and a
+    Session (its own pipeline) are refused."""
+    model = os.path.join(LLAMA, "model.onnx")
+    name, prompts, want, suppressed = next(iter(_cases(LLAMA)))
+    got = tpfuse.generate(model, prompts, max_new_tokens=len(want[0]), suppress=suppressed,
+                          without=["fuse-swiglu", "fuse-rotary-embedding"])
+    assert got == want, name
+    got, st = tpfuse.generate(model, prompts, max_new_tokens=len(want[0]), suppress=suppressed,
+                              without="fuse-attention", stats=True)
+    assert got == want and not st.cache_in_place  # the in-place pass rewrites the fused Attention
+    with pytest.raises(ValueError, match="unknown pass 'no-such-pass'"):
+        tpfuse.generate(model, [1, 2], without="no-such-pass")
+    with pytest.raises(tpfuse.ModelError, match="do not run pass 'lower-gated-matmul'"):
+        tpfuse.generate(model, [1, 2], without="lower-gated-matmul")
+    with pytest.raises(ValueError, match="pass names"):
+        tpfuse.generate(model, [1, 2], without="cse,dce")
+    with tpfuse.Session(model) as sess, pytest.raises(ValueError, match="Session"):
+        tpfuse.generate(sess, [1, 2], without="cse")
+
+
 def test_generate_errors():
     model = os.path.join(LLAMA, "model.onnx")
     with pytest.raises(tpfuse.ModelError, match="KV-cache"):
