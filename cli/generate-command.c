@@ -77,6 +77,12 @@ static const char *const generate_help =
 	"  --json                print {\"tokens\": [[...], ...], \"stats\": {...}}\n"
 	"  --stats               print the time to the first token, decode tokens/s,\n"
 	"                        the step latency (p50, p99) and the plans built\n"
+	"  --profile             time every step of each plan's runs on the device\n"
+	"                        (the prefill's, the decode step's; a plan's first\n"
+	"                        run is left out: time the prefill with --warmup 1)\n"
+	"                        and print, per plan, the time per kernel and the\n"
+	"                        slowest steps (rank 0; to standard error with\n"
+	"                        --json; not with --cuda-graph)\n"
 	"\n"
 	"Progress goes to standard error every 5 seconds of a long run.\n"
 	"\n"
@@ -93,7 +99,7 @@ struct gen_opts {
 	struct tpf_generate_options g;
 	enum tpf_backend backend;
 	double timeout;
-	int json, stats;
+	int json, stats, profile;
 	int no_optimize, no_in_place, cuda_graph;
 	size_t warmup; /* untimed generations first */
 	const char *without; /* --without: passes taken out of the pipeline */
@@ -341,8 +347,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			fputs(generate_help, stdout);
 			return CLI_OK;
-		} else if (!strcmp(a, "--json") || !strcmp(a, "--stats")) {
-			*(a[2] == 'j' ? &o->json : &o->stats) = 1;
+		} else if (!strcmp(a, "--json") || !strcmp(a, "--stats") || !strcmp(a, "--profile")) {
+			*(a[2] == 'j' ? &o->json : a[2] == 's' ? &o->stats : &o->profile) = 1;
 		} else if (!strcmp(a, "--no-optimize") || !strcmp(a, "--no-in-place") || !strcmp(a, "--cuda-graph")) {
 			*(a[2] == 'c' ? &o->cuda_graph : a[5] == 'o' ? &o->no_optimize : &o->no_in_place) = 1;
 		} else if (a[0] == '-' && a[1]) {
@@ -354,6 +360,10 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		} else {
 			o->model = a;
 		}
+	}
+	if (o->profile && o->cuda_graph) {
+		say("error", "--profile times the steps of eager runs: not with --cuda-graph");
+		return CLI_USAGE;
 	}
 	if (!o->model || !o->n_prompts) {
 		say("error", !o->model ? "no MODEL (see tpfuse generate --help)"
@@ -528,7 +538,8 @@ static int generate(struct gen_opts *o, struct tpf_diag *d)
 	if ((st = agree(comm, st, "loading the model", d)))
 		goto out;
 	st = tpf_session_create(m, &(struct tpf_session_options){.backend = o->backend, .comm = comm,
-								 .check_rank_files = 1, .cuda_graph = o->cuda_graph},
+								 .check_rank_files = 1, .cuda_graph = o->cuda_graph,
+								 .profile = o->profile},
 				&s, d);
 	if (!st)
 		st = tpf_generator_create(s, &io, &o->g, &gen, d);
@@ -552,6 +563,13 @@ static int generate(struct gen_opts *o, struct tpf_diag *d)
 			tpf_diag_clear(d); /* every rank knows; rank 0 says it */
 	if (!st && comm->rank == 0)
 		print_results(o, gen, load_ms);
+	if (!st && comm->rank == 0 && o->profile) {
+		FILE *f = o->json ? stderr : stdout;
+		fflush(stdout);
+		if (!o->json)
+			fputc('\n', f);
+		tpf_session_profile_print_plans(s, f);
+	}
 	fflush(stdout);
 	if (!st)
 		st = agree(comm, st, "generating", d);

@@ -3,6 +3,7 @@
  * memory (the session's arena and constants), copies only at the graph's
  * edges, synchronization that polls against a deadline (and the NCCL
  * watchdog) instead of blocking forever, whole-plan CUDA graphs. */
+#include "graph-cache.h"
 #include "tpf-cuda-runtime.h"
 
 #include <cuda_runtime.h>
@@ -14,10 +15,8 @@
 struct cuda_dev {
 	int device;
 	cudaStream_t stream;
-	/* CUDA graph of the plan */
-	uint64_t key;
-	int key_runs; /* runs with this key so far */
-	cudaGraphExec_t exec;
+	/* CUDA graphs of the plans, by key (graph-cache.h) */
+	struct tpf_graph_cache graphs;
 	unsigned long captures, replays, eager;
 	int stuck; /* a wait timed out: later waits only check once */
 	char model[256]; /* the GPU's name (tpf_device.model) */
@@ -169,18 +168,22 @@ static enum tpf_status dev_sync(struct tpf_device *dev, struct tpf_diag *d)
 	return stream_wait(dev->ctx, d);
 }
 
+static void destroy_graph(void *exec, void *arg)
+{
+	if (!settle(arg))
+		cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
 void tpf_cuda_device_drop_graph(struct tpf_device *dev)
 {
-	if (!dev || dev->kind != TPF_BACKEND_CUDA)
-		return;
-	struct cuda_dev *cd = dev->ctx;
-	if (cd->exec) {
-		if (!settle(cd))
-			cudaGraphExecDestroy(cd->exec);
-		cd->exec = NULL;
-	}
-	cd->key_runs = 0;
-	cd->key = 0;
+	if (dev && dev->kind == TPF_BACKEND_CUDA)
+		tpf_graph_cache_drop_all(&((struct cuda_dev *)dev->ctx)->graphs);
+}
+
+void tpf_cuda_device_drop_graph_key(struct tpf_device *dev, uint64_t key)
+{
+	if (dev && dev->kind == TPF_BACKEND_CUDA)
+		tpf_graph_cache_drop_key(&((struct cuda_dev *)dev->ctx)->graphs, key);
 }
 
 static enum tpf_status dev_mark(struct tpf_device *dev, size_t i, struct tpf_diag *d)
@@ -232,14 +235,13 @@ static void dev_destroy(struct tpf_device *dev)
 	tpf_free(dev);
 }
 
-/* Launches the captured graph once more. */
-static enum tpf_status graph_replay(struct cuda_dev *cd, struct tpf_diag *d)
+/* Launches a captured graph once more. */
+static enum tpf_status graph_replay(struct cuda_dev *cd, cudaGraphExec_t exec, struct tpf_diag *d)
 {
-	cudaError_t e = cudaGraphLaunch(cd->exec, cd->stream);
+	cudaError_t e = cudaGraphLaunch(exec, cd->stream);
 	if (e != cudaSuccess)
 		return cuda_err(d, "graph launch", e);
 	cd->replays++;
-	cd->key_runs++;
 	return TPF_OK;
 }
 
@@ -249,18 +251,15 @@ enum tpf_status tpf_cuda_device_run_graph(struct tpf_device *dev, uint64_t key,
 {
 	struct cuda_dev *cd = dev->ctx;
 	enum tpf_status st;
+	enum tpf_graph_action act;
 	cudaError_t e;
 	if (dev->kind != TPF_BACKEND_CUDA)
 		return body(ctx, d);
-	if (cd->key != key || cd->key_runs == 0) {
-		tpf_cuda_device_drop_graph(dev);
-		cd->key = key;
-	}
-	if (cd->exec)
-		return graph_replay(cd, d);
-	if (cd->key_runs == 0) {
-		/* eager: first-use allocations (cuBLASLt, NCCL buffers) happen here */
-		cd->key_runs++;
+	struct tpf_graph_entry *g = tpf_graph_cache_get(&cd->graphs, key, &act);
+	if (act == TPF_GRAPH_REPLAY)
+		return graph_replay(cd, g->exec, d);
+	if (act == TPF_GRAPH_EAGER) {
+		/* first-use allocations (cuBLASLt, NCCL buffers) happen here */
 		cd->eager++;
 		return body(ctx, d);
 	}
@@ -281,14 +280,14 @@ enum tpf_status tpf_cuda_device_run_graph(struct tpf_device *dev, uint64_t key,
 	}
 	if (e != cudaSuccess)
 		return cuda_err(d, "end capture", e);
-	e = cudaGraphInstantiate(&cd->exec, graph, 0);
+	cudaGraphExec_t exec = NULL;
+	e = cudaGraphInstantiate(&exec, graph, 0);
 	cudaGraphDestroy(graph);
-	if (e != cudaSuccess) {
-		cd->exec = NULL;
+	if (e != cudaSuccess)
 		return cuda_err(d, "graph instantiate", e);
-	}
+	g->exec = exec;
 	cd->captures++;
-	return graph_replay(cd, d);
+	return graph_replay(cd, exec, d);
 }
 
 void tpf_cuda_device_graph_stats(const struct tpf_device *dev, unsigned long *captures,
@@ -318,6 +317,8 @@ enum tpf_status tpf_device_create_cuda(int local_rank, struct tpf_device **out, 
 		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
 	}
 	cd->device = (local_rank > 0 ? local_rank : 0) % count;
+	cd->graphs.destroy = destroy_graph;
+	cd->graphs.arg = cd;
 	if ((e = cudaSetDevice(cd->device)) != cudaSuccess ||
 	    (e = cudaStreamCreateWithFlags(&cd->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		tpf_free(dev);

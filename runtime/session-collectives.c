@@ -274,6 +274,7 @@ static int host_allgather(void *ctx, const void *send, void *recv, size_t bytes)
 
 void tpf_rt_oneshot_free(struct tpf_session *s)
 {
+	tpf_rt_drop_graphs(s); /* their kernels use the contexts' buffers */
 	for (int t = 0; t < TPF_DTYPE_COUNT; t++) {
 		tpf_cuda_arnorm_free(s->os_ctx[t]);
 		s->os_ctx[t] = NULL;
@@ -290,6 +291,8 @@ static enum tpf_status oneshot_ctx(struct tpf_session *s, struct tpf_cuda_arnorm
 {
 	if (*slot && tpf_cuda_arnorm_max_elems(*slot) >= elems)
 		return TPF_OK;
+	if (*slot)
+		tpf_rt_drop_graphs(s); /* the other plans' graphs use its buffers */
 	tpf_cuda_arnorm_free(*slot);
 	*slot = NULL;
 	struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
@@ -423,6 +426,8 @@ enum tpf_status tpf_rt_oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 	tpf_diag_clear(local);
 	if (need_a2a && (!s->os_a2a || tpf_cuda_a2a_max_bytes(s->os_a2a) < need_a2a)) {
 		struct tpf_cuda_exchange ex = {.allgather = host_allgather, .ctx = s->comm};
+		if (s->os_a2a)
+			tpf_rt_drop_graphs(s);
 		tpf_cuda_a2a_free(s->os_a2a);
 		s->os_a2a = NULL;
 		st = tpf_cuda_a2a_create(s->comm->rank, s->comm->world, need_a2a, &ex, &s->os_a2a, local);
@@ -434,6 +439,7 @@ enum tpf_status tpf_rt_oneshot_prepare(struct tpf_session *s, struct tpf_diag *d
 			     s->comm->ops->name);
 		for (size_t i = 0; local && i < local->count; i++)
 			tpf_diag_add(d, TPF_SEV_WARNING, "%s", local->entries[i].text);
+		tpf_rt_drop_graphs(s); /* captured with the peer path */
 		tpf_cuda_a2a_free(s->os_a2a);
 		s->os_a2a = NULL;
 		peer_a2a_unmark(s);

@@ -144,4 +144,16 @@ enum tpf_status tpf_rt_oneshot_run(struct tpf_session *s, size_t k, size_t *used
 void tpf_rt_oneshot_free(struct tpf_session *s);
 #endif
 
+/* The device's captured graphs, all of them: memory they point into is
+ * about to move (the arena, the workspace, kept inputs, peer-memory
+ * contexts).  Nothing on the CPU backend. */
+static inline void tpf_rt_drop_graphs(struct tpf_session *s)
+{
+#ifdef TPF_HAVE_CUDA
+	tpf_cuda_device_drop_graph(s->dev);
+#else
+	(void)s;
+#endif
+}
+
 #endif /* TPF_SESSION_INTERNAL_H */

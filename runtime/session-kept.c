@@ -34,6 +34,8 @@ static void drop_plans(struct tpf_session *s)
 
 void tpf_rt_kept_free(struct tpf_session *s)
 {
+	if (s->n_kept)
+		tpf_rt_drop_graphs(s);
 	for (size_t i = 0; i < s->n_kept; i++) {
 		if (s->kept[i].buf)
 			s->dev->free(s->dev, s->kept[i].buf);
@@ -132,6 +134,7 @@ enum tpf_status tpf_rt_kept_bind(struct tpf_session *s, int *moved, struct tpf_d
 		enum tpf_status st = tpf_memory_check(s->dev->kind, bytes, "a kept input", d);
 		if (st)
 			return st;
+		tpf_rt_drop_graphs(s); /* they point into the old buffer */
 		if (s->kept[k].buf)
 			s->dev->free(s->dev, s->kept[k].buf);
 		s->kept[k].buf = s->dev->alloc(s->dev, bytes ? bytes : 64);
@@ -142,9 +145,6 @@ enum tpf_status tpf_rt_kept_bind(struct tpf_session *s, int *moved, struct tpf_d
 		if ((st = zero_fill(s, s->kept[k].buf, bytes, d)))
 			return st;
 		s->kept_gen++;
-#ifdef TPF_HAVE_CUDA
-		tpf_cuda_device_drop_graph(s->dev);
-#endif
 	}
 	*moved = s->b->kept_gen != s->kept_gen;
 	s->b->kept_gen = s->kept_gen;

@@ -49,11 +49,12 @@ void tpf_rt_session_unbind(struct tpf_session *s)
 	tpf_free(s->b->dep_len);
 	tpf_free(s->b->dep_bytes);
 	tpf_free(s->b->kept_of);
+	/* this plan's graph (its own constants and one-shot choice go) */
+#ifdef TPF_HAVE_CUDA
+	tpf_cuda_device_drop_graph_key(s->dev, p->shape_hash);
+#endif
 	tpf_plan_free(p);
 	memset(s->b, 0, sizeof(*s->b));
-#ifdef TPF_HAVE_CUDA
-	tpf_cuda_device_drop_graph(s->dev);
-#endif
 }
 
 static int profiling(const struct tpf_session *s)
@@ -135,11 +136,9 @@ static enum tpf_status bind_workspace(struct tpf_session *s, struct tpf_diag *d)
 	enum tpf_status st = tpf_memory_check(s->dev->kind, need - s->ws_cap, "the kernels' workspace", d);
 	if (st)
 		return st;
+	tpf_rt_drop_graphs(s);
 	if (s->ws)
 		s->dev->free(s->dev, s->ws);
-#ifdef TPF_HAVE_CUDA
-	tpf_cuda_device_drop_graph(s->dev);
-#endif
 	s->ws = s->dev->alloc(s->dev, need);
 	s->ws_cap = s->ws ? need : 0;
 	if (!s->ws)
@@ -179,6 +178,8 @@ static enum tpf_status bind(struct tpf_session *s, struct tpf_diag *d)
 		return st;
 	}
 	if (p->arena_bytes > s->arena_cap || !s->arena) {
+		/* every plan's graph points into the old arena */
+		tpf_rt_drop_graphs(s);
 		if (s->arena)
 			s->dev->free(s->dev, s->arena);
 		s->arena = s->dev->alloc(s->dev, p->arena_bytes ? p->arena_bytes : 64);
@@ -838,16 +839,16 @@ static void profile_collect(struct tpf_session *s)
 	s->b->prof_runs++;
 }
 
-/* What ran at step k, for the profile. */
-static void step_label(const struct tpf_session *s, size_t k, char *buf, size_t size)
+/* What ran at step k of slot b's plan, for the profile. */
+static void step_label(const struct tpf_session *s, const struct bound *b, size_t k, char *buf, size_t size)
 {
-	const struct rt_step *st = &s->b->plan->steps[k];
+	const struct rt_step *st = &b->plan->steps[k];
 	static const char *const coll[] = {"kernel", "allreduce", "allgather", "alltoall"};
 #ifdef TPF_HAVE_CUDA
 	static const char *const os[] = {"", "allreduce-rmsnorm", "allreduce", "sharded-rmsnorm"};
-	if (s->b->oneshot && k < s->b->n_oneshot && s->b->oneshot[k]) {
-		snprintf(buf, size, "%s.%s", s->b->oneshot[k] & OS_TWOSHOT ? "twoshot" : "oneshot",
-			 os[s->b->oneshot[k] & OS_MODE_MASK]);
+	if (b->oneshot && k < b->n_oneshot && b->oneshot[k]) {
+		snprintf(buf, size, "%s.%s", b->oneshot[k] & OS_TWOSHOT ? "twoshot" : "oneshot",
+			 os[b->oneshot[k] & OS_MODE_MASK]);
 		return;
 	}
 #endif
@@ -870,25 +871,25 @@ static int cmp_rows(const void *a, const void *b)
 	return x->ms < y->ms ? 1 : x->ms > y->ms ? -1 : 0;
 }
 
-void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
+static void profile_print_bound(const struct tpf_session *s, const struct bound *b, FILE *f)
 {
-	if (!s->b->plan || !s->b->prof_ms || !s->b->prof_runs) {
+	if (!b->plan || !b->prof_ms || !b->prof_runs) {
 		fprintf(f, "profile: no timed runs (eager runs after the first, with profiling on)\n");
 		return;
 	}
-	size_t n = s->b->plan->n_steps, n_by = 0;
+	size_t n = b->plan->n_steps, n_by = 0;
 	struct prof_row *steps = tpf_calloc(n + 1, sizeof(*steps)), *by = tpf_calloc(n + 1, sizeof(*by));
 	if (!steps || !by) {
 		tpf_free(steps);
 		tpf_free(by);
 		return;
 	}
-	double total = 0, runs = (double)s->b->prof_runs;
+	double total = 0, runs = (double)b->prof_runs;
 	for (size_t k = 0; k < n; k++) {
 		steps[k].step = k;
-		steps[k].ms = s->b->prof_ms[k] / runs;
-		step_label(s, k, steps[k].name, sizeof(steps[k].name));
-		if (!s->b->prof_marked[k])
+		steps[k].ms = b->prof_ms[k] / runs;
+		step_label(s, b, k, steps[k].name, sizeof(steps[k].name));
+		if (!b->prof_marked[k])
 			continue;
 		total += steps[k].ms;
 		size_t j = 0;
@@ -900,7 +901,7 @@ void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
 		by[j].n++;
 	}
 	qsort(by, n_by, sizeof(*by), cmp_rows);
-	fprintf(f, "profile: %.3f ms of device time per run (%zu runs, %zu steps)\n", total, s->b->prof_runs, n);
+	fprintf(f, "profile: %.3f ms of device time per run (%zu runs, %zu steps)\n", total, b->prof_runs, n);
 	fprintf(f, "  %-34s %7s %12s %7s\n", "kernel", "steps", "ms per run", "share");
 	for (size_t j = 0; j < n_by; j++)
 		fprintf(f, "  %-34s %7zu %12.4f %6.1f%%\n", by[j].name, by[j].n, by[j].ms,
@@ -910,9 +911,58 @@ void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
 	char who[256];
 	for (size_t j = 0; j < n && j < 10 && steps[j].ms > 0; j++)
 		fprintf(f, "  #%-5zu %10.4f ms  %-28s %s\n", steps[j].step, steps[j].ms, steps[j].name,
-			tpf_node_describe(s->b->plan->steps[steps[j].step].node, who, sizeof(who)));
+			tpf_node_describe(b->plan->steps[steps[j].step].node, who, sizeof(who)));
 	tpf_free(steps);
 	tpf_free(by);
+}
+
+void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
+{
+	profile_print_bound(s, s->b, f);
+}
+
+/* "input_ids [1,2048], past_key_values.0.key [1,8,4096,128], ...": the
+ * inputs slot b's plan was built for. */
+static void print_plan_inputs(const struct bound *b, FILE *f)
+{
+	const struct tpf_plan *p = b->plan;
+	int first = 1;
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (!r->is_input || !r->v)
+			continue;
+		fprintf(f, "%s%s [", first ? "" : ", ", r->v->name);
+		for (int k = 0; k < r->t.rank; k++)
+			fprintf(f, k ? ",%lld" : "%lld", (long long)r->t.dims[k]);
+		fputc(']', f);
+		first = 0;
+	}
+	if (first)
+		fputs("no inputs", f);
+}
+
+void tpf_session_profile_print_plans(const struct tpf_session *s, FILE *f)
+{
+	/* the plans in the order they last ran */
+	const struct bound *order[TPF_SESSION_PLANS];
+	size_t n = 0;
+	for (size_t i = 0; i < TPF_SESSION_PLANS; i++)
+		if (s->slots[i].plan && s->slots[i].prof_ms)
+			order[n++] = &s->slots[i];
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && order[j - 1]->used > order[j]->used; j--) {
+			const struct bound *t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	if (!n)
+		fprintf(f, "profile: no timed runs (eager runs after the first, with profiling on)\n");
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%splan %zu of %zu: ", i ? "\n" : "", i + 1, n);
+		print_plan_inputs(order[i], f);
+		fputc('\n', f);
+		profile_print_bound(s, order[i], f);
+	}
 }
 
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)

@@ -31,17 +31,22 @@ enum tpf_status tpf_device_create_cuda(int local_rank, struct tpf_device **out, 
 /* The same; the name tpf_device_create() dispatches to. */
 enum tpf_status tpf_cuda_device_create(int local_rank, struct tpf_device **out, struct tpf_diag *d);
 
-/* Whole-plan CUDA graphs.  Runs body(ctx) on dev's stream: the first call
+/* Whole-plan CUDA graphs, one a key (a plan), up to 8 kept
+ * (runtime/graph-cache.h).  Runs body(ctx) on dev's stream: the first call
  * with a given key runs it eagerly (first-use allocations happen there),
  * the second captures it into a graph and launches that, later calls with
- * the same key only launch the graph.  A new key (other shapes, a rebuilt
- * plan) drops the graph and starts over.  body must enqueue work on the
- * device's stream only and must not synchronize. */
+ * the same key only launch the graph, whatever ran between (another plan's
+ * graph or eager steps: a generation's decode step keeps its graph across
+ * prefills).  body must enqueue work on the device's stream only and must
+ * not synchronize. */
 enum tpf_status tpf_cuda_device_run_graph(struct tpf_device *dev, uint64_t key,
 					  enum tpf_status (*body)(void *ctx, struct tpf_diag *d), void *ctx,
 					  struct tpf_diag *d);
-/* Forgets the captured graph (call when the plan or its memory changes). */
+/* Forgets every captured graph (call when memory a graph points into
+ * moves: the arena, the workspace, kept inputs, peer-memory contexts). */
 void tpf_cuda_device_drop_graph(struct tpf_device *dev);
+/* Forgets key's graph (its plan is gone). */
+void tpf_cuda_device_drop_graph_key(struct tpf_device *dev, uint64_t key);
 /* Graphs captured, graph launches and eager runs so far (for tests). */
 void tpf_cuda_device_graph_stats(const struct tpf_device *dev, unsigned long *captures,
 				 unsigned long *replays, unsigned long *eager);

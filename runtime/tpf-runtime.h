@@ -455,6 +455,10 @@ enum tpf_status tpf_session_sync(struct tpf_session *s, struct tpf_diag *d);
 /* With options.profile: device time per step summed over the timed runs
  * of the current plan, by kernel (and by step, the slowest first). */
 void tpf_session_profile_print(const struct tpf_session *s, FILE *f);
+/* The same for every plan the session holds that was profiled, in the
+ * order they last ran, each headed by the input shapes it was built for
+ * (a generation's prefill and decode step: tpfuse generate --profile). */
+void tpf_session_profile_print_plans(const struct tpf_session *s, FILE *f);
 /* CUDA graphs the session's device captured and replayed so far (0 on the
  * CPU backend); either pointer may be NULL. */
 void tpf_session_graph_stats(const struct tpf_session *s, unsigned long *captures, unsigned long *replays);

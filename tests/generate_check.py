@@ -11,6 +11,10 @@
              (the command compares them) and rank 0 prints the reference;
              ranks whose models give other tokens fail (with the onnx
              package, to write such a model)
+  profile    --profile: a table per plan (the prefill's input shapes, the
+             decode step's), its steps' times adding up to the plan's,
+             the tokens unchanged; on standard error with --json; refused
+             with --cuda-graph
   refusals   a model without KV-cache I/O, a past without its present,
              token ids outside the vocabulary, an empty prompt, bad options:
              a message and the exit code
@@ -186,6 +190,41 @@ def prefill_memory(tpfuse, model):
 	       "--prefill-chunk without the cache in place: exit %d, %r" % (rc, err))
 
 
+def profile(tpfuse, model):
+	"""--profile: one table a plan, headed by the inputs it was built for;
+	the kernels' shares add up to the plan's time; tokens as without it."""
+	import re
+	args = [model, "--prompt-ids", "5,6,7,8,9,10", "--max-new-tokens", "5", "--suppress", "2"]
+	rc0, plain, _ = run(tpfuse, *args)
+	rc, out, err = run(tpfuse, *args, "--profile", "--warmup", "1")
+	tables = re.split(r"\n(?=plan \d+ of \d+: )", out)
+	expect(rc0 == 0 and rc == 0 and tables[0].strip() == plain.strip(),
+	       "--profile: the tokens first, as without it: exit %d/%d, %r / %r %s" % (rc0, rc, plain, out, err))
+	heads = re.findall(r"^plan (\d+) of (\d+): (.*)$", out, re.M)
+	expect([h[:2] for h in heads] == [("1", "2"), ("2", "2")] and "input_ids [1,6]" in heads[0][2]
+	       and "input_ids [1,1]" in heads[1][2] and "past_sequence_length [1]" in heads[1][2],
+	       "--profile: the prefill's plan, then the decode step's, by their inputs: %r" % heads)
+	# runs: the prefill's second (its first is left out), 4 decode steps x 2 - 1
+	runs = [int(r) for r in re.findall(r"^profile: [0-9.]+ ms of device time per run \((\d+) runs", out, re.M)]
+	expect(runs == [1, 7], "--profile: timed runs per plan %r, want [1, 7]: %s" % (runs, out))
+	for t in tables[1:]:
+		total = re.search(r"^profile: ([0-9.]+) ms", t, re.M)
+		shares = [float(x) for x in re.findall(r"^  \S+ +\d+ +([0-9.]+) +[0-9.]+%$", t, re.M)]
+		expect(total and shares and abs(sum(shares) - float(total.group(1))) <= 1e-3 + 1e-3 * len(shares)
+		       and "cpu.matmul" in t and "slowest steps:" in t,
+		       "--profile: the kernels' times add up to the plan's: %s" % t)
+	rc, out, err = run(tpfuse, *args, "--profile", "--json")
+	try:
+		tokens = json.loads(out)["tokens"]
+	except ValueError:
+		tokens = None
+	expect(rc == 0 and tokens and "plan 2 of 2: input_ids [1,1]" in err and "plan " not in out,
+	       "--profile --json: JSON on standard output, the tables on standard error: %r %r" % (out, err))
+	rc, _, err = run(tpfuse, *args, "--profile", "--cuda-graph")
+	expect(rc == 2 and "--profile times the steps of eager runs: not with --cuda-graph" in err,
+	       "--profile with --cuda-graph: exit %d, %r" % (rc, err))
+
+
 def refusals(tpfuse, model, work):
 	def refused(args, code, text, what):
 		rc, _, err = run(tpfuse, *args)
@@ -283,6 +322,7 @@ def main(argv=None):
 			greedy(a.tpfuse, folder, mode)
 	sampling(a.tpfuse, llama)
 	prefill_memory(a.tpfuse, llama)
+	profile(a.tpfuse, llama)
 	refusals(a.tpfuse, llama, a.work)
 	print("%d checks, %d failed" % (checks, len(failures)))
 	return 1 if failures else 0

@@ -14,6 +14,10 @@
 #           transformers LlamaForCausalLM, `generate` eager (SDPA, dynamic
 #           cache) and with its static cache and compiled step, on the same
 #           prompts, warmed up before it is timed;
+#   profile `tpfuse generate --profile` (eager, no graph) at each
+#           PROMPTxBATCH:NEW of TPF_E2E_PROFILE: the device time per kernel
+#           and the slowest steps of the prefill's plan and of the decode
+#           step's, into OUTDIR/profile-PROMPTxBATCH.txt;
 # and in every call that has a part to time, the device-to-device copy rate
 # (TPF_E2E_COPY_MB, torch), for each decode row's memory roofline: weights
 # and KV cache read per step (at the decode's mean context) at that rate.
@@ -26,7 +30,8 @@
 # OUTDIR/e2e-summary.txt (the table).
 #
 # Usage: bench/gpu/run-e2e.sh BUILDDIR OUTDIR
-#   TPF_E2E_PARTS     default "model tpfuse peer" (model: written when missing)
+#   TPF_E2E_PARTS     default "model tpfuse peer profile" (model: written when
+#                     missing)
 #   TPF_E2E_BACKEND   cuda (default) or cpu (a check of the script itself)
 #   TPF_E2E_LAYERS (32), TPF_E2E_DTYPE (bf16), TPF_E2E_MODEL_ARGS (more
 #                     gen_kv_model.py options: --hidden 64 --heads 4 ...)
@@ -34,6 +39,7 @@
 #   TPF_E2E_CONTEXTS  default "1024 8192"; TPF_E2E_BATCHES default "1 8 64"
 #   TPF_E2E_NEW       default 256
 #   TPF_E2E_PEER_MODES  default "eager,compile"
+#   TPF_E2E_PROFILE   default "2048x1:2 1024x1:16 1024x8:16"
 #   TPF_E2E_MEM_GB (78), TPF_E2E_BUDGET (570), TPF_E2E_COPY_MB (4096)
 #   TPF_E2E_WORK      the model, prompts and rows (default $TMPDIR/tpfuse-e2e)
 set -uo pipefail
@@ -43,7 +49,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck disable=SC1091
 [ -f "$build/gpu-env.sh" ] && . "$build/gpu-env.sh"
 start=$(date +%s)
-parts=" ${TPF_E2E_PARTS:-model tpfuse peer} "
+parts=" ${TPF_E2E_PARTS:-model tpfuse peer profile} "
 backend=${TPF_E2E_BACKEND:-cuda}
 layers=${TPF_E2E_LAYERS:-32}
 dtype=${TPF_E2E_DTYPE:-bf16}
@@ -53,6 +59,7 @@ contexts=${TPF_E2E_CONTEXTS:-1024 8192}
 batches=${TPF_E2E_BATCHES:-1 8 64}
 new=${TPF_E2E_NEW:-256}
 modes=${TPF_E2E_PEER_MODES:-eager,compile}
+profile=${TPF_E2E_PROFILE:-2048x1:2 1024x1:16 1024x8:16}
 mem_gb=${TPF_E2E_MEM_GB:-78}
 budget=${TPF_E2E_BUDGET:-570}
 copy_mb=${TPF_E2E_COPY_MB:-4096}
@@ -99,10 +106,10 @@ fi
 # -- the rows (the prompts written once, the same for both sides) and the
 # -- copy rate of this call's device
 t=$(stamp)
-"$py" - "$model" "$data" "$mem_gb" "$ttft" "$contexts" "$batches" "$new" <<'PY' || exit 1
+"$py" - "$model" "$data" "$mem_gb" "$ttft" "$contexts" "$batches" "$new" "$profile" <<'PY' || exit 1
 import json, math, os, random, sys
 import onnx
-model, data, mem_gb, ttft, contexts, batches, new = sys.argv[1:]
+model, data, mem_gb, ttft, contexts, batches, new, profile = sys.argv[1:]
 g = onnx.load(model, load_external_data=False).graph
 size = {1: 4, 10: 2, 16: 2}
 weights = sum(size.get(t.data_type, 4) * int(math.prod(t.dims)) for t in g.initializer)
@@ -112,8 +119,9 @@ kv_tok = len(pasts) * dims[1] * dims[3] * size.get(pasts[0].type.tensor_type.ele
 vocab = next(t for t in g.initializer if t.name == "embed.weight").dims[0]  # prompts' ids below 32000
 plan = [("ttft", int(b), int(p), 1) for p, b in (x.split("x") for x in ttft.split())]
 plan += [("decode", int(b), int(c), int(new)) for c in contexts.split() for b in batches.split()]
+profiled = [("profile", int(b), int(p), int(n)) for p, b, n in (x.replace(":", "x").split("x") for x in profile.split())]
 rows = []
-for kind, b, p, n in plan:
+for kind, b, p, n in plan + profiled:
     path = os.path.join(data, "prompts-%dx%d.txt" % (p, b))
     if not os.path.exists(path):
         r = random.Random(p * 1000 + b)
@@ -126,7 +134,7 @@ for kind, b, p, n in plan:
         row["skipped"] = "needs %.1f GiB (weights %.1f + KV cache %.1f + 2), over %s GiB" % (
             need / 2**30, weights / 2**30, b * (p + n) * kv_tok / 2**30, mem_gb)
         print("row %s batch %d prompt %d: skipped, %s" % (kind, b, p, row["skipped"]))
-    rows.append(row)
+    (rows if kind != "profile" else []).append(row)
 json.dump(rows, open(os.path.join(data, "rows.json"), "w"), indent=1)
 embed = next(t for t in g.initializer if t.name == "embed.weight")
 json.dump({"weights_bytes": weights, "embed_bytes": size.get(embed.data_type, 4) * int(math.prod(embed.dims)),
@@ -256,6 +264,27 @@ with open(sys.argv[3], "a") as f:
                                     "error": "skipped: the peer stopped first (the time budget)"}) + "\n")' \
 		"$data/peer-rows.json" "$modes" "$rows"
 	echo "peer rows in $(took "$t") s"
+fi
+
+# -- the profile: each plan's device time per kernel, eager (no graph)
+if has profile; then
+	t=$(stamp)
+	for spec in $profile; do
+		pb=${spec%%:*}
+		n=${spec##*:}
+		if [ "$(left)" -le 0 ]; then
+			echo "profile $pb: skipped, no time left in the budget"
+			continue
+		fi
+		r=$(stamp)
+		f=$out/profile-$pb.txt
+		timeout "$(left)" "$tpfuse" generate "$model" --backend "$backend" --warmup 1 --stats --profile \
+			--prompts "$data/prompts-$pb.txt" --max-new-tokens "$n" >"$f" 2>"$data/profile.err" ||
+			echo "profile $pb failed: $(tail -c 300 "$data/profile.err")" >>"$f"
+		echo "profile $pb ($n new tokens): $(grep -c '^plan ' "$f") plans timed, $(took "$r") s -> $f"
+		grep -E '^(plan |profile: |time to first|step latency)' "$f" | sed 's/^/  /'
+	done
+	echo "profiles in $(took "$t") s"
 fi
 
 # -- the summary (every row in the work folder: parts of earlier calls too)

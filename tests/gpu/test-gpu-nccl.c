@@ -928,6 +928,20 @@ int main(int argc, char **argv)
 		tpf_diag_print(d, stdout);
 	expect(ok, "CUDA graph: 1 eager run, 1 capture, 3 launches of a captured allreduce");
 	tpf_diag_clear(d);
+	/* another key between (a prefill between decode steps): its own eager
+	 * run and capture, and key 7's graph is launched again, not captured */
+	for (int it = 0; it < 3 && !st; it++)
+		st = tpf_cuda_device_run_graph(dev, it < 2 ? 8 : 7, body, &x, d);
+	st = st ? st : dev->download(dev, hr, a, 4096, d);
+	tpf_cuda_device_graph_stats(dev, &caps, &reps, &eager);
+	ok = !st && caps == 2 && reps == 5 && eager == 2;
+	for (int i = 0; i < 1024 && ok; i++)
+		ok = hr[i] == powf((float)W, 7.0f);
+	if (st)
+		tpf_diag_print(d, stdout);
+	expect(ok, "CUDA graphs of two keys: key 7's graph kept across key 8's eager run and capture");
+	tpf_diag_clear(d);
+	tpf_cuda_device_drop_graph(dev);
 	/* after the graph counts above: it captures a graph of its own */
 	peer_alltoall(c, dev, d);
 	free(h);
