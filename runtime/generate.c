@@ -602,6 +602,9 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 	size_t n_out = 0;
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* the prefill eager (tpf_session_set_cuda_graph), the decode steps as
+	 * the session's options say */
+	int graph = g->step ? -1 : tpf_session_set_cuda_graph(g->s, 0);
 	if (!g->step && in_place(g)) {
 		st = prefill_in_place(g, &out, &n_out, &seq, d);
 	} else {
@@ -609,6 +612,8 @@ enum tpf_status tpf_generator_step(struct tpf_generator *g, int *done, struct tp
 		st = tpf_session_run(g->s, g->in, g->graph->n_inputs, &out, &n_out, d);
 		g->prefill_calls += !g->step;
 	}
+	if (graph >= 0)
+		tpf_session_set_cuda_graph(g->s, graph);
 	if (st)
 		return st;
 	long lo = g->io->logits >= 0 ? g->io->logits : g->io->next_token;

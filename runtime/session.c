@@ -965,6 +965,13 @@ void tpf_session_profile_print_plans(const struct tpf_session *s, FILE *f)
 	}
 }
 
+int tpf_session_set_cuda_graph(struct tpf_session *s, int on)
+{
+	int was = s->opt.cuda_graph;
+	s->opt.cuda_graph = on;
+	return was;
+}
+
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d)
 {
 	if (!s->b->plan)

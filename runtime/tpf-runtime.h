@@ -435,6 +435,11 @@ enum tpf_status tpf_session_run(struct tpf_session *s, const struct tpf_host_ten
  * sequence, so what a replay computes is meant for timing the device work
  * (benchmarks), not as a result; with cuda_graph it launches the graph. */
 enum tpf_status tpf_session_replay(struct tpf_session *s, struct tpf_diag *d);
+/* Turns options.cuda_graph on or off for the runs that follow; returns
+ * what it was.  The generator runs a prompt's prefill eagerly (a prompt
+ * length seldom repeats; its capture would cost more than its launches)
+ * and the decode steps through the graph. */
+int tpf_session_set_cuda_graph(struct tpf_session *s, int on);
 /* Inputs kept on the session's device between runs: a KV cache that a step
  * updates in place (TensorScatter on a graph input that nothing else reads,
  * as the kv-cache-in-place pass writes it; docs/generate.md).  From the
