@@ -306,6 +306,21 @@ mutant pipeline-drop-absent-pass passes/pass-registry.c \
 	"cli-fixtures" \
 	"a -NAME for a pass the pipeline does not run removes nothing and says nothing (a misspelt --without goes unnoticed)"
 
+mutant graph-cache-evicts-newest runtime/graph-cache.c \
+	's|e->used < oldest->used) {$|e->used > oldest->used) {|' \
+	"graph-cache" \
+	"the CUDA graph cache gives way with the entry used last instead of the one used longest ago (a decode step's graph destroyed by the next prefill)"
+
+mutant graph-cache-drop-other-keys runtime/graph-cache.c \
+	's|if (c->e\[i\].used \&\& c->e\[i\].key == key)$|if (c->e[i].used \&\& c->e[i].key != key)|' \
+	"graph-cache" \
+	"dropping an unbound plan's CUDA graph drops every other plan's and keeps its own"
+
+mutant profile-plans-order runtime/session.c \
+	's|order\[j - 1\]->used > order\[j\]->used; j--) {$|order[j - 1]->used < order[j]->used; j--) {|' \
+	"generate" \
+	"tpfuse generate --profile prints the plans last run first (the decode step's table headed as the first)"
+
 mutant fuzz-builder-op-inserted tests/fuzz/builder-ops.h \
 	's|^\(\t*\)/\*  5 \*/ {"", "Cast"},$|\1/*  5 */ {"", "Neg"}, {"", "Cast"},|' \
 	"fuzz-builder-ops" \
