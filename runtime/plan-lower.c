@@ -346,6 +346,103 @@ static int split_views(struct tpf_plan *p, const struct tpf_node *n, const int *
 	return 1;
 }
 
+/* Makes outs[0] a view of ins[0]'s buffer, `off` bytes further in. */
+static void make_view(struct tpf_plan *p, const int *ins, const int *outs, size_t off)
+{
+	const struct rt_value *x = &p->values[ins[0]];
+	struct rt_value *y = &p->values[outs[0]];
+	y->alias = x->alias >= 0 ? x->alias : ins[0];
+	y->alias_off = x->alias_off + off;
+	p->n_views++;
+}
+
+/* A Transpose that moves only axes of size 1 (a decode step's
+ * [batch, 1, heads, d] -> [batch, heads, 1, d]) leaves every element where
+ * it was: a view.  1 when it is one. */
+static int transpose_view(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
+{
+	if (ins[0] < 0 || outs[0] < 0)
+		return 0;
+	const struct rt_value *x = &p->values[ins[0]];
+	int rank = x->t.rank;
+	if (x->known || rank < 1 || rank > 32 || x->t.nbytes != p->values[outs[0]].t.nbytes)
+		return 0;
+	const struct tpf_attr *pa = tpf_node_attr(n, "perm");
+	if (pa && (pa->kind != TPF_ATTR_INTS || pa->n != (size_t)rank))
+		return 0;
+	unsigned seen = 0;
+	int last = -1;
+	for (int i = 0; i < rank; i++) {
+		int a = pa ? tpf_norm_axis(pa->ints[i], rank) : rank - 1 - i;
+		if (a < 0 || (seen >> a) & 1u)
+			return 0;
+		seen |= 1u << a;
+		if (x->t.dims[a] == 1)
+			continue;
+		if (a < last)
+			return 0; /* two axes of more than one element swap */
+		last = a;
+	}
+	make_view(p, ins, outs, 0);
+	return 1;
+}
+
+/* A Slice whose output is one contiguous run of its input's bytes (the
+ * last position of [1, S, H], or all of [B, 1, H]) becomes a view at the
+ * run's offset, when every start of the cut axis keeps the arena's
+ * alignment (its stride a multiple of it): whether it is a view then
+ * depends on shapes only, never on the starts, which may differ between
+ * ranks (ranks whose plans differ in steps would choose their collectives'
+ * paths apart).  Its starts, ends, axes and steps must be known when the
+ * plan is built.  1 when it is one. */
+static int slice_view(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
+{
+	if (ins[0] < 0 || outs[0] < 0 || n->n_inputs > 5)
+		return 0;
+	const struct rt_value *x = &p->values[ins[0]];
+	size_t align = p->opt.alignment ? p->opt.alignment : 256;
+	if (x->known || x->t.rank < 1 || x->t.numel <= 0 || x->t.nbytes % (size_t)x->t.numel)
+		return 0; /* empty, or sub-byte elements */
+	struct tpf_ktensor in[5];
+	for (size_t i = 0; i < n->n_inputs; i++) {
+		fill_ktensor(p, ins[i], &in[i]);
+		if (i && ins[i] >= 0 && !p->values[ins[i]].known)
+			return 0;
+	}
+	struct tpf_kernel_call c = {.node = n, .opset = p->opset, .in = in, .n_in = n->n_inputs,
+				    .rank = p->opt.rank, .world = p->opt.world};
+	int64_t start[TPF_KERNEL_MAX_RANK], step[TPF_KERNEL_MAX_RANK], od[TPF_KERNEL_MAX_RANK];
+	if (tpf_slice_resolve(&c, start, step, od))
+		return 0;
+	const struct rt_value *y = &p->values[outs[0]];
+	if (y->t.rank != x->t.rank)
+		return 0;
+	/* inner axes whole (in order), then one axis cut to a run, then outer
+	 * axes of one element */
+	int k = x->t.rank - 1;
+	for (; k >= 0 && od[k] == x->t.dims[k] && (step[k] == 1 || od[k] <= 1); k--)
+		if (od[k] != y->t.dims[k])
+			return 0;
+	if (k >= 0 && step[k] != 1 && od[k] > 1)
+		return 0;
+	for (int i = k - 1; i >= 0; i--)
+		if (od[i] != 1)
+			return 0;
+	size_t esz = x->t.nbytes / (size_t)x->t.numel, stride = esz, off = 0;
+	for (int i = x->t.rank - 1; i >= 0; i--) {
+		if (od[i] != y->t.dims[i])
+			return 0;
+		if (i == k && stride % align)
+			return 0; /* some start of the cut axis is not aligned */
+		off += (size_t)start[i] * stride;
+		stride *= (size_t)x->t.dims[i];
+	}
+	if (x->alias_off % align || off % align || off + y->t.nbytes > x->t.nbytes)
+		return 0;
+	make_view(p, ins, outs, off);
+	return 1;
+}
+
 /* Every use of v but by `self` reads its shape only. */
 static int only_shape_readers(const struct tpf_value *v, const struct tpf_node *self)
 {
@@ -370,6 +467,34 @@ static void scatter_in_place(struct tpf_plan *p, const struct tpf_node *n, const
 	}
 }
 
+/* The ops whose outputs may be views of their input's buffer (no step):
+ * 1 when n's are. */
+static int views_of_input(struct tpf_plan *p, const struct tpf_node *n, const int *ins, const int *outs)
+{
+	switch (n->op) {
+	case TPF_OP_RESHAPE:
+	case TPF_OP_SQUEEZE:
+	case TPF_OP_UNSQUEEZE:
+	case TPF_OP_FLATTEN:
+	case TPF_OP_IDENTITY:
+		/* the same bytes under another shape */
+		if (ins[0] >= 0 && outs[0] >= 0 && !p->values[ins[0]].known &&
+		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
+			make_view(p, ins, outs, 0);
+			return 1;
+		}
+		return 0;
+	case TPF_OP_SPLIT:
+		return split_views(p, n, ins, outs);
+	case TPF_OP_TRANSPOSE:
+		return transpose_view(p, n, ins, outs);
+	case TPF_OP_SLICE:
+		return slice_view(p, n, ins, outs);
+	default:
+		return 0;
+	}
+}
+
 static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, const int *ins,
 				  const int *outs, struct tpf_diag *d)
 {
@@ -380,26 +505,9 @@ static enum tpf_status lower_node(struct tpf_plan *p, const struct tpf_node *n, 
 
 	if (tpf_op_has_trait(n->op, TPF_OP_TRAIT_COLLECTIVE) && (st = check_group(p, n, d)))
 		return st;
+	if (views_of_input(p, n, ins, outs))
+		return TPF_OK;
 	switch (n->op) {
-	case TPF_OP_RESHAPE:
-	case TPF_OP_SQUEEZE:
-	case TPF_OP_UNSQUEEZE:
-	case TPF_OP_FLATTEN:
-	case TPF_OP_IDENTITY:
-		/* the same bytes under another shape: a view of the input's buffer */
-		if (ins[0] >= 0 && outs[0] >= 0 && !p->values[ins[0]].known &&
-		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
-			int root = p->values[ins[0]].alias >= 0 ? p->values[ins[0]].alias : ins[0];
-			p->values[outs[0]].alias = root;
-			p->values[outs[0]].alias_off = p->values[ins[0]].alias_off;
-			p->n_views++;
-			return TPF_OK;
-		}
-		return lower_main(p, n, ins, outs, d);
-	case TPF_OP_SPLIT:
-		if (split_views(p, n, ins, outs))
-			return TPF_OK;
-		return lower_main(p, n, ins, outs, d);
 	case TPF_OP_TENSOR_SCATTER:
 		scatter_in_place(p, n, ins, outs);
 		return lower_main(p, n, ins, outs, d);

@@ -249,6 +249,152 @@ static void test_split_views(void **state)
 	check_split(1, 20, 0); /* 80-byte offsets: not aligned */
 }
 
+/* y = Neg(op(Relu(x))), op's output an output too, through the plan and a
+ * session: op is a view (no step) or not as expected, and both outputs
+ * equal `want` (op's result on Relu(x)) and its negation. */
+static void check_view_op(struct tpf_model *m, struct tpf_node *op, const int64_t *xd, int rank,
+			  const float *want, int64_t n_want, int expect_view)
+{
+	struct tpf_graph *g = m->graph;
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_node *ng = tpf_graph_add_node(g, "", "Neg", "neg", &op->outputs[0], 1, 1, NULL);
+	tpf_graph_add_output(g, op->outputs[0]);
+	tpf_graph_add_output(g, ng->outputs[0]);
+	int64_t n = 1;
+	for (int i = 0; i < rank; i++)
+		n *= xd[i];
+	float *xv = calloc((size_t)n, sizeof(float));
+	assert_non_null(xv);
+	for (int64_t i = 0; i < n; i++)
+		xv[i] = (float)(i % 13) - 2.0f;
+	struct tpf_host_tensor in = host_tensor("x", TPF_DTYPE_FLOAT, rank, xd, xv);
+	struct tpf_plan *p = NULL;
+	assert_int_equal(tpf_plan_build(m, &in, 1, NULL, &p, d), TPF_OK);
+	struct tpf_plan_stats ps;
+	tpf_plan_get_stats(p, &ps);
+	assert_int_equal(ps.n_views, expect_view ? 1 : 0);
+	assert_int_equal(ps.n_kernel_steps, expect_view ? 2 : 3); /* relu, [op], neg */
+	tpf_plan_free(p);
+	struct tpf_session *s = NULL;
+	assert_int_equal(tpf_session_create(m, NULL, &s, d), TPF_OK);
+	const struct tpf_host_tensor *out;
+	size_t n_out;
+	assert_int_equal(tpf_session_run(s, &in, 1, &out, &n_out, d), TPF_OK);
+	assert_int_equal(n_out, 2);
+	assert_int_equal(out[0].nbytes, (size_t)n_want * sizeof(float));
+	for (int64_t i = 0; i < n_want; i++) {
+		assert_float_equal(((const float *)out[0].data)[i], want[i], 0);
+		assert_float_equal(((const float *)out[1].data)[i], -want[i], 0);
+	}
+	tpf_session_free(s);
+	free(xv);
+	tpf_diag_free(d);
+}
+
+/* Relu(x) for check_view_op's x at flat index i. */
+static float relu_x(int64_t i)
+{
+	float v = (float)(i % 13) - 2.0f;
+	return v > 0 ? v : 0;
+}
+
+/* A Transpose that moves only axes of size 1 is a view; one that swaps
+ * two axes of more than one element is a step. */
+static void check_transpose(int rank, const int64_t *xd, const int64_t *perm, int expect_view)
+{
+	struct tpf_model *m = tpf_model_create();
+	tpf_model_set_opset(m, "", 23);
+	struct tpf_value *x = tpf_graph_add_input(m->graph, "x", TPF_DTYPE_FLOAT, rank, xd);
+	struct tpf_node *r = tpf_graph_add_node(m->graph, "", "Relu", "relu", &x, 1, 1, NULL);
+	struct tpf_node *t = tpf_graph_add_node(m->graph, "", "Transpose", "tr", &r->outputs[0], 1, 1, NULL);
+	int64_t pm[8], yd[8], xs[8], n = 1;
+	for (int i = 0; i < rank; i++)
+		pm[i] = perm ? perm[i] : rank - 1 - i;
+	if (perm)
+		tpf_node_set_attr_ints(t, "perm", perm, (size_t)rank);
+	for (int i = rank - 1; i >= 0; i--) {
+		xs[i] = n;
+		n *= xd[i];
+	}
+	for (int i = 0; i < rank; i++)
+		yd[i] = xd[pm[i]];
+	float *want = calloc((size_t)n, sizeof(float));
+	assert_non_null(want);
+	for (int64_t j = 0; j < n; j++) { /* y's flat index j -> x's */
+		int64_t rest = j, src = 0;
+		for (int i = rank - 1; i >= 0; i--) {
+			src += (rest % yd[i]) * xs[pm[i]];
+			rest /= yd[i];
+		}
+		want[j] = relu_x(src);
+	}
+	check_view_op(m, t, xd, rank, want, n, expect_view);
+	free(want);
+	tpf_model_free(m);
+}
+
+static void test_transpose_views(void **state)
+{
+	(void)state;
+	static const int64_t d1[] = {2, 1, 3, 4}, p1[] = {0, 2, 1, 3}; /* [B,1,H,D] -> [B,H,1,D] */
+	static const int64_t d2[] = {2, 3, 1, 4};                      /* and back */
+	static const int64_t d3[] = {1, 2, 3, 1}, p3[] = {3, 0, 2, 1}; /* 2 and 3 swap */
+	static const int64_t d4[] = {2, 3}, d5[] = {1, 5};
+	check_transpose(4, d1, p1, 1);
+	check_transpose(4, d2, p1, 1);
+	check_transpose(4, d3, p3, 0);
+	check_transpose(2, d4, NULL, 0); /* the default perm reverses: a real transpose */
+	check_transpose(2, d5, NULL, 1);
+}
+
+/* Slice(Relu(x), starts, ends, axes, steps) of x [B, S, H]: the last
+ * position of one sequence is a view at its row when the row keeps the
+ * arena's alignment; several sequences, an unaligned row or a reversed
+ * axis are a step. */
+static void check_slice(int64_t b, int64_t sq, int64_t h, int64_t start, int64_t end, int64_t step,
+			int expect_view)
+{
+	struct tpf_model *m = tpf_model_create();
+	struct tpf_graph *g = m->graph;
+	tpf_model_set_opset(m, "", 23);
+	int64_t xd[3] = {b, sq, h}, one = 1, axis = 1;
+	struct tpf_value *x = tpf_graph_add_input(g, "x", TPF_DTYPE_FLOAT, 3, xd);
+	struct tpf_node *r = tpf_graph_add_node(g, "", "Relu", "relu", &x, 1, 1, NULL);
+	struct tpf_value *sin[5] = {r->outputs[0],
+				    tpf_graph_add_initializer(g, "starts", TPF_DTYPE_INT64, 1, &one, &start, 8),
+				    tpf_graph_add_initializer(g, "ends", TPF_DTYPE_INT64, 1, &one, &end, 8),
+				    tpf_graph_add_initializer(g, "axes", TPF_DTYPE_INT64, 1, &one, &axis, 8),
+				    tpf_graph_add_initializer(g, "steps", TPF_DTYPE_INT64, 1, &one, &step, 8)};
+	struct tpf_node *sl = tpf_graph_add_node(g, "", "Slice", "slice", sin, 5, 1, NULL);
+	/* the positions taken, as the kernels clamp them */
+	int64_t pos[64], np = 0;
+	for (int64_t t = start < 0 ? start + sq : start; step > 0 ? t < (end > sq ? sq : end) : t > end;
+	     t += step)
+		if (t >= 0 && t < sq)
+			pos[np++] = t;
+	float *want = calloc((size_t)(b * np * h), sizeof(float));
+	assert_non_null(want);
+	for (int64_t i = 0; i < b; i++)
+		for (int64_t k = 0; k < np; k++)
+			for (int64_t j = 0; j < h; j++)
+				want[(i * np + k) * h + j] = relu_x((i * sq + pos[k]) * h + j);
+	check_view_op(m, sl, xd, 3, want, b * np * h, expect_view);
+	free(want);
+	tpf_model_free(m);
+}
+
+static void test_slice_views(void **state)
+{
+	(void)state;
+	check_slice(1, 5, 64, -1, INT64_MAX, 1, 1);  /* the last position: 1,024 bytes in */
+	check_slice(1, 5, 64, 1, 3, 1, 1);           /* positions 1 and 2: contiguous */
+	check_slice(2, 1, 20, -1, INT64_MAX, 1, 1);  /* all of it (a decode step) */
+	check_slice(2, 5, 64, -1, INT64_MAX, 1, 0);  /* two sequences: strided */
+	check_slice(1, 5, 20, -1, INT64_MAX, 1, 0);  /* 80-byte rows: unaligned */
+	check_slice(1, 5, 64, -1, -6, -1, 0);        /* reversed */
+	check_slice(1, 5, 64, 0, 5, 2, 0);           /* every other position */
+}
+
 /* Reshape / Identity / Squeeze / Unsqueeze become views of their input's
  * buffer: no step, and the viewed buffer lives as long as its views (the
  * Neg chain in between would reuse it otherwise). */
@@ -650,6 +796,8 @@ int main(void)
 		cmocka_unit_test(test_profile_and_replay),
 		cmocka_unit_test(test_views),
 		cmocka_unit_test(test_split_views),
+		cmocka_unit_test(test_transpose_views),
+		cmocka_unit_test(test_slice_views),
 		cmocka_unit_test(test_invariant_operands),
 		cmocka_unit_test(test_fused_norm_input_lifetime),
 		cmocka_unit_test(test_input_errors),
