@@ -141,6 +141,8 @@ static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf
 
 	if (!ar || !a || !gamma)
 		return "incomplete match";
+	if (norm->op == TPF_OP_TPF_RMS_NORM && norm->n_inputs > 2)
+		return "the norm already adds a residual (fuse-residual-rmsnorm)";
 	int rank = tpf_pattern_rank(x);
 	if (rank < 0)
 		rank = tpf_pattern_rank(a);

@@ -63,6 +63,7 @@ static const char *const default_pipeline[] = {
 	"fuse-allreduce-rmsnorm-quant",
 	"fuse-sharded-rmsnorm",
 	"fuse-sigmoid-gate",
+	"fuse-residual-rmsnorm",
 	"merge-parallel-matmuls",
 	"fuse-swiglu",
 	"fuse-rotary-embedding",

@@ -321,6 +321,31 @@ mutant profile-plans-order runtime/session.c \
 	"generate" \
 	"tpfuse generate --profile prints the plans last run first (the decode step's table headed as the first)"
 
+mutant pass-residual-broadcast passes/fuse-residual-rmsnorm.c \
+	's|^\(\t*\)if (tpf_pattern_shapes_differ(x, sum) \|\| tpf_pattern_shapes_differ(r, sum))$|\1if (0)|' \
+	"passes/fuse-residual-rmsnorm-near-misses" \
+	"fuse-residual-rmsnorm takes an addend that broadcasts ([H] against [T, H]) into a norm that adds elementwise"
+
+mutant pass-residual-sum-dropped passes/fuse-residual-rmsnorm.c \
+	's|^\(\t*\)int need_sum = tpf_value_use_count(sum) > 1 \|\| tpf_value_is_graph_output(sum);$|\1int need_sum = tpf_value_use_count(sum) > 1;|' \
+	"passes/fuse-residual-rmsnorm" \
+	"fuse-residual-rmsnorm drops a sum that only a graph output reads"
+
+mutant pass-allreduce-drops-residual passes/fuse-allreduce-rmsnorm.c \
+	's|^\(\t*\)if (norm->op == TPF_OP_TPF_RMS_NORM \&\& norm->n_inputs > 2)$|\1if (0)|' \
+	"passes/fuse-residual-rmsnorm" \
+	"fuse-allreduce-rmsnorm takes a norm that already adds a residual and drops the residual"
+
+mutant runtime-transpose-view-swap runtime/plan-lower.c \
+	's|^\(\t*\)if (a < last)$|\1if (0)|' \
+	"runtime" \
+	"a Transpose that swaps two axes of more than one element becomes a view (the elements stay where they were)"
+
+mutant runtime-slice-view-start-aligned runtime/plan-lower.c \
+	's|^\(\t*\)if (i == k \&\& stride % align)$|\1if (0)|' \
+	"runtime" \
+	"a Slice is a view when its own start happens to be aligned, so the choice hangs on a start that ranks may hold apart"
+
 mutant fuzz-builder-op-inserted tests/fuzz/builder-ops.h \
 	's|^\(\t*\)/\*  5 \*/ {"", "Cast"},$|\1/*  5 */ {"", "Neg"}, {"", "Cast"},|' \
 	"fuzz-builder-ops" \

@@ -391,6 +391,7 @@ static void test_slice_views(void **state)
 	check_slice(2, 1, 20, -1, INT64_MAX, 1, 1);  /* all of it (a decode step) */
 	check_slice(2, 5, 64, -1, INT64_MAX, 1, 0);  /* two sequences: strided */
 	check_slice(1, 5, 20, -1, INT64_MAX, 1, 0);  /* 80-byte rows: unaligned */
+	check_slice(1, 20, 20, 16, 17, 1, 0);        /* 80-byte rows, an aligned start: still a step */
 	check_slice(1, 5, 64, -1, -6, -1, 0);        /* reversed */
 	check_slice(1, 5, 64, 0, 5, 2, 0);           /* every other position */
 }

@@ -148,9 +148,12 @@ static void rms_norm_shape(struct tpf_shape_call *c)
 	int64_t ax;
 	int r = last_axis(c, x->rank, &ax);
 
-	if (r < 0 || (r > 0 && check_gamma(c, 0, 1, ax)) || !y)
+	if (r < 0 || (r > 0 && check_gamma(c, 0, 1, ax)) || check_same_shape(c, 2, 0, "residual") || !y)
 		return;
 	op_type_shape_of(y, x);
+	/* residual_out: the sum X + residual, X's shape and type */
+	if (c->n_out > 1 && op_out(c, 1))
+		op_type_shape_of(op_out(c, 1), x);
 	/* Y is gamma's type (V), as in RMSNormalization, which it stands for
 	 * one to one: a Y declared with X's type is accepted there, so here;
 	 * output_type, when given, decides */
@@ -175,11 +178,11 @@ static void rms_norm_shape(struct tpf_shape_call *c)
 }
 
 const struct tpf_op_def tpf_op_def_TPF_RMS_NORM = {
-	.info = {TPF_DOMAIN, "RMSNorm", 2, 2, 1, 1},
+	.info = {TPF_DOMAIN, "RMSNorm", 2, 3, 1, 2},
 	.since = 1,
 	.traits = TPF_OP_TRAIT_FUSED,
-	.inputs = {{"X", T}, {"gamma", V}},
-	.outputs = {{"Y", V}},
+	.inputs = {{"X", T}, {"gamma", V}, {"residual", T}},
+	.outputs = {{"Y", V}, {"residual_out", T}},
 	.types = {[T] = FLOAT_TYPE("T"), [V] = FLOAT_TYPE("V")},
 	.attrs = norm_attrs,
 	.shape = rms_norm_shape,
