@@ -58,8 +58,9 @@ static enum tpf_status rewrite_residual(struct tpf_rewriter *rw, struct tpf_matc
 	struct tpf_node *norm = m->root, *add = tpf_match_node(m, "add");
 	struct tpf_value *sum = add->outputs[0];
 	struct tpf_value *in[3] = {add->inputs[0], norm->inputs[1], add->inputs[1]};
-	/* the next residual add (or an output) keeps reading the sum */
-	int need_sum = tpf_value_use_count(sum) > 1 || tpf_value_is_graph_output(sum);
+	/* the next residual add (or an output: use counts include them) keeps
+	 * reading the sum */
+	int need_sum = tpf_value_use_count(sum) > 1;
 	enum tpf_status st;
 	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_RMS_NORM, in, 3, need_sum ? 2 : 1, NULL);
 	if (!f)

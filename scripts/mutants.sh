@@ -327,9 +327,9 @@ mutant pass-residual-broadcast passes/fuse-residual-rmsnorm.c \
 	"fuse-residual-rmsnorm takes an addend that broadcasts ([H] against [T, H]) into a norm that adds elementwise"
 
 mutant pass-residual-sum-dropped passes/fuse-residual-rmsnorm.c \
-	's|^\(\t*\)int need_sum = tpf_value_use_count(sum) > 1 \|\| tpf_value_is_graph_output(sum);$|\1int need_sum = tpf_value_use_count(sum) > 1;|' \
+	's|^\(\t*\)int need_sum = tpf_value_use_count(sum) > 1;$|\1int need_sum = tpf_value_use_count(sum) > 2;|' \
 	"passes/fuse-residual-rmsnorm" \
-	"fuse-residual-rmsnorm drops a sum that only a graph output reads"
+	"fuse-residual-rmsnorm drops a sum that one more reader (the next residual add, a graph output) needs"
 
 mutant pass-allreduce-drops-residual passes/fuse-allreduce-rmsnorm.c \
 	's|^\(\t*\)if (norm->op == TPF_OP_TPF_RMS_NORM \&\& norm->n_inputs > 2)$|\1if (0)|' \
