@@ -157,8 +157,11 @@ def eval_tpfuse(node, ins):
 	at = attrs_of(node)
 	x = ins[0]
 	if op == "RMSNorm":
+		# RMSNorm(x, gamma[, residual]) -> (y[, the sum, rounded as the Add rounds it])
+		if len(ins) > 2 and ins[2] is not None:
+			x = out_as(f32(x) + f32(ins[2]), x.dtype)
 		y = rms(f32(x), at.get("axis", -1), at.get("epsilon", 1e-5))
-		return [out_as(y * norm_scale(ins[1], at.get("weight_offset", 0.0)), x.dtype)]
+		return [out_as(y * norm_scale(ins[1], at.get("weight_offset", 0.0)), x.dtype), x][:len(node.output)]
 	if op == "SigmoidGateAdd":
 		final, gate, shared = (f32(v) for v in ins[:3])
 		return [out_as(final + shared / (1.0 + np.exp(-gate)), x.dtype)]
