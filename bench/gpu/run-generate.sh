@@ -128,8 +128,9 @@ import json, sys
 st = json.loads(sys.argv[1])["stats"]
 row = {"part": "generate", "batch": int(sys.argv[2]), "cache": sys.argv[3], **st}
 print("generate batch %s, cache %s: ttft %.2f ms, decode %.1f tokens/s, step p50 %.3f ms p99 %.3f ms, "
-      "%d plans" % (sys.argv[2], sys.argv[3], st["ttft_ms"], st["decode_tokens_per_s"], st["step_p50_ms"],
-		    st["step_p99_ms"], st["plans_built"]))
+      "%d plans, CUDA graphs captured %d, replayed %d (both generations)"
+      % (sys.argv[2], sys.argv[3], st["ttft_ms"], st["decode_tokens_per_s"], st["step_p50_ms"],
+	 st["step_p99_ms"], st["plans_built"], st["graphs_captured"], st["graph_replays"]))
 open(sys.argv[4], "a").write(json.dumps(row) + "\n")
 PY
 		echo "  ($(took "$t") s)"
@@ -151,10 +152,11 @@ dev = {}
 for r in rows:  # the CUDA graph's replays where there are some, else the eager ones
 	if r.get("impl") == "tpfuse" and (r.get("mode") == "cuda-graph" or r["label"] not in dev):
 		dev[r["label"]] = r
-print("batch  cache     ttft_ms  tokens/s  step_p50_ms  device_step_ms  p50/device")
+print("batch  cache     ttft_ms  tokens/s  step_p50_ms  device_step_ms  p50/device  captured")
 for (b, c), r in sorted(gen.items()):
 	d = dev.get("batch=%d" % b)
 	dms = d["us_per_step"] / 1e3 if d else float("nan")
-	print("%5d  %-8s %8.2f %9.1f %12.3f %15.3f %11.3f" % (b, c, r["ttft_ms"], r["decode_tokens_per_s"],
-							   r["step_p50_ms"], dms, r["step_p50_ms"] / dms))
+	print("%5d  %-8s %8.2f %9.1f %12.3f %15.3f %11.3f %9d" % (b, c, r["ttft_ms"], r["decode_tokens_per_s"],
+								r["step_p50_ms"], dms, r["step_p50_ms"] / dms,
+								r["graphs_captured"]))
 PY
