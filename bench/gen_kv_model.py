@@ -10,6 +10,7 @@ with its weights in external data.
   gen_kv_model.py OUT.onnx [--layers 4] [--hidden 4096] [--heads 32]
                   [--kv-heads 8] [--ffn 14336] [--vocab 128256] [--dtype bf16]
                   [--init-device cuda]   the weights made and exported there
+                  [--opset 17]   (19: for bench/fp8_kv_model.py's FP8 form)
   gen_kv_model.py OUT.onnx ... --tokens PROMPT_IDS --new 32
                   prints the greedy tokens of the torch model (CUDA when there)
                   [--save-prefill DIR]: and the prompt's prefill inputs and
@@ -157,7 +158,7 @@ def export(m, dt, a):
 	for n in outs[1:]:
 		axes[n] = {0: "batch", 2: "total_sequence"}
 	with torch.no_grad():
-		torch.onnx.export(m, (ids, mask, pos, pasts), a.out, dynamo=False, opset_version=17,
+		torch.onnx.export(m, (ids, mask, pos, pasts), a.out, dynamo=False, opset_version=a.opset,
 				  input_names=ins, output_names=outs, dynamic_axes=axes,
 				  external_data=True)
 
@@ -228,6 +229,8 @@ def main():
 	ap.add_argument("--vocab", type=int, default=128256)
 	ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
 	ap.add_argument("--seed", type=int, default=1)
+	ap.add_argument("--opset", type=int, default=17, help="the export's opset (19 or later for "
+			"bench/fp8_kv_model.py's FP8 QuantizeLinear)")
 	ap.add_argument("--init-device", metavar="DEV", help="make the model in its dtype on DEV (cuda: fast at "
 			"full depth), each weight drawn there, and export it from there (other random values)")
 	ap.add_argument("--tokens", help="comma-separated prompt ids: print the torch model's greedy tokens")

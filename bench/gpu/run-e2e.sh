@@ -33,7 +33,8 @@
 #   TPF_E2E_PARTS     default "model tpfuse peer profile" (model: written when
 #                     missing)
 #   TPF_E2E_BACKEND   cuda (default) or cpu (a check of the script itself)
-#   TPF_E2E_LAYERS (32), TPF_E2E_DTYPE (bf16), TPF_E2E_MODEL_ARGS (more
+#   TPF_E2E_LAYERS (32), TPF_E2E_DTYPE (bf16; fp8: the bfloat16 model's FP8
+#                     form, bench/fp8_kv_model.py, tpfuse only), TPF_E2E_MODEL_ARGS (more
 #                     gen_kv_model.py options: --hidden 64 --heads 4 ...)
 #   TPF_E2E_TTFT      default "128x1 2048x1 8192x1 2048x8"
 #   TPF_E2E_CONTEXTS  default "1024 8192"; TPF_E2E_BATCHES default "1 8 64"
@@ -95,8 +96,17 @@ if [ ! -f "$model" ]; then
 	# written aside, then moved: a call cut short leaves no model behind
 	tmp=$(dirname "$model").part
 	rm -rf "$tmp"
-	"$py" "$root/bench/gen_kv_model.py" "$tmp/model.onnx" --layers "$layers" --dtype "$dtype" --init-device "$device" \
-		"${margs[@]}" || { echo "model export failed" >&2; exit 1; }
+	if [ "$dtype" = fp8 ]; then
+		# the bfloat16 model at opset 19, then its FP8 form (weights as
+		# E4M3 codes, static Q/DQ on every projection's input)
+		"$py" "$root/bench/gen_kv_model.py" "$tmp/bf16/model.onnx" --layers "$layers" --dtype bf16 \
+			--opset 19 --init-device "$device" "${margs[@]}" &&
+			"$py" "$root/bench/fp8_kv_model.py" "$tmp/bf16/model.onnx" "$tmp/model.onnx" &&
+			rm -rf "$tmp/bf16" || { echo "model export failed" >&2; exit 1; }
+	else
+		"$py" "$root/bench/gen_kv_model.py" "$tmp/model.onnx" --layers "$layers" --dtype "$dtype" \
+			--init-device "$device" "${margs[@]}" || { echo "model export failed" >&2; exit 1; }
+	fi
 	mv "$tmp" "$(dirname "$model")"
 	echo "model: $layers layers, $(du -sh "$(dirname "$model")" | cut -f1), written in $(took "$t") s"
 else
@@ -111,7 +121,7 @@ import json, math, os, random, sys
 import onnx
 model, data, mem_gb, ttft, contexts, batches, new, profile = sys.argv[1:]
 g = onnx.load(model, load_external_data=False).graph
-size = {1: 4, 10: 2, 16: 2}
+size = {1: 4, 10: 2, 16: 2, 17: 1}  # float, float16, bfloat16, FP8 E4M3
 weights = sum(size.get(t.data_type, 4) * int(math.prod(t.dims)) for t in g.initializer)
 pasts = [i for i in g.input if i.name.startswith("past_key_values.")]
 dims = [d.dim_value for d in pasts[0].type.tensor_type.shape.dim]
@@ -232,7 +242,9 @@ for r in json.load(open(sys.argv[1])):
 fi
 
 # -- the PyTorch peer
-if has peer; then
+if has peer && [ "$dtype" = fp8 ]; then
+	echo "the peer: no FP8 path here (its rows are the bfloat16 model's: TPF_E2E_DTYPE=bf16)"
+elif has peer; then
 	t=$(stamp)
 	for m in ${modes//,/ }; do drop "torch-$m"; done
 	"$py" -c 'import json, sys
