@@ -197,12 +197,6 @@ static const char *check_nvfp4_block(const struct tpf_pattern_context *pc, struc
 	return check_common(m, QUANT_NVFP4_BLOCK);
 }
 
-static enum tpf_status copy_attr(struct tpf_node *dst, const struct tpf_node *src, const char *name)
-{
-	const struct tpf_attr *a = tpf_node_attr(src, name);
-	return a ? tpf_node_add_attr(dst, a) : TPF_OK;
-}
-
 enum { OUT_Y, OUT_RESIDUAL, OUT_Y_SCALE, OUT_NORM, OUT_COUNT };
 
 static enum tpf_status rewrite_quant(struct tpf_rewriter *rw, struct tpf_match *m)
@@ -257,10 +251,9 @@ static enum tpf_status rewrite_quant(struct tpf_rewriter *rw, struct tpf_match *
 		goto out_free_group;
 	}
 	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset",
-	                                    "group_size"};
-	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
-		if ((st = copy_attr(nf, fused, attrs[i])))
-			goto out_free_group;
+	                                    "group_size", NULL};
+	if ((st = tpf_rewriter_copy_attrs(nf, fused, attrs)))
+		goto out_free_group;
 	if ((st = tpf_node_set_attr_string(nf, "quant", quant_names[f->kind])))
 		goto out_free_group;
 	if (f->kind == QUANT_FP8) {

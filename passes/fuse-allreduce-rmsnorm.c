@@ -231,12 +231,6 @@ static const char *check_fusion(const struct tpf_pattern_context *pc, struct tpf
 	return why ? why : check_layer_norm(m, t_g, hidden);
 }
 
-static enum tpf_status copy_attr(struct tpf_node *dst, const struct tpf_node *src, const char *name)
-{
-	const struct tpf_attr *a = tpf_node_attr(src, name);
-	return a ? tpf_node_add_attr(dst, a) : TPF_OK;
-}
-
 static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_node *norm = m->root;
@@ -277,11 +271,9 @@ static enum tpf_status rewrite_fusion(struct tpf_rewriter *rw, struct tpf_match 
 	if (!f)
 		return TPF_ERR_NOMEM;
 	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset",
-	                                    "output_type"};
-	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
-		if ((st = copy_attr(f, norm, attrs[i])))
-			return st;
-	if ((st = copy_attr(f, ar, "group_size")))
+	                                    "output_type", NULL};
+	static const char *const group[] = {"group_size", NULL};
+	if ((st = tpf_rewriter_copy_attrs(f, norm, attrs)) || (st = tpf_rewriter_copy_attrs(f, ar, group)))
 		return st;
 	/* a norm given in gamma's type rather than the sum's says so */
 	enum tpf_dtype t_y = tpf_pattern_dtype(norm->outputs[0]);
@@ -378,7 +370,8 @@ static enum tpf_status rewrite_merge(struct tpf_rewriter *rw, struct tpf_match *
 	struct tpf_node *ar = tpf_rewriter_create(rw, TPF_OP_MS_ALLREDUCE, sum->outputs, 1, 1, NULL);
 	if (!ar)
 		return TPF_ERR_NOMEM;
-	if ((st = copy_attr(ar, a1, "group_size")))
+	static const char *const group[] = {"group_size", NULL};
+	if ((st = tpf_rewriter_copy_attrs(ar, a1, group)))
 		return st;
 	if ((st = tpf_rewriter_replace(rw, out, ar->outputs[0])))
 		return st;

@@ -47,12 +47,6 @@ static const char *check_residual(const struct tpf_pattern_context *pc, struct t
 	return NULL;
 }
 
-static enum tpf_status copy_attr(struct tpf_node *dst, const struct tpf_node *src, const char *name)
-{
-	const struct tpf_attr *a = tpf_node_attr(src, name);
-	return a ? tpf_node_add_attr(dst, a) : TPF_OK;
-}
-
 static enum tpf_status rewrite_residual(struct tpf_rewriter *rw, struct tpf_match *m)
 {
 	struct tpf_node *norm = m->root, *add = tpf_match_node(m, "add");
@@ -65,10 +59,9 @@ static enum tpf_status rewrite_residual(struct tpf_rewriter *rw, struct tpf_matc
 	struct tpf_node *f = tpf_rewriter_create(rw, TPF_OP_TPF_RMS_NORM, in, 3, need_sum ? 2 : 1, NULL);
 	if (!f)
 		return TPF_ERR_NOMEM;
-	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset", "output_type"};
-	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
-		if ((st = copy_attr(f, norm, attrs[i])))
-			return st;
+	static const char *const attrs[] = {"epsilon", "axis", "stash_type", "weight_offset", "output_type", NULL};
+	if ((st = tpf_rewriter_copy_attrs(f, norm, attrs)))
+		return st;
 	if ((st = tpf_rewriter_replace(rw, norm->outputs[0], f->outputs[0])))
 		return st;
 	if (need_sum && (st = tpf_rewriter_replace(rw, sum, f->outputs[1])))

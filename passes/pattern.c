@@ -608,6 +608,18 @@ struct tpf_node *tpf_rewriter_create(struct tpf_rewriter *rw, enum tpf_op op,
 	return n;
 }
 
+enum tpf_status tpf_rewriter_copy_attrs(struct tpf_node *dst, const struct tpf_node *src,
+					const char *const *names)
+{
+	enum tpf_status st = TPF_OK;
+	for (; *names && !st; names++) {
+		const struct tpf_attr *a = tpf_node_attr(src, *names);
+		if (a)
+			st = tpf_node_add_attr(dst, a);
+	}
+	return st;
+}
+
 enum tpf_status tpf_rewriter_replace(struct tpf_rewriter *rw, struct tpf_value *from,
 				     struct tpf_value *to)
 {

@@ -194,6 +194,10 @@ enum tpf_status tpf_rewriter_erase(struct tpf_rewriter *rw, struct tpf_node *n);
 enum tpf_status tpf_rewriter_erase_if_dead(struct tpf_rewriter *rw, struct tpf_node *n);
 /* Erases every matched node left without uses, consumers first. */
 enum tpf_status tpf_rewriter_erase_dead(struct tpf_rewriter *rw, const struct tpf_match *m);
+/* Copies to dst those of the attributes `names` (NULL-terminated) that src
+ * has: a fused node keeping what the node it replaces was given. */
+enum tpf_status tpf_rewriter_copy_attrs(struct tpf_node *dst, const struct tpf_node *src,
+					const char *const *names);
 
 /* ------------------------------------------------------------------ patterns */
 

@@ -301,6 +301,17 @@ static enum tpf_status lower_main(struct tpf_plan *p, const struct tpf_node *n, 
 	return add_kernel_step(p, p->opt.backend, n, TPF_PHASE_MAIN, ins, n->n_inputs, outs, n->n_outputs, d);
 }
 
+/* Makes value out a view of value in's buffer (of the buffer in views),
+ * `off` bytes further in. */
+static void make_view(struct tpf_plan *p, int in, int out, size_t off)
+{
+	const struct rt_value *x = &p->values[in];
+	struct rt_value *y = &p->values[out];
+	y->alias = x->alias >= 0 ? x->alias : in;
+	y->alias_off = x->alias_off + off;
+	p->n_views++;
+}
+
 /* A Split whose pieces are contiguous runs of its input (every dim before
  * the axis is 1: a decode step's merged projection, one token) becomes views
  * of the input's buffer at the pieces' offsets, when every offset keeps the
@@ -334,26 +345,12 @@ static int split_views(struct tpf_plan *p, const struct tpf_node *n, const int *
 	}
 	if (off > x->t.nbytes)
 		return 0;
-	int root = x->alias >= 0 ? x->alias : ins[0];
 	off = 0;
 	for (size_t k = 0; k < n->n_outputs; k++) {
-		struct rt_value *y = &p->values[outs[k]];
-		y->alias = root;
-		y->alias_off = x->alias_off + off;
-		off += (size_t)y->t.dims[ax] * inner;
-		p->n_views++;
+		make_view(p, ins[0], outs[k], off);
+		off += (size_t)p->values[outs[k]].t.dims[ax] * inner;
 	}
 	return 1;
-}
-
-/* Makes outs[0] a view of ins[0]'s buffer, `off` bytes further in. */
-static void make_view(struct tpf_plan *p, const int *ins, const int *outs, size_t off)
-{
-	const struct rt_value *x = &p->values[ins[0]];
-	struct rt_value *y = &p->values[outs[0]];
-	y->alias = x->alias >= 0 ? x->alias : ins[0];
-	y->alias_off = x->alias_off + off;
-	p->n_views++;
 }
 
 /* A Transpose that moves only axes of size 1 (a decode step's
@@ -383,7 +380,7 @@ static int transpose_view(struct tpf_plan *p, const struct tpf_node *n, const in
 			return 0; /* two axes of more than one element swap */
 		last = a;
 	}
-	make_view(p, ins, outs, 0);
+	make_view(p, ins[0], outs[0], 0);
 	return 1;
 }
 
@@ -437,9 +434,9 @@ static int slice_view(struct tpf_plan *p, const struct tpf_node *n, const int *i
 		off += (size_t)start[i] * stride;
 		stride *= (size_t)x->t.dims[i];
 	}
-	if (x->alias_off % align || off % align || off + y->t.nbytes > x->t.nbytes)
+	if (x->alias_off % align || off + y->t.nbytes > x->t.nbytes)
 		return 0;
-	make_view(p, ins, outs, off);
+	make_view(p, ins[0], outs[0], off);
 	return 1;
 }
 
@@ -460,10 +457,8 @@ static void scatter_in_place(struct tpf_plan *p, const struct tpf_node *n, const
 	if (ins[0] >= 0 && outs[0] >= 0 && p->values[ins[0]].is_input && p->values[ins[0]].alias < 0 &&
 	    !p->values[ins[0]].known && only_shape_readers(n->inputs[0], n) &&
 	    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
-		p->values[outs[0]].alias = ins[0];
-		p->values[outs[0]].alias_off = 0;
+		make_view(p, ins[0], outs[0], 0); /* the input is no view itself */
 		p->values[ins[0]].written = 1;
-		p->n_views++;
 	}
 }
 
@@ -480,7 +475,7 @@ static int views_of_input(struct tpf_plan *p, const struct tpf_node *n, const in
 		/* the same bytes under another shape */
 		if (ins[0] >= 0 && outs[0] >= 0 && !p->values[ins[0]].known &&
 		    p->values[ins[0]].t.nbytes == p->values[outs[0]].t.nbytes) {
-			make_view(p, ins, outs, 0);
+			make_view(p, ins[0], outs[0], 0);
 			return 1;
 		}
 		return 0;

@@ -30,6 +30,21 @@ static void print_operand(FILE *f, const struct tpf_plan *p, int idx)
 		fprintf(f, "@b%d", r->buffer);
 }
 
+void tpf_plan_print_inputs(const struct tpf_plan *p, FILE *f)
+{
+	int first = 1;
+	for (size_t i = 0; i < p->n_values; i++) {
+		const struct rt_value *r = &p->values[i];
+		if (!r->is_input)
+			continue;
+		fprintf(f, "%s%s:", first ? "" : ", ", r->name);
+		print_type(f, &r->t);
+		first = 0;
+	}
+	if (first)
+		fputs("no inputs", f);
+}
+
 static const char *step_kind_name(enum rt_step_kind k)
 {
 	static const char *const names[RT_STEP_KIND_COUNT] = {"kernel", "allreduce", "allgather",

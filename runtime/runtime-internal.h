@@ -176,6 +176,11 @@ enum tpf_status tpf_rt_infer(const struct tpf_node *n, struct tpf_kernel_call *c
  * through the Unpack. */
 int tpf_plan_a2a_run(const struct tpf_plan *p, size_t s);
 
+/* "input_ids:i64[1,6], ...": the plan's graph inputs with the dtypes and
+ * dims it was built for, as tpf_plan_print lists them (the profile's
+ * heading of a plan). */
+void tpf_plan_print_inputs(const struct tpf_plan *p, FILE *f);
+
 /* Operand `input` of the first step of the session's current plan that runs
  * node `node`, as bound for its kernel (data, invariant, ...); NULL when
  * there is no such step or no plan is bound yet.  For tests. */

@@ -921,26 +921,6 @@ void tpf_session_profile_print(const struct tpf_session *s, FILE *f)
 	profile_print_bound(s, s->b, f);
 }
 
-/* "input_ids [1,2048], past_key_values.0.key [1,8,4096,128], ...": the
- * inputs slot b's plan was built for. */
-static void print_plan_inputs(const struct bound *b, FILE *f)
-{
-	const struct tpf_plan *p = b->plan;
-	int first = 1;
-	for (size_t i = 0; i < p->n_values; i++) {
-		const struct rt_value *r = &p->values[i];
-		if (!r->is_input || !r->v)
-			continue;
-		fprintf(f, "%s%s [", first ? "" : ", ", r->v->name);
-		for (int k = 0; k < r->t.rank; k++)
-			fprintf(f, k ? ",%lld" : "%lld", (long long)r->t.dims[k]);
-		fputc(']', f);
-		first = 0;
-	}
-	if (first)
-		fputs("no inputs", f);
-}
-
 void tpf_session_profile_print_plans(const struct tpf_session *s, FILE *f)
 {
 	/* the plans in the order they last ran */
@@ -959,7 +939,7 @@ void tpf_session_profile_print_plans(const struct tpf_session *s, FILE *f)
 		fprintf(f, "profile: no timed runs (eager runs after the first, with profiling on)\n");
 	for (size_t i = 0; i < n; i++) {
 		fprintf(f, "%splan %zu of %zu: ", i ? "\n" : "", i + 1, n);
-		print_plan_inputs(order[i], f);
+		tpf_plan_print_inputs(order[i]->plan, f);
 		fputc('\n', f);
 		profile_print_bound(s, order[i], f);
 	}

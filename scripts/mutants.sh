@@ -144,7 +144,7 @@ mutant pass-attention-softmax-axis passes/fuse-attention.c \
 mutant runtime-split-view-offset runtime/plan-lower.c \
 	's|^\(\t*\)y->alias_off = x->alias_off + off;$|\1y->alias_off = x->alias_off;|' \
 	"runtime" \
-	"a Split lowered to views puts every piece at the input's first byte"
+	"a view at an offset (a Split's piece, a Slice's run) starts at the input's first byte"
 
 mutant kernel-gemv-pack-gated kernels/host.c \
 	's|^\(\t*\)memcpy(d + h \* es, row + ((size_t)F + (size_t)t \* h) \* es, h \* es);$|\1memcpy(d + h * es, row + (size_t)t * h * es, h * es);|' \
@@ -272,7 +272,7 @@ mutant kernel-nonpad-causal-top-left kernels/cpu/attention.c \
 	"with nonpad_kv_seqlen the CPU Attention's causal mask starts at the first key (top-left), not at the end of the valid keys"
 
 mutant plan-scatter-not-in-place runtime/plan-lower.c \
-	's|^\(\t*\)p->values\[outs\[0\]\].alias = ins\[0\];$|\1p->values[outs[0]].alias = -1;|' \
+	's|^\(\t*\)make_view(p, ins\[0\], outs\[0\], 0); /\* the input is no view itself \*/$|\1p->n_views++;|' \
 	"generate" \
 	"a TensorScatter on a kept cache writes a copy: the cache the next step reads never gets the step's keys"
 

@@ -201,8 +201,8 @@ def profile(tpfuse, model):
 	expect(rc0 == 0 and rc == 0 and tables[0].strip() == plain.strip(),
 	       "--profile: the tokens first, as without it: exit %d/%d, %r / %r %s" % (rc0, rc, plain, out, err))
 	heads = re.findall(r"^plan (\d+) of (\d+): (.*)$", out, re.M)
-	expect([h[:2] for h in heads] == [("1", "2"), ("2", "2")] and "input_ids [1,6]" in heads[0][2]
-	       and "input_ids [1,1]" in heads[1][2] and "past_sequence_length [1]" in heads[1][2],
+	expect([h[:2] for h in heads] == [("1", "2"), ("2", "2")] and "input_ids:i64[1,6]" in heads[0][2]
+	       and "input_ids:i64[1,1]" in heads[1][2] and "past_sequence_length:i64[1]" in heads[1][2],
 	       "--profile: the prefill's plan, then the decode step's, by their inputs: %r" % heads)
 	# runs: the prefill's second (its first is left out), 4 decode steps x 2 - 1
 	runs = [int(r) for r in re.findall(r"^profile: [0-9.]+ ms of device time per run \((\d+) runs", out, re.M)]
@@ -218,7 +218,7 @@ def profile(tpfuse, model):
 		tokens = json.loads(out)["tokens"]
 	except ValueError:
 		tokens = None
-	expect(rc == 0 and tokens and "plan 2 of 2: input_ids [1,1]" in err and "plan " not in out,
+	expect(rc == 0 and tokens and "plan 2 of 2: input_ids:i64[1,1]" in err and "plan " not in out,
 	       "--profile --json: JSON on standard output, the tables on standard error: %r %r" % (out, err))
 	rc, _, err = run(tpfuse, *args, "--profile", "--cuda-graph")
 	expect(rc == 2 and "--profile times the steps of eager runs: not with --cuda-graph" in err,
