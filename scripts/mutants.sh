@@ -296,10 +296,15 @@ mutant shard-sections-first-only passes/shard/slice.c \
 	"shard" \
 	"shard slices every section of a fused weight (q/k/v, gate/up) from the first section: each rank's k and v columns are copies of its q columns"
 
-mutant last-logits-shared-value passes/last-logits.c \
-	's|tpf_value_use_count(v) == 1 .*n_output_refs == 1)) {$|tpf_value_use_count(v) >= 1) {|' \
+mutant last-logits-outside-use passes/last-logits.c \
+	's|ok = o->uses\[u\].index >= 0 \&\& o->uses\[u\].node->mark;|ok = o->uses[u].index >= 0;|' \
+	"passes/last-position-logits generate" \
+	"last-position-logits takes a node into the cone although another node outside it uses its output (that user reads one position)"
+
+mutant last-logits-twice passes/last-logits.c \
+	's|dims\[1\].value == 1 \&\& !g->outputs|dims[1].value == -7 \&\& !g->outputs|' \
 	"passes/last-position-logits" \
-	"last-position-logits slices a value that has other uses too (the final norm's output that is also an output keeps one position)"
+	"last-position-logits slices logits that are already of one position again (a second run changes the graph)"
 
 mutant pipeline-drop-absent-pass passes/pass-registry.c \
 	's|^\(\t*\)if (kept == q->count)$|\1if (0)|' \
