@@ -207,7 +207,8 @@ static enum tpf_status run_last(struct tpf_model *m, struct tpf_pass_context *ct
 		snprintf(why, sizeof(why), "no output 'logits'");
 	} else if (g->outputs[io.logits]->type.shape.rank != 3) {
 		snprintf(why, sizeof(why), "output 'logits' is not of rank 3 ([batch, sequence, vocab])");
-	} else if (g->outputs[io.logits]->type.shape.dims[1].value == 1 && !g->outputs[io.logits]->type.shape.dims[1].param) {
+	} else if (g->outputs[io.logits]->type.shape.dims[1].value == 1 &&
+		   !g->outputs[io.logits]->type.shape.dims[1].param) {
 		snprintf(why, sizeof(why), "output 'logits' is already of one position ([batch, 1, vocab])");
 	} else {
 		struct tpf_value *lg = g->outputs[io.logits];
