@@ -111,8 +111,9 @@ static const struct tpf_env_knob knobs[] = {
      "the largest all-reduce, in bytes, that peer memory takes (default 64 MiB)"},
     {"TPF_PDL", TPF_ENV_PDL, 0, 0, NULL,
      "the kinds of kernel launched as programmatic dependents (default: gemv, copy, gated)"},
-    {"TPF_PREFILL_ATTENTION", TPF_ENV_SWITCH, 0, 0, NULL,
-     "0: no tiled tensor-core attention kernel for prompts of 64 tokens and more (float16/bfloat16, head 64 or 128): the row kernel"},
+    {"TPF_PREFILL_ATTENTION", TPF_ENV_CHOICE, 0, 0, "0|1|2",
+     "the attention kernel for prompts of 64 tokens and more (float16/bfloat16, head 64 or 128): 1 the tiled "
+     "tensor-core kernel (default), 2 its flash form (scores and output in registers), 0 the row kernel"},
     {"TPF_STRATEGY_TABLE", TPF_ENV_FILE, 0, 0, NULL,
      "the collective strategy table to use, as --strategy-table"},
 };

@@ -214,6 +214,192 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a)
 	}
 }
 
+// ------------------------------------------------------------ flash kernel
+// TPF_PREFILL_ATTENTION=2: the same computation with the scores, the
+// probabilities and the output in registers (the flash-attention-2
+// arrangement on mma.sync m16n8k16).  A block: 4 warps, 16 query rows a
+// warp; the keys and values of a 64-key tile in shared memory (rows padded
+// by 8 elements against bank conflicts; 35 KB at head 128, so several
+// blocks an SM).  A lane (g = lane / 4, c = lane % 4) holds its warp's
+// query rows g and g + 8 as the A fragments of the score product, and the
+// output columns 2c, 2c + 1 of each 8-column tile of those rows.  The
+// score fragments of a tile become, rounded to T, the A fragments of the
+// value product (keys 16j..16j+15: the 8-key score tiles 2j and 2j + 1).
+// The scores, the mask, causality and nonpad_kv_seqlen and the rounding
+// follow score_of as in prefill_kernel; the running max and sum of a row
+// are kept by its four lanes alike (shuffles over lanes c).
+constexpr int kPad = 8;
+
+template <typename T, int D>
+__device__ __forceinline__ void load_tile_padded(const PrefillArgs &a, const void *past, const void *cur, T *dst,
+						 int64_t b, int64_t hk, int64_t k0, int64_t nkeys)
+{
+	constexpr int kVec = 8;
+	for (int i = threadIdx.x; i < kKeys * D / kVec; i += kThreads) {
+		int r = i / (D / kVec), c = (i % (D / kVec)) * kVec;
+		int64_t j = k0 + r;
+		uint4 v = make_uint4(0, 0, 0, 0);
+		if (j < nkeys)
+			v = *(const uint4 *)(kv_row<T>(a, past, cur, b, hk, j) + c);
+		*(uint4 *)(dst + r * (D + kPad) + c) = v;
+	}
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+	T l = from_f<T>(lo), h = from_f<T>(hi);
+	return (uint32_t) * (const unsigned short *)&l | ((uint32_t) * (const unsigned short *)&h << 16);
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) prefill_flash_kernel(PrefillArgs a)
+{
+	constexpr int DP = D + kPad;
+	constexpr int NK = D / 16;    // k steps of the scores
+	constexpr int NO = D / 8;     // 8-column tiles of the output
+	constexpr int NS = kKeys / 8; // 8-key tiles of the scores
+	extern __shared__ __align__(16) unsigned char smem[];
+	T *ks = (T *)smem;     // [kKeys][DP]
+	T *vs = ks + kKeys * DP; // [kKeys][DP]
+	const unsigned short *vu = (const unsigned short *)vs;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+
+	const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq, hk = h / (a.Hq / a.Hk);
+	const int64_t q0 = (int64_t)blockIdx.x * kRows;
+	int64_t nkeys = a.T;
+	if (a.kvlen) {
+		int64_t n = a.kvlen[b];
+		nkeys = n < 0 ? 0 : n < a.T ? n : a.T;
+	}
+	int64_t last = nkeys;
+	if (a.causal) {
+		int64_t qlast = q0 + kRows - 1 < a.S ? q0 + kRows - 1 : a.S - 1;
+		int64_t lim = qlast + (a.kvlen ? nkeys - a.S : a.P) + 1;
+		last = lim < last ? (lim < 0 ? 0 : lim) : last;
+	}
+	// this lane's two query rows and their A fragments
+	const int64_t s0 = q0 + warp * 16 + g, s1 = s0 + 8;
+	const T *qg = (const T *)a.q + (b * a.Hq + h) * a.S * D;
+	uint32_t qf[NK][4];
+#pragma unroll
+	for (int kk = 0; kk < NK; kk++) {
+		const int col = kk * 16 + 2 * c;
+		qf[kk][0] = s0 < a.S ? *(const uint32_t *)(qg + s0 * D + col) : 0u;
+		qf[kk][1] = s1 < a.S ? *(const uint32_t *)(qg + s1 * D + col) : 0u;
+		qf[kk][2] = s0 < a.S ? *(const uint32_t *)(qg + s0 * D + col + 8) : 0u;
+		qf[kk][3] = s1 < a.S ? *(const uint32_t *)(qg + s1 * D + col + 8) : 0u;
+	}
+	float o[NO][4];
+#pragma unroll
+	for (int n = 0; n < NO; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+	for (int64_t k0 = 0; k0 < last; k0 += kKeys) {
+		__syncthreads(); // the previous tile is read
+		load_tile_padded<T, D>(a, a.pk, a.k, ks, b, hk, k0, last);
+		load_tile_padded<T, D>(a, a.pv, a.v, vs, b, hk, k0, last);
+		__syncthreads();
+		float sc[NS][4];
+#pragma unroll
+		for (int n = 0; n < NS; n++) {
+			sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+			const T *krow = ks + (n * 8 + g) * DP + 2 * c;
+#pragma unroll
+			for (int kk = 0; kk < NK; kk++)
+				mma16816<T>(sc[n], qf[kk], *(const uint32_t *)(krow + kk * 16),
+					    *(const uint32_t *)(krow + kk * 16 + 8));
+		}
+		float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < NS; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int64_t s = e < 2 ? s0 : s1, j = k0 + n * 8 + 2 * c + (e & 1);
+				float v = s < a.S && j < last ? score_of(a, sc[n][e], b, h, s, j, nkeys) : -INFINITY;
+				sc[n][e] = v;
+				if (e < 2)
+					mx0 = fmaxf(mx0, v);
+				else
+					mx1 = fmaxf(mx1, v);
+			}
+#pragma unroll
+		for (int x = 1; x <= 2; x <<= 1) {
+			mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+			mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+		}
+		const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+		const float al0 = mn0 == -INFINITY ? 1.f : __expf(m0 - mn0);
+		const float al1 = mn1 == -INFINITY ? 1.f : __expf(m1 - mn1);
+		float sum0 = 0.f, sum1 = 0.f;
+		uint32_t pa[kKeys / 16][4];
+#pragma unroll
+		for (int n = 0; n < NS; n++) {
+			float p[4];
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const float mn = e < 2 ? mn0 : mn1;
+				p[e] = sc[n][e] == -INFINITY ? 0.f : to_f<T>(from_f<T>(__expf(sc[n][e] - mn)));
+			}
+			sum0 += p[0] + p[1];
+			sum1 += p[2] + p[3];
+			pa[n / 2][(n & 1) * 2 + 0] = pack2<T>(p[0], p[1]);
+			pa[n / 2][(n & 1) * 2 + 1] = pack2<T>(p[2], p[3]);
+		}
+#pragma unroll
+		for (int x = 1; x <= 2; x <<= 1) {
+			sum0 += __shfl_xor_sync(0xffffffffu, sum0, x);
+			sum1 += __shfl_xor_sync(0xffffffffu, sum1, x);
+		}
+		l0 = l0 * al0 + sum0;
+		l1 = l1 * al1 + sum1;
+		m0 = mn0;
+		m1 = mn1;
+#pragma unroll
+		for (int n = 0; n < NO; n++) {
+			o[n][0] *= al0;
+			o[n][1] *= al0;
+			o[n][2] *= al1;
+			o[n][3] *= al1;
+		}
+		// O += P V: B fragment (keys 2c, 2c + 1 and 2c + 8, 2c + 9 of the
+		// 16-key step; output column g of the 8-column tile)
+#pragma unroll
+		for (int j = 0; j < kKeys / 16; j++) {
+			const unsigned short *v0 = vu + (j * 16 + 2 * c) * DP + g;
+#pragma unroll
+			for (int n = 0; n < NO; n++) {
+				const unsigned short *vc = v0 + n * 8;
+				uint32_t b0 = (uint32_t)vc[0] | ((uint32_t)vc[DP] << 16);
+				uint32_t b1 = (uint32_t)vc[8 * DP] | ((uint32_t)vc[9 * DP] << 16);
+				mma16816<T>(o[n], pa[j], b0, b1);
+			}
+		}
+	}
+	T *yg = (T *)a.y + (b * a.Hq + h) * a.S * D;
+	const float inv0 = l0 > 0 ? 1.f / l0 : 0.f, inv1 = l1 > 0 ? 1.f / l1 : 0.f;
+#pragma unroll
+	for (int n = 0; n < NO; n++) {
+		const int col = n * 8 + 2 * c;
+		if (s0 < a.S)
+			*(uint32_t *)(yg + s0 * D + col) = pack2<T>(o[n][0] * inv0, o[n][1] * inv0);
+		if (s1 < a.S)
+			*(uint32_t *)(yg + s1 * D + col) = pack2<T>(o[n][2] * inv1, o[n][3] * inv1);
+	}
+}
+
+template <typename T, int D> enum tpf_status launch_flash(const struct tpf_kernel_call *c, const PrefillArgs &a)
+{
+	const size_t sh = (size_t)2 * kKeys * (D + kPad) * sizeof(T);
+	cudaError_t e = cudaFuncSetAttribute(prefill_flash_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					     (int)sh);
+	if (e != cudaSuccess)
+		return tpfc_cuda_fail(c, "prefill attention shared memory", e);
+	dim3 grid((unsigned)((a.S + kRows - 1) / kRows), (unsigned)(a.B * a.Hq));
+	prefill_flash_kernel<T, D><<<grid, kThreads, sh, tpfc_stream(c)>>>(a);
+	return tpfc_launched(c, "prefill attention (flash)");
+}
+
 template <int D> size_t shmem_bytes()
 {
 	const int sw = D > kKeys ? D : kKeys;
@@ -244,8 +430,8 @@ bool aligned16(const void *p)
 extern "C" int tpf_cu_attention_prefill(const struct tpf_kernel_call *c, const struct tpf_attention_ops *o,
 					enum tpf_status *st)
 {
-	static const bool on = tpf_env_switch("TPF_PREFILL_ATTENTION", 1);
-	if (!on || o->S < kRows || (o->D != 64 && o->D != 128) || o->Dv != o->D || o->T <= 0 ||
+	static const int which = (int)tpf_env_int("TPF_PREFILL_ATTENTION", 1);
+	if (!which || o->S < kRows || (o->D != 64 && o->D != 128) || o->Dv != o->D || o->T <= 0 ||
 	    o->B * o->Hq > 65535 || (o->S + kRows - 1) / kRows > INT32_MAX)
 		return 0;
 	enum tpf_dtype t = o->q->dtype;
@@ -274,7 +460,11 @@ extern "C" int tpf_cu_attention_prefill(const struct tpf_kernel_call *c, const s
 			return 0;
 		a.mask = mask->data, a.dm = mask->dtype, a.mask_bool = mask->dtype == TPF_DTYPE_BOOL;
 	}
-	if (t == TPF_DTYPE_FLOAT16)
+	if (which == 2 && t == TPF_DTYPE_FLOAT16)
+		*st = o->D == 64 ? launch_flash<__half, 64>(c, a) : launch_flash<__half, 128>(c, a);
+	else if (which == 2)
+		*st = o->D == 64 ? launch_flash<__nv_bfloat16, 64>(c, a) : launch_flash<__nv_bfloat16, 128>(c, a);
+	else if (t == TPF_DTYPE_FLOAT16)
 		*st = o->D == 64 ? launch<__half, 64>(c, a) : launch<__half, 128>(c, a);
 	else
 		*st = o->D == 64 ? launch<__nv_bfloat16, 64>(c, a) : launch<__nv_bfloat16, 128>(c, a);

@@ -11,6 +11,10 @@
  * Before any GPU work the FP8/FP4 code comparison checks itself on the host:
  * it must reject codes rounded toward zero and codes of values 5% too large.
  *
+ * Usage: test-gpu-kernels [FILTER [--flash]]: FILTER picks the groups whose
+ * name it holds (attention, matmul, ...); --flash runs the prompt-attention
+ * cases on the flash form of that kernel (TPF_PREFILL_ATTENTION=2).
+ *
  * Exit 0 all passed, 1 a mismatch or error, 77 no GPU (skipped).
  */
 #include <math.h>
@@ -1820,7 +1824,8 @@ int main(int argc, char **argv)
 		return 1;
 	if (!self_check_codes())
 		return 1;
-	setenv("TPF_PREFILL_ATTENTION", "1", 0); /* the prefill kernel's cases */
+	/* the prefill kernel's cases; --flash (after the filter): its flash form */
+	setenv("TPF_PREFILL_ATTENTION", argc > 2 && !strcmp(argv[2], "--flash") ? "2" : "1", argc > 2);
 	if (tpf_device_create_cuda(0, &DEV, D)) {
 		printf("no GPU: skipped (");
 		tpf_diag_print(D, stdout);
