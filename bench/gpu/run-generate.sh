@@ -7,7 +7,9 @@
 #      against `tpfuse generate --backend cuda --cuda-graph`'s, and the
 #      prompt's last logits of `tpfuse run --optimize` and of torch in the
 #      model's dtype, each against torch in float32 on the same weights
-#      (the bound: twice torch's own error in the model's dtype);
+#      (the bound: twice torch's own error in the model's dtype); where the
+#      tokens part, the same check at that step (the prompt and the tokens
+#      before it as one prefill);
 #   3. generation: a prompt of TPF_GEN_PROMPT tokens (default 896) and 256
 #      new tokens at each batch of TPF_GEN_BATCHES (default "1 8"), the cache
 #      in place with a CUDA graph, then the cache copied from step to step
@@ -73,37 +75,72 @@ got=$("$tpfuse" generate "$model" --backend "$backend" "${graph[@]}" --prompt-id
 # the prompt's logits from one forward call of the same compiled model
 "$tpfuse" run "$model" --optimize --backend "$backend" --inputs "$pre" --outputs "$pre-out" >/dev/null ||
 	echo "tpfuse run of the prefill failed" >&2
-"$py" - "$want" "$got" "$rows" "$pre" "$pre-out" <<'PY'
+# logits_check LABEL PREFILL_DIR TPFUSE_OUT_DIR TPFUSE_TOKEN: a prompt's last
+# logits, tpfuse's and torch's in the model's dtype, against float32 torch
+# on the same weights; the bound is what the dtype costs torch.  Prints
+# the result and a JSON object (its last line).
+logits_check() {
+	"$py" - "$@" <<'PY'
 import json, os, sys
 import numpy as np
-want = json.loads(sys.argv[1])["tokens"]
-got = json.loads(sys.argv[2])["tokens"][0]
-same = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), len(want))
-row = {"part": "tokens", "torch": want, "tpfuse": got, "first_difference": same, "equal": want == got}
-print("tokens: %s (the first %d of 32 equal)" % ("equal" if want == got else "differ", same))
-# the first step's logits: tpfuse's and torch's (the model's dtype) against
-# float32 torch on the same weights; the bound is what the dtype costs torch
+label, pre, out, token = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 try:
     import onnx
     from onnx import numpy_helper
-    t = onnx.load_tensor(os.path.join(sys.argv[5], "output_0.pb"))
+    t = onnx.load_tensor(os.path.join(out, "output_0.pb"))
     arr = numpy_helper.to_array(t)
     if t.data_type == onnx.TensorProto.BFLOAT16 and arr.dtype == np.uint16:
         arr = (arr.astype(np.uint32) << 16).view(np.float32)
     tpf = arr.astype(np.float32)[0, -1]
-    tor = np.load(os.path.join(sys.argv[4], "torch_logits.npy"))
-    ref = np.load(os.path.join(sys.argv[4], "ref_logits.npy"))
+    tor = np.load(os.path.join(pre, "torch_logits.npy"))
+    ref = np.load(os.path.join(pre, "ref_logits.npy"))
     top = np.sort(ref)[-2:]
     e_tpf, e_tor = float(np.abs(tpf - ref).max()), float(np.abs(tor - ref).max())
-    row["logits"] = {"tpfuse_max_err": e_tpf, "torch_max_err": e_tor, "ref_top2_margin": float(top[1] - top[0]),
-                     "within_bound": e_tpf <= 2 * e_tor, "first_token": {"ref": int(ref.argmax()),
-                     "torch": int(tor.argmax()), "tpfuse_run": int(tpf.argmax()), "tpfuse_generate": got[0]}}
-    print("first step's logits against float32 torch: tpfuse max err %.4g, torch (same dtype) %.4g: %s; "
-          "float32 top-2 margin %.4g; first token float32 %d, torch %d, tpfuse run %d, tpfuse generate %d"
-          % (e_tpf, e_tor, "within 2x" if e_tpf <= 2 * e_tor else "OUTSIDE 2x", top[1] - top[0],
-             ref.argmax(), tor.argmax(), tpf.argmax(), got[0]))
+    res = {"tpfuse_max_err": e_tpf, "torch_max_err": e_tor, "ref_top2_margin": float(top[1] - top[0]),
+           "within_bound": e_tpf <= 2 * e_tor, "token": {"ref": int(ref.argmax()), "torch": int(tor.argmax()),
+           "tpfuse_run": int(tpf.argmax()), "tpfuse_generate": token}}
+    print("%s logits against float32 torch: tpfuse max err %.4g, torch (same dtype) %.4g: %s; "
+          "float32 top-2 margin %.4g; token float32 %d, torch %d, tpfuse run %d, tpfuse generate %d"
+          % (label, e_tpf, e_tor, "within 2x" if e_tpf <= 2 * e_tor else "OUTSIDE 2x", top[1] - top[0],
+             ref.argmax(), tor.argmax(), tpf.argmax(), token))
 except Exception as e:  # the token row stays
-    print("logits check failed: %s" % e)
+    res = {"error": str(e)}
+    print("%s logits check failed: %s" % (label, e))
+print(json.dumps(res))
+PY
+}
+first=$(logits_check "first step's" "$pre" "$pre-out" "$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["tokens"][0][0])' "$got")")
+echo "$first" | head -n -1
+# where the tokens part: the same check at that step (the prompt and the
+# tokens both sides chose before it as one prefill; TPF_GEN_CHECK_STEP
+# forces a step, for a check of the script itself)
+k=$("$py" -c 'import json, os, sys
+w, g = json.loads(sys.argv[1])["tokens"], json.loads(sys.argv[2])["tokens"][0]
+k = next((i for i, (a, b) in enumerate(zip(w, g)) if a != b), len(w))
+print(os.environ.get("TPF_GEN_CHECK_STEP") or k)' "$want" "$got")
+step='{}'
+if [ "$k" -gt 0 ] && [ "$k" -lt 32 ]; then
+	ctx="$short,$("$py" -c 'import json,sys; print(",".join(map(str, json.loads(sys.argv[1])["tokens"][:int(sys.argv[2])])))' "$want" "$k")"
+	rm -rf "$pre-$k" "$pre-$k-out"
+	"$py" "$root/bench/gen_kv_model.py" "$model" --layers "$layers" "${margs[@]}" --tokens "$ctx" --new 1 \
+		--save-prefill "$pre-$k" >/dev/null &&
+		"$tpfuse" run "$model" --optimize --backend "$backend" --inputs "$pre-$k" --outputs "$pre-$k-out" >/dev/null ||
+		echo "the prefill of step $k's context failed" >&2
+	tok=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["tokens"][0][int(sys.argv[2])])' "$got" "$k")
+	res=$(logits_check "step $k's (where the tokens part)" "$pre-$k" "$pre-$k-out" "$tok")
+	echo "$res" | head -n -1
+	step=$(echo "$res" | tail -1)
+fi
+"$py" - "$want" "$got" "$rows" "$(echo "$first" | tail -1)" "$step" "$k" <<'PY'
+import json, sys
+want = json.loads(sys.argv[1])["tokens"]
+got = json.loads(sys.argv[2])["tokens"][0]
+same = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), len(want))
+row = {"part": "tokens", "torch": want, "tpfuse": got, "first_difference": same, "equal": want == got,
+       "logits": json.loads(sys.argv[4])}
+if json.loads(sys.argv[5]):
+    row["logits_at_step"] = {"step": int(sys.argv[6]), **json.loads(sys.argv[5])}
+print("tokens: %s (the first %d of 32 equal)" % ("equal" if want == got else "differ", same))
 open(sys.argv[3], "a").write(json.dumps(row) + "\n")
 PY
 echo "tokens checked in $(took "$t") s"
