@@ -60,8 +60,9 @@ __device__ __forceinline__ const T *kv_row(const PrefillArgs &a, const void *pas
 	return (const T *)cur + ((b * a.Hk + hk) * a.L + (j - a.P)) * a.D;
 }
 
-// A tile of kKeys rows of D elements into shared memory (zeros past nkeys).
-template <typename T, int D>
+// A tile of kKeys rows of D elements into shared memory, LD elements
+// apart (zeros past nkeys).
+template <typename T, int D, int LD = D>
 __device__ __forceinline__ void load_tile(const PrefillArgs &a, const void *past, const void *cur, T *dst,
 					  int64_t b, int64_t hk, int64_t k0, int64_t nkeys)
 {
@@ -72,9 +73,27 @@ __device__ __forceinline__ void load_tile(const PrefillArgs &a, const void *past
 		uint4 v = make_uint4(0, 0, 0, 0);
 		if (j < nkeys)
 			v = *(const uint4 *)(kv_row<T>(a, past, cur, b, hk, j) + c);
-		*(uint4 *)(dst + r * D + c) = v;
+		*(uint4 *)(dst + r * LD + c) = v;
 	}
 }
+
+// Declares nkeys, the keys of sequence b (nonpad_kv_seqlen, else all T),
+// and last, the end of those a block of query rows from q0 may see
+// (causal: its last row's).  A macro: the kernels keep the code generation
+// of these statements written in place (an inline function taking them
+// changed the tiled kernel's register allocation).
+#define TPF_PREFILL_KEY_RANGE(a, b, q0, nkeys, last)                                       \
+	int64_t nkeys = (a).T;                                                             \
+	if ((a).kvlen) {                                                                   \
+		int64_t n_ = (a).kvlen[b];                                                 \
+		nkeys = n_ < 0 ? 0 : n_ < (a).T ? n_ : (a).T;                              \
+	}                                                                                  \
+	int64_t last = nkeys;                                                              \
+	if ((a).causal) {                                                                  \
+		int64_t qlast_ = (q0) + kRows - 1 < (a).S ? (q0) + kRows - 1 : (a).S - 1;  \
+		int64_t lim_ = qlast_ + ((a).kvlen ? nkeys - (a).S : (a).P) + 1;           \
+		last = lim_ < last ? (lim_ < 0 ? 0 : lim_) : last;                         \
+	}
 
 // The score of query s (head h, sequence b) and key j from the raw dot
 // product, rounded as the unfused chain rounds; -inf where dropped.
@@ -116,18 +135,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a)
 
 	const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq, hk = h / (a.Hq / a.Hk);
 	const int64_t q0 = (int64_t)blockIdx.x * kRows;
-	int64_t nkeys = a.T;
-	if (a.kvlen) {
-		int64_t n = a.kvlen[b];
-		nkeys = n < 0 ? 0 : n < a.T ? n : a.T;
-	}
-	// the last key any row of this block may see
-	int64_t last = nkeys;
-	if (a.causal) {
-		int64_t qlast = q0 + kRows - 1 < a.S ? q0 + kRows - 1 : a.S - 1;
-		int64_t lim = qlast + (a.kvlen ? nkeys - a.S : a.P) + 1;
-		last = lim < last ? (lim < 0 ? 0 : lim) : last;
-	}
+	// the keys of this sequence and the end of those any row of this block may see
+	TPF_PREFILL_KEY_RANGE(a, b, q0, nkeys, last)
 	// the block's queries
 	const T *qg = (const T *)a.q + (b * a.Hq + h) * a.S * D;
 	for (int i = threadIdx.x; i < kRows * D / 8; i += kThreads) {
@@ -231,27 +240,6 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a)
 constexpr int kPad = 8;
 
 template <typename T, int D>
-__device__ __forceinline__ void load_tile_padded(const PrefillArgs &a, const void *past, const void *cur, T *dst,
-						 int64_t b, int64_t hk, int64_t k0, int64_t nkeys)
-{
-	constexpr int kVec = 8;
-	for (int i = threadIdx.x; i < kKeys * D / kVec; i += kThreads) {
-		int r = i / (D / kVec), c = (i % (D / kVec)) * kVec;
-		int64_t j = k0 + r;
-		uint4 v = make_uint4(0, 0, 0, 0);
-		if (j < nkeys)
-			v = *(const uint4 *)(kv_row<T>(a, past, cur, b, hk, j) + c);
-		*(uint4 *)(dst + r * (D + kPad) + c) = v;
-	}
-}
-
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-	T l = from_f<T>(lo), h = from_f<T>(hi);
-	return (uint32_t) * (const unsigned short *)&l | ((uint32_t) * (const unsigned short *)&h << 16);
-}
-
-template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) prefill_flash_kernel(PrefillArgs a)
 {
 	constexpr int DP = D + kPad;
@@ -266,17 +254,7 @@ __global__ void __launch_bounds__(kThreads) prefill_flash_kernel(PrefillArgs a)
 
 	const int64_t bh = blockIdx.y, b = bh / a.Hq, h = bh % a.Hq, hk = h / (a.Hq / a.Hk);
 	const int64_t q0 = (int64_t)blockIdx.x * kRows;
-	int64_t nkeys = a.T;
-	if (a.kvlen) {
-		int64_t n = a.kvlen[b];
-		nkeys = n < 0 ? 0 : n < a.T ? n : a.T;
-	}
-	int64_t last = nkeys;
-	if (a.causal) {
-		int64_t qlast = q0 + kRows - 1 < a.S ? q0 + kRows - 1 : a.S - 1;
-		int64_t lim = qlast + (a.kvlen ? nkeys - a.S : a.P) + 1;
-		last = lim < last ? (lim < 0 ? 0 : lim) : last;
-	}
+	TPF_PREFILL_KEY_RANGE(a, b, q0, nkeys, last)
 	// this lane's two query rows and their A fragments
 	const int64_t s0 = q0 + warp * 16 + g, s1 = s0 + 8;
 	const T *qg = (const T *)a.q + (b * a.Hq + h) * a.S * D;
@@ -297,8 +275,8 @@ __global__ void __launch_bounds__(kThreads) prefill_flash_kernel(PrefillArgs a)
 
 	for (int64_t k0 = 0; k0 < last; k0 += kKeys) {
 		__syncthreads(); // the previous tile is read
-		load_tile_padded<T, D>(a, a.pk, a.k, ks, b, hk, k0, last);
-		load_tile_padded<T, D>(a, a.pv, a.v, vs, b, hk, k0, last);
+		load_tile<T, D, D + kPad>(a, a.pk, a.k, ks, b, hk, k0, last);
+		load_tile<T, D, D + kPad>(a, a.pv, a.v, vs, b, hk, k0, last);
 		__syncthreads();
 		float sc[NS][4];
 #pragma unroll
@@ -343,8 +321,8 @@ __global__ void __launch_bounds__(kThreads) prefill_flash_kernel(PrefillArgs a)
 			}
 			sum0 += p[0] + p[1];
 			sum1 += p[2] + p[3];
-			pa[n / 2][(n & 1) * 2 + 0] = pack2<T>(p[0], p[1]);
-			pa[n / 2][(n & 1) * 2 + 1] = pack2<T>(p[2], p[3]);
+			pa[n / 2][(n & 1) * 2 + 0] = Bits<T>::pack(p[0], p[1]);
+			pa[n / 2][(n & 1) * 2 + 1] = Bits<T>::pack(p[2], p[3]);
 		}
 #pragma unroll
 		for (int x = 1; x <= 2; x <<= 1) {
@@ -382,22 +360,10 @@ __global__ void __launch_bounds__(kThreads) prefill_flash_kernel(PrefillArgs a)
 	for (int n = 0; n < NO; n++) {
 		const int col = n * 8 + 2 * c;
 		if (s0 < a.S)
-			*(uint32_t *)(yg + s0 * D + col) = pack2<T>(o[n][0] * inv0, o[n][1] * inv0);
+			*(uint32_t *)(yg + s0 * D + col) = Bits<T>::pack(o[n][0] * inv0, o[n][1] * inv0);
 		if (s1 < a.S)
-			*(uint32_t *)(yg + s1 * D + col) = pack2<T>(o[n][2] * inv1, o[n][3] * inv1);
+			*(uint32_t *)(yg + s1 * D + col) = Bits<T>::pack(o[n][2] * inv1, o[n][3] * inv1);
 	}
-}
-
-template <typename T, int D> enum tpf_status launch_flash(const struct tpf_kernel_call *c, const PrefillArgs &a)
-{
-	const size_t sh = (size_t)2 * kKeys * (D + kPad) * sizeof(T);
-	cudaError_t e = cudaFuncSetAttribute(prefill_flash_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					     (int)sh);
-	if (e != cudaSuccess)
-		return tpfc_cuda_fail(c, "prefill attention shared memory", e);
-	dim3 grid((unsigned)((a.S + kRows - 1) / kRows), (unsigned)(a.B * a.Hq));
-	prefill_flash_kernel<T, D><<<grid, kThreads, sh, tpfc_stream(c)>>>(a);
-	return tpfc_launched(c, "prefill attention (flash)");
 }
 
 template <int D> size_t shmem_bytes()
@@ -407,15 +373,19 @@ template <int D> size_t shmem_bytes()
 	       (size_t)kWarps * 16 * kKeys * 2;
 }
 
-template <typename T, int D> enum tpf_status launch(const struct tpf_kernel_call *c, const PrefillArgs &a)
+// kernel<T, D> on a block of kRows query rows per (sequence, head) pair;
+// flash: the flash form, whose shared memory is the padded K/V tiles only
+template <typename T, int D>
+enum tpf_status launch(const struct tpf_kernel_call *c, const PrefillArgs &a, bool flash)
 {
-	size_t sh = shmem_bytes<D>();
-	cudaError_t e = cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh);
+	void (*kernel)(PrefillArgs) = flash ? prefill_flash_kernel<T, D> : prefill_kernel<T, D>;
+	const size_t sh = flash ? (size_t)2 * kKeys * (D + kPad) * sizeof(T) : shmem_bytes<D>();
+	cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh);
 	if (e != cudaSuccess)
 		return tpfc_cuda_fail(c, "prefill attention shared memory", e);
 	dim3 grid((unsigned)((a.S + kRows - 1) / kRows), (unsigned)(a.B * a.Hq));
-	prefill_kernel<T, D><<<grid, kThreads, sh, tpfc_stream(c)>>>(a);
-	return tpfc_launched(c, "prefill attention");
+	kernel<<<grid, kThreads, sh, tpfc_stream(c)>>>(a);
+	return tpfc_launched(c, flash ? "prefill attention (flash)" : "prefill attention");
 }
 
 bool aligned16(const void *p)
@@ -460,13 +430,10 @@ extern "C" int tpf_cu_attention_prefill(const struct tpf_kernel_call *c, const s
 			return 0;
 		a.mask = mask->data, a.dm = mask->dtype, a.mask_bool = mask->dtype == TPF_DTYPE_BOOL;
 	}
-	if (which == 2 && t == TPF_DTYPE_FLOAT16)
-		*st = o->D == 64 ? launch_flash<__half, 64>(c, a) : launch_flash<__half, 128>(c, a);
-	else if (which == 2)
-		*st = o->D == 64 ? launch_flash<__nv_bfloat16, 64>(c, a) : launch_flash<__nv_bfloat16, 128>(c, a);
-	else if (t == TPF_DTYPE_FLOAT16)
-		*st = o->D == 64 ? launch<__half, 64>(c, a) : launch<__half, 128>(c, a);
+	const bool flash = which == 2;
+	if (t == TPF_DTYPE_FLOAT16)
+		*st = o->D == 64 ? launch<__half, 64>(c, a, flash) : launch<__half, 128>(c, a, flash);
 	else
-		*st = o->D == 64 ? launch<__nv_bfloat16, 64>(c, a) : launch<__nv_bfloat16, 128>(c, a);
+		*st = o->D == 64 ? launch<__nv_bfloat16, 64>(c, a, flash) : launch<__nv_bfloat16, 128>(c, a, flash);
 	return 1;
 }
