@@ -52,6 +52,7 @@
 #include "graph-private.h"
 #include "onnx-io-private.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -561,6 +562,50 @@ struct node_comment {
 	const char *origin_pass, *origin_pattern;
 };
 
+/* Whether [s, e) is one quoted string with the printer's escapes, nothing
+ * after it. */
+static int quoted_exactly(const char *s, const char *e)
+{
+	const char *q = s + 1;
+
+	if (e - s < 2 || *s != '"')
+		return 0;
+	while (q < e) {
+		if (*q == '"')
+			return q == e - 1;
+		if (*q != '\\') {
+			q++;
+		} else if (e - q >= 2 && strchr("\"\\nt", q[1]) && q[1]) {
+			q += 2;
+		} else if (e - q >= 4 && q[1] == 'x' && isxdigit((unsigned char)q[2]) &&
+			   isxdigit((unsigned char)q[3])) {
+			q += 4;
+		} else {
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* A name in a node comment, [s, e): unquoted when the printer quoted it
+ * (print_comment_name), else as it stands. */
+static int comment_name(struct parser *ps, struct tpf_arena *a, const char *s, const char *e,
+			const char **out)
+{
+	if (quoted_exactly(s, e)) {
+		struct line_state saved = text_save_line(ps);
+		int rc;
+
+		ps->p = s;
+		ps->end = e;
+		rc = text_parse_string(ps, a, out, NULL);
+		text_restore_line(ps, saved);
+		return rc;
+	}
+	*out = tpf_arena_strndup(a, s, (size_t)(e - s));
+	return *out ? 0 : text_nomem(ps);
+}
+
 static int parse_node_comment(struct parser *ps, struct tpf_arena *a, struct node_comment *c)
 {
 	const char *s, *e = ps->end, *name_end;
@@ -598,13 +643,10 @@ static int parse_node_comment(struct parser *ps, struct tpf_arena *a, struct nod
 		}
 	}
 	if (name_end - s >= 3 && memcmp(s, "-> ", 3) == 0) {
-		c->out_name = tpf_arena_strndup(a, s + 3, (size_t)(name_end - s - 3));
-		if (!c->out_name)
-			return text_nomem(ps);
-	} else {
-		c->name = tpf_arena_strndup(a, s, (size_t)(name_end - s));
-		if (!c->name)
-			return text_nomem(ps);
+		if (comment_name(ps, a, s + 3, name_end, &c->out_name))
+			return -1;
+	} else if (comment_name(ps, a, s, name_end, &c->name)) {
+		return -1;
 	}
 	ps->p = ps->end;
 	return 0;

@@ -20,7 +20,8 @@
  * function body starts again at %0.  Intermediate value names are not
  * printed, so renaming a value does not change the dump; each node line ends
  * with the node's name (or, for nameless nodes, its first output's name) as
- * a comment so users can still find things.
+ * a comment so users can still find things (quoted where the bare name would
+ * read back as another one: see print_comment_name).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -172,6 +173,25 @@ static void print_str(FILE *f, const char *s)
 	if (!s)
 		s = "";
 	print_escaped(f, s, strlen(s));
+}
+
+/* A name in a node line's comment: as it is where the comment reads it
+ * back as the same name, else as a quoted string with print_escaped's
+ * escapes (control bytes, which a line end would eat or split; a leading
+ * '"'; a trailing ']', read as an origin; a leading "-> " when `arrow` is
+ * 0, read as an output name). */
+static void print_comment_name(FILE *f, const char *s, int arrow)
+{
+	size_t n = strlen(s);
+	int quote = n == 0 || s[0] == '"' || s[n - 1] == ']' ||
+		    (!arrow && n >= 3 && memcmp(s, "-> ", 3) == 0);
+
+	for (size_t i = 0; i < n && !quote; i++)
+		quote = (unsigned char)s[i] < 0x20 || s[i] == 0x7f;
+	if (quote)
+		print_escaped(f, s, n);
+	else
+		fputs(s, f);
 }
 
 static void print_dim(FILE *f, const struct tpf_dim *d)
@@ -677,13 +697,13 @@ static void print_node(struct printer *p, const struct tpf_node *n, int depth)
 
 	if (n->name && n->name[0]) {
 		fputs("  # ", f);
-		fputs(n->name, f);
+		print_comment_name(f, n->name, 0);
 	} else {
 		for (i = 0; i < n->n_outputs && !n->outputs[i]; i++)
 			;
 		if (i < n->n_outputs) {
 			fputs("  # -> ", f);
-			fputs(n->outputs[i]->name, f);
+			print_comment_name(f, n->outputs[i]->name, 1);
 		} else if (n->origin_pass) {
 			fputs("  #", f);
 		}

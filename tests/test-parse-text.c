@@ -401,6 +401,63 @@ static void test_names(void **state)
 	tpf_model_free(m);
 }
 
+/* Node names the bare comment would read back as other names (a line end
+ * eats a trailing CR, a newline splits the line, a trailing ']' reads as an
+ * origin, a leading "-> " as an output name) are printed quoted. */
+static void test_comment_names(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"ir_version 10\n"
+		"opset \"\" 23\n"
+		"graph \"\" {\n"
+		"  input %0: f32[4] \"x\"\n"
+		"  %1 = Neg(%0) : f32[4]  # \"cr\\x0d\"\n"
+		"  %2 = Neg(%1) : f32[4]  # \"two\\nlines\"\n"
+		"  %3 = Neg(%2) : f32[4]  # \"x [y]\"\n"
+		"  %4 = Neg(%3) : f32[4]  # \"-> z\"\n"
+		"  %5 = Neg(%4) : f32[4]  # \"\\\"q\\\"\"\n"
+		"  %6 = Neg(%5) : f32[4]  # \"n]\" [pass/pattern]\n"
+		"  %7 = Neg(%6) : f32[4]  # -> \"o\\x0d]\"\n"
+		"  %8 = Neg(%7) : f32[4]  # plain [name\n"
+		"  output %8: f32[4] \"y\"\n"
+		"}\n";
+	struct tpf_model *m = parse_model(text);
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *n;
+
+	assert_non_null(find_node(g, "cr\r"));
+	assert_non_null(find_node(g, "two\nlines"));
+	assert_non_null(find_node(g, "x [y]"));
+	assert_non_null(find_node(g, "-> z"));
+	assert_non_null(find_node(g, "\"q\""));
+	n = find_node(g, "n]");
+	assert_non_null(n);
+	assert_string_equal(n->origin_pass, "pass");
+	assert_string_equal(n->origin_pattern, "pattern");
+	assert_non_null(find_node(g, "plain [name"));
+	for (n = g->first; n && n->name && n->name[0]; n = n->next)
+		;
+	assert_non_null(n);
+	assert_string_equal(n->outputs[0]->name, "o\r]");
+	tpf_model_free(m);
+	assert_round_trip(text);
+
+	/* a bare name that only starts like a quoted one stays as written, and
+	 * prints quoted from then on */
+	m = parse_model("opset \"\" 23\n"
+			"graph \"\" {\n"
+			"  input %0: f32[4] \"x\"\n"
+			"  %1 = Neg(%0) : f32[4]  # \"half\n"
+			"  output %1: f32[4] \"y\"\n"
+			"}\n");
+	assert_non_null(find_node(m->graph, "\"half"));
+	char *back = dump_text(m);
+	assert_non_null(strstr(back, "  # \"\\\"half\"\n"));
+	free(back);
+	tpf_model_free(m);
+}
+
 struct bad_case {
 	const char *text;
 	const char *message; /* expected in the error, with "test:LINE:COL: " */
@@ -607,6 +664,7 @@ int main(void)
 		cmocka_unit_test(test_half_rounding),
 		cmocka_unit_test(test_hand_written),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_comment_names),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_corpus_round_trip),
 		cmocka_unit_test(test_alloc_failures),
