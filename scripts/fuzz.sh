@@ -18,11 +18,11 @@
 # new one each run), FUZZ_ARGS (extra libFuzzer flags), NINJA_ARGS (extra
 # ninja arguments, such as -j2).
 #
-# With FUZZ_SEED set and one job, a target tries the same inputs in the same
-# order on every run from the same corpus: a shorter run (a slower machine)
-# tries a prefix of what a longer one tries.  CI fixes the seed, so what it
-# finds on a commit a longer run of the same seed here finds first; runs
-# without it explore further.
+# FUZZ_SEED fixes libFuzzer's random choices, not the run: coverage, paths
+# that depend on addresses (pointer-keyed tables, address-space
+# randomization) and the machine's speed make two runs of one seed part, so
+# CI (which sets one) can find what a run here has not.  tests/fuzz/README.md
+# says what to run before a commit.
 # Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev).
 set -euo pipefail
 
