@@ -80,6 +80,22 @@ int text_parse_type(struct parser *ps, struct tpf_arena *a, struct tpf_type *t)
 	}
 	for (;;) {
 		const char *s = ps->p;
+		if (*s == '"') {
+			/* a quoted name: the printer's form of one that would not
+			 * read back bare (bare_dim_param in print-text.c) */
+			if (rank >= TPF_MAX_RANK)
+				return FAIL(ps, s, "more than %d dims", TPF_MAX_RANK);
+			memset(&dims[rank], 0, sizeof(dims[rank]));
+			dims[rank].value = -1;
+			if (text_parse_string(ps, a, &dims[rank].param, NULL))
+				return -1;
+			rank++;
+			if (ps->p >= ps->end || (*ps->p != ',' && *ps->p != ']'))
+				return FAIL(ps, ps->p, "expected ',' or ']' after a quoted dim");
+			if (*ps->p++ == ']')
+				break;
+			continue;
+		}
 		while (ps->p < ps->end && *ps->p != ',' && *ps->p != ']')
 			ps->p++;
 		if (ps->p >= ps->end)

@@ -194,10 +194,28 @@ static void print_comment_name(FILE *f, const char *s, int arrow)
 		fputs(s, f);
 }
 
+/* Whether a symbolic dim's name reads back as itself unquoted: not empty,
+ * not a number, "?" or "*" (read as a static, unknown dim or an unknown
+ * rank), no ',' or ']' (read as the end of the dim), no leading '"' and
+ * no control character. */
+static int bare_dim_param(const char *s)
+{
+	size_t n = strlen(s), digits = strspn(s, "0123456789");
+
+	if (n == 0 || digits == n || !strcmp(s, "?") || !strcmp(s, "*") || s[0] == '"')
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == ',' || s[i] == ']' || (unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return 0;
+	return 1;
+}
+
 static void print_dim(FILE *f, const struct tpf_dim *d)
 {
-	if (d->param)
+	if (d->param && bare_dim_param(d->param))
 		fputs(d->param, f);
+	else if (d->param)
+		print_str(f, d->param);
 	else if (d->value >= 0)
 		fprintf(f, "%" PRId64, d->value);
 	else

@@ -458,6 +458,38 @@ static void test_comment_names(void **state)
 	tpf_model_free(m);
 }
 
+/* Symbolic dims whose bare names would read back as something else (more
+ * dims, a static or unknown dim, an unknown rank) print quoted; the reader
+ * takes a quoted dim as a name whatever it holds. */
+static void test_quoted_dims(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"ir_version 10\n"
+		"opset \"\" 23\n"
+		"graph \"\" {\n"
+		"  input %0: f32[\"a,b\",\"12\",\"?\",batch size,\"x]\",\"\\\"q\"] \"x\"\n"
+		"  input %1: f32[\"*\"] \"y\"\n"
+		"  %2 = Neg(%1) : f32[\"*\"]  # n\n"
+		"  output %2: f32[\"*\"] \"z\"\n"
+		"}\n";
+	static const char *const names[] = {"a,b", "12", "?", "batch size", "x]", "\"q"};
+	struct tpf_model *m = parse_model(text);
+	const struct tpf_shape *sh = &m->graph->inputs[0]->type.shape;
+
+	assert_int_equal(sh->rank, 6);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(sh->dims[i].value, -1);
+		assert_non_null(sh->dims[i].param);
+		assert_string_equal(sh->dims[i].param, names[i]);
+	}
+	sh = &m->graph->inputs[1]->type.shape;
+	assert_int_equal(sh->rank, 1);
+	assert_string_equal(sh->dims[0].param, "*");
+	tpf_model_free(m);
+	assert_round_trip(text);
+}
+
 struct bad_case {
 	const char *text;
 	const char *message; /* expected in the error, with "test:LINE:COL: " */
@@ -472,6 +504,7 @@ static const struct bad_case bad_cases[] = {
 	 "test:3:20: two values are named \"x\""},
 	{"graph \"\" {\n  input %0: f33[4] \"x\"\n}\n", "test:2:13: unknown dtype 'f33'"},
 	{"graph \"\" {\n  input %0: f32[4 \"x\"\n}\n", "test:2:13: missing ']' after the dims"},
+	{"graph \"\" {\n  input %0: f32[\"a\"b] \"x\"\n}\n", "test:2:20: expected ',' or ']' after a quoted dim"},
 	{"graph \"\" {\n  init %0: f32[2] \"w\" = [1.0]\n}\n", "test:2:24: 1 elements for a shape of 2"},
 	{"graph \"\" {\n  init %0: f32[1] \"w\" = [1.0, 2.0]\n}\n",
 	 "test:2:31: more than the 1 elements of the shape"},
@@ -665,6 +698,7 @@ int main(void)
 		cmocka_unit_test(test_hand_written),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_comment_names),
+		cmocka_unit_test(test_quoted_dims),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_corpus_round_trip),
 		cmocka_unit_test(test_alloc_failures),
