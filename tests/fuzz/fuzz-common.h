@@ -7,8 +7,9 @@
  *
  * Besides crashes, leaks and undefined behaviour (found by the sanitizers),
  * a target stops with abort() when the library breaks one of its promises:
- * a pipeline that returns TPF_OK must leave a model that verifies, and the
- * export of a valid model must load again and verify.  abort() makes
+ * a pipeline that returns TPF_OK must leave a model that verifies, the
+ * export of a valid model must load again and verify, and its text dump,
+ * where the reader takes it back, must print the same again.  abort() makes
  * libFuzzer (or the replay program) keep the input.
  */
 #ifndef TPF_FUZZ_COMMON_H
@@ -16,6 +17,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tpf-ir.h"
 #include "tpf-passes.h"
@@ -84,6 +86,64 @@ out_free_diag:
 	tpf_diag_free(d);
 }
 
+/* The text dump of m, malloc'ed, or NULL. */
+static inline char *fuzz_dump(const struct tpf_model *m, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+
+	if (!f)
+		return NULL;
+	tpf_model_print_text(m, f);
+	if (fclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* The dump of m read back prints the same bytes.  must_parse: the dump has
+ * to read back at all (m came from text); for a model from ONNX, a dump the
+ * reader refuses is no finding (op, domain and attribute names outside the
+ * text's identifiers), nor one holding what the dump only counts (sparse
+ * initializers, training_info, device configurations, graphs nested too
+ * deep), but a dump that reads back must print the same. */
+static inline void fuzz_check_reprint(const struct tpf_model *m, int must_parse)
+{
+	struct tpf_diag *d = tpf_diag_create();
+	struct tpf_model *back = NULL;
+	size_t n1 = 0, n2 = 0;
+	char *t1, *t2;
+	enum tpf_status st;
+
+	if (!d)
+		return;
+	d->max_entries = 64;
+	t1 = fuzz_dump(m, &n1);
+	if (!t1)
+		goto out;
+	if (!must_parse && (strstr(t1, " sparse initializers\n") || strstr(t1, " training_info entries\n") ||
+			    strstr(t1, " device configurations\n") || strstr(t1, "# nested too deep\n")))
+		goto out;
+	st = tpf_model_parse_text(t1, n1, "dump", &back, d);
+	if (st == TPF_ERR_NOMEM || st == TPF_ERR_LIMIT || (st && !must_parse))
+		goto out;
+	if (st) {
+		fprintf(stderr, "%.*s", (int)(n1 < 65536 ? n1 : 65536), t1);
+		fuzz_fail("the dump of a model read from text does not parse", st, d);
+	}
+	t2 = fuzz_dump(back, &n2);
+	if (t2 && (n1 != n2 || memcmp(t1, t2, n1))) {
+		fprintf(stderr, "---- first dump\n%.*s---- second dump\n%.*s", (int)n1, t1, (int)n2, t2);
+		fuzz_fail("a dump read back prints other text", TPF_OK, NULL);
+	}
+	free(t2);
+out:
+	free(t1);
+	tpf_model_free(back);
+	tpf_diag_free(d);
+}
+
 /* Takes ownership of `m`. */
 static inline void fuzz_exercise(struct tpf_model *m)
 {
@@ -106,6 +166,7 @@ static inline void fuzz_exercise(struct tpf_model *m)
 	}
 	st = tpf_model_infer_shapes(m, d);
 	fuzz_print(m);
+	fuzz_check_reprint(m, 0);
 	if (st != TPF_OK)
 		goto out_free_diag;
 	/* inferred types can reveal what the first check could not see */

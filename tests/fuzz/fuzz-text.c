@@ -62,56 +62,6 @@ static void tensor_bytes(const struct tpf_graph *g, size_t *total, int *no_data,
 		tensor_bytes(g->children[i], total, no_data, depth + 1);
 }
 
-/* The text dump of m, malloc'ed, or NULL. */
-static char *dump(const struct tpf_model *m, size_t *len)
-{
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-
-	if (!f)
-		return NULL;
-	tpf_model_print_text(m, f);
-	if (fclose(f)) {
-		free(buf);
-		return NULL;
-	}
-	return buf;
-}
-
-/* Printing a model read from a dump reproduces the dump byte for byte. */
-static void check_reprint(const struct tpf_model *m)
-{
-	struct tpf_diag *d = tpf_diag_create();
-	struct tpf_model *back = NULL;
-	size_t n1 = 0, n2 = 0;
-	char *t1, *t2;
-	enum tpf_status st;
-
-	if (!d)
-		return;
-	d->max_entries = 64;
-	t1 = dump(m, &n1);
-	if (!t1)
-		goto out;
-	st = tpf_model_parse_text(t1, n1, "dump", &back, d);
-	if (st == TPF_ERR_NOMEM || st == TPF_ERR_LIMIT)
-		goto out;
-	if (st) {
-		fprintf(stderr, "%.*s", (int)(n1 < 65536 ? n1 : 65536), t1);
-		fuzz_fail("the dump of a model read from text does not parse", st, d);
-	}
-	t2 = dump(back, &n2);
-	if (t2 && (n1 != n2 || memcmp(t1, t2, n1))) {
-		fprintf(stderr, "---- first dump\n%.*s---- second dump\n%.*s", (int)n1, t1, (int)n2, t2);
-		fuzz_fail("a dump read back prints other text", TPF_OK, NULL);
-	}
-	free(t2);
-out:
-	free(t1);
-	tpf_model_free(back);
-	tpf_diag_free(d);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct tpf_diag *d = tpf_diag_create();
@@ -131,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (st)
 		goto out;
 	fuzz_print(m);
-	check_reprint(m);
+	fuzz_check_reprint(m, 1);
 	size_t errors = d->error_count;
 	if (tpf_model_verify(m, d) || tpf_model_infer_shapes(m, d) || tpf_model_verify(m, d) ||
 	    d->error_count != errors)
