@@ -500,7 +500,18 @@ static int parse_subgraph_block(struct parser *ps, struct scope *sc, struct tpf_
 		return 0;
 	}
 	at = ps->p;
-	{
+	if (*ps->p == '"') {
+		/* a quoted attribute name (one the bare form cannot hold); no
+		 * other line of a graph starts with '"' */
+		const char *q;
+		if (text_parse_string(ps, sc->g->arena, &q, NULL))
+			return -1;
+		if (strlen(q) >= sizeof(name))
+			return FAIL(ps, at, "an attribute name is too long");
+		strcpy(name, q);
+		if (ps->p >= ps->end || (*ps->p != ':' && *ps->p != '['))
+			return FAIL(ps, ps->p, "expected ': graph' after the quoted attribute name");
+	} else {
 		const char *s = ps->p;
 		while (ps->p < ps->end && *ps->p != ':' && *ps->p != '[' && *ps->p != ' ' && *ps->p != '(')
 			ps->p++;
@@ -694,12 +705,33 @@ static int parse_node_outputs(struct parser *ps, struct tpf_arena *a, struct nod
 	}
 }
 
-/* The op: [domain.]op_type[:overload], up to and with the '('. */
+/* The op: [domain.]op_type[:overload] or op<"domain", "op_type"[,
+ * "overload"]>, up to and with the '('. */
 static int parse_node_op(struct parser *ps, struct tpf_arena *a, struct node_line *nl)
 {
 	char buf[40];
 
 	skip_spaces(ps);
+	if (ps->end - ps->p >= 4 && memcmp(ps->p, "op<\"", 4) == 0) {
+		/* op<"domain", "op_type"[, "overload"]>: names the bare form
+		 * cannot hold */
+		const char *op_at;
+		ps->p += 3;
+		nl->overload = NULL;
+		if (text_parse_string(ps, a, &nl->domain, NULL) || text_expect(ps, ',', "',' after the domain"))
+			return -1;
+		skip_spaces(ps);
+		op_at = ps->p;
+		if (text_parse_string(ps, a, &nl->op_type, NULL))
+			return -1;
+		if (text_accept(ps, ',') && text_parse_string(ps, a, &nl->overload, NULL))
+			return -1;
+		if (text_expect(ps, '>', "'>' after the op's names") || text_expect(ps, '(', "'(' after the op"))
+			return -1;
+		if (!*nl->op_type)
+			return FAIL(ps, op_at, "a node needs an op type");
+		return 0;
+	}
 	const char *op_end = ps->p;
 	while (op_end < ps->end && *op_end != '(' && *op_end != ' ')
 		op_end++;
@@ -729,13 +761,20 @@ static int parse_node_attrs(struct parser *ps, struct tpf_arena *a, struct node_
 	int more;
 
 	for (;;) {
-		char aname[256];
-		const char *an_at;
+		char buf[256];
+		const char *an_at, *aname = buf;
 		skip_spaces(ps);
 		an_at = ps->p;
-		if (text_read_token(ps, "=,}", aname, sizeof(aname), "an attribute name"))
-			return -1;
-		if (strcmp(aname, "?") == 0)
+		if (peek(ps) == '"') {
+			if (text_parse_string(ps, a, &aname, NULL))
+				return -1;
+		} else {
+			if (text_read_token(ps, "=,}", buf, sizeof(buf), "an attribute name"))
+				return -1;
+			if (strcmp(aname, "?") == 0)
+				return FAIL(ps, an_at, "an attribute needs a name");
+		}
+		if (!*aname)
 			return FAIL(ps, an_at, "an attribute needs a name");
 		if (nl->n_attrs >= MAX_NODE_ATTRS)
 			return FAIL(ps, an_at, "more than %d attributes", MAX_NODE_ATTRS);

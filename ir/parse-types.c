@@ -845,6 +845,8 @@ int text_parse_attr_value(struct parser *ps, struct tpf_arena *a, struct tpf_att
 	skip_spaces(ps);
 	start = ps->p;
 	if (text_accept(ps, '@')) {
+		if (peek(ps) == '"')
+			return text_parse_string(ps, a, &at->ref_attr_name, NULL);
 		if (text_read_token(ps, ",}", tok, sizeof(tok), "a referenced attribute name"))
 			return -1;
 		at->ref_attr_name = tpf_arena_strdup(a, tok);

@@ -175,6 +175,29 @@ static void print_str(FILE *f, const char *s)
 	print_escaped(f, s, strlen(s));
 }
 
+/* Whether s prints bare where the reader stops at any of `stops`: not
+ * empty, none of them, no '"' and no control character. */
+static int bare_name(const char *s, const char *stops)
+{
+	if (!s || !s[0])
+		return 0;
+	for (; *s; s++)
+		if (strchr(stops, *s) || *s == '"' || (unsigned char)*s < 0x20 || *s == 0x7f)
+			return 0;
+	return 1;
+}
+
+/* A name that the reader takes as a token ending at `stops` (an attribute
+ * name, a referenced one, a graph attribute's block header): bare where it
+ * reads back as itself, else quoted. */
+static void print_name(FILE *f, const char *s, const char *stops)
+{
+	if (s && bare_name(s, stops) && strcmp(s, "?") != 0)
+		fputs(s, f);
+	else
+		print_str(f, s ? s : "?");
+}
+
 /* A name in a node line's comment: as it is where the comment reads it
  * back as the same name, else as a quoted string with print_escaped's
  * escapes (control bytes, which a line end would eat or split; a leading
@@ -569,7 +592,7 @@ static void print_attr_value(FILE *f, const struct tpf_attr *a)
 
 	if (a->ref_attr_name) {
 		fputc('@', f);
-		fputs(a->ref_attr_name, f);
+		print_name(f, a->ref_attr_name, " \t,}");
 		return;
 	}
 	switch (a->kind) {
@@ -639,18 +662,37 @@ static void print_attr_value(FILE *f, const struct tpf_attr *a)
 
 static void print_graph_body(struct printer *p, const struct tpf_graph *g, int depth);
 
+/* [domain.]op_type[:overload], or op<"domain", "op_type"[, "overload"]>
+ * where a bare part would read back as another (the reader splits the
+ * domain at the last '.' before the first ':', the op at '(' or a space). */
 static void print_op_name(FILE *f, const struct tpf_node *n)
 {
 	const char *dom = n->domain ? n->domain : "";
+	const char *op = n->op_type && n->op_type[0] ? n->op_type : "?";
+	const char *ovl = n->overload && n->overload[0] ? n->overload : NULL;
+	int show_dom = dom[0] && strcmp(dom, "ai.onnx") != 0;
 
-	if (dom[0] && strcmp(dom, "ai.onnx") != 0) {
+	if ((show_dom && !bare_name(dom, ":( \t<")) || !bare_name(op, ".:( \t<") ||
+	    (ovl && !bare_name(ovl, "( \t"))) {
+		fputs("op<", f);
+		print_str(f, dom);
+		fputs(", ", f);
+		print_str(f, n->op_type ? n->op_type : "");
+		if (ovl) {
+			fputs(", ", f);
+			print_str(f, ovl);
+		}
+		fputc('>', f);
+		return;
+	}
+	if (show_dom) {
 		fputs(dom, f);
 		fputc('.', f);
 	}
-	fputs(n->op_type && n->op_type[0] ? n->op_type : "?", f);
-	if (n->overload && n->overload[0]) {
+	fputs(op, f);
+	if (ovl) {
 		fputc(':', f);
-		fputs(n->overload, f);
+		fputs(ovl, f);
 	}
 }
 
@@ -689,7 +731,7 @@ static void print_node(struct printer *p, const struct tpf_node *n, int depth)
 
 			if (k)
 				fputs(", ", f);
-			fputs(a->name ? a->name : "?", f);
+			print_name(f, a->name, " \t=,}");
 			fputc('=', f);
 			print_attr_value(f, a);
 		}
@@ -740,7 +782,8 @@ static void print_node(struct printer *p, const struct tpf_node *n, int depth)
 
 		if (a->kind == TPF_ATTR_GRAPH && a->g) {
 			indent(f, depth + 1);
-			fprintf(f, "%s: graph ", a->name ? a->name : "?");
+			print_name(f, a->name, ":[ (");
+			fputs(": graph ", f);
 			print_str(f, a->g->name);
 			fputs(" {\n", f);
 			print_graph_body(p, a->g, depth + 2);
@@ -751,7 +794,8 @@ static void print_node(struct printer *p, const struct tpf_node *n, int depth)
 				if (!a->graphs[i])
 					continue;
 				indent(f, depth + 1);
-				fprintf(f, "%s[%zu]: graph ", a->name ? a->name : "?", i);
+				print_name(f, a->name, ":[ (");
+				fprintf(f, "[%zu]: graph ", i);
 				print_str(f, a->graphs[i]->name);
 				fputs(" {\n", f);
 				print_graph_body(p, a->graphs[i], depth + 2);

@@ -490,6 +490,62 @@ static void test_quoted_dims(void **state)
 	assert_round_trip(text);
 }
 
+/* Op, attribute and graph-attribute names the bare forms cannot hold
+ * (spaces, '.', ':', '(', '=', ',') print quoted: op<"domain", "op",
+ * "overload">, {"a b"=1}, @"ref name", "else branch": graph. */
+static void test_quoted_op_names(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"ir_version 10\n"
+		"opset \"\" 23\n"
+		"graph \"\" {\n"
+		"  input %0: f32[4] \"x\"\n"
+		"  input %1: bool[] \"c\"\n"
+		"  %2 = op<\"my dom\", \"My Op\", \"v 1\">(%0) {\"a b\"=1, \"x=1, y\"=2.0} : f32[4]  # n1\n"
+		"  %3 = op<\"\", \"Slice:\">(%2) : ?  # n2\n"
+		"  %4 = op<\"\", \"a.b\">(%3) {\"?\"=1} : ?  # n3\n"
+		"  %5 = If(%1) {\"else branch\"=graph, then_branch=graph} : ?  # n4\n"
+		"    \"else branch\": graph \"e\" {\n"
+		"      %6 = Neg(%4) : ?  # n5\n"
+		"      output %6: ? \"e_out\"\n"
+		"    }\n"
+		"    then_branch: graph \"t\" {\n"
+		"      output %4: ? \"t_out\"\n"
+		"    }\n"
+		"  output %5: ? \"y\"\n"
+		"}\n"
+		"function \"org.test\" \"F\" {\n"
+		"  attribute \"al pha\"\n"
+		"  input %0: ? \"x\"\n"
+		"  %1 = Mul(%0, %0) {alpha=@\"al pha\"} : ?  # sq\n"
+		"  output %1: ? \"y\"\n"
+		"}\n";
+	struct tpf_model *m = parse_model(text);
+	struct tpf_graph *g = m->graph;
+	struct tpf_node *n = find_node(g, "n1");
+
+	assert_string_equal(n->domain, "my dom");
+	assert_string_equal(n->op_type, "My Op");
+	assert_string_equal(n->overload, "v 1");
+	assert_int_equal(n->n_attrs, 2);
+	assert_string_equal(n->attrs[0].name, "a b");
+	assert_string_equal(n->attrs[1].name, "x=1, y");
+	n = find_node(g, "n2");
+	assert_string_equal(n->domain, "");
+	assert_string_equal(n->op_type, "Slice:");
+	assert_null(n->overload);
+	assert_string_equal(find_node(g, "n3")->op_type, "a.b");
+	assert_string_equal(find_node(g, "n3")->attrs[0].name, "?");
+	n = find_node(g, "n4");
+	assert_string_equal(n->attrs[0].name, "else branch");
+	assert_non_null(n->attrs[0].g);
+	assert_string_equal(n->attrs[0].g->name, "e");
+	assert_string_equal(m->functions[0].body->first->attrs[0].ref_attr_name, "al pha");
+	tpf_model_free(m);
+	assert_round_trip(text);
+}
+
 struct bad_case {
 	const char *text;
 	const char *message; /* expected in the error, with "test:LINE:COL: " */
@@ -699,6 +755,7 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_comment_names),
 		cmocka_unit_test(test_quoted_dims),
+		cmocka_unit_test(test_quoted_op_names),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_corpus_round_trip),
 		cmocka_unit_test(test_alloc_failures),
