@@ -520,6 +520,31 @@ static enum tpf_status check_prompts(const struct tpf_generator *g, size_t vocab
 	return TPF_OK;
 }
 
+/* Every suppressed id is in the vocabulary, and one token at least is
+ * left to generate. */
+static enum tpf_status check_suppress(const struct tpf_generator *g, struct tpf_diag *d)
+{
+	size_t left = g->vocab;
+	unsigned char *seen;
+
+	if (!g->o.n_suppress)
+		return TPF_OK;
+	for (size_t k = 0; k < g->o.n_suppress; k++)
+		if (g->suppress[k] < 0 || (uint64_t)g->suppress[k] >= g->vocab)
+			return tpf_diag_fail(d, TPF_ERR_INVALID, "suppressed token id %lld is outside the vocabulary "
+					     "(0 to %zu)", (long long)g->suppress[k], g->vocab - 1);
+	seen = tpf_calloc(g->vocab, 1);
+	if (!seen)
+		return tpf_diag_fail(d, TPF_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < g->o.n_suppress; k++)
+		if (!seen[g->suppress[k]]++)
+			left--;
+	tpf_free(seen);
+	return left ? TPF_OK
+		    : tpf_diag_fail(d, TPF_ERR_INVALID, "the suppressed ids are the whole vocabulary (%zu tokens): "
+				    "nothing is left to generate", g->vocab);
+}
+
 /* Checks the logits (or next_token) and makes the row buffers on the
  * first step. */
 static enum tpf_status check_logits(struct tpf_generator *g, const struct tpf_host_tensor *lg, size_t seq,
@@ -548,7 +573,7 @@ static enum tpf_status check_logits(struct tpf_generator *g, const struct tpf_ho
 			       ? TPF_OK
 			       : tpf_diag_fail(d, TPF_ERR_RUNTIME, "output 'logits' changed its vocabulary size");
 	g->vocab = (size_t)lg->dims[2];
-	if ((st = check_prompts(g, g->vocab, d)))
+	if ((st = check_prompts(g, g->vocab, d)) || (st = check_suppress(g, d)))
 		return st;
 	g->row = tpf_malloc(g->vocab * sizeof(*g->row));
 	g->order = tpf_malloc(g->vocab * sizeof(*g->order));

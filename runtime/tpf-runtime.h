@@ -527,7 +527,7 @@ struct tpf_generate_options {
 	size_t max_new_tokens;
 	const int64_t *eos_ids; /* a sequence stops after generating one of these */
 	size_t n_eos;
-	const int64_t *suppress_ids; /* never generated (their logits count as -inf) */
+	const int64_t *suppress_ids; /* never generated (their logits count as -inf); each in the vocabulary, not all of it */
 	size_t n_suppress;
 	int64_t pad_id;    /* the padding token (left padding, finished sequences) */
 	double temperature; /* <= 0: greedy (the first largest logit) */

@@ -16,7 +16,8 @@
              the tokens unchanged; on standard error with --json; refused
              with --cuda-graph
   refusals   a model without KV-cache I/O, a past without its present,
-             token ids outside the vocabulary, an empty prompt, bad options:
+             token ids outside the vocabulary (prompt or suppressed), every id
+             suppressed, an empty prompt, bad options:
              a message and the exit code
 
 Needs only the standard library (the refusal models are written by
@@ -250,6 +251,10 @@ def refusals(tpfuse, model, work):
 		"--without with an empty name")
 	refused([model, "--prompt-ids", "1", "--without", "lower-gated-matmul"], 1,
 		"the names before it do not run pass 'lower-gated-matmul'", "--without a pass the pipeline does not run")
+	refused([model, "--prompt-ids", "1", "--suppress", "1,5000"], 1,
+		"suppressed token id 5000 is outside the vocabulary (0 to", "a suppressed id outside the vocabulary")
+	refused([model, "--prompt-ids", "1", "--suppress", ",".join(str(i) for i in range(128))], 1,
+		"the suppressed ids are the whole vocabulary", "every id suppressed")
 	refused([model, "--prompts", os.path.join(work, "missing.txt")], 3, "cannot read", "a missing --prompts")
 	refused([os.path.join(work, "missing.onnx"), "--prompt-ids", "1"], 3, "", "a missing model")
 	bad = os.path.join(work, "bad-prompts.txt")
