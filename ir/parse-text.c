@@ -1102,7 +1102,9 @@ static int parse_graph_body(struct parser *ps, struct scope *sc, struct function
 		if (text_accept_word(ps, "input") && peek(ps) == ' ')
 			rc = parse_input(ps, sc);
 		else if (text_accept_word(ps, "init") && peek(ps) == ' ')
-			rc = parse_init(ps, sc);
+			rc = fl ? FAIL(ps, ps->line, "a function has no initializers (an ONNX function holds its "
+				       "constants as Constant nodes)")
+				: parse_init(ps, sc);
 		else if (text_accept_word(ps, "output") && peek(ps) == ' ')
 			rc = parse_output(ps, sc);
 		else {

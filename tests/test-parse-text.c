@@ -577,6 +577,7 @@ static const struct bad_case bad_cases[] = {
 	{"graph \"\" {\n  input %0: f32[4] \"x\"\n  %1 = Neg(%0)\n  output %1: f32[4] \"\"\n}\n",
 	 "test:4:21: an empty name"},
 	{"function \"d\" \"\" {\n}\n", "test:1:10: a function needs a name"},
+	{"function \"d\" \"f\" {\n  init %0: f32[] \"k\" = 1.0\n}\n", "test:2:1: a function has no initializers"},
 	{"graph \"\" {\n  init %0: f32[2] \"w\" (8 bytes, external \"../w.bin\")\n}\n",
 	 "test:2:42: external data location \"../w.bin\" contains a '..' component"},
 	{"graph \"\" {\n  init %0: f32[2] \"w\" (8 bytes, external \"/etc/w\")\n}\n", "is an absolute path"},
