@@ -172,55 +172,70 @@ int text_parse_int64(struct parser *ps, int64_t *out, const char *what)
 	return 0;
 }
 
-/* A quoted string with the printer's escapes: \" \\ \n \t \xHH.  The result
- * is allocated in `a` and NUL-terminated; *len (if given) is its length,
- * which may include NUL bytes.  Names (len == NULL) must not hold any. */
+const char *text_scan_string(const char *p, const char *end, char *buf, size_t *n, const char **bad)
+{
+	static const char hex[] = "0123456789abcdefABCDEF";
+	size_t k = 0;
+
+	*bad = NULL;
+	while (p < end) {
+		char c = *p++, v;
+		if (c == '"') {
+			*n = k;
+			return p;
+		}
+		if (c != '\\') {
+			v = c;
+		} else if (p < end && (*p == '"' || *p == '\\')) {
+			v = *p++;
+		} else if (p < end && (*p == 'n' || *p == 't')) {
+			v = *p++ == 'n' ? '\n' : '\t';
+		} else if (p < end && *p == 'x' && end - p >= 3 && p[1] && p[2] && strchr(hex, p[1]) &&
+			   strchr(hex, p[2])) {
+			char h[3] = {p[1], p[2], '\0'};
+			v = (char)strtol(h, NULL, 16);
+			p += 3;
+		} else {
+			*bad = p;
+			return NULL;
+		}
+		if (buf)
+			buf[k] = v;
+		k++;
+	}
+	return NULL;
+}
+
+/* A quoted string with the printer's escapes (text_scan_string).  The
+ * result is allocated in `a` and NUL-terminated; *len (if given) is its
+ * length, which may include NUL bytes.  Names (len == NULL) must not hold
+ * any. */
 int text_parse_string(struct parser *ps, struct tpf_arena *a, const char **out, size_t *len)
 {
 	char *buf;
 	size_t n = 0;
 	char tmp[40];
-	const char *start;
+	const char *start, *bad, *after;
 
 	skip_spaces(ps);
 	start = ps->p;
 	if (peek(ps) != '"')
 		return FAIL(ps, ps->p, "expected a quoted string, found %s",
 			    text_describe_here(ps, tmp, sizeof(tmp)));
-	ps->p++;
 	buf = tpf_malloc((size_t)(ps->end - ps->p) + 1);
 	if (!buf)
 		return text_nomem(ps);
-	for (;;) {
-		if (ps->p >= ps->end) {
-			tpf_free(buf);
+	after = text_scan_string(ps->p + 1, ps->end, buf, &n, &bad);
+	if (!after) {
+		tpf_free(buf);
+		if (!bad)
 			return FAIL(ps, start, "unterminated string");
-		}
-		char c = *ps->p++;
-		if (c == '"')
-			break;
-		if (c != '\\') {
-			buf[n++] = c;
-			continue;
-		}
-		c = ps->p < ps->end ? *ps->p++ : '\0';
-		if (c == '"' || c == '\\') {
-			buf[n++] = c;
-		} else if (c == 'n') {
-			buf[n++] = '\n';
-		} else if (c == 't') {
-			buf[n++] = '\t';
-		} else if (c == 'x' && ps->end - ps->p >= 2 && strchr("0123456789abcdefABCDEF", ps->p[0]) &&
-			   strchr("0123456789abcdefABCDEF", ps->p[1]) && ps->p[0] && ps->p[1]) {
-			char hex[3] = {ps->p[0], ps->p[1], '\0'};
-			buf[n++] = (char)strtol(hex, NULL, 16);
-			ps->p += 2;
-		} else {
-			tpf_free(buf);
-			return FAIL(ps, ps->p - 1, "unknown escape '\\%c' in a string (known: \\\" \\\\ \\n \\t \\xHH)",
-				    c ? c : '?');
-		}
+		/* a '\\' that ends the line: the error points at it */
+		char c = bad < ps->end ? *bad : '\0';
+		return FAIL(ps, c ? bad : bad - 1, "unknown escape '\\%c' in a string (known: \\\" \\\\ \\n \\t \\xHH)",
+			    c ? c : '?');
 	}
+	ps->p = after;
 	if (!len && memchr(buf, '\0', n)) {
 		tpf_free(buf);
 		return FAIL(ps, start, "a name may not contain a NUL byte");

@@ -90,9 +90,15 @@ int text_expect_line_end(struct parser *ps);
  * -1 (with an error) when empty or longer than buf. */
 int text_read_token(struct parser *ps, const char *stops, char *buf, size_t size, const char *what);
 int text_parse_int64(struct parser *ps, int64_t *out, const char *what);
-/* A quoted string with the printer's escapes: \" \\ \n \t \xHH.  The result
- * is allocated in `a` and NUL-terminated; *len (if given) is its length,
- * which may include NUL bytes.  Names (len == NULL) must not hold any. */
+/* The body of a quoted string from p (after its opening '"') with the
+ * printer's escapes (\" \\ \n \t \xHH), up to end: the position after the
+ * closing '"', *n the decoded length and buf (if not NULL, room for end - p
+ * bytes) the bytes; or NULL, *bad at an unknown escape's letter (at end
+ * after a final '\\'; NULL when the closing '"' is missing). */
+const char *text_scan_string(const char *p, const char *end, char *buf, size_t *n, const char **bad);
+/* A quoted string with the printer's escapes.  The result is allocated in
+ * `a` and NUL-terminated; *len (if given) is its length, which may include
+ * NUL bytes.  Names (len == NULL) must not hold any. */
 int text_parse_string(struct parser *ps, struct tpf_arena *a, const char **out, size_t *len);
 /* Grows an arena array by one element; returns the new (zeroed) slot. */
 void *text_arena_push(struct tpf_arena *a, void **arr, size_t *n, size_t *cap, size_t elem);

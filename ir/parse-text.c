@@ -52,7 +52,6 @@
 #include "graph-private.h"
 #include "onnx-io-private.h"
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -491,7 +490,8 @@ static int parse_output(struct parser *ps, struct scope *sc)
 static int parse_subgraph_block(struct parser *ps, struct scope *sc, struct tpf_node *n)
 {
 	struct line_state saved = text_save_line(ps);
-	char name[256];
+	char buf[256];
+	const char *name = buf;
 	int64_t index = -1;
 	const char *at;
 
@@ -503,12 +503,8 @@ static int parse_subgraph_block(struct parser *ps, struct scope *sc, struct tpf_
 	if (*ps->p == '"') {
 		/* a quoted attribute name (one the bare form cannot hold); no
 		 * other line of a graph starts with '"' */
-		const char *q;
-		if (text_parse_string(ps, sc->g->arena, &q, NULL))
+		if (text_parse_string(ps, sc->g->arena, &name, NULL))
 			return -1;
-		if (strlen(q) >= sizeof(name))
-			return FAIL(ps, at, "an attribute name is too long");
-		strcpy(name, q);
 		if (ps->p >= ps->end || (*ps->p != ':' && *ps->p != '['))
 			return FAIL(ps, ps->p, "expected ': graph' after the quoted attribute name");
 	} else {
@@ -516,12 +512,12 @@ static int parse_subgraph_block(struct parser *ps, struct scope *sc, struct tpf_
 		while (ps->p < ps->end && *ps->p != ':' && *ps->p != '[' && *ps->p != ' ' && *ps->p != '(')
 			ps->p++;
 		size_t len = (size_t)(ps->p - s);
-		if (!len || len >= sizeof(name) || ps->p >= ps->end || (*ps->p != ':' && *ps->p != '[')) {
+		if (!len || len >= sizeof(buf) || ps->p >= ps->end || (*ps->p != ':' && *ps->p != '[')) {
 			text_restore_line(ps, saved);
 			return 0;
 		}
-		memcpy(name, s, len);
-		name[len] = '\0';
+		memcpy(buf, s, len);
+		buf[len] = '\0';
 	}
 	if (*ps->p == '[') {
 		ps->p++;
@@ -573,37 +569,15 @@ struct node_comment {
 	const char *origin_pass, *origin_pattern;
 };
 
-/* Whether [s, e) is one quoted string with the printer's escapes, nothing
- * after it. */
-static int quoted_exactly(const char *s, const char *e)
-{
-	const char *q = s + 1;
-
-	if (e - s < 2 || *s != '"')
-		return 0;
-	while (q < e) {
-		if (*q == '"')
-			return q == e - 1;
-		if (*q != '\\') {
-			q++;
-		} else if (e - q >= 2 && strchr("\"\\nt", q[1]) && q[1]) {
-			q += 2;
-		} else if (e - q >= 4 && q[1] == 'x' && isxdigit((unsigned char)q[2]) &&
-			   isxdigit((unsigned char)q[3])) {
-			q += 4;
-		} else {
-			return 0;
-		}
-	}
-	return 0;
-}
-
 /* A name in a node comment, [s, e): unquoted when the printer quoted it
  * (print_comment_name), else as it stands. */
 static int comment_name(struct parser *ps, struct tpf_arena *a, const char *s, const char *e,
 			const char **out)
 {
-	if (quoted_exactly(s, e)) {
+	const char *bad;
+	size_t n;
+
+	if (e - s >= 2 && *s == '"' && text_scan_string(s + 1, e, NULL, &n, &bad) == e) {
 		struct line_state saved = text_save_line(ps);
 		int rc;
 

@@ -200,37 +200,25 @@ static void print_name(FILE *f, const char *s, const char *stops)
 
 /* A name in a node line's comment: as it is where the comment reads it
  * back as the same name, else as a quoted string with print_escaped's
- * escapes (control bytes, which a line end would eat or split; a leading
- * '"'; a trailing ']', read as an origin; a leading "-> " when `arrow` is
- * 0, read as an output name). */
+ * escapes (control bytes, which a line end would eat or split; a '"'; a
+ * trailing ']', read as an origin; a leading "-> " when `arrow` is 0, read
+ * as an output name). */
 static void print_comment_name(FILE *f, const char *s, int arrow)
 {
 	size_t n = strlen(s);
-	int quote = n == 0 || s[0] == '"' || s[n - 1] == ']' ||
-		    (!arrow && n >= 3 && memcmp(s, "-> ", 3) == 0);
 
-	for (size_t i = 0; i < n && !quote; i++)
-		quote = (unsigned char)s[i] < 0x20 || s[i] == 0x7f;
-	if (quote)
+	if (!bare_name(s, "") || s[n - 1] == ']' || (!arrow && strncmp(s, "-> ", 3) == 0))
 		print_escaped(f, s, n);
 	else
 		fputs(s, f);
 }
 
-/* Whether a symbolic dim's name reads back as itself unquoted: not empty,
- * not a number, "?" or "*" (read as a static, unknown dim or an unknown
- * rank), no ',' or ']' (read as the end of the dim), no leading '"' and
- * no control character. */
+/* Whether a symbolic dim's name reads back as itself unquoted: a bare name
+ * without ',' or ']' (read as the end of the dim), not a number, "?" or "*"
+ * (read as a static, unknown dim or an unknown rank). */
 static int bare_dim_param(const char *s)
 {
-	size_t n = strlen(s), digits = strspn(s, "0123456789");
-
-	if (n == 0 || digits == n || !strcmp(s, "?") || !strcmp(s, "*") || s[0] == '"')
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] == ',' || s[i] == ']' || (unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-			return 0;
-	return 1;
+	return bare_name(s, ",]") && s[strspn(s, "0123456789")] && strcmp(s, "?") && strcmp(s, "*");
 }
 
 static void print_dim(FILE *f, const struct tpf_dim *d)
