@@ -6,8 +6,10 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tpf-ir.h"
 
@@ -49,6 +51,36 @@ static inline int cli_parse_long(const char *s, long lo, long hi, long *out)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+/* Writes head, the formatted text and a newline to standard error in one
+ * write, so that under mpirun another stream's output cannot land inside
+ * the line (stderr is unbuffered: each fputs/fprintf is a write of its
+ * own). */
+static inline void cli_vline(const char *head, const char *fmt, va_list ap)
+{
+	va_list aq;
+	size_t h = strlen(head);
+	char *buf = NULL;
+	int n;
+
+	va_copy(aq, ap);
+	n = vsnprintf(NULL, 0, fmt, aq);
+	va_end(aq);
+	if (n >= 0)
+		buf = malloc(h + (size_t)n + 2);
+	if (!buf) {
+		fputs(head, stderr);
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+		return;
+	}
+	memcpy(buf, head, h);
+	vsnprintf(buf + h, (size_t)n + 1, fmt, ap);
+	buf[h + (size_t)n] = '\n';
+	buf[h + (size_t)n + 1] = '\0';
+	fputs(buf, stderr);
+	free(buf);
 }
 
 /* Prints d's messages from *from on as "tpfuse: SEV: TEXT" on standard

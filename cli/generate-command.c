@@ -113,14 +113,14 @@ static void say(const char *kind, const char *fmt, ...) __attribute__((format(pr
 static void say(const char *kind, const char *fmt, ...)
 {
 	va_list ap;
-	char rank[32] = "";
+	char head[64];
 	if (say_rank >= 0)
-		snprintf(rank, sizeof(rank), "rank %d: ", say_rank);
-	fprintf(stderr, "tpfuse: %s%s: ", rank, kind);
+		snprintf(head, sizeof(head), "tpfuse: rank %d: %s: ", say_rank, kind);
+	else
+		snprintf(head, sizeof(head), "tpfuse: %s: ", kind);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	cli_vline(head, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 static void say_diag(struct tpf_diag *d)

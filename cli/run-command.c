@@ -123,13 +123,13 @@ static void msg(const char *kind, const char *fmt, ...) __attribute__((format(pr
 static void msg(const char *kind, const char *fmt, ...)
 {
 	va_list ap;
-	va_start(ap, fmt);
+	char head[64];
 	if (rank_prefix_world > 1)
-		fprintf(stderr, "tpfuse: rank %d: %s: ", rank_prefix_rank, kind);
+		snprintf(head, sizeof(head), "tpfuse: rank %d: %s: ", rank_prefix_rank, kind);
 	else
-		fprintf(stderr, "tpfuse: %s: ", kind);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+		snprintf(head, sizeof(head), "tpfuse: %s: ", kind);
+	va_start(ap, fmt);
+	cli_vline(head, fmt, ap);
 	va_end(ap);
 }
 
